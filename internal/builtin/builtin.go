@@ -1,0 +1,68 @@
+// Package builtin holds the handler types every ax worker binary registers,
+// for demos, tests and operators' smoke checks: sleep, fail and echo.
+package builtin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ax-mesh/ax/worker"
+	"go.uber.org/zap"
+)
+
+// SleepArgs is the payload of the "sleep" type.
+type SleepArgs struct {
+	MS   int `json:"ms"`   // how long to sleep, in milliseconds
+	Fail int `json:"fail"` // fail this many first attempts
+}
+
+// ErrInjected is the error of a deliberately failed attempt.
+var ErrInjected = errors.New("injected failure")
+
+// Register adds the built-in types to reg.
+func Register(reg *worker.Registry, log *zap.Logger) error {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return errors.Join(
+		worker.HandleJSON(reg, "sleep", Sleep, nil),
+		reg.Handle("fail", Fail, nil),
+		reg.Handle("echo", Echo(log.Named("echo")), nil),
+	)
+}
+
+// Sleep sleeps args.MS milliseconds (or until its context ends) and fails
+// its first args.Fail attempts.
+func Sleep(ctx context.Context, task *worker.Task, args SleepArgs) error {
+	if args.MS < 0 || args.Fail < 0 {
+		return worker.Permanent(fmt.Errorf("sleep: ms and fail must not be negative"))
+	}
+	if args.MS > 0 {
+		t := time.NewTimer(time.Duration(args.MS) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	if task.Attempt <= args.Fail {
+		return fmt.Errorf("sleep: attempt %d of %d planned failures: %w", task.Attempt, args.Fail, ErrInjected)
+	}
+	return nil
+}
+
+// Fail always fails permanently.
+func Fail(_ context.Context, task *worker.Task) error {
+	return worker.Permanent(fmt.Errorf("fail: task %s fails by design: %w", task.ID, ErrInjected))
+}
+
+// Echo logs the payload and succeeds.
+func Echo(log *zap.Logger) worker.HandlerFunc {
+	return func(_ context.Context, task *worker.Task) error {
+		log.Info("echo", zap.String("task_id", task.ID), zap.ByteString("payload", task.Payload))
+		return nil
+	}
+}

@@ -1,0 +1,14 @@
+// Package kv owns ax's durable state in JetStream key-value buckets: the task
+// record, the task state machine (one transition table, [CanTransition]), the
+// compare-and-set transitions that move a record, and the buckets themselves.
+//
+// Safety: every state change is one KV write conditioned on the revision that
+// was read, so of two writers that read the same revision exactly one
+// succeeds; the loser gets [ErrConflict] and must not act as if it had moved
+// the task. No code outside this package assigns a record's state.
+//
+// Trail: each record carries the moves that produced it (from, to, worker,
+// time, duration, error, operator action), so the record is its own trail and
+// a move costs one write. A deployment can also mirror each move to the
+// AX_TRAIL stream ([StoreConfig.TrailStream]).
+package kv

@@ -1,0 +1,45 @@
+package kv
+
+import (
+	"errors"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+var (
+	// ErrNotFound means no record exists for the task id.
+	ErrNotFound = errors.New("unknown task")
+	// ErrExists means a record already exists for the task id.
+	ErrExists = errors.New("task record already exists")
+	// ErrIllegalTransition means the state machine forbids the move.
+	ErrIllegalTransition = errors.New("illegal state transition")
+	// ErrWrongState means the record is not in the state the caller expected.
+	ErrWrongState = errors.New("task is not in the expected state")
+	// ErrConflict means another writer changed the record since it was read
+	// (the compare-and-set on the revision failed).
+	ErrConflict = errors.New("task record changed concurrently")
+	// ErrUnknownState means a state name is not one of [States].
+	ErrUnknownState = errors.New("unknown state")
+	// ErrLeaseHeld means another holder owns the lease.
+	ErrLeaseHeld = errors.New("lease held by another holder")
+	// ErrLeaseLost means the caller's lease expired or was taken over.
+	ErrLeaseLost = errors.New("lease lost")
+)
+
+// IsRevisionMismatch reports whether err is a failed compare-and-set on a
+// KV or stream subject revision: err_code 10071 on one replica, 10164 on a
+// replicated stream, as either a KV error or a publish API error.
+func IsRevisionMismatch(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	}
+	return false
+}

@@ -1,0 +1,117 @@
+package kv
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// MaxTrail is how many moves a record keeps; older moves are dropped except
+// the first (the record's birth).
+const MaxTrail = 64
+
+// Record is the durable state of one task in the AX_TASKS bucket.
+type Record struct {
+	ID          string     `json:"id"`
+	Type        string     `json:"type"`
+	Tenant      string     `json:"tenant"`
+	Key         string     `json:"key"`
+	Priority    int        `json:"priority"`
+	State       State      `json:"state"`
+	Attempt     int        `json:"attempt"`      // attempts started so far
+	MaxAttempts int        `json:"max_attempts"` // 0: the worker's default
+	Timeout     Duration   `json:"timeout"`      // 0: the worker's default
+	Core        bool       `json:"core,omitempty"`
+	Deadline    *time.Time `json:"deadline,omitempty"`
+	RunAt       *time.Time `json:"run_at,omitempty"`
+	// Gen is the dispatch generation: a message whose Ax-Gen is behind it is
+	// a stale copy and is dropped.
+	Gen uint64 `json:"gen"`
+	// Worker holds the task while RUNNING (and names the last holder after).
+	Worker string `json:"worker,omitempty"`
+	// Delivery is the message's delivery count when the worker claimed it;
+	// a later delivery means the claim lapsed (fencing).
+	Delivery uint64 `json:"delivery,omitempty"`
+	// StreamSeq is the sequence of the task's current message in its bucket.
+	StreamSeq  uint64     `json:"stream_seq,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	LastError  string     `json:"last_error,omitempty"`
+	// DLQSeq is the sequence of the task's dead letter in AX_DLQ.
+	DLQSeq uint64 `json:"dlq_seq,omitempty"`
+	// Trail lists the moves that led here, oldest first.
+	Trail []Move `json:"trail"`
+}
+
+// Move is one state change of a task: a trail event.
+type Move struct {
+	Task   string    `json:"task"`
+	From   State     `json:"from,omitempty"` // empty for the record's birth
+	To     State     `json:"to"`
+	Worker string    `json:"worker,omitempty"`
+	At     time.Time `json:"at"`
+	Took   Duration  `json:"took,omitempty"` // time spent in From
+	Error  string    `json:"error,omitempty"`
+	// Action names the operator action or control loop behind the move
+	// ("submit", "claim", "cancel", "replay", "aging", …).
+	Action string `json:"action,omitempty"`
+}
+
+// Actor says who makes a move and why; it fills the trail event.
+type Actor struct {
+	Worker string // worker id, or "" for a client or operator
+	Action string // see [Move.Action]
+	Error  string // the failure that caused the move, if any
+}
+
+func (r *Record) record(from, to State, actor Actor, now time.Time) {
+	var took time.Duration
+	if n := len(r.Trail); n > 0 {
+		took = now.Sub(r.Trail[n-1].At)
+	}
+	r.State = to
+	r.UpdatedAt = now
+	m := Move{Task: r.ID, From: from, To: to, Worker: actor.Worker, At: now, Took: Duration(took), Error: actor.Error, Action: actor.Action}
+	if len(r.Trail) >= MaxTrail {
+		r.Trail = append(r.Trail[:1], r.Trail[len(r.Trail)-MaxTrail+2:]...)
+	}
+	r.Trail = append(r.Trail, m)
+}
+
+// LastMove returns the move that produced this revision.
+func (r *Record) LastMove() Move {
+	if len(r.Trail) == 0 {
+		return Move{}
+	}
+	return r.Trail[len(r.Trail)-1]
+}
+
+// Duration is a [time.Duration] that reads and writes JSON as "1.5s".
+type Duration time.Duration
+
+// MarshalJSON writes d as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a Go duration string or a number of nanoseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("duration %q: %w", s, err)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var n int64
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("duration %s: want a string such as \"1.5s\"", b)
+	}
+	*d = Duration(n)
+	return nil
+}
+
+// String formats d like [time.Duration].
+func (d Duration) String() string { return time.Duration(d).String() }

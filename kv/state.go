@@ -1,0 +1,74 @@
+package kv
+
+import (
+	"fmt"
+	"slices"
+)
+
+// State is the state of a task.
+type State string
+
+// The states of a task. See [CanTransition] for the legal moves.
+const (
+	StatePending   State = "PENDING"   // accepted; waiting for its run time
+	StateReady     State = "READY"     // in a priority bucket, waiting for a worker
+	StateRunning   State = "RUNNING"   // claimed by one worker, under a timeout
+	StateRetrying  State = "RETRYING"  // failed or timed out; waiting for its backoff
+	StateSucceeded State = "SUCCEEDED" // done
+	StateDead      State = "DEAD"      // attempts exhausted or permanent error; in the DLQ
+	StateCancelled State = "CANCELLED" // cancelled by an operator; never retried
+	StatePaused    State = "PAUSED"    // held by an operator; kept with its payload
+)
+
+// transitions is the one table of legal moves. Nothing else in ax decides
+// which state may follow which.
+var transitions = map[State][]State{
+	StatePending:   {StateReady, StateCancelled, StatePaused},
+	StateReady:     {StateRunning, StateCancelled, StatePaused, StateReady},
+	StateRunning:   {StateSucceeded, StateRetrying, StateDead, StateCancelled, StateReady},
+	StateRetrying:  {StateRunning, StateDead, StateCancelled, StatePaused},
+	StateSucceeded: {},
+	StateDead:      {StateReady},
+	StateCancelled: {},
+	StatePaused:    {StateReady, StateCancelled},
+}
+
+// births are the states a record may be created in: PENDING (delayed), READY
+// (a Go submit), RUNNING (a worker's first sight of a raw publish), CANCELLED
+// or PAUSED (an operator acting on a task no worker has seen).
+var births = []State{StatePending, StateReady, StateRunning, StateCancelled, StatePaused}
+
+// States returns every state, in the order of DESIGN.md.
+func States() []State {
+	return []State{StatePending, StateReady, StateRunning, StateRetrying, StateSucceeded, StateDead, StateCancelled, StatePaused}
+}
+
+// CanTransition reports whether a record may move from one state to another.
+func CanTransition(from, to State) bool { return slices.Contains(transitions[from], to) }
+
+// CanBeBornAs reports whether a record may be created in state s.
+func CanBeBornAs(s State) bool { return slices.Contains(births, s) }
+
+// Terminal reports whether no move leaves s except an operator's replay
+// (SUCCEEDED, DEAD, CANCELLED).
+func (s State) Terminal() bool {
+	return s == StateSucceeded || s == StateDead || s == StateCancelled
+}
+
+// Waiting reports whether a task in s has not started its current attempt
+// and can be cancelled, paused or reprioritized without touching a handler.
+func (s State) Waiting() bool {
+	return s == StatePending || s == StateReady || s == StateRetrying
+}
+
+// Valid reports whether s is one of [States].
+func (s State) Valid() bool { _, ok := transitions[s]; return ok }
+
+// ParseState parses a state name such as "READY" (case-sensitive).
+func ParseState(name string) (State, error) {
+	s := State(name)
+	if !s.Valid() {
+		return "", fmt.Errorf("%w: %q (want one of %v)", ErrUnknownState, name, States())
+	}
+	return s, nil
+}

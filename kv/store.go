@@ -1,0 +1,243 @@
+package kv
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultRetention is how long SUCCEEDED and CANCELLED records are kept.
+const DefaultRetention = 24 * time.Hour
+
+// StoreConfig configures a [Store].
+type StoreConfig struct {
+	// Names of the deployment. Zero means [streams.DefaultNames].
+	Names streams.Names
+	// Retention of SUCCEEDED and CANCELLED records, at least 1s; they expire
+	// through a per-message TTL. Default 24h; -1 keeps them forever. DEAD
+	// records are kept until replayed or deleted, like their dead letters.
+	Retention time.Duration
+	// TrailStream also publishes every move to AX_TRAIL (ax.trail.<id>),
+	// without waiting for the ack. Default false: the record's own trail is
+	// the trail of record.
+	TrailStream bool
+}
+
+func (c *StoreConfig) withDefaults() *StoreConfig {
+	if c == nil {
+		c = &StoreConfig{}
+	}
+	out := *c
+	if out.Names == (streams.Names{}) {
+		out.Names = streams.DefaultNames()
+	}
+	out.Retention = cmp.Or(out.Retention, DefaultRetention)
+	return &out
+}
+
+func (c *StoreConfig) validate() error {
+	if c.Retention != -1 && c.Retention < time.Second {
+		return fmt.Errorf("kv store config: Retention %s must be at least 1s, or -1", c.Retention)
+	}
+	return nil
+}
+
+// Store reads and moves task records. It is safe for concurrent use.
+type Store struct {
+	js        jetstream.JetStream
+	kv        jetstream.KeyValue
+	cfg       *StoreConfig
+	keyPrefix string // "$KV.AX_TASKS."
+}
+
+// NewStore binds to the task bucket, which [Provision] creates.
+func NewStore(ctx context.Context, js jetstream.JetStream, cfg *StoreConfig) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	bucket := cfg.Names.TasksBucket()
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("bind task bucket %s: %w", bucket, err)
+	}
+	return &Store{js: js, kv: kv, cfg: cfg, keyPrefix: "$KV." + bucket + "."}, nil
+}
+
+// Get returns the record of a task and its revision, or [ErrNotFound].
+func (s *Store) Get(ctx context.Context, id string) (*Record, uint64, error) {
+	entry, err := s.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, fmt.Errorf("get task %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("get task %s: %w", id, err)
+	}
+	var rec Record
+	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+		return nil, 0, fmt.Errorf("decode task %s (revision %d): %w", id, entry.Revision(), err)
+	}
+	return &rec, entry.Revision(), nil
+}
+
+// Create writes a new record in its birth state rec.State, or returns
+// [ErrExists] when the task already has one.
+func (s *Store) Create(ctx context.Context, rec *Record, actor Actor) (*Record, uint64, error) {
+	next, data, err := s.birth(rec, actor)
+	if err != nil {
+		return nil, 0, err
+	}
+	rev, err := s.kv.Create(ctx, rec.ID, data)
+	if IsRevisionMismatch(err) {
+		return nil, 0, fmt.Errorf("create task %s: %w", rec.ID, ErrExists)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("create task %s: %w", rec.ID, err)
+	}
+	s.mirror(next)
+	return next, rev, nil
+}
+
+// CreateMsg returns the message that creates rec when published (with
+// JetStream, waiting for its ack, e.g. pipelined with PublishMsgAsync); a
+// publish error that [IsRevisionMismatch] means the record already exists.
+func (s *Store) CreateMsg(rec *Record, actor Actor) (*nats.Msg, error) {
+	_, data, err := s.birth(rec, actor)
+	if err != nil {
+		return nil, err
+	}
+	msg := nats.NewMsg(s.keyPrefix + rec.ID)
+	msg.Data = data
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+	return msg, nil
+}
+
+func (s *Store) birth(rec *Record, actor Actor) (*Record, []byte, error) {
+	if !CanBeBornAs(rec.State) {
+		return nil, nil, fmt.Errorf("create task %s in %s: %w (a record is born PENDING, READY, RUNNING, CANCELLED or PAUSED)", rec.ID, rec.State, ErrIllegalTransition)
+	}
+	if err := streams.ValidateTaskID(rec.ID); err != nil {
+		return nil, nil, fmt.Errorf("create task: %w", err)
+	}
+	next := *rec
+	next.Trail = nil
+	now := time.Now().UTC()
+	if next.CreatedAt.IsZero() {
+		next.CreatedAt = now
+	}
+	if rec.State == StateRunning && next.CreatedAt.Before(now) {
+		// Born RUNNING on a worker's first sight of a raw publish: the task
+		// was READY in its bucket since it was published (CreatedAt).
+		next.record("", StateReady, Actor{Action: "publish"}, next.CreatedAt)
+		next.record(StateReady, StateRunning, actor, now)
+	} else {
+		next.record("", rec.State, actor, now)
+	}
+	data, err := json.Marshal(&next)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode task %s: %w", rec.ID, err)
+	}
+	return &next, data, nil
+}
+
+// Transition moves task id from state from to state to in one compare-and-set
+// write, after mutate (which may be nil) changed the other fields. It returns
+// [ErrWrongState] if the record is not in from, [ErrIllegalTransition] if the
+// table forbids the move, and [ErrConflict] if another writer won the race.
+func (s *Store) Transition(ctx context.Context, id string, from, to State, actor Actor, mutate func(*Record) error) (*Record, uint64, error) {
+	if !CanTransition(from, to) {
+		return nil, 0, fmt.Errorf("move task %s %s -> %s: %w", id, from, to, ErrIllegalTransition)
+	}
+	rec, rev, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	if rec.State != from {
+		return rec, rev, fmt.Errorf("move task %s %s -> %s: it is %s: %w", id, from, to, rec.State, ErrWrongState)
+	}
+	return s.Apply(ctx, rec, rev, to, actor, mutate)
+}
+
+// Apply moves rec, read at revision rev, to state to in one compare-and-set
+// write. rec is not modified; the new record and revision are returned. On
+// [ErrConflict] the caller must re-read before deciding anything.
+func (s *Store) Apply(ctx context.Context, rec *Record, rev uint64, to State, actor Actor, mutate func(*Record) error) (*Record, uint64, error) {
+	from := rec.State
+	if !CanTransition(from, to) {
+		return nil, 0, fmt.Errorf("move task %s %s -> %s: %w", rec.ID, from, to, ErrIllegalTransition)
+	}
+	next := *rec
+	next.Trail = slices.Clone(rec.Trail)
+	if mutate != nil {
+		if err := mutate(&next); err != nil {
+			return nil, 0, fmt.Errorf("move task %s %s -> %s: %w", rec.ID, from, to, err)
+		}
+	}
+	next.record(from, to, actor, time.Now().UTC())
+	data, err := json.Marshal(&next)
+	if err != nil {
+		return nil, 0, fmt.Errorf("encode task %s: %w", rec.ID, err)
+	}
+	var newRev uint64
+	if s.expires(to) {
+		newRev, err = s.writeExpiring(ctx, rec.ID, data, rev)
+	} else {
+		newRev, err = s.kv.Update(ctx, rec.ID, data, rev)
+	}
+	if IsRevisionMismatch(err) {
+		return nil, 0, fmt.Errorf("move task %s %s -> %s at revision %d: %w", rec.ID, from, to, rev, ErrConflict)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("move task %s %s -> %s: %w", rec.ID, from, to, err)
+	}
+	s.mirror(&next)
+	return &next, newRev, nil
+}
+
+func (s *Store) expires(to State) bool {
+	return s.cfg.Retention > 0 && (to == StateSucceeded || to == StateCancelled)
+}
+
+// writeExpiring is a compare-and-set write with a per-message TTL, which KV
+// Update cannot set: a publish to the key's subject with Nats-TTL and the
+// expected last subject sequence.
+func (s *Store) writeExpiring(ctx context.Context, id string, data []byte, rev uint64) (uint64, error) {
+	ack, err := s.js.Publish(ctx, s.keyPrefix+id, data,
+		jetstream.WithMsgTTL(s.cfg.Retention), jetstream.WithExpectLastSequencePerSubject(rev))
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
+
+func (s *Store) mirror(rec *Record) {
+	if !s.cfg.TrailStream {
+		return
+	}
+	data, err := json.Marshal(rec.LastMove())
+	if err != nil {
+		return
+	}
+	// Best effort by design: the record's own trail is authoritative.
+	_, _ = s.js.PublishAsync(s.cfg.Names.TrailSubject(rec.ID), data)
+}
+
+// Trail returns the moves of a task, oldest first.
+func (s *Store) Trail(ctx context.Context, id string) ([]Move, error) {
+	rec, _, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return rec.Trail, nil
+}
+
+// Bucket returns the underlying KV bucket, for scans and watches.
+func (s *Store) Bucket() jetstream.KeyValue { return s.kv }

@@ -1,0 +1,262 @@
+package scheduler
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// errCodeMaxMsgs is the server's "maximum messages exceeded" (a full bucket).
+const errCodeMaxMsgs jetstream.ErrorCode = 10077
+
+// Defaults of [Config].
+const (
+	DefaultMaxPending     = 4_000
+	DefaultPublishRetries = 5
+)
+
+// Config configures a [Client].
+type Config struct {
+	// Names of the deployment. Zero means [streams.DefaultNames].
+	Names streams.Names
+	// Logger; default zap.NewNop().
+	Logger *zap.Logger
+	// MaxPending bounds the unacknowledged async publishes of SubmitBatch.
+	// Default 4,000.
+	MaxPending int
+	// PublishRetries is how often a publish that timed out or found no
+	// responder is retried, with the same Nats-Msg-Id. Default 5.
+	PublishRetries int
+	// Store configures the task record store (retention, trail stream).
+	Store kv.StoreConfig
+}
+
+func (c *Config) withDefaults() *Config {
+	if c == nil {
+		c = &Config{}
+	}
+	out := *c
+	if out.Names == (streams.Names{}) {
+		out.Names = streams.DefaultNames()
+	}
+	if out.Logger == nil {
+		out.Logger = zap.NewNop()
+	}
+	out.MaxPending = cmp.Or(out.MaxPending, DefaultMaxPending)
+	out.PublishRetries = cmp.Or(out.PublishRetries, DefaultPublishRetries)
+	out.Store.Names = out.Names
+	return &out
+}
+
+func (c *Config) validate() error {
+	if c.MaxPending < 1 {
+		return fmt.Errorf("scheduler config: MaxPending %d must be positive", c.MaxPending)
+	}
+	if c.PublishRetries < 0 {
+		return fmt.Errorf("scheduler config: PublishRetries %d must not be negative", c.PublishRetries)
+	}
+	return nil
+}
+
+// Client submits tasks. It is safe for concurrent use.
+type Client struct {
+	cfg   *Config
+	js    jetstream.JetStream // own handle: its async publish window is ours
+	store *kv.Store
+}
+
+// NewClient returns a client on the connection of js. The streams and
+// buckets must be provisioned ([streams.Provision], [kv.Provision]).
+func NewClient(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Client, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	own, err := jetstream.New(js.Conn(), jetstream.WithPublishAsyncMaxPending(cfg.MaxPending))
+	if err != nil {
+		return nil, fmt.Errorf("new scheduler client: %w", err)
+	}
+	store, err := kv.NewStore(ctx, own, &cfg.Store)
+	if err != nil {
+		return nil, fmt.Errorf("new scheduler client: %w", err)
+	}
+	return &Client{cfg: cfg, js: own, store: store}, nil
+}
+
+// Store returns the client's task record store.
+func (c *Client) Store() *kv.Store { return c.store }
+
+// Submit validates task, publishes it to its priority bucket and writes its
+// READY record. On [ErrOverloaded] nothing was stored; on another error the
+// task may or may not be stored, and retrying with the returned id is safe.
+func (c *Client) Submit(ctx context.Context, task Task) (TaskInfo, error) {
+	t, err := task.normalize(time.Now())
+	if err != nil {
+		return TaskInfo{ID: t.ID}, err
+	}
+	msg := t.message(c.cfg.Names)
+	var ack *jetstream.PubAck
+	for attempt := 0; ; attempt++ {
+		ack, err = c.js.PublishMsg(ctx, msg)
+		if err == nil || !retryable(err) || attempt >= c.cfg.PublishRetries || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		return TaskInfo{ID: t.ID}, submitError(t.ID, err)
+	}
+	if _, _, err := c.store.Create(ctx, t.record(ack.Sequence), kv.Actor{Action: "submit"}); err != nil && !errors.Is(err, kv.ErrExists) {
+		return TaskInfo{ID: t.ID}, fmt.Errorf("submit task %s: stored, but its record was not written: %w", t.ID, err)
+	}
+	return t.info(c.cfg.Names, ack.Sequence, ack.Duplicate), nil
+}
+
+// SubmitBatch submits many tasks with pipelined asynchronous publishes. It
+// waits out a full publish window (ErrTooManyStalledMsgs) and retries
+// timeouts with the same ids, so no task is lost or doubled. The returned
+// infos line up with tasks and carry every id; on partial failure the error
+// is a [*BatchError] naming the tasks that were not accepted (retrying
+// exactly those, with their ids, is safe).
+func (c *Client) SubmitBatch(ctx context.Context, tasks []Task) ([]TaskInfo, error) {
+	now := time.Now()
+	infos := make([]TaskInfo, len(tasks))
+	failed := map[int]error{}
+	normalized := make([]Task, len(tasks))
+	msgs := make([]*nats.Msg, len(tasks))
+	for i, task := range tasks {
+		t, err := task.normalize(now)
+		infos[i].ID = t.ID
+		if err != nil {
+			failed[i] = err
+			continue
+		}
+		normalized[i] = t
+		msgs[i] = t.message(c.cfg.Names)
+	}
+	pending := make([]int, 0, len(tasks))
+	for i, msg := range msgs {
+		if msg != nil {
+			pending = append(pending, i)
+		}
+	}
+	acks := make([]*jetstream.PubAck, len(tasks))
+	for attempt := 0; len(pending) > 0; attempt++ {
+		futures := c.publishAll(ctx, msgs, pending, failed)
+		var again []int
+		for i, f := range futures {
+			if f == nil {
+				continue
+			}
+			select {
+			case ack := <-f.Ok():
+				acks[i] = ack
+			case err := <-f.Err():
+				if retryable(err) && attempt < c.cfg.PublishRetries && ctx.Err() == nil {
+					again = append(again, i)
+				} else {
+					failed[i] = submitError(infos[i].ID, err)
+				}
+			case <-ctx.Done():
+				failed[i] = fmt.Errorf("submit task %s: %w", infos[i].ID, ctx.Err())
+			}
+		}
+		pending = again
+	}
+	c.writeRecords(ctx, normalized, acks, failed)
+	for i, ack := range acks {
+		if ack != nil && failed[i] == nil {
+			infos[i] = normalized[i].info(c.cfg.Names, ack.Sequence, ack.Duplicate)
+		}
+	}
+	if len(failed) > 0 {
+		return infos, &BatchError{Failed: failed}
+	}
+	return infos, nil
+}
+
+// publishAll publishes msgs[i] for every i in indexes asynchronously. When
+// the window is full it waits for the oldest outstanding ack and tries again.
+func (c *Client) publishAll(ctx context.Context, msgs []*nats.Msg, indexes []int, failed map[int]error) map[int]jetstream.PubAckFuture {
+	futures := make(map[int]jetstream.PubAckFuture, len(indexes))
+	var order []jetstream.PubAckFuture
+	oldest := 0
+	for _, i := range indexes {
+		for {
+			f, err := c.js.PublishMsgAsync(msgs[i])
+			if err == nil {
+				futures[i] = f
+				order = append(order, f)
+				break
+			}
+			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) || ctx.Err() != nil || oldest >= len(order) {
+				failed[i] = fmt.Errorf("submit task %s: %w", msgs[i].Header.Get(streams.HeaderMsgID), err)
+				break
+			}
+			select { // wait for the oldest outstanding publish, then retry
+			case <-order[oldest].Ok():
+			case <-order[oldest].Err():
+			case <-ctx.Done():
+			}
+			oldest++
+		}
+	}
+	return futures
+}
+
+// writeRecords creates the READY records of the accepted tasks, pipelined.
+// A record that exists already (a worker saw the task first) is fine.
+func (c *Client) writeRecords(ctx context.Context, tasks []Task, acks []*jetstream.PubAck, failed map[int]error) {
+	futures := map[int]jetstream.PubAckFuture{}
+	for i, ack := range acks {
+		if ack == nil {
+			continue
+		}
+		msg, err := c.store.CreateMsg(tasks[i].record(ack.Sequence), kv.Actor{Action: "submit"})
+		if err == nil {
+			futures[i], err = c.js.PublishMsgAsync(msg)
+		}
+		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			_, _, err = c.store.Create(ctx, tasks[i].record(ack.Sequence), kv.Actor{Action: "submit"})
+			delete(futures, i)
+		}
+		if err != nil && !errors.Is(err, kv.ErrExists) {
+			failed[i] = fmt.Errorf("submit task %s: stored, but its record was not written: %w", tasks[i].ID, err)
+		}
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			if !kv.IsRevisionMismatch(err) {
+				failed[i] = fmt.Errorf("submit task %s: stored, but its record was not written: %w", tasks[i].ID, err)
+			}
+		case <-ctx.Done():
+			failed[i] = fmt.Errorf("submit task %s: %w", tasks[i].ID, ctx.Err())
+		}
+	}
+}
+
+// retryable reports whether a publish may be retried with the same id.
+func retryable(err error) bool {
+	return errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout)
+}
+
+func submitError(id string, err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeMaxMsgs {
+		return fmt.Errorf("submit task %s: %w (%s)", id, ErrOverloaded, apiErr.Description)
+	}
+	return fmt.Errorf("submit task %s: %w", id, err)
+}

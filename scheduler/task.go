@@ -1,0 +1,130 @@
+package scheduler
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+)
+
+// DefaultTenant is the tenant of a task that names none.
+const DefaultTenant = "default"
+
+// Task is what a service submits.
+type Task struct {
+	// ID identifies the task; empty means a new nuid. Letters, digits, '-',
+	// '_', '=' and '/' only. Re-submitting an id within the de-duplication
+	// window is a no-op.
+	ID string
+	// Type names the handler. Required; a subject token.
+	Type string
+	// Payload is passed to the handler as is.
+	Payload []byte
+	// Priority 0 (P0, highest) to 4 (P4, lowest). The zero value is P0.
+	Priority int
+	// Tenant owns the task. Default "default".
+	Tenant string
+	// Key partitions tasks into shards (tasks of one key share a shard).
+	// Default: the task id.
+	Key string
+	// Timeout of one attempt. Zero: the worker's default for the type.
+	Timeout time.Duration
+	// MaxAttempts before the task is dead. Zero: the worker's default.
+	MaxAttempts int
+	// Core tasks are still accepted when backpressure refuses others.
+	Core bool
+	// Deadline after which the task is not started. Zero: none.
+	Deadline time.Time
+	// Headers are extra "Ax-" headers passed to the handler.
+	Headers map[string]string
+}
+
+// TaskInfo describes an accepted task.
+type TaskInfo struct {
+	ID       string
+	Type     string
+	Tenant   string
+	Priority int
+	Shard    int
+	Stream   string
+	Sequence uint64 // stream sequence of the task's message
+	// Duplicate is true when the id had been submitted already within the
+	// de-duplication window; nothing new was stored.
+	Duplicate bool
+}
+
+// normalize fills defaults and validates the task, naming the bad field.
+func (t Task) normalize(now time.Time) (Task, error) {
+	if t.ID == "" {
+		t.ID = nuid.Next()
+	}
+	if t.Tenant == "" {
+		t.Tenant = DefaultTenant
+	}
+	if t.Key == "" {
+		t.Key = t.ID
+	}
+	bad := func(format string, args ...any) (Task, error) {
+		return t, fmt.Errorf("%w: %s", ErrInvalidTask, fmt.Sprintf(format, args...))
+	}
+	if err := streams.ValidateTaskID(t.ID); err != nil {
+		return bad("ID: %s", err)
+	}
+	for _, f := range []struct{ name, value string }{{"Type", t.Type}, {"Tenant", t.Tenant}, {"Key", t.Key}} {
+		if err := streams.ValidateToken(f.name, f.value); err != nil {
+			return bad("%s", err)
+		}
+	}
+	switch {
+	case t.Priority < 0 || t.Priority >= streams.Priorities:
+		return bad("Priority %d is not 0..%d", t.Priority, streams.Priorities-1)
+	case t.Timeout < 0:
+		return bad("Timeout %s is negative", t.Timeout)
+	case t.MaxAttempts < 0 || t.MaxAttempts > streams.MaxAttemptsLimit:
+		return bad("MaxAttempts %d is not 0..%d", t.MaxAttempts, streams.MaxAttemptsLimit)
+	case !t.Deadline.IsZero() && t.Deadline.Before(now):
+		return bad("Deadline %s is in the past", t.Deadline.Format(time.RFC3339))
+	}
+	for name := range t.Headers {
+		if !strings.HasPrefix(name, "Ax-") {
+			return bad("header %q must start with \"Ax-\"", name)
+		}
+	}
+	return t, nil
+}
+
+// message builds the wire message of a normalized task.
+func (t Task) message(names streams.Names) *nats.Msg {
+	msg := nats.NewMsg(names.SubmitSubject(t.Priority, t.Tenant, t.Type, t.Key))
+	msg.Data = t.Payload
+	for name, value := range t.Headers {
+		msg.Header.Set(name, value)
+	}
+	streams.Options{ID: t.ID, Timeout: t.Timeout, MaxAttempts: t.MaxAttempts, Core: t.Core, Deadline: t.Deadline, Gen: 1}.SetHeaders(msg.Header)
+	return msg
+}
+
+// record is the READY record of a normalized task.
+func (t Task) record(seq uint64) *kv.Record {
+	rec := &kv.Record{
+		ID: t.ID, Type: t.Type, Tenant: t.Tenant, Key: t.Key, Priority: t.Priority,
+		State: kv.StateReady, MaxAttempts: t.MaxAttempts, Timeout: kv.Duration(t.Timeout),
+		Core: t.Core, Gen: 1, StreamSeq: seq,
+	}
+	if !t.Deadline.IsZero() {
+		d := t.Deadline.UTC()
+		rec.Deadline = &d
+	}
+	return rec
+}
+
+func (t Task) info(names streams.Names, seq uint64, dup bool) TaskInfo {
+	return TaskInfo{
+		ID: t.ID, Type: t.Type, Tenant: t.Tenant, Priority: t.Priority, Shard: streams.Shard(t.Key),
+		Stream: names.PriorityStream(t.Priority), Sequence: seq, Duplicate: dup,
+	}
+}

@@ -1,0 +1,20 @@
+package streams
+
+import "errors"
+
+var (
+	// ErrInvalidToken means a value cannot be used as a subject token.
+	ErrInvalidToken = errors.New("invalid subject token")
+	// ErrBadSubject means a message subject does not follow the wire contract.
+	ErrBadSubject = errors.New("bad task subject")
+	// ErrBadPriority means a priority is not p0..p4.
+	ErrBadPriority = errors.New("bad priority")
+	// ErrBadHeader means a message header does not follow the wire contract.
+	ErrBadHeader = errors.New("bad task header")
+	// ErrLayoutChange means provisioning would change the data layout of an
+	// existing stream (its shard transform or subjects), which it refuses.
+	ErrLayoutChange = errors.New("refusing to change the data layout of an existing stream")
+	// ErrImmutable means an existing stream or consumer differs in a setting
+	// the server cannot update in place.
+	ErrImmutable = errors.New("setting cannot be changed on an existing stream or consumer")
+)

@@ -1,0 +1,111 @@
+package streams
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Shards is the number of partitions of every priority stream. It is part of
+// the data layout and cannot change on an existing deployment.
+const Shards = 32
+
+// Priorities is the number of priority buckets, P0 (highest) to P4 (lowest).
+const Priorities = 5
+
+// DefaultPrefix is the subject prefix of a deployment ("ax"); stream and
+// bucket names use its upper-case form ("AX").
+const DefaultPrefix = "ax"
+
+// Names derives every subject, stream, consumer and bucket name of one
+// deployment from its prefix. The zero value is not usable; call [NewNames].
+type Names struct {
+	prefix string // subject prefix, e.g. "ax"
+	upper  string // stream and bucket prefix, e.g. "AX"
+}
+
+// NewNames returns the names for prefix, or for [DefaultPrefix] when prefix
+// is empty. The prefix must be a valid subject token.
+func NewNames(prefix string) (Names, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if err := ValidateToken("prefix", prefix); err != nil {
+		return Names{}, err
+	}
+	return Names{prefix: prefix, upper: strings.ToUpper(prefix)}, nil
+}
+
+// DefaultNames returns the names of the default "ax" deployment.
+func DefaultNames() Names {
+	return Names{prefix: DefaultPrefix, upper: strings.ToUpper(DefaultPrefix)}
+}
+
+// Prefix returns the subject prefix.
+func (n Names) Prefix() string { return n.prefix }
+
+// PriorityStream returns the stream name of priority p, e.g. "AX_P2".
+func (n Names) PriorityStream(p int) string { return fmt.Sprintf("%s_P%d", n.upper, p) }
+
+// DLQStream returns the dead-letter stream name, e.g. "AX_DLQ".
+func (n Names) DLQStream() string { return n.upper + "_DLQ" }
+
+// TrailStream returns the trail stream name, e.g. "AX_TRAIL".
+func (n Names) TrailStream() string { return n.upper + "_TRAIL" }
+
+// DelayedStream returns the delayed-task stream name, e.g. "AX_DELAYED".
+func (n Names) DelayedStream() string { return n.upper + "_DELAYED" }
+
+// TasksBucket returns the KV bucket of task records, e.g. "AX_TASKS".
+func (n Names) TasksBucket() string { return n.upper + "_TASKS" }
+
+// LocksBucket returns the KV bucket of leases, e.g. "AX_LOCKS".
+func (n Names) LocksBucket() string { return n.upper + "_LOCKS" }
+
+// WorkersBucket returns the KV bucket of worker membership, e.g. "AX_WORKERS".
+func (n Names) WorkersBucket() string { return n.upper + "_WORKERS" }
+
+// ControlBucket returns the KV bucket of control state, e.g. "AX_CONTROL".
+func (n Names) ControlBucket() string { return n.upper + "_CONTROL" }
+
+// SubmitSubject returns the subject a service publishes a task to.
+func (n Names) SubmitSubject(priority int, tenant, taskType, key string) string {
+	return fmt.Sprintf("%s.submit.p%d.%s.%s.%s", n.prefix, priority, tenant, taskType, key)
+}
+
+// SubmitFilter returns the submit subjects captured by priority stream p.
+func (n Names) SubmitFilter(p int) string { return fmt.Sprintf("%s.submit.p%d.*.*.*", n.prefix, p) }
+
+// StoredSubject returns the subject a task is stored under in its priority stream.
+func (n Names) StoredSubject(priority, shard int, tenant, taskType, key string) string {
+	return fmt.Sprintf("%s.p%d.%d.%s.%s.%s", n.prefix, priority, shard, tenant, taskType, key)
+}
+
+// ShardTransform returns the subject transform destination of priority stream p.
+func (n Names) ShardTransform(p int) string {
+	return fmt.Sprintf("%s.p%d.{{partition(%d,3)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}", n.prefix, p, Shards)
+}
+
+// ShardFilter returns the filter subject of the consumer of (priority, shard).
+func (n Names) ShardFilter(p, shard int) string {
+	return fmt.Sprintf("%s.p%d.%d.>", n.prefix, p, shard)
+}
+
+// ConsumerName returns the durable consumer name of (priority, shard), e.g. "p0-s07".
+func (n Names) ConsumerName(p, shard int) string { return fmt.Sprintf("p%d-s%02d", p, shard) }
+
+// DLQSubject returns the dead-letter subject of a task.
+func (n Names) DLQSubject(tenant, taskType string) string {
+	return fmt.Sprintf("%s.dlq.%s.%s", n.prefix, tenant, taskType)
+}
+
+// DLQFilter returns the subjects of the dead-letter stream.
+func (n Names) DLQFilter() string { return n.prefix + ".dlq.>" }
+
+// TrailSubject returns the trail subject of a task.
+func (n Names) TrailSubject(taskID string) string { return n.prefix + ".trail." + taskID }
+
+// TrailFilter returns the subjects of the trail stream.
+func (n Names) TrailFilter() string { return n.prefix + ".trail.>" }
+
+// AdminSubject returns the management API subject of verb, e.g. "ax.admin.task.get".
+func (n Names) AdminSubject(verb string) string { return n.prefix + ".admin." + verb }

@@ -1,0 +1,352 @@
+package streams
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults of [Config].
+const (
+	DefaultCapacity      = 1_000_000
+	DefaultAckWait       = 30 * time.Second
+	DefaultMaxAckPending = 2_000
+	DefaultDuplicates    = 2 * time.Minute
+	DefaultTrailMaxAge   = 7 * 24 * time.Hour
+	DefaultPinnedTTL     = 10 * time.Second
+	// PriorityGroup is the priority group name of every shard consumer.
+	PriorityGroup = "ax"
+)
+
+// Config describes the streams and consumers [Provision] creates.
+type Config struct {
+	// Names of the deployment. Zero means [DefaultNames].
+	Names Names
+	// Replicas of every stream and consumer. Default 1.
+	Replicas int
+	// Capacity of each priority bucket in messages (MaxMsgs with DiscardNew;
+	// a full bucket refuses publishes with err_code 10077). Default 1,000,000.
+	Capacity int64
+	// AckWait of the shard consumers: how long a delivered task may go without
+	// an ack or an in-progress heartbeat before it is redelivered. Default 30s.
+	AckWait time.Duration
+	// MaxAckPending of each shard consumer. Default 2,000.
+	MaxAckPending int
+	// Duplicates is the de-duplication window of the priority streams. Default 2m.
+	Duplicates time.Duration
+	// TrailMaxAge bounds how long AX_TRAIL keeps events. Default 7 days.
+	TrailMaxAge time.Duration
+	// DLQMaxAge bounds how long AX_DLQ keeps dead letters. Zero keeps them
+	// until they are deleted or replayed.
+	DLQMaxAge time.Duration
+	// PriorityPolicy of the shard consumers' priority group: "" or "none"
+	// (no group), "overflow" or "pinned_client".
+	PriorityPolicy string
+	// PinnedTTL of a pinned_client group. Default 10s.
+	PinnedTTL time.Duration
+}
+
+func (c *Config) withDefaults() *Config {
+	if c == nil {
+		c = &Config{}
+	}
+	out := *c
+	if out.Names == (Names{}) {
+		out.Names = DefaultNames()
+	}
+	out.Replicas = cmp.Or(out.Replicas, 1)
+	out.Capacity = cmp.Or(out.Capacity, DefaultCapacity)
+	out.AckWait = cmp.Or(out.AckWait, DefaultAckWait)
+	out.MaxAckPending = cmp.Or(out.MaxAckPending, DefaultMaxAckPending)
+	out.Duplicates = cmp.Or(out.Duplicates, DefaultDuplicates)
+	out.TrailMaxAge = cmp.Or(out.TrailMaxAge, DefaultTrailMaxAge)
+	out.PinnedTTL = cmp.Or(out.PinnedTTL, DefaultPinnedTTL)
+	return &out
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Replicas < 1 || c.Replicas > 5:
+		return fmt.Errorf("streams config: Replicas %d is not 1..5", c.Replicas)
+	case c.Capacity < 1:
+		return fmt.Errorf("streams config: Capacity %d must be positive", c.Capacity)
+	case c.AckWait < time.Second:
+		return fmt.Errorf("streams config: AckWait %s must be at least 1s", c.AckWait)
+	}
+	if _, err := c.priorityPolicy(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (c *Config) priorityPolicy() (jetstream.PriorityPolicy, error) {
+	switch c.PriorityPolicy {
+	case "", "none":
+		return jetstream.PriorityPolicyNone, nil
+	case "overflow":
+		return jetstream.PriorityPolicyOverflow, nil
+	case "pinned_client":
+		return jetstream.PriorityPolicyPinned, nil
+	}
+	return 0, fmt.Errorf("streams config: PriorityPolicy %q is not none, overflow or pinned_client", c.PriorityPolicy)
+}
+
+// Report says what [Provision] did.
+type Report struct {
+	Created   []string // streams and consumers created
+	Updated   []string // streams and consumers updated, with the changed settings
+	Unchanged int      // streams and consumers already as configured
+}
+
+func (r *Report) String() string {
+	return fmt.Sprintf("created %d, updated %d, unchanged %d", len(r.Created), len(r.Updated), r.Unchanged)
+}
+
+// Provision creates or updates every stream and shard consumer of cfg. It is
+// idempotent: a second run changes nothing. On an existing stream it updates
+// what the server can update and returns [ErrImmutable] for what it cannot,
+// and it refuses to change subjects or the shard transform ([ErrLayoutChange]).
+func Provision(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Report, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	report := &Report{}
+	for _, sc := range StreamConfigs(cfg) {
+		if err := ensureStream(ctx, js, sc, report); err != nil {
+			return report, err
+		}
+	}
+	for p := range Priorities {
+		stream := cfg.Names.PriorityStream(p)
+		for shard := range Shards {
+			cc, err := ConsumerConfig(cfg, p, shard)
+			if err != nil {
+				return report, err
+			}
+			if err := ensureConsumer(ctx, js, stream, cc, report); err != nil {
+				return report, err
+			}
+		}
+	}
+	return report, nil
+}
+
+// StreamConfigs returns the configurations of the priority, dead-letter and
+// trail streams.
+func StreamConfigs(cfg *Config) []jetstream.StreamConfig {
+	cfg = cfg.withDefaults()
+	n := cfg.Names
+	var out []jetstream.StreamConfig
+	for p := range Priorities {
+		out = append(out, jetstream.StreamConfig{
+			Name:        n.PriorityStream(p),
+			Description: fmt.Sprintf("ax priority bucket P%d (WorkQueue, %d shards)", p, Shards),
+			Subjects:    []string{n.SubmitFilter(p)},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
+			MaxMsgs:     cfg.Capacity,
+			Discard:     jetstream.DiscardNew,
+			Duplicates:  cfg.Duplicates,
+			AllowDirect: true,
+			SubjectTransform: &jetstream.SubjectTransformConfig{
+				Source:      n.SubmitFilter(p),
+				Destination: n.ShardTransform(p),
+			},
+		})
+	}
+	out = append(out, jetstream.StreamConfig{
+		Name:        n.DLQStream(),
+		Description: "ax dead letters: failed tasks with their reason, for replay",
+		Subjects:    []string{n.DLQFilter()},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		MaxMsgs:     -1,
+		MaxAge:      cfg.DLQMaxAge,
+		Duplicates:  cfg.Duplicates,
+		AllowDirect: true,
+	}, jetstream.StreamConfig{
+		Name:        n.TrailStream(),
+		Description: "ax trail: one event per task state change",
+		Subjects:    []string{n.TrailFilter()},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		MaxMsgs:     -1,
+		MaxAge:      cfg.TrailMaxAge,
+		Duplicates:  cfg.Duplicates,
+		AllowDirect: true,
+	})
+	return out
+}
+
+// ConsumerConfig returns the configuration of the durable pull consumer of
+// (priority, shard).
+func ConsumerConfig(cfg *Config, priority, shard int) (jetstream.ConsumerConfig, error) {
+	cfg = cfg.withDefaults()
+	policy, err := cfg.priorityPolicy()
+	if err != nil {
+		return jetstream.ConsumerConfig{}, err
+	}
+	cc := jetstream.ConsumerConfig{
+		Durable:       cfg.Names.ConsumerName(priority, shard),
+		Description:   fmt.Sprintf("ax shard %d of P%d", shard, priority),
+		FilterSubject: cfg.Names.ShardFilter(priority, shard),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: cfg.MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		Replicas:      cfg.Replicas,
+	}
+	if policy != jetstream.PriorityPolicyNone {
+		cc.PriorityPolicy = policy
+		cc.PriorityGroups = []string{PriorityGroup}
+		if policy == jetstream.PriorityPolicyPinned {
+			cc.PinnedTTL = cfg.PinnedTTL
+		}
+	}
+	return cc, nil
+}
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, report *Report) error {
+	stream, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := js.CreateStream(ctx, want); err != nil {
+			return fmt.Errorf("create stream %s: %w", want.Name, err)
+		}
+		report.Created = append(report.Created, "stream "+want.Name)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("look up stream %s: %w", want.Name, err)
+	}
+	have := stream.CachedInfo().Config
+	if err := checkLayout(have, want); err != nil {
+		return err
+	}
+	changed := streamChanges(have, want)
+	if len(changed) == 0 {
+		report.Unchanged++
+		return nil
+	}
+	if _, err := js.UpdateStream(ctx, want); err != nil {
+		return fmt.Errorf("%w: stream %s: update %s: %w", ErrImmutable, want.Name, strings.Join(changed, ", "), err)
+	}
+	report.Updated = append(report.Updated, fmt.Sprintf("stream %s (%s)", want.Name, strings.Join(changed, ", ")))
+	return nil
+}
+
+// checkLayout refuses what would move stored tasks: other subjects, another
+// shard transform, another retention or storage.
+func checkLayout(have, want jetstream.StreamConfig) error {
+	if !slices.Equal(have.Subjects, want.Subjects) {
+		return fmt.Errorf("%w: stream %s has subjects %v, want %v", ErrLayoutChange, want.Name, have.Subjects, want.Subjects)
+	}
+	transform := func(t *jetstream.SubjectTransformConfig) string {
+		if t == nil {
+			return "none"
+		}
+		return t.Source + " -> " + t.Destination
+	}
+	if transform(have.SubjectTransform) != transform(want.SubjectTransform) {
+		return fmt.Errorf("%w: stream %s has shard transform %q, want %q (the shard count is part of the data layout; drain and recreate the stream to change it)",
+			ErrLayoutChange, want.Name, transform(have.SubjectTransform), transform(want.SubjectTransform))
+	}
+	if have.Retention != want.Retention {
+		return fmt.Errorf("%w: stream %s has retention %s, want %s", ErrImmutable, want.Name, have.Retention, want.Retention)
+	}
+	if have.Storage != want.Storage {
+		return fmt.Errorf("%w: stream %s has storage %s, want %s", ErrImmutable, want.Name, have.Storage, want.Storage)
+	}
+	return nil
+}
+
+func streamChanges(have, want jetstream.StreamConfig) []string {
+	var changed []string
+	check := func(name string, differ bool) {
+		if differ {
+			changed = append(changed, name)
+		}
+	}
+	check("Replicas", have.Replicas != want.Replicas)
+	check("MaxMsgs", have.MaxMsgs != want.MaxMsgs)
+	check("Discard", have.Discard != want.Discard)
+	check("MaxAge", have.MaxAge != want.MaxAge)
+	check("Duplicates", have.Duplicates != want.Duplicates)
+	check("AllowDirect", have.AllowDirect != want.AllowDirect)
+	check("Description", have.Description != want.Description)
+	return changed
+}
+
+func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, want jetstream.ConsumerConfig, report *Report) error {
+	name := stream + "/" + want.Durable
+	if err := checkFilter(want.FilterSubject, stream); err != nil {
+		return err
+	}
+	consumer, err := js.Consumer(ctx, stream, want.Durable)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if _, err := js.CreateConsumer(ctx, stream, want); err != nil {
+			return fmt.Errorf("create consumer %s: %w", name, err)
+		}
+		report.Created = append(report.Created, "consumer "+name)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("look up consumer %s: %w", name, err)
+	}
+	have := consumer.CachedInfo().Config
+	if have.AckPolicy != want.AckPolicy || have.DeliverPolicy != want.DeliverPolicy {
+		return fmt.Errorf("%w: consumer %s has ack policy %s and deliver policy %s, want %s and %s (delete it to recreate)",
+			ErrImmutable, name, have.AckPolicy, have.DeliverPolicy, want.AckPolicy, want.DeliverPolicy)
+	}
+	var changed []string
+	check := func(field string, differ bool) {
+		if differ {
+			changed = append(changed, field)
+		}
+	}
+	check("FilterSubject", have.FilterSubject != want.FilterSubject || len(have.FilterSubjects) > 0)
+	check("AckWait", have.AckWait != want.AckWait)
+	check("MaxDeliver", have.MaxDeliver != want.MaxDeliver)
+	check("MaxAckPending", have.MaxAckPending != want.MaxAckPending)
+	check("PriorityPolicy", have.PriorityPolicy != want.PriorityPolicy || !slices.Equal(have.PriorityGroups, want.PriorityGroups))
+	check("PinnedTTL", have.PinnedTTL != want.PinnedTTL)
+	check("Description", have.Description != want.Description)
+	if len(changed) == 0 {
+		report.Unchanged++
+		return nil
+	}
+	if _, err := js.UpdateConsumer(ctx, stream, want); err != nil {
+		return fmt.Errorf("%w: consumer %s: update %s: %w", ErrImmutable, name, strings.Join(changed, ", "), err)
+	}
+	report.Updated = append(report.Updated, fmt.Sprintf("consumer %s (%s)", name, strings.Join(changed, ", ")))
+	return nil
+}
+
+// checkFilter verifies that a shard filter "<prefix>.p<N>.<shard>.>" lies
+// inside the stored subjects of stream, because the server accepts filters
+// that match nothing.
+func checkFilter(filter, stream string) error {
+	tokens := strings.Split(filter, ".")
+	if len(tokens) != 4 || tokens[3] != ">" {
+		return fmt.Errorf("%w: consumer filter %q of %s is not <prefix>.p<N>.<shard>.>", ErrLayoutChange, filter, stream)
+	}
+	p, err := ParsePriority(tokens[1])
+	if err != nil || !strings.HasSuffix(stream, fmt.Sprintf("_P%d", p)) {
+		return fmt.Errorf("%w: consumer filter %q does not select the priority of stream %s", ErrLayoutChange, filter, stream)
+	}
+	var shard int
+	if _, err := fmt.Sscanf(tokens[2], "%d", &shard); err != nil || shard < 0 || shard >= Shards || fmt.Sprint(shard) != tokens[2] {
+		return fmt.Errorf("%w: consumer filter %q names shard %q outside 0..%d", ErrLayoutChange, filter, tokens[2], Shards-1)
+	}
+	return nil
+}

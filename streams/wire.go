@@ -1,0 +1,205 @@
+package streams
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Wire headers of the v1 contract.
+const (
+	// HeaderMsgID is the JetStream de-duplication header; ax uses it as the task id.
+	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderTimeout is the task timeout as a Go duration ("30s").
+	HeaderTimeout = "Ax-Timeout"
+	// HeaderMaxAttempts is the maximum number of attempts (a positive integer).
+	HeaderMaxAttempts = "Ax-Max-Attempts"
+	// HeaderCore marks a core task that survives backpressure ("true").
+	HeaderCore = "Ax-Core"
+	// HeaderDeadline is the RFC 3339 time after which the task is not started.
+	HeaderDeadline = "Ax-Deadline"
+	// HeaderRunAt is the RFC 3339 time a delayed task becomes due.
+	HeaderRunAt = "Ax-Run-At"
+	// HeaderGen is the task's dispatch generation; a message behind the
+	// record's generation is dropped.
+	HeaderGen = "Ax-Gen"
+	// HeaderError carries the failure reason on a dead letter.
+	HeaderError = "Ax-Error"
+	// HeaderAttempts carries the attempts made on a dead letter.
+	HeaderAttempts = "Ax-Attempts"
+	// HeaderFailedAt carries the RFC 3339 failure time on a dead letter.
+	HeaderFailedAt = "Ax-Failed-At"
+	// HeaderTaskID carries the task id on a dead letter.
+	HeaderTaskID = "Ax-Task-Id"
+	// HeaderSubject carries the original subject on a dead letter.
+	HeaderSubject = "Ax-Subject"
+)
+
+// MaxAttemptsLimit bounds the Ax-Max-Attempts header.
+const MaxAttemptsLimit = 1000
+
+// ValidateToken reports whether value is a usable subject token: non-empty,
+// printable, without '.', '*', '>' or whitespace. The error names field.
+func ValidateToken(field, value string) error {
+	if value == "" {
+		return fmt.Errorf("%w: %s is empty", ErrInvalidToken, field)
+	}
+	if len(value) > 256 {
+		return fmt.Errorf("%w: %s is longer than 256 bytes", ErrInvalidToken, field)
+	}
+	for _, r := range value {
+		if r == '.' || r == '*' || r == '>' || unicode.IsSpace(r) || !unicode.IsPrint(r) || r == unicode.ReplacementChar {
+			return fmt.Errorf("%w: %s %q contains %q (no '.', '*', '>', whitespace or control characters)", ErrInvalidToken, field, value, r)
+		}
+	}
+	return nil
+}
+
+// ValidateTaskID reports whether id can name a task: a subject token that is
+// also a valid KV key (letters, digits, '-', '_', '=', '/').
+func ValidateTaskID(id string) error {
+	if err := ValidateToken("task id", id); err != nil {
+		return err
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '=' || r == '/') {
+			return fmt.Errorf("%w: task id %q contains %q (allowed: letters, digits, '-', '_', '=', '/')", ErrInvalidToken, id, r)
+		}
+	}
+	return nil
+}
+
+// Stored is a task subject as stored in a priority stream.
+type Stored struct {
+	Priority int
+	Shard    int
+	Tenant   string
+	Type     string
+	Key      string
+}
+
+// ParseStored parses a stored subject "<prefix>.p<N>.<shard>.<tenant>.<type>.<key>".
+func (n Names) ParseStored(subject string) (Stored, error) {
+	tokens := strings.Split(subject, ".")
+	if len(tokens) != 6 || tokens[0] != n.prefix {
+		return Stored{}, fmt.Errorf("%w: %q is not %s.p<N>.<shard>.<tenant>.<type>.<key>", ErrBadSubject, subject, n.prefix)
+	}
+	priority, err := ParsePriority(tokens[1])
+	if err != nil {
+		return Stored{}, fmt.Errorf("%w: subject %q: %w", ErrBadSubject, subject, err)
+	}
+	shard, err := strconv.Atoi(tokens[2])
+	if err != nil || shard < 0 || shard >= Shards {
+		return Stored{}, fmt.Errorf("%w: subject %q: shard %q is not 0..%d", ErrBadSubject, subject, tokens[2], Shards-1)
+	}
+	s := Stored{Priority: priority, Shard: shard, Tenant: tokens[3], Type: tokens[4], Key: tokens[5]}
+	for _, f := range []struct{ name, value string }{{"tenant", s.Tenant}, {"type", s.Type}, {"key", s.Key}} {
+		if err := ValidateToken(f.name, f.value); err != nil {
+			return Stored{}, fmt.Errorf("%w: subject %q: %w", ErrBadSubject, subject, err)
+		}
+	}
+	return s, nil
+}
+
+// ParsePriority parses "p0".."p4".
+func ParsePriority(token string) (int, error) {
+	if len(token) != 2 || token[0] != 'p' || token[1] < '0' || token[1] >= '0'+Priorities {
+		return 0, fmt.Errorf("%w: %q (want p0..p%d)", ErrBadPriority, token, Priorities-1)
+	}
+	return int(token[1] - '0'), nil
+}
+
+// Options are the task options a message carries in its headers. Zero values
+// mean "not set".
+type Options struct {
+	ID          string
+	Timeout     time.Duration
+	MaxAttempts int
+	Core        bool
+	Deadline    time.Time
+	RunAt       time.Time
+	Gen         uint64
+}
+
+// ParseHeaders reads the task options of the v1 contract from h. An invalid
+// header is an error that names it and says what is expected; a missing
+// header leaves its option unset.
+func ParseHeaders(h nats.Header) (Options, error) {
+	var o Options
+	if v := h.Get(HeaderMsgID); v != "" {
+		if err := ValidateTaskID(v); err != nil {
+			return o, fmt.Errorf("%w: %s: %w", ErrBadHeader, HeaderMsgID, err)
+		}
+		o.ID = v
+	}
+	if v := h.Get(HeaderTimeout); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return o, fmt.Errorf("%w: %s %q is not a positive Go duration such as \"30s\"", ErrBadHeader, HeaderTimeout, v)
+		}
+		o.Timeout = d
+	}
+	if v := h.Get(HeaderMaxAttempts); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxAttemptsLimit {
+			return o, fmt.Errorf("%w: %s %q is not an integer in 1..%d", ErrBadHeader, HeaderMaxAttempts, v, MaxAttemptsLimit)
+		}
+		o.MaxAttempts = n
+	}
+	if v := h.Get(HeaderCore); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return o, fmt.Errorf("%w: %s %q is not true or false", ErrBadHeader, HeaderCore, v)
+		}
+		o.Core = b
+	}
+	for _, f := range []struct {
+		name string
+		dst  *time.Time
+	}{{HeaderDeadline, &o.Deadline}, {HeaderRunAt, &o.RunAt}} {
+		if v := h.Get(f.name); v != "" {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				return o, fmt.Errorf("%w: %s %q is not an RFC 3339 time such as \"2026-01-02T15:04:05Z\"", ErrBadHeader, f.name, v)
+			}
+			*f.dst = t
+		}
+	}
+	if v := h.Get(HeaderGen); v != "" {
+		g, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return o, fmt.Errorf("%w: %s %q is not a non-negative integer", ErrBadHeader, HeaderGen, v)
+		}
+		o.Gen = g
+	}
+	return o, nil
+}
+
+// SetHeaders writes o into h (the inverse of [ParseHeaders]).
+func (o Options) SetHeaders(h nats.Header) {
+	if o.ID != "" {
+		h.Set(HeaderMsgID, o.ID)
+	}
+	if o.Timeout > 0 {
+		h.Set(HeaderTimeout, o.Timeout.String())
+	}
+	if o.MaxAttempts > 0 {
+		h.Set(HeaderMaxAttempts, strconv.Itoa(o.MaxAttempts))
+	}
+	if o.Core {
+		h.Set(HeaderCore, "true")
+	}
+	if !o.Deadline.IsZero() {
+		h.Set(HeaderDeadline, o.Deadline.UTC().Format(time.RFC3339Nano))
+	}
+	if !o.RunAt.IsZero() {
+		h.Set(HeaderRunAt, o.RunAt.UTC().Format(time.RFC3339Nano))
+	}
+	if o.Gen > 0 {
+		h.Set(HeaderGen, strconv.FormatUint(o.Gen, 10))
+	}
+}

@@ -1,0 +1,219 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// opTimeout bounds each KV and stream operation of the task path.
+const opTimeout = 10 * time.Second
+
+// envelope is what a message says about its task.
+type envelope struct {
+	id        string
+	stored    streams.Stored
+	opts      streams.Options
+	bad       error // why the message breaks the contract; nil if it does not
+	handler   handler
+	seq       uint64    // stream sequence
+	published time.Time // when the message was stored
+	delivered uint64    // delivery count
+}
+
+// parse reads a message's subject and headers. A malformed message still
+// yields an id and best-effort fields, so that it can be dead-lettered.
+func (w *Worker) parse(d *delivery, meta *jetstream.MsgMetadata) *envelope {
+	env := &envelope{seq: meta.Sequence.Stream, delivered: meta.NumDelivered, published: meta.Timestamp.UTC()}
+	stored, err := w.cfg.Names.ParseStored(d.msg.Subject())
+	if err != nil {
+		env.bad = fmt.Errorf("%w: %w", ErrMalformed, err)
+		stored = bestEffortStored(d.msg.Subject(), d.priority)
+	}
+	env.stored = stored
+	opts, err := streams.ParseHeaders(d.msg.Headers())
+	if err != nil && env.bad == nil {
+		env.bad = fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	env.opts = opts
+	env.id = opts.ID
+	if env.id == "" {
+		env.id = fmt.Sprintf("%s-%d", meta.Stream, meta.Sequence.Stream)
+	}
+	h, ok := w.cfg.Registry.lookup(stored.Type)
+	if !ok && env.bad == nil {
+		env.bad = fmt.Errorf("%w %q (registered: %s)", ErrNoHandler, stored.Type, strings.Join(w.cfg.Registry.Types(), ", "))
+	}
+	env.handler = h
+	return env
+}
+
+func bestEffortStored(subject string, priority int) streams.Stored {
+	s := streams.Stored{Priority: priority, Tenant: "_invalid", Type: "_invalid", Key: "_invalid"}
+	tokens := strings.Split(subject, ".")
+	if len(tokens) == 6 {
+		for i, dst := range []*string{&s.Tenant, &s.Type, &s.Key} {
+			if streams.ValidateToken("token", tokens[3+i]) == nil {
+				*dst = tokens[3+i]
+			}
+		}
+	}
+	return s
+}
+
+// claim moves the task to RUNNING for this delivery. It returns false when
+// the delivery must not run; the delivery is then settled or left to lapse.
+func (w *Worker) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Record, uint64, bool) {
+	const maxTries = 8
+	for try := 0; try < maxTries; try++ {
+		var rec *kv.Record
+		var rev uint64
+		var err error
+		if env.opts.Gen == 0 && try == 0 {
+			// A raw publish has no record yet: its first sight creates it.
+			rec, rev, err = w.store.Create(ctx, w.newRecord(env), kv.Actor{Worker: w.cfg.ID, Action: "claim"})
+			if err == nil {
+				return rec, rev, true
+			}
+		}
+		if err == nil || errors.Is(err, kv.ErrExists) {
+			rec, rev, err = w.store.Get(ctx, env.id)
+		}
+		if errors.Is(err, kv.ErrNotFound) {
+			rec, rev, err = w.store.Create(ctx, w.newRecord(env), kv.Actor{Worker: w.cfg.ID, Action: "claim"})
+			if err == nil {
+				return rec, rev, true
+			}
+			if errors.Is(err, kv.ErrExists) {
+				continue
+			}
+		}
+		if err != nil {
+			w.log.Warn("claim_failed", zap.String("task_id", env.id), zap.Error(err))
+			_ = d.settle(func() error { return d.msg.NakWithDelay(time.Second) })
+			return nil, 0, false
+		}
+		next, nextRev, done, err := w.claimFrom(ctx, d, env, rec, rev)
+		if errors.Is(err, kv.ErrConflict) {
+			continue // someone moved it; look again
+		}
+		if err != nil {
+			w.log.Warn("claim_failed", zap.String("task_id", env.id), zap.Error(err))
+			_ = d.settle(func() error { return d.msg.NakWithDelay(time.Second) })
+			return nil, 0, false
+		}
+		if next != nil {
+			return next, nextRev, true
+		}
+		if done {
+			return nil, 0, false
+		}
+	}
+	w.log.Warn("claim_contended", zap.String("task_id", env.id))
+	_ = d.settle(func() error { return d.msg.NakWithDelay(time.Second) })
+	return nil, 0, false
+}
+
+// claimFrom decides what a delivery means for a record in its current state:
+// a claimed record (non-nil), a settled or dropped delivery (done), or a
+// record moved one step closer (neither: look again).
+func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec *kv.Record, rev uint64) (*kv.Record, uint64, bool, error) {
+	actor := kv.Actor{Worker: w.cfg.ID, Action: "claim"}
+	if env.opts.Gen < rec.Gen {
+		w.drop(d, env, "stale generation", true)
+		return nil, 0, true, nil
+	}
+	switch rec.State {
+	case kv.StateReady, kv.StateRetrying:
+		next, nextRev, err := w.store.Apply(ctx, rec, rev, kv.StateRunning, actor, func(r *kv.Record) error {
+			w.start(r, env)
+			return nil
+		})
+		return next, nextRev, false, err
+	case kv.StatePending:
+		_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: "due"}, nil)
+		return nil, 0, false, err
+	case kv.StateRunning:
+		if rec.StreamSeq != env.seq {
+			// Another copy of a running task: look again when it is over.
+			_ = d.settle(func() error { return d.msg.NakWithDelay(w.cfg.AckWait) })
+			w.stats.Dropped.Add(1)
+			return nil, 0, true, nil
+		}
+		if env.delivered <= rec.Delivery {
+			// A later delivery of this message was claimed: ours lapsed.
+			w.drop(d, env, "delivery superseded", false)
+			return nil, 0, true, nil
+		}
+		// The holder's claim lapsed (no heartbeat within the ack wait):
+		// take the task over, leaving the hand-over in the trail.
+		lapsed := kv.Actor{Worker: w.cfg.ID, Action: "takeover",
+			Error: fmt.Sprintf("claim of worker %s (delivery %d) lapsed", rec.Worker, rec.Delivery)}
+		_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, lapsed, func(r *kv.Record) error {
+			r.Attempt-- // the lapsed attempt did not finish
+			return nil
+		})
+		return nil, 0, false, err
+	case kv.StatePaused:
+		// Keep the message (and its payload) until the task is resumed.
+		_ = d.settle(func() error { return d.msg.NakWithDelay(w.cfg.AckWait) })
+		return nil, 0, true, nil
+	default: // SUCCEEDED, DEAD, CANCELLED: nothing left to do
+		w.drop(d, env, "task is "+string(rec.State), true)
+		return nil, 0, true, nil
+	}
+}
+
+// newRecord is the RUNNING record a worker's first sight creates.
+func (w *Worker) newRecord(env *envelope) *kv.Record {
+	rec := &kv.Record{
+		ID: env.id, Type: env.stored.Type, Tenant: env.stored.Tenant, Key: env.stored.Key,
+		Priority: env.stored.Priority, State: kv.StateRunning, Core: env.opts.Core,
+		MaxAttempts: env.opts.MaxAttempts, Timeout: kv.Duration(env.opts.Timeout), Gen: env.opts.Gen,
+		CreatedAt: env.published,
+	}
+	if !env.opts.Deadline.IsZero() {
+		t := env.opts.Deadline.UTC()
+		rec.Deadline = &t
+	}
+	w.start(rec, env)
+	return rec
+}
+
+// start fills the fields of a claim.
+func (w *Worker) start(r *kv.Record, env *envelope) {
+	now := time.Now().UTC()
+	r.Attempt++
+	r.Worker = w.cfg.ID
+	r.Delivery = env.delivered
+	r.StreamSeq = env.seq
+	r.StartedAt = &now
+	r.Gen = max(r.Gen, env.opts.Gen)
+	if r.MaxAttempts == 0 {
+		r.MaxAttempts = cmp.Or(env.handler.cfg.MaxAttempts, w.cfg.DefaultMaxAttempts)
+	}
+	if r.Timeout == 0 {
+		r.Timeout = kv.Duration(cmp.Or(env.handler.cfg.Timeout, w.cfg.DefaultTimeout))
+	}
+}
+
+// drop gives up a delivery that must not run; ack removes it from the
+// stream, otherwise it is left alone (it is not ours to answer).
+func (w *Worker) drop(d *delivery, env *envelope, why string, ack bool) {
+	w.stats.Dropped.Add(1)
+	if ack {
+		_ = d.settle(d.msg.Ack)
+		w.log.Debug("delivery_dropped", zap.String("task_id", env.id), zap.String("reason", why))
+		return
+	}
+	_ = d.settle(func() error { return nil })
+	w.log.Warn("lost_claim", zap.String("task_id", env.id), zap.String("reason", why), zap.Uint64("delivery", env.delivered))
+}

@@ -1,0 +1,76 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// HeaderPayloadTruncated marks a dead letter whose payload was too large to
+// keep next to its failure headers; the value is the original size.
+const HeaderPayloadTruncated = "Ax-Payload-Truncated"
+
+// deadLetter publishes the task's message with its failure to AX_DLQ and
+// returns the dead letter's sequence. Its Nats-Msg-Id names the task,
+// generation and attempt, so a repeated bury stores one dead letter.
+func (w *Worker) deadLetter(ctx context.Context, d *delivery, env *envelope, rec *kv.Record, cause error) (uint64, error) {
+	msg := nats.NewMsg(w.cfg.Names.DLQSubject(env.stored.Tenant, env.stored.Type))
+	msg.Data = d.msg.Data()
+	for name, values := range d.msg.Headers() {
+		if strings.HasPrefix(name, "Nats-") {
+			continue
+		}
+		msg.Header[name] = values
+	}
+	msg.Header.Set(streams.HeaderError, cause.Error())
+	msg.Header.Set(streams.HeaderAttempts, strconv.Itoa(rec.Attempt))
+	msg.Header.Set(streams.HeaderFailedAt, time.Now().UTC().Format(time.RFC3339Nano))
+	msg.Header.Set(streams.HeaderTaskID, rec.ID)
+	msg.Header.Set(streams.HeaderSubject, w.replaySubject(d, env))
+	msg.Header.Set(streams.HeaderMsgID, fmt.Sprintf("%s:%d:%d", rec.ID, rec.Gen, rec.Attempt))
+	ack, err := w.js.PublishMsg(ctx, msg)
+	if errors.Is(err, nats.ErrMaxPayload) || isTooLarge(err) {
+		msg.Header.Set(HeaderPayloadTruncated, strconv.Itoa(len(msg.Data)))
+		msg.Data = nil
+		ack, err = w.js.PublishMsg(ctx, msg)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("dead-letter task %s: %w", rec.ID, err)
+	}
+	return ack.Sequence, nil
+}
+
+// replaySubject is the submit subject a replay publishes to.
+func (w *Worker) replaySubject(d *delivery, env *envelope) string {
+	s := env.stored
+	if env.bad != nil && errors.Is(env.bad, streams.ErrBadSubject) {
+		return d.msg.Subject()
+	}
+	return w.cfg.Names.SubmitSubject(s.Priority, s.Tenant, s.Type, s.Key)
+}
+
+func isTooLarge(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
+}
+
+// deleteDeadLetter removes a dead letter written by a bury that then lost
+// its claim: the task is not dead.
+func (w *Worker) deleteDeadLetter(ctx context.Context, seq uint64) {
+	stream, err := w.js.Stream(ctx, w.cfg.Names.DLQStream())
+	if err == nil {
+		err = stream.DeleteMsg(ctx, seq)
+	}
+	if err != nil {
+		w.log.Warn("delete_dead_letter_failed", zap.Uint64("dlq_seq", seq), zap.Error(err))
+	}
+}

@@ -1,0 +1,62 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+var (
+	// ErrStop is the cause of a handler context cancelled because the worker
+	// is stopping; the task is put back, not failed.
+	ErrStop = errors.New("worker stopping")
+	// ErrTimeout is the cause of a handler context cancelled at the task's
+	// timeout; the attempt counts as failed.
+	ErrTimeout = errors.New("task timed out")
+	// ErrNoHandler means no handler is registered for a task's type.
+	ErrNoHandler = errors.New("no handler registered for task type")
+	// ErrMalformed means a task message breaks the wire contract.
+	ErrMalformed = errors.New("malformed task")
+	// ErrDeadlinePassed means the task's deadline passed before it started.
+	ErrDeadlinePassed = errors.New("task deadline passed before it started")
+	// ErrBadPayload means a typed handler could not decode the payload.
+	ErrBadPayload = errors.New("bad task payload")
+	// ErrCancelled is the cause of a handler context cancelled because an
+	// operator cancelled the task.
+	ErrCancelled = errors.New("task cancelled by operator")
+)
+
+// PermanentError is a failure that must not be retried.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent marks err as permanent: the task goes to the dead-letter stream
+// at once, whatever attempts remain.
+func Permanent(err error) error {
+	if err == nil {
+		err = errors.New("permanent failure")
+	}
+	return &PermanentError{Err: err}
+}
+
+// RetryAfterError is a failure to retry after a given delay instead of the
+// backoff formula. The attempt still counts.
+type RetryAfterError struct {
+	Delay time.Duration
+	Err   error
+}
+
+func (e *RetryAfterError) Error() string {
+	return fmt.Sprintf("retry after %s: %s", e.Delay, e.Err.Error())
+}
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// RetryAfter fails the attempt and asks for the next one after d.
+func RetryAfter(d time.Duration, err error) error {
+	if err == nil {
+		err = errors.New("retry requested")
+	}
+	return &RetryAfterError{Delay: d, Err: err}
+}

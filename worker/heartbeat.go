@@ -1,0 +1,87 @@
+package worker
+
+import (
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// delivery is one message the worker holds, queued or running.
+type delivery struct {
+	msg      jetstream.Msg
+	priority int
+	received time.Time
+
+	mu       sync.Mutex
+	lastBeat time.Time // last ack-wait reset: receipt or in-progress (mu)
+	settled  bool      // acked, naked or termed: no more heartbeats (mu)
+}
+
+// settle marks d as answered, under its lock, and runs answer once.
+func (d *delivery) settle(answer func() error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled {
+		return nil
+	}
+	d.settled = true
+	return answer()
+}
+
+// heldSet tracks the deliveries the worker holds.
+type heldSet struct {
+	mu    sync.Mutex
+	items map[*delivery]struct{}
+}
+
+func (h *heldSet) add(d *delivery) {
+	d.lastBeat = d.received
+	h.mu.Lock()
+	h.items[d] = struct{}{}
+	h.mu.Unlock()
+}
+
+func (h *heldSet) remove(d *delivery) {
+	h.mu.Lock()
+	delete(h.items, d)
+	h.mu.Unlock()
+}
+
+func (h *heldSet) snapshot() []*delivery {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*delivery, 0, len(h.items))
+	for d := range h.items {
+		out = append(out, d)
+	}
+	return out
+}
+
+// heartbeats sends an in-progress to every held message that has gone a
+// third of the ack wait without one, so that JetStream redelivers only the
+// messages of a worker that stopped beating (it died or froze).
+func (w *Worker) heartbeats() {
+	every := w.cfg.AckWait / 3
+	tick := time.NewTicker(max(every/4, 50*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-w.slotsDone: // every held task has been settled
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		for _, d := range w.held.snapshot() {
+			d.mu.Lock()
+			if !d.settled && now.Sub(d.lastBeat) >= every {
+				if err := d.msg.InProgress(); err != nil {
+					w.log.Debug("heartbeat_failed", zap.Error(err))
+				}
+				d.lastBeat = now
+			}
+			d.mu.Unlock()
+		}
+	}
+}

@@ -1,0 +1,110 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
+)
+
+// Task is what a handler receives.
+type Task struct {
+	ID          string
+	Type        string
+	Tenant      string
+	Key         string
+	Priority    int
+	Payload     []byte
+	Attempt     int // 1 for the first attempt
+	MaxAttempts int
+	Deadline    time.Time   // zero: none
+	Headers     nats.Header // the message headers, "Ax-" ones included
+	Worker      string      // id of the worker running it
+}
+
+// HandlerFunc runs a task. Its context is cancelled at the task's timeout
+// (cause [ErrTimeout]), on operator cancel ([ErrCancelled]) and when the
+// worker stops past its grace period ([ErrStop]). A nil error completes the
+// task; [Permanent] sends it to the dead-letter stream; [RetryAfter] sets the
+// delay; any other error retries with backoff while attempts remain.
+type HandlerFunc func(ctx context.Context, task *Task) error
+
+// TypeConfig tunes one task type. Zero fields take the worker's defaults.
+type TypeConfig struct {
+	Timeout     time.Duration
+	MaxAttempts int
+	Backoff     Backoff
+}
+
+type handler struct {
+	fn  HandlerFunc
+	cfg TypeConfig
+}
+
+// Registry maps task types to handlers. It is safe for concurrent use.
+type Registry struct {
+	mu       sync.RWMutex
+	handlers map[string]handler
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{handlers: map[string]handler{}} }
+
+// Handle registers fn for taskType with an optional type configuration.
+func (r *Registry) Handle(taskType string, fn HandlerFunc, cfg *TypeConfig) error {
+	if err := streams.ValidateToken("task type", taskType); err != nil {
+		return fmt.Errorf("register handler: %w", err)
+	}
+	if fn == nil {
+		return fmt.Errorf("register handler %s: nil handler", taskType)
+	}
+	var c TypeConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Timeout < 0 || c.MaxAttempts < 0 {
+		return fmt.Errorf("register handler %s: negative Timeout or MaxAttempts", taskType)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.handlers[taskType]; dup {
+		return fmt.Errorf("register handler %s: already registered", taskType)
+	}
+	r.handlers[taskType] = handler{fn: fn, cfg: c}
+	return nil
+}
+
+// HandleJSON registers a typed handler: the payload is decoded as JSON into
+// T first, and a payload that does not decode sends the task to the
+// dead-letter stream with the decoding error ([ErrBadPayload]).
+func HandleJSON[T any](r *Registry, taskType string, fn func(ctx context.Context, task *Task, args T) error, cfg *TypeConfig) error {
+	return r.Handle(taskType, func(ctx context.Context, task *Task) error {
+		var args T
+		if err := json.Unmarshal(task.Payload, &args); err != nil {
+			return Permanent(fmt.Errorf("%w: type %s wants JSON: %w", ErrBadPayload, taskType, err))
+		}
+		return fn(ctx, task, args)
+	}, cfg)
+}
+
+func (r *Registry) lookup(taskType string) (handler, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	h, ok := r.handlers[taskType]
+	return h, ok
+}
+
+// Types returns the registered task types.
+func (r *Registry) Types() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.handlers))
+	for t := range r.handlers {
+		out = append(out, t)
+	}
+	return out
+}

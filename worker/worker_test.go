@@ -1,0 +1,442 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax/internal/builtin"
+	"github.com/ax-mesh/ax/internal/natstest"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/worker"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// nats-server and nats.go keep package-level helpers alive.
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine"),
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*Server).fetchAccount"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		goleak.IgnoreTopFunction("time.Sleep"),
+	)
+}
+
+type testBundle struct {
+	srv    *natstest.Server
+	js     jetstream.JetStream
+	client *scheduler.Client
+	store  *kv.Store
+}
+
+func setup(t *testing.T, cfg *streams.Config) *testBundle {
+	t.Helper()
+	srv := natstest.Start(t, natstest.Options{})
+	_, js := srv.Connect()
+	natstest.Provision(t, js, cfg)
+	client, err := scheduler.NewClient(context.Background(), js, nil)
+	require.NoError(t, err)
+	return &testBundle{srv: srv, js: js, client: client, store: client.Store()}
+}
+
+// startWorker runs a worker on its own connection until the test ends.
+func (b *testBundle) startWorker(t *testing.T, cfg worker.Config) (*worker.Worker, *nats.Conn) {
+	t.Helper()
+	nc, js := b.srv.Connect()
+	if cfg.Registry == nil {
+		cfg.Registry = worker.NewRegistry()
+		require.NoError(t, builtin.Register(cfg.Registry, nil))
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zaptest.NewLogger(t)
+	}
+	w, err := worker.New(context.Background(), js, &cfg)
+	require.NoError(t, err)
+	require.NoError(t, w.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, w.Stop(ctx))
+	})
+	return w, nc
+}
+
+func (b *testBundle) waitState(t *testing.T, id string, want kv.State) *kv.Record {
+	t.Helper()
+	var rec *kv.Record
+	require.Eventually(t, func() bool {
+		r, _, err := b.store.Get(context.Background(), id)
+		rec = r
+		return err == nil && r.State == want
+	}, 30*time.Second, 20*time.Millisecond, "task %s never reached %s (last: %+v)", id, want, rec)
+	return rec
+}
+
+func moves(rec *kv.Record) []string {
+	var out []string
+	for _, m := range rec.Trail {
+		out = append(out, fmt.Sprintf("%s>%s", m.From, m.To))
+	}
+	return out
+}
+
+// A task published by a plain NATS client runs once and reads SUCCEEDED,
+// with the trail READY -> RUNNING -> SUCCEEDED.
+func TestRawPublishRunsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	var runs sync.Map
+	reg := worker.NewRegistry()
+	require.NoError(t, worker.HandleJSON(reg, "sleep", func(ctx context.Context, task *worker.Task, args builtin.SleepArgs) error {
+		n, _ := runs.LoadOrStore(task.ID, new(int))
+		*n.(*int)++
+		return builtin.Sleep(ctx, task, args)
+	}, nil))
+	b.startWorker(t, worker.Config{Registry: reg})
+
+	nc, _ := b.srv.Connect()
+	require.NoError(t, nc.Publish("ax.submit.p2.acme.sleep.k1", []byte(`{"ms":10}`)))
+	require.NoError(t, nc.Flush())
+
+	id := "AX_P2-1" // no Nats-Msg-Id: the id is the stream and sequence
+	rec := b.waitState(t, id, kv.StateSucceeded)
+	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>SUCCEEDED"}, moves(rec))
+	require.Equal(t, "acme", rec.Tenant)
+	require.Equal(t, 2, rec.Priority)
+	require.Equal(t, 1, rec.Attempt)
+	n, _ := runs.Load(id)
+	require.Equal(t, 1, *n.(*int))
+}
+
+// With 1,000 P4 tasks queued and then 10 P0 tasks submitted, each P0 task
+// starts before any P4 task that had not started when they were submitted.
+func TestStrictPriority(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	var mu sync.Mutex
+	var starts []int // priorities, in start order
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("job", func(ctx context.Context, task *worker.Task) error {
+		mu.Lock()
+		starts = append(starts, task.Priority)
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+		return nil
+	}, nil))
+	backlog := make([]scheduler.Task, 1000)
+	for i := range backlog {
+		backlog[i] = scheduler.Task{Type: "job", Priority: 4}
+	}
+	_, err := b.client.SubmitBatch(ctx, backlog)
+	require.NoError(t, err)
+
+	const concurrency = 2
+	b.startWorker(t, worker.Config{Registry: reg, Concurrency: concurrency})
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(starts) >= 20 }, 30*time.Second, 5*time.Millisecond)
+
+	urgent := make([]scheduler.Task, 10)
+	for i := range urgent {
+		urgent[i] = scheduler.Task{Type: "job", Priority: 0}
+	}
+	mu.Lock()
+	before := len(starts)
+	mu.Unlock()
+	_, err = b.client.SubmitBatch(ctx, urgent)
+	require.NoError(t, err)
+	mu.Lock()
+	submitted := len(starts)
+	mu.Unlock()
+
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, p := range starts {
+			if p == 0 {
+				n++
+			}
+		}
+		return n == 10
+	}, 30*time.Second, 5*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	last := 0
+	for i, p := range starts {
+		if p == 0 {
+			last = i
+		}
+	}
+	// Only slots that freed while the P0 messages were in flight may have
+	// started P4 tasks; every other P4 task waits for all ten P0 tasks.
+	require.LessOrEqual(t, last, submitted+10+concurrency-1,
+		"the last P0 task started at position %d; %d tasks had started before the submit, %d when it returned", last, before, submitted)
+	require.Equal(t, 0, starts[last])
+}
+
+// A task that fails twice then succeeds has attempts=3, and the gaps
+// between attempts grow as the backoff formula says.
+func TestRetryBackoff(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	var mu sync.Mutex
+	var at []time.Time
+	reg := worker.NewRegistry()
+	base := 150 * time.Millisecond
+	require.NoError(t, worker.HandleJSON(reg, "sleep", func(ctx context.Context, task *worker.Task, args builtin.SleepArgs) error {
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
+		return builtin.Sleep(ctx, task, args)
+	}, &worker.TypeConfig{Backoff: worker.Backoff{Base: base}}))
+	b.startWorker(t, worker.Config{Registry: reg})
+
+	info, err := b.client.Submit(context.Background(), scheduler.Task{Type: "sleep", Payload: []byte(`{"fail":2}`)})
+	require.NoError(t, err)
+	rec := b.waitState(t, info.ID, kv.StateSucceeded)
+	require.Equal(t, 3, rec.Attempt)
+	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>RETRYING", "RETRYING>RUNNING", "RUNNING>RETRYING", "RETRYING>RUNNING", "RUNNING>SUCCEEDED"}, moves(rec))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, at, 3)
+	gap1, gap2 := at[1].Sub(at[0]), at[2].Sub(at[1])
+	// delay(n) = min(cap, base*2^(n-1)) + uniform(0, base/2)
+	require.GreaterOrEqual(t, gap1, base)
+	require.Less(t, gap1, base+base/2+time.Second, "gap 1 %s", gap1)
+	require.GreaterOrEqual(t, gap2, 2*base)
+	require.Less(t, gap2, 2*base+base/2+time.Second, "gap 2 %s", gap2)
+	require.Greater(t, gap2, gap1)
+}
+
+// A task that sleeps past its timeout is cancelled through its context and
+// retried; after its max attempts it is DEAD and its message is in AX_DLQ.
+func TestTimeoutThenDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	var mu sync.Mutex
+	var causes []error
+	reg := worker.NewRegistry()
+	require.NoError(t, worker.HandleJSON(reg, "sleep", func(ctx context.Context, task *worker.Task, args builtin.SleepArgs) error {
+		err := builtin.Sleep(ctx, task, args)
+		mu.Lock()
+		causes = append(causes, context.Cause(ctx))
+		mu.Unlock()
+		return err
+	}, &worker.TypeConfig{Backoff: worker.Backoff{Base: 10 * time.Millisecond}}))
+	b.startWorker(t, worker.Config{Registry: reg})
+
+	info, err := b.client.Submit(ctx, scheduler.Task{Type: "sleep", Tenant: "acme", Payload: []byte(`{"ms":60000}`),
+		Timeout: 100 * time.Millisecond, MaxAttempts: 2})
+	require.NoError(t, err)
+	rec := b.waitState(t, info.ID, kv.StateDead)
+	require.Equal(t, 2, rec.Attempt)
+	require.Contains(t, rec.LastError, "task timed out after 100ms")
+	require.NotZero(t, rec.DLQSeq)
+	mu.Lock()
+	require.Len(t, causes, 2)
+	for _, c := range causes {
+		require.ErrorIs(t, c, worker.ErrTimeout)
+	}
+	mu.Unlock()
+
+	dlq, err := b.js.Stream(ctx, "AX_DLQ")
+	require.NoError(t, err)
+	msg, err := dlq.GetMsg(ctx, rec.DLQSeq)
+	require.NoError(t, err)
+	require.Equal(t, "ax.dlq.acme.sleep", msg.Subject)
+	require.Equal(t, info.ID, msg.Header.Get(streams.HeaderTaskID))
+	require.Equal(t, "2", msg.Header.Get(streams.HeaderAttempts))
+	require.Contains(t, msg.Header.Get(streams.HeaderError), "timed out")
+	require.Equal(t, "ax.submit.p0.acme.sleep."+info.ID, msg.Header.Get(streams.HeaderSubject))
+	require.JSONEq(t, `{"ms":60000}`, string(msg.Data))
+
+	// The message left its bucket.
+	p0, err := b.js.Stream(ctx, "AX_P0")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		i, err := p0.Info(ctx)
+		return err == nil && i.State.Msgs == 0
+	}, 5*time.Second, 20*time.Millisecond)
+}
+
+// A worker that dies mid-task (its connection closes without an ack) loses
+// the task to another worker, which completes it; the trail shows both.
+func TestDeadWorkerTaskIsTakenOver(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &streams.Config{AckWait: time.Second})
+	ctx := context.Background()
+
+	started := make(chan string, 1)
+	blocked := worker.NewRegistry()
+	require.NoError(t, blocked.Handle("job", func(ctx context.Context, task *worker.Task) error {
+		started <- task.Worker
+		<-ctx.Done()
+		return ctx.Err()
+	}, nil))
+	_, ncA := b.startWorker(t, worker.Config{ID: "A", Registry: blocked, AckWait: time.Second, GracePeriod: 100 * time.Millisecond})
+
+	info, err := b.client.Submit(ctx, scheduler.Task{Type: "job"})
+	require.NoError(t, err)
+	require.Equal(t, "A", <-started)
+	ncA.Close() // A dies: no ack, no heartbeat
+
+	done := worker.NewRegistry()
+	require.NoError(t, done.Handle("job", func(context.Context, *worker.Task) error { return nil }, nil))
+	b.startWorker(t, worker.Config{ID: "B", Registry: done, AckWait: time.Second})
+
+	rec := b.waitState(t, info.ID, kv.StateSucceeded)
+	require.Equal(t, "B", rec.Worker)
+	require.Equal(t, 1, rec.Attempt, "the lapsed attempt is not counted")
+	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>READY", "READY>RUNNING", "RUNNING>SUCCEEDED"}, moves(rec))
+	takeover := rec.Trail[2]
+	require.Equal(t, "takeover", takeover.Action)
+	require.Contains(t, takeover.Error, "worker A")
+}
+
+// Malformed messages go to the DLQ with a reason; the worker keeps going.
+func TestMalformedTasksAreDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	b.startWorker(t, worker.Config{})
+	nc, js := b.srv.Connect()
+	_ = nc
+
+	cases := []struct {
+		name, subject, body string
+		headers             map[string]string
+		reason              string
+	}{
+		{"bad timeout", "ax.submit.p1.acme.echo.k", "x", map[string]string{"Ax-Timeout": "soon"}, "Ax-Timeout"},
+		{"bad attempts", "ax.submit.p1.acme.echo.k", "x", map[string]string{"Ax-Max-Attempts": "-2"}, "Ax-Max-Attempts"},
+		{"bad id", "ax.submit.p1.acme.echo.k", "x", map[string]string{"Nats-Msg-Id": "a b"}, "Nats-Msg-Id"},
+		{"unknown type", "ax.submit.p1.acme.nosuch.k", "x", nil, `no handler registered for task type "nosuch"`},
+		{"bad json", "ax.submit.p1.acme.sleep.k", "{not json", nil, "bad task payload"},
+		{"binary junk", "ax.submit.p1.acme.sleep.k", "\x00\xff\xfe", nil, "bad task payload"},
+	}
+	var seqs []uint64
+	for _, c := range cases {
+		msg := nats.NewMsg(c.subject)
+		msg.Data = []byte(c.body)
+		for k, v := range c.headers {
+			msg.Header.Set(k, v)
+		}
+		ack, err := js.PublishMsg(ctx, msg)
+		require.NoError(t, err, c.name)
+		seqs = append(seqs, ack.Sequence)
+	}
+	good, err := b.client.Submit(ctx, scheduler.Task{Type: "echo", Priority: 1})
+	require.NoError(t, err)
+	b.waitState(t, good.ID, kv.StateSucceeded)
+
+	dlq, err := b.js.Stream(ctx, "AX_DLQ")
+	require.NoError(t, err)
+	for i, c := range cases {
+		rec := b.waitState(t, fmt.Sprintf("AX_P1-%d", seqs[i]), kv.StateDead)
+		require.Contains(t, rec.LastError, c.reason, c.name)
+		msg, err := dlq.GetMsg(ctx, rec.DLQSeq)
+		require.NoError(t, err, c.name)
+		require.Contains(t, msg.Header.Get(streams.HeaderError), c.reason, c.name)
+		require.Equal(t, c.body, string(msg.Data), c.name)
+	}
+}
+
+// Stop lets a running task finish its grace period, then puts it back
+// READY (attempt not counted) for another worker.
+func TestStopPutsRunningTaskBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	started := make(chan struct{}, 1)
+	var cause error
+	slow := worker.NewRegistry()
+	require.NoError(t, slow.Handle("job", func(ctx context.Context, task *worker.Task) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		cause = context.Cause(ctx)
+		return ctx.Err()
+	}, nil))
+	nc, js := b.srv.Connect()
+	_ = nc
+	w, err := worker.New(ctx, js, &worker.Config{ID: "A", Registry: slow, GracePeriod: 200 * time.Millisecond, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	info, err := b.client.Submit(ctx, scheduler.Task{Type: "job"})
+	require.NoError(t, err)
+	<-started
+	require.NoError(t, w.Stop(ctx))
+	require.ErrorIs(t, cause, worker.ErrStop)
+	rec, _, err := b.store.Get(ctx, info.ID)
+	require.NoError(t, err)
+	require.Equal(t, kv.StateReady, rec.State)
+	require.Equal(t, 0, rec.Attempt)
+	require.Equal(t, "worker_stopped", rec.LastMove().Action)
+
+	fast := worker.NewRegistry()
+	require.NoError(t, fast.Handle("job", func(context.Context, *worker.Task) error { return nil }, nil))
+	b.startWorker(t, worker.Config{ID: "B", Registry: fast})
+	rec = b.waitState(t, info.ID, kv.StateSucceeded)
+	require.Equal(t, 1, rec.Attempt)
+}
+
+// A permanent error and a panic go straight to the DLQ.
+func TestPermanentAndPanic(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	reg := worker.NewRegistry()
+	require.NoError(t, builtin.Register(reg, nil))
+	require.NoError(t, reg.Handle("boom", func(context.Context, *worker.Task) error { panic("kaboom") }, nil))
+	b.startWorker(t, worker.Config{Registry: reg})
+	fail, err := b.client.Submit(ctx, scheduler.Task{Type: "fail", MaxAttempts: 5})
+	require.NoError(t, err)
+	boom, err := b.client.Submit(ctx, scheduler.Task{Type: "boom", MaxAttempts: 5})
+	require.NoError(t, err)
+	rec := b.waitState(t, fail.ID, kv.StateDead)
+	require.Equal(t, 1, rec.Attempt)
+	require.ErrorContains(t, errors.New(rec.LastError), "fails by design")
+	rec = b.waitState(t, boom.ID, kv.StateDead)
+	require.Equal(t, 1, rec.Attempt)
+	require.Contains(t, rec.LastError, "handler panicked: kaboom")
+}
+
+// A task whose deadline passed before it started is not run.
+func TestDeadlinePassed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	msg := nats.NewMsg("ax.submit.p0.acme.echo.late")
+	msg.Header.Set(streams.HeaderDeadline, time.Now().Add(-time.Minute).UTC().Format(time.RFC3339))
+	msg.Header.Set(streams.HeaderMsgID, "late")
+	_, err := b.js.PublishMsg(ctx, msg)
+	require.NoError(t, err)
+	b.startWorker(t, worker.Config{})
+	rec := b.waitState(t, "late", kv.StateDead)
+	require.Contains(t, rec.LastError, "deadline passed")
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.RunServer(t)
+	natstest.Provision(t, js, nil)
+	_, err := worker.New(context.Background(), js, &worker.Config{})
+	require.ErrorContains(t, err, "Registry is required")
+	_, err = worker.New(context.Background(), js, &worker.Config{Registry: worker.NewRegistry(), Shards: []int{40}})
+	require.ErrorContains(t, err, "shard 40")
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("x", func(context.Context, *worker.Task) error { return nil }, nil))
+	require.ErrorContains(t, reg.Handle("x", func(context.Context, *worker.Task) error { return nil }, nil), "already registered")
+	require.ErrorContains(t, reg.Handle("a.b", func(context.Context, *worker.Task) error { return nil }, nil), "task type")
+	_ = json.Valid
+}
