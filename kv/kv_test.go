@@ -23,6 +23,11 @@ type testBundle struct {
 
 func setup(t *testing.T, cfg *kv.StoreConfig) *testBundle {
 	t.Helper()
+	return setupB(t, cfg)
+}
+
+func setupB(t testing.TB, cfg *kv.StoreConfig) *testBundle {
+	t.Helper()
 	_, js := natstest.RunServer(t)
 	natstest.Provision(t, js, nil)
 	store, err := kv.NewStore(context.Background(), js, cfg)

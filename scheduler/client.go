@@ -113,10 +113,22 @@ func (c *Client) Submit(ctx context.Context, task Task) (TaskInfo, error) {
 	if err != nil {
 		return TaskInfo{ID: t.ID}, submitError(t.ID, err)
 	}
-	if _, _, err := c.store.Create(ctx, t.record(ack.Sequence), kv.Actor{Action: "submit"}); err != nil && !errors.Is(err, kv.ErrExists) {
+	dup := ack.Duplicate
+	_, _, err = c.store.Create(ctx, t.record(ack.Sequence), kv.Actor{Action: "submit"})
+	if errors.Is(err, kv.ErrExists) {
+		// Either a worker saw this message first, or the id was submitted
+		// before (to another bucket, or past the de-duplication window):
+		// then this message is a copy that workers will drop.
+		rec, _, getErr := c.store.Get(ctx, t.ID)
+		err = getErr
+		if getErr == nil && (rec.StreamSeq != ack.Sequence || rec.Priority != t.Priority) {
+			dup = true
+		}
+	}
+	if err != nil {
 		return TaskInfo{ID: t.ID}, fmt.Errorf("submit task %s: stored, but its record was not written: %w", t.ID, err)
 	}
-	return t.info(c.cfg.Names, ack.Sequence, ack.Duplicate), nil
+	return t.info(c.cfg.Names, ack.Sequence, dup), nil
 }
 
 // SubmitBatch submits many tasks with pipelined asynchronous publishes. It

@@ -19,7 +19,8 @@ type Task struct {
 	Key         string
 	Priority    int
 	Payload     []byte
-	Attempt     int // 1 for the first attempt
+	Attempt     int       // 1 for the first attempt
+	EnqueuedAt  time.Time // when the task's current message entered its bucket
 	MaxAttempts int
 	Deadline    time.Time   // zero: none
 	Headers     nats.Header // the message headers, "Ax-" ones included

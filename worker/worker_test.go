@@ -41,6 +41,13 @@ type testBundle struct {
 
 func setup(t *testing.T, cfg *streams.Config) *testBundle {
 	t.Helper()
+	return setupTB(t, cfg)
+}
+
+func setupB(b *testing.B) *testBundle { return setupTB(b, nil) }
+
+func setupTB(t testing.TB, cfg *streams.Config) *testBundle {
+	t.Helper()
 	srv := natstest.Start(t, natstest.Options{})
 	_, js := srv.Connect()
 	natstest.Provision(t, js, cfg)

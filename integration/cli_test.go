@@ -1,0 +1,53 @@
+package integration
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/stretchr/testify/require"
+)
+
+// A task published by a plain NATS client runs once; `ax task get` reads
+// SUCCEEDED and `ax task trail` shows READY -> RUNNING -> SUCCEEDED.
+func TestPlainPublishThroughTheCLI(t *testing.T) {
+	t.Parallel()
+	dev := startDev(t)
+	require.NoError(t, dev.nc.Publish("ax.submit.p2.acme.sleep.k1", []byte(`{"ms":10}`)))
+	require.NoError(t, dev.nc.Flush())
+
+	var rec kv.Record
+	require.Eventually(t, func() bool {
+		out := ax(t, "task", "get", "AX_P2-1", "--server", dev.url, "--json")
+		return json.Unmarshal([]byte(out), &rec) == nil && rec.State == kv.StateSucceeded
+	}, 30*time.Second, 100*time.Millisecond)
+	require.Equal(t, 1, rec.Attempt)
+
+	trail := ax(t, "task", "trail", "AX_P2-1", "--server", dev.url)
+	lines := strings.Split(strings.TrimSpace(trail), "\n")
+	require.Len(t, lines, 4, trail) // header + 3 moves
+	for i, want := range [][2]string{{"-", "READY"}, {"READY", "RUNNING"}, {"RUNNING", "SUCCEEDED"}} {
+		fields := strings.Fields(lines[i+1])
+		require.Equal(t, want[0], fields[1], trail)
+		require.Equal(t, want[1], fields[2], trail)
+	}
+}
+
+// `ax submit` returns an id that `ax task get` knows at once.
+func TestSubmitThenGet(t *testing.T) {
+	t.Parallel()
+	dev := startDev(t)
+	id := strings.TrimSpace(ax(t, "submit", "sleep", "--payload", `{"ms":1}`, "--priority", "p1", "--tenant", "acme", "--server", dev.url))
+	require.NotEmpty(t, id)
+	out := ax(t, "task", "get", id, "--server", dev.url)
+	require.Contains(t, out, "acme")
+	require.Regexp(t, `State\s+(READY|RUNNING|SUCCEEDED)`, out)
+	require.Eventually(t, func() bool {
+		return strings.Contains(ax(t, "task", "get", id, "--server", dev.url), "SUCCEEDED")
+	}, 30*time.Second, 100*time.Millisecond)
+
+	again := strings.TrimSpace(ax(t, "submit", "sleep", "--id", id, "--priority", "p1", "--server", dev.url))
+	require.Equal(t, id+" (duplicate: already submitted)", again)
+}

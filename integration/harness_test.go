@@ -1,0 +1,127 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+// axBinary is the ax binary built once for the whole package.
+var axBinary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ax-integration-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	axBinary = filepath.Join(dir, "ax")
+	build := exec.Command("go", "build", "-o", axBinary, "../cmd/ax")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build ax:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// process is a running ax process whose output is kept for failure reports.
+type process struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  bytes.Buffer
+	done chan struct{}
+}
+
+func (p *process) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.Write(b)
+}
+
+func (p *process) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+// startAx starts `ax args...` and stops it (SIGTERM, then SIGKILL) at cleanup.
+func startAx(t testing.TB, args ...string) *process {
+	t.Helper()
+	p := &process{cmd: exec.Command(axBinary, args...), done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	require.NoError(t, p.cmd.Start())
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("output of ax %s:\n%s", strings.Join(args, " "), p.output())
+		}
+	})
+	return p
+}
+
+// devServer is an `ax dev` process serving on its own port.
+type devServer struct {
+	url string
+	nc  *nats.Conn
+	js  jetstream.JetStream
+}
+
+// startDev runs `ax dev --demo 0` with extra args and waits until ax is provisioned.
+func startDev(t testing.TB, extra ...string) *devServer {
+	t.Helper()
+	url := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
+	args := append([]string{"dev", "--demo", "0", "--listen", strings.TrimPrefix(url, "nats://"), "--data", t.TempDir()}, extra...)
+	p := startAx(t, args...)
+	require.Eventually(t, func() bool { return strings.Contains(p.output(), "serving") }, 60*time.Second, 50*time.Millisecond,
+		"ax dev did not start:\n%s", p.output())
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return &devServer{url: url, nc: nc, js: js}
+}
+
+// ax runs one ax command to completion and returns its stdout.
+func ax(t testing.TB, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, axBinary, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	require.NoError(t, err, "ax %s\nstderr: %s", strings.Join(args, " "), stderr.String())
+	return stdout.String()
+}

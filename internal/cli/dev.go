@@ -1,0 +1,140 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ax-mesh/ax/internal/builtin"
+	"github.com/ax-mesh/ax/internal/demo"
+	"github.com/ax-mesh/ax/internal/embedded"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/worker"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+)
+
+// devFlags are the flags of `ax dev`.
+type devFlags struct {
+	listen   string
+	data     string
+	sync     string
+	workers  int
+	demo     int
+	exit     bool
+	capacity int64
+	wf       workerFlags
+}
+
+func addDev(root *cobra.Command, e *env) {
+	var f devFlags
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run everything on this machine: embedded NATS with JetStream, workers and a demo load",
+		Long: `ax dev starts an embedded NATS server with JetStream (client port on --listen,
+data in --data), provisions ax's streams, consumers and buckets, runs workers
+with the built-in task types (sleep, fail, echo), submits a demo load with a
+live progress line and prints a summary. It then serves until Ctrl-C (or exits
+with --exit), so that other ax commands can use it with --server.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runDev(cmd.Context(), e, &f) },
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:4222", "client address of the embedded NATS server")
+	fs.StringVar(&f.data, "data", "./ax-data", "JetStream data directory")
+	fs.StringVar(&f.sync, "sync", "", `JetStream flush policy: "always" or an interval such as "1s" (default: the server's 2m)`)
+	fs.IntVar(&f.workers, "workers", 2, "workers to run in this process")
+	fs.IntVar(&f.demo, "demo", 10_000, "demo tasks to submit (0: none, just serve)")
+	fs.BoolVar(&f.exit, "exit", false, "exit after the demo instead of serving until Ctrl-C")
+	fs.Int64Var(&f.capacity, "capacity", streams.DefaultCapacity, "capacity of each priority bucket, in tasks")
+	f.wf.add(cmd)
+	root.AddCommand(cmd)
+}
+
+func runDev(ctx context.Context, e *env, f *devFlags) error {
+	log, err := e.logger(true)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	names, err := e.names()
+	if err != nil {
+		return err
+	}
+	srv, err := embedded.Start(embedded.Options{Listen: f.listen, DataDir: f.data, Sync: f.sync})
+	if err != nil {
+		return err
+	}
+	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+	fmt.Fprintf(e.errOut, "NATS with JetStream on %s (data in %s)\n", srv.ClientURL(), f.data)
+
+	nc, err := nats.Connect(srv.ClientURL(), nats.Name("ax dev"), nats.InProcessServer(srv))
+	if err != nil {
+		return fmt.Errorf("connect to the embedded server: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if err := provision(ctx, js, &streams.Config{Names: names, Capacity: f.capacity, AckWait: f.wf.ackWait}, e); err != nil {
+		return err
+	}
+	reg := worker.NewRegistry()
+	if err := builtin.Register(reg, log); err != nil {
+		return err
+	}
+	ws, err := startWorkers(ctx, js, f.workers, f.wf.config(names, reg, log.WithOptions(zap.IncreaseLevel(zap.WarnLevel))))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.wf.grace+10*time.Second)
+		defer cancel()
+		if err := stopWorkers(stopCtx, ws); err != nil {
+			log.Warn("stop_workers", zap.Error(err))
+		}
+	}()
+	fmt.Fprintf(e.errOut, "%d workers x %d slots running; try: ax task get <id> --server %s\n", len(ws), f.wf.concurrency, srv.ClientURL())
+
+	if f.demo > 0 {
+		client, err := scheduler.NewClient(ctx, js, &scheduler.Config{Names: names})
+		if err != nil {
+			return err
+		}
+		summary, err := demo.Run(ctx, client, ws, demo.Options{Tasks: f.demo, Progress: e.errOut})
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		if summary != nil {
+			summary.Print(e.out)
+		}
+	}
+	if f.exit {
+		return nil
+	}
+	fmt.Fprintln(e.errOut, "serving; Ctrl-C to stop")
+	<-ctx.Done()
+	return nil
+}
+
+// provision creates or updates streams, consumers and buckets and says what changed.
+func provision(ctx context.Context, js jetstream.JetStream, cfg *streams.Config, e *env) error {
+	report, err := streams.Provision(ctx, js, cfg)
+	if err != nil {
+		return err
+	}
+	if err := kv.Provision(ctx, js, &kv.BucketsConfig{Names: cfg.Names, Replicas: cfg.Replicas}); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.errOut, "provisioned: %s\n", report)
+	for _, u := range report.Updated {
+		fmt.Fprintf(e.errOut, "  updated %s\n", u)
+	}
+	return nil
+}

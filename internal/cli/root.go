@@ -1,0 +1,144 @@
+// Package cli implements the ax command line: one file per command group,
+// each adding its commands to the root built by [NewRoot].
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// Version of ax, reported by workers and the management API.
+const Version = "0.1.0"
+
+// env is what every command shares: output streams and global flags.
+type env struct {
+	out, errOut io.Writer
+
+	server   string
+	prefix   string
+	creds    string
+	user     string
+	password string
+	tlsCert  string
+	tlsKey   string
+	tlsCA    string
+	jsonOut  bool
+	logLevel string
+}
+
+// Execute runs the ax command line with args and returns the exit code.
+func Execute(ctx context.Context, args []string, out, errOut io.Writer) int {
+	root := NewRoot(out, errOut)
+	root.SetArgs(args)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(errOut, "ax:", err)
+		return 1
+	}
+	return 0
+}
+
+// registrations add command groups to the root; each command file appends
+// its own in an init-free way through [NewRoot].
+var registrations = []func(*cobra.Command, *env){
+	addDev, addWorker, addSubmit, addTask,
+}
+
+// NewRoot builds the ax command tree.
+func NewRoot(out, errOut io.Writer) *cobra.Command {
+	e := &env{out: out, errOut: errOut}
+	root := &cobra.Command{
+		Use:           "ax",
+		Short:         "ax schedules asynchronous tasks for Go services over NATS JetStream",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       Version,
+	}
+	root.SetOut(out)
+	root.SetErr(errOut)
+	f := root.PersistentFlags()
+	f.StringVarP(&e.server, "server", "s", envOr("NATS_URL", nats.DefaultURL), "NATS server URLs, comma separated (env NATS_URL)")
+	f.StringVar(&e.prefix, "prefix", streams.DefaultPrefix, "subject prefix of the ax deployment")
+	f.StringVar(&e.creds, "creds", os.Getenv("NATS_CREDS"), "NATS user credentials file (env NATS_CREDS)")
+	f.StringVar(&e.user, "user", os.Getenv("NATS_USER"), "NATS user name or token (env NATS_USER)")
+	f.StringVar(&e.password, "password", os.Getenv("NATS_PASSWORD"), "NATS password (env NATS_PASSWORD)")
+	f.StringVar(&e.tlsCert, "tlscert", "", "TLS client certificate file")
+	f.StringVar(&e.tlsKey, "tlskey", "", "TLS client key file")
+	f.StringVar(&e.tlsCA, "tlsca", "", "TLS certificate authority file")
+	f.BoolVar(&e.jsonOut, "json", false, "print JSON instead of tables")
+	f.StringVar(&e.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	for _, register := range registrations {
+		register(root, e)
+	}
+	return root
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func (e *env) names() (streams.Names, error) { return streams.NewNames(e.prefix) }
+
+// natsOptions are the connection options the flags select.
+func (e *env) natsOptions(name string) []nats.Option {
+	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	if e.creds != "" {
+		opts = append(opts, nats.UserCredentials(e.creds))
+	}
+	if e.user != "" && e.password == "" {
+		opts = append(opts, nats.Token(e.user))
+	} else if e.user != "" {
+		opts = append(opts, nats.UserInfo(e.user, e.password))
+	}
+	if e.tlsCert != "" || e.tlsKey != "" {
+		opts = append(opts, nats.ClientCert(e.tlsCert, e.tlsKey))
+	}
+	if e.tlsCA != "" {
+		opts = append(opts, nats.RootCAs(e.tlsCA))
+	}
+	return opts
+}
+
+// connect opens a connection to --server with the flags' credentials.
+func (e *env) connect(name string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(e.server, e.natsOptions(name)...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to %s: %w", e.server, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("jetstream on %s: %w", e.server, err)
+	}
+	return nc, js, nil
+}
+
+// logger returns a JSON logger for servers, or a console one when dev is set.
+func (e *env) logger(dev bool) (*zap.Logger, error) {
+	level, err := zapcore.ParseLevel(e.logLevel)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	var cfg zap.Config
+	if dev {
+		cfg = zap.NewDevelopmentConfig()
+		cfg.DisableStacktrace = true
+	} else {
+		cfg = zap.NewProductionConfig()
+	}
+	cfg.Level = zap.NewAtomicLevelAt(level)
+	cfg.OutputPaths = []string{"stderr"}
+	return cfg.Build()
+}

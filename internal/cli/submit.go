@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/spf13/cobra"
+)
+
+func addSubmit(root *cobra.Command, e *env) {
+	var t scheduler.Task
+	var payload string
+	var priority string
+	var deadline string
+	cmd := &cobra.Command{
+		Use:   "submit TYPE",
+		Short: "Submit one task",
+		Example: `  ax submit sleep --payload '{"ms":100}' --priority p1 --tenant acme
+  ax submit echo --payload hello --id order-42`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			t.Type = args[0]
+			t.Payload = []byte(payload)
+			p, err := parsePriorityFlag(priority)
+			if err != nil {
+				return err
+			}
+			t.Priority = p
+			if deadline != "" {
+				d, err := time.Parse(time.RFC3339, deadline)
+				if err != nil {
+					return fmt.Errorf("--deadline %q: want RFC 3339, e.g. 2026-01-02T15:04:05Z", deadline)
+				}
+				t.Deadline = d
+			}
+			nc, js, err := e.connect("ax submit")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			names, err := e.names()
+			if err != nil {
+				return err
+			}
+			client, err := scheduler.NewClient(cmd.Context(), js, &scheduler.Config{Names: names})
+			if err != nil {
+				return err
+			}
+			info, err := client.Submit(cmd.Context(), t)
+			if err != nil {
+				return err
+			}
+			if e.jsonOut {
+				return writeJSON(e.out, info)
+			}
+			dup := ""
+			if info.Duplicate {
+				dup = " (duplicate: already submitted)"
+			}
+			fmt.Fprintf(e.out, "%s%s\n", info.ID, dup)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&t.ID, "id", "", "task id (default: a new nuid)")
+	f.StringVar(&payload, "payload", "", "task payload")
+	f.StringVarP(&priority, "priority", "p", "p2", "priority p0 (highest) .. p4")
+	f.StringVar(&t.Tenant, "tenant", scheduler.DefaultTenant, "tenant")
+	f.StringVar(&t.Key, "key", "", "partition key (default: the task id)")
+	f.DurationVar(&t.Timeout, "timeout", 0, "timeout of one attempt (default: the worker's)")
+	f.IntVar(&t.MaxAttempts, "max-attempts", 0, "attempts before the task is dead (default: the worker's)")
+	f.BoolVar(&t.Core, "core", false, "core task: accepted under backpressure")
+	f.StringVar(&deadline, "deadline", "", "RFC 3339 time after which the task is not started")
+	root.AddCommand(cmd)
+}
+
+// parsePriorityFlag accepts "p0".."p4" or "0".."4".
+func parsePriorityFlag(s string) (int, error) {
+	if len(s) == 1 {
+		s = "p" + s
+	}
+	if len(s) != 2 || s[0] != 'p' || s[1] < '0' || s[1] > '4' {
+		return 0, fmt.Errorf("--priority %q: want p0 (highest) .. p4", s)
+	}
+	return int(s[1] - '0'), nil
+}

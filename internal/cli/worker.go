@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ax-mesh/ax/internal/builtin"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/worker"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+)
+
+// workerFlags are the flags of every command that runs workers.
+type workerFlags struct {
+	id          string
+	concurrency int
+	timeout     time.Duration
+	maxAttempts int
+	ackWait     time.Duration
+	grace       time.Duration
+}
+
+func (f *workerFlags) add(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.id, "id", "", "worker id (default: <hostname>-<random>)")
+	fs.IntVarP(&f.concurrency, "concurrency", "c", worker.DefaultConcurrency, "tasks run at once per worker")
+	fs.DurationVar(&f.timeout, "timeout", worker.DefaultTimeout, "default timeout of a task")
+	fs.IntVar(&f.maxAttempts, "max-attempts", worker.DefaultMaxAttempts, "default attempts before a task is dead")
+	fs.DurationVar(&f.ackWait, "ack-wait", streams.DefaultAckWait, "ack wait of the shard consumers (as provisioned)")
+	fs.DurationVar(&f.grace, "grace", worker.DefaultGracePeriod, "how long running tasks may finish on stop")
+}
+
+func (f *workerFlags) config(names streams.Names, reg *worker.Registry, log *zap.Logger) *worker.Config {
+	return &worker.Config{
+		Names: names, ID: f.id, Registry: reg, Concurrency: f.concurrency,
+		DefaultTimeout: f.timeout, DefaultMaxAttempts: f.maxAttempts,
+		AckWait: f.ackWait, GracePeriod: f.grace, Logger: log,
+	}
+}
+
+func addWorker(root *cobra.Command, e *env) {
+	var wf workerFlags
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run a worker with the built-in task types (sleep, fail, echo)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := e.logger(false)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = log.Sync() }()
+			nc, js, err := e.connect("ax worker")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			names, err := e.names()
+			if err != nil {
+				return err
+			}
+			reg := worker.NewRegistry()
+			if err := builtin.Register(reg, log); err != nil {
+				return err
+			}
+			w, err := worker.New(cmd.Context(), js, wf.config(names, reg, log))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.errOut, "worker %s serving %s\n", w.ID(), nc.ConnectedUrlRedacted())
+			return w.Run(cmd.Context())
+		},
+	}
+	wf.add(cmd)
+	root.AddCommand(cmd)
+}
+
+// startWorkers starts n workers sharing js, each with its own config copy.
+func startWorkers(ctx context.Context, js jetstream.JetStream, n int, cfg *worker.Config) ([]*worker.Worker, error) {
+	var out []*worker.Worker
+	for i := range n {
+		c := *cfg
+		if c.ID != "" && n > 1 {
+			c.ID = fmt.Sprintf("%s-%d", cfg.ID, i)
+		}
+		w, err := worker.New(ctx, js, &c)
+		if err == nil {
+			err = w.Start(ctx)
+		}
+		if err != nil {
+			return out, errors.Join(err, stopWorkers(context.WithoutCancel(ctx), out))
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+func stopWorkers(ctx context.Context, ws []*worker.Worker) error {
+	var errs []error
+	for _, w := range ws {
+		errs = append(errs, w.Stop(ctx))
+	}
+	return errors.Join(errs...)
+}

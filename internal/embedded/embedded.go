@@ -1,0 +1,130 @@
+// Package embedded runs a NATS server with JetStream inside an ax process,
+// for `ax dev` and for the test suites' server processes.
+package embedded
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"go.uber.org/zap"
+)
+
+// Options configure [Start].
+type Options struct {
+	// Listen is the client address, host:port. Default "127.0.0.1:4222".
+	Listen string
+	// DataDir holds the JetStream store. Required.
+	DataDir string
+	// Sync is "always" (fsync every write) or a Go duration (flush period);
+	// empty keeps the server default (2 minutes).
+	Sync string
+	// Name of the server; default "ax-dev".
+	Name string
+	// Cluster, when set, joins a JetStream cluster: its route address and
+	// the routes of all members.
+	Cluster *ClusterOptions
+	// Logger receives the server's log lines; nil disables them.
+	Logger *zap.Logger
+}
+
+// ClusterOptions join the embedded server to a cluster.
+type ClusterOptions struct {
+	Name   string   // cluster name, the same on every member
+	Listen string   // route address, host:port
+	Routes []string // route URLs of every member, e.g. nats://127.0.0.1:6222
+}
+
+// Start starts the server and waits until it accepts connections.
+func Start(o Options) (*server.Server, error) {
+	if o.DataDir == "" {
+		return nil, fmt.Errorf("embedded server: DataDir is required")
+	}
+	host, port, err := splitHostPort(o.Listen, "127.0.0.1:4222")
+	if err != nil {
+		return nil, fmt.Errorf("embedded server: listen: %w", err)
+	}
+	opts := &server.Options{
+		ServerName: o.Name,
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   o.DataDir,
+		NoSigs:     true,
+		NoLog:      o.Logger == nil,
+	}
+	if opts.ServerName == "" {
+		opts.ServerName = "ax-dev"
+	}
+	if err := applySync(opts, o.Sync); err != nil {
+		return nil, err
+	}
+	if c := o.Cluster; c != nil {
+		chost, cport, err := splitHostPort(c.Listen, "127.0.0.1:6222")
+		if err != nil {
+			return nil, fmt.Errorf("embedded server: cluster listen: %w", err)
+		}
+		opts.Cluster = server.ClusterOpts{Name: c.Name, Host: chost, Port: cport}
+		opts.Routes = server.RoutesFromStr(strings.Join(c.Routes, ","))
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded server: %w", err)
+	}
+	if o.Logger != nil {
+		srv.SetLoggerV2(&zapLogger{log: o.Logger.Named("nats").Sugar()}, false, false, false)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(30 * time.Second) {
+		srv.Shutdown()
+		return nil, fmt.Errorf("embedded server: not ready within 30s (is %s in use?)", net.JoinHostPort(host, strconv.Itoa(port)))
+	}
+	return srv, nil
+}
+
+// applySync sets the JetStream flush policy: "always" or a duration.
+func applySync(opts *server.Options, sync string) error {
+	switch sync {
+	case "":
+	case "always":
+		opts.SyncAlways = true
+		opts.SyncInterval = 2 * time.Minute
+	default:
+		d, err := time.ParseDuration(sync)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("embedded server: sync %q is not \"always\" or a positive duration such as \"1s\"", sync)
+		}
+		opts.SyncInterval = d
+	}
+	return nil
+}
+
+func splitHostPort(addr, def string) (string, int, error) {
+	if addr == "" {
+		addr = def
+	}
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return "", 0, fmt.Errorf("port %q: %w", p, err)
+	}
+	if port == 0 {
+		port = -1 // random
+	}
+	return host, port, nil
+}
+
+type zapLogger struct{ log *zap.SugaredLogger }
+
+func (l *zapLogger) Noticef(format string, v ...any) { l.log.Infof(format, v...) }
+func (l *zapLogger) Warnf(format string, v ...any)   { l.log.Warnf(format, v...) }
+func (l *zapLogger) Fatalf(format string, v ...any)  { l.log.Errorf(format, v...) }
+func (l *zapLogger) Errorf(format string, v ...any)  { l.log.Errorf(format, v...) }
+func (l *zapLogger) Debugf(format string, v ...any)  { l.log.Debugf(format, v...) }
+func (l *zapLogger) Tracef(format string, v ...any)  { l.log.Debugf(format, v...) }
