@@ -28,7 +28,7 @@ type Summary struct {
 	Elapsed   time.Duration
 	// Latency is submit (enqueue) to first start, over the succeeded tasks.
 	LatencyP50, LatencyP99 time.Duration
-	SampleIDs  []string
+	SampleIDs              []string
 }
 
 // Print writes the summary for a person.
