@@ -1,0 +1,260 @@
+package kv
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Lease defaults, as DESIGN.md sets them.
+const (
+	DefaultLeaseTTL   = 10 * time.Second
+	DefaultLeaseRenew = 3 * time.Second
+)
+
+// LeaseConfig configures a [Lease].
+type LeaseConfig struct {
+	// Bucket holding the lease, e.g. AX_LOCKS or AX_WORKERS. Required; it
+	// must allow per-key TTLs (LimitMarkerTTL), as [Provision] makes them.
+	Bucket string
+	// Key of the lease, e.g. "leader" or "lock.<name>". Required.
+	Key string
+	// Holder names who holds it (a process or worker id). Required.
+	Holder string
+	// TTL after which an unrenewed lease expires; whole seconds, at least
+	// 1s. Default 10s.
+	TTL time.Duration
+	// RenewEvery is how often [Lease.Hold] renews. Default 3s; at most TTL/2.
+	RenewEvery time.Duration
+}
+
+// LeaseRecord is the value of a lease key.
+type LeaseRecord struct {
+	Holder     string          `json:"holder"`
+	AcquiredAt time.Time       `json:"acquired_at"`
+	RenewedAt  time.Time       `json:"renewed_at"`
+	TTL        Duration        `json:"ttl"`
+	Data       json.RawMessage `json:"data,omitempty"`
+}
+
+// Lease is a named lease with a per-key TTL in a KV bucket: acquired by
+// create-if-absent, renewed and released only by compare-and-set on the
+// revision its holder got, which makes the revision a fencing token.
+//
+// Safety: at most one holder at a time, because acquiring is a create that
+// fails while the key exists and the key exists until its holder releases
+// it or its TTL runs out. A holder whose renewal fails stops guarding
+// ([Lease.Hold]) before its TTL can have run out, so an expired holder never
+// acts alongside the next one. Liveness: a lease whose holder died expires
+// after its TTL and can then be acquired.
+type Lease struct {
+	kv  jetstream.KeyValue
+	js  jetstream.JetStream
+	cfg LeaseConfig
+
+	mu       sync.Mutex
+	rev      uint64    // revision of the holder's last write; 0 when not held (mu)
+	acquired time.Time // (mu)
+	data     []byte    // (mu)
+}
+
+// NewLease binds a lease to its bucket.
+func NewLease(ctx context.Context, js jetstream.JetStream, cfg *LeaseConfig) (*Lease, error) {
+	c := *cfg
+	c.TTL = cmp.Or(c.TTL, DefaultLeaseTTL)
+	c.RenewEvery = cmp.Or(c.RenewEvery, min(DefaultLeaseRenew, c.TTL/2))
+	switch {
+	case c.Bucket == "" || c.Key == "" || c.Holder == "":
+		return nil, errors.New("lease config: Bucket, Key and Holder are required")
+	case c.TTL < time.Second || c.TTL%time.Second != 0:
+		return nil, fmt.Errorf("lease config: TTL %s must be whole seconds, at least 1s", c.TTL)
+	case c.RenewEvery > c.TTL/2:
+		return nil, fmt.Errorf("lease config: RenewEvery %s must be at most half the TTL %s", c.RenewEvery, c.TTL)
+	}
+	kv, err := js.KeyValue(ctx, c.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("bind lease bucket %s: %w", c.Bucket, err)
+	}
+	return &Lease{kv: kv, js: js, cfg: c}, nil
+}
+
+// SetData sets the application data written with the next acquire or renew
+// (for example a worker's membership record). data must be JSON.
+func (l *Lease) SetData(data []byte) {
+	l.mu.Lock()
+	l.data = data
+	l.mu.Unlock()
+}
+
+// Revision returns the fencing token of the current hold, or 0 if not held.
+func (l *Lease) Revision() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rev
+}
+
+// Acquire takes the lease if nobody holds it. It returns [ErrLeaseHeld]
+// naming the holder otherwise.
+func (l *Lease) Acquire(ctx context.Context) (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now().UTC()
+	value, err := l.value(now, now)
+	if err != nil {
+		return 0, err
+	}
+	rev, err := l.kv.Create(ctx, l.cfg.Key, value, jetstream.KeyTTL(l.cfg.TTL))
+	if IsRevisionMismatch(err) {
+		holder := "another holder"
+		if cur, err := l.current(ctx); err == nil {
+			holder = cur.Holder
+		}
+		return 0, fmt.Errorf("acquire lease %s/%s: %w: %s", l.cfg.Bucket, l.cfg.Key, ErrLeaseHeld, holder)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("acquire lease %s/%s: %w", l.cfg.Bucket, l.cfg.Key, err)
+	}
+	l.rev, l.acquired = rev, now
+	return rev, nil
+}
+
+// Renew extends the lease by its TTL, by compare-and-set on the revision of
+// the holder's last write. It returns [ErrLeaseLost] if the lease expired or
+// another holder took it; the caller must stop the work it guards.
+func (l *Lease) Renew(ctx context.Context) (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.rev == 0 {
+		return 0, fmt.Errorf("renew lease %s/%s: %w: not held", l.cfg.Bucket, l.cfg.Key, ErrLeaseLost)
+	}
+	value, err := l.value(l.acquired, time.Now().UTC())
+	if err != nil {
+		return 0, err
+	}
+	ack, err := l.js.Publish(ctx, "$KV."+l.cfg.Bucket+"."+l.cfg.Key, value,
+		jetstream.WithMsgTTL(l.cfg.TTL), jetstream.WithExpectLastSequencePerSubject(l.rev))
+	if IsRevisionMismatch(err) {
+		l.rev = 0
+		return 0, fmt.Errorf("renew lease %s/%s: %w", l.cfg.Bucket, l.cfg.Key, ErrLeaseLost)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("renew lease %s/%s: %w", l.cfg.Bucket, l.cfg.Key, err)
+	}
+	l.rev = ack.Sequence
+	return l.rev, nil
+}
+
+// Release gives the lease up, by compare-and-set on the holder's revision:
+// a holder whose lease expired cannot delete its successor's ([ErrLeaseLost]).
+func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.rev == 0 {
+		return fmt.Errorf("release lease %s/%s: %w: not held", l.cfg.Bucket, l.cfg.Key, ErrLeaseLost)
+	}
+	err := l.kv.Delete(ctx, l.cfg.Key, jetstream.LastRevision(l.rev))
+	l.rev = 0
+	if IsRevisionMismatch(err) {
+		return fmt.Errorf("release lease %s/%s: %w", l.cfg.Bucket, l.cfg.Key, ErrLeaseLost)
+	}
+	if err != nil {
+		return fmt.Errorf("release lease %s/%s: %w", l.cfg.Bucket, l.cfg.Key, err)
+	}
+	return nil
+}
+
+// Hold acquires the lease and keeps renewing it until ctx ends, the lease
+// is lost, or release is called. The returned context is cancelled with
+// cause [ErrLeaseLost] before the TTL of the last successful renewal can
+// have run out, so the work it guards stops in time even when the bucket is
+// unreachable. release stops renewing and releases the lease.
+func (l *Lease) Hold(ctx context.Context) (guarded context.Context, release func(), err error) {
+	sent := time.Now()
+	if _, err := l.Acquire(ctx); err != nil {
+		return nil, nil, err
+	}
+	guarded, cancel := context.WithCancelCause(ctx)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.keep(guarded, cancel, stop, sent)
+	}()
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			close(stop)
+			<-done
+			cancel(context.Canceled)
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer rcancel()
+			_ = l.Release(rctx)
+		})
+	}
+	return guarded, release, nil
+}
+
+// keep renews every RenewEvery. The lease is known valid until the send
+// time of the last successful write plus the TTL; a timer independent of
+// the renewals cancels the guarded context half a renewal period before
+// that, even while a renewal is blocked on an unreachable server.
+func (l *Lease) keep(ctx context.Context, cancel context.CancelCauseFunc, stop <-chan struct{}, sent time.Time) {
+	margin := l.cfg.RenewEvery / 2
+	lost := func() {
+		cancel(fmt.Errorf("%w: no renewal of %s/%s within its TTL", ErrLeaseLost, l.cfg.Bucket, l.cfg.Key))
+	}
+	expire := time.AfterFunc(time.Until(sent.Add(l.cfg.TTL-margin)), lost)
+	defer expire.Stop()
+	tick := time.NewTicker(l.cfg.RenewEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		attempt := time.Now()
+		validUntil := attempt.Add(l.cfg.TTL - margin)
+		rctx, rcancel := context.WithDeadline(ctx, attempt.Add(l.cfg.RenewEvery))
+		_, err := l.Renew(rctx)
+		rcancel()
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			cancel(err)
+			return
+		case err == nil && ctx.Err() == nil:
+			expire.Reset(time.Until(validUntil))
+		}
+	}
+}
+
+// Current returns the lease's record, or [ErrNotFound] when nobody holds it.
+func (l *Lease) Current(ctx context.Context) (LeaseRecord, error) { return l.current(ctx) }
+
+func (l *Lease) current(ctx context.Context) (LeaseRecord, error) {
+	var rec LeaseRecord
+	entry, err := l.kv.Get(ctx, l.cfg.Key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return rec, fmt.Errorf("lease %s/%s: %w", l.cfg.Bucket, l.cfg.Key, ErrNotFound)
+	}
+	if err != nil {
+		return rec, fmt.Errorf("lease %s/%s: %w", l.cfg.Bucket, l.cfg.Key, err)
+	}
+	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+		return rec, fmt.Errorf("lease %s/%s: decode: %w", l.cfg.Bucket, l.cfg.Key, err)
+	}
+	return rec, nil
+}
+
+// value encodes the lease record (mu must be held).
+func (l *Lease) value(acquired, renewed time.Time) ([]byte, error) {
+	return json.Marshal(LeaseRecord{Holder: l.cfg.Holder, AcquiredAt: acquired, RenewedAt: renewed, TTL: Duration(l.cfg.TTL), Data: l.data})
+}

@@ -1,0 +1,156 @@
+package kv_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax/internal/natstest"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/stretchr/testify/require"
+)
+
+func newLease(t *testing.T, b *testBundle, holder string, ttl time.Duration) *kv.Lease {
+	t.Helper()
+	l, err := kv.NewLease(context.Background(), b.js, &kv.LeaseConfig{Bucket: "AX_LOCKS", Key: "lock.test", Holder: holder, TTL: ttl})
+	require.NoError(t, err)
+	return l
+}
+
+// Two contenders never both hold the lease, over 1,000 rounds with random
+// pauses between acquiring, renewing and releasing.
+func TestLeaseMutualExclusion(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	var holding atomic.Int32
+	var acquired atomic.Int32
+	var rounds atomic.Int32
+	var wg sync.WaitGroup
+	pause := func() { time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond) }
+	for c := range 2 {
+		l := newLease(t, b, fmt.Sprintf("c%d", c), 10*time.Second)
+		wg.Go(func() {
+			for rounds.Add(1) <= 1000 {
+				pause()
+				_, err := l.Acquire(ctx)
+				if errors.Is(err, kv.ErrLeaseHeld) {
+					continue
+				}
+				if !assertNoErr(t, err) {
+					return
+				}
+				acquired.Add(1)
+				if n := holding.Add(1); n != 1 {
+					t.Errorf("%d holders at once", n)
+				}
+				pause()
+				_, err = l.Renew(ctx)
+				assertNoErr(t, err)
+				pause()
+				holding.Add(-1)
+				assertNoErr(t, l.Release(ctx))
+			}
+		})
+	}
+	wg.Wait()
+	require.Greater(t, acquired.Load(), int32(100), "the contenders must actually take turns")
+}
+
+func assertNoErr(t *testing.T, err error) bool {
+	if err != nil {
+		t.Error(err)
+		return false
+	}
+	return true
+}
+
+// A holder paused past its TTL cannot renew or release its successor's lease.
+func TestLeasePausedHolderIsFenced(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	old := newLease(t, b, "old", time.Second)
+	next := newLease(t, b, "next", time.Second)
+	oldRev, err := old.Acquire(ctx)
+	require.NoError(t, err)
+	_, err = next.Acquire(ctx)
+	require.ErrorIs(t, err, kv.ErrLeaseHeld)
+	require.ErrorContains(t, err, "old")
+
+	// "old" pauses; its key expires and "next" takes over.
+	var nextRev uint64
+	require.Eventually(t, func() bool {
+		nextRev, err = next.Acquire(ctx)
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond)
+	require.Greater(t, nextRev, oldRev, "the fencing token grows")
+
+	_, err = old.Renew(ctx)
+	require.ErrorIs(t, err, kv.ErrLeaseLost)
+	require.ErrorIs(t, old.Release(ctx), kv.ErrLeaseLost)
+	cur, err := next.Current(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "next", cur.Holder, "the successor's lease is untouched")
+	_, err = next.Renew(ctx)
+	require.NoError(t, err)
+	require.NoError(t, next.Release(ctx))
+}
+
+// Hold renews in the background and keeps the lease past several TTLs;
+// a holder cut off from the bucket stops guarding before its TTL is over.
+func TestLeaseHold(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	l, err := kv.NewLease(ctx, b.js, &kv.LeaseConfig{Bucket: "AX_LOCKS", Key: "lock.hold", Holder: "a", TTL: time.Second, RenewEvery: 300 * time.Millisecond})
+	require.NoError(t, err)
+	guarded, release, err := l.Hold(ctx)
+	require.NoError(t, err)
+	time.Sleep(2500 * time.Millisecond)
+	require.NoError(t, guarded.Err(), "renewals keep the lease")
+	other, err := kv.NewLease(ctx, b.js, &kv.LeaseConfig{Bucket: "AX_LOCKS", Key: "lock.hold", Holder: "b", TTL: time.Second})
+	require.NoError(t, err)
+	_, err = other.Acquire(ctx)
+	require.ErrorIs(t, err, kv.ErrLeaseHeld)
+	release()
+	require.ErrorIs(t, context.Cause(guarded), context.Canceled)
+	_, err = other.Acquire(ctx)
+	require.NoError(t, err, "release frees the lease at once")
+
+	// Taken over behind the holder's back: Hold reports the loss.
+	guarded2, release2, err := l.Hold(ctx)
+	require.ErrorIs(t, err, kv.ErrLeaseHeld)
+	require.Nil(t, guarded2)
+	require.Nil(t, release2)
+}
+
+// A holder cut off from NATS stops guarding before its lease can expire.
+func TestLeaseHoldStopsBeforeTTLWhenCutOff(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t, natstest.Options{})
+	_, js := srv.Connect()
+	natstest.Provision(t, js, nil)
+	ctx := context.Background()
+	ttl := 2 * time.Second
+	l, err := kv.NewLease(ctx, js, &kv.LeaseConfig{Bucket: "AX_LOCKS", Key: "leader", Holder: "a", TTL: ttl, RenewEvery: 500 * time.Millisecond})
+	require.NoError(t, err)
+	guarded, release, err := l.Hold(ctx)
+	require.NoError(t, err)
+	defer release()
+	time.Sleep(time.Second)
+	srv.Stop()
+	cutOff := time.Now() // no renewal can succeed after this
+	select {
+	case <-guarded.Done():
+		require.ErrorIs(t, context.Cause(guarded), kv.ErrLeaseLost)
+		require.Less(t, time.Since(cutOff), ttl, "the guarded work must stop before the lease can expire")
+	case <-time.After(2 * ttl):
+		t.Fatal("holder kept guarding after losing the bucket")
+	}
+}

@@ -1,0 +1,63 @@
+package kv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Member is what a worker announces in the AX_WORKERS bucket: the data of
+// its membership lease (key: the worker id, with a per-key TTL).
+type Member struct {
+	ID          string    `json:"id"`
+	Host        string    `json:"host"`
+	Concurrency int       `json:"concurrency"`
+	Version     string    `json:"version"`
+	Shards      []int     `json:"shards"`    // shards the worker owns
+	InFlight    int       `json:"in_flight"` // tasks running when it last renewed
+	StartedAt   time.Time `json:"started_at"`
+	// RenewedAt is when the membership lease was last renewed.
+	RenewedAt time.Time `json:"renewed_at"`
+}
+
+// ListMembers returns the live members of the deployment, sorted by id.
+func ListMembers(ctx context.Context, js jetstream.JetStream, names streams.Names) ([]Member, error) {
+	if names == (streams.Names{}) {
+		names = streams.DefaultNames()
+	}
+	bucket, err := js.KeyValue(ctx, names.WorkersBucket())
+	if err != nil {
+		return nil, fmt.Errorf("list members: %w", err)
+	}
+	lister, err := bucket.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list members: %w", err)
+	}
+	defer func() { _ = lister.Stop() }()
+	var out []Member
+	for key := range lister.Keys() {
+		entry, err := bucket.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // expired since listed
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list members: get %s: %w", key, err)
+		}
+		var lease LeaseRecord
+		var m Member
+		if err := json.Unmarshal(entry.Value(), &lease); err != nil || json.Unmarshal(lease.Data, &m) != nil {
+			return nil, fmt.Errorf("list members: %s holds no member record", key)
+		}
+		m.RenewedAt = lease.RenewedAt
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
