@@ -43,6 +43,10 @@ func (w *Worker) process(d *delivery) {
 	switch {
 	case runErr == nil:
 		w.succeed(d, env, rec, rev)
+	case errors.Is(cause, ErrClaimLapsed):
+		w.lapsed(d, env)
+	case errors.Is(cause, ErrLeaseLost):
+		w.leaseLost(d, env, rec, rev)
 	case errors.Is(cause, ErrStop):
 		w.putBack(d, rec, rev)
 	case errors.Is(cause, ErrCancelled):
@@ -59,6 +63,8 @@ func (w *Worker) process(d *delivery) {
 func (w *Worker) run(env *envelope, rec *kv.Record, d *delivery) (error, error) {
 	base, cancelBase := context.WithCancelCause(w.runCtx)
 	defer cancelBase(nil)
+	stopWatch := w.watchClaim(d, cancelBase)
+	defer stopWatch()
 	ctx, cancel := context.WithTimeoutCause(base, time.Duration(rec.Timeout), ErrTimeout)
 	defer cancel()
 	w.running.Store(rec.ID, cancelBase)

@@ -1,0 +1,206 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// shardMode is how a worker consumes one shard.
+type shardMode int
+
+const (
+	shardIdle  shardMode = iota // not consumed
+	shardOwned                  // consumed as its owner
+	shardSteal                  // consumed only while its backlog is above the steal threshold (overflow policy)
+)
+
+// shardSet holds the consumers of the shards a worker serves, five per shard
+// (one per priority), and switches them when ownership changes.
+type shardSet struct {
+	accept atomic.Uint32 // bit s set: deliveries of shard s may start here
+	owned  atomic.Uint32 // bit s set: the worker owns shard s
+
+	mu      sync.Mutex // serializes switches; guards the fields below
+	policy  jetstream.PriorityPolicy
+	streams [streams.Priorities]jetstream.Stream
+	modes   [streams.Shards]shardMode
+	ccs     [streams.Shards][]jetstream.ConsumeContext
+}
+
+// accepts reports whether a delivery of shard may still start here.
+func (s *shardSet) accepts(shard int) bool { return s.accept.Load()&(1<<shard) != 0 }
+
+// ownedShards lists the shards the worker owns.
+func (s *shardSet) ownedShards() []int {
+	bits := s.owned.Load()
+	out := []int{}
+	for shard := range streams.Shards {
+		if bits&(1<<shard) != 0 {
+			out = append(out, shard)
+		}
+	}
+	return out
+}
+
+// bindShards looks up the priority streams and the priority policy of the
+// shard consumers (provisioning gives every consumer the same).
+func (w *Worker) bindShards(ctx context.Context) error {
+	s := &w.shards
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for p := range streams.Priorities {
+		st, err := w.js.Stream(ctx, w.cfg.Names.PriorityStream(p))
+		if err != nil {
+			return fmt.Errorf("bind stream %s: %w", w.cfg.Names.PriorityStream(p), err)
+		}
+		s.streams[p] = st
+	}
+	cons, err := s.streams[0].Consumer(ctx, w.cfg.Names.ConsumerName(0, 0))
+	if err != nil {
+		return fmt.Errorf("bind consumer %s: %w", w.cfg.Names.ConsumerName(0, 0), err)
+	}
+	s.policy = cons.CachedInfo().Config.PriorityPolicy
+	return nil
+}
+
+// canSteal reports whether the worker pulls from shards it does not own.
+func (w *Worker) canSteal() bool {
+	return w.shards.policy == jetstream.PriorityPolicyOverflow && w.cfg.StealThreshold > 0
+}
+
+// serveShards switches every shard to the mode that owners gives it: the
+// shards in mine are owned, the others are stolen from (overflow policy)
+// or left alone.
+func (w *Worker) serveShards(ctx context.Context, mine []int) error {
+	var errs []error
+	for shard := range streams.Shards {
+		mode := shardIdle
+		switch {
+		case slices.Contains(mine, shard):
+			mode = shardOwned
+		case w.canSteal():
+			mode = shardSteal
+		}
+		errs = append(errs, w.setShard(ctx, shard, mode))
+	}
+	return errors.Join(errs...)
+}
+
+// setShard stops the shard's consumers if its mode changes and starts the
+// new mode's. Deliveries already held keep their claim; those not started
+// when the shard is left are handed back by the slots (see [Worker.slot]).
+func (w *Worker) setShard(ctx context.Context, shard int, mode shardMode) error {
+	s := &w.shards
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.modes[shard] == mode {
+		return nil
+	}
+	bit := uint32(1) << shard
+	if mode == shardOwned {
+		s.owned.Or(bit)
+	} else {
+		s.owned.And(^bit)
+	}
+	if mode == shardIdle {
+		s.accept.And(^bit)
+	}
+	drain(s.ccs[shard])
+	s.ccs[shard], s.modes[shard] = nil, shardIdle
+	if mode == shardIdle {
+		return nil
+	}
+	s.accept.Or(bit)
+	for p := range streams.Priorities {
+		cc, err := w.consumeShard(ctx, p, shard, mode)
+		if err != nil {
+			drain(s.ccs[shard])
+			s.ccs[shard] = nil
+			s.accept.And(^bit)
+			s.owned.And(^bit)
+			return err
+		}
+		s.ccs[shard] = append(s.ccs[shard], cc)
+	}
+	s.modes[shard] = mode
+	if mode == shardOwned && s.policy == jetstream.PriorityPolicyPinned {
+		// Take the pin from the previous owner now rather than after its
+		// PinnedTTL: its pulls fail from here on (it may still settle what
+		// it holds; the record's compare-and-set fences those).
+		for p := range streams.Priorities {
+			if err := s.streams[p].UnpinConsumer(ctx, w.cfg.Names.ConsumerName(p, shard), streams.PriorityGroup); err != nil {
+				w.log.Debug("unpin_failed", zap.Int("shard", shard), zap.Error(err))
+			}
+		}
+	}
+	return nil
+}
+
+// consumeShard starts the consumer of (p, shard) in mode.
+func (w *Worker) consumeShard(ctx context.Context, p, shard int, mode shardMode) (jetstream.ConsumeContext, error) {
+	name := w.cfg.Names.ConsumerName(p, shard)
+	// A fresh handle per start: nats.go keeps the pin id on the handle.
+	cons, err := w.shards.streams[p].Consumer(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("bind consumer %s: %w", name, err)
+	}
+	opts := []jetstream.PullConsumeOpt{
+		jetstream.PullMaxMessages(w.cfg.PrefetchPerShard),
+		jetstream.ConsumeErrHandler(w.consumeError),
+	}
+	if len(cons.CachedInfo().Config.PriorityGroups) > 0 {
+		opts = append(opts, jetstream.PullPriorityGroup(streams.PriorityGroup))
+	}
+	if mode == shardSteal {
+		opts = append(opts, jetstream.PullMinPending(w.cfg.StealThreshold))
+	}
+	cc, err := cons.Consume(w.receiver(p, shard), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("consume %s: %w", name, err)
+	}
+	return cc, nil
+}
+
+// stopShards stops every shard's consumers.
+func (w *Worker) stopShards() {
+	s := &w.shards
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.accept.Store(0)
+	s.owned.Store(0)
+	var all []jetstream.ConsumeContext
+	for shard := range s.ccs {
+		all = append(all, s.ccs[shard]...)
+		s.ccs[shard], s.modes[shard] = nil, shardIdle
+	}
+	drain(all)
+}
+
+// drain stops pulling on ccs and waits until their buffered messages have
+// been handed to the receiver, for at most 5 seconds.
+func drain(ccs []jetstream.ConsumeContext) {
+	for _, cc := range ccs {
+		cc.Drain()
+	}
+	deadline := time.NewTimer(5 * time.Second)
+	defer deadline.Stop()
+	for _, cc := range ccs {
+		select {
+		case <-cc.Closed():
+		case <-deadline.C:
+			for _, c := range ccs {
+				c.Stop()
+			}
+			return
+		}
+	}
+}
