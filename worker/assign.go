@@ -14,7 +14,7 @@ import (
 type Assignment [streams.Shards]string
 
 // Shards returns the shards owned by id, in ascending order.
-func (a *Assignment) Shards(id string) []int {
+func (a Assignment) Shards(id string) []int {
 	var out []int
 	for s, owner := range a {
 		if owner == id {
@@ -25,7 +25,7 @@ func (a *Assignment) Shards(id string) []int {
 }
 
 // Moved counts the shards whose owner differs between a and b.
-func (a *Assignment) Moved(b *Assignment) int {
+func (a Assignment) Moved(b Assignment) int {
 	n := 0
 	for s := range a {
 		if a[s] != b[s] {

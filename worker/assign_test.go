@@ -76,7 +76,7 @@ func TestRebalanceMovesFewShards(t *testing.T) {
 		nine := append(slices.Clone(ids), fmt.Sprintf("new-%s", nuid.Next()))
 		grown := worker.Rebalance(eight, nine)
 		requireBalanced(t, grown, nine)
-		moved := eight.Moved(&grown)
+		moved := eight.Moved(grown)
 		worst = max(worst, moved)
 		require.LessOrEqual(t, moved, limit, "adding %s to %v", nine[8], ids)
 		require.Equal(t, moved, len(grown.Shards(nine[8])), "only shards for the newcomer move")

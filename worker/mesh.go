@@ -88,9 +88,12 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) error {
 			v.tableEntry(e, w.log)
 		case <-refresh.C: // also retries a failed switch
 		}
-		if v.liveReady && v.tableReady {
-			w.reconcile(guarded, control, v)
+		if v.liveReady && v.tableReady && w.reconcile(guarded, control, v) {
+			// Announce the new shards now rather than at the next renewal.
 			w.announce(m)
+			if _, err := m.lease.Renew(guarded); err != nil && guarded.Err() == nil {
+				w.log.Warn("member_renew_failed", zap.Error(err))
+			}
 		}
 	}
 }
@@ -126,8 +129,9 @@ func (v *meshView) tableEntry(e jetstream.KeyValueEntry, log *zap.Logger) {
 }
 
 // reconcile writes a new table if the live members differ from the table's,
-// then serves the shards the table gives this worker.
-func (w *Worker) reconcile(ctx context.Context, control jetstream.KeyValue, v *meshView) {
+// then serves the shards the table gives this worker. It reports whether
+// the shards it serves changed.
+func (w *Worker) reconcile(ctx context.Context, control jetstream.KeyValue, v *meshView) bool {
 	live := make([]string, 0, len(v.live))
 	for id := range v.live {
 		live = append(live, id)
@@ -138,29 +142,33 @@ func (w *Worker) reconcile(ctx context.Context, control jetstream.KeyValue, v *m
 		data, err := json.Marshal(next)
 		if err != nil {
 			w.log.Error("shard_table_encode", zap.Error(err))
-			return
+			return false
 		}
 		wctx, cancel := context.WithTimeout(ctx, opTimeout)
 		rev, err := control.Update(wctx, ShardTableKey, data, v.tableRev)
 		cancel()
 		switch {
 		case err == nil:
-			w.log.Info("shard_table_written", zap.Strings("members", live), zap.Int("moved", v.table.Owners.Moved(&next.Owners)), zap.Uint64("revision", rev))
+			w.log.Info("shard_table_written", zap.Strings("members", live), zap.Int("moved", v.table.Owners.Moved(next.Owners)), zap.Uint64("revision", rev))
 			v.table, v.tableRev = next, rev
-		case kv.IsRevisionMismatch(err):
-			// Another member wrote first; its table arrives on the watch.
+		case kv.IsRevisionMismatch(err), ctx.Err() != nil:
+			// Another member wrote first (its table arrives on the watch),
+			// or the worker is leaving.
 		default:
 			w.log.Warn("shard_table_write_failed", zap.Error(err))
 		}
 	}
 	if v.applied && v.lastApplied == v.table.Owners {
-		return
+		return false
 	}
 	mine := v.table.Owners.Shards(w.cfg.ID)
 	if err := w.serveShards(ctx, mine); err != nil {
-		w.log.Warn("serve_shards_failed", zap.Error(err))
-		return // try again on the next event
+		if ctx.Err() == nil {
+			w.log.Warn("serve_shards_failed", zap.Error(err))
+		}
+		return false // try again on the next event or tick
 	}
 	v.lastApplied, v.applied = v.table.Owners, true
 	w.log.Info("shards_served", zap.Ints("owned", mine), zap.Uint64("table_revision", v.tableRev))
+	return true
 }
