@@ -27,6 +27,19 @@ type ShardTable struct {
 	At      time.Time  `json:"at"`
 }
 
+// awaitServing waits until the worker serves the shards the mesh gives it,
+// for at most the member TTL (after that it keeps trying in the background).
+func (w *Worker) awaitServing(ctx context.Context) {
+	timer := time.NewTimer(w.cfg.MemberTTL)
+	defer timer.Stop()
+	select {
+	case <-w.serving:
+	case <-ctx.Done():
+	case <-timer.C:
+		w.log.Warn("mesh_join_slow", zap.Duration("waited", w.cfg.MemberTTL))
+	}
+}
+
 // meshView is what a member knows of the mesh (owned by the mesh loop).
 type meshView struct {
 	live        map[string]bool // member ids with a live lease
@@ -167,6 +180,11 @@ func (w *Worker) reconcile(ctx context.Context, control jetstream.KeyValue, v *m
 			w.log.Warn("serve_shards_failed", zap.Error(err))
 		}
 		return false // try again on the next event or tick
+	}
+	select {
+	case <-w.serving:
+	default:
+		close(w.serving) // only this loop closes it
 	}
 	v.lastApplied, v.applied = v.table.Owners, true
 	w.log.Info("shards_served", zap.Ints("owned", mine), zap.Uint64("table_revision", v.tableRev))

@@ -29,11 +29,13 @@ type shardSet struct {
 	accept atomic.Uint32 // bit s set: deliveries of shard s may start here
 	owned  atomic.Uint32 // bit s set: the worker owns shard s
 
-	mu      sync.Mutex // serializes switches; guards the fields below
+	// Set by bindShards before any switch, read-only after.
 	policy  jetstream.PriorityPolicy
 	streams [streams.Priorities]jetstream.Stream
-	modes   [streams.Shards]shardMode
-	ccs     [streams.Shards][]jetstream.ConsumeContext
+
+	locks [streams.Shards]sync.Mutex // locks[s] serializes switches of shard s and guards modes[s], ccs[s]
+	modes [streams.Shards]shardMode
+	ccs   [streams.Shards][]jetstream.ConsumeContext
 }
 
 // accepts reports whether a delivery of shard may still start here.
@@ -55,8 +57,6 @@ func (s *shardSet) ownedShards() []int {
 // shard consumers (provisioning gives every consumer the same).
 func (w *Worker) bindShards(ctx context.Context) error {
 	s := &w.shards
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	for p := range streams.Priorities {
 		st, err := w.js.Stream(ctx, w.cfg.Names.PriorityStream(p))
 		if err != nil {
@@ -77,21 +77,32 @@ func (w *Worker) canSteal() bool {
 	return w.shards.policy == jetstream.PriorityPolicyOverflow && w.cfg.StealThreshold > 0
 }
 
-// serveShards switches every shard to the mode that owners gives it: the
-// shards in mine are owned, the others are stolen from (overflow policy)
-// or left alone.
+// serveShards switches every shard to its mode: the shards in mine are
+// owned, the others are stolen from (overflow policy) or left alone. Shards
+// switch in parallel, each taking a few round trips to the server.
 func (w *Worker) serveShards(ctx context.Context, mine []int) error {
-	var errs []error
-	for shard := range streams.Shards {
-		mode := shardIdle
-		switch {
-		case slices.Contains(mine, shard):
-			mode = shardOwned
-		case w.canSteal():
-			mode = shardSteal
-		}
-		errs = append(errs, w.setShard(ctx, shard, mode))
+	errs := make([]error, streams.Shards)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for shard := range next {
+				mode := shardIdle
+				switch {
+				case slices.Contains(mine, shard):
+					mode = shardOwned
+				case w.canSteal():
+					mode = shardSteal
+				}
+				errs[shard] = w.setShard(ctx, shard, mode)
+			}
+		})
 	}
+	for shard := range streams.Shards {
+		next <- shard
+	}
+	close(next)
+	wg.Wait()
 	return errors.Join(errs...)
 }
 
@@ -100,8 +111,8 @@ func (w *Worker) serveShards(ctx context.Context, mine []int) error {
 // when the shard is left are handed back by the slots (see [Worker.slot]).
 func (w *Worker) setShard(ctx context.Context, shard int, mode shardMode) error {
 	s := &w.shards
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.locks[shard].Lock()
+	defer s.locks[shard].Unlock()
 	if s.modes[shard] == mode {
 		return nil
 	}
@@ -132,16 +143,6 @@ func (w *Worker) setShard(ctx context.Context, shard int, mode shardMode) error 
 		s.ccs[shard] = append(s.ccs[shard], cc)
 	}
 	s.modes[shard] = mode
-	if mode == shardOwned && s.policy == jetstream.PriorityPolicyPinned {
-		// Take the pin from the previous owner now rather than after its
-		// PinnedTTL: its pulls fail from here on (it may still settle what
-		// it holds; the record's compare-and-set fences those).
-		for p := range streams.Priorities {
-			if err := s.streams[p].UnpinConsumer(ctx, w.cfg.Names.ConsumerName(p, shard), streams.PriorityGroup); err != nil {
-				w.log.Debug("unpin_failed", zap.Int("shard", shard), zap.Error(err))
-			}
-		}
-	}
 	return nil
 }
 
@@ -157,8 +158,23 @@ func (w *Worker) consumeShard(ctx context.Context, p, shard int, mode shardMode)
 		jetstream.PullMaxMessages(w.cfg.PrefetchPerShard),
 		jetstream.ConsumeErrHandler(w.consumeError),
 	}
-	if len(cons.CachedInfo().Config.PriorityGroups) > 0 {
+	info := cons.CachedInfo()
+	cfg := info.Config
+	if mode == shardOwned && cfg.PriorityPolicy == jetstream.PriorityPolicyPinned && pinned(info) {
+		// Take the pin from the previous owner now rather than after its
+		// PinnedTTL: its pulls fail from here on (it may still settle what
+		// it holds; the record's compare-and-set fences those).
+		if err := w.shards.streams[p].UnpinConsumer(ctx, name, streams.PriorityGroup); err != nil {
+			w.log.Debug("unpin_failed", zap.String("consumer", name), zap.Error(err))
+		}
+	}
+	if len(cfg.PriorityGroups) > 0 {
 		opts = append(opts, jetstream.PullPriorityGroup(streams.PriorityGroup))
+	}
+	if cfg.PriorityPolicy == jetstream.PriorityPolicyPinned && cfg.PinnedTTL > 0 {
+		// Pull again well within the PinnedTTL, so that an idle shard keeps
+		// its pin instead of losing it and paying a wrong-pin round trip.
+		opts = append(opts, jetstream.PullExpiry(max(time.Second, min(30*time.Second, cfg.PinnedTTL/2))))
 	}
 	if mode == shardSteal {
 		opts = append(opts, jetstream.PullMinPending(w.cfg.StealThreshold))
@@ -170,17 +186,27 @@ func (w *Worker) consumeShard(ctx context.Context, p, shard int, mode shardMode)
 	return cc, nil
 }
 
+// pinned reports whether a client holds the pin of the consumer's group.
+func pinned(info *jetstream.ConsumerInfo) bool {
+	for _, g := range info.PriorityGroups {
+		if g.PinnedClientID != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // stopShards stops every shard's consumers.
 func (w *Worker) stopShards() {
 	s := &w.shards
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.accept.Store(0)
 	s.owned.Store(0)
 	var all []jetstream.ConsumeContext
 	for shard := range s.ccs {
+		s.locks[shard].Lock()
 		all = append(all, s.ccs[shard]...)
 		s.ccs[shard], s.modes[shard] = nil, shardIdle
+		s.locks[shard].Unlock()
 	}
 	drain(all)
 }

@@ -28,6 +28,7 @@ type Worker struct {
 	shards   shardSet                           // consumers of the shards served
 	stopMesh context.CancelFunc                 // nil with fixed shards
 	meshDone chan struct{}
+	serving  chan struct{} // closed once the mesh's shards are first served
 
 	stopping  atomic.Bool
 	stopCh    chan struct{} // closed when Stop begins
@@ -92,8 +93,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 		meshCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		w.stopMesh = cancel
-		w.meshDone = make(chan struct{})
+		w.meshDone, w.serving = make(chan struct{}), make(chan struct{})
 		go func() { defer close(w.meshDone); w.runMesh(meshCtx, m) }()
+		w.awaitServing(ctx)
 	} else if err := w.serveShards(ctx, w.cfg.Shards); err != nil {
 		w.stopShards()
 		return fmt.Errorf("start worker: %w", err)
