@@ -97,7 +97,7 @@ func (c *Config) withDefaults() *Config {
 	}
 	if out.ID == "" {
 		host, _ := os.Hostname()
-		out.ID = cmp.Or(host, "worker") + "-" + nuid.Next()[:8]
+		out.ID = cmp.Or(host, "worker") + "-" + nuid.Next()[14:] // the sequence part: the first 12 characters are the same in one process
 	}
 	out.Concurrency = cmp.Or(out.Concurrency, DefaultConcurrency)
 	out.Version = cmp.Or(out.Version, "dev")

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -25,6 +26,7 @@ type load struct {
 	concurrency int           // slots per worker
 	work        time.Duration // handler time (0: no-op)
 	keys        func(i int) string
+	rate        int // tasks published per second; 0: as fast as possible
 }
 
 type loadResult struct {
@@ -80,8 +82,18 @@ func runLoad(b *testing.B, l load, n int) loadResult {
 	_, pjs := srv.Connect()
 	b.ResetTimer()
 	start := time.Now()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
 	for i := range n {
-		_, err := pjs.PublishAsync(fmt.Sprintf("ax.submit.p2.t.noop.%s", l.keys(i)), nil)
+		if l.rate > 0 && i > 0 && i%(l.rate/100) == 0 {
+			<-tick.C // rate/100 tasks every 10ms
+		}
+		subject := fmt.Sprintf("ax.submit.p2.t.noop.%s", l.keys(i))
+		_, err := pjs.PublishAsync(subject, nil)
+		for errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			<-pjs.PublishAsyncComplete() // the server is behind: let it catch up
+			_, err = pjs.PublishAsync(subject, nil)
+		}
 		require.NoError(b, err)
 	}
 	<-pjs.PublishAsyncComplete()
@@ -128,14 +140,18 @@ func (r loadResult) report(b *testing.B) {
 }
 
 // BenchmarkMesh runs no-op tasks through 1, 2 and 4 workers of 16 slots in
-// one process, published while they run: throughput and start latency.
+// one process, published while they run: as fast as possible (throughput;
+// the start latency is then queueing) and at 2,000 tasks/s (start latency
+// below saturation).
 func BenchmarkMesh(b *testing.B) {
-	for _, workers := range []int{1, 2, 4} {
-		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
-			res := runLoad(b, load{policy: "overflow", workers: workers, concurrency: 16,
-				keys: func(i int) string { return fmt.Sprintf("k%d", i) }}, max(b.N, 1000))
-			res.report(b)
-		})
+	for _, rate := range []int{0, 2000} {
+		for _, workers := range []int{1, 2, 4} {
+			b.Run(fmt.Sprintf("rate=%d/workers=%d", rate, workers), func(b *testing.B) {
+				res := runLoad(b, load{workers: workers, concurrency: 16, rate: rate,
+					keys: func(i int) string { return fmt.Sprintf("k%d", i) }}, max(b.N, 1000))
+				res.report(b)
+			})
+		}
 	}
 }
 
