@@ -51,7 +51,7 @@ func addWorker(root *cobra.Command, e *env) {
 it runs, released when it stops) and consumes the shards the shared assignment
 gives it; shards move between workers as they join and leave. See them with
 ax workers.`,
-		Args:  cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := e.logger(false)
 			if err != nil {
