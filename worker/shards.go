@@ -72,9 +72,10 @@ func (w *Worker) bindShards(ctx context.Context) error {
 	return nil
 }
 
-// canSteal reports whether the worker pulls from shards it does not own.
+// canSteal reports whether the worker pulls from shards it does not own:
+// only a mesh member, under the overflow policy, with stealing enabled.
 func (w *Worker) canSteal() bool {
-	return w.shards.policy == jetstream.PriorityPolicyOverflow && w.cfg.StealThreshold > 0
+	return w.cfg.mesh && w.shards.policy == jetstream.PriorityPolicyOverflow && w.cfg.StealThreshold > 0
 }
 
 // serveShards switches every shard to its mode: the shards in mine are
