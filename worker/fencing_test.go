@@ -100,3 +100,39 @@ func TestFrozenWorkerIsFenced(t *testing.T) {
 	require.Eventually(t, func() bool { return wA.Stats().Dropped.Load() >= 1 }, 10*time.Second, 20*time.Millisecond,
 		"A records its lost claim")
 }
+
+// A worker whose membership lease is taken from it (here: deleted, as an
+// expiry during a partition would) stops: its running handler is cancelled
+// with ErrLeaseLost and the task goes back to READY without counting the
+// attempt; the worker joins again and the task then succeeds.
+func TestLostMembershipStopsWork(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	causes := make(chan error, 2)
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("job", func(ctx context.Context, task *worker.Task) error {
+		if task.Attempt == 1 && len(causes) == 0 {
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return ctx.Err()
+		}
+		return nil
+	}, nil))
+	b.startWorker(t, worker.Config{ID: "A", Registry: reg, MemberTTL: memberTTL})
+	waitMembers(t, b.js, "A")
+	info, err := b.client.Submit(ctx, scheduler.Task{Type: "job"})
+	require.NoError(t, err)
+	b.waitState(t, info.ID, kv.StateRunning)
+
+	members, err := b.js.KeyValue(ctx, "AX_WORKERS")
+	require.NoError(t, err)
+	require.NoError(t, members.Delete(ctx, "A"))
+	require.ErrorIs(t, <-causes, worker.ErrLeaseLost)
+
+	rec := b.waitState(t, info.ID, kv.StateSucceeded)
+	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>READY", "READY>RUNNING", "RUNNING>SUCCEEDED"}, moves(rec))
+	require.Equal(t, "membership_lost", rec.Trail[2].Action)
+	require.Equal(t, 1, rec.Attempt)
+	waitMembers(t, b.js, "A") // it joined again
+}
