@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,10 +110,11 @@ func TestLostMembershipStopsWork(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ctx := context.Background()
-	causes := make(chan error, 2)
+	causes := make(chan error, 1)
+	var first atomic.Bool
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("job", func(ctx context.Context, task *worker.Task) error {
-		if task.Attempt == 1 && len(causes) == 0 {
+		if first.CompareAndSwap(false, true) {
 			<-ctx.Done()
 			causes <- context.Cause(ctx)
 			return ctx.Err()
