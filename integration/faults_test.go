@@ -101,6 +101,11 @@ func (m *mesh) waitSucceeded(ids []string, timeout time.Duration, each func()) {
 		if time.Now().After(deadline) {
 			m.t.Fatalf("after %s, not every task succeeded: %v", timeout, counts)
 		}
+		for id, w := range m.workers {
+			if w.exited() {
+				m.t.Fatalf("worker %s exited:\n%s", id, w.output())
+			}
+		}
 		if each != nil {
 			each()
 		}
@@ -130,11 +135,11 @@ func TestWorkerCrashes(t *testing.T) {
 	for range 4 {
 		m.spawn()
 	}
-	ids := m.submitProbes(crashTasks, 50, 150)
+	ids := m.submitProbes(crashTasks, 100, 300)
 	kills := 0
 	lastKill := time.Now()
 	m.waitSucceeded(ids, 8*time.Minute, func() {
-		if time.Since(lastKill) < 3*time.Second {
+		if time.Since(lastKill) < 2*time.Second {
 			return
 		}
 		var live []string
@@ -184,6 +189,7 @@ func TestNetworkBlip(t *testing.T) {
 	other := map[string]string{a: b, b: a}[owner]
 	frozen := m.workers[owner]
 	frozen.signal(t, syscall.SIGSTOP)
+	stoppedAt := time.Now()
 
 	// The other worker takes the task over once the frozen one's ack wait lapses.
 	var rec *kv.Record
@@ -216,6 +222,8 @@ func TestNetworkBlip(t *testing.T) {
 	require.Contains(t, effects[id], `"worker":"`+other+`"`, "the side effect is the new owner's")
 	j := readJournals(t, m.journal, nil)
 	require.Len(t, j.executions[id], 2, "two executions: the frozen one and the takeover")
+	t.Logf("network blip: takeover %s after SIGSTOP (ack wait %s); stale completion rejected; 1 side effect",
+		j.executions[id][1].start.Sub(stoppedAt).Round(time.Millisecond), faultAckWait)
 }
 
 // Scenario 5: stop everything mid-run (NATS and workers), start again:

@@ -40,13 +40,19 @@ type Probe struct {
 }
 
 // NewProbe opens (appending) the journal at path and binds the effects
-// bucket, creating it if needed.
+// bucket, creating it (one replica) if it does not exist.
 func NewProbe(ctx context.Context, js jetstream.JetStream, path, bucket string) (*Probe, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("probe journal: %w", err)
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Storage: jetstream.FileStorage})
+	kv, err := js.KeyValue(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Storage: jetstream.FileStorage})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, bucket)
+		}
+	}
 	if err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("probe effects bucket %s: %w", bucket, err)
