@@ -29,9 +29,7 @@ type shardSet struct {
 	accept atomic.Uint32 // bit s set: deliveries of shard s may start here
 	owned  atomic.Uint32 // bit s set: the worker owns shard s
 
-	// Set by bindShards before any switch, read-only after.
-	policy  jetstream.PriorityPolicy
-	streams [streams.Priorities]jetstream.Stream
+	policy jetstream.PriorityPolicy // set by bindShards before any switch, read-only after
 
 	locks [streams.Shards]sync.Mutex // locks[s] serializes switches of shard s and guards modes[s], ccs[s]
 	modes [streams.Shards]shardMode
@@ -53,22 +51,15 @@ func (s *shardSet) ownedShards() []int {
 	return out
 }
 
-// bindShards looks up the priority streams and the priority policy of the
-// shard consumers (provisioning gives every consumer the same).
+// bindShards learns the priority policy of the shard consumers
+// (provisioning gives every consumer the same), retrying while the server
+// cannot answer.
 func (w *Worker) bindShards(ctx context.Context) error {
-	s := &w.shards
-	for p := range streams.Priorities {
-		st, err := w.js.Stream(ctx, w.cfg.Names.PriorityStream(p))
-		if err != nil {
-			return fmt.Errorf("bind stream %s: %w", w.cfg.Names.PriorityStream(p), err)
-		}
-		s.streams[p] = st
-	}
-	cons, err := s.streams[0].Consumer(ctx, w.cfg.Names.ConsumerName(0, 0))
+	cons, err := w.bindConsumer(ctx, 0, 0)
 	if err != nil {
-		return fmt.Errorf("bind consumer %s: %w", w.cfg.Names.ConsumerName(0, 0), err)
+		return err
 	}
-	s.policy = cons.CachedInfo().Config.PriorityPolicy
+	w.shards.policy = cons.CachedInfo().Config.PriorityPolicy
 	return nil
 }
 
@@ -151,9 +142,9 @@ func (w *Worker) setShard(ctx context.Context, shard int, mode shardMode) error 
 func (w *Worker) consumeShard(ctx context.Context, p, shard int, mode shardMode) (jetstream.ConsumeContext, error) {
 	name := w.cfg.Names.ConsumerName(p, shard)
 	// A fresh handle per start: nats.go keeps the pin id on the handle.
-	cons, err := w.shards.streams[p].Consumer(ctx, name)
+	cons, err := w.bindConsumer(ctx, p, shard)
 	if err != nil {
-		return nil, fmt.Errorf("bind consumer %s: %w", name, err)
+		return nil, err
 	}
 	opts := []jetstream.PullConsumeOpt{
 		jetstream.PullMaxMessages(w.cfg.PrefetchPerShard),
@@ -165,7 +156,7 @@ func (w *Worker) consumeShard(ctx context.Context, p, shard int, mode shardMode)
 		// Take the pin from the previous owner now rather than after its
 		// PinnedTTL: its pulls fail from here on (it may still settle what
 		// it holds; the record's compare-and-set fences those).
-		if err := w.shards.streams[p].UnpinConsumer(ctx, name, streams.PriorityGroup); err != nil {
+		if err := w.unpin(ctx, p, name); err != nil {
 			w.log.Debug("unpin_failed", zap.String("consumer", name), zap.Error(err))
 		}
 	}
@@ -185,6 +176,14 @@ func (w *Worker) consumeShard(ctx context.Context, p, shard int, mode shardMode)
 		return nil, fmt.Errorf("consume %s: %w", name, err)
 	}
 	return cc, nil
+}
+
+func (w *Worker) unpin(ctx context.Context, p int, consumer string) error {
+	stream, err := w.js.Stream(ctx, w.cfg.Names.PriorityStream(p))
+	if err != nil {
+		return err
+	}
+	return stream.UnpinConsumer(ctx, consumer, streams.PriorityGroup)
 }
 
 // pinned reports whether a client holds the pin of the consumer's group.
