@@ -46,9 +46,9 @@ func (w *Worker) process(d *delivery) {
 	case errors.Is(cause, ErrClaimLapsed):
 		w.lapsed(d, env)
 	case errors.Is(cause, ErrLeaseLost):
-		w.leaseLost(d, env, rec, rev)
+		w.putBack(d, env, rec, rev, "membership_lost")
 	case errors.Is(cause, ErrStop):
-		w.putBack(d, rec, rev)
+		w.putBack(d, env, rec, rev, "worker_stopped")
 	case errors.Is(cause, ErrCancelled):
 		w.cancelled(d, env, rec, rev)
 	case errors.Is(cause, ErrTimeout):
@@ -187,17 +187,21 @@ func (w *Worker) bury(d *delivery, env *envelope, rec *kv.Record, rev uint64, ca
 	_ = d.settle(func() error { return d.msg.TermWithReason(truncate(cause.Error(), 256)) })
 }
 
-// putBack returns a task interrupted by Stop: READY again, the attempt not
-// counted, its message redelivered at once.
-func (w *Worker) putBack(d *delivery, rec *kv.Record, rev uint64) {
+// putBack returns a task interrupted by Stop or by a lost membership
+// (action): READY again, the attempt not counted, its message redelivered at
+// once. If the compare-and-set fails the claim was lost: the message is not
+// ours to answer.
+func (w *Worker) putBack(d *delivery, env *envelope, rec *kv.Record, rev uint64, action string) {
 	ctx, cancel := finalCtx()
 	defer cancel()
-	_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: "worker_stopped"}, func(r *kv.Record) error {
+	_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: action}, func(r *kv.Record) error {
 		r.Attempt--
 		return nil
 	})
 	if err != nil {
 		w.log.Warn("put_back_failed", zap.String("task_id", rec.ID), zap.Error(err))
+		w.settleFailedWrite(d, env, err)
+		return
 	}
 	_ = d.settle(d.msg.Nak)
 }

@@ -3,9 +3,6 @@ package worker
 import (
 	"context"
 	"time"
-
-	"github.com/ax-mesh/ax/kv"
-	"go.uber.org/zap"
 )
 
 // watchClaim cancels a running task's context with [ErrClaimLapsed] once its
@@ -39,23 +36,4 @@ func (w *Worker) watchClaim(d *delivery, cancel context.CancelCauseFunc) (stop f
 // the message is not answered (it is redelivered, or already was).
 func (w *Worker) lapsed(d *delivery, env *envelope) {
 	w.drop(d, env, ErrClaimLapsed.Error(), false)
-}
-
-// leaseLost settles a task cancelled because the worker left the mesh: back
-// to READY if the record still says it runs here, without counting the
-// attempt; if the compare-and-set fails, the claim was lost and the message
-// is left alone.
-func (w *Worker) leaseLost(d *delivery, env *envelope, rec *kv.Record, rev uint64) {
-	ctx, cancel := finalCtx()
-	defer cancel()
-	_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: "membership_lost"}, func(r *kv.Record) error {
-		r.Attempt--
-		return nil
-	})
-	if err != nil {
-		w.log.Warn("put_back_failed", zap.String("task_id", rec.ID), zap.Error(err))
-		w.settleFailedWrite(d, env, err)
-		return
-	}
-	_ = d.settle(d.msg.Nak)
 }
