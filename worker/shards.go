@@ -31,9 +31,10 @@ type shardSet struct {
 
 	policy jetstream.PriorityPolicy // set by bindShards before any switch, read-only after
 
-	locks [streams.Shards]sync.Mutex // locks[s] serializes switches of shard s and guards modes[s], ccs[s]
-	modes [streams.Shards]shardMode
-	ccs   [streams.Shards][]jetstream.ConsumeContext
+	locks   [streams.Shards]sync.Mutex // locks[s] serializes switches of shard s and guards modes[s], ccs[s], handles[s]
+	modes   [streams.Shards]shardMode
+	ccs     [streams.Shards][]jetstream.ConsumeContext
+	handles [streams.Shards][streams.Priorities]jetstream.Consumer // bound consumers, reused unless pinned
 }
 
 // accepts reports whether a delivery of shard may still start here.
@@ -141,10 +142,17 @@ func (w *Worker) setShard(ctx context.Context, shard int, mode shardMode) error 
 // consumeShard starts the consumer of (p, shard) in mode.
 func (w *Worker) consumeShard(ctx context.Context, p, shard int, mode shardMode) (jetstream.ConsumeContext, error) {
 	name := w.cfg.Names.ConsumerName(p, shard)
-	// A fresh handle per start: nats.go keeps the pin id on the handle.
-	cons, err := w.bindConsumer(ctx, p, shard)
-	if err != nil {
-		return nil, err
+	// Binding costs a consumer info request (a replicated one in a
+	// cluster), so handles are reused; except under pinned_client, where
+	// nats.go keeps the pin id on the handle and each start needs a fresh
+	// one. (locks[shard] is held.)
+	cons := w.shards.handles[shard][p]
+	if cons == nil || w.shards.policy == jetstream.PriorityPolicyPinned {
+		var err error
+		if cons, err = w.bindConsumer(ctx, p, shard); err != nil {
+			return nil, err
+		}
+		w.shards.handles[shard][p] = cons
 	}
 	opts := []jetstream.PullConsumeOpt{
 		jetstream.PullMaxMessages(w.cfg.PrefetchPerShard),

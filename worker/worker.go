@@ -86,10 +86,19 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.bindShards(ctx); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}
+	// Slots and heartbeats run before any consumer does: a delivery must
+	// never wait unheartbeated for a slot that has not started.
+	for range w.cfg.Concurrency {
+		w.slots.Go(w.slot)
+	}
+	w.loops.Go(func() { w.slots.Wait(); close(w.slotsDone) })
+	if !w.cfg.Test.DisableHeartbeats {
+		w.loops.Go(w.heartbeats)
+	}
 	if w.cfg.mesh {
 		m, err := w.newMember(ctx)
 		if err != nil {
-			return fmt.Errorf("start worker: %w", err)
+			return errors.Join(fmt.Errorf("start worker: %w", err), w.Stop(context.WithoutCancel(ctx)))
 		}
 		meshCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		w.stopMesh = cancel
@@ -97,15 +106,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		go func() { defer close(w.meshDone); w.runMesh(meshCtx, m) }()
 		w.awaitServing(ctx)
 	} else if err := w.serveShards(ctx, w.cfg.Shards); err != nil {
-		w.stopShards()
-		return fmt.Errorf("start worker: %w", err)
-	}
-	for range w.cfg.Concurrency {
-		w.slots.Go(w.slot)
-	}
-	w.loops.Go(func() { w.slots.Wait(); close(w.slotsDone) })
-	if !w.cfg.Test.DisableHeartbeats {
-		w.loops.Go(w.heartbeats)
+		return errors.Join(fmt.Errorf("start worker: %w", err), w.Stop(context.WithoutCancel(ctx)))
 	}
 	w.log.Info("worker_started", zap.Int("concurrency", w.cfg.Concurrency), zap.Bool("mesh", w.cfg.mesh), zap.Ints("shards", w.cfg.Shards))
 	return nil
