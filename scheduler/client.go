@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
@@ -37,6 +38,9 @@ type Config struct {
 	PublishRetries int
 	// Store configures the task record store (retention, trail stream).
 	Store kv.StoreConfig
+	// Early is how long before its run time a delayed task's server-side
+	// schedule fires (the leader releases it at the exact time). Default 1s.
+	Early time.Duration
 }
 
 func (c *Config) withDefaults() *Config {
@@ -52,6 +56,7 @@ func (c *Config) withDefaults() *Config {
 	}
 	out.MaxPending = cmp.Or(out.MaxPending, DefaultMaxPending)
 	out.PublishRetries = cmp.Or(out.PublishRetries, DefaultPublishRetries)
+	out.Early = cmp.Or(out.Early, DefaultEarly)
 	out.Store.Names = out.Names
 	return &out
 }
@@ -68,9 +73,11 @@ func (c *Config) validate() error {
 
 // Client submits tasks. It is safe for concurrent use.
 type Client struct {
-	cfg   *Config
-	js    jetstream.JetStream // own handle: its async publish window is ours
-	store *kv.Store
+	cfg      *Config
+	js       jetstream.JetStream // own handle: its async publish window is ours
+	store    *kv.Store
+	pressure atomic.Pointer[Pressure] // last backpressure report seen
+	watch    pressureWatch
 }
 
 // NewClient returns a client on the connection of js. The streams and
@@ -88,7 +95,11 @@ func NewClient(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Clien
 	if err != nil {
 		return nil, fmt.Errorf("new scheduler client: %w", err)
 	}
-	return &Client{cfg: cfg, js: own, store: store}, nil
+	c := &Client{cfg: cfg, js: own, store: store}
+	if err := c.watchPressure(ctx); err != nil {
+		return nil, fmt.Errorf("new scheduler client: %w", err)
+	}
+	return c, nil
 }
 
 // Store returns the client's task record store.
@@ -98,9 +109,16 @@ func (c *Client) Store() *kv.Store { return c.store }
 // READY record. On [ErrOverloaded] nothing was stored; on another error the
 // task may or may not be stored, and retrying with the returned id is safe.
 func (c *Client) Submit(ctx context.Context, task Task) (TaskInfo, error) {
-	t, err := task.normalize(time.Now())
+	now := time.Now()
+	t, err := task.normalize(now)
+	if err == nil {
+		err = c.admit(t, now)
+	}
 	if err != nil {
 		return TaskInfo{ID: t.ID}, err
+	}
+	if !t.RunAt.IsZero() {
+		return c.submitDelayed(ctx, t)
 	}
 	msg := t.message(c.cfg.Names)
 	var ack *jetstream.PubAck
@@ -145,9 +163,18 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []Task) ([]TaskInfo, err
 	msgs := make([]*nats.Msg, len(tasks))
 	for i, task := range tasks {
 		t, err := task.normalize(now)
+		if err == nil {
+			err = c.admit(t, now)
+		}
 		infos[i].ID = t.ID
 		if err != nil {
 			failed[i] = err
+			continue
+		}
+		if !t.RunAt.IsZero() { // delayed: one schedule each
+			if infos[i], err = c.submitDelayed(ctx, t); err != nil {
+				failed[i] = err
+			}
 			continue
 		}
 		normalized[i] = t
