@@ -20,7 +20,8 @@ import (
 // the record READY -> READY with the new priority and generation by
 // compare-and-set, then deletes the old message. A worker drops any old copy
 // it still holds, because its generation is behind the record's. The wait
-// restarts in the new bucket, so a task rises one level per threshold.
+// counts from when the task became READY, so a task rises one level per
+// threshold waited: P4 reaches P0 after 4 thresholds.
 type aging struct {
 	l   *Leader
 	log *zap.Logger
@@ -29,7 +30,7 @@ type aging struct {
 func newAging(l *Leader) *aging { return &aging{l: l, log: l.log.Named("aging")} }
 
 func (a *aging) run(ctx context.Context) error {
-	every := max(a.l.cfg.AgingThreshold/4, 10*time.Millisecond)
+	every := max(a.l.cfg.AgingThreshold/8, 10*time.Millisecond)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
@@ -54,7 +55,9 @@ func (a *aging) pass(ctx context.Context, prio int) error {
 	if err != nil {
 		return err
 	}
-	cutoff := time.Now().Add(-a.l.cfg.AgingThreshold)
+	// A copy aged into this bucket is younger than the task's wait: look
+	// at messages older than half a threshold, and let the record decide.
+	cutoff := time.Now().Add(-a.l.cfg.AgingThreshold / 2)
 	filter := fmt.Sprintf("%s.p%d.>", names.Prefix(), prio)
 	seq := stream.CachedInfo().State.FirstSeq
 	for lifted := 0; lifted < a.l.cfg.AgingBatch; {
@@ -81,6 +84,20 @@ func (a *aging) pass(ctx context.Context, prio int) error {
 	return nil
 }
 
+// waitingSince returns when the task became READY, not counting aging
+// moves, and how often it was lifted since: it is due for its next level
+// after (lifts+1) thresholds, so detection lag does not add up.
+func waitingSince(rec *kv.Record) (time.Time, int) {
+	lifts := 0
+	for i := len(rec.Trail) - 1; i >= 0; i-- {
+		if rec.Trail[i].Action != "aging" {
+			return rec.Trail[i].At, lifts
+		}
+		lifts++
+	}
+	return rec.UpdatedAt, lifts
+}
+
 // lift moves one waiting message up a level if its task is READY at the
 // message's generation. It reports whether it did.
 func (a *aging) lift(ctx context.Context, stream jetstream.Stream, prio int, raw *jetstream.RawStreamMsg) (bool, error) {
@@ -99,6 +116,10 @@ func (a *aging) lift(ctx context.Context, stream jetstream.Stream, prio int, raw
 	if rec.State != kv.StateReady || rec.Gen != opts.Gen || rec.Priority != prio {
 		return false, nil // running, retrying, or a stale copy
 	}
+	since, lifts := waitingSince(rec)
+	if time.Since(since) < time.Duration(lifts+1)*a.l.cfg.AgingThreshold {
+		return false, nil // not yet due for its next level
+	}
 	gen := rec.Gen + 1
 	msg := nats.NewMsg(names.SubmitSubject(prio-1, rec.Tenant, rec.Type, rec.Key))
 	msg.Data = raw.Data
@@ -112,7 +133,7 @@ func (a *aging) lift(ctx context.Context, stream jetstream.Stream, prio int, raw
 	if err != nil {
 		return false, fmt.Errorf("age task %s: publish to P%d: %w", rec.ID, prio-1, err)
 	}
-	waited := time.Since(raw.Time)
+	waited := time.Since(since)
 	_, _, err = a.l.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: "aging"}, func(r *kv.Record) error {
 		r.Priority, r.Gen, r.StreamSeq = prio-1, gen, ack.Sequence
 		return nil
