@@ -18,7 +18,7 @@ import (
 const (
 	DefaultAgingThreshold   = 30 * time.Second
 	DefaultPressureInterval = time.Second
-	DefaultMoverWorkers     = 8
+	DefaultMoverWorkers     = 32
 )
 
 // PressureThresholds are the backpressure thresholds, as fractions of a
@@ -73,7 +73,7 @@ type LeaderConfig struct {
 	// SweepInterval is how often stuck RUNNING records are looked for.
 	// Default AckWait.
 	SweepInterval time.Duration
-	// MoverWorkers release due tasks concurrently. Default 8.
+	// MoverWorkers release due tasks concurrently. Default 32.
 	MoverWorkers int
 	// Logger; default zap.NewNop().
 	Logger *zap.Logger
