@@ -17,11 +17,8 @@ import (
 // one slow worker, submits one P4 task and returns its record once it
 // started, or nil if it did not start within wait.
 func agingRun(t *testing.T, threshold time.Duration, wait time.Duration) (*kv.Record, time.Time) {
-	srv := newServer(t, nil)
-	c := startContender(t, srv, scheduler.LeaderConfig{AgingThreshold: threshold})
-	waitLeader(t, c)
-	_, js := srv.Connect()
-	client := newClient(t, js, nil)
+	lb := setupLoops(t, 1, nil, scheduler.LeaderConfig{AgingThreshold: threshold})
+	srv, js, client := lb.srv, lb.js, lb.client
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 

@@ -18,23 +18,15 @@ import (
 // exactly one task: none missed, none doubled.
 func TestCronAcrossLeaderChange(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, nil)
-	a := startContender(t, srv, scheduler.LeaderConfig{})
-	b := startContender(t, srv, scheduler.LeaderConfig{})
-	first := waitLeader(t, a, b)
-	_, js := srv.Connect()
-	client := newClient(t, js, nil)
-	ctx := context.Background()
+	lb := setupLoops(t, 2, nil, scheduler.LeaderConfig{})
+	js, client, ctx, first := lb.js, lb.client, context.Background(), lb.leader
 	job, err := client.AddCron(ctx, scheduler.CronJob{Name: "tick", Spec: "@every 1s", Task: scheduler.Task{Type: "report", Priority: 1, Payload: []byte("p")}})
 	require.NoError(t, err)
 	require.False(t, job.Next.IsZero())
 
 	require.Eventually(t, func() bool { return streamMsgs(t, js, "AX_P1") >= 2 }, 10*time.Second, 10*time.Millisecond)
 	first.kill() // between two fires
-	second := a
-	if first == a {
-		second = b
-	}
+	second := lb.follower()
 	require.Eventually(t, second.leader.Leading, 10*time.Second, 5*time.Millisecond)
 	fired := streamMsgs(t, js, "AX_P1")
 	require.Eventually(t, func() bool { return streamMsgs(t, js, "AX_P1") >= fired+2 }, 10*time.Second, 10*time.Millisecond)

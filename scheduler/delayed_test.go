@@ -40,12 +40,8 @@ func bucketMsgs(t *testing.T, js jetstream.JetStream, name string) []*jetstream.
 
 func TestDelayedTaskIsReleasedAtItsTime(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, nil)
-	c := startContender(t, srv, scheduler.LeaderConfig{})
-	waitLeader(t, c)
-	_, js := srv.Connect()
-	client := newClient(t, js, nil)
-	ctx := context.Background()
+	lb := setupLoops(t, 1, nil, scheduler.LeaderConfig{})
+	js, client, ctx := lb.js, lb.client, context.Background()
 
 	info, err := client.Submit(ctx, scheduler.Task{Type: "email", Priority: 2, Delay: 1500 * time.Millisecond, Payload: []byte("hi"),
 		Headers: map[string]string{"Ax-Trace": "t1"}})
@@ -82,12 +78,8 @@ func TestDelayedTaskIsReleasedAtItsTime(t *testing.T) {
 
 func TestCancelDelayedTask(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, nil)
-	c := startContender(t, srv, scheduler.LeaderConfig{})
-	waitLeader(t, c)
-	_, js := srv.Connect()
-	client := newClient(t, js, nil)
-	ctx := context.Background()
+	lb := setupLoops(t, 1, nil, scheduler.LeaderConfig{})
+	js, client, ctx := lb.js, lb.client, context.Background()
 	keep, err := client.Submit(ctx, scheduler.Task{Type: "x", Delay: 1500 * time.Millisecond})
 	require.NoError(t, err)
 	drop, err := client.Submit(ctx, scheduler.Task{Type: "x", Delay: 1500 * time.Millisecond})
@@ -123,13 +115,8 @@ func TestDelayedValidation(t *testing.T) {
 // every one, each exactly once.
 func TestDelayedTasksSurviveLeaderChange(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, nil)
-	a := startContender(t, srv, scheduler.LeaderConfig{})
-	b := startContender(t, srv, scheduler.LeaderConfig{})
-	first := waitLeader(t, a, b)
-	_, js := srv.Connect()
-	client := newClient(t, js, nil)
-	ctx := context.Background()
+	lb := setupLoops(t, 2, nil, scheduler.LeaderConfig{})
+	js, client, ctx, first := lb.js, lb.client, context.Background(), lb.leader
 	const n = 40
 	ids := map[string]bool{}
 	for i := range n {

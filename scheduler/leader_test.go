@@ -79,6 +79,38 @@ func waitLeader(t *testing.T, cs ...*contender) *contender {
 	return leader
 }
 
+// loopsBundle is a server with running contenders and a client.
+type loopsBundle struct {
+	srv        *natstest.Server
+	js         jetstream.JetStream
+	client     *scheduler.Client
+	contenders []*contender
+	leader     *contender // the first leader
+}
+
+// setupLoops starts n contenders with cfg and waits for a leader.
+func setupLoops(t *testing.T, n int, scfg *streams.Config, cfg scheduler.LeaderConfig) *loopsBundle {
+	t.Helper()
+	b := &loopsBundle{srv: newServer(t, scfg)}
+	for range n {
+		b.contenders = append(b.contenders, startContender(t, b.srv, cfg))
+	}
+	b.leader = waitLeader(t, b.contenders...)
+	_, b.js = b.srv.Connect()
+	b.client = newClient(t, b.js, nil)
+	return b
+}
+
+// follower returns a contender that is not the first leader.
+func (b *loopsBundle) follower() *contender {
+	for _, c := range b.contenders {
+		if c != b.leader {
+			return c
+		}
+	}
+	return nil
+}
+
 func newServer(t *testing.T, cfg *streams.Config) *natstest.Server {
 	t.Helper()
 	srv := natstest.Start(t, natstest.Options{})

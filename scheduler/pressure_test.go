@@ -19,18 +19,15 @@ import (
 // falls below 8 (40%); at 20 the stream itself refuses.
 func TestBackpressureThresholds(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, &streams.Config{Capacity: 20})
 	var mu sync.Mutex
 	var hooked []scheduler.Pressure
-	c := startContender(t, srv, scheduler.LeaderConfig{PressureInterval: 20 * time.Millisecond, OnPressure: func(p scheduler.Pressure) {
+	lb := setupLoops(t, 1, &streams.Config{Capacity: 20}, scheduler.LeaderConfig{PressureInterval: 20 * time.Millisecond, OnPressure: func(p scheduler.Pressure) {
 		mu.Lock()
 		hooked = append(hooked, p)
 		mu.Unlock()
 	}})
-	waitLeader(t, c)
-	nc, js := srv.Connect()
-	client := newClient(t, js, nil)
-	ctx := context.Background()
+	js, client, ctx := lb.js, lb.client, context.Background()
+	nc := js.Conn()
 	events := make(chan scheduler.Pressure, 1024)
 	sub, err := nc.Subscribe("ax.events.pressure", func(m *nats.Msg) {
 		var p scheduler.Pressure

@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 )
 
@@ -108,13 +111,8 @@ cron-<NAME>-<unix seconds>, across leader changes.`,
 // client connects and returns a scheduler client and a function that
 // closes both.
 func (e *env) client(cmd *cobra.Command, name string) (*scheduler.Client, func(), error) {
-	nc, js, err := e.connect(name)
+	nc, js, names, err := e.session(name)
 	if err != nil {
-		return nil, nil, err
-	}
-	names, err := e.names()
-	if err != nil {
-		nc.Close()
 		return nil, nil, err
 	}
 	client, err := scheduler.NewClient(cmd.Context(), js, &scheduler.Config{Names: names})
@@ -123,4 +121,15 @@ func (e *env) client(cmd *cobra.Command, name string) (*scheduler.Client, func()
 		return nil, nil, err
 	}
 	return client, func() { _ = client.Close(); nc.Close() }, nil
+}
+
+// session connects and returns the connection, JetStream and the
+// deployment's names; the caller closes the connection.
+func (e *env) session(name string) (*nats.Conn, jetstream.JetStream, streams.Names, error) {
+	names, err := e.names()
+	if err != nil {
+		return nil, nil, names, err
+	}
+	nc, js, err := e.connect(name)
+	return nc, js, names, err
 }

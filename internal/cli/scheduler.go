@@ -69,15 +69,11 @@ availability: when the leader dies, another takes over within one lease TTL.`,
 				return err
 			}
 			defer func() { _ = log.Sync() }()
-			nc, js, err := e.connect("ax scheduler")
+			nc, js, names, err := e.session("ax scheduler")
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			names, err := e.names()
-			if err != nil {
-				return err
-			}
 			l, err := scheduler.NewLeader(cmd.Context(), js, f.config(names, f.ackWait, log))
 			if err != nil {
 				return err
