@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ax-mesh/ax/internal/builtin"
 	"github.com/ax-mesh/ax/internal/demo"
 	"github.com/ax-mesh/ax/internal/embedded"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
-	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -28,6 +26,7 @@ type devFlags struct {
 	demo     int
 	exit     bool
 	capacity int64
+	payload  int32
 	wf       workerFlags
 	lf       leaderFlags
 }
@@ -54,6 +53,7 @@ with --exit), so that other ax commands can use it with --server.`,
 	fs.IntVar(&f.demo, "demo", 10_000, "demo tasks to submit (0: none, just serve)")
 	fs.BoolVar(&f.exit, "exit", false, "exit after the demo instead of serving until Ctrl-C")
 	fs.Int64Var(&f.capacity, "capacity", streams.DefaultCapacity, "capacity of each priority bucket, in tasks")
+	fs.Int32Var(&f.payload, "max-payload", 1<<20, "largest message the embedded server accepts, in bytes")
 	f.wf.add(cmd)
 	f.lf.add(cmd, false)
 	root.AddCommand(cmd)
@@ -69,7 +69,7 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 	if err != nil {
 		return err
 	}
-	srv, err := embedded.Start(embedded.Options{Listen: f.listen, DataDir: f.data, Sync: f.sync})
+	srv, err := embedded.Start(embedded.Options{Listen: f.listen, DataDir: f.data, Sync: f.sync, MaxPayload: f.payload})
 	if err != nil {
 		return err
 	}
@@ -93,10 +93,11 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 		return err
 	}
 	defer stopLeader()
-	reg := worker.NewRegistry()
-	if err := builtin.Register(reg, log); err != nil {
+	reg, closeReg, err := f.wf.registry(ctx, js, names, log)
+	if err != nil {
 		return err
 	}
+	defer closeReg()
 	ws, err := startWorkers(ctx, js, f.workers, f.wf.config(names, reg, log.WithOptions(zap.IncreaseLevel(zap.WarnLevel))))
 	if err != nil {
 		return err

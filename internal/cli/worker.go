@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ax-mesh/ax/internal/builtin"
@@ -22,6 +23,7 @@ type workerFlags struct {
 	maxAttempts int
 	ackWait     time.Duration
 	grace       time.Duration
+	probe       string // journal of the "probe" test type; empty: not registered
 }
 
 func (f *workerFlags) add(cmd *cobra.Command) {
@@ -32,6 +34,28 @@ func (f *workerFlags) add(cmd *cobra.Command) {
 	fs.IntVar(&f.maxAttempts, "max-attempts", worker.DefaultMaxAttempts, "default attempts before a task is dead")
 	fs.DurationVar(&f.ackWait, "ack-wait", streams.DefaultAckWait, "ack wait of the shard consumers (as provisioned)")
 	fs.DurationVar(&f.grace, "grace", worker.DefaultGracePeriod, "how long running tasks may finish on stop")
+	fs.StringVar(&f.probe, "probe-journal", "", `register the "probe" test type, journaling executions to this file`)
+}
+
+// registry returns the built-in types, plus the probe type when asked for;
+// the returned close function closes the probe's journal.
+func (f *workerFlags) registry(ctx context.Context, js jetstream.JetStream, names streams.Names, log *zap.Logger) (*worker.Registry, func(), error) {
+	reg := worker.NewRegistry()
+	if err := builtin.Register(reg, log); err != nil {
+		return nil, nil, err
+	}
+	if f.probe == "" {
+		return reg, func() {}, nil
+	}
+	probe, err := builtin.NewProbe(ctx, js, f.probe, strings.ToUpper(names.Prefix())+"_PROBE")
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := probe.Register(reg); err != nil {
+		_ = probe.Close()
+		return nil, nil, err
+	}
+	return reg, func() { _ = probe.Close() }, nil
 }
 
 func (f *workerFlags) config(names streams.Names, reg *worker.Registry, log *zap.Logger) *worker.Config {
@@ -63,10 +87,11 @@ func addWorker(root *cobra.Command, e *env) {
 			if err != nil {
 				return err
 			}
-			reg := worker.NewRegistry()
-			if err := builtin.Register(reg, log); err != nil {
+			reg, closeReg, err := wf.registry(cmd.Context(), js, names, log)
+			if err != nil {
 				return err
 			}
+			defer closeReg()
 			w, err := worker.New(cmd.Context(), js, wf.config(names, reg, log))
 			if err != nil {
 				return err
