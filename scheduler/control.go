@@ -139,7 +139,6 @@ type Leader struct {
 	client  *Client // submits cron tasks
 	elector *Elector
 	log     *zap.Logger
-	terms   chan struct{} // receives when a term's loops have all started (tests)
 }
 
 // NewLeader returns a leader contender; it does nothing until Run.
@@ -160,7 +159,7 @@ func NewLeader(ctx context.Context, js jetstream.JetStream, cfg *LeaderConfig) (
 	if err != nil {
 		return nil, fmt.Errorf("new leader: %w", err)
 	}
-	return &Leader{cfg: cfg, js: js, store: store, client: client, elector: elector, log: cfg.Logger.Named("scheduler"), terms: make(chan struct{}, 1)}, nil
+	return &Leader{cfg: cfg, js: js, store: store, client: client, elector: elector, log: cfg.Logger.Named("scheduler")}, nil
 }
 
 // ID returns this contender's id.
@@ -209,10 +208,6 @@ func (l *Leader) lead(ctx context.Context) {
 				sleep(ctx, time.Second)
 			}
 		})
-	}
-	select {
-	case l.terms <- struct{}{}:
-	default:
 	}
 	wg.Wait()
 }
