@@ -18,6 +18,9 @@ import (
 // errCodeMaxMsgs is the server's "maximum messages exceeded" (a full bucket).
 const errCodeMaxMsgs jetstream.ErrorCode = 10077
 
+// asyncAckTimeout bounds the wait for one async publish ack.
+const asyncAckTimeout = 10 * time.Second
+
 // Defaults of [Config].
 const (
 	DefaultMaxPending     = 4_000
@@ -87,7 +90,10 @@ func NewClient(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Clien
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	own, err := jetstream.New(js.Conn(), jetstream.WithPublishAsyncMaxPending(cfg.MaxPending))
+	// An async publish whose ack never comes (a reply dropped under load)
+	// times out and is retried with its id, instead of blocking forever.
+	own, err := jetstream.New(js.Conn(), jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
+		jetstream.WithPublishAsyncTimeout(asyncAckTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("new scheduler client: %w", err)
 	}
