@@ -228,29 +228,26 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []Task) ([]TaskInfo, err
 }
 
 // publishAll publishes msgs[i] for every i in indexes asynchronously. When
-// the window is full it waits for the oldest outstanding ack and tries again.
+// the window is full it waits until the outstanding acks are in and tries
+// again. (It must not receive from a future's Ok or Err channel: each
+// carries its result once, and the caller reads it.)
 func (c *Client) publishAll(ctx context.Context, msgs []*nats.Msg, indexes []int, failed map[int]error) map[int]jetstream.PubAckFuture {
 	futures := make(map[int]jetstream.PubAckFuture, len(indexes))
-	var order []jetstream.PubAckFuture
-	oldest := 0
 	for _, i := range indexes {
 		for {
 			f, err := c.js.PublishMsgAsync(msgs[i])
 			if err == nil {
 				futures[i] = f
-				order = append(order, f)
 				break
 			}
-			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) || ctx.Err() != nil || oldest >= len(order) {
+			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) || ctx.Err() != nil {
 				failed[i] = fmt.Errorf("submit task %s: %w", msgs[i].Header.Get(streams.HeaderMsgID), err)
 				break
 			}
-			select { // wait for the oldest outstanding publish, then retry
-			case <-order[oldest].Ok():
-			case <-order[oldest].Err():
+			select { // wait for the window to drain, then retry
+			case <-c.js.PublishAsyncComplete():
 			case <-ctx.Done():
 			}
-			oldest++
 		}
 	}
 	return futures
