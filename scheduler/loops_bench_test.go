@@ -45,7 +45,12 @@ func BenchmarkDelayedLateness(b *testing.B) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); _ = l.Run(ctx) }()
-		client, err := scheduler.NewClient(ctx, js, nil)
+		var early time.Duration // AX_EARLY: how early schedules fire (default 1s)
+		if v := os.Getenv("AX_EARLY"); v != "" {
+			early, err = time.ParseDuration(v)
+			require.NoError(b, err)
+		}
+		client, err := scheduler.NewClient(ctx, js, &scheduler.Config{Early: early})
 		require.NoError(b, err)
 
 		start := time.Now().Add(lead)
