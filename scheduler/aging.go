@@ -60,7 +60,9 @@ func (a *aging) pass(ctx context.Context, prio int) error {
 	cutoff := time.Now().Add(-a.l.cfg.AgingThreshold / 2)
 	filter := fmt.Sprintf("%s.p%d.>", names.Prefix(), prio)
 	seq := stream.CachedInfo().State.FirstSeq
-	for lifted := 0; lifted < a.l.cfg.AgingBatch; {
+	// Bound a pass: lifts, and messages looked at (in-flight ones stay in
+	// a WorkQueue stream and are looked at again each pass).
+	for lifted, scanned := 0, 0; lifted < a.l.cfg.AgingBatch && scanned < 10*a.l.cfg.AgingBatch; scanned++ {
 		msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil // no more messages
