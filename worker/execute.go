@@ -24,6 +24,9 @@ func (w *Worker) process(d *delivery) {
 		return
 	}
 	env := w.parse(d, meta)
+	if w.deferDelayed(d, env) {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	rec, rev, ok := w.claim(ctx, d, env)
 	cancel()

@@ -28,6 +28,7 @@ type devFlags struct {
 	capacity int64
 	payload  int32
 	wf       workerFlags
+	lf       leaderFlags
 }
 
 func addDev(root *cobra.Command, e *env) {
@@ -37,7 +38,8 @@ func addDev(root *cobra.Command, e *env) {
 		Short: "Run everything on this machine: embedded NATS with JetStream, workers and a demo load",
 		Long: `ax dev starts an embedded NATS server with JetStream (client port on --listen,
 data in --data), provisions ax's streams, consumers and buckets, runs workers
-with the built-in task types (sleep, fail, echo), submits a demo load with a
+with the built-in task types (sleep, fail, echo) and the scheduler's leader
+loops (delayed and cron tasks, aging, backpressure), submits a demo load with a
 live progress line and prints a summary. It then serves until Ctrl-C (or exits
 with --exit), so that other ax commands can use it with --server.`,
 		Args: cobra.NoArgs,
@@ -53,6 +55,7 @@ with --exit), so that other ax commands can use it with --server.`,
 	fs.Int64Var(&f.capacity, "capacity", streams.DefaultCapacity, "capacity of each priority bucket, in tasks")
 	fs.Int32Var(&f.payload, "max-payload", 1<<20, "largest message the embedded server accepts, in bytes")
 	f.wf.add(cmd)
+	f.lf.add(cmd, false)
 	root.AddCommand(cmd)
 }
 
@@ -85,6 +88,11 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 	if err := provision(ctx, js, &streams.Config{Names: names, Capacity: f.capacity, AckWait: f.wf.ackWait}, e); err != nil {
 		return err
 	}
+	stopLeader, err := startLeader(ctx, js, f.lf.config(names, f.wf.ackWait, log.WithOptions(zap.IncreaseLevel(zap.WarnLevel))))
+	if err != nil {
+		return err
+	}
+	defer stopLeader()
 	reg, closeReg, err := f.wf.registry(ctx, js, names, log)
 	if err != nil {
 		return err
