@@ -33,7 +33,8 @@ const (
 	HeaderAttempts = "Ax-Attempts"
 	// HeaderFailedAt carries the RFC 3339 failure time on a dead letter.
 	HeaderFailedAt = "Ax-Failed-At"
-	// HeaderTaskID carries the task id on a dead letter.
+	// HeaderTaskID carries the task id on a dead letter and on a task
+	// message re-dispatched by an operator (it then wins over Nats-Msg-Id).
 	HeaderTaskID = "Ax-Task-Id"
 	// HeaderSubject carries the original subject on a dead letter.
 	HeaderSubject = "Ax-Subject"
@@ -130,7 +131,14 @@ type Options struct {
 // header leaves its option unset.
 func ParseHeaders(h nats.Header) (Options, error) {
 	var o Options
-	if v := h.Get(HeaderMsgID); v != "" {
+	if v := h.Get(HeaderTaskID); v != "" {
+		// A re-dispatched copy (resume, reprioritize, replay) names its task
+		// here; its Nats-Msg-Id is "<id>:g<gen>", unique per generation.
+		if err := ValidateTaskID(v); err != nil {
+			return o, fmt.Errorf("%w: %s: %w", ErrBadHeader, HeaderTaskID, err)
+		}
+		o.ID = v
+	} else if v := h.Get(HeaderMsgID); v != "" {
 		if err := ValidateTaskID(v); err != nil {
 			return o, fmt.Errorf("%w: %s: %w", ErrBadHeader, HeaderMsgID, err)
 		}

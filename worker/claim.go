@@ -191,6 +191,9 @@ func (w *Worker) newRecord(env *envelope) *kv.Record {
 // start fills the fields of a claim.
 func (w *Worker) start(r *kv.Record, env *envelope) {
 	now := time.Now().UTC()
+	if r.Type == "" { // born CANCELLED or PAUSED by an operator who knew only the id
+		r.Type, r.Tenant, r.Key, r.Priority = env.stored.Type, env.stored.Tenant, env.stored.Key, env.stored.Priority
+	}
 	r.Attempt++
 	r.Worker = w.cfg.ID
 	r.Delivery = env.delivered

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/internal/builtin"
+	"github.com/ax-mesh/ax/metrics"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,6 +23,7 @@ type workerFlags struct {
 	maxAttempts int
 	ackWait     time.Duration
 	grace       time.Duration
+	metricsAddr string
 }
 
 func (f *workerFlags) add(cmd *cobra.Command) {
@@ -32,6 +34,7 @@ func (f *workerFlags) add(cmd *cobra.Command) {
 	fs.IntVar(&f.maxAttempts, "max-attempts", worker.DefaultMaxAttempts, "default attempts before a task is dead")
 	fs.DurationVar(&f.ackWait, "ack-wait", streams.DefaultAckWait, "ack wait of the shard consumers (as provisioned)")
 	fs.DurationVar(&f.grace, "grace", worker.DefaultGracePeriod, "how long running tasks may finish on stop")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464")
 }
 
 func (f *workerFlags) config(names streams.Names, reg *worker.Registry, log *zap.Logger) *worker.Config {
@@ -67,7 +70,15 @@ func addWorker(root *cobra.Command, e *env) {
 			if err := builtin.Register(reg, log); err != nil {
 				return err
 			}
-			w, err := worker.New(cmd.Context(), js, wf.config(names, reg, log))
+			m := metrics.New(&metrics.Config{JetStream: js, Names: names})
+			stopMetrics, err := e.startMetrics(cmd.Context(), wf.metricsAddr, m, log)
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
+			cfg := wf.config(names, reg, log)
+			cfg.Observer = m
+			w, err := worker.New(cmd.Context(), js, cfg)
 			if err != nil {
 				return err
 			}
