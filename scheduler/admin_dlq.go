@@ -185,7 +185,7 @@ func (a *Admin) deadRecord(ctx context.Context, id string) (*kv.Record, error) {
 		return nil, err
 	}
 	if rec.State != kv.StateDead {
-		return nil, illegal(id, "replay", rec.State, kv.StateReady)
+		return nil, illegal(id, "replay", rec.State, kv.StateReady, kv.StateDead)
 	}
 	return rec, nil
 }
@@ -200,7 +200,7 @@ func (a *Admin) replay(ctx context.Context, id string) error {
 			return err
 		}
 		if rec.State != kv.StateDead {
-			return illegal(id, "replay", rec.State, kv.StateReady)
+			return illegal(id, "replay", rec.State, kv.StateReady, kv.StateDead)
 		}
 		if rec.DLQSeq == 0 {
 			return conflict("task %s is DEAD but names no dead letter; resubmit it", id)

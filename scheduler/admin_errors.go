@@ -3,6 +3,7 @@ package scheduler
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/ax-mesh/ax/kv"
@@ -58,11 +59,11 @@ func toAdminError(err error) *AdminError {
 }
 
 // illegal explains why action cannot apply to a task in state from, listing
-// the states it can apply to (those the transition table allows).
-func illegal(id, action string, from, to kv.State) error {
+// the states it applies to: only, or else those the transition table allows.
+func illegal(id, action string, from, to kv.State, only ...kv.State) error {
 	var ok []string
 	for _, s := range kv.States() {
-		if kv.CanTransition(s, to) && s != to {
+		if len(only) == 0 && kv.CanTransition(s, to) && s != to || slices.Contains(only, s) {
 			ok = append(ok, string(s))
 		}
 	}

@@ -143,7 +143,7 @@ func (a *Admin) taskResume(ctx context.Context, data []byte) (any, error) {
 			return nil, err
 		}
 		if rec.State != kv.StatePaused {
-			return nil, illegal(req.ID, "resume", rec.State, kv.StateReady)
+			return nil, illegal(req.ID, "resume", rec.State, kv.StateReady, kv.StatePaused)
 		}
 		var reply *TaskReply
 		if rec.StreamSeq == 0 {
