@@ -167,6 +167,12 @@ func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec 
 		_ = d.settle(func() error { return d.msg.NakWithDelay(w.cfg.AckWait) })
 		return nil, 0, true, nil
 	default: // SUCCEEDED, DEAD, CANCELLED: nothing left to do
+		if env.opts.Gen > rec.Gen {
+			// A newer generation than the record's: an operator's replay
+			// published it and is about to write the record. Look again soon.
+			_ = d.settle(func() error { return d.msg.NakWithDelay(time.Second) })
+			return nil, 0, true, nil
+		}
 		w.drop(d, env, "task is "+string(rec.State), true)
 		return nil, 0, true, nil
 	}
