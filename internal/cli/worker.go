@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/internal/builtin"
-	"github.com/ax-mesh/ax/metrics"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go/jetstream"
@@ -52,37 +51,22 @@ func addWorker(root *cobra.Command, e *env) {
 		Short: "Run a worker with the built-in task types (sleep, fail, echo)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := e.logger(false)
+			d, err := e.startDaemon(cmd.Context(), "ax worker", wf.metricsAddr)
 			if err != nil {
 				return err
 			}
-			defer func() { _ = log.Sync() }()
-			nc, js, err := e.connect("ax worker")
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			names, err := e.names()
-			if err != nil {
-				return err
-			}
+			defer d.close()
 			reg := worker.NewRegistry()
-			if err := builtin.Register(reg, log); err != nil {
+			if err := builtin.Register(reg, d.log); err != nil {
 				return err
 			}
-			m := metrics.New(&metrics.Config{JetStream: js, Names: names})
-			stopMetrics, err := e.startMetrics(cmd.Context(), wf.metricsAddr, m, log)
+			cfg := wf.config(d.names, reg, d.log)
+			cfg.Observer = d.metrics
+			w, err := worker.New(cmd.Context(), d.js, cfg)
 			if err != nil {
 				return err
 			}
-			defer stopMetrics()
-			cfg := wf.config(names, reg, log)
-			cfg.Observer = m
-			w, err := worker.New(cmd.Context(), js, cfg)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(e.errOut, "worker %s serving %s\n", w.ID(), nc.ConnectedUrlRedacted())
+			fmt.Fprintf(e.errOut, "worker %s serving %s\n", w.ID(), d.nc.ConnectedUrlRedacted())
 			return w.Run(cmd.Context())
 		},
 	}
