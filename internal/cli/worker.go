@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ax-mesh/ax/internal/builtin"
@@ -23,6 +24,7 @@ type workerFlags struct {
 	ackWait     time.Duration
 	grace       time.Duration
 	metricsAddr string
+	probe       string // journal of the "probe" test type; empty: not registered
 }
 
 func (f *workerFlags) add(cmd *cobra.Command) {
@@ -34,6 +36,28 @@ func (f *workerFlags) add(cmd *cobra.Command) {
 	fs.DurationVar(&f.ackWait, "ack-wait", streams.DefaultAckWait, "ack wait of the shard consumers (as provisioned)")
 	fs.DurationVar(&f.grace, "grace", worker.DefaultGracePeriod, "how long running tasks may finish on stop")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464")
+	fs.StringVar(&f.probe, "probe-journal", "", `register the "probe" test type, journaling executions to this file`)
+}
+
+// registry returns the built-in types, plus the probe type when asked for;
+// the returned close function closes the probe's journal.
+func (f *workerFlags) registry(ctx context.Context, js jetstream.JetStream, names streams.Names, log *zap.Logger) (*worker.Registry, func(), error) {
+	reg := worker.NewRegistry()
+	if err := builtin.Register(reg, log); err != nil {
+		return nil, nil, err
+	}
+	if f.probe == "" {
+		return reg, func() {}, nil
+	}
+	probe, err := builtin.NewProbe(ctx, js, f.probe, strings.ToUpper(names.Prefix())+"_PROBE")
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := probe.Register(reg); err != nil {
+		_ = probe.Close()
+		return nil, nil, err
+	}
+	return reg, func() { _ = probe.Close() }, nil
 }
 
 func (f *workerFlags) config(names streams.Names, reg *worker.Registry, log *zap.Logger) *worker.Config {
@@ -56,10 +80,11 @@ func addWorker(root *cobra.Command, e *env) {
 				return err
 			}
 			defer d.close()
-			reg := worker.NewRegistry()
-			if err := builtin.Register(reg, d.log); err != nil {
+			reg, closeReg, err := wf.registry(cmd.Context(), d.js, d.names, d.log)
+			if err != nil {
 				return err
 			}
+			defer closeReg()
 			cfg := wf.config(d.names, reg, d.log)
 			cfg.Observer = d.metrics
 			w, err := worker.New(cmd.Context(), d.js, cfg)
