@@ -43,7 +43,6 @@ func natsCLI(t *testing.T) string {
 // Every nats command of docs/OPERATIONS.md, run as written against a live
 // ax dev, shows what the doc says it shows.
 func TestOperationsDocWithNatsCLI(t *testing.T) {
-	t.Parallel()
 	nats := natsCLI(t)
 	dev := startDev(t)
 	doc, err := os.ReadFile("../docs/OPERATIONS.md")

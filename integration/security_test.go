@@ -68,7 +68,6 @@ func callAdmin(rc *roleConn, verb string, req, resp any) error {
 // operator sees it and cancels through the API, while every role is refused
 // what belongs to another.
 func TestPermissionsOfEachRole(t *testing.T) {
-	t.Parallel()
 	srv := natstest.Start(t, natstest.Options{ConfigFile: "../docs/ax-permissions.conf"})
 	ctx := context.Background()
 
