@@ -33,9 +33,10 @@ const (
 	HeaderAttempts = "Ax-Attempts"
 	// HeaderFailedAt carries the RFC 3339 failure time on a dead letter.
 	HeaderFailedAt = "Ax-Failed-At"
-	// HeaderTaskID carries the task id on a dead letter and on a copy the
-	// leader re-published (released or aged), whose Nats-Msg-Id is
-	// "<id>:g<gen>"; when present it is the task id.
+	// HeaderTaskID carries the task id on a dead letter and on a copy of a
+	// task re-published by the leader (released or aged) or an operator
+	// (resume, reprioritize, replay), whose Nats-Msg-Id is "<id>:g<gen>";
+	// when present it is the task id.
 	HeaderTaskID = "Ax-Task-Id"
 	// HeaderSubject carries the original subject on a dead letter, and the
 	// submit subject on a delayed task's schedule.
@@ -134,8 +135,8 @@ type Options struct {
 func ParseHeaders(h nats.Header) (Options, error) {
 	var o Options
 	if v := h.Get(HeaderTaskID); v != "" {
-		// A copy the leader re-published (released or aged) names its task
-		// here; its Nats-Msg-Id names the copy.
+		// A re-published copy (released, aged, resumed, reprioritized or
+		// replayed) names its task here; its Nats-Msg-Id names the copy.
 		if err := ValidateTaskID(v); err != nil {
 			return o, fmt.Errorf("%w: %s: %w", ErrBadHeader, HeaderTaskID, err)
 		}

@@ -25,6 +25,7 @@ type Worker struct {
 	queues   [streams.Priorities]chan *delivery // local dispatch, one per priority
 	held     heldSet                            // every message held, for heartbeats
 	running  sync.Map                           // task id -> context.CancelCauseFunc
+	cancels  cancelNotes                        // operator cancel notices
 	consumes []jetstream.ConsumeContext
 
 	stopping  atomic.Bool
@@ -103,6 +104,10 @@ func (w *Worker) Start(ctx context.Context) error {
 			w.consumes = append(w.consumes, cc)
 		}
 	}
+	if err := w.subscribeCancels(); err != nil {
+		w.stopConsumers()
+		return fmt.Errorf("start worker: %w", err)
+	}
 	for range w.cfg.Concurrency {
 		w.slots.Go(w.slot)
 	}
@@ -155,6 +160,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		}
 	}
 	w.loops.Wait()
+	w.unsubscribeCancels()
 	w.log.Info("worker_stopped")
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/ax-mesh/ax/internal/demo"
 	"github.com/ax-mesh/ax/internal/embedded"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/metrics"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
@@ -98,7 +99,20 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 		return err
 	}
 	defer closeReg()
-	ws, err := startWorkers(ctx, js, f.workers, f.wf.config(names, reg, log.WithOptions(zap.IncreaseLevel(zap.WarnLevel))))
+	m := metrics.New(&metrics.Config{JetStream: js, Names: names})
+	stopMetrics, err := e.startMetrics(ctx, f.wf.metricsAddr, m, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	admin, err := startAdmin(ctx, js, names, log)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = admin.Stop(context.WithoutCancel(ctx)) }()
+	wcfg := f.wf.config(names, reg, log.WithOptions(zap.IncreaseLevel(zap.WarnLevel)))
+	wcfg.Observer = m
+	ws, err := startWorkers(ctx, js, f.workers, wcfg)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/metrics"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -56,34 +57,75 @@ func (f *leaderFlags) config(names streams.Names, ackWait time.Duration, log *za
 
 func addScheduler(root *cobra.Command, e *env) {
 	var f leaderFlags
+	var metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "scheduler",
-		Short: "Run the leader loops: delayed-task release, cron, aging, backpressure, stuck-task sweeping",
+		Short: "Run the leader loops (delayed release, cron, aging, backpressure, sweeping) and the management API",
 		Long: `ax scheduler campaigns for the leader lease (key "leader" in AX_LOCKS) and, while
 it leads, runs the control loops that must not run twice. Run two or more for
-availability: when the leader dies, another takes over within one lease TTL.`,
+availability: when the leader dies, another takes over within one lease TTL.
+Every instance also serves the management API (NATS micro service "ax" on
+ax.admin.>, a queue group shared by all instances) and, with --metrics-addr,
+Prometheus metrics.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := e.logger(false)
+			ctx := cmd.Context()
+			d, err := e.startDaemon(ctx, "ax scheduler", metricsAddr)
 			if err != nil {
 				return err
 			}
-			defer func() { _ = log.Sync() }()
-			nc, js, names, err := e.session("ax scheduler")
+			defer d.close()
+			admin, err := startAdmin(ctx, d.js, d.names, d.log)
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			l, err := scheduler.NewLeader(cmd.Context(), js, f.config(names, f.ackWait, log))
+			defer func() { _ = admin.Stop(context.WithoutCancel(ctx)) }()
+			cfg := f.config(d.names, f.ackWait, d.log)
+			observeLeader(cfg, d.metrics)
+			l, err := scheduler.NewLeader(ctx, d.js, cfg)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.errOut, "scheduler %s campaigning on %s\n", l.ID(), nc.ConnectedUrlRedacted())
-			return l.Run(cmd.Context())
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			wg.Go(func() { reportLeading(ctx, l, d.metrics) })
+			fmt.Fprintf(e.errOut, "scheduler %s campaigning on %s; management API on %s\n", l.ID(), d.nc.ConnectedUrlRedacted(), d.names.AdminSubject(">"))
+			return l.Run(ctx)
 		},
 	}
 	f.add(cmd, true)
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464")
 	root.AddCommand(cmd)
+}
+
+// observeLeader feeds the leader's pressure reports to m: the highest
+// bucket level (only the leader reports).
+func observeLeader(cfg *scheduler.LeaderConfig, m *metrics.Metrics) {
+	if m == nil {
+		return
+	}
+	cfg.OnPressure = func(p scheduler.Pressure) {
+		level := 0
+		for _, b := range p.Buckets {
+			level = max(level, int(b.Level))
+		}
+		m.SetPressure(level)
+	}
+}
+
+// reportLeading sets the leader gauge of m from l every second until ctx ends.
+func reportLeading(ctx context.Context, l *scheduler.Leader, m *metrics.Metrics) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		m.SetLeader(l.Leading())
+		select {
+		case <-ctx.Done():
+			m.SetLeader(false)
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // startLeader runs a leader contender in the background; the returned
