@@ -89,7 +89,15 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 	if err := provision(ctx, js, &streams.Config{Names: names, Capacity: f.capacity, AckWait: f.wf.ackWait}, e); err != nil {
 		return err
 	}
-	stopLeader, err := startLeader(ctx, js, f.lf.config(names, f.wf.ackWait, log.WithOptions(zap.IncreaseLevel(zap.WarnLevel))))
+	m := metrics.New(&metrics.Config{JetStream: js, Names: names})
+	stopMetrics, err := e.startMetrics(ctx, f.wf.metricsAddr, m, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	lcfg := f.lf.config(names, f.wf.ackWait, log.WithOptions(zap.IncreaseLevel(zap.WarnLevel)))
+	observeLeader(lcfg, m)
+	stopLeader, err := startLeader(ctx, js, lcfg)
 	if err != nil {
 		return err
 	}
@@ -99,12 +107,6 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 		return err
 	}
 	defer closeReg()
-	m := metrics.New(&metrics.Config{JetStream: js, Names: names})
-	stopMetrics, err := e.startMetrics(ctx, f.wf.metricsAddr, m, log)
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
 	admin, err := startAdmin(ctx, js, names, log)
 	if err != nil {
 		return err
