@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/scheduler"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -19,6 +20,9 @@ func TestNATSNodeLoss(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, ClusterOptions{})
 	journal := t.TempDir()
+	// The probe's effects bucket must survive the node loss like ax's own.
+	_, err := c.js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: "AX_PROBE", Replicas: 3, Storage: jetstream.FileStorage})
+	require.NoError(t, err)
 	for i := range 3 {
 		id := fmt.Sprintf("w%d", i)
 		startAx(t, "worker", "--server", c.allURL, "--id", id, "--concurrency", "16", "--ack-wait", faultAckWait,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,9 +19,9 @@ func TestWorkerJoinsTheMesh(t *testing.T) {
 	t.Parallel()
 	dev := startDev(t, "--workers", "2")
 	members := func() []kv.Member {
-		var ms []kv.Member
-		require.NoError(t, json.Unmarshal([]byte(ax(t, "workers", "--json", "--server", dev.url)), &ms))
-		return ms
+		var reply scheduler.WorkersReply
+		require.NoError(t, json.Unmarshal([]byte(ax(t, "workers", "--json", "--server", dev.url)), &reply))
+		return reply.Workers
 	}
 	split := func(ms []kv.Member, n int) bool {
 		total := 0

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
@@ -16,6 +17,9 @@ import (
 
 // errCodeMaxMsgs is the server's "maximum messages exceeded" (a full bucket).
 const errCodeMaxMsgs jetstream.ErrorCode = 10077
+
+// asyncAckTimeout bounds the wait for one async publish ack.
+const asyncAckTimeout = 10 * time.Second
 
 // Defaults of [Config].
 const (
@@ -37,6 +41,9 @@ type Config struct {
 	PublishRetries int
 	// Store configures the task record store (retention, trail stream).
 	Store kv.StoreConfig
+	// Early is how long before its run time a delayed task's server-side
+	// schedule fires (the leader releases it at the exact time). Default 1s.
+	Early time.Duration
 }
 
 func (c *Config) withDefaults() *Config {
@@ -52,6 +59,7 @@ func (c *Config) withDefaults() *Config {
 	}
 	out.MaxPending = cmp.Or(out.MaxPending, DefaultMaxPending)
 	out.PublishRetries = cmp.Or(out.PublishRetries, DefaultPublishRetries)
+	out.Early = cmp.Or(out.Early, DefaultEarly)
 	out.Store.Names = out.Names
 	return &out
 }
@@ -68,9 +76,11 @@ func (c *Config) validate() error {
 
 // Client submits tasks. It is safe for concurrent use.
 type Client struct {
-	cfg   *Config
-	js    jetstream.JetStream // own handle: its async publish window is ours
-	store *kv.Store
+	cfg      *Config
+	js       jetstream.JetStream // own handle: its async publish window is ours
+	store    *kv.Store
+	pressure atomic.Pointer[Pressure] // last backpressure report seen
+	watch    pressureWatch
 }
 
 // NewClient returns a client on the connection of js. The streams and
@@ -80,7 +90,10 @@ func NewClient(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Clien
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	own, err := jetstream.New(js.Conn(), jetstream.WithPublishAsyncMaxPending(cfg.MaxPending))
+	// An async publish whose ack never comes (a reply dropped under load)
+	// times out and is retried with its id, instead of blocking forever.
+	own, err := jetstream.New(js.Conn(), jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
+		jetstream.WithPublishAsyncTimeout(asyncAckTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("new scheduler client: %w", err)
 	}
@@ -88,7 +101,11 @@ func NewClient(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Clien
 	if err != nil {
 		return nil, fmt.Errorf("new scheduler client: %w", err)
 	}
-	return &Client{cfg: cfg, js: own, store: store}, nil
+	c := &Client{cfg: cfg, js: own, store: store}
+	if err := c.watchPressure(ctx); err != nil {
+		return nil, fmt.Errorf("new scheduler client: %w", err)
+	}
+	return c, nil
 }
 
 // Store returns the client's task record store.
@@ -98,9 +115,16 @@ func (c *Client) Store() *kv.Store { return c.store }
 // READY record. On [ErrOverloaded] nothing was stored; on another error the
 // task may or may not be stored, and retrying with the returned id is safe.
 func (c *Client) Submit(ctx context.Context, task Task) (TaskInfo, error) {
-	t, err := task.normalize(time.Now())
+	now := time.Now()
+	t, err := task.normalize(now)
+	if err == nil {
+		err = c.admit(t, now)
+	}
 	if err != nil {
 		return TaskInfo{ID: t.ID}, err
+	}
+	if !t.RunAt.IsZero() {
+		return c.submitDelayed(ctx, t)
 	}
 	msg := t.message(c.cfg.Names)
 	var ack *jetstream.PubAck
@@ -145,9 +169,18 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []Task) ([]TaskInfo, err
 	msgs := make([]*nats.Msg, len(tasks))
 	for i, task := range tasks {
 		t, err := task.normalize(now)
+		if err == nil {
+			err = c.admit(t, now)
+		}
 		infos[i].ID = t.ID
 		if err != nil {
 			failed[i] = err
+			continue
+		}
+		if !t.RunAt.IsZero() { // delayed: one schedule each
+			if infos[i], err = c.submitDelayed(ctx, t); err != nil {
+				failed[i] = err
+			}
 			continue
 		}
 		normalized[i] = t
@@ -195,29 +228,26 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []Task) ([]TaskInfo, err
 }
 
 // publishAll publishes msgs[i] for every i in indexes asynchronously. When
-// the window is full it waits for the oldest outstanding ack and tries again.
+// the window is full it waits until the outstanding acks are in and tries
+// again. (It must not receive from a future's Ok or Err channel: each
+// carries its result once, and the caller reads it.)
 func (c *Client) publishAll(ctx context.Context, msgs []*nats.Msg, indexes []int, failed map[int]error) map[int]jetstream.PubAckFuture {
 	futures := make(map[int]jetstream.PubAckFuture, len(indexes))
-	var order []jetstream.PubAckFuture
-	oldest := 0
 	for _, i := range indexes {
 		for {
 			f, err := c.js.PublishMsgAsync(msgs[i])
 			if err == nil {
 				futures[i] = f
-				order = append(order, f)
 				break
 			}
-			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) || ctx.Err() != nil || oldest >= len(order) {
+			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) || ctx.Err() != nil {
 				failed[i] = fmt.Errorf("submit task %s: %w", msgs[i].Header.Get(streams.HeaderMsgID), err)
 				break
 			}
-			select { // wait for the oldest outstanding publish, then retry
-			case <-order[oldest].Ok():
-			case <-order[oldest].Err():
+			select { // wait for the window to drain, then retry
+			case <-c.js.PublishAsyncComplete():
 			case <-ctx.Done():
 			}
-			oldest++
 		}
 	}
 	return futures

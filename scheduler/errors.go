@@ -13,6 +13,8 @@ var (
 	ErrOverloaded = errors.New("ax overloaded: the priority bucket refuses new tasks")
 	// ErrInvalidTask means a task fails validation; the message names the field.
 	ErrInvalidTask = errors.New("invalid task")
+	// ErrCronNotFound means no cron job has the name.
+	ErrCronNotFound = errors.New("no such cron job")
 )
 
 // BatchError reports the tasks of a [Client.SubmitBatch] that were not

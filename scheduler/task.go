@@ -41,6 +41,13 @@ type Task struct {
 	Deadline time.Time
 	// Headers are extra "Ax-" headers passed to the handler.
 	Headers map[string]string
+	// RunAt delays the task until this time: it is PENDING until then and
+	// the leader releases it into its bucket at RunAt. Zero, or a time not
+	// after now, runs it at once. Not together with Delay.
+	RunAt time.Time
+	// Delay delays the task by this long (RunAt = now + Delay). Zero runs it
+	// at once; negative is an error. Not together with RunAt.
+	Delay time.Duration
 }
 
 // TaskInfo describes an accepted task.
@@ -52,6 +59,8 @@ type TaskInfo struct {
 	Shard    int
 	Stream   string
 	Sequence uint64 // stream sequence of the task's message
+	// RunAt is when a delayed task becomes due; zero when it runs at once.
+	RunAt time.Time
 	// Duplicate is true when the id had been submitted already within the
 	// de-duplication window; nothing new was stored.
 	Duplicate bool
@@ -88,6 +97,16 @@ func (t Task) normalize(now time.Time) (Task, error) {
 		return bad("MaxAttempts %d is not 0..%d", t.MaxAttempts, streams.MaxAttemptsLimit)
 	case !t.Deadline.IsZero() && t.Deadline.Before(now):
 		return bad("Deadline %s is in the past", t.Deadline.Format(time.RFC3339))
+	case t.Delay < 0:
+		return bad("Delay %s is negative", t.Delay)
+	case t.Delay > 0 && !t.RunAt.IsZero():
+		return bad("Delay and RunAt are both set; set one")
+	}
+	if t.Delay > 0 {
+		t.RunAt, t.Delay = now.Add(t.Delay), 0
+	}
+	if !t.RunAt.After(now) {
+		t.RunAt = time.Time{} // due now: no delay
 	}
 	for name := range t.Headers {
 		if !strings.HasPrefix(name, "Ax-") {
@@ -104,20 +123,28 @@ func (t Task) message(names streams.Names) *nats.Msg {
 	for name, value := range t.Headers {
 		msg.Header.Set(name, value)
 	}
-	streams.Options{ID: t.ID, Timeout: t.Timeout, MaxAttempts: t.MaxAttempts, Core: t.Core, Deadline: t.Deadline, Gen: 1}.SetHeaders(msg.Header)
+	streams.Options{ID: t.ID, Timeout: t.Timeout, MaxAttempts: t.MaxAttempts, Core: t.Core, Deadline: t.Deadline, RunAt: t.RunAt, Gen: 1}.SetHeaders(msg.Header)
 	return msg
 }
 
-// record is the READY record of a normalized task.
+// record is the READY record of a normalized task (PENDING if delayed).
 func (t Task) record(seq uint64) *kv.Record {
+	state := kv.StateReady
+	if !t.RunAt.IsZero() {
+		state = kv.StatePending
+	}
 	rec := &kv.Record{
 		ID: t.ID, Type: t.Type, Tenant: t.Tenant, Key: t.Key, Priority: t.Priority,
-		State: kv.StateReady, MaxAttempts: t.MaxAttempts, Timeout: kv.Duration(t.Timeout),
+		State: state, MaxAttempts: t.MaxAttempts, Timeout: kv.Duration(t.Timeout),
 		Core: t.Core, Gen: 1, StreamSeq: seq,
 	}
 	if !t.Deadline.IsZero() {
 		d := t.Deadline.UTC()
 		rec.Deadline = &d
+	}
+	if !t.RunAt.IsZero() {
+		r := t.RunAt.UTC()
+		rec.RunAt = &r
 	}
 	return rec
 }
@@ -125,6 +152,6 @@ func (t Task) record(seq uint64) *kv.Record {
 func (t Task) info(names streams.Names, seq uint64, dup bool) TaskInfo {
 	return TaskInfo{
 		ID: t.ID, Type: t.Type, Tenant: t.Tenant, Priority: t.Priority, Shard: streams.Shard(t.Key),
-		Stream: names.PriorityStream(t.Priority), Sequence: seq, Duplicate: dup,
+		Stream: names.PriorityStream(t.Priority), Sequence: seq, Duplicate: dup, RunAt: t.RunAt,
 	}
 }

@@ -109,3 +109,9 @@ func (n Names) TrailFilter() string { return n.prefix + ".trail.>" }
 
 // AdminSubject returns the management API subject of verb, e.g. "ax.admin.task.get".
 func (n Names) AdminSubject(verb string) string { return n.prefix + ".admin." + verb }
+
+// WorkerCancelSubject returns the core subject on which worker id hears that
+// an operator cancelled one of its running tasks, e.g. "ax.worker.w1.cancel".
+func (n Names) WorkerCancelSubject(workerID string) string {
+	return n.prefix + ".worker." + workerID + ".cancel"
+}

@@ -144,8 +144,8 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Repor
 	return report, nil
 }
 
-// StreamConfigs returns the configurations of the priority, dead-letter and
-// trail streams.
+// StreamConfigs returns the configurations of the priority, dead-letter,
+// trail and delayed streams.
 func StreamConfigs(cfg *Config) []jetstream.StreamConfig {
 	cfg = cfg.withDefaults()
 	n := cfg.Names
@@ -190,7 +190,7 @@ func StreamConfigs(cfg *Config) []jetstream.StreamConfig {
 		MaxAge:      cfg.TrailMaxAge,
 		Duplicates:  cfg.Duplicates,
 		AllowDirect: true,
-	})
+	}, DelayedStreamConfig(cfg))
 	return out
 }
 

@@ -33,9 +33,13 @@ const (
 	HeaderAttempts = "Ax-Attempts"
 	// HeaderFailedAt carries the RFC 3339 failure time on a dead letter.
 	HeaderFailedAt = "Ax-Failed-At"
-	// HeaderTaskID carries the task id on a dead letter.
+	// HeaderTaskID carries the task id on a dead letter and on a copy of a
+	// task re-published by the leader (released or aged) or an operator
+	// (resume, reprioritize, replay), whose Nats-Msg-Id is "<id>:g<gen>";
+	// when present it is the task id.
 	HeaderTaskID = "Ax-Task-Id"
-	// HeaderSubject carries the original subject on a dead letter.
+	// HeaderSubject carries the original subject on a dead letter, and the
+	// submit subject on a delayed task's schedule.
 	HeaderSubject = "Ax-Subject"
 )
 
@@ -130,7 +134,14 @@ type Options struct {
 // header leaves its option unset.
 func ParseHeaders(h nats.Header) (Options, error) {
 	var o Options
-	if v := h.Get(HeaderMsgID); v != "" {
+	if v := h.Get(HeaderTaskID); v != "" {
+		// A re-published copy (released, aged, resumed, reprioritized or
+		// replayed) names its task here; its Nats-Msg-Id names the copy.
+		if err := ValidateTaskID(v); err != nil {
+			return o, fmt.Errorf("%w: %s: %w", ErrBadHeader, HeaderTaskID, err)
+		}
+		o.ID = v
+	} else if v := h.Get(HeaderMsgID); v != "" {
 		if err := ValidateTaskID(v); err != nil {
 			return o, fmt.Errorf("%w: %s: %w", ErrBadHeader, HeaderMsgID, err)
 		}

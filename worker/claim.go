@@ -167,6 +167,12 @@ func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec 
 		_ = d.settle(func() error { return d.msg.NakWithDelay(w.cfg.AckWait) })
 		return nil, 0, true, nil
 	default: // SUCCEEDED, DEAD, CANCELLED: nothing left to do
+		if env.opts.Gen > rec.Gen {
+			// A newer generation than the record's: an operator's replay
+			// published it and is about to write the record. Look again soon.
+			_ = d.settle(func() error { return d.msg.NakWithDelay(time.Second) })
+			return nil, 0, true, nil
+		}
 		w.drop(d, env, "task is "+string(rec.State), true)
 		return nil, 0, true, nil
 	}
@@ -191,6 +197,9 @@ func (w *Worker) newRecord(env *envelope) *kv.Record {
 // start fills the fields of a claim.
 func (w *Worker) start(r *kv.Record, env *envelope) {
 	now := time.Now().UTC()
+	if r.Type == "" { // born CANCELLED or PAUSED by an operator who knew only the id
+		r.Type, r.Tenant, r.Key, r.Priority = env.stored.Type, env.stored.Tenant, env.stored.Key, env.stored.Priority
+	}
 	r.Attempt++
 	r.Worker = w.cfg.ID
 	r.Delivery = env.delivered

@@ -72,6 +72,8 @@ type Config struct {
 	GracePeriod time.Duration
 	// Logger; default zap.NewNop().
 	Logger *zap.Logger
+	// Observer hears about every settled attempt (metrics); nil: none.
+	Observer Observer
 	// Store configures the task record store.
 	Store kv.StoreConfig
 	// Test holds knobs for tests only.

@@ -29,4 +29,9 @@
 // the heartbeats stop and JetStream redelivers its messages to another
 // worker, which takes the task over. A dead worker's lease expires after its
 // TTL and the survivors split its shards.
+//
+// Cancellation: a worker listens on "ax.worker.<id>.cancel"; an operator
+// who moved a running task to CANCELLED sends its id there and the handler's
+// context ends with [ErrCancelled]. A lost notice only delays the end: the
+// handler's final write fails and the redelivered message finds CANCELLED.
 package worker

@@ -24,6 +24,9 @@ func (w *Worker) process(d *delivery) {
 		return
 	}
 	env := w.parse(d, meta)
+	if w.deferDelayed(d, env) {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	rec, rev, ok := w.claim(ctx, d, env)
 	cancel()
@@ -67,7 +70,7 @@ func (w *Worker) run(env *envelope, rec *kv.Record, d *delivery) (error, error) 
 	defer stopWatch()
 	ctx, cancel := context.WithTimeoutCause(base, time.Duration(rec.Timeout), ErrTimeout)
 	defer cancel()
-	w.running.Store(rec.ID, cancelBase)
+	w.track(rec.ID, cancelBase)
 	defer w.running.Delete(rec.ID)
 
 	task := &Task{
@@ -128,6 +131,7 @@ func (w *Worker) succeed(d *delivery, env *envelope, rec *kv.Record, rev uint64)
 		return
 	}
 	w.stats.Succeeded.Add(1)
+	w.observe(rec, OutcomeSucceeded)
 	_ = d.settle(d.msg.Ack)
 }
 
@@ -155,6 +159,7 @@ func (w *Worker) fail(d *delivery, env *envelope, rec *kv.Record, rev uint64, ca
 		return
 	}
 	w.stats.Retried.Add(1)
+	w.observe(rec, OutcomeRetry)
 	w.log.Debug("task_retry", zap.String("task_id", rec.ID), zap.Int("attempt", rec.Attempt), zap.Duration("delay", delay), zap.Error(cause))
 	_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
 }
@@ -183,6 +188,7 @@ func (w *Worker) bury(d *delivery, env *envelope, rec *kv.Record, rev uint64, ca
 		return
 	}
 	w.stats.Dead.Add(1)
+	w.observe(rec, OutcomeDead)
 	w.log.Info("task_dead", zap.String("task_id", rec.ID), zap.String("type", rec.Type), zap.Int("attempt", rec.Attempt), zap.Error(cause))
 	_ = d.settle(func() error { return d.msg.TermWithReason(truncate(cause.Error(), 256)) })
 }
@@ -216,6 +222,7 @@ func (w *Worker) cancelled(d *delivery, env *envelope, rec *kv.Record, rev uint6
 		w.settleFailedWrite(d, env, err)
 		return
 	}
+	w.observe(rec, OutcomeCancelled)
 	_ = d.settle(d.msg.Ack)
 }
 

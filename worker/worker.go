@@ -25,6 +25,7 @@ type Worker struct {
 	queues   [streams.Priorities]chan *delivery // local dispatch, one per priority
 	held     heldSet                            // every message held, for heartbeats
 	running  sync.Map                           // task id -> context.CancelCauseFunc
+	cancels  cancelNotes                        // operator cancel notices
 	shards   shardSet                           // consumers of the shards served
 	stopMesh context.CancelFunc                 // nil with fixed shards
 	meshDone chan struct{}
@@ -84,6 +85,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		return errors.New("worker already started")
 	}
 	if err := w.bindShards(ctx); err != nil {
+		return fmt.Errorf("start worker: %w", err)
+	}
+	if err := w.subscribeCancels(); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}
 	// Slots and heartbeats run before any consumer does: a delivery must
@@ -157,6 +161,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		}
 	}
 	w.loops.Wait()
+	w.unsubscribeCancels()
 	w.log.Info("worker_stopped")
 	return nil
 }

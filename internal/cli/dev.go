@@ -9,6 +9,7 @@ import (
 	"github.com/ax-mesh/ax/internal/demo"
 	"github.com/ax-mesh/ax/internal/embedded"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/metrics"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
@@ -29,6 +30,7 @@ type devFlags struct {
 	policy   string
 	payload  int32
 	wf       workerFlags
+	lf       leaderFlags
 }
 
 func addDev(root *cobra.Command, e *env) {
@@ -38,7 +40,8 @@ func addDev(root *cobra.Command, e *env) {
 		Short: "Run everything on this machine: embedded NATS with JetStream, workers and a demo load",
 		Long: `ax dev starts an embedded NATS server with JetStream (client port on --listen,
 data in --data), provisions ax's streams, consumers and buckets, runs workers
-with the built-in task types (sleep, fail, echo), submits a demo load with a
+with the built-in task types (sleep, fail, echo) and the scheduler's leader
+loops (delayed and cron tasks, aging, backpressure), submits a demo load with a
 live progress line and prints a summary. It then serves until Ctrl-C (or exits
 with --exit), so that other ax commands can use it with --server.`,
 		Args: cobra.NoArgs,
@@ -55,6 +58,7 @@ with --exit), so that other ax commands can use it with --server.`,
 	fs.StringVar(&f.policy, "priority-policy", streams.DefaultPriorityPolicy, "priority policy of the shard consumers: overflow (work stealing), pinned_client or none")
 	fs.Int32Var(&f.payload, "max-payload", 1<<20, "largest message the embedded server accepts, in bytes")
 	f.wf.add(cmd)
+	f.lf.add(cmd, false)
 	root.AddCommand(cmd)
 }
 
@@ -87,12 +91,32 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 	if err := provision(ctx, js, &streams.Config{Names: names, Capacity: f.capacity, AckWait: f.wf.ackWait, PriorityPolicy: f.policy}, e); err != nil {
 		return err
 	}
+	m := metrics.New(&metrics.Config{JetStream: js, Names: names})
+	stopMetrics, err := e.startMetrics(ctx, f.wf.metricsAddr, m, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	lcfg := f.lf.config(names, f.wf.ackWait, log.WithOptions(zap.IncreaseLevel(zap.WarnLevel)))
+	observeLeader(lcfg, m)
+	stopLeader, err := startLeader(ctx, js, lcfg)
+	if err != nil {
+		return err
+	}
+	defer stopLeader()
 	reg, closeReg, err := f.wf.registry(ctx, js, names, log)
 	if err != nil {
 		return err
 	}
 	defer closeReg()
-	ws, err := startWorkers(ctx, js, f.workers, f.wf.config(names, reg, log.WithOptions(zap.IncreaseLevel(zap.WarnLevel))))
+	admin, err := startAdmin(ctx, js, names, log)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = admin.Stop(context.WithoutCancel(ctx)) }()
+	wcfg := f.wf.config(names, reg, log.WithOptions(zap.IncreaseLevel(zap.WarnLevel)))
+	wcfg.Observer = m
+	ws, err := startWorkers(ctx, js, f.workers, wcfg)
 	if err != nil {
 		return err
 	}

@@ -13,11 +13,13 @@ func addSubmit(root *cobra.Command, e *env) {
 	var payload string
 	var priority string
 	var deadline string
+	var runAt string
 	cmd := &cobra.Command{
 		Use:   "submit TYPE",
 		Short: "Submit one task",
 		Example: `  ax submit sleep --payload '{"ms":100}' --priority p1 --tenant acme
-  ax submit echo --payload hello --id order-42`,
+  ax submit echo --payload hello --id order-42
+  ax submit echo --payload later --delay 30s`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			t.Type = args[0]
@@ -33,6 +35,13 @@ func addSubmit(root *cobra.Command, e *env) {
 					return fmt.Errorf("--deadline %q: want RFC 3339, e.g. 2026-01-02T15:04:05Z", deadline)
 				}
 				t.Deadline = d
+			}
+			if runAt != "" {
+				at, err := time.Parse(time.RFC3339Nano, runAt)
+				if err != nil {
+					return fmt.Errorf("--run-at %q: want RFC 3339, e.g. 2026-01-02T15:04:05Z", runAt)
+				}
+				t.RunAt = at
 			}
 			nc, js, err := e.connect("ax submit")
 			if err != nil {
@@ -72,6 +81,8 @@ func addSubmit(root *cobra.Command, e *env) {
 	f.IntVar(&t.MaxAttempts, "max-attempts", 0, "attempts before the task is dead (default: the worker's)")
 	f.BoolVar(&t.Core, "core", false, "core task: accepted under backpressure")
 	f.StringVar(&deadline, "deadline", "", "RFC 3339 time after which the task is not started")
+	f.StringVar(&runAt, "run-at", "", "RFC 3339 time the task becomes due (PENDING until then)")
+	f.DurationVar(&t.Delay, "delay", 0, "delay the task by this long (PENDING until then)")
 	root.AddCommand(cmd)
 }
 

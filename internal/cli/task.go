@@ -5,28 +5,32 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
 	"github.com/spf13/cobra"
 )
 
 func addTask(root *cobra.Command, e *env) {
-	task := &cobra.Command{Use: "task", Short: "Inspect and act on one task"}
+	task := &cobra.Command{Use: "task", Short: "Inspect and act on one task (through the management API)"}
 	task.AddCommand(&cobra.Command{
 		Use:   "get ID",
 		Short: "Show a task's record",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rec, err := e.getRecord(cmd.Context(), args[0])
-			if err != nil {
+			var reply scheduler.TaskReply
+			if err := e.call(cmd.Context(), scheduler.VerbTaskGet, scheduler.TaskRequest{ID: args[0]}, &reply); err != nil {
 				return err
 			}
 			if e.jsonOut {
-				return writeJSON(e.out, rec)
+				return writeJSON(e.out, reply.Task)
 			}
-			printRecord(e.out, rec)
+			printRecord(e.out, reply.Task)
 			return nil
 		},
 	}, &cobra.Command{
@@ -34,36 +38,101 @@ func addTask(root *cobra.Command, e *env) {
 		Short: "Show every state change of a task",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rec, err := e.getRecord(cmd.Context(), args[0])
-			if err != nil {
+			var reply scheduler.TrailReply
+			if err := e.call(cmd.Context(), scheduler.VerbTaskTrail, scheduler.TaskRequest{ID: args[0]}, &reply); err != nil {
 				return err
 			}
 			if e.jsonOut {
-				return writeJSON(e.out, rec.Trail)
+				return writeJSON(e.out, reply.Trail)
 			}
-			printTrail(e.out, rec.Trail)
+			printTrail(e.out, reply.Trail)
 			return nil
+		},
+	})
+	for _, a := range []struct{ verb, use, short string }{
+		{scheduler.VerbTaskCancel, "cancel ID", "Cancel a task: it never starts, or its running handler's context is cancelled; never retried"},
+		{scheduler.VerbTaskPause, "pause ID", "Hold a waiting task (PENDING, READY, RETRYING) with its payload until resumed"},
+		{scheduler.VerbTaskResume, "resume ID", "Put a PAUSED task back in its bucket"},
+	} {
+		var unseen bool
+		cmd := &cobra.Command{
+			Use:   a.use,
+			Short: a.short,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				var reply scheduler.TaskReply
+				if err := e.call(cmd.Context(), a.verb, scheduler.TaskRequest{ID: args[0], Unseen: unseen}, &reply); err != nil {
+					return err
+				}
+				return e.printAction(&reply)
+			},
+		}
+		if a.verb != scheduler.VerbTaskResume {
+			cmd.Flags().BoolVar(&unseen, "unseen", false, "the task was published but no worker has seen it: write its record first")
+		}
+		task.AddCommand(cmd)
+	}
+	task.AddCommand(&cobra.Command{
+		Use:   "reprioritize ID PRIORITY",
+		Short: "Move a READY task to another priority bucket (p0..p4)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := parsePriority(args[1])
+			if err != nil {
+				return err
+			}
+			var reply scheduler.TaskReply
+			if err := e.call(cmd.Context(), scheduler.VerbTaskReprioritize, scheduler.ReprioritizeRequest{ID: args[0], Priority: p}, &reply); err != nil {
+				return err
+			}
+			return e.printAction(&reply)
 		},
 	})
 	root.AddCommand(task)
 }
 
-func (e *env) getRecord(ctx context.Context, id string) (*kv.Record, error) {
-	nc, js, err := e.connect("ax task")
+// parsePriority reads "p2" or "2".
+func parsePriority(s string) (int, error) {
+	if n, err := strconv.Atoi(s); err == nil {
+		s = "p" + strconv.Itoa(n)
+	}
+	return streams.ParsePriority(strings.ToLower(s))
+}
+
+// call sends one management API request with the connection flags.
+func (e *env) call(ctx context.Context, verb string, req, resp any) error {
+	nc, _, err := e.connect("ax " + verb)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer nc.Close()
 	names, err := e.names()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	store, err := kv.NewStore(ctx, js, &kv.StoreConfig{Names: names})
-	if err != nil {
-		return nil, err
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	return scheduler.NewAdminClient(nc, names).Call(ctx, verb, req, resp)
+}
+
+func (e *env) printAction(reply *scheduler.TaskReply) error {
+	if e.jsonOut {
+		return writeJSON(e.out, reply)
 	}
-	rec, _, err := store.Get(ctx, id)
-	return rec, err
+	m := reply.Task.LastMove()
+	from := string(m.From)
+	if from == "" {
+		from = "(new record)"
+	}
+	fmt.Fprintf(e.out, "%s: %s -> %s (%s, generation %d, P%d)", reply.Task.ID, from, m.To, m.Action, reply.Task.Gen, reply.Task.Priority)
+	switch {
+	case reply.Notified:
+		fmt.Fprint(e.out, "; worker notified")
+	case reply.Redispatched:
+		fmt.Fprint(e.out, "; message re-dispatched")
+	}
+	fmt.Fprintln(e.out)
+	return nil
 }
 
 func writeJSON(w io.Writer, v any) error {

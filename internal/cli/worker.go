@@ -23,6 +23,7 @@ type workerFlags struct {
 	maxAttempts int
 	ackWait     time.Duration
 	grace       time.Duration
+	metricsAddr string
 	probe       string // journal of the "probe" test type; empty: not registered
 }
 
@@ -34,6 +35,7 @@ func (f *workerFlags) add(cmd *cobra.Command) {
 	fs.IntVar(&f.maxAttempts, "max-attempts", worker.DefaultMaxAttempts, "default attempts before a task is dead")
 	fs.DurationVar(&f.ackWait, "ack-wait", streams.DefaultAckWait, "ack wait of the shard consumers (as provisioned)")
 	fs.DurationVar(&f.grace, "grace", worker.DefaultGracePeriod, "how long running tasks may finish on stop")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464")
 	fs.StringVar(&f.probe, "probe-journal", "", `register the "probe" test type, journaling executions to this file`)
 }
 
@@ -77,30 +79,23 @@ gives it; shards move between workers as they join and leave. See them with
 ax workers.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := e.logger(false)
+			d, err := e.startDaemon(cmd.Context(), "ax worker", wf.metricsAddr)
 			if err != nil {
 				return err
 			}
-			defer func() { _ = log.Sync() }()
-			nc, js, err := e.connect("ax worker")
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			names, err := e.names()
-			if err != nil {
-				return err
-			}
-			reg, closeReg, err := wf.registry(cmd.Context(), js, names, log)
+			defer d.close()
+			reg, closeReg, err := wf.registry(cmd.Context(), d.js, d.names, d.log)
 			if err != nil {
 				return err
 			}
 			defer closeReg()
-			w, err := worker.New(cmd.Context(), js, wf.config(names, reg, log))
+			cfg := wf.config(d.names, reg, d.log)
+			cfg.Observer = d.metrics
+			w, err := worker.New(cmd.Context(), d.js, cfg)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.errOut, "worker %s joining the mesh on %s\n", w.ID(), nc.ConnectedUrlRedacted())
+			fmt.Fprintf(e.errOut, "worker %s joining the mesh on %s\n", w.ID(), d.nc.ConnectedUrlRedacted())
 			return w.Run(cmd.Context())
 		},
 	}

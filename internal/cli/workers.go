@@ -10,43 +10,10 @@ import (
 
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
-	"github.com/spf13/cobra"
 )
 
-func addWorkers(root *cobra.Command, e *env) {
-	root.AddCommand(&cobra.Command{
-		Use:   "workers",
-		Short: "List the live workers of the mesh: their shards and in-flight tasks",
-		Long: `ax workers lists the members of the mesh (the leases in the AX_WORKERS bucket):
-id, host, version, concurrency, tasks in flight and the shards each owns, as
-of each worker's last renewal.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			nc, js, err := e.connect("ax workers")
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			names, err := e.names()
-			if err != nil {
-				return err
-			}
-			members, err := kv.ListMembers(cmd.Context(), js, names)
-			if err != nil {
-				return err
-			}
-			if e.jsonOut {
-				if members == nil {
-					members = []kv.Member{}
-				}
-				return writeJSON(e.out, members)
-			}
-			printMembers(e.out, members, time.Now())
-			return nil
-		},
-	})
-}
-
+// printMembers prints the members of the mesh, the shards each owns as
+// ranges, and a summary line.
 func printMembers(w io.Writer, members []kv.Member, now time.Time) {
 	if len(members) == 0 {
 		fmt.Fprintln(w, "no live workers")

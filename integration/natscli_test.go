@@ -1,0 +1,108 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// natsCLIVersion is the natscli release the docs are tested with.
+const natsCLIVersion = "v0.5.0"
+
+// natsCLI returns the nats binary: $AX_NATS_CLI, or the one .ci/run caches
+// in $(go env GOPATH)/ax-tools, installed with go install if missing.
+func natsCLI(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("AX_NATS_CLI"); p != "" {
+		return p
+	}
+	out, err := exec.Command("go", "env", "GOPATH").Output()
+	require.NoError(t, err)
+	gopath := strings.Split(strings.TrimSpace(string(out)), string(os.PathListSeparator))[0]
+	dir := filepath.Join(gopath, "ax-tools", "natscli-"+natsCLIVersion)
+	bin := filepath.Join(dir, "nats")
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	install := exec.CommandContext(ctx, "go", "install", "github.com/nats-io/natscli/nats@"+natsCLIVersion)
+	install.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=-mod=mod")
+	msg, err := install.CombinedOutput()
+	require.NoError(t, err, "go install natscli:\n%s", msg)
+	return bin
+}
+
+// Every nats command of docs/OPERATIONS.md, run as written against a live
+// ax dev, shows what the doc says it shows.
+func TestOperationsDocWithNatsCLI(t *testing.T) {
+	nats := natsCLI(t)
+	dev := startDev(t)
+	doc, err := os.ReadFile("../docs/OPERATIONS.md")
+	require.NoError(t, err)
+	home := t.TempDir() // no nats contexts of the machine's user
+	run := func(line string) string {
+		t.Helper()
+		require.Contains(t, string(doc), "\n"+line+"\n", "the command is documented as written")
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "bash", "-c", line)
+		cmd.Env = append(os.Environ(), "NATS_URL="+dev.url, "HOME="+home,
+			"PATH="+filepath.Dir(nats)+string(os.PathListSeparator)+os.Getenv("PATH"))
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		require.NoError(t, cmd.Run(), "%s:\n%s", line, out.String())
+		return out.String()
+	}
+
+	require.Contains(t, run(`nats pub -J ax.submit.p2.acme.sleep.order-42 '{"ms":10}' -H Nats-Msg-Id:order-42`), "Stored in Stream: AX_P2")
+	require.Contains(t, run(`nats pub -J ax.submit.p2.acme.fail.report-7 '' -H Nats-Msg-Id:report-7`), "Stored in Stream: AX_P2")
+
+	ls := run("nats stream ls")
+	for _, s := range []string{"AX_P0", "AX_P1", "AX_P2", "AX_P3", "AX_P4", "AX_DLQ", "AX_TRAIL"} {
+		require.Contains(t, ls, s)
+	}
+	info := run("nats stream info AX_P2")
+	require.Contains(t, info, "ax.submit.p2.*.*.*")
+	require.Contains(t, info, "{{partition(32,3)}}")
+	require.Contains(t, info, "WorkQueue")
+	consumers := run("nats consumer ls AX_P2")
+	require.Contains(t, consumers, "p2-s00")
+	require.Contains(t, consumers, "p2-s31")
+	require.Contains(t, run("nats consumer info AX_P2 p2-s07"), "ax.p2.7.>")
+
+	require.Eventually(t, func() bool {
+		return strings.Contains(run("nats kv get AX_TASKS order-42 --raw"), `"state":"SUCCEEDED"`)
+	}, 30*time.Second, 100*time.Millisecond)
+	record := run("nats kv get AX_TASKS order-42 --raw")
+	require.Contains(t, record, `"action":"claim"`)
+	require.Contains(t, record, `"action":"complete"`)
+	require.Contains(t, run("nats kv history AX_TASKS order-42"), "order-42")
+
+	require.Eventually(t, func() bool {
+		return strings.Contains(run("nats stream subjects AX_DLQ"), "ax.dlq.acme.fail")
+	}, 30*time.Second, 100*time.Millisecond)
+	letter := run("nats stream get AX_DLQ 1")
+	require.Contains(t, letter, "Ax-Task-Id: report-7")
+	require.Contains(t, letter, "Ax-Error: permanent: fail: task report-7 fails by design")
+	require.Contains(t, letter, "Ax-Subject: ax.submit.p2.acme.fail.report-7")
+
+	require.Regexp(t, `│ ax\s+│ 0\.1\.0`, run("nats micro ls"))
+	micro := run("nats micro info ax")
+	for _, verb := range []string{"task.get", "task.cancel", "tasks.cancel", "dlq.replay", "stats", "workers"} {
+		require.Contains(t, micro, "ax.admin."+verb)
+	}
+	require.Contains(t, run(`nats req ax.admin.task.trail '{"id":"order-42"}'`), `"to":"SUCCEEDED"`)
+	require.Contains(t, run(`nats req ax.admin.dlq.replay '{"id":"report-7"}'`), `"replayed":["report-7"]`)
+	notFound := run(`nats req ax.admin.task.get '{"id":"no-such-task"}'`)
+	require.Contains(t, notFound, "Nats-Service-Error-Code: 404")
+	require.Contains(t, notFound, "unknown task")
+	require.Regexp(t, `task_get\s+│ 1\s+│ q\s+│ 1 `, run("nats micro stats ax"))
+}

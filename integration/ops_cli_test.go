@@ -1,0 +1,163 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/stretchr/testify/require"
+)
+
+// axFail runs an ax command that must fail and returns its stderr.
+func axFail(t testing.TB, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, axBinary, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.Error(t, cmd.Run(), "ax %s should fail", strings.Join(args, " "))
+	return stderr.String()
+}
+
+func submitCLI(t *testing.T, url string, args ...string) string {
+	t.Helper()
+	return strings.TrimSpace(ax(t, append([]string{"submit", "--server", url}, args...)...))
+}
+
+// With workers: cancel a running task, dead letters, stats, workers, metrics.
+func TestOperatorCLIWithWorkers(t *testing.T) {
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	dev := startDev(t, "--metrics-addr", metricsAddr)
+	s := dev.url
+
+	long := submitCLI(t, s, "sleep", "--payload", `{"ms":30000}`, "--tenant", "acme")
+	require.Eventually(t, func() bool { return strings.Contains(ax(t, "task", "get", long, "--server", s), "RUNNING") },
+		30*time.Second, 50*time.Millisecond)
+	out := ax(t, "task", "cancel", long, "--server", s)
+	require.Contains(t, out, long+": RUNNING -> CANCELLED (cancel")
+	require.Contains(t, out, "worker notified")
+	require.Contains(t, ax(t, "task", "trail", long, "--server", s), "cancel")
+	require.Contains(t, axFail(t, "task", "cancel", long, "--server", s), "409: task "+long+" is CANCELLED")
+
+	dead := submitCLI(t, s, "fail", "--tenant", "acme")
+	require.Eventually(t, func() bool { return strings.Contains(ax(t, "task", "get", dead, "--server", s), "DEAD") },
+		30*time.Second, 50*time.Millisecond)
+	ls := ax(t, "dlq", "ls", "--server", s, "--type", "fail")
+	require.Contains(t, ls, dead)
+	require.Contains(t, ls, "fails by design")
+	require.Contains(t, ls, "1 of 1 dead letters")
+	var list scheduler.DLQListReply
+	require.NoError(t, json.Unmarshal([]byte(ax(t, "dlq", "ls", "--server", s, "--json")), &list))
+	require.Len(t, list.Letters, 1)
+	require.Contains(t, ax(t, "dlq", "replay", dead, "--server", s), "replayed 1: "+dead)
+	// It fails by design again: a new dead letter, and the trail keeps both deaths.
+	require.Eventually(t, func() bool {
+		return strings.Count(ax(t, "task", "trail", dead, "--server", s), "replay") == 1 &&
+			strings.Contains(ax(t, "task", "get", dead, "--server", s), "DEAD")
+	}, 30*time.Second, 50*time.Millisecond)
+	require.Contains(t, ax(t, "dlq", "replay", "--tenant", "acme", "--dry-run", "--server", s), "would replay (dry run) 1: "+dead)
+
+	for range 5 {
+		submitCLI(t, s, "echo", "--payload", "hi", "--priority", "p1")
+	}
+	var stats scheduler.StatsReply
+	require.Eventually(t, func() bool {
+		require.NoError(t, json.Unmarshal([]byte(ax(t, "stats", "--server", s, "--json")), &stats))
+		return stats.States[kv.StateSucceeded] >= 5
+	}, 30*time.Second, 100*time.Millisecond)
+	require.Equal(t, 5, stats.Buckets[1].Samples)
+	require.GreaterOrEqual(t, stats.Buckets[1].RecommendedTimeout, kv.Duration(time.Second))
+	table := ax(t, "stats", "--server", s)
+	require.Regexp(t, `(?m)^BUCKET\s+DEPTH\s+CAPACITY\s+IN FLIGHT`, table)
+	require.Regexp(t, `(?m)^P1\s+0\s+\d+\s+0\s`, table)
+	require.Contains(t, table, "1 dead letters")
+	require.Contains(t, ax(t, "workers", "--server", s), "workers")
+
+	body := scrape(t, metricsAddr)
+	require.Contains(t, string(body), `ax_tasks_total{outcome="succeeded",priority="p1",tenant="default",type="echo"} 5`)
+	require.Contains(t, string(body), `ax_tasks_total{outcome="cancelled",priority="p2",tenant="acme",type="sleep"} 1`)
+	require.Contains(t, string(body), `ax_bucket_depth{priority="p1"} 0`)
+	require.Contains(t, string(body), "ax_dlq_messages 1")
+	require.Contains(t, string(body), "ax_task_run_seconds_bucket")
+	require.Contains(t, string(body), "ax_leader 0")
+}
+
+// Without workers tasks stay READY: pause, resume, reprioritize, batch cancel.
+func TestOperatorCLIOnWaitingTasks(t *testing.T) {
+	dev := startDev(t, "--workers", "0")
+	s := dev.url
+	a := submitCLI(t, s, "echo", "--tenant", "acme", "--priority", "p3")
+	b := submitCLI(t, s, "echo", "--tenant", "acme", "--priority", "p3")
+	c := submitCLI(t, s, "sleep", "--tenant", "globex")
+
+	require.Contains(t, ax(t, "task", "pause", a, "--server", s), a+": READY -> PAUSED (pause")
+	require.Contains(t, ax(t, "task", "resume", a, "--server", s), "READY (resume, generation 2, P3); message re-dispatched")
+	require.Contains(t, ax(t, "task", "reprioritize", a, "p0", "--server", s), "READY (reprioritize, generation 3, P0)")
+	var rec kv.Record
+	require.NoError(t, json.Unmarshal([]byte(ax(t, "task", "get", a, "--server", s, "--json")), &rec))
+	require.Equal(t, 0, rec.Priority)
+	require.Contains(t, axFail(t, "task", "reprioritize", a, "p9", "--server", s), "p0..p4")
+	require.Contains(t, axFail(t, "task", "get", "no-such-task", "--server", s), "404: get task no-such-task: unknown task")
+	require.Contains(t, axFail(t, "tasks", "cancel", "--server", s), "400: tasks.cancel needs a filter")
+	require.Contains(t, axFail(t, "tasks", "cancel", "--state", "done", "--server", s), "unknown state")
+
+	require.Contains(t, ax(t, "tasks", "cancel", "--tenant", "acme", "--dry-run", "--server", s), "2 tasks match (dry run: nothing cancelled)")
+	require.Contains(t, ax(t, "tasks", "cancel", "--tenant", "acme", "--state", "ready", "--server", s), "2 tasks match, 2 cancelled")
+	require.Contains(t, ax(t, "task", "get", b, "--server", s), "CANCELLED")
+	require.Contains(t, ax(t, "task", "get", c, "--server", s), "READY")
+
+	require.Contains(t, ax(t, "task", "pause", "raw-7", "--unseen", "--server", s), "raw-7: (new record) -> PAUSED (pause")
+}
+
+// ax scheduler serves the management API and metrics; ax worker and ax
+// scheduler log JSON lines (ax dev logs in the console format).
+func TestSchedulerAndWorkerProcesses(t *testing.T) {
+	dev := startDev(t, "--workers", "0")
+	schedMetrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	sched := startAx(t, "scheduler", "--server", dev.url, "--metrics-addr", schedMetrics)
+	workerMetrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	wk := startAx(t, "worker", "--server", dev.url, "--metrics-addr", workerMetrics, "--id", "cli-worker")
+	require.Eventually(t, func() bool {
+		return strings.Contains(sched.output(), `"msg":"admin_started"`) && strings.Contains(wk.output(), `"msg":"worker_started"`)
+	}, 30*time.Second, 50*time.Millisecond, "scheduler:\n%s\nworker:\n%s", sched.output(), wk.output())
+	require.Contains(t, sched.output(), "management API on ax.admin.>")
+
+	// Two instances of the service answer discovery.
+	var infos int
+	sub, err := dev.nc.SubscribeSync(dev.nc.NewRespInbox())
+	require.NoError(t, err)
+	require.NoError(t, dev.nc.PublishRequest("$SRV.PING.ax", sub.Subject, nil))
+	for {
+		if _, err := sub.NextMsg(time.Second); err != nil {
+			break
+		}
+		infos++
+	}
+	require.Equal(t, 2, infos, "ax dev and ax scheduler both serve the API")
+
+	id := submitCLI(t, dev.url, "echo", "--payload", "hi", "--tenant", "acme")
+	require.Eventually(t, func() bool { return strings.Contains(ax(t, "task", "get", id, "--server", dev.url), "SUCCEEDED") },
+		30*time.Second, 50*time.Millisecond)
+	require.Contains(t, scrape(t, workerMetrics), `ax_tasks_total{outcome="succeeded",priority="p2",tenant="acme",type="echo"} 1`)
+	require.Contains(t, scrape(t, schedMetrics), "ax_leader 0")
+}
+
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(body)
+}

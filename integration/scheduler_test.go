@@ -1,0 +1,44 @@
+package integration
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/stretchr/testify/require"
+)
+
+// `ax dev` runs the leader loops: a task submitted with --delay is PENDING,
+// then runs; a cron job added with `ax cron add` fires, shows its last run
+// in `ax cron ls`, and stops after `ax cron rm`.
+func TestDelayedAndCronThroughTheCLI(t *testing.T) {
+	t.Parallel()
+	dev := startDev(t)
+	id := strings.TrimSpace(ax(t, "submit", "echo", "--payload", "later", "--delay", "2s", "--server", dev.url))
+	require.Regexp(t, `State\s+PENDING`, ax(t, "task", "get", id, "--server", dev.url))
+	var rec kv.Record
+	require.Eventually(t, func() bool {
+		out := ax(t, "task", "get", id, "--server", dev.url, "--json")
+		return json.Unmarshal([]byte(out), &rec) == nil && rec.State == kv.StateSucceeded
+	}, 30*time.Second, 100*time.Millisecond)
+	require.Equal(t, kv.StatePending, rec.Trail[0].To)
+	require.False(t, rec.StartedAt.Before(*rec.RunAt), "started before its run time")
+
+	require.Contains(t, ax(t, "cron", "add", "tick", "@every 1s", "--type", "echo", "--payload", "tick", "--server", dev.url), "cron tick added")
+	var jobs []scheduler.CronJob
+	require.Eventually(t, func() bool {
+		out := ax(t, "cron", "ls", "--server", dev.url, "--json")
+		return json.Unmarshal([]byte(out), &jobs) == nil && len(jobs) == 1 && !jobs[0].Last.IsZero()
+	}, 30*time.Second, 100*time.Millisecond)
+	last := jobs[0].Last
+	require.Eventually(t, func() bool {
+		out := ax(t, "task", "get", scheduler.CronTaskID("tick", last), "--server", dev.url, "--json")
+		return json.Unmarshal([]byte(out), &rec) == nil && rec.State == kv.StateSucceeded
+	}, 30*time.Second, 100*time.Millisecond)
+	require.Contains(t, ax(t, "cron", "ls", "--server", dev.url), "@every 1s")
+	require.Contains(t, ax(t, "cron", "rm", "tick", "--server", dev.url), "removed")
+	require.NotContains(t, ax(t, "cron", "ls", "--server", dev.url), "tick")
+}

@@ -1,0 +1,135 @@
+package cli
+
+import (
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+)
+
+func addCron(root *cobra.Command, e *env) {
+	group := &cobra.Command{Use: "cron", Short: "Manage periodic tasks (the leader submits one task per scheduled time)"}
+	var t scheduler.Task
+	var payload, priority string
+	add := &cobra.Command{
+		Use:   "add NAME SPEC",
+		Short: "Add or replace a cron job",
+		Long: `SPEC is a cron line in UTC of 5 fields (minute hour day-of-month month day-of-week),
+6 fields (seconds first), or a descriptor: @hourly, @daily, @weekly, @monthly,
+@every 30s. Each scheduled time yields exactly one task, with id
+cron-<NAME>-<unix seconds>, across leader changes.`,
+		Example: `  ax cron add nightly-report "0 3 * * *" --type echo --payload report
+  ax cron add heartbeat "@every 10s" --type sleep --payload '{"ms":5}' --priority p1`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := parsePriorityFlag(priority)
+			if err != nil {
+				return err
+			}
+			t.Priority, t.Payload = p, []byte(payload)
+			client, done, err := e.client(cmd, "ax cron")
+			if err != nil {
+				return err
+			}
+			defer done()
+			job, err := client.AddCron(cmd.Context(), scheduler.CronJob{Name: args[0], Spec: args[1], Task: t})
+			if err != nil {
+				return err
+			}
+			if e.jsonOut {
+				return writeJSON(e.out, job)
+			}
+			fmt.Fprintf(e.out, "cron %s added; next run %s\n", job.Name, job.Next.Format(time.RFC3339))
+			return nil
+		},
+	}
+	f := add.Flags()
+	f.StringVar(&t.Type, "type", "", "task type (handler name); required")
+	f.StringVar(&payload, "payload", "", "task payload")
+	f.StringVarP(&priority, "priority", "p", "p2", "priority p0 (highest) .. p4")
+	f.StringVar(&t.Tenant, "tenant", scheduler.DefaultTenant, "tenant")
+	f.DurationVar(&t.Timeout, "timeout", 0, "timeout of one attempt (default: the worker's)")
+	f.IntVar(&t.MaxAttempts, "max-attempts", 0, "attempts before a task is dead (default: the worker's)")
+	f.BoolVar(&t.Core, "core", false, "core tasks: accepted under backpressure")
+	_ = add.MarkFlagRequired("type")
+
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List cron jobs with their last and next run",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client, done, err := e.client(cmd, "ax cron")
+			if err != nil {
+				return err
+			}
+			defer done()
+			jobs, err := client.ListCron(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if e.jsonOut {
+				return writeJSON(e.out, jobs)
+			}
+			w := tabwriter.NewWriter(e.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "NAME\tSPEC\tTYPE\tPRIORITY\tLAST\tNEXT")
+			for _, j := range jobs {
+				last := "-"
+				if !j.Last.IsZero() {
+					last = j.Last.Format(time.RFC3339)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\tp%d\t%s\t%s\n", j.Name, j.Spec, j.Task.Type, j.Task.Priority, last, j.Next.Format(time.RFC3339))
+			}
+			return w.Flush()
+		},
+	}
+	rm := &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Remove a cron job",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			client, done, err := e.client(cmd, "ax cron")
+			if err != nil {
+				return err
+			}
+			defer done()
+			if err := client.RemoveCron(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.out, "cron %s removed\n", args[0])
+			return nil
+		},
+	}
+	group.AddCommand(add, ls, rm)
+	root.AddCommand(group)
+}
+
+// client connects and returns a scheduler client and a function that
+// closes both.
+func (e *env) client(cmd *cobra.Command, name string) (*scheduler.Client, func(), error) {
+	nc, js, names, err := e.session(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := scheduler.NewClient(cmd.Context(), js, &scheduler.Config{Names: names})
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return client, func() { _ = client.Close(); nc.Close() }, nil
+}
+
+// session connects and returns the connection, JetStream and the
+// deployment's names; the caller closes the connection.
+func (e *env) session(name string) (*nats.Conn, jetstream.JetStream, streams.Names, error) {
+	names, err := e.names()
+	if err != nil {
+		return nil, nil, names, err
+	}
+	nc, js, err := e.connect(name)
+	return nc, js, names, err
+}

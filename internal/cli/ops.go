@@ -1,0 +1,174 @@
+package cli
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/spf13/cobra"
+)
+
+// addOps adds the operator commands on many tasks: tasks, dlq, stats, workers.
+func addOps(root *cobra.Command, e *env) {
+	var batch scheduler.BatchCancelRequest
+	var states []string
+	tasks := &cobra.Command{Use: "tasks", Short: "Act on many tasks at once"}
+	cancel := &cobra.Command{
+		Use:   "cancel",
+		Short: "Cancel every task matching --type, --tenant and --state (try --dry-run first)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			batch.States = nil
+			for _, s := range states {
+				batch.States = append(batch.States, kv.State(strings.ToUpper(s)))
+			}
+			var reply scheduler.BatchCancelReply
+			if err := e.call(cmd.Context(), scheduler.VerbTasksCancel, batch, &reply); err != nil {
+				return err
+			}
+			if e.jsonOut {
+				return writeJSON(e.out, reply)
+			}
+			if reply.DryRun {
+				fmt.Fprintf(e.out, "%d tasks match (dry run: nothing cancelled)\n", reply.Matched)
+			} else {
+				fmt.Fprintf(e.out, "%d tasks match, %d cancelled\n", reply.Matched, reply.Cancelled)
+			}
+			for id, why := range reply.Failed {
+				fmt.Fprintf(e.out, "  not cancelled %s: %s\n", id, why)
+			}
+			return nil
+		},
+	}
+	fs := cancel.Flags()
+	fs.StringVar(&batch.Type, "type", "", "task type")
+	fs.StringVar(&batch.Tenant, "tenant", "", "tenant")
+	fs.StringSliceVar(&states, "state", nil, "states (repeat or comma separate): PENDING, READY, RUNNING, RETRYING, PAUSED")
+	fs.BoolVar(&batch.DryRun, "dry-run", false, "count the matching tasks, cancel nothing")
+	tasks.AddCommand(cancel)
+	root.AddCommand(tasks, dlqCommand(e), statsCommand(e), workersCommand(e))
+}
+
+func dlqCommand(e *env) *cobra.Command {
+	dlq := &cobra.Command{Use: "dlq", Short: "List and replay dead letters"}
+	var list scheduler.DLQListRequest
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List dead letters, oldest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var reply scheduler.DLQListReply
+			if err := e.call(cmd.Context(), scheduler.VerbDLQList, list, &reply); err != nil {
+				return err
+			}
+			if e.jsonOut {
+				return writeJSON(e.out, reply)
+			}
+			tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "SEQ\tTASK\tTENANT\tTYPE\tATTEMPTS\tFAILED AT\tERROR")
+			for _, l := range reply.Letters {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", l.Seq, l.TaskID, l.Tenant, l.Type, l.Attempts, l.FailedAt.Format(time.RFC3339), l.Error)
+			}
+			_ = tw.Flush()
+			fmt.Fprintf(e.out, "%d of %d dead letters\n", len(reply.Letters), reply.Total)
+			return nil
+		},
+	}
+	ls.Flags().StringVar(&list.Type, "type", "", "task type")
+	ls.Flags().StringVar(&list.Tenant, "tenant", "", "tenant")
+	ls.Flags().IntVar(&list.Limit, "limit", scheduler.DefaultDLQLimit, "letters to list")
+	var replay scheduler.DLQReplayRequest
+	rp := &cobra.Command{
+		Use:   "replay [ID]",
+		Short: "Put DEAD tasks back as READY: one by id, or those matching --type/--tenant up to --limit",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				replay.ID = args[0]
+			}
+			var reply scheduler.DLQReplayReply
+			if err := e.call(cmd.Context(), scheduler.VerbDLQReplay, replay, &reply); err != nil {
+				return err
+			}
+			if e.jsonOut {
+				return writeJSON(e.out, reply)
+			}
+			verb := "replayed"
+			if reply.DryRun {
+				verb = "would replay (dry run)"
+			}
+			fmt.Fprintf(e.out, "%s %d: %s\n", verb, len(reply.Replayed), strings.Join(reply.Replayed, " "))
+			for id, why := range reply.Skipped {
+				fmt.Fprintf(e.out, "  skipped %s: %s\n", id, why)
+			}
+			return nil
+		},
+	}
+	rp.Flags().StringVar(&replay.Type, "type", "", "task type")
+	rp.Flags().StringVar(&replay.Tenant, "tenant", "", "tenant")
+	rp.Flags().IntVar(&replay.Limit, "limit", scheduler.DefaultDLQLimit, "most tasks to replay")
+	rp.Flags().BoolVar(&replay.DryRun, "dry-run", false, "say what would be replayed, replay nothing")
+	dlq.AddCommand(ls, rp)
+	return dlq
+}
+
+func statsCommand(e *env) *cobra.Command {
+	var req scheduler.StatsRequest
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Per bucket: depth, in flight, rates, p50/p99 run time and the timeout they recommend",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var reply scheduler.StatsReply
+			if err := e.call(cmd.Context(), scheduler.VerbStats, req, &reply); err != nil {
+				return err
+			}
+			if e.jsonOut {
+				return writeJSON(e.out, reply)
+			}
+			tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "BUCKET\tDEPTH\tCAPACITY\tIN FLIGHT\tSUBMIT/S\tDONE/S\tDEAD/S\tP50\tP99\tTIMEOUT")
+			for _, b := range reply.Buckets {
+				timeout := "-"
+				if b.RecommendedTimeout > 0 {
+					timeout = b.RecommendedTimeout.String()
+				}
+				fmt.Fprintf(tw, "P%d\t%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\n", b.Priority, b.Depth, b.Capacity, b.InFlight,
+					b.SubmittedRate, b.SucceededRate, b.DeadRate, b.P50, b.P99, timeout)
+			}
+			_ = tw.Flush()
+			var states []string
+			for s, n := range reply.States {
+				states = append(states, fmt.Sprintf("%s %d", s, n))
+			}
+			slices.Sort(states)
+			fmt.Fprintf(e.out, "window %s; %d records (%s); %d dead letters; TIMEOUT = 1.5 x p99\n", reply.Window, reply.Records, strings.Join(states, ", "), reply.DLQ)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&req.Window, "window", "", "window of finished tasks for rates and run times (default 5m)")
+	return cmd
+}
+
+func workersCommand(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "workers",
+		Short: "List the live workers of the mesh: their shards and in-flight tasks",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var reply scheduler.WorkersReply
+			if err := e.call(cmd.Context(), scheduler.VerbWorkers, struct{}{}, &reply); err != nil {
+				return err
+			}
+			if e.jsonOut {
+				return writeJSON(e.out, reply)
+			}
+			printMembers(e.out, reply.Workers, time.Now())
+			return nil
+		},
+	}
+}

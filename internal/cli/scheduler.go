@@ -1,0 +1,142 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/metrics"
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+)
+
+// leaderFlags are the flags of every command that runs the leader loops.
+type leaderFlags struct {
+	id             string
+	leaseTTL       time.Duration
+	agingThreshold time.Duration
+	alert          float64
+	refuse         float64
+	pause          float64
+	resume         float64
+	ackWait        time.Duration
+	sweepEvery     time.Duration
+}
+
+func (f *leaderFlags) add(cmd *cobra.Command, withAckWait bool) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.id, "scheduler-id", "", "id of this scheduler in the leader lease (default: <hostname>-<random>)")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", kv.DefaultLeaseTTL, "TTL of the leader lease (whole seconds); a new leader takes over within it")
+	fs.DurationVar(&f.agingThreshold, "aging-threshold", scheduler.DefaultAgingThreshold, "lift a task waiting this long one priority level (-1ns: off)")
+	fs.Float64Var(&f.alert, "pressure-alert", 0.60, "bucket depth that raises an alert")
+	fs.Float64Var(&f.refuse, "pressure-refuse", 0.80, "bucket depth at which Submit refuses non-core tasks")
+	fs.Float64Var(&f.pause, "pressure-pause", 0.95, "bucket depth at which P3/P4 dispatch pauses")
+	fs.Float64Var(&f.resume, "pressure-resume", 0.40, "depth below which paused dispatch resumes")
+	fs.DurationVar(&f.sweepEvery, "sweep-interval", 0, "how often stuck RUNNING tasks are looked for (default: the ack wait)")
+	if withAckWait {
+		fs.DurationVar(&f.ackWait, "ack-wait", streams.DefaultAckWait, "ack wait of the shard consumers (as provisioned)")
+	}
+}
+
+func (f *leaderFlags) config(names streams.Names, ackWait time.Duration, log *zap.Logger) *scheduler.LeaderConfig {
+	aging := f.agingThreshold
+	if aging < 0 {
+		aging = -1
+	}
+	return &scheduler.LeaderConfig{
+		Names: names, ID: f.id, LeaseTTL: f.leaseTTL, AgingThreshold: aging,
+		Pressure: scheduler.PressureThresholds{Alert: f.alert, Refuse: f.refuse, Pause: f.pause, Resume: f.resume},
+		AckWait:  ackWait, SweepInterval: f.sweepEvery, Logger: log,
+	}
+}
+
+func addScheduler(root *cobra.Command, e *env) {
+	var f leaderFlags
+	var metricsAddr string
+	cmd := &cobra.Command{
+		Use:   "scheduler",
+		Short: "Run the leader loops (delayed release, cron, aging, backpressure, sweeping) and the management API",
+		Long: `ax scheduler campaigns for the leader lease (key "leader" in AX_LOCKS) and, while
+it leads, runs the control loops that must not run twice. Run two or more for
+availability: when the leader dies, another takes over within one lease TTL.
+Every instance also serves the management API (NATS micro service "ax" on
+ax.admin.>, a queue group shared by all instances) and, with --metrics-addr,
+Prometheus metrics.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			d, err := e.startDaemon(ctx, "ax scheduler", metricsAddr)
+			if err != nil {
+				return err
+			}
+			defer d.close()
+			admin, err := startAdmin(ctx, d.js, d.names, d.log)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = admin.Stop(context.WithoutCancel(ctx)) }()
+			cfg := f.config(d.names, f.ackWait, d.log)
+			observeLeader(cfg, d.metrics)
+			l, err := scheduler.NewLeader(ctx, d.js, cfg)
+			if err != nil {
+				return err
+			}
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			wg.Go(func() { reportLeading(ctx, l, d.metrics) })
+			fmt.Fprintf(e.errOut, "scheduler %s campaigning on %s; management API on %s\n", l.ID(), d.nc.ConnectedUrlRedacted(), d.names.AdminSubject(">"))
+			return l.Run(ctx)
+		},
+	}
+	f.add(cmd, true)
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464")
+	root.AddCommand(cmd)
+}
+
+// observeLeader feeds the leader's pressure reports to m: the highest
+// bucket level (only the leader reports).
+func observeLeader(cfg *scheduler.LeaderConfig, m *metrics.Metrics) {
+	if m == nil {
+		return
+	}
+	cfg.OnPressure = func(p scheduler.Pressure) {
+		level := 0
+		for _, b := range p.Buckets {
+			level = max(level, int(b.Level))
+		}
+		m.SetPressure(level)
+	}
+}
+
+// reportLeading sets the leader gauge of m from l every second until ctx ends.
+func reportLeading(ctx context.Context, l *scheduler.Leader, m *metrics.Metrics) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		m.SetLeader(l.Leading())
+		select {
+		case <-ctx.Done():
+			m.SetLeader(false)
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// startLeader runs a leader contender in the background; the returned
+// function stops it and waits.
+func startLeader(ctx context.Context, js jetstream.JetStream, cfg *scheduler.LeaderConfig) (func(), error) {
+	l, err := scheduler.NewLeader(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = l.Run(ctx) })
+	return func() { cancel(); wg.Wait() }, nil
+}

@@ -1,0 +1,91 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/ax-mesh/ax/metrics"
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// startMetrics serves m on addr ("" serves nothing) until the returned stop
+// is called or ctx ends.
+func (e *env) startMetrics(ctx context.Context, addr string, m *metrics.Metrics, log *zap.Logger) (func(), error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	ready := make(chan net.Addr, 1)
+	errc := make(chan error, 1)
+	go func() { errc <- m.Serve(ctx, addr, log, func(a net.Addr) { ready <- a }) }()
+	select {
+	case a := <-ready:
+		fmt.Fprintf(e.errOut, "metrics on http://%s/metrics\n", a)
+	case err := <-errc:
+		cancel()
+		return nil, err
+	}
+	return func() { cancel(); <-errc }, nil
+}
+
+// startAdmin starts the management API on js.
+func startAdmin(ctx context.Context, js jetstream.JetStream, names streams.Names, log *zap.Logger) (*scheduler.Admin, error) {
+	admin, err := scheduler.NewAdmin(ctx, js, &scheduler.AdminConfig{Names: names, Version: Version, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	if err := admin.Start(ctx); err != nil {
+		return nil, err
+	}
+	return admin, nil
+}
+
+// daemon is what a long-running command (ax worker, ax scheduler) holds: a
+// JSON logger, a connection, the deployment's names and its metrics.
+type daemon struct {
+	log     *zap.Logger
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	names   streams.Names
+	metrics *metrics.Metrics
+	closers []func()
+}
+
+// startDaemon connects as name and serves metrics on metricsAddr ("" none).
+func (e *env) startDaemon(ctx context.Context, name, metricsAddr string) (*daemon, error) {
+	names, err := e.names()
+	if err != nil {
+		return nil, err
+	}
+	log, err := e.logger(false)
+	if err != nil {
+		return nil, err
+	}
+	d := &daemon{log: log, names: names, closers: []func(){func() { _ = log.Sync() }}}
+	d.nc, d.js, err = e.connect(name)
+	if err != nil {
+		d.close()
+		return nil, err
+	}
+	d.closers = append(d.closers, d.nc.Close)
+	d.metrics = metrics.New(&metrics.Config{JetStream: d.js, Names: names})
+	stop, err := e.startMetrics(ctx, metricsAddr, d.metrics, log)
+	if err != nil {
+		d.close()
+		return nil, err
+	}
+	d.closers = append(d.closers, stop)
+	return d, nil
+}
+
+// close undoes startDaemon, last step first.
+func (d *daemon) close() {
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		d.closers[i]()
+	}
+}

@@ -1,0 +1,103 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func (a *Admin) tasksCancel(ctx context.Context, data []byte) (any, error) {
+	var req BatchCancelRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	if req.Type == "" && req.Tenant == "" && len(req.States) == 0 {
+		return nil, badRequest(`tasks.cancel needs a filter: at least one of "type", "tenant", "states"`)
+	}
+	if err := req.Filter.validate(); err != nil {
+		return nil, err
+	}
+	for _, s := range req.States {
+		if !kv.CanTransition(s, kv.StateCancelled) {
+			return nil, badRequest("state %s cannot be cancelled; filter on states that can: PENDING, READY, RUNNING, RETRYING, PAUSED", s)
+		}
+	}
+	reply := &BatchCancelReply{DryRun: req.DryRun, IDs: []string{}}
+	var matched []string
+	err := a.scan(ctx, func(rec *kv.Record) {
+		if kv.CanTransition(rec.State, kv.StateCancelled) && req.Filter.matches(rec) {
+			matched = append(matched, rec.ID)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(matched)
+	reply.Matched = len(matched)
+	reply.IDs = matched[:min(len(matched), MaxListedIDs)]
+	if req.DryRun {
+		return reply, nil
+	}
+	for _, id := range matched {
+		if _, err := a.cancel(ctx, id, false); err != nil {
+			if reply.Failed == nil {
+				reply.Failed = map[string]string{}
+			}
+			reply.Failed[id] = toAdminError(err).Message
+			continue
+		}
+		reply.Cancelled++
+	}
+	return reply, nil
+}
+
+// validate checks a filter's tokens and states, naming what is wrong.
+func (f *Filter) validate() error {
+	for _, field := range []struct{ name, value string }{{"type", f.Type}, {"tenant", f.Tenant}} {
+		if field.value == "" {
+			continue
+		}
+		if err := streams.ValidateToken(field.name, field.value); err != nil {
+			return badRequest("bad filter: %s", err.Error())
+		}
+	}
+	for _, s := range f.States {
+		if !s.Valid() {
+			return badRequest("bad filter: unknown state %q (want one of %v)", s, kv.States())
+		}
+	}
+	return nil
+}
+
+func (f *Filter) matches(rec *kv.Record) bool {
+	return (f.Type == "" || rec.Type == f.Type) && (f.Tenant == "" || rec.Tenant == f.Tenant) &&
+		(len(f.States) == 0 || slices.Contains(f.States, rec.State))
+}
+
+// scan calls fn with every task record, in one pass over the bucket.
+func (a *Admin) scan(ctx context.Context, fn func(*kv.Record)) error {
+	watcher, err := a.store.Bucket().WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("scan task records: %w", err)
+	}
+	defer func() { _ = watcher.Stop() }()
+	for {
+		select {
+		case entry := <-watcher.Updates():
+			if entry == nil {
+				return nil // every current record has been seen
+			}
+			var rec kv.Record
+			if json.Unmarshal(entry.Value(), &rec) == nil {
+				fn(&rec)
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("scan task records: %w", ctx.Err())
+		}
+	}
+}

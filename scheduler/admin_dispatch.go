@@ -1,0 +1,118 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// source is a stored message a re-dispatch copies: a task in its bucket,
+// or a dead letter.
+type source struct {
+	stream string
+	seq    uint64
+}
+
+// deadLetterHeaders are dropped from a re-dispatched copy.
+var deadLetterHeaders = []string{streams.HeaderError, streams.HeaderAttempts, streams.HeaderFailedAt,
+	streams.HeaderSubject, streams.HeaderTaskID, streams.HeaderGen, headerPayloadTruncated}
+
+// headerPayloadTruncated marks a dead letter without its payload (see the worker).
+const headerPayloadTruncated = "Ax-Payload-Truncated"
+
+// redispatch publishes a copy of src's message to bucket priority with the
+// next generation, then moves rec (read at rev) to READY with that
+// generation by compare-and-set, then deletes src. Workers drop the older
+// generation if they meet it, so a crash between the steps loses nothing
+// and runs nothing twice. On a lost compare-and-set the copy is deleted and
+// [kv.ErrConflict] returned.
+func (a *Admin) redispatch(ctx context.Context, rec *kv.Record, rev uint64, src source, priority int, action string, mutate func(*kv.Record)) (*TaskReply, error) {
+	raw, err := a.getMsg(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	if raw.Header.Get(headerPayloadTruncated) != "" {
+		return nil, conflict("task %s: its dead letter lost its payload (too large to keep); resubmit the task", rec.ID)
+	}
+	gen := rec.Gen + 1
+	msg := nats.NewMsg(a.cfg.Names.SubmitSubject(priority, rec.Tenant, rec.Type, rec.Key))
+	msg.Data = raw.Data
+	for name, values := range raw.Header {
+		if !strings.HasPrefix(name, "Nats-") {
+			msg.Header[name] = values
+		}
+	}
+	for _, name := range deadLetterHeaders {
+		msg.Header.Del(name)
+	}
+	msg.Header.Set(streams.HeaderTaskID, rec.ID)
+	msg.Header.Set(streams.HeaderGen, strconv.FormatUint(gen, 10))
+	msg.Header.Set(streams.HeaderMsgID, fmt.Sprintf("%s:g%d", rec.ID, gen))
+	ack, err := a.js.PublishMsg(ctx, msg)
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeMaxMsgs {
+			return nil, conflict("bucket %s is full (%s); retry when it drains", a.cfg.Names.PriorityStream(priority), apiErr.Description)
+		}
+		return nil, fmt.Errorf("%s task %s: publish generation %d: %w", action, rec.ID, gen, err)
+	}
+	copyAt := source{stream: ack.Stream, seq: ack.Sequence}
+	next, nextRev, err := a.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: action}, func(r *kv.Record) error {
+		r.Gen = gen
+		r.Priority = priority
+		r.StreamSeq = ack.Sequence
+		if mutate != nil {
+			mutate(r)
+		}
+		return nil
+	})
+	if err != nil {
+		a.deleteMsg(ctx, copyAt)
+		return nil, err
+	}
+	a.deleteMsg(ctx, src)
+	a.log.Info("task_"+action, zapTask(rec.ID), zapFrom(rec.State), zap.Uint64("gen", gen), zap.Int("priority", priority))
+	return &TaskReply{Task: next, Revision: nextRev, Redispatched: true}, nil
+}
+
+// getMsg reads a stored message; a missing one is a conflict the operator
+// can act on.
+func (a *Admin) getMsg(ctx context.Context, src source) (*jetstream.RawStreamMsg, error) {
+	stream, err := a.js.Stream(ctx, src.stream)
+	if err != nil {
+		return nil, fmt.Errorf("bind stream %s: %w", src.stream, err)
+	}
+	raw, err := stream.GetMsg(ctx, src.seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, conflict("message %s #%d is no longer stored (a worker may have just taken or settled it); read the task again", src.stream, src.seq)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get message %s #%d: %w", src.stream, src.seq, err)
+	}
+	return raw, nil
+}
+
+// deleteMsg removes a superseded message; failing is harmless (workers drop
+// an older generation), so it is only logged.
+func (a *Admin) deleteMsg(ctx context.Context, src source) {
+	stream, err := a.js.Stream(ctx, src.stream)
+	if err == nil {
+		err = stream.DeleteMsg(ctx, src.seq)
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		a.log.Debug("delete_superseded_message", zap.String("stream", src.stream), zap.Uint64("seq", src.seq), zapErr(err))
+	}
+}
+
+func zapTask(id string) zap.Field   { return zap.String("task_id", id) }
+func zapWorker(id string) zap.Field { return zap.String("worker", id) }
+func zapFrom(s kv.State) zap.Field  { return zap.String("from", string(s)) }
+func zapErr(err error) zap.Field    { return zap.Error(err) }

@@ -1,0 +1,73 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ax-mesh/ax/kv"
+)
+
+// Error codes of the management API, sent in the Nats-Service-Error-Code
+// header (HTTP-like, so that the nats CLI shows familiar numbers).
+const (
+	CodeBadRequest = 400 // malformed JSON, bad id, bad filter or priority
+	CodeNotFound   = 404 // unknown task or dead letter
+	CodeConflict   = 409 // illegal transition from the task's current state, or a lost race
+	CodeInternal   = 500 // NATS or JetStream failed; retrying may help
+)
+
+// AdminError is an error of the management API: a code and a message that
+// says what to do. It is the JSON body of an error reply too.
+type AdminError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// Error formats the code and the message, e.g. "404: get task x: unknown task".
+func (e *AdminError) Error() string { return fmt.Sprintf("%d: %s", e.Code, e.Message) }
+
+// Is matches another *AdminError with the same code, so that callers can
+// test errors.Is(err, &AdminError{Code: CodeNotFound}).
+func (e *AdminError) Is(target error) bool {
+	t, ok := target.(*AdminError)
+	return ok && t.Code == e.Code
+}
+
+func badRequest(format string, args ...any) error {
+	return &AdminError{Code: CodeBadRequest, Message: fmt.Sprintf(format, args...)}
+}
+
+func conflict(format string, args ...any) error {
+	return &AdminError{Code: CodeConflict, Message: fmt.Sprintf(format, args...)}
+}
+
+// toAdminError maps store errors to codes with actionable messages.
+func toAdminError(err error) *AdminError {
+	var ae *AdminError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.Is(err, kv.ErrNotFound):
+		return &AdminError{Code: CodeNotFound, Message: err.Error() + ": check the id (ax task get <id>); for a task published but not yet seen by a worker, pass unseen (--unseen)"}
+	case errors.Is(err, kv.ErrConflict):
+		return &AdminError{Code: CodeConflict, Message: err.Error() + ": the task kept changing while this action ran; read it again and retry"}
+	case errors.Is(err, kv.ErrIllegalTransition), errors.Is(err, kv.ErrWrongState):
+		return &AdminError{Code: CodeConflict, Message: err.Error()}
+	}
+	return &AdminError{Code: CodeInternal, Message: err.Error() + ": check the NATS server and retry"}
+}
+
+// illegal explains why action cannot apply to a task in state from, listing
+// the states it applies to: only, or else those the transition table allows.
+func illegal(id, action string, from, to kv.State, only ...kv.State) error {
+	var ok []string
+	for _, s := range kv.States() {
+		if len(only) == 0 && kv.CanTransition(s, to) && s != to || slices.Contains(only, s) {
+			ok = append(ok, string(s))
+		}
+	}
+	return conflict("task %s is %s: %s applies only to %s tasks (illegal transition %s -> %s)",
+		id, from, action, strings.Join(ok, ", "), from, to)
+}

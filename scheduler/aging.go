@@ -1,0 +1,166 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// aging lifts a READY task that has waited AgingThreshold in its bucket one
+// priority level: it publishes a copy into the next bucket up with
+// generation+1 (Nats-Msg-Id "<id>:g<gen>", so a repeat is a no-op), moves
+// the record READY -> READY with the new priority and generation by
+// compare-and-set, then deletes the old message. A worker drops any old copy
+// it still holds, because its generation is behind the record's. The wait
+// counts from when the task became READY, so a task rises one level per
+// threshold waited: P4 reaches P0 after 4 thresholds.
+type aging struct {
+	l   *Leader
+	log *zap.Logger
+}
+
+func newAging(l *Leader) *aging { return &aging{l: l, log: l.log.Named("aging")} }
+
+func (a *aging) run(ctx context.Context) error {
+	every := max(a.l.cfg.AgingThreshold/8, 10*time.Millisecond)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		for prio := 1; prio < streams.Priorities; prio++ {
+			if err := a.pass(ctx, prio); err != nil && ctx.Err() == nil {
+				a.log.Warn("aging_pass_failed", zap.Int("priority", prio), zap.Error(err))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// pass lifts the tasks of bucket prio that waited a threshold, oldest
+// first, stopping at the first message younger than that.
+func (a *aging) pass(ctx context.Context, prio int) error {
+	names := a.l.cfg.Names
+	stream, err := a.l.js.Stream(ctx, names.PriorityStream(prio))
+	if err != nil {
+		return err
+	}
+	// A copy aged into this bucket is younger than the task's wait: look
+	// at messages older than half a threshold, and let the record decide.
+	cutoff := time.Now().Add(-a.l.cfg.AgingThreshold / 2)
+	filter := fmt.Sprintf("%s.p%d.>", names.Prefix(), prio)
+	seq := stream.CachedInfo().State.FirstSeq
+	// Bound a pass: lifts, and messages looked at (in-flight ones stay in
+	// a WorkQueue stream and are looked at again each pass).
+	for lifted, scanned := 0, 0; lifted < a.l.cfg.AgingBatch && scanned < 10*a.l.cfg.AgingBatch; scanned++ {
+		msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil // no more messages
+		}
+		if err != nil {
+			return err
+		}
+		if msg.Time.After(cutoff) {
+			return nil
+		}
+		seq = msg.Sequence + 1
+		ok, err := a.lift(ctx, stream, prio, msg)
+		if err != nil {
+			a.log.Warn("lift_failed", zap.Uint64("seq", msg.Sequence), zap.Error(err))
+			continue
+		}
+		if ok {
+			lifted++
+		}
+	}
+	return nil
+}
+
+// waitingSince returns when the task became READY, not counting aging
+// moves, and how often it was lifted since: it is due for its next level
+// after (lifts+1) thresholds, so detection lag does not add up.
+func waitingSince(rec *kv.Record) (time.Time, int) {
+	lifts := 0
+	for i := len(rec.Trail) - 1; i >= 0; i-- {
+		if rec.Trail[i].Action != "aging" {
+			return rec.Trail[i].At, lifts
+		}
+		lifts++
+	}
+	return rec.UpdatedAt, lifts
+}
+
+// lift moves one waiting message up a level if its task is READY at the
+// message's generation. It reports whether it did.
+func (a *aging) lift(ctx context.Context, stream jetstream.Stream, prio int, raw *jetstream.RawStreamMsg) (bool, error) {
+	names := a.l.cfg.Names
+	opts, err := streams.ParseHeaders(raw.Header)
+	if err != nil || opts.ID == "" {
+		return false, nil // a raw publish no worker has seen, or a malformed one: the worker decides
+	}
+	rec, rev, err := a.l.store.Get(ctx, opts.ID)
+	if errors.Is(err, kv.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if rec.State != kv.StateReady || rec.Gen != opts.Gen || rec.Priority != prio {
+		return false, nil // running, retrying, or a stale copy
+	}
+	since, lifts := waitingSince(rec)
+	if time.Since(since) < time.Duration(lifts+1)*a.l.cfg.AgingThreshold {
+		return false, nil // not yet due for its next level
+	}
+	gen := rec.Gen + 1
+	msg := nats.NewMsg(names.SubmitSubject(prio-1, rec.Tenant, rec.Type, rec.Key))
+	msg.Data = raw.Data
+	for name, values := range raw.Header {
+		msg.Header[name] = values
+	}
+	msg.Header.Set(streams.HeaderTaskID, rec.ID)
+	msg.Header.Set(streams.HeaderMsgID, streams.CopyMsgID(rec.ID, gen))
+	msg.Header.Set(streams.HeaderGen, strconv.FormatUint(gen, 10))
+	ack, err := a.l.js.PublishMsg(ctx, msg)
+	if err != nil {
+		return false, fmt.Errorf("age task %s: publish to P%d: %w", rec.ID, prio-1, err)
+	}
+	waited := time.Since(since)
+	_, _, err = a.l.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: "aging"}, func(r *kv.Record) error {
+		r.Priority, r.Gen, r.StreamSeq = prio-1, gen, ack.Sequence
+		return nil
+	})
+	if err != nil {
+		// A worker claimed it meanwhile: the new copy is not needed.
+		a.deleteMsg(ctx, names.PriorityStream(prio-1), ack.Sequence)
+		if errors.Is(err, kv.ErrConflict) {
+			return false, nil
+		}
+		return false, err
+	}
+	if err := stream.DeleteMsg(ctx, raw.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		a.log.Debug("delete_aged_failed", zap.String("task_id", rec.ID), zap.Error(err)) // a worker drops the stale copy
+	}
+	a.log.Debug("task_aged", zap.String("task_id", rec.ID), zap.Int("from", prio), zap.Int("to", prio-1), zap.Duration("waited", waited))
+	return true, nil
+}
+
+func (a *aging) deleteMsg(ctx context.Context, streamName string, seq uint64) {
+	stream, err := a.l.js.Stream(ctx, streamName)
+	if err == nil {
+		err = stream.DeleteMsg(ctx, seq)
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		a.log.Debug("delete_copy_failed", zap.Uint64("seq", seq), zap.Error(err))
+	}
+}

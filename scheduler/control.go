@@ -1,0 +1,213 @@
+package scheduler
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// Defaults of [LeaderConfig].
+const (
+	DefaultAgingThreshold   = 30 * time.Second
+	DefaultPressureInterval = time.Second
+	DefaultMoverWorkers     = 32
+)
+
+// PressureThresholds are the backpressure thresholds, as fractions of a
+// bucket's capacity.
+type PressureThresholds struct {
+	Alert  float64 `json:"alert"`  // log, event, metric. Default 0.60
+	Refuse float64 `json:"refuse"` // refuse non-core submissions. Default 0.80
+	Pause  float64 `json:"pause"`  // pause P3 and P4 dispatch. Default 0.95
+	Resume float64 `json:"resume"` // resume P3 and P4 below this. Default 0.40
+}
+
+func (p PressureThresholds) withDefaults() PressureThresholds {
+	p.Alert = cmp.Or(p.Alert, 0.60)
+	p.Refuse = cmp.Or(p.Refuse, 0.80)
+	p.Pause = cmp.Or(p.Pause, 0.95)
+	p.Resume = cmp.Or(p.Resume, 0.40)
+	return p
+}
+
+func (p PressureThresholds) validate() error {
+	if !(0 < p.Resume && p.Resume < p.Pause && p.Alert <= p.Refuse && p.Refuse <= p.Pause && p.Pause <= 1) {
+		return fmt.Errorf("pressure thresholds: want 0 < Resume < Pause, Alert <= Refuse <= Pause <= 1; have %+v", p)
+	}
+	return nil
+}
+
+// LeaderConfig configures a [Leader].
+type LeaderConfig struct {
+	// Names of the deployment. Zero means [streams.DefaultNames].
+	Names streams.Names
+	// ID of this process in the leader lease. Default "<hostname>-<nuid>".
+	ID string
+	// LeaseTTL of the leader lease, whole seconds. Default 10s.
+	LeaseTTL time.Duration
+	// RenewEvery of the leader lease. Default 3s, at most LeaseTTL/2.
+	RenewEvery time.Duration
+	// AgingThreshold: a READY task waiting this long in its bucket is lifted
+	// one priority level, once per threshold waited. Default 30s; -1 disables.
+	AgingThreshold time.Duration
+	// AgingBatch bounds the lifts per bucket and pass. Default 1,000.
+	AgingBatch int
+	// Pressure thresholds; zero fields take their defaults.
+	Pressure PressureThresholds
+	// PressureInterval is how often bucket depths are measured. Default 1s.
+	PressureInterval time.Duration
+	// OnPressure, when set, is called with every report: the hook a metrics
+	// exporter (Prometheus gauges per bucket) plugs into. It must not block.
+	OnPressure func(Pressure)
+	// AckWait of the shard consumers: a RUNNING record not updated for
+	// longer than this may be stuck. Default 30s.
+	AckWait time.Duration
+	// SweepInterval is how often stuck RUNNING records are looked for.
+	// Default AckWait.
+	SweepInterval time.Duration
+	// MoverWorkers release due tasks concurrently. Default 32.
+	MoverWorkers int
+	// Logger; default zap.NewNop().
+	Logger *zap.Logger
+	// Store configures the task record store.
+	Store kv.StoreConfig
+}
+
+func (c *LeaderConfig) withDefaults() *LeaderConfig {
+	if c == nil {
+		c = &LeaderConfig{}
+	}
+	out := *c
+	if out.Names == (streams.Names{}) {
+		out.Names = streams.DefaultNames()
+	}
+	out.AgingThreshold = cmp.Or(out.AgingThreshold, DefaultAgingThreshold)
+	out.AgingBatch = cmp.Or(out.AgingBatch, 1000)
+	out.Pressure = out.Pressure.withDefaults()
+	out.PressureInterval = cmp.Or(out.PressureInterval, DefaultPressureInterval)
+	out.AckWait = cmp.Or(out.AckWait, streams.DefaultAckWait)
+	out.SweepInterval = cmp.Or(out.SweepInterval, out.AckWait)
+	out.MoverWorkers = cmp.Or(out.MoverWorkers, DefaultMoverWorkers)
+	if out.Logger == nil {
+		out.Logger = zap.NewNop()
+	}
+	out.Store.Names = out.Names
+	return &out
+}
+
+func (c *LeaderConfig) validate() error {
+	var errs []error
+	if c.AgingThreshold != -1 && c.AgingThreshold < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("AgingThreshold %s must be at least 10ms, or -1", c.AgingThreshold))
+	}
+	if c.PressureInterval < 10*time.Millisecond || c.SweepInterval < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("PressureInterval %s and SweepInterval %s must be at least 10ms", c.PressureInterval, c.SweepInterval))
+	}
+	if c.MoverWorkers < 1 || c.AgingBatch < 1 {
+		errs = append(errs, fmt.Errorf("MoverWorkers %d and AgingBatch %d must be positive", c.MoverWorkers, c.AgingBatch))
+	}
+	errs = append(errs, c.Pressure.validate())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("leader config: %w", err)
+	}
+	return nil
+}
+
+// Leader runs ax's control loops in the one process that holds the leader
+// lease: the mover that releases due delayed tasks, cron, aging,
+// backpressure and the stuck-task sweeper. Run it in every scheduler
+// process; one leads, the others wait to take over.
+//
+// Safety: the loops run only under the lease (see [Elector]), and every
+// change they make is idempotent or a compare-and-set on the task record,
+// so a loop of a deposed leader that is still finishing a step cannot
+// double a task. Liveness: a new leader resumes every loop within one
+// lease TTL (plus about a second) of the old one's death; work that fell
+// due meanwhile is done at once (due tasks, cron fires).
+type Leader struct {
+	cfg     *LeaderConfig
+	js      jetstream.JetStream
+	store   *kv.Store
+	client  *Client // submits cron tasks
+	elector *Elector
+	log     *zap.Logger
+}
+
+// NewLeader returns a leader contender; it does nothing until Run.
+func NewLeader(ctx context.Context, js jetstream.JetStream, cfg *LeaderConfig) (*Leader, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	store, err := kv.NewStore(ctx, js, &cfg.Store)
+	if err != nil {
+		return nil, fmt.Errorf("new leader: %w", err)
+	}
+	client, err := NewClient(ctx, js, &Config{Names: cfg.Names, Logger: cfg.Logger, Store: cfg.Store})
+	if err != nil {
+		return nil, fmt.Errorf("new leader: %w", err)
+	}
+	elector, err := NewElector(ctx, js, &ElectorConfig{Names: cfg.Names, ID: cfg.ID, TTL: cfg.LeaseTTL, RenewEvery: cfg.RenewEvery, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("new leader: %w", err)
+	}
+	return &Leader{cfg: cfg, js: js, store: store, client: client, elector: elector, log: cfg.Logger.Named("scheduler")}, nil
+}
+
+// ID returns this contender's id.
+func (l *Leader) ID() string { return l.elector.ID() }
+
+// Leading reports whether this process leads now.
+func (l *Leader) Leading() bool { return l.elector.Leading() }
+
+// Elector returns the leader's elector.
+func (l *Leader) Elector() *Elector { return l.elector }
+
+// Run campaigns for leadership and runs the control loops while leading,
+// until ctx ends.
+func (l *Leader) Run(ctx context.Context) error {
+	defer func() { _ = l.client.Close() }()
+	return l.elector.Run(ctx, l.lead)
+}
+
+// lead runs every control loop until ctx ends (the lease was lost or Run's
+// context ended) and waits for them.
+func (l *Leader) lead(ctx context.Context) {
+	loops := []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"mover", newMover(l).run},
+		{"cron", newCronLoop(l).run},
+		{"pressure", newPressureLoop(l).run},
+		{"sweeper", newSweeper(l).run},
+	}
+	if l.cfg.AgingThreshold > 0 {
+		loops = append(loops, struct {
+			name string
+			run  func(context.Context) error
+		}{"aging", newAging(l).run})
+	}
+	var wg sync.WaitGroup
+	for _, loop := range loops {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				err := loop.run(ctx)
+				if ctx.Err() != nil {
+					return
+				}
+				l.log.Warn("loop_failed", zap.String("loop", loop.name), zap.Error(err))
+				sleep(ctx, time.Second)
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -1,0 +1,90 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/stretchr/testify/require"
+)
+
+// The leader dies between two fires of an every-second job: the next
+// leader catches up, and every second from the first fire to the last has
+// exactly one task: none missed, none doubled.
+func TestCronAcrossLeaderChange(t *testing.T) {
+	t.Parallel()
+	lb := setupLoops(t, 2, nil, scheduler.LeaderConfig{})
+	js, client, ctx, first := lb.js, lb.client, context.Background(), lb.leader
+	job, err := client.AddCron(ctx, scheduler.CronJob{Name: "tick", Spec: "@every 1s", Task: scheduler.Task{Type: "report", Priority: 1, Payload: []byte("p")}})
+	require.NoError(t, err)
+	require.False(t, job.Next.IsZero())
+
+	require.Eventually(t, func() bool { return streamMsgs(t, js, "AX_P1") >= 2 }, 10*time.Second, 10*time.Millisecond)
+	first.kill() // between two fires
+	second := lb.follower()
+	require.Eventually(t, second.leader.Leading, 10*time.Second, 5*time.Millisecond)
+	fired := streamMsgs(t, js, "AX_P1")
+	require.Eventually(t, func() bool { return streamMsgs(t, js, "AX_P1") >= fired+2 }, 10*time.Second, 10*time.Millisecond)
+	second.stop()
+
+	msgs := bucketMsgs(t, js, "AX_P1")
+	var times []int64
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		id := m.Header.Get(streams.HeaderMsgID)
+		require.False(t, seen[id], "task %s doubled", id)
+		seen[id] = true
+		sec, err := strconv.ParseInt(strings.TrimPrefix(id, "cron-tick-"), 10, 64)
+		require.NoError(t, err, id)
+		times = append(times, sec)
+		require.Equal(t, "p", string(m.Data))
+		require.Equal(t, "tick", m.Header.Get("Ax-Cron"))
+	}
+	for i := 1; i < len(times); i++ {
+		require.Equal(t, times[i-1]+1, times[i], "a second was missed or doubled: %v", times)
+	}
+	t.Logf("%d fires over a leader change: %v", len(times), times)
+
+	jobs, err := client.ListCron(ctx)
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	require.Equal(t, times[len(times)-1], jobs[0].Last.Unix())
+	require.True(t, jobs[0].Next.After(jobs[0].Last))
+	require.NoError(t, client.RemoveCron(ctx, "tick"))
+	require.ErrorIs(t, client.RemoveCron(ctx, "tick"), scheduler.ErrCronNotFound)
+}
+
+func TestCronValidation(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		job  scheduler.CronJob
+		want string
+	}{
+		{"bad spec", scheduler.CronJob{Name: "a", Spec: "every second", Task: scheduler.Task{Type: "x"}}, "cron spec"},
+		{"bad name", scheduler.CronJob{Name: "a.b", Spec: "@hourly", Task: scheduler.Task{Type: "x"}}, "cron name"},
+		{"no type", scheduler.CronJob{Name: "a", Spec: "@hourly"}, "Type"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := b.client.AddCron(ctx, tc.job)
+			require.ErrorIs(t, err, scheduler.ErrInvalidTask)
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+	// 5 fields (minute first), 6 fields (second first) and descriptors.
+	for i, spec := range []string{"*/5 * * * *", "*/10 * * * * *", "@daily", "@every 90s"} {
+		job, err := b.client.AddCron(ctx, scheduler.CronJob{Name: fmt.Sprintf("ok%d", i), Spec: spec, Task: scheduler.Task{Type: "x"}})
+		require.NoError(t, err, spec)
+		require.True(t, job.Next.After(time.Now()), spec)
+	}
+	jobs, err := b.client.ListCron(ctx)
+	require.NoError(t, err)
+	require.Len(t, jobs, 4)
+}

@@ -1,0 +1,149 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+func newClient(t *testing.T, js jetstream.JetStream, cfg *scheduler.Config) *scheduler.Client {
+	t.Helper()
+	c, err := scheduler.NewClient(context.Background(), js, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// bucketMsgs returns the messages of a stream with their stored time.
+func bucketMsgs(t *testing.T, js jetstream.JetStream, name string) []*jetstream.RawStreamMsg {
+	t.Helper()
+	ctx := context.Background()
+	s, err := js.Stream(ctx, name)
+	require.NoError(t, err)
+	var out []*jetstream.RawStreamMsg
+	for seq := uint64(1); ; {
+		msg, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(">"))
+		if err != nil {
+			return out
+		}
+		out = append(out, msg)
+		seq = msg.Sequence + 1
+	}
+}
+
+func TestDelayedTaskIsReleasedAtItsTime(t *testing.T) {
+	t.Parallel()
+	lb := setupLoops(t, 1, nil, scheduler.LeaderConfig{})
+	js, client, ctx := lb.js, lb.client, context.Background()
+
+	info, err := client.Submit(ctx, scheduler.Task{Type: "email", Priority: 2, Delay: 1500 * time.Millisecond, Payload: []byte("hi"),
+		Headers: map[string]string{"Ax-Trace": "t1"}})
+	require.NoError(t, err)
+	require.False(t, info.RunAt.IsZero())
+	rec, _, err := client.Store().Get(ctx, info.ID)
+	require.NoError(t, err)
+	require.Equal(t, kv.StatePending, rec.State)
+	require.True(t, info.RunAt.Equal(*rec.RunAt))
+	require.Zero(t, streamMsgs(t, js, "AX_P2"), "a delayed task waits outside its bucket")
+
+	require.Eventually(t, func() bool { return streamMsgs(t, js, "AX_P2") == 1 }, 10*time.Second, 5*time.Millisecond)
+	msgs := bucketMsgs(t, js, "AX_P2")
+	require.Len(t, msgs, 1)
+	msg := msgs[0]
+	require.False(t, msg.Time.Before(info.RunAt), "released %s before its time %s", msg.Time, info.RunAt)
+	t.Logf("released %s after its run time", msg.Time.Sub(info.RunAt))
+	require.Equal(t, info.ID, msg.Header.Get(streams.HeaderTaskID))
+	require.Equal(t, "t1", msg.Header.Get("Ax-Trace"))
+	require.Equal(t, "hi", string(msg.Data))
+	opts, err := streams.ParseHeaders(msg.Header)
+	require.NoError(t, err)
+	require.Equal(t, info.ID, opts.ID)
+	require.EqualValues(t, 1, opts.Gen)
+	require.Eventually(t, func() bool {
+		rec, _, err = client.Store().Get(ctx, info.ID)
+		return err == nil && rec.State == kv.StateReady
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, msg.Sequence, rec.StreamSeq)
+	require.Equal(t, "due", rec.LastMove().Action)
+	// The schedule and its fired copy are gone from AX_DELAYED.
+	require.Eventually(t, func() bool { return streamMsgs(t, js, "AX_DELAYED") == 0 }, 5*time.Second, 10*time.Millisecond)
+}
+
+func TestCancelDelayedTask(t *testing.T) {
+	t.Parallel()
+	lb := setupLoops(t, 1, nil, scheduler.LeaderConfig{})
+	js, client, ctx := lb.js, lb.client, context.Background()
+	keep, err := client.Submit(ctx, scheduler.Task{Type: "x", Delay: 1500 * time.Millisecond})
+	require.NoError(t, err)
+	drop, err := client.Submit(ctx, scheduler.Task{Type: "x", Delay: 1500 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, client.CancelDelayed(ctx, drop.ID))
+	rec, _, err := client.Store().Get(ctx, drop.ID)
+	require.NoError(t, err)
+	require.Equal(t, kv.StateCancelled, rec.State)
+	require.Eventually(t, func() bool {
+		rec, _, err := client.Store().Get(ctx, keep.ID)
+		return err == nil && rec.State == kv.StateReady
+	}, 10*time.Second, 10*time.Millisecond)
+	require.EqualValues(t, 1, streamMsgs(t, js, "AX_P0"), "only the task not cancelled runs")
+	require.ErrorIs(t, client.CancelDelayed(ctx, keep.ID), kv.ErrWrongState)
+}
+
+func TestDelayedValidation(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	_, err := b.client.Submit(context.Background(), scheduler.Task{Type: "x", Delay: -time.Second})
+	require.ErrorIs(t, err, scheduler.ErrInvalidTask)
+	require.Contains(t, err.Error(), "Delay")
+	_, err = b.client.Submit(context.Background(), scheduler.Task{Type: "x", Delay: time.Second, RunAt: time.Now().Add(time.Hour)})
+	require.ErrorIs(t, err, scheduler.ErrInvalidTask)
+	// A run time in the past runs at once.
+	info, err := b.client.Submit(context.Background(), scheduler.Task{Type: "x", RunAt: time.Now().Add(-time.Hour)})
+	require.NoError(t, err)
+	require.True(t, info.RunAt.IsZero())
+	require.EqualValues(t, 1, streamMsgs(t, b.js, "AX_P0"))
+}
+
+// The leader dies while delayed tasks are due: the next leader releases
+// every one, each exactly once.
+func TestDelayedTasksSurviveLeaderChange(t *testing.T) {
+	t.Parallel()
+	lb := setupLoops(t, 2, nil, scheduler.LeaderConfig{})
+	js, client, ctx, first := lb.js, lb.client, context.Background(), lb.leader
+	const n = 40
+	ids := map[string]bool{}
+	for i := range n {
+		info, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 1, Delay: time.Duration(1000+100*i) * time.Millisecond})
+		require.NoError(t, err)
+		ids[info.ID] = true
+	}
+	time.Sleep(1500 * time.Millisecond) // some released, some fired and held, some scheduled
+	first.kill()
+	require.Eventually(t, func() bool { return streamMsgs(t, js, "AX_P1") >= n }, 30*time.Second, 10*time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // a double would land now
+	msgs := bucketMsgs(t, js, "AX_P1")
+	seen := map[string]int{}
+	for _, m := range msgs {
+		seen[m.Header.Get(streams.HeaderTaskID)]++
+	}
+	require.Len(t, msgs, n, "no task doubled")
+	for id := range ids {
+		require.Equal(t, 1, seen[id], "task %s", id)
+	}
+	require.Eventually(t, func() bool {
+		for id := range ids {
+			rec, _, err := client.Store().Get(ctx, id)
+			if err != nil || rec.State != kv.StateReady {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 50*time.Millisecond, fmt.Sprintf("%d tasks READY", n))
+}

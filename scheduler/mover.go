@@ -1,0 +1,236 @@
+package scheduler
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// prepareAhead is how long before its run time a due task is handed to a
+// release goroutine, which reads its record and then waits for the exact
+// time, so that the publish is the only round trip left at the due time.
+const prepareAhead = 20 * time.Millisecond
+
+// dueTask is a fired schedule waiting for its exact run time.
+type dueTask struct {
+	id    string
+	runAt time.Time
+	seq   uint64 // sequence of the ax.due.<id> message in AX_DELAYED
+	msg   jetstream.Msg
+}
+
+// dueHeap orders due tasks by run time.
+type dueHeap []*dueTask
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].runAt.Before(h[j].runAt) }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)        { *h = append(*h, x.(*dueTask)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	n := len(old)
+	x := old[n-1]
+	*h = old[:n-1]
+	return x
+}
+
+// mover releases delayed tasks into their priority buckets at their exact
+// run time. The server fires each schedule a little early into ax.due.<id>;
+// the mover reads every fired schedule from the start of AX_DELAYED (an
+// ordered consumer, so a new leader sees what the old one left), keeps them
+// in a heap and releases each from its own timer. A task found past due is
+// released at once.
+type mover struct {
+	l      *Leader
+	stream jetstream.Stream
+	log    *zap.Logger
+
+	mu      sync.Mutex
+	pending dueHeap // (mu)
+	wake    chan struct{}
+}
+
+func newMover(l *Leader) *mover {
+	return &mover{l: l, log: l.log.Named("mover"), wake: make(chan struct{}, 1)}
+}
+
+func (m *mover) run(ctx context.Context) error {
+	names := m.l.cfg.Names
+	stream, err := m.l.js.Stream(ctx, names.DelayedStream())
+	if err != nil {
+		return fmt.Errorf("mover: bind %s: %w", names.DelayedStream(), err)
+	}
+	m.stream = stream
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{names.DueFilter()}})
+	if err != nil {
+		return fmt.Errorf("mover: consume %s: %w", names.DueFilter(), err)
+	}
+	cc, err := cons.Consume(m.receive)
+	if err != nil {
+		return fmt.Errorf("mover: consume %s: %w", names.DueFilter(), err)
+	}
+	defer cc.Stop()
+	releases := make(chan *dueTask)
+	var wg sync.WaitGroup
+	for range m.l.cfg.MoverWorkers {
+		wg.Go(func() {
+			for d := range releases {
+				m.release(ctx, d)
+			}
+		})
+	}
+	defer wg.Wait()
+	defer close(releases)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		d, wait := m.next(time.Now())
+		if d != nil {
+			select {
+			case releases <- d:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-m.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// next pops the first task due at now, or says how long to wait.
+func (m *mover) next(now time.Time) (*dueTask, time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.pending) == 0 {
+		return nil, time.Hour
+	}
+	if wait := m.pending[0].runAt.Sub(now) - prepareAhead; wait > 0 {
+		return nil, wait
+	}
+	return heap.Pop(&m.pending).(*dueTask), 0
+}
+
+// receive queues a fired schedule (the consume callback).
+func (m *mover) receive(msg jetstream.Msg) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return
+	}
+	h := msg.Headers()
+	id := h.Get(streams.HeaderTaskID)
+	if id == "" {
+		id = strings.TrimPrefix(msg.Subject(), m.l.cfg.Names.Prefix()+".due.")
+	}
+	runAt, err := time.Parse(time.RFC3339Nano, h.Get(streams.HeaderRunAt))
+	if err != nil {
+		runAt = time.Now() // no run time: due now
+	}
+	m.mu.Lock()
+	heap.Push(&m.pending, &dueTask{id: id, runAt: runAt, seq: meta.Sequence.Stream, msg: msg})
+	m.mu.Unlock()
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// release moves one due task into its bucket: publish the copy (its
+// Nats-Msg-Id makes a repeat a no-op), move the record PENDING -> READY,
+// delete the fired schedule. A failure leaves the fired schedule for the
+// next pass or the next leader.
+func (m *mover) release(ctx context.Context, d *dueTask) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rec, rev, err := m.l.store.Get(ctx, d.id)
+	switch {
+	case errors.Is(err, kv.ErrNotFound):
+		rec = nil // the submit's record write failed: the worker creates it
+	case err != nil:
+		m.retry(d, err)
+		return
+	case rec.State == kv.StatePaused:
+		m.log.Info("due_task_paused", zap.String("task_id", d.id)) // kept for resume
+		return
+	case rec.State != kv.StatePending:
+		m.done(ctx, d) // released before, or cancelled
+		return
+	}
+	msg, gen := m.copyOf(d, rec)
+	sleep(ctx, time.Until(d.runAt)) // a change meanwhile fails the compare-and-set below
+	msg.Header.Set(streams.HeaderReleasedAt, time.Now().UTC().Format(time.RFC3339Nano))
+	ack, err := m.l.js.PublishMsg(ctx, msg)
+	if err != nil {
+		m.retry(d, err)
+		return
+	}
+	if rec != nil {
+		_, _, err = m.l.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: "due"}, func(r *kv.Record) error {
+			r.StreamSeq, r.Gen = ack.Sequence, gen
+			return nil
+		})
+		if err != nil && !errors.Is(err, kv.ErrConflict) { // a conflict: a worker saw the copy first
+			m.retry(d, err)
+			return
+		}
+	}
+	m.done(ctx, d)
+}
+
+// copyOf builds the bucket message of a due task and its generation.
+func (m *mover) copyOf(d *dueTask, rec *kv.Record) (*nats.Msg, uint64) {
+	src := d.msg.Headers()
+	subject := src.Get(streams.HeaderSubject)
+	gen := uint64(1)
+	if rec != nil {
+		subject = m.l.cfg.Names.SubmitSubject(rec.Priority, rec.Tenant, rec.Type, rec.Key)
+		gen = max(rec.Gen, 1)
+	}
+	msg := nats.NewMsg(subject)
+	msg.Data = d.msg.Data()
+	for name, values := range src {
+		if !strings.HasPrefix(name, "Nats-") && name != streams.HeaderSubject {
+			msg.Header[name] = values
+		}
+	}
+	msg.Header.Set(streams.HeaderTaskID, d.id)
+	msg.Header.Set(streams.HeaderMsgID, streams.CopyMsgID(d.id, gen))
+	msg.Header.Set(streams.HeaderGen, fmt.Sprint(gen))
+	msg.Header.Set(streams.HeaderReleasedAt, time.Now().UTC().Format(time.RFC3339Nano))
+	return msg, gen
+}
+
+// done deletes the fired schedule of a released or dropped task.
+func (m *mover) done(ctx context.Context, d *dueTask) {
+	if err := m.stream.DeleteMsg(ctx, d.seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		m.log.Warn("delete_due_failed", zap.String("task_id", d.id), zap.Error(err))
+	}
+}
+
+// retry puts a task whose release failed back, one second later.
+func (m *mover) retry(d *dueTask, err error) {
+	m.log.Warn("release_failed", zap.String("task_id", d.id), zap.Error(err))
+	m.mu.Lock()
+	d.runAt = time.Now().Add(time.Second)
+	heap.Push(&m.pending, d)
+	m.mu.Unlock()
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}

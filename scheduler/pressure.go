@@ -1,0 +1,189 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// pausedPriorities are the buckets whose dispatch stops at the pause level.
+var pausedPriorities = []int{3, 4}
+
+// pauseFor is how long one pause of the P3/P4 consumers lasts; the leader
+// extends it while pressure stays high, so a pause outlives no leader by long.
+const pauseFor = time.Minute
+
+// pressureLoop measures each bucket's depth (stored messages over capacity;
+// a WorkQueue keeps in-flight messages, so they count), publishes the
+// report in AX_CONTROL, alerts at the alert level and pauses P3/P4 dispatch
+// at the pause level until every bucket is below the resume level.
+type pressureLoop struct {
+	l           *Leader
+	log         *zap.Logger
+	control     jetstream.KeyValue
+	paused      bool
+	pausedUntil time.Time
+	alerted     map[string]Level // last level logged per bucket
+}
+
+func newPressureLoop(l *Leader) *pressureLoop {
+	return &pressureLoop{l: l, log: l.log.Named("pressure"), alerted: map[string]Level{}}
+}
+
+func (p *pressureLoop) run(ctx context.Context) error {
+	control, err := p.l.js.KeyValue(ctx, p.l.cfg.Names.ControlBucket())
+	if err != nil {
+		return fmt.Errorf("pressure: bind %s: %w", p.l.cfg.Names.ControlBucket(), err)
+	}
+	p.control = control
+	// A previous leader may have paused dispatch: carry its state over.
+	if entry, err := control.Get(ctx, PressureKey); err == nil {
+		var prev Pressure
+		if json.Unmarshal(entry.Value(), &prev) == nil {
+			p.paused = prev.Paused
+		}
+	}
+	tick := time.NewTicker(p.l.cfg.PressureInterval)
+	defer tick.Stop()
+	for {
+		if err := p.measure(ctx); err != nil && ctx.Err() == nil {
+			p.log.Warn("measure_failed", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// measure takes one reading and acts on it.
+func (p *pressureLoop) measure(ctx context.Context) error {
+	cfg := p.l.cfg
+	th := cfg.Pressure
+	report := Pressure{Thresholds: th, Leader: p.l.ID(), ValidFor: max(10*cfg.PressureInterval, 5*time.Second)}
+	highest := 0.0
+	for prio := range streams.Priorities {
+		name := cfg.Names.PriorityStream(prio)
+		stream, err := p.l.js.Stream(ctx, name)
+		if err != nil {
+			return fmt.Errorf("pressure: %s: %w", name, err)
+		}
+		info := stream.CachedInfo()
+		b := BucketPressure{Stream: name, Priority: prio, Msgs: info.State.Msgs, Capacity: info.Config.MaxMsgs}
+		if b.Capacity > 0 {
+			b.Depth = float64(b.Msgs) / float64(b.Capacity)
+		}
+		b.Level = th.level(b.Depth)
+		highest = max(highest, b.Depth)
+		report.Buckets = append(report.Buckets, b)
+	}
+	var errs []error
+	switch {
+	case !p.paused && highest >= th.Pause:
+		p.paused = true
+		p.log.Warn("dispatch_paused", zap.Float64("depth", highest), zap.Ints("priorities", pausedPriorities))
+	case p.paused && highest < th.Resume:
+		p.paused = false
+		errs = append(errs, p.resume(ctx))
+		p.log.Info("dispatch_resumed", zap.Float64("depth", highest))
+	}
+	if p.paused && time.Until(p.pausedUntil) < pauseFor/2 {
+		errs = append(errs, p.pause(ctx))
+	}
+	report.Paused = p.paused
+	report.UpdatedAt = time.Now().UTC()
+	data, err := json.Marshal(&report)
+	if err != nil {
+		return err
+	}
+	if _, err := p.control.Put(ctx, PressureKey, data); err != nil {
+		errs = append(errs, fmt.Errorf("pressure: publish report: %w", err))
+	}
+	p.alert(report, data)
+	if cfg.OnPressure != nil {
+		cfg.OnPressure(report)
+	}
+	return errors.Join(errs...)
+}
+
+// level returns the level of a depth.
+func (th PressureThresholds) level(depth float64) Level {
+	switch {
+	case depth >= th.Pause:
+		return LevelPause
+	case depth >= th.Refuse:
+		return LevelRefuse
+	case depth >= th.Alert:
+		return LevelAlert
+	}
+	return LevelOK
+}
+
+// alert logs a bucket whose level changed and publishes the report on
+// ax.events.pressure while any bucket is at the alert level or above.
+func (p *pressureLoop) alert(report Pressure, data []byte) {
+	firing := false
+	for _, b := range report.Buckets {
+		if b.Level >= LevelAlert {
+			firing = true
+		}
+		if p.alerted[b.Stream] == b.Level {
+			continue
+		}
+		p.alerted[b.Stream] = b.Level
+		fields := []zap.Field{zap.String("stream", b.Stream), zap.Float64("depth", b.Depth), zap.Uint64("msgs", b.Msgs), zap.Int64("capacity", b.Capacity), zap.Stringer("level", b.Level)}
+		if b.Level >= LevelAlert {
+			p.log.Warn("bucket_pressure", fields...)
+		} else {
+			p.log.Info("bucket_pressure_cleared", fields...)
+		}
+	}
+	if firing {
+		if err := p.l.js.Conn().Publish(p.l.cfg.Names.EventSubject("pressure"), data); err != nil {
+			p.log.Warn("pressure_event_failed", zap.Error(err))
+		}
+	}
+}
+
+// pause pauses the P3 and P4 shard consumers for pauseFor.
+func (p *pressureLoop) pause(ctx context.Context) error {
+	until := time.Now().Add(pauseFor)
+	var errs []error
+	p.eachConsumer(func(stream, consumer string) {
+		if _, err := p.l.js.PauseConsumer(ctx, stream, consumer, until); err != nil {
+			errs = append(errs, fmt.Errorf("pause %s/%s: %w", stream, consumer, err))
+		}
+	})
+	if len(errs) == 0 {
+		p.pausedUntil = until
+	}
+	return errors.Join(errs...)
+}
+
+// resume resumes the P3 and P4 shard consumers.
+func (p *pressureLoop) resume(ctx context.Context) error {
+	var errs []error
+	p.eachConsumer(func(stream, consumer string) {
+		if _, err := p.l.js.ResumeConsumer(ctx, stream, consumer); err != nil {
+			errs = append(errs, fmt.Errorf("resume %s/%s: %w", stream, consumer, err))
+		}
+	})
+	p.pausedUntil = time.Time{}
+	return errors.Join(errs...)
+}
+
+func (p *pressureLoop) eachConsumer(fn func(stream, consumer string)) {
+	names := p.l.cfg.Names
+	for _, prio := range pausedPriorities {
+		for shard := range streams.Shards {
+			fn(names.PriorityStream(prio), names.ConsumerName(prio, shard))
+		}
+	}
+}

@@ -1,0 +1,111 @@
+package scheduler_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+// Each threshold with a capacity of 20: 12 alerts (60%), 16 refuses
+// non-core tasks (80%), 19 pauses P3/P4 dispatch (95%) until the depth
+// falls below 8 (40%); at 20 the stream itself refuses.
+func TestBackpressureThresholds(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var hooked []scheduler.Pressure
+	lb := setupLoops(t, 1, &streams.Config{Capacity: 20}, scheduler.LeaderConfig{PressureInterval: 20 * time.Millisecond, OnPressure: func(p scheduler.Pressure) {
+		mu.Lock()
+		hooked = append(hooked, p)
+		mu.Unlock()
+	}})
+	js, client, ctx := lb.js, lb.client, context.Background()
+	nc := js.Conn()
+	events := make(chan scheduler.Pressure, 1024)
+	sub, err := nc.Subscribe("ax.events.pressure", func(m *nats.Msg) {
+		var p scheduler.Pressure
+		if json.Unmarshal(m.Data, &p) == nil {
+			select {
+			case events <- p:
+			default:
+			}
+		}
+	})
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	fill := func(n int, core bool) {
+		for range n {
+			_, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2, Core: core})
+			require.NoError(t, err)
+		}
+	}
+	level := func() scheduler.Level {
+		p := client.Pressure()
+		if p == nil {
+			return -1
+		}
+		return p.Buckets[2].Level
+	}
+	consumerPaused := func(stream, name string) bool {
+		cons, err := js.Consumer(ctx, stream, name)
+		require.NoError(t, err)
+		return cons.CachedInfo().Paused
+	}
+
+	fill(11, false)
+	require.Eventually(t, func() bool { return client.Pressure() != nil && client.Pressure().Buckets[2].Msgs == 11 }, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, scheduler.LevelOK, level())
+	require.Empty(t, events, "no alert below 60%")
+
+	fill(1, false) // 12/20 = 60%
+	select {
+	case p := <-events:
+		require.Equal(t, scheduler.LevelAlert, p.Buckets[2].Level)
+		require.Equal(t, "AX_P2", p.Buckets[2].Stream)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no pressure event at 60%")
+	}
+	mu.Lock()
+	require.NotEmpty(t, hooked, "the metric hook sees every report")
+	mu.Unlock()
+
+	fill(4, false) // 16/20 = 80%
+	require.Eventually(t, func() bool { return level() == scheduler.LevelRefuse }, 10*time.Second, 5*time.Millisecond)
+	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2})
+	require.ErrorIs(t, err, scheduler.ErrOverloaded)
+	require.Contains(t, err.Error(), "AX_P2")
+	require.Contains(t, err.Error(), "80%")
+	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 1})
+	require.NoError(t, err, "other buckets still accept")
+	require.False(t, consumerPaused("AX_P3", "p3-s00"))
+
+	fill(3, true) // core tasks still enter: 19/20 = 95%
+	require.Eventually(t, func() bool { return consumerPaused("AX_P3", "p3-s00") && consumerPaused("AX_P4", "p4-s31") }, 10*time.Second, 10*time.Millisecond)
+	require.False(t, consumerPaused("AX_P2", "p2-s00"), "only P3 and P4 pause")
+	fill(1, true) // 20/20: the stream itself refuses now
+	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2, Core: true})
+	require.ErrorIs(t, err, scheduler.ErrOverloaded)
+	require.Contains(t, err.Error(), "maximum messages")
+
+	// Drain to 9 (45%): still paused; to 7 (35%): resumed.
+	stream, err := js.Stream(ctx, "AX_P2")
+	require.NoError(t, err)
+	drainTo := func(keep uint64) {
+		require.NoError(t, stream.Purge(ctx, jetstream.WithPurgeKeep(keep)))
+	}
+	drainTo(9)
+	time.Sleep(200 * time.Millisecond) // ten readings
+	require.True(t, consumerPaused("AX_P3", "p3-s00"), "still paused at 45%")
+	drainTo(7)
+	require.Eventually(t, func() bool { return !consumerPaused("AX_P3", "p3-s00") && !consumerPaused("AX_P4", "p4-s31") }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return level() == scheduler.LevelOK }, 10*time.Second, 5*time.Millisecond)
+	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2})
+	require.NoError(t, err)
+}

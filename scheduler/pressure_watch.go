@@ -1,0 +1,156 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// PressureKey is the key of the backpressure report in AX_CONTROL.
+const PressureKey = "pressure"
+
+// Level is a bucket's backpressure level.
+type Level int
+
+// Backpressure levels, in increasing order.
+const (
+	LevelOK     Level = iota // below the alert threshold
+	LevelAlert               // alert: log line, event, metric
+	LevelRefuse              // Submit refuses non-core tasks
+	LevelPause               // P3 and P4 dispatch paused
+)
+
+// String names the level.
+func (l Level) String() string {
+	switch l {
+	case LevelOK:
+		return "ok"
+	case LevelAlert:
+		return "alert"
+	case LevelRefuse:
+		return "refuse"
+	case LevelPause:
+		return "pause"
+	}
+	return fmt.Sprintf("level(%d)", int(l))
+}
+
+// MarshalText writes the level's name.
+func (l Level) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
+
+// UnmarshalText reads a level's name.
+func (l *Level) UnmarshalText(b []byte) error {
+	for c := LevelOK; c <= LevelPause; c++ {
+		if c.String() == string(b) {
+			*l = c
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown backpressure level %q", b)
+}
+
+// BucketPressure is the depth of one priority bucket.
+type BucketPressure struct {
+	Stream   string `json:"stream"`
+	Priority int    `json:"priority"`
+	// Msgs stored, waiting and in flight (WorkQueue keeps a message until
+	// it is acked).
+	Msgs     uint64  `json:"msgs"`
+	Capacity int64   `json:"capacity"`
+	Depth    float64 `json:"depth"` // Msgs / Capacity, 0..1
+	Level    Level   `json:"level"`
+}
+
+// Pressure is the backpressure report the leader publishes in AX_CONTROL
+// under [PressureKey] and clients watch.
+type Pressure struct {
+	Buckets []BucketPressure `json:"buckets"`
+	// Paused is true while P3 and P4 dispatch is paused.
+	Paused     bool               `json:"paused"`
+	Thresholds PressureThresholds `json:"thresholds"`
+	Leader     string             `json:"leader"`
+	UpdatedAt  time.Time          `json:"updated_at"`
+	// ValidFor is how long the report holds; a client ignores an older one
+	// (the leader may be gone).
+	ValidFor time.Duration `json:"valid_for"`
+}
+
+// pressureWatch keeps the client's view of the pressure report, from a
+// subscription to the report's KV subject (no goroutine of ours: the
+// connection delivers) and one initial read.
+type pressureWatch struct {
+	sub *nats.Subscription
+}
+
+// watchPressure subscribes to the pressure key, then reads it once.
+func (c *Client) watchPressure(ctx context.Context) error {
+	subject := "$KV." + c.cfg.Names.ControlBucket() + "." + PressureKey
+	sub, err := c.js.Conn().Subscribe(subject, func(msg *nats.Msg) { c.setPressure(msg.Data) })
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", subject, err)
+	}
+	c.watch.sub = sub
+	bucket, err := c.js.KeyValue(ctx, c.cfg.Names.ControlBucket())
+	if err != nil {
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("watch pressure: bind %s: %w", c.cfg.Names.ControlBucket(), err)
+	}
+	entry, err := bucket.Get(ctx, PressureKey)
+	switch {
+	case err == nil:
+		c.setPressure(entry.Value())
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	default:
+		c.cfg.Logger.Warn("read_pressure_failed", zap.Error(err))
+	}
+	return nil
+}
+
+// setPressure keeps the newer of the current and the received report.
+func (c *Client) setPressure(data []byte) {
+	var p Pressure
+	if len(data) == 0 || json.Unmarshal(data, &p) != nil {
+		return
+	}
+	for {
+		cur := c.pressure.Load()
+		if cur != nil && cur.UpdatedAt.After(p.UpdatedAt) {
+			return
+		}
+		if c.pressure.CompareAndSwap(cur, &p) {
+			return
+		}
+	}
+}
+
+// Pressure returns the last backpressure report the client saw, or nil.
+func (c *Client) Pressure() *Pressure { return c.pressure.Load() }
+
+// admit refuses a non-core task whose bucket is at the refuse level.
+func (c *Client) admit(t Task, now time.Time) error {
+	p := c.pressure.Load()
+	if t.Core || p == nil || now.After(p.UpdatedAt.Add(p.ValidFor)) {
+		return nil
+	}
+	for _, b := range p.Buckets {
+		if b.Priority == t.Priority && b.Level >= LevelRefuse {
+			return fmt.Errorf("submit task %s: %w: bucket %s is %.0f%% full (%d of %d), at or above %.0f%%: only core tasks are accepted",
+				t.ID, ErrOverloaded, b.Stream, 100*b.Depth, b.Msgs, b.Capacity, 100*p.Thresholds.Refuse)
+		}
+	}
+	return nil
+}
+
+// Close stops watching the pressure report. The client must not be used after.
+func (c *Client) Close() error {
+	if c.watch.sub == nil {
+		return nil
+	}
+	return c.watch.sub.Unsubscribe()
+}

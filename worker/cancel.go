@@ -1,0 +1,87 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+)
+
+// Replies of a worker to a cancel notice.
+const (
+	// CancelReplyCancelled means the handler's context was cancelled.
+	CancelReplyCancelled = "cancelled"
+	// CancelReplyNoted means the task was not running here yet; it will be
+	// cancelled as soon as it starts on this worker.
+	CancelReplyNoted = "noted"
+)
+
+// cancelNotes matches operator cancel notices with running handlers. A
+// notice that arrives between a claim and the handler's start is kept for
+// a while, so that the handler is cancelled the moment it registers.
+type cancelNotes struct {
+	mu    sync.Mutex
+	early map[string]time.Time // task id -> when the notice arrived (mu)
+	sub   *nats.Subscription
+}
+
+// noteTTL is how long a notice for a task that is not running is kept.
+const noteTTL = time.Minute
+
+// subscribeCancels listens on the worker's cancel subject. The operator
+// writes CANCELLED first (a compare-and-set on the RUNNING record) and then
+// sends the task id here; the handler's context ends with [ErrCancelled].
+func (w *Worker) subscribeCancels() error {
+	w.cancels.early = map[string]time.Time{}
+	subject := w.cfg.Names.WorkerCancelSubject(w.cfg.ID)
+	sub, err := w.js.Conn().Subscribe(subject, w.onCancelNotice)
+	if err != nil {
+		return fmt.Errorf("subscribe to cancel notices on %s: %w", subject, err)
+	}
+	w.cancels.sub = sub
+	return nil
+}
+
+func (w *Worker) unsubscribeCancels() {
+	if w.cancels.sub != nil {
+		_ = w.cancels.sub.Unsubscribe()
+	}
+}
+
+func (w *Worker) onCancelNotice(msg *nats.Msg) {
+	id := string(msg.Data)
+	reply := CancelReplyCancelled
+	w.cancels.mu.Lock()
+	if cancel, ok := w.running.Load(id); ok {
+		cancel.(context.CancelCauseFunc)(ErrCancelled)
+	} else {
+		now := time.Now()
+		for other, at := range w.cancels.early {
+			if now.Sub(at) > noteTTL {
+				delete(w.cancels.early, other)
+			}
+		}
+		w.cancels.early[id] = now
+		reply = CancelReplyNoted
+	}
+	w.cancels.mu.Unlock()
+	w.log.Info("task_cancel_notice", zap.String("task_id", id), zap.String("result", reply))
+	if msg.Reply != "" {
+		_ = msg.Respond([]byte(reply))
+	}
+}
+
+// track registers a running handler's cancel func under its task id, and
+// cancels it at once if an operator's notice arrived before it started.
+func (w *Worker) track(id string, cancel context.CancelCauseFunc) {
+	w.cancels.mu.Lock()
+	defer w.cancels.mu.Unlock()
+	w.running.Store(id, cancel)
+	if _, ok := w.cancels.early[id]; ok {
+		delete(w.cancels.early, id)
+		cancel(ErrCancelled)
+	}
+}

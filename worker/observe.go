@@ -1,0 +1,33 @@
+package worker
+
+import (
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+)
+
+// Outcomes an [Observer] hears about.
+const (
+	OutcomeSucceeded = "succeeded"
+	OutcomeRetry     = "retry"
+	OutcomeDead      = "dead"
+	OutcomeCancelled = "cancelled"
+)
+
+// Observer hears about every settled attempt, e.g. to count it in metrics
+// (the metrics package implements it). It must not block.
+type Observer interface {
+	TaskFinished(taskType, tenant string, priority int, outcome string, runTime time.Duration)
+}
+
+// observe reports a settled attempt of rec to the configured observer.
+func (w *Worker) observe(rec *kv.Record, outcome string) {
+	if w.cfg.Observer == nil {
+		return
+	}
+	var took time.Duration
+	if rec.StartedAt != nil {
+		took = time.Since(*rec.StartedAt)
+	}
+	w.cfg.Observer.TaskFinished(rec.Type, rec.Tenant, rec.Priority, outcome, took)
+}
