@@ -66,10 +66,6 @@ func startCluster(t *testing.T, o ClusterOptions) *cluster {
 		return err == nil
 	}, 60*time.Second, 200*time.Millisecond, "the cluster elected no JetStream leader")
 	ax(t, "provision", "--server", c.allURL, "--replicas", fmt.Sprint(o.Replicas), "--ack-wait", faultAckWait)
-	// The probe's effects bucket is replicated too: created with one replica
-	// by the first worker, it may sit on the node a scenario kills.
-	_, err := c.js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: "AX_PROBE", Storage: jetstream.FileStorage, Replicas: o.Replicas})
-	require.NoError(t, err)
 	return c
 }
 
