@@ -20,6 +20,8 @@ const (
 	DefaultDuplicates    = 2 * time.Minute
 	DefaultTrailMaxAge   = 7 * 24 * time.Hour
 	DefaultPinnedTTL     = 10 * time.Second
+	// DefaultPriorityPolicy of the shard consumers.
+	DefaultPriorityPolicy = "overflow"
 	// PriorityGroup is the priority group name of every shard consumer.
 	PriorityGroup = "ax"
 )
@@ -45,8 +47,11 @@ type Config struct {
 	// DLQMaxAge bounds how long AX_DLQ keeps dead letters. Zero keeps them
 	// until they are deleted or replayed.
 	DLQMaxAge time.Duration
-	// PriorityPolicy of the shard consumers' priority group: "" or "none"
-	// (no group), "overflow" or "pinned_client".
+	// PriorityPolicy of the shard consumers' priority group: "overflow"
+	// (the default: owners pull, idle workers steal a shard's backlog above
+	// a threshold), "pinned_client" (the server delivers a shard only to
+	// its pinned owner) or "none" (no group). See docs/ARCHITECTURE.md for
+	// the measurements behind the default.
 	PriorityPolicy string
 	// PinnedTTL of a pinned_client group. Default 10s.
 	PinnedTTL time.Duration
@@ -67,6 +72,7 @@ func (c *Config) withDefaults() *Config {
 	out.Duplicates = cmp.Or(out.Duplicates, DefaultDuplicates)
 	out.TrailMaxAge = cmp.Or(out.TrailMaxAge, DefaultTrailMaxAge)
 	out.PinnedTTL = cmp.Or(out.PinnedTTL, DefaultPinnedTTL)
+	out.PriorityPolicy = cmp.Or(out.PriorityPolicy, DefaultPriorityPolicy)
 	return &out
 }
 
@@ -87,7 +93,7 @@ func (c *Config) validate() error {
 
 func (c *Config) priorityPolicy() (jetstream.PriorityPolicy, error) {
 	switch c.PriorityPolicy {
-	case "", "none":
+	case "none":
 		return jetstream.PriorityPolicyNone, nil
 	case "overflow":
 		return jetstream.PriorityPolicyOverflow, nil

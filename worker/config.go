@@ -19,6 +19,12 @@ const (
 	DefaultTimeout     = 30 * time.Second
 	DefaultMaxAttempts = 5
 	DefaultGracePeriod = 10 * time.Second
+	// DefaultMemberTTL is how long a worker's membership outlives its last
+	// renewal (it renews every quarter of it).
+	DefaultMemberTTL = 10 * time.Second
+	// DefaultStealThreshold is the backlog of a shard above which workers
+	// that do not own it pull from it too (overflow policy only).
+	DefaultStealThreshold = 100
 )
 
 // Config configures a [Worker].
@@ -31,8 +37,24 @@ type Config struct {
 	ID string
 	// Concurrency is how many tasks run at once. Default 16.
 	Concurrency int
-	// Shards this worker serves. Default all.
+	// Shards this worker serves, fixed: no membership, no rebalancing.
+	// Default none fixed: the worker joins the mesh (a lease on
+	// AX_WORKERS/<ID>) and serves the shards the shared assignment
+	// ([ShardTable] in AX_CONTROL) gives it, which change as workers join
+	// and leave.
 	Shards []int
+	// Version the worker announces in its membership record. Default "dev".
+	Version string
+	// MemberTTL is how long the membership lease outlives its last renewal:
+	// whole seconds, at least 4s. A worker that dies leaves the mesh after
+	// it. Default 10s.
+	MemberTTL time.Duration
+	// StealThreshold: with the overflow priority policy, the worker also
+	// pulls from shards it does not own once their undelivered backlog
+	// reaches this many messages (work stealing; per-key order is given up
+	// for those tasks). Default 100; -1 disables stealing. Ignored with
+	// fixed Shards and with the other policies.
+	StealThreshold int
 	// PrefetchPerShard is how many messages each (priority, shard) consumer
 	// pulls ahead. Default: enough to keep Concurrency busy, at least 1.
 	PrefetchPerShard int
@@ -56,6 +78,8 @@ type Config struct {
 	Store kv.StoreConfig
 	// Test holds knobs for tests only.
 	Test TestConfig
+
+	mesh bool // no fixed Shards: join the mesh
 }
 
 // TestConfig holds test-only knobs.
@@ -75,10 +99,14 @@ func (c *Config) withDefaults() *Config {
 	}
 	if out.ID == "" {
 		host, _ := os.Hostname()
-		out.ID = cmp.Or(host, "worker") + "-" + nuid.Next()[:8]
+		out.ID = cmp.Or(host, "worker") + "-" + nuid.Next()[14:] // the sequence part: the first 12 characters are the same in one process
 	}
 	out.Concurrency = cmp.Or(out.Concurrency, DefaultConcurrency)
+	out.Version = cmp.Or(out.Version, "dev")
+	out.MemberTTL = cmp.Or(out.MemberTTL, DefaultMemberTTL)
+	out.StealThreshold = cmp.Or(out.StealThreshold, DefaultStealThreshold)
 	if len(out.Shards) == 0 {
+		out.mesh = true
 		out.Shards = make([]int, streams.Shards)
 		for i := range out.Shards {
 			out.Shards[i] = i
@@ -117,6 +145,12 @@ func (c *Config) validate() error {
 	}
 	if c.AckWait < time.Second {
 		errs = append(errs, fmt.Errorf("AckWait %s must be at least 1s", c.AckWait))
+	}
+	if c.MemberTTL < 4*time.Second || c.MemberTTL%time.Second != 0 {
+		errs = append(errs, fmt.Errorf("MemberTTL %s must be whole seconds, at least 4s", c.MemberTTL))
+	}
+	if c.StealThreshold < 1 && c.StealThreshold != -1 {
+		errs = append(errs, fmt.Errorf("StealThreshold %d must be positive, or -1", c.StealThreshold))
 	}
 	if c.PrefetchPerShard < 1 {
 		errs = append(errs, fmt.Errorf("PrefetchPerShard %d must be positive", c.PrefetchPerShard))

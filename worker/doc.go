@@ -5,16 +5,30 @@
 // nak with exponential backoff and jitter on failure, dead letter and term
 // when attempts run out or the error is permanent.
 //
+// Workers form a mesh: each holds a membership lease on AX_WORKERS/<id>
+// (its [kv.Member] record), and all follow one shard table in AX_CONTROL
+// ([ShardTable]) that any member rewrites by compare-and-set, with
+// [Rebalance], when the live members change. A worker consumes the shards
+// the table gives it and, under the overflow policy, steals from the
+// backlog of the others.
+//
 // Safety: a task runs only after this worker moved its record to RUNNING at
 // the revision it read, so two workers never both start one delivery. A
 // worker whose claim lapsed (its message was redelivered, or its record moved
 // on) loses its final compare-and-set, records the lost claim in its log and
-// does not ack the message.
+// does not ack the message. A handler whose message went without a heartbeat
+// for most of the ack wait has its context cancelled ([ErrClaimLapsed])
+// before another worker can take the task over; a worker that cannot renew
+// its membership within the TTL stops consuming and cancels its handlers
+// ([ErrLeaseLost]). Shard ownership itself is not a safety mechanism: two
+// workers may briefly consume one shard while the table changes, and the
+// claim keeps that harmless.
 //
 // Liveness: every message the worker holds, queued or running, gets an
 // in-progress heartbeat before its ack wait runs out; when the worker dies
 // the heartbeats stop and JetStream redelivers its messages to another
-// worker, which takes the task over.
+// worker, which takes the task over. A dead worker's lease expires after its
+// TTL and the survivors split its shards.
 //
 // Cancellation: a worker listens on "ax.worker.<id>.cancel"; an operator
 // who moved a running task to CANCELLED sends its id there and the handler's

@@ -21,6 +21,15 @@ var (
 	ErrDeadlinePassed = errors.New("task deadline passed before it started")
 	// ErrBadPayload means a typed handler could not decode the payload.
 	ErrBadPayload = errors.New("bad task payload")
+	// ErrLeaseLost is the cause of a handler context cancelled because the
+	// worker lost its membership of the mesh (it could not renew within the
+	// TTL); the task is put back if its record still says it runs here.
+	ErrLeaseLost = errors.New("worker membership lost")
+	// ErrClaimLapsed is the cause of a handler context cancelled because the
+	// task's message went without an in-progress heartbeat for nearly its
+	// ack wait: JetStream may already have given it to another worker, so
+	// this worker writes nothing and does not ack (it is fenced).
+	ErrClaimLapsed = errors.New("task claim lapsed: no heartbeat within the ack wait")
 	// ErrCancelled is the cause of a handler context cancelled because an
 	// operator cancelled the task.
 	ErrCancelled = errors.New("task cancelled by operator")

@@ -46,8 +46,12 @@ func (w *Worker) process(d *delivery) {
 	switch {
 	case runErr == nil:
 		w.succeed(d, env, rec, rev)
+	case errors.Is(cause, ErrClaimLapsed):
+		w.lapsed(d, env)
+	case errors.Is(cause, ErrLeaseLost):
+		w.putBack(d, env, rec, rev, "membership_lost")
 	case errors.Is(cause, ErrStop):
-		w.putBack(d, rec, rev)
+		w.putBack(d, env, rec, rev, "worker_stopped")
 	case errors.Is(cause, ErrCancelled):
 		w.cancelled(d, env, rec, rev)
 	case errors.Is(cause, ErrTimeout):
@@ -62,6 +66,8 @@ func (w *Worker) process(d *delivery) {
 func (w *Worker) run(env *envelope, rec *kv.Record, d *delivery) (error, error) {
 	base, cancelBase := context.WithCancelCause(w.runCtx)
 	defer cancelBase(nil)
+	stopWatch := w.watchClaim(d, cancelBase)
+	defer stopWatch()
 	ctx, cancel := context.WithTimeoutCause(base, time.Duration(rec.Timeout), ErrTimeout)
 	defer cancel()
 	w.track(rec.ID, cancelBase)
@@ -187,17 +193,21 @@ func (w *Worker) bury(d *delivery, env *envelope, rec *kv.Record, rev uint64, ca
 	_ = d.settle(func() error { return d.msg.TermWithReason(truncate(cause.Error(), 256)) })
 }
 
-// putBack returns a task interrupted by Stop: READY again, the attempt not
-// counted, its message redelivered at once.
-func (w *Worker) putBack(d *delivery, rec *kv.Record, rev uint64) {
+// putBack returns a task interrupted by Stop or by a lost membership
+// (action): READY again, the attempt not counted, its message redelivered at
+// once. If the compare-and-set fails the claim was lost: the message is not
+// ours to answer.
+func (w *Worker) putBack(d *delivery, env *envelope, rec *kv.Record, rev uint64, action string) {
 	ctx, cancel := finalCtx()
 	defer cancel()
-	_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: "worker_stopped"}, func(r *kv.Record) error {
+	_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: action}, func(r *kv.Record) error {
 		r.Attempt--
 		return nil
 	})
 	if err != nil {
 		w.log.Warn("put_back_failed", zap.String("task_id", rec.ID), zap.Error(err))
+		w.settleFailedWrite(d, env, err)
+		return
 	}
 	_ = d.settle(d.msg.Nak)
 }

@@ -12,6 +12,7 @@ import (
 type delivery struct {
 	msg      jetstream.Msg
 	priority int
+	shard    int
 	received time.Time
 
 	mu       sync.Mutex

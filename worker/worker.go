@@ -26,7 +26,10 @@ type Worker struct {
 	held     heldSet                            // every message held, for heartbeats
 	running  sync.Map                           // task id -> context.CancelCauseFunc
 	cancels  cancelNotes                        // operator cancel notices
-	consumes []jetstream.ConsumeContext
+	shards   shardSet                           // consumers of the shards served
+	stopMesh context.CancelFunc                 // nil with fixed shards
+	meshDone chan struct{}
+	serving  chan struct{} // closed once the mesh's shards are first served
 
 	stopping  atomic.Bool
 	stopCh    chan struct{} // closed when Stop begins
@@ -75,39 +78,20 @@ func (w *Worker) ID() string { return w.cfg.ID }
 // Stats returns the worker's outcome counters.
 func (w *Worker) Stats() *Stats { return &w.stats }
 
-// Start subscribes to the consumers of the worker's shards and starts its
-// task slots and heartbeat loop.
+// Start joins the mesh and consumes the shards it is given (or the fixed
+// [Config.Shards]), and starts the task slots and the heartbeat loop.
 func (w *Worker) Start(ctx context.Context) error {
 	if !w.started.CompareAndSwap(false, true) {
 		return errors.New("worker already started")
 	}
-	for p := range streams.Priorities {
-		for _, shard := range w.cfg.Shards {
-			name := w.cfg.Names.ConsumerName(p, shard)
-			cons, err := w.bindConsumer(ctx, p, shard)
-			if err != nil {
-				w.stopConsumers()
-				return fmt.Errorf("start worker: %w", err)
-			}
-			opts := []jetstream.PullConsumeOpt{
-				jetstream.PullMaxMessages(w.cfg.PrefetchPerShard),
-				jetstream.ConsumeErrHandler(w.consumeError),
-			}
-			if len(cons.CachedInfo().Config.PriorityGroups) > 0 {
-				opts = append(opts, jetstream.PullPriorityGroup(streams.PriorityGroup))
-			}
-			cc, err := cons.Consume(w.receiver(p), opts...)
-			if err != nil {
-				w.stopConsumers()
-				return fmt.Errorf("start worker: consume %s: %w", name, err)
-			}
-			w.consumes = append(w.consumes, cc)
-		}
-	}
-	if err := w.subscribeCancels(); err != nil {
-		w.stopConsumers()
+	if err := w.bindShards(ctx); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}
+	if err := w.subscribeCancels(); err != nil {
+		return fmt.Errorf("start worker: %w", err)
+	}
+	// Slots and heartbeats run before any consumer does: a delivery must
+	// never wait unheartbeated for a slot that has not started.
 	for range w.cfg.Concurrency {
 		w.slots.Go(w.slot)
 	}
@@ -115,7 +99,20 @@ func (w *Worker) Start(ctx context.Context) error {
 	if !w.cfg.Test.DisableHeartbeats {
 		w.loops.Go(w.heartbeats)
 	}
-	w.log.Info("worker_started", zap.Int("concurrency", w.cfg.Concurrency), zap.Int("shards", len(w.cfg.Shards)))
+	if w.cfg.mesh {
+		m, err := w.newMember(ctx)
+		if err != nil {
+			return errors.Join(fmt.Errorf("start worker: %w", err), w.Stop(context.WithoutCancel(ctx)))
+		}
+		meshCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		w.stopMesh = cancel
+		w.meshDone, w.serving = make(chan struct{}), make(chan struct{})
+		go func() { defer close(w.meshDone); w.runMesh(meshCtx, m) }()
+		w.awaitServing(ctx)
+	} else if err := w.serveShards(ctx, w.cfg.Shards); err != nil {
+		return errors.Join(fmt.Errorf("start worker: %w", err), w.Stop(context.WithoutCancel(ctx)))
+	}
+	w.log.Info("worker_started", zap.Int("concurrency", w.cfg.Concurrency), zap.Bool("mesh", w.cfg.mesh), zap.Ints("shards", w.cfg.Shards))
 	return nil
 }
 
@@ -130,7 +127,11 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.stopOnce.Do(func() {
 		w.stopping.Store(true)
 		close(w.stopCh)
-		w.stopConsumers()
+		if w.stopMesh != nil {
+			w.stopMesh() // leaves the mesh: stops consuming, releases the lease
+			<-w.meshDone
+		}
+		w.stopShards()
 	})
 	slotsDone := w.slotsDone
 	grace := time.NewTimer(w.cfg.GracePeriod)
@@ -176,24 +177,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	return w.Stop(stopCtx)
 }
 
-func (w *Worker) stopConsumers() {
-	for _, cc := range w.consumes {
-		cc.Drain()
-	}
-	deadline := time.NewTimer(5 * time.Second)
-	defer deadline.Stop()
-	for _, cc := range w.consumes {
-		select {
-		case <-cc.Closed():
-		case <-deadline.C:
-			for _, c := range w.consumes {
-				c.Stop()
-			}
-			return
-		}
-	}
-}
-
 func (w *Worker) consumeError(_ jetstream.ConsumeContext, err error) {
 	if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
 		w.log.Warn("consume_error", zap.Error(err))
@@ -202,16 +185,16 @@ func (w *Worker) consumeError(_ jetstream.ConsumeContext, err error) {
 	w.log.Debug("consume_error", zap.Error(err))
 }
 
-// receiver returns the consume callback of priority p: it hands each message
+// receiver returns the consume callback of (p, shard): it hands each message
 // to the local queue of its priority, blocking while the queue is full so
 // that the consumer pulls no further ahead.
-func (w *Worker) receiver(p int) jetstream.MessageHandler {
+func (w *Worker) receiver(p, shard int) jetstream.MessageHandler {
 	return func(msg jetstream.Msg) {
-		if w.stopping.Load() {
+		if w.stopping.Load() || !w.shards.accepts(shard) {
 			_ = msg.Nak()
 			return
 		}
-		d := &delivery{msg: msg, priority: p, received: time.Now()}
+		d := &delivery{msg: msg, priority: p, shard: shard, received: time.Now()}
 		w.held.add(d)
 		select {
 		case w.queues[p] <- d:
@@ -233,6 +216,10 @@ func (w *Worker) slot() {
 		d := w.next()
 		if d == nil {
 			return
+		}
+		if !w.shards.accepts(d.shard) {
+			w.release(d) // the shard moved to another worker before it started
+			continue
 		}
 		w.process(d)
 		w.held.remove(d)

@@ -126,10 +126,20 @@ func TestRawPublishRunsOnce(t *testing.T) {
 }
 
 // With 1,000 P4 tasks queued and then 10 P0 tasks submitted, each P0 task
-// starts before any P4 task that had not started when they were submitted.
+// starts before any P4 task that had not started when they were submitted,
+// whatever the priority policy of the shard consumers.
 func TestStrictPriority(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
+	for _, policy := range []string{"none", "overflow", "pinned_client"} {
+		t.Run(policy, func(t *testing.T) {
+			t.Parallel()
+			testStrictPriority(t, policy)
+		})
+	}
+}
+
+func testStrictPriority(t *testing.T, policy string) {
+	b := setup(t, &streams.Config{PriorityPolicy: policy})
 	ctx := context.Background()
 	var mu sync.Mutex
 	var starts []int // priorities, in start order

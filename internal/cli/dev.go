@@ -27,6 +27,7 @@ type devFlags struct {
 	demo     int
 	exit     bool
 	capacity int64
+	policy   string
 	payload  int32
 	wf       workerFlags
 	lf       leaderFlags
@@ -54,6 +55,7 @@ with --exit), so that other ax commands can use it with --server.`,
 	fs.IntVar(&f.demo, "demo", 10_000, "demo tasks to submit (0: none, just serve)")
 	fs.BoolVar(&f.exit, "exit", false, "exit after the demo instead of serving until Ctrl-C")
 	fs.Int64Var(&f.capacity, "capacity", streams.DefaultCapacity, "capacity of each priority bucket, in tasks")
+	fs.StringVar(&f.policy, "priority-policy", streams.DefaultPriorityPolicy, "priority policy of the shard consumers: overflow (work stealing), pinned_client or none")
 	fs.Int32Var(&f.payload, "max-payload", 1<<20, "largest message the embedded server accepts, in bytes")
 	f.wf.add(cmd)
 	f.lf.add(cmd, false)
@@ -86,7 +88,7 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 	if err != nil {
 		return err
 	}
-	if err := provision(ctx, js, &streams.Config{Names: names, Capacity: f.capacity, AckWait: f.wf.ackWait}, e); err != nil {
+	if err := provision(ctx, js, &streams.Config{Names: names, Capacity: f.capacity, AckWait: f.wf.ackWait, PriorityPolicy: f.policy}, e); err != nil {
 		return err
 	}
 	m := metrics.New(&metrics.Config{JetStream: js, Names: names})

@@ -157,7 +157,7 @@ func statsCommand(e *env) *cobra.Command {
 func workersCommand(e *env) *cobra.Command {
 	return &cobra.Command{
 		Use:   "workers",
-		Short: "List the live workers",
+		Short: "List the live workers of the mesh: their shards and in-flight tasks",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var reply scheduler.WorkersReply
@@ -167,13 +167,7 @@ func workersCommand(e *env) *cobra.Command {
 			if e.jsonOut {
 				return writeJSON(e.out, reply)
 			}
-			tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tHOST\tCONCURRENCY\tIN FLIGHT\tSHARDS\tVERSION\tRENEWED")
-			for _, m := range reply.Workers {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\n", m.ID, m.Host, m.Concurrency, m.InFlight, len(m.Shards), m.Version, m.RenewedAt.Format(time.RFC3339))
-			}
-			_ = tw.Flush()
-			fmt.Fprintf(e.out, "%d workers\n", len(reply.Workers))
+			printMembers(e.out, reply.Workers, time.Now())
 			return nil
 		},
 	}

@@ -64,7 +64,7 @@ func (f *workerFlags) config(names streams.Names, reg *worker.Registry, log *zap
 	return &worker.Config{
 		Names: names, ID: f.id, Registry: reg, Concurrency: f.concurrency,
 		DefaultTimeout: f.timeout, DefaultMaxAttempts: f.maxAttempts,
-		AckWait: f.ackWait, GracePeriod: f.grace, Logger: log,
+		AckWait: f.ackWait, GracePeriod: f.grace, Logger: log, Version: Version,
 	}
 }
 
@@ -73,7 +73,11 @@ func addWorker(root *cobra.Command, e *env) {
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run a worker with the built-in task types (sleep, fail, echo)",
-		Args:  cobra.NoArgs,
+		Long: `ax worker joins the mesh of workers (a lease on AX_WORKERS/<id>, renewed while
+it runs, released when it stops) and consumes the shards the shared assignment
+gives it; shards move between workers as they join and leave. See them with
+ax workers.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d, err := e.startDaemon(cmd.Context(), "ax worker", wf.metricsAddr)
 			if err != nil {
@@ -91,7 +95,7 @@ func addWorker(root *cobra.Command, e *env) {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.errOut, "worker %s serving %s\n", w.ID(), d.nc.ConnectedUrlRedacted())
+			fmt.Fprintf(e.errOut, "worker %s joining the mesh on %s\n", w.ID(), d.nc.ConnectedUrlRedacted())
 			return w.Run(cmd.Context())
 		},
 	}

@@ -1,0 +1,51 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+)
+
+// printMembers prints the members of the mesh, the shards each owns as
+// ranges, and a summary line.
+func printMembers(w io.Writer, members []kv.Member, now time.Time) {
+	if len(members) == 0 {
+		fmt.Fprintln(w, "no live workers")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tHOST\tVERSION\tCONCURRENCY\tIN-FLIGHT\tSHARDS\tOWNED\tUP\tRENEWED")
+	inFlight, shards := 0, 0
+	for _, m := range members {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s ago\n", m.ID, dash(m.Host), dash(m.Version), m.Concurrency,
+			m.InFlight, len(m.Shards), dash(shardRanges(m.Shards)), now.Sub(m.StartedAt).Round(time.Second), now.Sub(m.RenewedAt).Round(100*time.Millisecond))
+		inFlight += m.InFlight
+		shards += len(m.Shards)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "%d workers, %d tasks in flight, %d of %d shards owned\n", len(members), inFlight, shards, streams.Shards)
+}
+
+// shardRanges formats sorted shards compactly: "0-3,7,9-10".
+func shardRanges(shards []int) string {
+	var parts []string
+	for i := 0; i < len(shards); {
+		j := i
+		for j+1 < len(shards) && shards[j+1] == shards[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, strconv.Itoa(shards[i]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", shards[i], shards[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
+}

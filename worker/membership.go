@@ -1,0 +1,93 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"go.uber.org/zap"
+)
+
+// member is the worker's membership: a [kv.Lease] on AX_WORKERS/<id> whose
+// data is its [kv.Member] record, renewed by compare-and-set while the
+// worker serves, released when it stops and expiring with its TTL when it
+// dies.
+type member struct {
+	lease   *kv.Lease
+	record  kv.Member
+	started time.Time
+}
+
+func (w *Worker) newMember(ctx context.Context) (*member, error) {
+	lease, err := kv.NewLease(ctx, w.js, &kv.LeaseConfig{
+		Bucket: w.cfg.Names.WorkersBucket(), Key: w.cfg.ID, Holder: w.cfg.ID,
+		TTL: w.cfg.MemberTTL, RenewEvery: w.cfg.MemberTTL / 4,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("membership: %w", err)
+	}
+	host, _ := os.Hostname()
+	now := time.Now().UTC()
+	return &member{lease: lease, started: now, record: kv.Member{
+		ID: w.cfg.ID, Host: host, Concurrency: w.cfg.Concurrency, Version: w.cfg.Version,
+		Shards: []int{}, StartedAt: now,
+	}}, nil
+}
+
+// announce sets the member record the next renewal writes: the shards the
+// worker owns and the tasks it runs now.
+func (w *Worker) announce(m *member) {
+	m.record.Shards = w.shards.ownedShards()
+	m.record.InFlight = w.inFlight()
+	data, err := json.Marshal(m.record)
+	if err != nil {
+		w.log.Error("member_encode", zap.Error(err))
+		return
+	}
+	m.lease.SetData(data)
+}
+
+// inFlight counts the tasks whose handler runs now.
+func (w *Worker) inFlight() int {
+	n := 0
+	w.running.Range(func(_, _ any) bool { n++; return true })
+	return n
+}
+
+// runMesh keeps the worker a member of the mesh until ctx ends: it joins,
+// serves the shards the shared assignment gives it ([Worker.serveMesh]), and
+// when its membership is lost (it could not renew within the TTL, as in a
+// network partition) it stops every consumer, cancels its running tasks
+// with [ErrLeaseLost] and joins again.
+func (w *Worker) runMesh(ctx context.Context, m *member) {
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-retry.C:
+		}
+		err := w.serveMesh(ctx, m)
+		if err := w.serveShards(context.WithoutCancel(ctx), nil); err != nil {
+			w.log.Warn("shards_stop_failed", zap.Error(err))
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, kv.ErrLeaseLost) {
+			w.log.Warn("membership_lost", zap.Error(err))
+			w.running.Range(func(_, cancel any) bool {
+				cancel.(context.CancelCauseFunc)(ErrLeaseLost)
+				return true
+			})
+		} else {
+			w.log.Warn("membership_failed", zap.Error(err))
+		}
+		retry.Reset(w.cfg.MemberTTL / 4)
+	}
+}

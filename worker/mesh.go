@@ -1,0 +1,192 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// ShardTableKey is the key of the shard table in the control bucket
+// (AX_CONTROL): the current [Assignment] and the members it was computed
+// for, as [ShardTable] JSON.
+const ShardTableKey = "shards"
+
+// ShardTable is the mesh's shared assignment. Any member that sees the live
+// members differ from Members writes [Rebalance](Owners, live) by
+// compare-and-set on the table's revision, so that concurrent writers agree
+// on one successor and every worker follows the same owners.
+type ShardTable struct {
+	Members []string   `json:"members"` // sorted ids of the members it was computed for
+	Owners  Assignment `json:"owners"`
+	At      time.Time  `json:"at"`
+}
+
+// awaitServing waits until the worker serves the shards the mesh gives it,
+// for at most the member TTL (after that it keeps trying in the background).
+func (w *Worker) awaitServing(ctx context.Context) {
+	timer := time.NewTimer(w.cfg.MemberTTL)
+	defer timer.Stop()
+	select {
+	case <-w.serving:
+	case <-ctx.Done():
+	case <-timer.C:
+		w.log.Warn("mesh_join_slow", zap.Duration("waited", w.cfg.MemberTTL))
+	}
+}
+
+// meshView is what a member knows of the mesh (owned by the mesh loop).
+type meshView struct {
+	live        map[string]bool // member ids with a live lease
+	liveReady   bool            // the initial member listing was read
+	table       ShardTable
+	tableRev    uint64
+	tableReady  bool // the initial table was read
+	lastApplied Assignment
+	applied     bool
+}
+
+// serveMesh joins the mesh and serves until ctx ends (nil) or the
+// membership is lost ([kv.ErrLeaseLost]). The lease is released on return.
+func (w *Worker) serveMesh(ctx context.Context, m *member) error {
+	w.announce(m)
+	guarded, release, err := m.lease.Hold(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	members, err := w.js.KeyValue(guarded, w.cfg.Names.WorkersBucket())
+	if err != nil {
+		return fmt.Errorf("bind %s: %w", w.cfg.Names.WorkersBucket(), err)
+	}
+	control, err := w.js.KeyValue(guarded, w.cfg.Names.ControlBucket())
+	if err != nil {
+		return fmt.Errorf("bind %s: %w", w.cfg.Names.ControlBucket(), err)
+	}
+	memberWatch, err := members.WatchAll(guarded)
+	if err != nil {
+		return fmt.Errorf("watch members: %w", err)
+	}
+	defer func() { _ = memberWatch.Stop() }()
+	tableWatch, err := control.Watch(guarded, ShardTableKey)
+	if err != nil {
+		return fmt.Errorf("watch shard table: %w", err)
+	}
+	defer func() { _ = tableWatch.Stop() }()
+
+	v := &meshView{live: map[string]bool{}}
+	refresh := time.NewTicker(time.Second) // in-flight counts for the next renewal
+	defer refresh.Stop()
+	for {
+		select {
+		case <-guarded.Done():
+			if ctx.Err() != nil {
+				return nil
+			}
+			return context.Cause(guarded)
+		case e, ok := <-memberWatch.Updates():
+			if !ok {
+				return fmt.Errorf("watch members: closed")
+			}
+			v.member(e)
+		case e, ok := <-tableWatch.Updates():
+			if !ok {
+				return fmt.Errorf("watch shard table: closed")
+			}
+			v.tableEntry(e, w.log)
+		case <-refresh.C: // also retries a failed switch
+		}
+		if v.liveReady && v.tableReady && w.reconcile(guarded, control, v) {
+			// Announce the new shards now rather than at the next renewal.
+			w.announce(m)
+			if _, err := m.lease.Renew(guarded); err != nil && guarded.Err() == nil {
+				w.log.Warn("member_renew_failed", zap.Error(err))
+			}
+		}
+	}
+}
+
+func (v *meshView) member(e jetstream.KeyValueEntry) {
+	if e == nil {
+		v.liveReady = true
+		return
+	}
+	if e.Operation() == jetstream.KeyValuePut {
+		v.live[e.Key()] = true
+	} else {
+		delete(v.live, e.Key())
+	}
+}
+
+func (v *meshView) tableEntry(e jetstream.KeyValueEntry, log *zap.Logger) {
+	if e == nil {
+		v.tableReady = true
+		return
+	}
+	if e.Revision() < v.tableRev {
+		return // our own write, already applied
+	}
+	v.tableRev = e.Revision()
+	v.table = ShardTable{}
+	if e.Operation() == jetstream.KeyValuePut {
+		if err := json.Unmarshal(e.Value(), &v.table); err != nil {
+			log.Error("shard_table_decode", zap.Uint64("revision", e.Revision()), zap.Error(err))
+			v.table = ShardTable{}
+		}
+	}
+}
+
+// reconcile writes a new table if the live members differ from the table's,
+// then serves the shards the table gives this worker. It reports whether
+// the shards it serves changed.
+func (w *Worker) reconcile(ctx context.Context, control jetstream.KeyValue, v *meshView) bool {
+	live := make([]string, 0, len(v.live))
+	for id := range v.live {
+		live = append(live, id)
+	}
+	slices.Sort(live)
+	if !slices.Equal(live, v.table.Members) {
+		next := ShardTable{Members: live, Owners: Rebalance(v.table.Owners, live), At: time.Now().UTC()}
+		data, err := json.Marshal(next)
+		if err != nil {
+			w.log.Error("shard_table_encode", zap.Error(err))
+			return false
+		}
+		wctx, cancel := context.WithTimeout(ctx, opTimeout)
+		rev, err := control.Update(wctx, ShardTableKey, data, v.tableRev)
+		cancel()
+		switch {
+		case err == nil:
+			w.log.Info("shard_table_written", zap.Strings("members", live), zap.Int("moved", v.table.Owners.Moved(next.Owners)), zap.Uint64("revision", rev))
+			v.table, v.tableRev = next, rev
+		case kv.IsRevisionMismatch(err), ctx.Err() != nil:
+			// Another member wrote first (its table arrives on the watch),
+			// or the worker is leaving.
+		default:
+			w.log.Warn("shard_table_write_failed", zap.Error(err))
+		}
+	}
+	if v.applied && v.lastApplied == v.table.Owners {
+		return false
+	}
+	mine := v.table.Owners.Shards(w.cfg.ID)
+	if err := w.serveShards(ctx, mine); err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("serve_shards_failed", zap.Error(err))
+		}
+		return false // try again on the next event or tick
+	}
+	select {
+	case <-w.serving:
+	default:
+		close(w.serving) // only this loop closes it
+	}
+	v.lastApplied, v.applied = v.table.Owners, true
+	w.log.Info("shards_served", zap.Ints("owned", mine), zap.Uint64("table_revision", v.tableRev))
+	return true
+}

@@ -1,0 +1,240 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// shardMode is how a worker consumes one shard.
+type shardMode int
+
+const (
+	shardIdle  shardMode = iota // not consumed
+	shardOwned                  // consumed as its owner
+	shardSteal                  // consumed only while its backlog is above the steal threshold (overflow policy)
+)
+
+// shardSet holds the consumers of the shards a worker serves, five per shard
+// (one per priority), and switches them when ownership changes.
+type shardSet struct {
+	accept atomic.Uint32 // bit s set: deliveries of shard s may start here
+	owned  atomic.Uint32 // bit s set: the worker owns shard s
+
+	policy jetstream.PriorityPolicy // set by bindShards before any switch, read-only after
+
+	locks   [streams.Shards]sync.Mutex // locks[s] serializes switches of shard s and guards modes[s], ccs[s], handles[s]
+	modes   [streams.Shards]shardMode
+	ccs     [streams.Shards][]jetstream.ConsumeContext
+	handles [streams.Shards][streams.Priorities]jetstream.Consumer // bound consumers, reused unless pinned
+}
+
+// accepts reports whether a delivery of shard may still start here.
+func (s *shardSet) accepts(shard int) bool { return s.accept.Load()&(1<<shard) != 0 }
+
+// ownedShards lists the shards the worker owns.
+func (s *shardSet) ownedShards() []int {
+	bits := s.owned.Load()
+	out := []int{}
+	for shard := range streams.Shards {
+		if bits&(1<<shard) != 0 {
+			out = append(out, shard)
+		}
+	}
+	return out
+}
+
+// bindShards learns the priority policy of the shard consumers
+// (provisioning gives every consumer the same), retrying while the server
+// cannot answer.
+func (w *Worker) bindShards(ctx context.Context) error {
+	cons, err := w.bindConsumer(ctx, 0, 0)
+	if err != nil {
+		return err
+	}
+	w.shards.policy = cons.CachedInfo().Config.PriorityPolicy
+	return nil
+}
+
+// canSteal reports whether the worker pulls from shards it does not own:
+// only a mesh member, under the overflow policy, with stealing enabled.
+func (w *Worker) canSteal() bool {
+	return w.cfg.mesh && w.shards.policy == jetstream.PriorityPolicyOverflow && w.cfg.StealThreshold > 0
+}
+
+// serveShards switches every shard to its mode: the shards in mine are
+// owned, the others are stolen from (overflow policy) or left alone. Shards
+// switch in parallel, each taking a few round trips to the server.
+func (w *Worker) serveShards(ctx context.Context, mine []int) error {
+	errs := make([]error, streams.Shards)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for shard := range next {
+				mode := shardIdle
+				switch {
+				case slices.Contains(mine, shard):
+					mode = shardOwned
+				case w.canSteal():
+					mode = shardSteal
+				}
+				errs[shard] = w.setShard(ctx, shard, mode)
+			}
+		})
+	}
+	for shard := range streams.Shards {
+		next <- shard
+	}
+	close(next)
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// setShard stops the shard's consumers if its mode changes and starts the
+// new mode's. Deliveries already held keep their claim; those not started
+// when the shard is left are handed back by the slots (see [Worker.slot]).
+func (w *Worker) setShard(ctx context.Context, shard int, mode shardMode) error {
+	s := &w.shards
+	s.locks[shard].Lock()
+	defer s.locks[shard].Unlock()
+	if s.modes[shard] == mode {
+		return nil
+	}
+	bit := uint32(1) << shard
+	if mode == shardOwned {
+		s.owned.Or(bit)
+	} else {
+		s.owned.And(^bit)
+	}
+	if mode == shardIdle {
+		s.accept.And(^bit)
+	}
+	drain(s.ccs[shard])
+	s.ccs[shard], s.modes[shard] = nil, shardIdle
+	if mode == shardIdle {
+		return nil
+	}
+	s.accept.Or(bit)
+	for p := range streams.Priorities {
+		cc, err := w.consumeShard(ctx, p, shard, mode)
+		if err != nil {
+			drain(s.ccs[shard])
+			s.ccs[shard] = nil
+			s.accept.And(^bit)
+			s.owned.And(^bit)
+			return err
+		}
+		s.ccs[shard] = append(s.ccs[shard], cc)
+	}
+	s.modes[shard] = mode
+	return nil
+}
+
+// consumeShard starts the consumer of (p, shard) in mode.
+func (w *Worker) consumeShard(ctx context.Context, p, shard int, mode shardMode) (jetstream.ConsumeContext, error) {
+	name := w.cfg.Names.ConsumerName(p, shard)
+	// Binding costs a consumer info request (a replicated one in a
+	// cluster), so handles are reused; except under pinned_client, where
+	// nats.go keeps the pin id on the handle and each start needs a fresh
+	// one. (locks[shard] is held.)
+	cons := w.shards.handles[shard][p]
+	if cons == nil || w.shards.policy == jetstream.PriorityPolicyPinned {
+		var err error
+		if cons, err = w.bindConsumer(ctx, p, shard); err != nil {
+			return nil, err
+		}
+		w.shards.handles[shard][p] = cons
+	}
+	opts := []jetstream.PullConsumeOpt{
+		jetstream.PullMaxMessages(w.cfg.PrefetchPerShard),
+		jetstream.ConsumeErrHandler(w.consumeError),
+	}
+	info := cons.CachedInfo()
+	cfg := info.Config
+	if mode == shardOwned && cfg.PriorityPolicy == jetstream.PriorityPolicyPinned && pinned(info) {
+		// Take the pin from the previous owner now rather than after its
+		// PinnedTTL: its pulls fail from here on (it may still settle what
+		// it holds; the record's compare-and-set fences those).
+		if err := w.unpin(ctx, p, name); err != nil {
+			w.log.Debug("unpin_failed", zap.String("consumer", name), zap.Error(err))
+		}
+	}
+	if len(cfg.PriorityGroups) > 0 {
+		opts = append(opts, jetstream.PullPriorityGroup(streams.PriorityGroup))
+	}
+	if cfg.PriorityPolicy == jetstream.PriorityPolicyPinned && cfg.PinnedTTL > 0 {
+		// Pull again well within the PinnedTTL, so that an idle shard keeps
+		// its pin instead of losing it and paying a wrong-pin round trip.
+		opts = append(opts, jetstream.PullExpiry(max(time.Second, min(30*time.Second, cfg.PinnedTTL/2))))
+	}
+	if mode == shardSteal {
+		opts = append(opts, jetstream.PullMinPending(w.cfg.StealThreshold))
+	}
+	cc, err := cons.Consume(w.receiver(p, shard), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("consume %s: %w", name, err)
+	}
+	return cc, nil
+}
+
+func (w *Worker) unpin(ctx context.Context, p int, consumer string) error {
+	stream, err := w.js.Stream(ctx, w.cfg.Names.PriorityStream(p))
+	if err != nil {
+		return err
+	}
+	return stream.UnpinConsumer(ctx, consumer, streams.PriorityGroup)
+}
+
+// pinned reports whether a client holds the pin of the consumer's group.
+func pinned(info *jetstream.ConsumerInfo) bool {
+	for _, g := range info.PriorityGroups {
+		if g.PinnedClientID != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// stopShards stops every shard's consumers.
+func (w *Worker) stopShards() {
+	s := &w.shards
+	s.accept.Store(0)
+	s.owned.Store(0)
+	var all []jetstream.ConsumeContext
+	for shard := range s.ccs {
+		s.locks[shard].Lock()
+		all = append(all, s.ccs[shard]...)
+		s.ccs[shard], s.modes[shard] = nil, shardIdle
+		s.locks[shard].Unlock()
+	}
+	drain(all)
+}
+
+// drain stops pulling on ccs and waits until their buffered messages have
+// been handed to the receiver, for at most 5 seconds.
+func drain(ccs []jetstream.ConsumeContext) {
+	for _, cc := range ccs {
+		cc.Drain()
+	}
+	deadline := time.NewTimer(5 * time.Second)
+	defer deadline.Stop()
+	for _, cc := range ccs {
+		select {
+		case <-cc.Closed():
+		case <-deadline.C:
+			for _, c := range ccs {
+				c.Stop()
+			}
+			return
+		}
+	}
+}
