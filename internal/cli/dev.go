@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ax-mesh/ax/dashboard"
 	"github.com/ax-mesh/ax/internal/builtin"
 	"github.com/ax-mesh/ax/internal/demo"
 	"github.com/ax-mesh/ax/internal/embedded"
@@ -30,6 +31,7 @@ type devFlags struct {
 	exit     bool
 	capacity int64
 	wf       workerFlags
+	dash     dashboardFlags
 }
 
 func addDev(root *cobra.Command, e *env) {
@@ -53,6 +55,9 @@ with --exit), so that other ax commands can use it with --server.`,
 	fs.IntVar(&f.demo, "demo", 10_000, "demo tasks to submit (0: none, just serve)")
 	fs.BoolVar(&f.exit, "exit", false, "exit after the demo instead of serving until Ctrl-C")
 	fs.Int64Var(&f.capacity, "capacity", streams.DefaultCapacity, "capacity of each priority bucket, in tasks")
+	fs.StringVar(&f.dash.listen, "dashboard", "", `serve the web dashboard on this address, e.g. "127.0.0.1:8080" (default: none)`)
+	fs.BoolVar(&f.dash.allowActions, "allow-actions", false, "allow actions (cancel, pause, resume, reprioritize, replay) in the dashboard")
+	f.dash.interval, f.dash.window = dashboard.DefaultInterval, dashboard.DefaultRateWindow
 	f.wf.add(cmd)
 	root.AddCommand(cmd)
 }
@@ -101,6 +106,11 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 		return err
 	}
 	defer func() { _ = admin.Stop(context.WithoutCancel(ctx)) }()
+	stopDashboard, err := e.startDashboard(ctx, nc, names, &f.dash, log)
+	if err != nil {
+		return err
+	}
+	defer stopDashboard()
 	wcfg := f.wf.config(names, reg, log.WithOptions(zap.IncreaseLevel(zap.WarnLevel)))
 	wcfg.Observer = m
 	ws, err := startWorkers(ctx, js, f.workers, wcfg)

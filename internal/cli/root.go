@@ -50,7 +50,7 @@ func Execute(ctx context.Context, args []string, out, errOut io.Writer) int {
 // registrations add command groups to the root; each command file appends
 // its own in an init-free way through [NewRoot].
 var registrations = []func(*cobra.Command, *env){
-	addDev, addWorker, addSubmit, addTask, addOps, addScheduler,
+	addDev, addWorker, addSubmit, addTask, addOps, addScheduler, addDashboard,
 }
 
 // NewRoot builds the ax command tree.
