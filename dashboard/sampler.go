@@ -47,13 +47,13 @@ type Sample struct {
 // Overview is what the overview page shows: the last stats, the pressure
 // of each bucket and the chart history.
 type Overview struct {
-	At           time.Time              `json:"at"`
-	Version      string                 `json:"version"`
-	Prefix       string                 `json:"prefix"`
-	AllowActions bool                   `json:"allow_actions"`
-	Stats        *scheduler.StatsReply  `json:"stats,omitempty"`
-	Levels       []Level                `json:"levels"`
-	Thresholds   Thresholds             `json:"thresholds"`
+	At           time.Time             `json:"at"`
+	Version      string                `json:"version"`
+	Prefix       string                `json:"prefix"`
+	AllowActions bool                  `json:"allow_actions"`
+	Stats        *scheduler.StatsReply `json:"stats,omitempty"`
+	Levels       []Level               `json:"levels"`
+	Thresholds   Thresholds            `json:"thresholds"`
 	// Leader is true when the thresholds and DispatchPaused come from the
 	// leader's pressure report in the control bucket; false when the
 	// levels are computed here from DESIGN.md's default thresholds.
