@@ -213,7 +213,12 @@ async function pageTasks(params) {
 async function pageTask(id) {
   const r = await api(`/api/tasks/${encodeURIComponent(id)}`);
   const t = r.task;
-  const act = (verb, label, body, text) => actionButton(label, { "data-action": verb }, async () => {
+  // Buttons of actions that do not apply to the task's state are disabled
+  // (the management API refuses them with 409 anyway).
+  const applies = { "task.cancel": ["PENDING", "READY", "RUNNING", "RETRYING", "PAUSED"], "task.pause": ["PENDING", "READY", "RETRYING"],
+    "task.resume": ["PAUSED"], "task.reprioritize": ["READY"], "dlq.replay": ["DEAD"] };
+  const why = (verb) => (applies[verb].includes(t.state) ? null : `applies to ${applies[verb].join(", ")} tasks; this one is ${t.state}`);
+  const act = (verb, label, body, text) => actionButton(label, { "data-action": verb, title: why(verb) }, async () => {
     const reply = await confirmAction(text, verb, body);
     if (reply) { toast(`${label}: done`); route().render(); }
   });
@@ -228,7 +233,7 @@ async function pageTask(id) {
       act("task.cancel", "Cancel", { id: t.id }, `Cancel task ${t.id}? A running handler is stopped; it is never retried.`),
       act("task.pause", "Pause", { id: t.id }, `Pause task ${t.id}? It stays in its bucket until resumed.`),
       act("task.resume", "Resume", { id: t.id }, `Resume task ${t.id}?`),
-      prio, actionButton("Reprioritize", { "data-action": "task.reprioritize" }, async () => {
+      prio, actionButton("Reprioritize", { "data-action": "task.reprioritize", title: why("task.reprioritize") }, async () => {
         const p = Number(prio.value);
         const reply = await confirmAction(`Move task ${t.id} from P${t.priority} to P${p}?`, "task.reprioritize", { id: t.id, priority: p });
         if (reply) { toast("Reprioritized"); route().render(); }
