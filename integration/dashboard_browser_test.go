@@ -120,6 +120,13 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	}
 	base := "http://" + dashAddr + "/"
+	defer func() { // on failure, keep what the browser showed
+		if t.Failed() {
+			var text string
+			_ = chromedp.Do(bctx, shot("dashboard-failure.png"), into(chromedp.Text(`body`), &text))
+			t.Logf("page at failure:\n%s", text)
+		}
+	}()
 
 	// The overview shows the five buckets and, once the sampler has seen
 	// them, the finished tasks.
