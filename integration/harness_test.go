@@ -125,3 +125,58 @@ func ax(t testing.TB, args ...string) string {
 	require.NoError(t, err, "ax %s\nstderr: %s", strings.Join(args, " "), stderr.String())
 	return stdout.String()
 }
+
+// signal sends sig to the process.
+func (p *process) signal(t testing.TB, sig os.Signal) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(sig))
+}
+
+// kill SIGKILLs the process and waits for it to exit.
+func (p *process) kill(t testing.TB) {
+	t.Helper()
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// exited reports whether the process has ended.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// devAt runs `ax dev --demo 0 --workers 0` on a fixed address and data
+// directory (so that it can be restarted) with extra args.
+func devAt(t testing.TB, url, data string, extra ...string) *process {
+	t.Helper()
+	args := append([]string{"dev", "--demo", "0", "--workers", "0", "--listen", strings.TrimPrefix(url, "nats://"), "--data", data}, extra...)
+	p := startAx(t, args...)
+	require.Eventually(t, func() bool { return strings.Contains(p.output(), "serving") || p.exited() }, 60*time.Second, 50*time.Millisecond)
+	require.False(t, p.exited(), "ax dev exited:\n%s", p.output())
+	return p
+}
+
+// connect opens a client connection to url, closed at cleanup.
+func connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return nc, js
+}
+
+// newMsg builds a message with headers.
+func newMsg(subject, body string, header map[string]string) *nats.Msg {
+	msg := nats.NewMsg(subject)
+	msg.Data = []byte(body)
+	for k, v := range header {
+		msg.Header.Set(k, v)
+	}
+	return msg
+}

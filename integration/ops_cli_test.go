@@ -84,11 +84,7 @@ func TestOperatorCLIWithWorkers(t *testing.T) {
 	require.Contains(t, table, "1 dead letters")
 	require.Contains(t, ax(t, "workers", "--server", s), "workers")
 
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
-	require.NoError(t, err)
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	require.NoError(t, resp.Body.Close())
+	body := scrape(t, metricsAddr)
 	require.Contains(t, string(body), `ax_tasks_total{outcome="succeeded",priority="p1",tenant="default",type="echo"} 5`)
 	require.Contains(t, string(body), `ax_tasks_total{outcome="cancelled",priority="p2",tenant="acme",type="sleep"} 1`)
 	require.Contains(t, string(body), `ax_bucket_depth{priority="p1"} 0`)
@@ -123,4 +119,48 @@ func TestOperatorCLIOnWaitingTasks(t *testing.T) {
 	require.Contains(t, ax(t, "task", "get", c, "--server", s), "READY")
 
 	require.Contains(t, ax(t, "task", "pause", "raw-7", "--unseen", "--server", s), "raw-7: (new record) -> PAUSED (pause")
+}
+
+// ax scheduler serves the management API and metrics; ax worker and ax
+// scheduler log JSON lines (ax dev logs in the console format).
+func TestSchedulerAndWorkerProcesses(t *testing.T) {
+	t.Parallel()
+	dev := startDev(t, "--workers", "0")
+	schedMetrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	sched := startAx(t, "scheduler", "--server", dev.url, "--metrics-addr", schedMetrics)
+	workerMetrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	wk := startAx(t, "worker", "--server", dev.url, "--metrics-addr", workerMetrics, "--id", "cli-worker")
+	require.Eventually(t, func() bool {
+		return strings.Contains(sched.output(), `"msg":"admin_started"`) && strings.Contains(wk.output(), `"msg":"worker_started"`)
+	}, 30*time.Second, 50*time.Millisecond, "scheduler:\n%s\nworker:\n%s", sched.output(), wk.output())
+	require.Contains(t, sched.output(), "management API on ax.admin.>")
+
+	// Two instances of the service answer discovery.
+	var infos int
+	sub, err := dev.nc.SubscribeSync(dev.nc.NewRespInbox())
+	require.NoError(t, err)
+	require.NoError(t, dev.nc.PublishRequest("$SRV.PING.ax", sub.Subject, nil))
+	for {
+		if _, err := sub.NextMsg(time.Second); err != nil {
+			break
+		}
+		infos++
+	}
+	require.Equal(t, 2, infos, "ax dev and ax scheduler both serve the API")
+
+	id := submitCLI(t, dev.url, "echo", "--payload", "hi", "--tenant", "acme")
+	require.Eventually(t, func() bool { return strings.Contains(ax(t, "task", "get", id, "--server", dev.url), "SUCCEEDED") },
+		30*time.Second, 50*time.Millisecond)
+	require.Contains(t, scrape(t, workerMetrics), `ax_tasks_total{outcome="succeeded",priority="p2",tenant="acme",type="echo"} 1`)
+	require.Contains(t, scrape(t, schedMetrics), "ax_leader 0")
+}
+
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(body)
 }

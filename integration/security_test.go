@@ -128,6 +128,12 @@ func TestPermissionsOfEachRole(t *testing.T) {
 	_, err = operator.js.Stream(ctx, "AX_P1")
 	require.NoError(t, err)
 
+	t.Run("the ax CLI connects as a user", func(t *testing.T) {
+		out := ax(t, "task", "get", "sec-echo", "--server", srv.ClientURL(), "--user", "operator", "--password", "operator-secret")
+		require.Contains(t, out, "SUCCEEDED")
+		require.Contains(t, axFail(t, "task", "get", "sec-echo", "--server", srv.ClientURL(), "--user", "operator", "--password", "wrong"),
+			"Authorization Violation")
+	})
 	t.Run("service cannot call the admin API", func(t *testing.T) {
 		require.Error(t, callAdmin(service, scheduler.VerbTaskGet, scheduler.TaskRequest{ID: "sec-echo"}, &reply))
 		service.requireViolation(t, "Publish", "ax.admin.task.get")

@@ -29,20 +29,26 @@ func dlqLimit(n int) (int, error) {
 	return n, nil
 }
 
+// decodeDLQ reads a dlq request and checks its limit and filter; it
+// returns the limit to apply.
+func decodeDLQ(data []byte, req any, limit *int, f *Filter) (int, error) {
+	if err := decode(data, req); err != nil {
+		return 0, err
+	}
+	if err := f.validate(); err != nil {
+		return 0, err
+	}
+	if len(f.States) > 0 {
+		return 0, badRequest(`dead letters are filtered by "type" and "tenant" only (they are all DEAD)`)
+	}
+	return dlqLimit(*limit)
+}
+
 func (a *Admin) dlqList(ctx context.Context, data []byte) (any, error) {
 	var req DLQListRequest
-	if err := decode(data, &req); err != nil {
-		return nil, err
-	}
-	limit, err := dlqLimit(req.Limit)
+	limit, err := decodeDLQ(data, &req, &req.Limit, &req.Filter)
 	if err != nil {
 		return nil, err
-	}
-	if err := req.Filter.validate(); err != nil {
-		return nil, err
-	}
-	if len(req.States) > 0 {
-		return nil, badRequest(`dlq.list filters by "type" and "tenant" only (dead letters are all DEAD)`)
 	}
 	letters, total, err := a.letters(ctx, req.Filter, limit)
 	if err != nil {
@@ -103,19 +109,11 @@ func letterOf(raw *jetstream.RawStreamMsg) DeadLetter {
 
 func (a *Admin) dlqReplay(ctx context.Context, data []byte) (any, error) {
 	var req DLQReplayRequest
-	if err := decode(data, &req); err != nil {
-		return nil, err
-	}
-	limit, err := dlqLimit(req.Limit)
+	limit, err := decodeDLQ(data, &req, &req.Limit, &req.Filter)
 	if err != nil {
 		return nil, err
 	}
-	if err := req.Filter.validate(); err != nil {
-		return nil, err
-	}
 	switch {
-	case len(req.States) > 0:
-		return nil, badRequest(`dlq.replay filters by "type" and "tenant" only`)
 	case req.ID != "" && (req.Type != "" || req.Tenant != ""):
 		return nil, badRequest(`give either "id" or a filter ("type", "tenant"), not both`)
 	case req.ID == "" && req.Type == "" && req.Tenant == "":

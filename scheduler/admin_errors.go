@@ -25,6 +25,7 @@ type AdminError struct {
 	Message string `json:"message"`
 }
 
+// Error formats the code and the message, e.g. "404: get task x: unknown task".
 func (e *AdminError) Error() string { return fmt.Sprintf("%d: %s", e.Code, e.Message) }
 
 // Is matches another *AdminError with the same code, so that callers can

@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 )
 
 type adminBundle struct {
@@ -27,12 +26,14 @@ type adminBundle struct {
 
 // setupAdmin starts a server with ax provisioned, the management API and a
 // submit client; no worker runs, so submitted tasks stay READY.
-func setupAdmin(t *testing.T) *adminBundle {
+func setupAdmin(t *testing.T) *adminBundle { return setupAdminTB(t) }
+
+func setupAdminTB(t testing.TB) *adminBundle {
 	t.Helper()
 	nc, js := natstest.RunServer(t)
 	natstest.Provision(t, js, nil)
 	ctx := context.Background()
-	admin, err := scheduler.NewAdmin(ctx, js, &scheduler.AdminConfig{Version: "1.2.3", Logger: zaptest.NewLogger(t)})
+	admin, err := scheduler.NewAdmin(ctx, js, &scheduler.AdminConfig{Version: "1.2.3"})
 	require.NoError(t, err)
 	require.NoError(t, admin.Start(ctx))
 	t.Cleanup(func() { _ = admin.Stop(ctx) })

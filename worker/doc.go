@@ -15,4 +15,9 @@
 // in-progress heartbeat before its ack wait runs out; when the worker dies
 // the heartbeats stop and JetStream redelivers its messages to another
 // worker, which takes the task over.
+//
+// Cancellation: a worker listens on "ax.worker.<id>.cancel"; an operator
+// who moved a running task to CANCELLED sends its id there and the handler's
+// context ends with [ErrCancelled]. A lost notice only delays the end: the
+// handler's final write fails and the redelivered message finds CANCELLED.
 package worker

@@ -84,10 +84,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	for p := range streams.Priorities {
 		for _, shard := range w.cfg.Shards {
 			name := w.cfg.Names.ConsumerName(p, shard)
-			cons, err := w.js.Consumer(ctx, w.cfg.Names.PriorityStream(p), name)
+			cons, err := w.bindConsumer(ctx, p, shard)
 			if err != nil {
 				w.stopConsumers()
-				return fmt.Errorf("start worker: bind consumer %s: %w", name, err)
+				return fmt.Errorf("start worker: %w", err)
 			}
 			opts := []jetstream.PullConsumeOpt{
 				jetstream.PullMaxMessages(w.cfg.PrefetchPerShard),

@@ -7,14 +7,12 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/dashboard"
-	"github.com/ax-mesh/ax/internal/builtin"
 	"github.com/ax-mesh/ax/internal/demo"
 	"github.com/ax-mesh/ax/internal/embedded"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/metrics"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
-	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -30,6 +28,7 @@ type devFlags struct {
 	demo     int
 	exit     bool
 	capacity int64
+	payload  int32
 	wf       workerFlags
 	dash     dashboardFlags
 }
@@ -55,6 +54,7 @@ with --exit), so that other ax commands can use it with --server.`,
 	fs.IntVar(&f.demo, "demo", 10_000, "demo tasks to submit (0: none, just serve)")
 	fs.BoolVar(&f.exit, "exit", false, "exit after the demo instead of serving until Ctrl-C")
 	fs.Int64Var(&f.capacity, "capacity", streams.DefaultCapacity, "capacity of each priority bucket, in tasks")
+	fs.Int32Var(&f.payload, "max-payload", 1<<20, "largest message the embedded server accepts, in bytes")
 	fs.StringVar(&f.dash.listen, "dashboard", "", `serve the web dashboard on this address, e.g. "127.0.0.1:8080" (default: none)`)
 	fs.BoolVar(&f.dash.allowActions, "allow-actions", false, "allow actions (cancel, pause, resume, reprioritize, replay) in the dashboard")
 	f.dash.interval, f.dash.window = dashboard.DefaultInterval, dashboard.DefaultRateWindow
@@ -72,7 +72,7 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 	if err != nil {
 		return err
 	}
-	srv, err := embedded.Start(embedded.Options{Listen: f.listen, DataDir: f.data, Sync: f.sync})
+	srv, err := embedded.Start(embedded.Options{Listen: f.listen, DataDir: f.data, Sync: f.sync, MaxPayload: f.payload})
 	if err != nil {
 		return err
 	}
@@ -91,10 +91,11 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 	if err := provision(ctx, js, &streams.Config{Names: names, Capacity: f.capacity, AckWait: f.wf.ackWait}, e); err != nil {
 		return err
 	}
-	reg := worker.NewRegistry()
-	if err := builtin.Register(reg, log); err != nil {
+	reg, closeReg, err := f.wf.registry(ctx, js, names, log)
+	if err != nil {
 		return err
 	}
+	defer closeReg()
 	m := metrics.New(&metrics.Config{JetStream: js, Names: names})
 	stopMetrics, err := e.startMetrics(ctx, f.wf.metricsAddr, m, log)
 	if err != nil {

@@ -47,10 +47,9 @@ func Execute(ctx context.Context, args []string, out, errOut io.Writer) int {
 	return 0
 }
 
-// registrations add command groups to the root; each command file appends
-// its own in an init-free way through [NewRoot].
+// registrations add the command groups to the root, one per file.
 var registrations = []func(*cobra.Command, *env){
-	addDev, addWorker, addSubmit, addTask, addOps, addScheduler, addDashboard,
+	addDev, addServer, addProvision, addWorker, addSubmit, addTask, addBench, addOps, addScheduler, addDashboard,
 }
 
 // NewRoot builds the ax command tree.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/ax-mesh/ax/metrics"
 	"github.com/spf13/cobra"
 )
 
@@ -16,30 +15,16 @@ func addScheduler(root *cobra.Command, e *env) {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			log, err := e.logger(false)
+			d, err := e.startDaemon(ctx, "ax scheduler", metricsAddr)
 			if err != nil {
 				return err
 			}
-			defer func() { _ = log.Sync() }()
-			nc, js, err := e.connect("ax scheduler")
+			defer d.close()
+			admin, err := startAdmin(ctx, d.js, d.names, d.log)
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			names, err := e.names()
-			if err != nil {
-				return err
-			}
-			stopMetrics, err := e.startMetrics(ctx, metricsAddr, metrics.New(&metrics.Config{JetStream: js, Names: names}), log)
-			if err != nil {
-				return err
-			}
-			defer stopMetrics()
-			admin, err := startAdmin(ctx, js, names, log)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(e.errOut, "management API on %s\n", names.AdminSubject(">"))
+			fmt.Fprintf(e.errOut, "management API on %s\n", d.names.AdminSubject(">"))
 			<-ctx.Done()
 			return admin.Stop(context.WithoutCancel(ctx))
 		},

@@ -8,6 +8,7 @@ import (
 	"github.com/ax-mesh/ax/metrics"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )
@@ -42,4 +43,49 @@ func startAdmin(ctx context.Context, js jetstream.JetStream, names streams.Names
 		return nil, err
 	}
 	return admin, nil
+}
+
+// daemon is what a long-running command (ax worker, ax scheduler) holds: a
+// JSON logger, a connection, the deployment's names and its metrics.
+type daemon struct {
+	log     *zap.Logger
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	names   streams.Names
+	metrics *metrics.Metrics
+	closers []func()
+}
+
+// startDaemon connects as name and serves metrics on metricsAddr ("" none).
+func (e *env) startDaemon(ctx context.Context, name, metricsAddr string) (*daemon, error) {
+	names, err := e.names()
+	if err != nil {
+		return nil, err
+	}
+	log, err := e.logger(false)
+	if err != nil {
+		return nil, err
+	}
+	d := &daemon{log: log, names: names, closers: []func(){func() { _ = log.Sync() }}}
+	d.nc, d.js, err = e.connect(name)
+	if err != nil {
+		d.close()
+		return nil, err
+	}
+	d.closers = append(d.closers, d.nc.Close)
+	d.metrics = metrics.New(&metrics.Config{JetStream: d.js, Names: names})
+	stop, err := e.startMetrics(ctx, metricsAddr, d.metrics, log)
+	if err != nil {
+		d.close()
+		return nil, err
+	}
+	d.closers = append(d.closers, stop)
+	return d, nil
+}
+
+// close undoes startDaemon, last step first.
+func (d *daemon) close() {
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		d.closers[i]()
+	}
 }

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ax-mesh/ax/internal/builtin"
-	"github.com/ax-mesh/ax/metrics"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,6 +24,7 @@ type workerFlags struct {
 	ackWait     time.Duration
 	grace       time.Duration
 	metricsAddr string
+	probe       string // journal of the "probe" test type; empty: not registered
 }
 
 func (f *workerFlags) add(cmd *cobra.Command) {
@@ -35,6 +36,28 @@ func (f *workerFlags) add(cmd *cobra.Command) {
 	fs.DurationVar(&f.ackWait, "ack-wait", streams.DefaultAckWait, "ack wait of the shard consumers (as provisioned)")
 	fs.DurationVar(&f.grace, "grace", worker.DefaultGracePeriod, "how long running tasks may finish on stop")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464")
+	fs.StringVar(&f.probe, "probe-journal", "", `register the "probe" test type, journaling executions to this file`)
+}
+
+// registry returns the built-in types, plus the probe type when asked for;
+// the returned close function closes the probe's journal.
+func (f *workerFlags) registry(ctx context.Context, js jetstream.JetStream, names streams.Names, log *zap.Logger) (*worker.Registry, func(), error) {
+	reg := worker.NewRegistry()
+	if err := builtin.Register(reg, log); err != nil {
+		return nil, nil, err
+	}
+	if f.probe == "" {
+		return reg, func() {}, nil
+	}
+	probe, err := builtin.NewProbe(ctx, js, f.probe, strings.ToUpper(names.Prefix())+"_PROBE")
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := probe.Register(reg); err != nil {
+		_ = probe.Close()
+		return nil, nil, err
+	}
+	return reg, func() { _ = probe.Close() }, nil
 }
 
 func (f *workerFlags) config(names streams.Names, reg *worker.Registry, log *zap.Logger) *worker.Config {
@@ -52,37 +75,23 @@ func addWorker(root *cobra.Command, e *env) {
 		Short: "Run a worker with the built-in task types (sleep, fail, echo)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := e.logger(false)
+			d, err := e.startDaemon(cmd.Context(), "ax worker", wf.metricsAddr)
 			if err != nil {
 				return err
 			}
-			defer func() { _ = log.Sync() }()
-			nc, js, err := e.connect("ax worker")
+			defer d.close()
+			reg, closeReg, err := wf.registry(cmd.Context(), d.js, d.names, d.log)
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			names, err := e.names()
+			defer closeReg()
+			cfg := wf.config(d.names, reg, d.log)
+			cfg.Observer = d.metrics
+			w, err := worker.New(cmd.Context(), d.js, cfg)
 			if err != nil {
 				return err
 			}
-			reg := worker.NewRegistry()
-			if err := builtin.Register(reg, log); err != nil {
-				return err
-			}
-			m := metrics.New(&metrics.Config{JetStream: js, Names: names})
-			stopMetrics, err := e.startMetrics(cmd.Context(), wf.metricsAddr, m, log)
-			if err != nil {
-				return err
-			}
-			defer stopMetrics()
-			cfg := wf.config(names, reg, log)
-			cfg.Observer = m
-			w, err := worker.New(cmd.Context(), js, cfg)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(e.errOut, "worker %s serving %s\n", w.ID(), nc.ConnectedUrlRedacted())
+			fmt.Fprintf(e.errOut, "worker %s serving %s\n", w.ID(), d.nc.ConnectedUrlRedacted())
 			return w.Run(cmd.Context())
 		},
 	}

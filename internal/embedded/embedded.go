@@ -24,6 +24,9 @@ type Options struct {
 	Sync string
 	// Name of the server; default "ax-dev".
 	Name string
+	// MaxPayload is the largest message the server accepts, in bytes.
+	// Default 1 MiB (the server's default).
+	MaxPayload int32
 	// Cluster, when set, joins a JetStream cluster: its route address and
 	// the routes of all members.
 	Cluster *ClusterOptions
@@ -55,6 +58,7 @@ func Start(o Options) (*server.Server, error) {
 		StoreDir:   o.DataDir,
 		NoSigs:     true,
 		NoLog:      o.Logger == nil,
+		MaxPayload: o.MaxPayload,
 	}
 	if opts.ServerName == "" {
 		opts.ServerName = "ax-dev"

@@ -1,0 +1,326 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+const faultAckWait = "2s" // consumers' ack wait: how long a dead worker's task waits
+
+// mesh is an `ax dev` server plus `ax worker` processes running the probe type.
+type mesh struct {
+	t       *testing.T
+	url     string
+	data    string
+	journal string // directory of the workers' probe journals
+	dev     *process
+	js      jetstream.JetStream
+	client  *scheduler.Client
+	workers map[string]*process
+	deaths  map[string]time.Time
+	next    int
+}
+
+func newMesh(t *testing.T, devArgs ...string) *mesh {
+	m := &mesh{t: t, url: fmt.Sprintf("nats://127.0.0.1:%d", freePort(t)), data: t.TempDir(), journal: t.TempDir(),
+		workers: map[string]*process{}, deaths: map[string]time.Time{}}
+	m.dev = devAt(t, m.url, m.data, append([]string{"--ack-wait", faultAckWait}, devArgs...)...)
+	_, m.js = connect(t, m.url)
+	var err error
+	m.client, err = scheduler.NewClient(context.Background(), m.js, nil)
+	require.NoError(t, err)
+	return m
+}
+
+// spawn starts a new `ax worker` process and returns its id.
+func (m *mesh) spawn() string {
+	id := fmt.Sprintf("w%d", m.next)
+	m.next++
+	m.workers[id] = startAx(m.t, "worker", "--server", m.url, "--id", id, "--concurrency", "16",
+		"--ack-wait", faultAckWait, "--grace", "1s", "--probe-journal", filepath.Join(m.journal, id+".jsonl"))
+	return id
+}
+
+// kill SIGKILLs worker id and records when it died.
+func (m *mesh) kill(id string) {
+	m.workers[id].kill(m.t)
+	m.deaths[id] = time.Now()
+	delete(m.workers, id)
+}
+
+// submitProbes submits n probe tasks lasting minMS..maxMS each.
+func (m *mesh) submitProbes(n, minMS, maxMS int) []string {
+	tasks := make([]scheduler.Task, n)
+	for i := range tasks {
+		tasks[i] = scheduler.Task{Type: "probe", Priority: i % 5, Tenant: fmt.Sprintf("t%d", i%3),
+			Payload: fmt.Appendf(nil, `{"ms":%d}`, minMS+rand.IntN(maxMS-minMS+1))}
+	}
+	infos, err := m.client.SubmitBatch(context.Background(), tasks)
+	require.NoError(m.t, err)
+	ids := make([]string, n)
+	for i, info := range infos {
+		ids[i] = info.ID
+	}
+	return ids
+}
+
+// states counts the records of ids by state.
+func (m *mesh) states(ids []string) map[kv.State]int {
+	out := map[kv.State]int{}
+	for _, id := range ids {
+		rec, _, err := m.client.Store().Get(context.Background(), id)
+		if err != nil {
+			out["MISSING"]++
+			continue
+		}
+		out[rec.State]++
+	}
+	return out
+}
+
+// waitSucceeded waits until every task is SUCCEEDED, calling each (if not
+// nil) between polls, and fails with the state counts on timeout.
+func (m *mesh) waitSucceeded(ids []string, timeout time.Duration, each func()) {
+	deadline := time.Now().Add(timeout)
+	for {
+		counts := m.states(ids)
+		if counts[kv.StateSucceeded] == len(ids) {
+			return
+		}
+		if time.Now().After(deadline) {
+			m.t.Fatalf("after %s, not every task succeeded: %v", timeout, counts)
+		}
+		for id, w := range m.workers {
+			if w.exited() {
+				m.t.Fatalf("worker %s exited:\n%s", id, w.output())
+			}
+		}
+		if each != nil {
+			each()
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// effects counts the side effects applied, by task, from the effects bucket.
+func (m *mesh) effects() map[string]string {
+	bucket, err := m.js.KeyValue(context.Background(), "AX_PROBE")
+	require.NoError(m.t, err)
+	keys, err := bucket.ListKeys(context.Background())
+	require.NoError(m.t, err)
+	out := map[string]string{}
+	for k := range keys.Keys() {
+		e, err := bucket.Get(context.Background(), k)
+		require.NoError(m.t, err)
+		out[k] = string(e.Value())
+	}
+	return out
+}
+
+// Scenario 1: SIGKILL a random worker every few seconds and start a new one.
+func TestWorkerCrashes(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	for range 4 {
+		m.spawn()
+	}
+	ids := m.submitProbes(crashTasks, 100, 300)
+	kills := 0
+	lastKill := time.Now()
+	m.waitSucceeded(ids, 8*time.Minute, func() {
+		if time.Since(lastKill) < 2*time.Second {
+			return
+		}
+		var live []string
+		for id := range m.workers {
+			live = append(live, id)
+		}
+		m.kill(live[rand.IntN(len(live))])
+		m.spawn()
+		kills++
+		lastKill = time.Now()
+	})
+	require.Positive(t, kills, "the run must have seen worker deaths")
+
+	effects := m.effects()
+	j := readJournals(t, m.journal, m.deaths)
+	var missing []string
+	for _, id := range ids {
+		if _, ok := effects[id]; !ok {
+			missing = append(missing, id)
+		}
+	}
+	require.Empty(t, missing, "lost side effects")
+	require.Len(t, effects, len(ids), "one side effect per task")
+	require.Empty(t, j.overlaps(), "tasks with two overlapping executions")
+	reexec, unexplained := j.reexecutions(m.deaths)
+	require.Empty(t, unexplained, "re-executions not explained by a killed worker")
+	t.Logf("worker crashes: %d tasks, %d kills, lost 0, overlapping 0, re-executions %d (all after a kill)", len(ids), kills, reexec)
+}
+
+// Scenario 2: a worker frozen (SIGSTOP) mid-task past its lease loses the
+// task to another; when it resumes, its completion is rejected by CAS.
+func TestNetworkBlip(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	a, b := m.spawn(), m.spawn()
+	ids := m.submitProbes(1, 4000, 4000)
+	id := ids[0]
+
+	var owner string
+	require.Eventually(t, func() bool {
+		rec, _, err := m.client.Store().Get(context.Background(), id)
+		if err == nil && rec.State == kv.StateRunning {
+			owner = rec.Worker
+		}
+		return owner != ""
+	}, 30*time.Second, 20*time.Millisecond)
+	other := map[string]string{a: b, b: a}[owner]
+	frozen := m.workers[owner]
+	frozen.signal(t, syscall.SIGSTOP)
+	stoppedAt := time.Now()
+
+	// The other worker takes the task over once the frozen one's ack wait lapses.
+	var rec *kv.Record
+	require.Eventually(t, func() bool {
+		r, _, err := m.client.Store().Get(context.Background(), id)
+		rec = r
+		return err == nil && r.State == kv.StateSucceeded
+	}, 60*time.Second, 50*time.Millisecond)
+	require.Equal(t, other, rec.Worker)
+	frozen.signal(t, syscall.SIGCONT)
+
+	// The stale completion is rejected: the record stays as the new owner left it.
+	require.Eventually(t, func() bool { return strings.Contains(frozen.output(), "lost_claim") }, 30*time.Second, 50*time.Millisecond,
+		"the resumed worker must report its lost claim:\n%s", frozen.output())
+	after, _, err := m.client.Store().Get(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, rec.Trail, after.Trail, "the stale worker changed the record")
+
+	var claims []string
+	for _, mv := range after.Trail {
+		if mv.To == kv.StateRunning {
+			claims = append(claims, mv.Worker)
+		}
+	}
+	require.Equal(t, []string{owner, other}, claims, "the trail shows both claims")
+	require.Equal(t, "takeover", after.Trail[len(after.Trail)-3].Action)
+
+	effects := m.effects()
+	require.Len(t, effects, 1)
+	require.Contains(t, effects[id], `"worker":"`+other+`"`, "the side effect is the new owner's")
+	j := readJournals(t, m.journal, nil)
+	require.Len(t, j.executions[id], 2, "two executions: the frozen one and the takeover")
+	t.Logf("network blip: takeover %s after SIGSTOP (ack wait %s); stale completion rejected; 1 side effect",
+		j.executions[id][1].start.Sub(stoppedAt).Round(time.Millisecond), faultAckWait)
+}
+
+// Scenario 5: stop everything mid-run (NATS and workers), start again:
+// every accepted task finishes and no record is left RUNNING.
+func TestFullRestart(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	m.spawn()
+	m.spawn()
+	ids := m.submitProbes(restartTasks, 20, 60)
+	require.Eventually(t, func() bool { return m.states(ids)[kv.StateSucceeded] > len(ids)/4 }, 3*time.Minute, 200*time.Millisecond)
+
+	for id := range m.workers {
+		m.kill(id)
+	}
+	m.dev.kill(t)
+
+	m.dev = devAt(t, m.url, m.data, "--ack-wait", faultAckWait)
+	_, m.js = connect(t, m.url)
+	var err error
+	m.client, err = scheduler.NewClient(context.Background(), m.js, nil)
+	require.NoError(t, err)
+	before := m.states(ids)
+	t.Logf("after the restart, before workers: %v", before)
+	require.Zero(t, before["MISSING"], "records lost across the restart")
+	m.spawn()
+	m.spawn()
+	m.waitSucceeded(ids, 5*time.Minute, nil)
+	require.Zero(t, m.states(ids)[kv.StateRunning])
+	require.Len(t, m.effects(), len(ids))
+}
+
+// Scenario 6: malformed tasks mixed with good ones: every good task
+// succeeds, every bad one is dead-lettered with a reason a person
+// understands, and no worker restarts.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t, "--max-payload", fmt.Sprint(4<<20))
+	m.spawn()
+	m.spawn()
+	_, js := connect(t, m.url)
+	ctx := context.Background()
+
+	type bad struct {
+		subject, body string
+		header        map[string]string
+		reason        string
+	}
+	kinds := []bad{
+		{"ax.submit.p1.acme.probe.k", `{"ms":1}`, map[string]string{"Ax-Timeout": "forever"}, "Ax-Timeout"},
+		{"ax.submit.p1.acme.probe.k", `{"ms":1}`, map[string]string{"Ax-Max-Attempts": "lots"}, "Ax-Max-Attempts"},
+		{"ax.submit.p2.acme.probe.k", `{"ms":1}`, map[string]string{"Ax-Deadline": "yesterday"}, "Ax-Deadline"},
+		{"ax.submit.p3.acme.nosuchtype.k", `{}`, nil, "no handler registered"},
+		{"ax.submit.p0.acme.probe.k", `{"ms":`, nil, "bad task payload"},
+		{"ax.submit.p4.acme.probe.k", "\x00\x01\xfe\xff junk", nil, "bad task payload"},
+		{"ax.submit.p2.acme.probe.k", strings.Repeat("x", 1<<20), nil, "bad task payload"},
+	}
+	var badIDs []string
+	reasons := map[string]string{}
+	good := make(chan []string, 1)
+	go func() { good <- m.submitProbes(goodTasks, 0, 2) }()
+	for i := range badTasks {
+		k := kinds[i%len(kinds)]
+		msg := newMsg(k.subject, k.body, k.header)
+		id := fmt.Sprintf("bad-%d", i)
+		msg.Header.Set("Nats-Msg-Id", id)
+		_, err := js.PublishMsg(ctx, msg)
+		require.NoError(t, err, "a malformed task is still accepted: the worker judges it")
+		badIDs = append(badIDs, id)
+		reasons[id] = k.reason
+	}
+	goodIDs := <-good
+
+	// Subjects no bucket accepts are refused at publish, with a clear error.
+	for _, subject := range []string{"ax.submit.p9.acme.probe.k", "ax.submit.high.acme.probe.k", "ax.submit.p1.acme.probe"} {
+		_, err := js.Publish(ctx, subject, []byte("{}"))
+		require.ErrorIs(t, err, jetstream.ErrNoStreamResponse, subject)
+	}
+
+	m.waitSucceeded(goodIDs, 5*time.Minute, nil)
+	dlq, err := js.Stream(ctx, "AX_DLQ")
+	require.NoError(t, err)
+	for _, id := range badIDs {
+		var rec *kv.Record
+		require.Eventually(t, func() bool {
+			r, _, err := m.client.Store().Get(ctx, id)
+			rec = r
+			return err == nil && r.State == kv.StateDead
+		}, time.Minute, 50*time.Millisecond, "bad task %s", id)
+		require.Contains(t, rec.LastError, reasons[id], id)
+		msg, err := dlq.GetMsg(ctx, rec.DLQSeq)
+		require.NoError(t, err, id)
+		require.Equal(t, id, msg.Header.Get("Ax-Task-Id"))
+		require.Contains(t, msg.Header.Get("Ax-Error"), reasons[id])
+	}
+	for id, w := range m.workers {
+		require.False(t, w.exited(), "worker %s exited:\n%s", id, w.output())
+		require.NotContains(t, w.output(), "panic", id)
+	}
+}

@@ -1,0 +1,166 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/worker"
+)
+
+// ArticleOptions shape the design article's load test.
+type ArticleOptions struct {
+	Tenants   int           // default 10
+	TimeScale float64       // handler durations are uniform in 100 ms–2 s times this; default 0.01
+	Timeout   time.Duration // how long to wait for every task to settle; default 30m
+}
+
+const (
+	failOnce   byte = 1
+	failAlways byte = 2
+	// articlePayload: 8 bytes submit stamp, 1 byte plan, 4 bytes duration in µs.
+	articlePayload = 13
+)
+
+// Article reproduces the design article's load test, scaled: o.Tasks tasks
+// over a.Tenants tenants and all priorities, handlers of 100 ms–2 s times the
+// time scale, o.Workers workers, 5 % of tasks failing once and 0.5 % failing
+// for good. It counts retries, dead letters, duplicates (a handler start of
+// an attempt that had started already) and lost tasks (submitted, never
+// settled) instead of assuming them.
+func Article(ctx context.Context, o Options, a ArticleOptions) (*Result, error) {
+	if a.Tenants == 0 {
+		a.Tenants = 10
+	}
+	if a.TimeScale == 0 {
+		a.TimeScale = 0.01
+	}
+	if a.Timeout == 0 {
+		a.Timeout = 30 * time.Minute
+	}
+	e, err := newEnv(ctx, o, "axbench", 0)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	client, err := scheduler.NewClient(ctx, e.js, &scheduler.Config{Names: e.names})
+	if err != nil {
+		return nil, err
+	}
+
+	var mu sync.Mutex
+	started := make(map[string]uint32, o.Tasks) // bit n: attempt n+1 started
+	var duplicates counter
+	var byPriority [streams.Priorities]latencies
+	reg := worker.NewRegistry()
+	if err := reg.Handle("article", func(ctx context.Context, t *worker.Task) error {
+		mu.Lock()
+		bit := uint32(1) << min(t.Attempt-1, 31)
+		if started[t.ID]&bit != 0 {
+			duplicates.n.Add(1)
+		}
+		started[t.ID] |= bit
+		mu.Unlock()
+		if t.Attempt == 1 {
+			byPriority[t.Priority].add(since(t.Payload))
+		}
+		plan := t.Payload[8]
+		timer := time.NewTimer(time.Duration(binary.LittleEndian.Uint32(t.Payload[9:])) * time.Microsecond)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		switch {
+		case plan == failAlways:
+			return worker.Permanent(fmt.Errorf("article: planned permanent failure"))
+		case plan == failOnce && t.Attempt == 1:
+			return fmt.Errorf("article: planned failure of the first attempt")
+		}
+		return nil
+	}, nil); err != nil {
+		return nil, err
+	}
+	ws, err := startWorkers(ctx, e, o, reg)
+	if err != nil {
+		return nil, err
+	}
+	defer stopAll(ws)
+
+	settled := func() int64 {
+		var n int64
+		for _, w := range ws {
+			n += w.Stats().Succeeded.Load() + w.Stats().Dead.Load()
+		}
+		return n
+	}
+	bar := startProgress(o.Progress, "article", o.Tasks, settled)
+	before, start := readUsage(), time.Now()
+	var planned [3]int64
+	const chunk = 5_000
+	for i := 0; i < o.Tasks; i += chunk {
+		batch := make([]scheduler.Task, min(chunk, o.Tasks-i))
+		for j := range batch {
+			payload := stamp(make([]byte, max(o.Payload, articlePayload)))
+			switch r := rand.Float64(); {
+			case r < 0.005:
+				payload[8] = failAlways
+			case r < 0.055:
+				payload[8] = failOnce
+			}
+			planned[payload[8]]++
+			d := time.Duration(float64(100*time.Millisecond+rand.N(1900*time.Millisecond)) * a.TimeScale)
+			binary.LittleEndian.PutUint32(payload[9:], uint32(d.Microseconds()))
+			batch[j] = scheduler.Task{Type: "article", Tenant: fmt.Sprintf("tenant%02d", (i+j)%a.Tenants),
+				Priority: rand.IntN(streams.Priorities), MaxAttempts: 3, Payload: payload}
+		}
+		if _, err := client.SubmitBatch(ctx, batch); err != nil {
+			return nil, fmt.Errorf("article submit: %w", err)
+		}
+	}
+	submitted := time.Since(start)
+	waitCtx, cancel := context.WithTimeout(ctx, a.Timeout)
+	defer cancel()
+	_ = waitFor(waitCtx, func() bool { return settled() >= int64(o.Tasks) })
+	elapsed := time.Since(start)
+	after := readUsage()
+	bar.end()
+
+	r := &Result{Scenario: "article", Concurrency: o.Concurrency, Workers: o.Workers, Sync: o.Sync}
+	measure(r, o.Tasks, elapsed, before, after)
+	r.SubmitPerSec = float64(o.Tasks) / submitted.Seconds()
+	var all latencies
+	r.Extra = map[string]float64{"time_scale": a.TimeScale}
+	for p := range byPriority {
+		p50, p99, _ := byPriority[p].percentiles()
+		r.Extra[fmt.Sprintf("p%d_latency_p50_ms", p)] = p50
+		r.Extra[fmt.Sprintf("p%d_latency_p99_ms", p)] = p99
+		all.d = append(all.d, byPriority[p].d...)
+	}
+	all.fill(r)
+	var retried, dead int64
+	for _, w := range ws {
+		retried += w.Stats().Retried.Load()
+		dead += w.Stats().Dead.Load()
+	}
+	dlq, err := e.js.Stream(ctx, e.names.DLQStream())
+	if err != nil {
+		return nil, err
+	}
+	info, err := dlq.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.Counts = map[string]int64{
+		"tenants": int64(a.Tenants), "planned_fail_once": planned[failOnce], "planned_fail_always": planned[failAlways],
+		"retries": retried, "dead": dead, "dlq_messages": int64(info.State.Msgs),
+		"duplicates": duplicates.load(), "lost": int64(o.Tasks) - settled(),
+	}
+	return r, nil
+}

@@ -1,0 +1,112 @@
+// Package bench implements `ax bench`: load scenarios that measure ax on
+// one machine, each against an embedded NATS server (or a given one), with
+// bare JetStream measured in the same process as the baseline.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/ax-mesh/ax/internal/embedded"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Options are the flags shared by every scenario.
+type Options struct {
+	Server      string    // NATS URL; empty runs an embedded server in a temp dir
+	Sync        string    // embedded server flush policy: "", "always" or an interval
+	Tasks       int       // tasks per run
+	Concurrency int       // handler slots per worker
+	Workers     int       // workers in this process
+	Payload     int       // payload bytes
+	Progress    io.Writer // progress bar; nil for none
+}
+
+// env is one scenario's NATS server, connection and provisioned ax.
+type env struct {
+	srv   *server.Server
+	dir   string
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	names streams.Names
+}
+
+// newEnv starts an embedded server (unless o.Server is set) and provisions
+// ax with prefix, so that runs against a shared server do not collide.
+func newEnv(ctx context.Context, o Options, prefix string, capacity int64) (*env, error) {
+	e := &env{}
+	url := o.Server
+	var opts []nats.Option
+	if url == "" {
+		dir, err := os.MkdirTemp("", "ax-bench-")
+		if err != nil {
+			return nil, err
+		}
+		e.dir = dir
+		srv, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:0", DataDir: dir, Sync: o.Sync, Name: "ax-bench"})
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		e.srv = srv
+		url = srv.ClientURL()
+		opts = append(opts, nats.InProcessServer(srv))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		e.close()
+		return nil, fmt.Errorf("bench: connect: %w", err)
+	}
+	e.nc = nc
+	if e.js, err = jetstream.New(nc); err != nil {
+		e.close()
+		return nil, err
+	}
+	if e.names, err = streams.NewNames(prefix); err != nil {
+		e.close()
+		return nil, err
+	}
+	if _, err := streams.Provision(ctx, e.js, &streams.Config{Names: e.names, Capacity: capacity}); err != nil {
+		e.close()
+		return nil, err
+	}
+	if err := kv.Provision(ctx, e.js, &kv.BucketsConfig{Names: e.names}); err != nil {
+		e.close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *env) close() {
+	if e.nc != nil {
+		e.nc.Close()
+	}
+	if e.srv != nil {
+		e.srv.Shutdown()
+		e.srv.WaitForShutdown()
+	}
+	if e.dir != "" {
+		_ = os.RemoveAll(e.dir)
+	}
+}
+
+// usage is this process's CPU time and peak RSS.
+type usage struct {
+	cpu     time.Duration
+	peakRSS int64 // bytes
+}
+
+func readUsage() usage {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return usage{cpu: cpu, peakRSS: ru.Maxrss * 1024}
+}

@@ -1,0 +1,173 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/worker"
+)
+
+// Latency submits tasks at a steady rate while one worker runs them and
+// reports submit-to-start latency: the latency a lightly loaded ax adds.
+func Latency(ctx context.Context, o Options, rate int, duration time.Duration) (*Result, error) {
+	e, err := newEnv(ctx, o, "axbench", 0)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	var lat latencies
+	var done counter
+	reg := worker.NewRegistry()
+	if err := reg.Handle("noop", func(_ context.Context, t *worker.Task) error {
+		lat.add(since(t.Payload))
+		done.n.Add(1)
+		return nil
+	}, nil); err != nil {
+		return nil, err
+	}
+	ws, err := startWorkers(ctx, e, o, reg)
+	if err != nil {
+		return nil, err
+	}
+	defer stopAll(ws)
+	client, err := scheduler.NewClient(ctx, e.js, &scheduler.Config{Names: e.names})
+	if err != nil {
+		return nil, err
+	}
+	total := int(float64(rate) * duration.Seconds())
+	bar := startProgress(o.Progress, "latency", total, done.load)
+	before, start := readUsage(), time.Now()
+	if err := pace(ctx, client, rate, total, func(int) scheduler.Task {
+		return scheduler.Task{Type: "noop", Priority: 2, Payload: stamp(make([]byte, o.Payload))}
+	}); err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, func() bool { return done.load() >= int64(total) }); err != nil {
+		return nil, err
+	}
+	elapsed := time.Since(start)
+	after := readUsage()
+	bar.end()
+	r := &Result{Scenario: "latency", Concurrency: o.Concurrency, Workers: o.Workers, Sync: o.Sync}
+	measure(r, total, elapsed, before, after)
+	r.SubmitPerSec = float64(rate)
+	lat.fill(r)
+	return r, nil
+}
+
+// Priority fills P4 with a backlog, then submits P0 tasks at a steady rate
+// while the backlog drains, and reports the P0 submit-to-start latency.
+func Priority(ctx context.Context, o Options, backlog, rate int, duration time.Duration) (*Result, error) {
+	e, err := newEnv(ctx, o, "axbench", 0)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	client, err := scheduler.NewClient(ctx, e.js, &scheduler.Config{Names: e.names})
+	if err != nil {
+		return nil, err
+	}
+	var filled counter
+	bar := startProgress(o.Progress, "backlog", backlog, filled.load)
+	const chunk = 5_000
+	for i := 0; i < backlog; i += chunk {
+		tasks := make([]scheduler.Task, min(chunk, backlog-i))
+		for j := range tasks {
+			tasks[j] = scheduler.Task{Type: "noop", Priority: 4, Payload: make([]byte, o.Payload)}
+		}
+		if _, err := client.SubmitBatch(ctx, tasks); err != nil {
+			return nil, fmt.Errorf("priority backlog: %w", err)
+		}
+		filled.n.Add(int64(len(tasks)))
+	}
+	bar.end()
+
+	var urgent latencies
+	var urgentDone, drained counter
+	reg := worker.NewRegistry()
+	if err := reg.Handle("noop", func(_ context.Context, t *worker.Task) error {
+		if t.Priority == 0 {
+			urgent.add(since(t.Payload))
+			urgentDone.n.Add(1)
+		} else {
+			drained.n.Add(1)
+		}
+		return nil
+	}, nil); err != nil {
+		return nil, err
+	}
+	ws, err := startWorkers(ctx, e, o, reg)
+	if err != nil {
+		return nil, err
+	}
+	defer stopAll(ws)
+	total := int(float64(rate) * duration.Seconds())
+	bar = startProgress(o.Progress, "P0 tasks", total, urgentDone.load)
+	before, start := readUsage(), time.Now()
+	if err := pace(ctx, client, rate, total, func(int) scheduler.Task {
+		return scheduler.Task{Type: "noop", Priority: 0, Payload: stamp(make([]byte, o.Payload))}
+	}); err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, func() bool { return urgentDone.load() >= int64(total) }); err != nil {
+		return nil, err
+	}
+	elapsed := time.Since(start)
+	after := readUsage()
+	bar.end()
+	r := &Result{Scenario: "priority", Concurrency: o.Concurrency, Workers: o.Workers, Sync: o.Sync}
+	measure(r, total, elapsed, before, after)
+	r.SubmitPerSec = float64(rate)
+	urgent.fill(r)
+	r.Counts = map[string]int64{"p4_backlog": int64(backlog), "p4_drained_meanwhile": drained.load()}
+	return r, nil
+}
+
+// pace submits total tasks at rate per second, in small batches every
+// millisecond tick, catching up when it falls behind.
+func pace(ctx context.Context, client *scheduler.Client, rate, total int, task func(i int) scheduler.Task) error {
+	start := time.Now()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	sent := 0
+	for sent < total {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		due := min(total, int(time.Since(start).Seconds()*float64(rate)))
+		if due <= sent {
+			continue
+		}
+		batch := make([]scheduler.Task, 0, due-sent)
+		for i := sent; i < due; i++ {
+			batch = append(batch, task(i))
+		}
+		if len(batch) == 1 {
+			if _, err := client.Submit(ctx, batch[0]); err != nil {
+				return err
+			}
+		} else if _, err := client.SubmitBatch(ctx, batch); err != nil {
+			return err
+		}
+		sent = due
+	}
+	return nil
+}
+
+// waitFor polls cond every millisecond until it holds or ctx ends.
+func waitFor(ctx context.Context, cond func() bool) error {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return nil
+}

@@ -1,0 +1,97 @@
+package builtin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/ax-mesh/ax/worker"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ProbeArgs is the payload of the "probe" type.
+type ProbeArgs struct {
+	MS int `json:"ms"` // how long the execution lasts, in milliseconds
+}
+
+// ProbeEvent is one line of a probe journal.
+type ProbeEvent struct {
+	Event   string `json:"ev"` // "start", "finish" or "effect"
+	Task    string `json:"task"`
+	Worker  string `json:"worker"`
+	Attempt int    `json:"attempt"`
+	At      int64  `json:"at"` // unix nanoseconds
+}
+
+// Probe is the "probe" task type of the fault suites: it journals every
+// execution's start and finish to an append-only file (one JSON line per
+// event, written straight to the kernel, so a SIGKILL loses nothing written
+// before it), sleeps, and applies its side effect exactly once per task by
+// creating the task's key in an effects bucket (create-if-absent: the
+// business-key layer of idempotency).
+type Probe struct {
+	mu      sync.Mutex
+	journal *os.File
+	effects jetstream.KeyValue
+}
+
+// NewProbe opens (appending) the journal at path and binds the effects
+// bucket, creating it (one replica) if it does not exist.
+func NewProbe(ctx context.Context, js jetstream.JetStream, path, bucket string) (*Probe, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("probe journal: %w", err)
+	}
+	kv, err := js.KeyValue(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Storage: jetstream.FileStorage})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, bucket)
+		}
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("probe effects bucket %s: %w", bucket, err)
+	}
+	return &Probe{journal: f, effects: kv}, nil
+}
+
+// Register adds the "probe" type to reg.
+func (p *Probe) Register(reg *worker.Registry) error {
+	return worker.HandleJSON(reg, "probe", p.handle, nil)
+}
+
+// Close closes the journal.
+func (p *Probe) Close() error { return p.journal.Close() }
+
+func (p *Probe) handle(ctx context.Context, task *worker.Task, args ProbeArgs) error {
+	p.write("start", task)
+	if args.MS > 0 {
+		t := time.NewTimer(time.Duration(args.MS) * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		}
+	}
+	value, _ := json.Marshal(ProbeEvent{Event: "effect", Task: task.ID, Worker: task.Worker, Attempt: task.Attempt, At: time.Now().UnixNano()})
+	if _, err := p.effects.Create(ctx, task.ID, value); err == nil {
+		p.write("effect", task)
+	} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("probe effect: %w", err)
+	}
+	p.write("finish", task)
+	return nil
+}
+
+func (p *Probe) write(event string, task *worker.Task) {
+	line, _ := json.Marshal(ProbeEvent{Event: event, Task: task.ID, Worker: task.Worker, Attempt: task.Attempt, At: time.Now().UnixNano()})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, _ = p.journal.Write(append(line, '\n'))
+}

@@ -1,0 +1,135 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ax-mesh/ax/internal/bench"
+	"github.com/spf13/cobra"
+)
+
+// benchFlags are the flags of `ax bench` beyond [bench.Options].
+type benchFlags struct {
+	o         bench.Options
+	rate      int
+	duration  time.Duration
+	backlog   int
+	timeScale float64
+	tenants   int
+	useServer bool
+	quiet     bool
+}
+
+type benchRunner func(context.Context, bench.Options) ([]*bench.Result, error)
+
+// benchScenario is a scenario and its defaults where they differ from the flags'.
+type benchScenario struct {
+	run                   benchRunner
+	tasks, workers, slots int
+}
+
+func (f *benchFlags) scenarios() map[string]benchScenario {
+	single := func(r *bench.Result, err error) ([]*bench.Result, error) {
+		if err != nil {
+			return nil, err
+		}
+		return []*bench.Result{r}, nil
+	}
+	return map[string]benchScenario{
+		"baseline": {run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
+			return single(bench.Baseline(ctx, o))
+		}},
+		// throughput runs baseline first, in the same process, and reports its ratio to it.
+		"throughput": {run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
+			base, err := bench.Baseline(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			r, err := bench.Throughput(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			ratio := r.CompletePerSec / base.CompletePerSec
+			r.RatioToBaseline = &ratio
+			return []*bench.Result{base, r}, nil
+		}},
+		"latency": {run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
+			return single(bench.Latency(ctx, o, f.rate, f.duration))
+		}},
+		"priority": {tasks: 100_000, run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
+			return single(bench.Priority(ctx, o, o.Tasks, f.rate, f.duration))
+		}},
+		"article": {tasks: 500_000, workers: 8, slots: 16, run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
+			return single(bench.Article(ctx, o, bench.ArticleOptions{TimeScale: f.timeScale, Tenants: f.tenants}))
+		}},
+	}
+}
+
+func addBench(root *cobra.Command, e *env) {
+	var f benchFlags
+	scenarios := f.scenarios()
+	var names []string
+	for name := range scenarios {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	cmd := &cobra.Command{
+		Use:   "bench SCENARIO",
+		Short: "Measure ax: " + strings.Join(names, ", "),
+		Long: `ax bench runs a load scenario against an embedded NATS server (default) or, with
+--use-server, the one given by --server; it prints a progress bar while it runs
+and a table at the end (--json for machines). See docs/BENCHMARKS.md.
+
+  throughput  N no-op tasks submitted with pipelined publishes while workers run
+              them; bare JetStream (baseline) runs first and the ratio is printed
+  baseline    N messages through one WorkQueue stream and one pull consumer
+  latency     a paced load (--rate for --duration): submit-to-start latency
+  priority    a P4 backlog of N tasks, then P0 tasks at --rate: P0 latency
+  article     the design article's load test, scaled (--tasks, --time-scale)`,
+		Args:      cobra.ExactArgs(1),
+		ValidArgs: names,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, ok := scenarios[args[0]]
+			if !ok {
+				return fmt.Errorf("unknown scenario %q (want one of %s)", args[0], strings.Join(names, ", "))
+			}
+			o := f.o
+			if s.tasks != 0 && !cmd.Flags().Changed("tasks") {
+				o.Tasks = s.tasks
+			}
+			if s.workers != 0 && !cmd.Flags().Changed("workers") {
+				o.Workers = s.workers
+			}
+			if s.slots != 0 && !cmd.Flags().Changed("concurrency") {
+				o.Concurrency = s.slots
+			}
+			if f.useServer {
+				o.Server = e.server
+			}
+			if !f.quiet {
+				o.Progress = e.errOut
+			}
+			results, err := s.run(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return bench.Print(e.out, results, e.jsonOut)
+		},
+	}
+	fs := cmd.Flags()
+	fs.IntVarP(&f.o.Tasks, "tasks", "n", 200_000, "tasks per run (priority: the P4 backlog, default 100,000; article: default 500,000)")
+	fs.IntVarP(&f.o.Concurrency, "concurrency", "c", 64, "handler slots per worker (article: default 16)")
+	fs.IntVar(&f.o.Workers, "workers", 1, "workers in this process (article: default 8)")
+	fs.IntVar(&f.o.Payload, "payload", 200, "payload bytes")
+	fs.StringVar(&f.o.Sync, "sync", "", `embedded server flush policy: "always" or an interval (default: the server's)`)
+	fs.IntVar(&f.rate, "rate", 2_000, "tasks per second of the paced scenarios (priority: P0 tasks)")
+	fs.DurationVar(&f.duration, "duration", 10*time.Second, "length of the paced scenarios")
+	fs.Float64Var(&f.timeScale, "time-scale", 0.01, "article: handler durations of 100 ms–2 s are multiplied by this")
+	fs.IntVar(&f.tenants, "tenants", 10, "article: tenants")
+	fs.BoolVar(&f.useServer, "use-server", false, "run against --server instead of an embedded server")
+	fs.BoolVarP(&f.quiet, "quiet", "q", false, "no progress bar")
+	root.AddCommand(cmd)
+}
