@@ -120,7 +120,7 @@ func (d *Dashboard) handleAction(w http.ResponseWriter, r *http.Request) {
 	case !d.cfg.AllowActions:
 		writeError(w, http.StatusForbidden, ErrReadOnly)
 		return
-	case r.Header.Get("Origin") != "" && r.Header.Get("Origin") != "http://"+r.Host:
+	case !sameOrigin(r):
 		writeError(w, http.StatusForbidden, ErrCrossOrigin)
 		return
 	case r.Header.Get(confirmHeader) != "yes":
@@ -135,4 +135,16 @@ func (d *Dashboard) handleAction(w http.ResponseWriter, r *http.Request) {
 	var reply json.RawMessage
 	d.log.Info("dashboard_action", zap.String("verb", verb), zap.ByteString("request", body), zap.String("remote", r.RemoteAddr))
 	d.proxy(w, r, verb, json.RawMessage(body), &reply)
+}
+
+// sameOrigin reports whether a request comes from the dashboard's own page:
+// no Origin header (not a browser's cross-site request), or one naming the
+// host the request was sent to (http, or https behind a proxy).
+func sameOrigin(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	u, err := url.Parse(origin)
+	return err == nil && u.Host == r.Host
 }

@@ -157,7 +157,7 @@ func (d *Dashboard) handleOverview(w http.ResponseWriter, r *http.Request) {
 	d.mu.Lock()
 	ov := d.latest
 	d.mu.Unlock()
-	if ov == nil { // the sampler has not run yet
+	if ov == nil || time.Since(ov.At) > 2*d.cfg.Interval { // Run is not running, or is behind
 		ov = d.sample(r.Context())
 	}
 	d.mu.Lock()

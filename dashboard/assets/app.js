@@ -73,6 +73,8 @@ function actionButton(label, attrs, onclick) {
 
 const fmtTime = (s) => (s ? new Date(s).toLocaleString() : "");
 const fmtRate = (n) => (n ? n.toFixed(n < 10 ? 2 : 0) : "0");
+// fmtDur shortens a Go duration ("1.355744ms" -> "1.36ms").
+const fmtDur = (d) => String(d || "").replace(/(\d+\.\d{2})\d+/g, "$1");
 const badge = (s) => h("span", { class: `badge ${s}` }, s);
 const taskLink = (id) => h("a", { href: `#/task/${encodeURIComponent(id)}`, "data-task-link": id }, id);
 
@@ -88,7 +90,7 @@ function chart(title, times, series, fmt) {
     svg.append(e);
     return e;
   };
-  const max = Math.max(1e-9, ...series.flat());
+  const max = Math.max(...series.flat()) || 1;
   const n = times.length;
   const x = (i) => L + (n < 2 ? 0 : (i * (W - L - 4)) / (n - 1));
   const y = (v) => H - B - (v / max) * (H - B - 8);
@@ -135,7 +137,7 @@ function renderOverview() {
           h("td", { class: "num" }, h("progress", { max: 1, value: Math.min(1, l.fill) }), ` ${(l.fill * 100).toFixed(1)} %`),
           h("td", { class: "num" }, b.in_flight), h("td", { class: "num" }, fmtRate(b.submitted_per_s)),
           h("td", { class: "num" }, fmtRate(b.succeeded_per_s)), h("td", { class: "num" }, fmtRate(b.dead_per_s)),
-          ...(b.samples ? [b.p50, b.p99, b.recommended_timeout] : ["–", "–", "–"]).map((v) => h("td", {}, v)),
+          ...(b.samples ? [b.p50, b.p99, b.recommended_timeout] : ["–", "–", "–"]).map((v) => h("td", {}, fmtDur(v))),
           h("td", {}, h("span", { class: `badge ${l.level}` }, l.level)));
       })));
   }
@@ -244,7 +246,7 @@ async function pageTask(id) {
     h("h2", {}, `Trail (${r.trail.length} moves)`),
     h("ol", { class: "timeline", id: "trail" }, r.trail.map((m) => h("li", { class: m.to },
       h("div", {}, h("b", {}, `${m.from ? m.from + " → " : ""}${m.to}`), " ", h("span", { class: "muted" }, m.action || "")),
-      h("div", { class: "muted" }, fmtTime(m.at), m.took ? ` · after ${m.took}` : "", m.worker ? ` · ${m.worker}` : ""),
+      h("div", { class: "muted" }, fmtTime(m.at), m.took ? ` · after ${fmtDur(m.took)}` : "", m.worker ? ` · ${m.worker}` : ""),
       m.error ? h("div", { class: "err" }, m.error) : null))));
 }
 

@@ -45,21 +45,12 @@ which enables cancel, pause, resume, reprioritize and replay (each confirmed).`,
 }
 
 func runDashboard(ctx context.Context, e *env, f *dashboardFlags) error {
-	log, err := e.logger(false)
+	d, err := e.startDaemon(ctx, "ax dashboard", "")
 	if err != nil {
 		return err
 	}
-	defer func() { _ = log.Sync() }()
-	names, err := e.names()
-	if err != nil {
-		return err
-	}
-	nc, _, err := e.connect("ax dashboard")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	stop, err := e.startDashboard(ctx, nc, names, f, log)
+	defer d.close()
+	stop, err := e.startDashboard(ctx, d.nc, d.names, f, d.log)
 	if err != nil {
 		return err
 	}
