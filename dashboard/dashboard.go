@@ -41,7 +41,8 @@ type Config struct {
 	// AllowActions enables cancel, pause, resume, reprioritize and replay.
 	// Default false: read-only, the action endpoints answer 403.
 	AllowActions bool
-	// Interval between two stats samples (overview and charts). Default 2s.
+	// Interval between two stats samples (overview and charts). Default 2s;
+	// the sampler waits longer when a sample takes more than half of it.
 	Interval time.Duration
 	// History is how many samples the charts keep. Default 150.
 	History int

@@ -73,17 +73,22 @@ type leaderPressure struct {
 	ValidFor   int64      `json:"valid_for"` // nanoseconds
 }
 
-// Run samples the stats every Interval until ctx ends.
+// Run samples the stats until ctx ends. After each sample it waits
+// Interval, or twice the time the sample took if that is longer: a stats
+// call scans every task record, and the sampler must never keep the
+// management API busy more than a third of the time.
 func (d *Dashboard) Run(ctx context.Context) error {
-	ticker := time.NewTicker(d.cfg.Interval)
-	defer ticker.Stop()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	for {
-		d.sample(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-ticker.C:
+		case <-timer.C:
 		}
+		start := time.Now()
+		d.sample(ctx)
+		timer.Reset(max(d.cfg.Interval, 2*time.Since(start)))
 	}
 }
 
@@ -157,7 +162,7 @@ func (d *Dashboard) handleOverview(w http.ResponseWriter, r *http.Request) {
 	d.mu.Lock()
 	ov := d.latest
 	d.mu.Unlock()
-	if ov == nil || time.Since(ov.At) > 2*d.cfg.Interval { // Run is not running, or is behind
+	if ov == nil { // Run has not sampled yet
 		ov = d.sample(r.Context())
 	}
 	d.mu.Lock()
