@@ -122,7 +122,7 @@ func (a *Admin) Start(_ context.Context) error {
 		VerbTaskGet: a.taskGet, VerbTaskTrail: a.taskTrail, VerbTaskCancel: a.taskCancel,
 		VerbTaskPause: a.taskPause, VerbTaskResume: a.taskResume, VerbTaskReprioritize: a.taskReprioritize,
 		VerbTasksCancel: a.tasksCancel, VerbDLQList: a.dlqList, VerbDLQReplay: a.dlqReplay,
-		VerbStats: a.stats, VerbWorkers: a.workers,
+		VerbStats: a.stats, VerbWorkers: a.workers, VerbTasksList: a.tasksList, VerbControl: a.control,
 	}
 	for _, verb := range Verbs() {
 		name := strings.ReplaceAll(verb, ".", "_")

@@ -19,12 +19,15 @@ const (
 	VerbDLQReplay        = "dlq.replay"
 	VerbStats            = "stats"
 	VerbWorkers          = "workers"
+	VerbTasksList        = "tasks.list"
+	VerbControl          = "control"
 )
 
 // Verbs returns every verb of the management API.
 func Verbs() []string {
 	return []string{VerbTaskGet, VerbTaskTrail, VerbTaskCancel, VerbTaskPause, VerbTaskResume,
-		VerbTaskReprioritize, VerbTasksCancel, VerbDLQList, VerbDLQReplay, VerbStats, VerbWorkers}
+		VerbTaskReprioritize, VerbTasksCancel, VerbDLQList, VerbDLQReplay, VerbStats, VerbWorkers,
+		VerbTasksList, VerbControl}
 }
 
 // TaskRequest names one task (task.get, task.trail, task.cancel, task.pause,

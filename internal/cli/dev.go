@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ax-mesh/ax/dashboard"
 	"github.com/ax-mesh/ax/internal/demo"
 	"github.com/ax-mesh/ax/internal/embedded"
 	"github.com/ax-mesh/ax/kv"
@@ -31,6 +32,7 @@ type devFlags struct {
 	payload  int32
 	wf       workerFlags
 	lf       leaderFlags
+	dash     dashboardFlags
 }
 
 func addDev(root *cobra.Command, e *env) {
@@ -57,6 +59,9 @@ with --exit), so that other ax commands can use it with --server.`,
 	fs.Int64Var(&f.capacity, "capacity", streams.DefaultCapacity, "capacity of each priority bucket, in tasks")
 	fs.StringVar(&f.policy, "priority-policy", streams.DefaultPriorityPolicy, "priority policy of the shard consumers: overflow (work stealing), pinned_client or none")
 	fs.Int32Var(&f.payload, "max-payload", 1<<20, "largest message the embedded server accepts, in bytes")
+	fs.StringVar(&f.dash.listen, "dashboard", "", `serve the web dashboard on this address, e.g. "127.0.0.1:8080" (default: none)`)
+	fs.BoolVar(&f.dash.allowActions, "allow-actions", false, "allow actions (cancel, pause, resume, reprioritize, replay) in the dashboard")
+	f.dash.interval, f.dash.window = dashboard.DefaultInterval, dashboard.DefaultRateWindow
 	f.wf.add(cmd)
 	f.lf.add(cmd, false)
 	root.AddCommand(cmd)
@@ -114,6 +119,11 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 		return err
 	}
 	defer func() { _ = admin.Stop(context.WithoutCancel(ctx)) }()
+	stopDashboard, err := e.startDashboard(ctx, nc, names, &f.dash, log)
+	if err != nil {
+		return err
+	}
+	defer stopDashboard()
 	wcfg := f.wf.config(names, reg, log.WithOptions(zap.IncreaseLevel(zap.WarnLevel)))
 	wcfg.Observer = m
 	ws, err := startWorkers(ctx, js, f.workers, wcfg)

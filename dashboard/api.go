@@ -1,0 +1,150 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
+	"go.uber.org/zap"
+)
+
+// actionVerbs are the admin verbs POST /api/actions/{verb} may call.
+var actionVerbs = []string{scheduler.VerbTaskCancel, scheduler.VerbTaskPause, scheduler.VerbTaskResume,
+	scheduler.VerbTaskReprioritize, scheduler.VerbDLQReplay}
+
+// maxActionBody bounds an action request's body.
+const maxActionBody = 64 << 10
+
+// call makes one admin call bounded by the configured timeout.
+func (d *Dashboard) call(ctx context.Context, verb string, req, resp any) error {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
+	defer cancel()
+	return d.api.Call(ctx, verb, req, resp)
+}
+
+// proxy answers the reply of one admin call, or its error.
+func (d *Dashboard) proxy(w http.ResponseWriter, r *http.Request, verb string, req, resp any) {
+	if err := d.call(r.Context(), verb, req, resp); err != nil {
+		d.writeCallError(w, verb, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (d *Dashboard) handleWorkers(w http.ResponseWriter, r *http.Request) {
+	d.proxy(w, r, scheduler.VerbWorkers, struct{}{}, &scheduler.WorkersReply{})
+}
+
+// limit reads the "limit" query parameter (0 when absent).
+func limit(q url.Values) (int, error) {
+	if q.Get("limit") == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(q.Get("limit"))
+	if err != nil {
+		return 0, fmt.Errorf("limit %q is not a number", q.Get("limit"))
+	}
+	return n, nil
+}
+
+// handleTasks searches tasks: ?id= (a prefix), type, tenant, state (comma
+// separated), limit.
+func (d *Dashboard) handleTasks(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	n, err := limit(q)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	req := scheduler.TasksListRequest{IDPrefix: strings.TrimSpace(q.Get("id")), Limit: n,
+		Filter: scheduler.Filter{Type: q.Get("type"), Tenant: q.Get("tenant")}}
+	for s := range strings.SplitSeq(q.Get("state"), ",") {
+		if s = strings.ToUpper(strings.TrimSpace(s)); s != "" {
+			req.States = append(req.States, kv.State(s))
+		}
+	}
+	d.proxy(w, r, scheduler.VerbTasksList, req, &scheduler.TasksListReply{})
+}
+
+// TaskDetail is a task's record with its whole trail.
+type TaskDetail struct {
+	Task     *kv.Record `json:"task"`
+	Revision uint64     `json:"revision"`
+	Trail    []kv.Move  `json:"trail"`
+}
+
+func (d *Dashboard) handleTask(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var got scheduler.TaskReply
+	if err := d.call(r.Context(), scheduler.VerbTaskGet, scheduler.TaskRequest{ID: id}, &got); err != nil {
+		d.writeCallError(w, scheduler.VerbTaskGet, err)
+		return
+	}
+	var trail scheduler.TrailReply
+	if err := d.call(r.Context(), scheduler.VerbTaskTrail, scheduler.TaskRequest{ID: id}, &trail); err != nil {
+		d.writeCallError(w, scheduler.VerbTaskTrail, err)
+		return
+	}
+	got.Task.Trail = nil
+	writeJSON(w, http.StatusOK, &TaskDetail{Task: got.Task, Revision: got.Revision, Trail: trail.Trail})
+}
+
+// handleDLQ lists dead letters: ?type, tenant, limit.
+func (d *Dashboard) handleDLQ(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	n, err := limit(q)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	req := scheduler.DLQListRequest{Filter: scheduler.Filter{Type: q.Get("type"), Tenant: q.Get("tenant")}, Limit: n}
+	d.proxy(w, r, scheduler.VerbDLQList, req, &scheduler.DLQListReply{})
+}
+
+// handleAction runs one operator action: the body is the admin request of
+// the verb, passed as is (the management API validates it).
+func (d *Dashboard) handleAction(w http.ResponseWriter, r *http.Request) {
+	verb := r.PathValue("verb")
+	switch {
+	case !slices.Contains(actionVerbs, verb):
+		writeError(w, http.StatusNotFound, fmt.Errorf("unknown action %q (want one of %s)", verb, strings.Join(actionVerbs, ", ")))
+		return
+	case !d.cfg.AllowActions:
+		writeError(w, http.StatusForbidden, ErrReadOnly)
+		return
+	case !sameOrigin(r):
+		writeError(w, http.StatusForbidden, ErrCrossOrigin)
+		return
+	case r.Header.Get(confirmHeader) != "yes":
+		writeError(w, http.StatusBadRequest, ErrNotConfirmed)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxActionBody+1))
+	if err != nil || len(body) > maxActionBody || !json.Valid(body) {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("the body must be the JSON request of %s, at most %d bytes (docs/API.md)", verb, maxActionBody))
+		return
+	}
+	var reply json.RawMessage
+	d.log.Info("dashboard_action", zap.String("verb", verb), zap.ByteString("request", body), zap.String("remote", r.RemoteAddr))
+	d.proxy(w, r, verb, json.RawMessage(body), &reply)
+}
+
+// sameOrigin reports whether a request comes from the dashboard's own page:
+// no Origin header (not a browser's cross-site request), or one naming the
+// host the request was sent to (http, or https behind a proxy).
+func sameOrigin(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	u, err := url.Parse(origin)
+	return err == nil && u.Host == r.Host
+}

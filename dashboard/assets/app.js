@@ -1,0 +1,327 @@
+// ax dashboard: a small hash-routed page over the dashboard's JSON API
+// (/api/...), which calls ax's management API. No build step, no library.
+"use strict";
+
+const main = document.getElementById("main");
+const colors = ["#2f6fde", "#2e9d57", "#d69e12", "#9b51e0", "#c62f2f"];
+const state = { allow: false, history: [], overview: null, live: null };
+
+// h builds an element: h("td", {class: "num"}, "text", child, ...).
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+async function api(path, opts) {
+  const res = await fetch(path, opts);
+  const body = await res.json().catch(() => ({ message: res.statusText }));
+  if (!res.ok) throw new Error(`${res.status}: ${body.message || res.statusText}`);
+  return body;
+}
+
+function toast(msg, error) {
+  const t = document.getElementById("toast");
+  t.textContent = msg;
+  t.className = error ? "toast error" : "toast";
+  t.hidden = false;
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => { t.hidden = true; }, error ? 12000 : 5000);
+}
+
+// ask shows the confirmation dialog and resolves to true on Confirm.
+function ask(text) {
+  const dlg = document.getElementById("confirm");
+  document.getElementById("confirm-text").textContent = text;
+  return new Promise((resolve) => {
+    dlg.addEventListener("close", () => resolve(dlg.returnValue === "ok"), { once: true });
+    dlg.returnValue = "";
+    dlg.showModal();
+  });
+}
+
+// post sends an action with the confirmation header the server requires;
+// it resolves to the reply, or null after showing the error.
+async function post(verb, body) {
+  try {
+    return await api(`/api/actions/${verb}`, {
+      method: "POST", headers: { "Content-Type": "application/json", "X-Ax-Confirm": "yes" },
+      body: JSON.stringify(body),
+    });
+  } catch (e) { toast(e.message, true); return null; }
+}
+
+// confirmAction asks the operator, then posts the action.
+async function confirmAction(text, verb, body) {
+  return (await ask(text)) ? post(verb, body) : null;
+}
+
+function actionButton(label, attrs, onclick) {
+  const b = h("button", Object.assign({ type: "button", onclick }, attrs), label);
+  if (!state.allow) { b.disabled = true; b.title = "read-only: start the dashboard with --allow-actions"; }
+  else if (attrs.title) b.disabled = true;
+  return b;
+}
+
+const fmtTime = (s) => (s ? new Date(s).toLocaleString() : "");
+const fmtRate = (n) => (n ? n.toFixed(n < 10 ? 2 : 0) : "0");
+// fmtDur shortens a Go duration ("1.355744ms" -> "1.36ms").
+const fmtDur = (d) => String(d || "").replace(/(\d+\.\d{2})\d+/g, "$1");
+const badge = (s) => h("span", { class: `badge ${s}` }, s);
+const taskLink = (id) => h("a", { href: `#/task/${encodeURIComponent(id)}`, "data-task-link": id }, id);
+
+// chart draws series (arrays of numbers, one per priority) over times as
+// SVG polylines, with the y axis from 0 to the largest value.
+function chart(title, times, series, fmt) {
+  const W = 600, H = 180, L = 44, B = 18;
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  const el = (tag, attrs) => {
+    const e = document.createElementNS("http://www.w3.org/2000/svg", tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+    svg.append(e);
+    return e;
+  };
+  const max = Math.max(...series.flat()) || 1;
+  const n = times.length;
+  const x = (i) => L + (n < 2 ? 0 : (i * (W - L - 4)) / (n - 1));
+  const y = (v) => H - B - (v / max) * (H - B - 8);
+  for (const f of [0, 0.5, 1]) {
+    el("line", { x1: L, x2: W, y1: y(max * f), y2: y(max * f), stroke: "#e3e6ec" });
+    el("text", { x: L - 4, y: y(max * f) + 4, "text-anchor": "end", "font-size": 10, fill: "#6b7384" }).textContent = fmt(max * f);
+  }
+  if (n > 1) {
+    const secs = Math.round((new Date(times[n - 1]) - new Date(times[0])) / 1000);
+    el("text", { x: L, y: H - 4, "font-size": 10, fill: "#6b7384" }).textContent = `${secs}s ago`;
+    el("text", { x: W - 4, y: H - 4, "text-anchor": "end", "font-size": 10, fill: "#6b7384" }).textContent = "now";
+  }
+  series.forEach((values, p) => {
+    if (!values.some((v) => v > 0)) return;
+    el("polyline", { fill: "none", stroke: colors[p], "stroke-width": 2,
+      points: values.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(" ") });
+  });
+  const legend = h("div", { class: "legend" }, [0, 1, 2, 3, 4].map((p) => h("span", {}, h("i", { class: `p${p}` }), `P${p}`)));
+  return h("div", { class: "chart" }, h("h3", {}, title), svg, legend);
+}
+
+function renderOverview() {
+  const ov = state.overview;
+  if (!ov) return;
+  const out = [];
+  if (ov.error) out.push(h("p", { class: "err" }, ov.error));
+  const s = ov.stats;
+  if (s) {
+    out.push(h("div", { class: "cards" },
+      h("div", { class: "card" }, "Task records", h("b", { id: "records" }, s.records)),
+      h("div", { class: "card" }, "Dead letters", h("b", {}, h("a", { href: "#/dlq" }, s.dlq))),
+      ...Object.entries(s.states || {}).sort().map(([k, v]) => h("div", { class: "card" }, badge(k), h("b", {}, v)))));
+    const levels = Object.fromEntries((ov.levels || []).map((l) => [l.priority, l]));
+    out.push(h("h2", {}, `Priority buckets `, h("small", { class: "muted" },
+      `rates and run times over the last ${s.window}; pressure ${ov.leader ? "from the leader" : "from depth / capacity (alert 60 %, refuse 80 %, pause 95 %)"}`
+      + (ov.dispatch_paused ? "; P3–P4 dispatch PAUSED" : ""))));
+    out.push(h("table", { id: "buckets" },
+      h("tr", {}, ["bucket", "depth", "capacity", "fill", "in flight", "submitted/s", "succeeded/s", "dead/s", "p50", "p99", "timeout", "pressure"]
+        .map((c, i) => h("th", { class: i && i < 8 ? "num" : null }, c))),
+      s.buckets.map((b) => {
+        const l = levels[b.priority] || { fill: 0, level: "ok" };
+        return h("tr", { "data-bucket": b.priority },
+          h("td", {}, `P${b.priority}`), h("td", { class: "num" }, b.depth), h("td", { class: "num" }, b.capacity),
+          h("td", { class: "num" }, h("progress", { max: 1, value: Math.min(1, l.fill) }), ` ${(l.fill * 100).toFixed(1)} %`),
+          h("td", { class: "num" }, b.in_flight), h("td", { class: "num" }, fmtRate(b.submitted_per_s)),
+          h("td", { class: "num" }, fmtRate(b.succeeded_per_s)), h("td", { class: "num" }, fmtRate(b.dead_per_s)),
+          ...(b.samples ? [b.p50, b.p99, b.recommended_timeout] : ["–", "–", "–"]).map((v) => h("td", {}, fmtDur(v))),
+          h("td", {}, h("span", { class: `badge ${l.level}` }, l.level)));
+      })));
+  }
+  const hist = state.history;
+  const times = hist.map((x) => x.at);
+  const per = (key) => [0, 1, 2, 3, 4].map((p) => hist.map((x) => (x[key] || [])[p] || 0));
+  out.push(h("h2", {}, "Last minutes"));
+  out.push(h("div", { class: "charts", id: "charts" },
+    chart("Throughput: succeeded per second", times, per("succeeded_per_s"), fmtRate),
+    chart("Depth: tasks stored per bucket", times, per("depth"), (v) => Math.round(v)),
+    chart("In flight", times, per("in_flight"), (v) => Math.round(v))));
+  main.replaceChildren(...out);
+}
+
+function applyOverview(ov) {
+  state.overview = ov;
+  state.allow = ov.allow_actions;
+  if (ov.history) state.history = ov.history;
+  else if (ov.sample) state.history = state.history.concat([ov.sample]).slice(-150);
+  const mode = document.getElementById("mode");
+  mode.textContent = ov.allow_actions ? "actions allowed" : "read-only";
+  mode.className = ov.allow_actions ? "badge rw" : "badge";
+  document.getElementById("live").textContent = `${ov.prefix} ${ov.version || ""} · updated ${new Date(ov.at).toLocaleTimeString()}`;
+  const banner = document.getElementById("banner");
+  banner.hidden = !ov.error;
+  banner.textContent = ov.error || "";
+  if (route().page === "overview") renderOverview();
+}
+
+function startLive() {
+  if (state.live) return;
+  state.live = new EventSource("/api/live");
+  state.live.addEventListener("overview", (e) => applyOverview(JSON.parse(e.data)));
+}
+
+async function pageWorkers() {
+  const r = await api("/api/workers");
+  main.replaceChildren(h("h2", {}, `Workers (${r.workers.length})`), h("table", { id: "workers" },
+    h("tr", {}, ["id", "host", "version", "slots", "in flight", "shards", "started", "renewed"].map((c) => h("th", {}, c))),
+    r.workers.map((w) => h("tr", { "data-worker": w.id }, h("td", {}, w.id), h("td", {}, w.host), h("td", {}, w.version),
+      h("td", { class: "num" }, w.concurrency), h("td", { class: "num" }, w.in_flight),
+      h("td", {}, h("div", { class: "shards" }, (w.shards || []).map((s) => h("span", {}, s)))),
+      h("td", {}, fmtTime(w.started_at)), h("td", {}, fmtTime(w.renewed_at))))));
+}
+
+const STATES = ["", "PENDING", "READY", "RUNNING", "RETRYING", "SUCCEEDED", "DEAD", "CANCELLED", "PAUSED"];
+
+function filterForm(id, fields, params, onsubmit) {
+  return h("form", { class: "filters", id, onsubmit: (e) => { e.preventDefault(); onsubmit(new FormData(e.target)); } },
+    fields.map(([name, label]) => h("label", {}, label, name === "state"
+      ? h("select", { name, id: `${id}-${name}` }, STATES.map((s) => h("option", { value: s, selected: params.get(name) === s }, s || "any")))
+      : h("input", { name, id: `${id}-${name}`, value: params.get(name) || "", placeholder: label }))),
+    h("button", { type: "submit", id: `${id}-submit` }, "Search"));
+}
+
+function go(page, data) {
+  const q = new URLSearchParams();
+  for (const [k, v] of data) if (v) q.set(k, v);
+  location.hash = `#/${page}?${q}`;
+}
+
+async function pageTasks(params) {
+  const form = filterForm("search", [["id", "task id (prefix)"], ["type", "type"], ["tenant", "tenant"], ["state", "state"]], params, (d) => go("tasks", d));
+  main.replaceChildren(h("h2", {}, "Tasks"), form, h("p", { class: "muted" }, "Searching…"));
+  const r = await api(`/api/tasks?${params}`);
+  if (r.tasks.length === 1 && params.get("id") === r.tasks[0].id) { location.hash = `#/task/${encodeURIComponent(r.tasks[0].id)}`; return; }
+  main.replaceChildren(h("h2", {}, "Tasks"), form,
+    h("p", { class: "muted", id: "matched" }, `${r.matched} matching, most recently updated first${r.matched > r.tasks.length ? `, showing ${r.tasks.length}` : ""}`),
+    h("table", { id: "tasks" }, h("tr", {}, ["id", "type", "tenant", "priority", "state", "attempt", "updated", "last error"].map((c) => h("th", {}, c))),
+      r.tasks.map((t) => h("tr", { "data-task": t.id }, h("td", {}, taskLink(t.id)), h("td", {}, t.type), h("td", {}, t.tenant),
+        h("td", {}, `P${t.priority}`), h("td", {}, badge(t.state)), h("td", { class: "num" }, `${t.attempt}/${t.max_attempts || "–"}`),
+        h("td", {}, fmtTime(t.updated_at)), h("td", { class: "err" }, t.last_error || "")))));
+}
+
+async function pageTask(id) {
+  const r = await api(`/api/tasks/${encodeURIComponent(id)}`);
+  const t = r.task;
+  // Buttons of actions that do not apply to the task's state are disabled
+  // (the management API refuses them with 409 anyway).
+  const applies = { "task.cancel": ["PENDING", "READY", "RUNNING", "RETRYING", "PAUSED"], "task.pause": ["PENDING", "READY", "RETRYING"],
+    "task.resume": ["PAUSED"], "task.reprioritize": ["READY"], "dlq.replay": ["DEAD"] };
+  const why = (verb) => (applies[verb].includes(t.state) ? null : `applies to ${applies[verb].join(", ")} tasks; this one is ${t.state}`);
+  const act = (verb, label, body, text) => actionButton(label, { "data-action": verb, title: why(verb) }, async () => {
+    const reply = await confirmAction(text, verb, body);
+    if (reply) { toast(`${label}: done`); route().render(); }
+  });
+  const prio = h("select", { id: "new-priority" }, [0, 1, 2, 3, 4].map((p) => h("option", { value: p, selected: p === t.priority }, `P${p}`)));
+  const fields = [["id", t.id], ["state", badge(t.state)], ["type", t.type], ["tenant", t.tenant], ["key", t.key],
+    ["priority", `P${t.priority}`], ["attempt", `${t.attempt} of ${t.max_attempts || "worker default"}`], ["timeout", t.timeout],
+    ["generation", t.gen], ["worker", t.worker], ["created", fmtTime(t.created_at)], ["updated", fmtTime(t.updated_at)],
+    ["started", fmtTime(t.started_at)], ["finished", fmtTime(t.finished_at)], ["last error", t.last_error],
+    ["dead letter", t.dlq_seq ? `AX_DLQ #${t.dlq_seq}` : ""], ["revision", r.revision]];
+  main.replaceChildren(h("h2", {}, "Task ", h("code", {}, t.id)),
+    h("div", { class: "actions" },
+      act("task.cancel", "Cancel", { id: t.id }, `Cancel task ${t.id}? A running handler is stopped; it is never retried.`),
+      act("task.pause", "Pause", { id: t.id }, `Pause task ${t.id}? It stays in its bucket until resumed.`),
+      act("task.resume", "Resume", { id: t.id }, `Resume task ${t.id}?`),
+      prio, actionButton("Reprioritize", { "data-action": "task.reprioritize", title: why("task.reprioritize") }, async () => {
+        const p = Number(prio.value);
+        const reply = await confirmAction(`Move task ${t.id} from P${t.priority} to P${p}?`, "task.reprioritize", { id: t.id, priority: p });
+        if (reply) { toast("Reprioritized"); route().render(); }
+      }),
+      t.state === "DEAD" ? act("dlq.replay", "Replay", { id: t.id }, `Replay task ${t.id} from the dead-letter queue?`) : null,
+      h("button", { type: "button", class: "secondary", onclick: () => route().render() }, "Refresh")),
+    h("dl", { class: "record", id: "record" }, fields.flatMap(([k, v]) => [h("dt", {}, k), h("dd", { "data-field": k }, v ?? "")])),
+    h("h2", {}, `Trail (${r.trail.length} moves)`),
+    h("ol", { class: "timeline", id: "trail" }, r.trail.map((m) => h("li", { class: m.to },
+      h("div", {}, h("b", {}, `${m.from ? m.from + " → " : ""}${m.to}`), " ", h("span", { class: "muted" }, m.action || "")),
+      h("div", { class: "muted" }, fmtTime(m.at), m.took ? ` · after ${fmtDur(m.took)}` : "", m.worker ? ` · ${m.worker}` : ""),
+      m.error ? h("div", { class: "err" }, m.error) : null))));
+}
+
+async function pageDLQ(params) {
+  const form = filterForm("dlq-filter", [["type", "type"], ["tenant", "tenant"]], params, (d) => go("dlq", d));
+  const r = await api(`/api/dlq?${params}`);
+  const filter = { type: params.get("type") || undefined, tenant: params.get("tenant") || undefined };
+  const checks = [];
+  // replay confirms once, then sends each request body (an id, or a filter).
+  const replay = async (bodies, text) => {
+    if (!(await ask(text))) return;
+    let replayed = [], skipped = {};
+    for (const body of bodies) {
+      const reply = await post("dlq.replay", typeof body === "string" ? { id: body } : body);
+      if (!reply) break;
+      replayed = replayed.concat(reply.replayed || []);
+      Object.assign(skipped, reply.skipped || {});
+    }
+    toast(`Replayed ${replayed.length}: ${replayed.join(", ")}${Object.keys(skipped).length ? `; skipped ${JSON.stringify(skipped)}` : ""}`);
+    route().render();
+  };
+  main.replaceChildren(h("h2", {}, `Dead letters (${r.total})`), form,
+    h("div", { class: "actions" },
+      // The API replays one id per request: a selection is confirmed once
+      // and sent id by id.
+      actionButton("Replay selected", { id: "replay-selected", class: "secondary" }, () => {
+        const ids = checks.filter((c) => c.checked).map((c) => c.value).filter(Boolean);
+        if (ids.length) replay(ids, `Replay ${ids.length} selected task(s)? They go back to READY with their attempts reset.`);
+      }),
+      actionButton(`Replay all matching (${r.total})`, { id: "replay-all",
+        title: filter.type || filter.tenant ? null : "filter by type or tenant first (the API replays in bulk by filter)" }, () =>
+        replay([Object.assign({ limit: 10000 }, filter)], `Replay all ${r.total} dead letters matching ${JSON.stringify(filter)}?`))),
+    filter.type || filter.tenant ? null : h("p", { class: "muted" }, "Bulk replay needs a type or tenant filter."),
+    h("table", { id: "dlq" }, h("tr", {}, ["", "#", "task", "type", "tenant", "attempts", "failed at", "error", ""].map((c) => h("th", {}, c))),
+      r.letters.map((l) => {
+        const c = h("input", { type: "checkbox", value: l.task_id });
+        checks.push(c);
+        return h("tr", { "data-letter": l.task_id }, h("td", {}, c), h("td", { class: "num" }, l.seq), h("td", {}, l.task_id ? taskLink(l.task_id) : "–"),
+          h("td", {}, l.type), h("td", {}, l.tenant), h("td", { class: "num" }, l.attempts), h("td", {}, fmtTime(l.failed_at)),
+          h("td", { class: "err" }, l.error), h("td", {}, actionButton("Replay", { "data-replay": l.task_id }, () =>
+            replay([l.task_id], `Replay task ${l.task_id}? It goes back to READY with its attempts reset.`))));
+      })));
+}
+
+async function pageCron() {
+  const r = await api("/api/cron");
+  main.replaceChildren(h("h2", {}, `Cron schedules (${r.jobs.length})`),
+    r.jobs.length === 0 ? h("p", { class: "muted", id: "no-cron" }, "No cron jobs: the control bucket holds no cron.<name> keys.") :
+      h("table", { id: "cron" }, h("tr", {}, ["name", "spec", "task", "last run", "next (leader)", "next runs", ""].map((c) => h("th", {}, c))),
+        r.jobs.map((j) => h("tr", { "data-cron": j.name }, h("td", {}, j.name), h("td", {}, h("code", {}, j.spec)),
+          h("td", {}, `${j.type || "?"} · ${j.tenant || "?"} · P${j.priority}`), h("td", {}, fmtTime(j.last)), h("td", {}, fmtTime(j.next)),
+          h("td", {}, j.upcoming.map((t) => h("div", {}, fmtTime(t)))), h("td", { class: "err" }, j.error || "")))));
+}
+
+function route() {
+  const [path, query] = location.hash.replace(/^#\/?/, "").split("?");
+  const params = new URLSearchParams(query || "");
+  const [page, ...rest] = path.split("/");
+  const id = decodeURIComponent(rest.join("/"));
+  const pages = {
+    "": ["overview", renderOverview], workers: ["workers", pageWorkers], tasks: ["tasks", () => pageTasks(params)],
+    task: ["tasks", () => pageTask(id)], dlq: ["dlq", () => pageDLQ(params)], cron: ["cron", pageCron],
+  };
+  const [name, fn] = pages[page] || pages[""];
+  return { page: page === "" ? "overview" : page, nav: name, render: async () => {
+    try { await fn(); } catch (e) { main.replaceChildren(h("p", { class: "err", id: "error" }, e.message)); }
+  } };
+}
+
+function navigate() {
+  const r = route();
+  for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.page === r.nav);
+  if (r.page === "overview" && !state.overview) main.replaceChildren(h("p", { class: "muted" }, "Loading…"));
+  r.render();
+}
+
+window.addEventListener("hashchange", navigate);
+api("/api/overview").then(applyOverview).catch((e) => toast(e.message, true)).finally(() => { navigate(); startLive(); });

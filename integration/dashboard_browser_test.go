@@ -1,0 +1,205 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/worker"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+)
+
+// chromium finds the browser for the end-to-end test: $AX_CHROMIUM, or
+// chromium (Debian's package, installed by .ci/run) on the PATH. Without
+// one the test fails, unless AX_SKIP_BROWSER=1 says to skip it.
+func chromium(t *testing.T) string {
+	t.Helper()
+	if os.Getenv("AX_SKIP_BROWSER") == "1" {
+		t.Skip("AX_SKIP_BROWSER=1: the browser test is skipped")
+	}
+	if path := os.Getenv("AX_CHROMIUM"); path != "" {
+		return path
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if path, err := exec.LookPath(name); err == nil {
+			return path
+		}
+	}
+	t.Fatal("no Chromium for the browser test: apt-get install chromium (.ci/run does), set AX_CHROMIUM, or set AX_SKIP_BROWSER=1 to skip it")
+	return ""
+}
+
+// artifactsDir is where the test saves its screenshots: $AX_ARTIFACTS, or
+// artifacts/ at the repository root (git-ignored).
+func artifactsDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("AX_ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join("..", "artifacts")
+	}
+	dir, err := filepath.Abs(dir)
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	return dir
+}
+
+// An operator opens the dashboard of a live ax dev in headless Chromium,
+// sees the buckets, finds a task that died, replays it from the dead-letter
+// page (confirming the action) and sees it succeed; screenshots are saved.
+func TestDashboardInBrowser(t *testing.T) {
+	t.Parallel()
+	browser := chromium(t)
+	dashAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	// No built-in workers: this test's worker runs the task type whose
+	// downstream it breaks and repairs.
+	dev := startDev(t, "--workers", "0", "--dashboard", dashAddr, "--allow-actions")
+	var broken atomic.Bool
+	broken.Store(true)
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("charge", func(context.Context, *worker.Task) error {
+		if broken.Load() {
+			return worker.Permanent(errors.New("card processor down"))
+		}
+		return nil
+	}, nil))
+	require.NoError(t, reg.Handle("work", func(context.Context, *worker.Task) error { return nil }, nil))
+	ctx := context.Background()
+	w, err := worker.New(ctx, dev.js, &worker.Config{Registry: reg, Concurrency: 8, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+
+	client, err := scheduler.NewClient(ctx, dev.js, nil)
+	require.NoError(t, err)
+	for i := range 20 {
+		_, err := client.Submit(ctx, scheduler.Task{Type: "work", Tenant: "acme", Priority: i % 3})
+		require.NoError(t, err)
+	}
+	const id = "order-4711"
+	_, err = client.Submit(ctx, scheduler.Task{ID: id, Type: "charge", Tenant: "acme", Priority: 1})
+	require.NoError(t, err)
+	store := client.Store()
+	state := func() kv.State {
+		rec, _, err := store.Get(ctx, id)
+		if err != nil {
+			return ""
+		}
+		return rec.State
+	}
+	require.Eventually(t, func() bool { return state() == kv.StateDead }, 30*time.Second, 50*time.Millisecond)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1300, 1000),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
+	defer cancelBrowser()
+	bctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
+	defer cancelTimeout()
+	dir := artifactsDir(t)
+	shot := func(name string) chromedp.Action[chromedp.Void] {
+		return func(ctx context.Context, target *chromedp.Target) (chromedp.Void, error) {
+			png, err := chromedp.FullScreenshot(100)(ctx, target)
+			if err != nil {
+				return chromedp.Void{}, err
+			}
+			path := filepath.Join(dir, name)
+			t.Logf("screenshot: %s", path)
+			return chromedp.Void{}, os.WriteFile(path, png, 0o644)
+		}
+	}
+	base := "http://" + dashAddr + "/"
+	defer func() { // on failure, keep what the browser showed
+		if t.Failed() {
+			var text string
+			_ = chromedp.Do(bctx, shot("dashboard-failure.png"), into(chromedp.Text(`body`), &text))
+			t.Logf("page at failure:\n%s", text)
+		}
+	}()
+
+	// The overview shows the five buckets and, once the sampler has seen
+	// them, the finished tasks.
+	var mode, records string
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(base),
+		chromedp.WaitVisible(`#buckets tr[data-bucket="4"]`),
+		void(chromedp.Poll[bool](`Number(document.querySelector("#records")?.textContent) >= 21`, chromedp.WithPollingTimeout(30*time.Second))),
+		into(chromedp.Text(`#mode`), &mode),
+		into(chromedp.Text(`#records`), &records),
+		chromedp.WaitVisible(`#charts svg polyline`),
+		shot("dashboard-overview.png"),
+	))
+	require.Equal(t, "actions allowed", mode)
+	require.Equal(t, "21", records)
+
+	// Find the task by its id prefix: it is DEAD, and its trail says why.
+	var row, trail string
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Click(`nav a[data-page="tasks"]`),
+		chromedp.WaitVisible(`#search-id`),
+		chromedp.SendKeys(`#search-id`, "order-"),
+		chromedp.Click(`#search-submit`),
+		chromedp.WaitVisible(`#tasks tr[data-task="`+id+`"]`),
+		into(chromedp.Text(`#tasks tr[data-task="`+id+`"]`), &row),
+		chromedp.Click(`#tasks a[data-task-link="`+id+`"]`),
+		chromedp.WaitVisible(`#trail`),
+		into(chromedp.Text(`#trail`), &trail),
+	))
+	require.Contains(t, row, "DEAD")
+	require.Contains(t, trail, "card processor down")
+	require.Contains(t, trail, "RUNNING → DEAD")
+
+	// The downstream is back: replay from the dead-letter page, confirming
+	// in the dialog, and watch the task succeed.
+	broken.Store(false)
+	var toast, final string
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Click(`nav a[data-page="dlq"]`),
+		chromedp.WaitVisible(`#dlq button[data-replay="`+id+`"]`),
+		chromedp.Click(`#dlq button[data-replay="`+id+`"]`),
+		chromedp.WaitVisible(`#confirm-ok`),
+		chromedp.Click(`#confirm-ok`),
+		chromedp.WaitVisible(`#toast`),
+		into(chromedp.Text(`#toast`), &toast),
+		chromedp.Navigate(base+"#/task/"+id),
+		void(chromedp.Poll[bool](`(() => { const s = document.querySelector('[data-field="state"]');
+			if (s && s.textContent === "SUCCEEDED") return true;
+			const r = [...document.querySelectorAll("button")].find((b) => b.textContent === "Refresh");
+			if (r) r.click();
+			return false; })()`, chromedp.WithPollingInterval(200*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second))),
+		chromedp.WaitVisible(`#trail li.SUCCEEDED`),
+		into(chromedp.Text(`#trail`), &final),
+		shot("dashboard-task-replayed.png"),
+	))
+	require.Contains(t, toast, "Replayed 1: "+id)
+	require.Contains(t, final, "DEAD → READY")
+	require.Contains(t, final, "replay")
+	require.Equal(t, kv.StateSucceeded, state(), "the management API agrees with the page")
+}
+
+// into runs a, keeps its result in dst, and yields nothing, so that
+// value actions can be chained with chromedp.Do.
+func into[T any](a chromedp.Action[T], dst *T) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, target *chromedp.Target) (chromedp.Void, error) {
+		v, err := a(ctx, target)
+		*dst = v
+		return chromedp.Void{}, err
+	}
+}
+
+// void runs a and drops its result.
+func void[T any](a chromedp.Action[T]) chromedp.Action[chromedp.Void] {
+	var drop T
+	return into(a, &drop)
+}

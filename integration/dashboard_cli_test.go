@@ -1,0 +1,51 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// `ax dashboard` connects with the CLI's flags to a running ax and serves
+// the page read-only: the overview has the buckets, actions answer 403.
+func TestDashboardCommandReadOnly(t *testing.T) {
+	t.Parallel()
+	dev := startDev(t)
+	id := strings.TrimSpace(ax(t, "submit", "fail", "--server", dev.url))
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p := startAx(t, "dashboard", "--listen", addr, "--server", dev.url)
+	require.Eventually(t, func() bool { return strings.Contains(p.output(), "dashboard on http://"+addr) }, 30*time.Second, 50*time.Millisecond,
+		"ax dashboard did not start:\n%s", p.output())
+	require.Contains(t, p.output(), "read-only")
+
+	res, err := http.Get("http://" + addr + "/api/overview")
+	require.NoError(t, err)
+	var ov struct {
+		AllowActions bool `json:"allow_actions"`
+		Stats        struct {
+			Buckets []struct{ Stream string } `json:"buckets"`
+		} `json:"stats"`
+	}
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&ov))
+	res.Body.Close()
+	require.False(t, ov.AllowActions)
+	require.Len(t, ov.Stats.Buckets, 5)
+	require.Equal(t, "AX_P0", ov.Stats.Buckets[0].Stream)
+
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/api/actions/task.cancel", strings.NewReader(`{"id":"`+id+`"}`))
+	require.NoError(t, err)
+	req.Header.Set("X-Ax-Confirm", "yes")
+	res, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusForbidden, res.StatusCode)
+	require.Contains(t, string(body), "--allow-actions")
+}
