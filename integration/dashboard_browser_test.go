@@ -21,7 +21,9 @@ import (
 
 // chromium finds the browser for the end-to-end test: $AX_CHROMIUM, or
 // chromium (Debian's package, installed by .ci/run) on the PATH. Without
-// one the test fails, unless AX_SKIP_BROWSER=1 says to skip it.
+// one the test is skipped on a machine with only Go, and fails where a
+// browser is required (AX_REQUIRE_BROWSER=1, which .ci/run sets);
+// AX_SKIP_BROWSER=1 always skips it.
 func chromium(t *testing.T) string {
 	t.Helper()
 	if os.Getenv("AX_SKIP_BROWSER") == "1" {
@@ -35,7 +37,11 @@ func chromium(t *testing.T) string {
 			return path
 		}
 	}
-	t.Fatal("no Chromium for the browser test: apt-get install chromium (.ci/run does), set AX_CHROMIUM, or set AX_SKIP_BROWSER=1 to skip it")
+	const missing = "no Chromium for the browser test: apt-get install chromium (.ci/run does) or set AX_CHROMIUM"
+	if os.Getenv("AX_REQUIRE_BROWSER") == "1" {
+		t.Fatal(missing)
+	}
+	t.Skip(missing + "; skipped (AX_REQUIRE_BROWSER=1 makes this a failure)")
 	return ""
 }
 
