@@ -164,9 +164,10 @@ func TestWorkerCrashes(t *testing.T) {
 	require.Empty(t, missing, "lost side effects")
 	require.Len(t, effects, len(ids), "one side effect per task")
 	require.Empty(t, j.overlaps(), "tasks with two overlapping executions")
-	reexec, unexplained := j.reexecutions(m.deaths)
-	require.Empty(t, unexplained, "re-executions not explained by a killed worker")
-	t.Logf("worker crashes: %d tasks, %d kills, lost 0, overlapping 0, re-executions %d (all after a kill)", len(ids), kills, reexec)
+	afterKill, afterAbort, unexplained := j.reexecutions(m.deaths)
+	require.Empty(t, unexplained, "re-executions not explained by a killed worker or a self-fenced execution")
+	t.Logf("worker crashes: %d tasks, %d kills, lost 0, overlapping 0, re-executions %d after a kill, %d after a self-fenced (lapsed) execution",
+		len(ids), kills, afterKill, afterAbort)
 }
 
 // Scenario 2: a worker frozen (SIGSTOP) mid-task past its lease loses the

@@ -17,8 +17,9 @@ import (
 type execution struct {
 	task, worker string
 	attempt      int
-	start, end   time.Time // end: finish, or the worker's death
+	start, end   time.Time // end: finish or abort, or the worker's death
 	finished     bool
+	aborted      bool // its context ended (timeout, cancel, a lapsed claim)
 }
 
 // journal is what every probe worker wrote.
@@ -59,6 +60,10 @@ func readJournals(t *testing.T, dir string, deaths map[string]time.Time) *journa
 				if e := open[k]; e != nil {
 					e.end, e.finished = time.Unix(0, ev.At), true
 				}
+			case "abort":
+				if e := open[k]; e != nil {
+					e.end, e.aborted = time.Unix(0, ev.At), true
+				}
 			case "effect":
 				j.effects[ev.Task]++
 			}
@@ -67,7 +72,7 @@ func readJournals(t *testing.T, dir string, deaths map[string]time.Time) *journa
 	}
 	for _, k := range order {
 		e := open[k]
-		if !e.finished {
+		if !e.finished && !e.aborted {
 			death, ok := deaths[e.worker]
 			if !ok {
 				death = time.Now() // still running, or stopped by a signal
@@ -96,19 +101,24 @@ func (j *journal) overlaps() []string {
 	return out
 }
 
-// reexecutions counts executions beyond the first of each task, and lists
-// the tasks where one is not explained by the death of the previous
-// execution's worker before it started.
-func (j *journal) reexecutions(deaths map[string]time.Time) (total int, unexplained []string) {
+// reexecutions counts executions beyond the first of each task: those
+// after the previous execution's worker was killed, those after the
+// previous execution was aborted by its own worker (its claim lapsed: it
+// stopped itself and applied no effect), and the tasks where a
+// re-execution has neither explanation.
+func (j *journal) reexecutions(deaths map[string]time.Time) (afterKill, afterAbort int, unexplained []string) {
 	for task, runs := range j.executions {
-		total += len(runs) - 1
 		for i := 1; i < len(runs); i++ {
 			death, killed := deaths[runs[i-1].worker]
-			if !killed || death.After(runs[i].start) {
+			switch {
+			case killed && !death.After(runs[i].start):
+				afterKill++
+			case runs[i-1].aborted && !runs[i-1].end.After(runs[i].start):
+				afterAbort++
+			default:
 				unexplained = append(unexplained, task)
-				break
 			}
 		}
 	}
-	return total, unexplained
+	return afterKill, afterAbort, unexplained
 }

@@ -20,7 +20,7 @@ type ProbeArgs struct {
 
 // ProbeEvent is one line of a probe journal.
 type ProbeEvent struct {
-	Event   string `json:"ev"` // "start", "finish" or "effect"
+	Event   string `json:"ev"` // "start", "effect", "finish", or "abort" (context ended)
 	Task    string `json:"task"`
 	Worker  string `json:"worker"`
 	Attempt int    `json:"attempt"`
@@ -28,7 +28,8 @@ type ProbeEvent struct {
 }
 
 // Probe is the "probe" task type of the fault suites: it journals every
-// execution's start and finish to an append-only file (one JSON line per
+// execution's start and end ("finish", or "abort" when its context ended)
+// to an append-only file (one JSON line per
 // event, written straight to the kernel, so a SIGKILL loses nothing written
 // before it), sleeps, and applies its side effect exactly once per task by
 // creating the task's key in an effects bucket (create-if-absent: the
@@ -76,6 +77,7 @@ func (p *Probe) handle(ctx context.Context, task *worker.Task, args ProbeArgs) e
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
+			p.write("abort", task) // the execution ends here, without its effect
 			return context.Cause(ctx)
 		}
 	}
