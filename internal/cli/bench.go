@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -19,8 +21,10 @@ type benchFlags struct {
 	backlog   int
 	timeScale float64
 	tenants   int
+	window    time.Duration
 	useServer bool
 	quiet     bool
+	profile   string // CPU profile file
 }
 
 type benchRunner func(context.Context, bench.Options) ([]*bench.Result, error)
@@ -62,6 +66,9 @@ func (f *benchFlags) scenarios() map[string]benchScenario {
 		"priority": {tasks: 100_000, run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
 			return single(bench.Priority(ctx, o, o.Tasks, f.rate, f.duration))
 		}},
+		"delay": {tasks: 10_000, run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
+			return single(bench.Delay(ctx, o, f.window))
+		}},
 		"article": {tasks: 500_000, workers: 8, slots: 16, run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
 			return single(bench.Article(ctx, o, bench.ArticleOptions{TimeScale: f.timeScale, Tenants: f.tenants}))
 		}},
@@ -88,7 +95,8 @@ and a table at the end (--json for machines). See docs/BENCHMARKS.md.
   baseline    N messages through one WorkQueue stream and one pull consumer
   latency     a paced load (--rate for --duration): submit-to-start latency
   priority    a P4 backlog of N tasks, then P0 tasks at --rate: P0 latency
-  article     the design article's load test, scaled (--tasks, --time-scale)`,
+  article     the design article's load test, scaled (--tasks, --time-scale)
+  delay       N delayed tasks due within --window: release lateness p50/p99/max`,
 		Args:      cobra.ExactArgs(1),
 		ValidArgs: names,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -112,6 +120,17 @@ and a table at the end (--json for machines). See docs/BENCHMARKS.md.
 			if !f.quiet {
 				o.Progress = e.errOut
 			}
+			if f.profile != "" {
+				pf, err := os.Create(f.profile)
+				if err != nil {
+					return err
+				}
+				defer pf.Close()
+				if err := pprof.StartCPUProfile(pf); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			results, err := s.run(cmd.Context(), o)
 			if err != nil {
 				return err
@@ -129,7 +148,9 @@ and a table at the end (--json for machines). See docs/BENCHMARKS.md.
 	fs.DurationVar(&f.duration, "duration", 10*time.Second, "length of the paced scenarios")
 	fs.Float64Var(&f.timeScale, "time-scale", 0.01, "article: handler durations of 100 ms–2 s are multiplied by this")
 	fs.IntVar(&f.tenants, "tenants", 10, "article: tenants")
+	fs.DurationVar(&f.window, "window", time.Minute, "delay: tasks come due within this window (after 10 s of submitting)")
 	fs.BoolVar(&f.useServer, "use-server", false, "run against --server instead of an embedded server")
 	fs.BoolVarP(&f.quiet, "quiet", "q", false, "no progress bar")
+	fs.StringVar(&f.profile, "cpuprofile", "", "write a CPU profile of the whole run (server included) to this file")
 	root.AddCommand(cmd)
 }
