@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -93,6 +94,7 @@ func Delay(ctx context.Context, o Options, window time.Duration) (*Result, error
 	measure(r, o.Tasks, time.Since(start), before, after)
 	r.CompletePerSec = 0
 	late.fill(r)
-	r.Extra = map[string]float64{"window_s": window.Seconds()}
+	earliest := slices.Min(late.d)
+	r.Extra = map[string]float64{"window_s": window.Seconds(), "min_ms": float64(earliest) / float64(time.Millisecond)}
 	return r, nil
 }
