@@ -10,23 +10,14 @@ import (
 	"github.com/ax-mesh/ax/scheduler"
 )
 
-// Pressure levels of a bucket, by its fill (depth over capacity).
+// Pressure levels of a bucket, by its fill (depth over capacity): the
+// names of [scheduler.Level].
 const (
 	LevelOK     = "ok"     // below the alert threshold
 	LevelAlert  = "alert"  // alert: operators should look
 	LevelRefuse = "refuse" // non-core submissions are refused
 	LevelPause  = "pause"  // P3 and P4 dispatch stops
 )
-
-// Thresholds are the backpressure thresholds, as fractions of capacity.
-type Thresholds struct {
-	Alert  float64 `json:"alert"`
-	Refuse float64 `json:"refuse"`
-	Pause  float64 `json:"pause"`
-}
-
-// DefaultThresholds are DESIGN.md's: 60 %, 80 %, 95 %.
-var DefaultThresholds = Thresholds{Alert: 0.60, Refuse: 0.80, Pause: 0.95}
 
 // Level is the pressure of one bucket.
 type Level struct {
@@ -47,13 +38,13 @@ type Sample struct {
 // Overview is what the overview page shows: the last stats, the pressure
 // of each bucket and the chart history.
 type Overview struct {
-	At           time.Time             `json:"at"`
-	Version      string                `json:"version"`
-	Prefix       string                `json:"prefix"`
-	AllowActions bool                  `json:"allow_actions"`
-	Stats        *scheduler.StatsReply `json:"stats,omitempty"`
-	Levels       []Level               `json:"levels"`
-	Thresholds   Thresholds            `json:"thresholds"`
+	At           time.Time                    `json:"at"`
+	Version      string                       `json:"version"`
+	Prefix       string                       `json:"prefix"`
+	AllowActions bool                         `json:"allow_actions"`
+	Stats        *scheduler.StatsReply        `json:"stats,omitempty"`
+	Levels       []Level                      `json:"levels"`
+	Thresholds   scheduler.PressureThresholds `json:"thresholds"`
 	// Leader is true when the thresholds and DispatchPaused come from the
 	// leader's pressure report in the control bucket; false when the
 	// levels are computed here from DESIGN.md's default thresholds.
@@ -67,10 +58,10 @@ type Overview struct {
 // leaderPressure is the part of the leader's "pressure" control entry the
 // dashboard reads.
 type leaderPressure struct {
-	Paused     bool       `json:"paused"`
-	Thresholds Thresholds `json:"thresholds"`
-	UpdatedAt  time.Time  `json:"updated_at"`
-	ValidFor   int64      `json:"valid_for"` // nanoseconds
+	Paused     bool                         `json:"paused"`
+	Thresholds scheduler.PressureThresholds `json:"thresholds"`
+	UpdatedAt  time.Time                    `json:"updated_at"`
+	ValidFor   int64                        `json:"valid_for"` // nanoseconds
 }
 
 // Run samples the stats until ctx ends. After each sample it waits
@@ -111,7 +102,7 @@ func (d *Dashboard) sample(ctx context.Context) *Overview {
 
 func (d *Dashboard) takeOverview(ctx context.Context) *Overview {
 	ov := &Overview{At: time.Now().UTC(), Version: d.cfg.Version, Prefix: d.names.Prefix(),
-		AllowActions: d.cfg.AllowActions, Thresholds: DefaultThresholds, Levels: []Level{}}
+		AllowActions: d.cfg.AllowActions, Thresholds: scheduler.DefaultPressureThresholds(), Levels: []Level{}}
 	var stats scheduler.StatsReply
 	if err := d.call(ctx, scheduler.VerbStats, scheduler.StatsRequest{Window: d.cfg.RateWindow.String()}, &stats); err != nil {
 		ov.Error = fmt.Sprintf("stats: %s", err.Error())
@@ -135,7 +126,7 @@ func (d *Dashboard) takeOverview(ctx context.Context) *Overview {
 		if b.Capacity > 0 {
 			fill = float64(b.Depth) / float64(b.Capacity)
 		}
-		ov.Levels = append(ov.Levels, Level{Priority: b.Priority, Fill: fill, Level: ov.Thresholds.level(fill)})
+		ov.Levels = append(ov.Levels, Level{Priority: b.Priority, Fill: fill, Level: ov.Thresholds.Level(fill).String()})
 		s.Depth = append(s.Depth, b.Depth)
 		s.InFlight = append(s.InFlight, b.InFlight)
 		s.SucceededRate = append(s.SucceededRate, b.SucceededRate)
@@ -143,18 +134,6 @@ func (d *Dashboard) takeOverview(ctx context.Context) *Overview {
 	}
 	ov.Sample = s
 	return ov
-}
-
-func (t Thresholds) level(fill float64) string {
-	switch {
-	case fill >= t.Pause:
-		return LevelPause
-	case fill >= t.Refuse:
-		return LevelRefuse
-	case fill >= t.Alert:
-		return LevelAlert
-	}
-	return LevelOK
 }
 
 // handleOverview answers the last overview with the chart history.

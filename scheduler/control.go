@@ -30,6 +30,10 @@ type PressureThresholds struct {
 	Resume float64 `json:"resume"` // resume P3 and P4 below this. Default 0.40
 }
 
+// DefaultPressureThresholds returns DESIGN.md's thresholds: alert at 60 %,
+// refuse at 80 %, pause at 95 %, resume below 40 %.
+func DefaultPressureThresholds() PressureThresholds { return PressureThresholds{}.withDefaults() }
+
 func (p PressureThresholds) withDefaults() PressureThresholds {
 	p.Alert = cmp.Or(p.Alert, 0.60)
 	p.Refuse = cmp.Or(p.Refuse, 0.80)

@@ -80,7 +80,7 @@ func (p *pressureLoop) measure(ctx context.Context) error {
 		if b.Capacity > 0 {
 			b.Depth = float64(b.Msgs) / float64(b.Capacity)
 		}
-		b.Level = th.level(b.Depth)
+		b.Level = th.Level(b.Depth)
 		highest = max(highest, b.Depth)
 		report.Buckets = append(report.Buckets, b)
 	}
@@ -113,8 +113,9 @@ func (p *pressureLoop) measure(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// level returns the level of a depth.
-func (th PressureThresholds) level(depth float64) Level {
+// Level returns the pressure level of a bucket at depth (stored messages
+// over capacity, 0..1).
+func (th PressureThresholds) Level(depth float64) Level {
 	switch {
 	case depth >= th.Pause:
 		return LevelPause

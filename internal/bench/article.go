@@ -43,22 +43,17 @@ func Article(ctx context.Context, o Options, a ArticleOptions) (*Result, error) 
 	if a.Timeout == 0 {
 		a.Timeout = 30 * time.Minute
 	}
-	e, err := newEnv(ctx, o, "axbench", 0)
+	run, err := newRun(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	defer e.close()
-	client, err := scheduler.NewClient(ctx, e.js, &scheduler.Config{Names: e.names})
-	if err != nil {
-		return nil, err
-	}
+	defer run.close()
 
 	var mu sync.Mutex
 	started := make(map[string]uint32, o.Tasks) // bit n: attempt n+1 started
 	var duplicates counter
 	var byPriority [streams.Priorities]latencies
-	reg := worker.NewRegistry()
-	if err := reg.Handle("article", func(ctx context.Context, t *worker.Task) error {
+	if err := run.start(ctx, o, "article", func(ctx context.Context, t *worker.Task) error {
 		mu.Lock()
 		bit := uint32(1) << min(t.Attempt-1, 31)
 		if started[t.ID]&bit != 0 {
@@ -84,14 +79,10 @@ func Article(ctx context.Context, o Options, a ArticleOptions) (*Result, error) 
 			return fmt.Errorf("article: planned failure of the first attempt")
 		}
 		return nil
-	}, nil); err != nil {
+	}); err != nil {
 		return nil, err
 	}
-	ws, err := startWorkers(ctx, e, o, reg)
-	if err != nil {
-		return nil, err
-	}
-	defer stopAll(ws)
+	ws := run.workers
 
 	settled := func() int64 {
 		var n int64
@@ -120,7 +111,7 @@ func Article(ctx context.Context, o Options, a ArticleOptions) (*Result, error) 
 			batch[j] = scheduler.Task{Type: "article", Tenant: fmt.Sprintf("tenant%02d", (i+j)%a.Tenants),
 				Priority: rand.IntN(streams.Priorities), MaxAttempts: 3, Payload: payload}
 		}
-		if _, err := client.SubmitBatch(ctx, batch); err != nil {
+		if _, err := run.client.SubmitBatch(ctx, batch); err != nil {
 			return nil, fmt.Errorf("article submit: %w", err)
 		}
 	}
@@ -149,7 +140,7 @@ func Article(ctx context.Context, o Options, a ArticleOptions) (*Result, error) 
 		retried += w.Stats().Retried.Load()
 		dead += w.Stats().Dead.Load()
 	}
-	dlq, err := e.js.Stream(ctx, e.names.DLQStream())
+	dlq, err := run.js.Stream(ctx, run.names.DLQStream())
 	if err != nil {
 		return nil, err
 	}

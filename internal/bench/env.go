@@ -13,10 +13,13 @@ import (
 
 	"github.com/ax-mesh/ax/internal/embedded"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
 )
 
 // Options are the flags shared by every scenario.
@@ -109,4 +112,64 @@ func readUsage() usage {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	return usage{cpu: cpu, peakRSS: ru.Maxrss * 1024}
+}
+
+// run is a scenario's ax: its environment, a submit client and the workers.
+type run struct {
+	*env
+	client  *scheduler.Client
+	workers []*worker.Worker
+}
+
+// newRun provisions ax (see [newEnv]) and opens a submit client.
+func newRun(ctx context.Context, o Options) (*run, error) {
+	e, err := newEnv(ctx, o, "axbench", 0)
+	if err != nil {
+		return nil, err
+	}
+	client, err := scheduler.NewClient(ctx, e.js, &scheduler.Config{Names: e.names})
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	return &run{env: e, client: client}, nil
+}
+
+// start runs o.Workers workers of o.Concurrency slots with fn for taskType.
+func (r *run) start(ctx context.Context, o Options, taskType string, fn worker.HandlerFunc) error {
+	reg := worker.NewRegistry()
+	if err := reg.Handle(taskType, fn, nil); err != nil {
+		return err
+	}
+	for range o.Workers {
+		w, err := worker.New(ctx, r.js, &worker.Config{Names: r.names, Registry: reg, Concurrency: o.Concurrency, Logger: zap.NewNop()})
+		if err == nil {
+			err = w.Start(ctx)
+		}
+		if err != nil {
+			return err
+		}
+		r.workers = append(r.workers, w)
+	}
+	return nil
+}
+
+// close stops the workers, then the environment.
+func (r *run) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, w := range r.workers {
+		_ = w.Stop(ctx)
+	}
+	r.env.close()
+}
+
+// noop is a no-op handler that records each task's submit-to-start latency
+// and counts it.
+func noop(lat *latencies, done *counter) worker.HandlerFunc {
+	return func(_ context.Context, t *worker.Task) error {
+		lat.add(since(t.Payload))
+		done.n.Add(1)
+		return nil
+	}
 }

@@ -12,34 +12,20 @@ import (
 // Latency submits tasks at a steady rate while one worker runs them and
 // reports submit-to-start latency: the latency a lightly loaded ax adds.
 func Latency(ctx context.Context, o Options, rate int, duration time.Duration) (*Result, error) {
-	e, err := newEnv(ctx, o, "axbench", 0)
+	r, err := newRun(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	defer e.close()
+	defer r.close()
 	var lat latencies
 	var done counter
-	reg := worker.NewRegistry()
-	if err := reg.Handle("noop", func(_ context.Context, t *worker.Task) error {
-		lat.add(since(t.Payload))
-		done.n.Add(1)
-		return nil
-	}, nil); err != nil {
-		return nil, err
-	}
-	ws, err := startWorkers(ctx, e, o, reg)
-	if err != nil {
-		return nil, err
-	}
-	defer stopAll(ws)
-	client, err := scheduler.NewClient(ctx, e.js, &scheduler.Config{Names: e.names})
-	if err != nil {
+	if err := r.start(ctx, o, "noop", noop(&lat, &done)); err != nil {
 		return nil, err
 	}
 	total := int(float64(rate) * duration.Seconds())
 	bar := startProgress(o.Progress, "latency", total, done.load)
 	before, start := readUsage(), time.Now()
-	if err := pace(ctx, client, rate, total, func(int) scheduler.Task {
+	if err := pace(ctx, r.client, rate, total, func(int) scheduler.Task {
 		return scheduler.Task{Type: "noop", Priority: 2, Payload: stamp(make([]byte, o.Payload))}
 	}); err != nil {
 		return nil, err
@@ -50,25 +36,21 @@ func Latency(ctx context.Context, o Options, rate int, duration time.Duration) (
 	elapsed := time.Since(start)
 	after := readUsage()
 	bar.end()
-	r := &Result{Scenario: "latency", Concurrency: o.Concurrency, Workers: o.Workers, Sync: o.Sync}
-	measure(r, total, elapsed, before, after)
-	r.SubmitPerSec = float64(rate)
-	lat.fill(r)
-	return r, nil
+	res := &Result{Scenario: "latency", Concurrency: o.Concurrency, Workers: o.Workers, Sync: o.Sync}
+	measure(res, total, elapsed, before, after)
+	res.SubmitPerSec = float64(rate)
+	lat.fill(res)
+	return res, nil
 }
 
 // Priority fills P4 with a backlog, then submits P0 tasks at a steady rate
 // while the backlog drains, and reports the P0 submit-to-start latency.
 func Priority(ctx context.Context, o Options, backlog, rate int, duration time.Duration) (*Result, error) {
-	e, err := newEnv(ctx, o, "axbench", 0)
+	r, err := newRun(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	defer e.close()
-	client, err := scheduler.NewClient(ctx, e.js, &scheduler.Config{Names: e.names})
-	if err != nil {
-		return nil, err
-	}
+	defer r.close()
 	var filled counter
 	bar := startProgress(o.Progress, "backlog", backlog, filled.load)
 	const chunk = 5_000
@@ -77,7 +59,7 @@ func Priority(ctx context.Context, o Options, backlog, rate int, duration time.D
 		for j := range tasks {
 			tasks[j] = scheduler.Task{Type: "noop", Priority: 4, Payload: make([]byte, o.Payload)}
 		}
-		if _, err := client.SubmitBatch(ctx, tasks); err != nil {
+		if _, err := r.client.SubmitBatch(ctx, tasks); err != nil {
 			return nil, fmt.Errorf("priority backlog: %w", err)
 		}
 		filled.n.Add(int64(len(tasks)))
@@ -86,8 +68,7 @@ func Priority(ctx context.Context, o Options, backlog, rate int, duration time.D
 
 	var urgent latencies
 	var urgentDone, drained counter
-	reg := worker.NewRegistry()
-	if err := reg.Handle("noop", func(_ context.Context, t *worker.Task) error {
+	if err := r.start(ctx, o, "noop", func(_ context.Context, t *worker.Task) error {
 		if t.Priority == 0 {
 			urgent.add(since(t.Payload))
 			urgentDone.n.Add(1)
@@ -95,18 +76,13 @@ func Priority(ctx context.Context, o Options, backlog, rate int, duration time.D
 			drained.n.Add(1)
 		}
 		return nil
-	}, nil); err != nil {
+	}); err != nil {
 		return nil, err
 	}
-	ws, err := startWorkers(ctx, e, o, reg)
-	if err != nil {
-		return nil, err
-	}
-	defer stopAll(ws)
 	total := int(float64(rate) * duration.Seconds())
 	bar = startProgress(o.Progress, "P0 tasks", total, urgentDone.load)
 	before, start := readUsage(), time.Now()
-	if err := pace(ctx, client, rate, total, func(int) scheduler.Task {
+	if err := pace(ctx, r.client, rate, total, func(int) scheduler.Task {
 		return scheduler.Task{Type: "noop", Priority: 0, Payload: stamp(make([]byte, o.Payload))}
 	}); err != nil {
 		return nil, err
@@ -117,12 +93,12 @@ func Priority(ctx context.Context, o Options, backlog, rate int, duration time.D
 	elapsed := time.Since(start)
 	after := readUsage()
 	bar.end()
-	r := &Result{Scenario: "priority", Concurrency: o.Concurrency, Workers: o.Workers, Sync: o.Sync}
-	measure(r, total, elapsed, before, after)
-	r.SubmitPerSec = float64(rate)
-	urgent.fill(r)
-	r.Counts = map[string]int64{"p4_backlog": int64(backlog), "p4_drained_meanwhile": drained.load()}
-	return r, nil
+	res := &Result{Scenario: "priority", Concurrency: o.Concurrency, Workers: o.Workers, Sync: o.Sync}
+	measure(res, total, elapsed, before, after)
+	res.SubmitPerSec = float64(rate)
+	urgent.fill(res)
+	res.Counts = map[string]int64{"p4_backlog": int64(backlog), "p4_drained_meanwhile": drained.load()}
+	return res, nil
 }
 
 // pace submits total tasks at rate per second, in small batches every

@@ -8,9 +8,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/scheduler"
-	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/zap"
 )
 
 // stamp writes the submit time into the first 8 bytes of a payload.
@@ -97,31 +95,14 @@ func Baseline(ctx context.Context, o Options) (*Result, error) {
 // while o.Workers workers of o.Concurrency slots run them, with full state
 // tracking (record at submit, claim, completion, trail).
 func Throughput(ctx context.Context, o Options) (*Result, error) {
-	e, err := newEnv(ctx, o, "axbench", 0)
+	r, err := newRun(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	defer e.close()
+	defer r.close()
 	var lat latencies
 	var done counter
-	all := make(chan struct{})
-	reg := worker.NewRegistry()
-	if err := reg.Handle("noop", func(_ context.Context, t *worker.Task) error {
-		lat.add(since(t.Payload))
-		if done.n.Add(1) == int64(o.Tasks) {
-			close(all)
-		}
-		return nil
-	}, nil); err != nil {
-		return nil, err
-	}
-	ws, err := startWorkers(ctx, e, o, reg)
-	if err != nil {
-		return nil, err
-	}
-	defer stopAll(ws)
-	client, err := scheduler.NewClient(ctx, e.js, &scheduler.Config{Names: e.names})
-	if err != nil {
+	if err := r.start(ctx, o, "noop", noop(&lat, &done)); err != nil {
 		return nil, err
 	}
 	bar := startProgress(o.Progress, "throughput", o.Tasks, done.load)
@@ -133,47 +114,20 @@ func Throughput(ctx context.Context, o Options) (*Result, error) {
 		for range min(chunk, o.Tasks-i) {
 			tasks = append(tasks, scheduler.Task{Type: "noop", Priority: 2, Payload: stamp(make([]byte, o.Payload))})
 		}
-		if _, err := client.SubmitBatch(ctx, tasks); err != nil {
+		if _, err := r.client.SubmitBatch(ctx, tasks); err != nil {
 			return nil, fmt.Errorf("throughput submit: %w", err)
 		}
 	}
 	submitted := time.Since(start)
-	select {
-	case <-all:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := waitFor(ctx, func() bool { return done.load() >= int64(o.Tasks) }); err != nil {
+		return nil, err
 	}
 	elapsed := time.Since(start)
 	after := readUsage()
 	bar.end()
-	r := &Result{Scenario: "throughput", Concurrency: o.Concurrency, Workers: o.Workers, Sync: o.Sync}
-	measure(r, o.Tasks, elapsed, before, after)
-	r.SubmitPerSec = float64(o.Tasks) / submitted.Seconds()
-	lat.fill(r)
-	return r, nil
-}
-
-// startWorkers starts o.Workers workers on e with reg.
-func startWorkers(ctx context.Context, e *env, o Options, reg *worker.Registry) ([]*worker.Worker, error) {
-	var ws []*worker.Worker
-	for range o.Workers {
-		w, err := worker.New(ctx, e.js, &worker.Config{Names: e.names, Registry: reg, Concurrency: o.Concurrency, Logger: zap.NewNop()})
-		if err == nil {
-			err = w.Start(ctx)
-		}
-		if err != nil {
-			stopAll(ws)
-			return nil, err
-		}
-		ws = append(ws, w)
-	}
-	return ws, nil
-}
-
-func stopAll(ws []*worker.Worker) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for _, w := range ws {
-		_ = w.Stop(ctx)
-	}
+	res := &Result{Scenario: "throughput", Concurrency: o.Concurrency, Workers: o.Workers, Sync: o.Sync}
+	measure(res, o.Tasks, elapsed, before, after)
+	res.SubmitPerSec = float64(o.Tasks) / submitted.Seconds()
+	lat.fill(res)
+	return res, nil
 }
