@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"encoding/binary"
 	"fmt"
 	"sync"
@@ -67,8 +68,19 @@ func Baseline(ctx context.Context, o Options) (*Result, error) {
 	bar := startProgress(o.Progress, "baseline", o.Tasks, done.load)
 	before, start := readUsage(), time.Now()
 	for range o.Tasks {
-		if _, err := e.js.PublishAsync("bench.baseline", stamp(make([]byte, o.Payload))); err != nil {
-			return nil, fmt.Errorf("baseline publish: %w", err)
+		for {
+			_, err := e.js.PublishAsync("bench.baseline", stamp(make([]byte, o.Payload)))
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				return nil, fmt.Errorf("baseline publish: %w", err)
+			}
+			select { // the publish window is full: let it drain
+			case <-e.js.PublishAsyncComplete():
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
 	}
 	<-e.js.PublishAsyncComplete()

@@ -31,8 +31,8 @@ type benchRunner func(context.Context, bench.Options) ([]*bench.Result, error)
 
 // benchScenario is a scenario and its defaults where they differ from the flags'.
 type benchScenario struct {
-	run                   benchRunner
-	tasks, workers, slots int
+	run                         benchRunner
+	tasks, workers, slots, rate int
 }
 
 func (f *benchFlags) scenarios() map[string]benchScenario {
@@ -63,7 +63,7 @@ func (f *benchFlags) scenarios() map[string]benchScenario {
 		"latency": {run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
 			return single(bench.Latency(ctx, o, f.rate, f.duration))
 		}},
-		"priority": {tasks: 100_000, run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
+		"priority": {tasks: 100_000, rate: 200, run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
 			return single(bench.Priority(ctx, o, o.Tasks, f.rate, f.duration))
 		}},
 		"delay": {tasks: 10_000, run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
@@ -114,6 +114,9 @@ and a table at the end (--json for machines). See docs/BENCHMARKS.md.
 			if s.slots != 0 && !cmd.Flags().Changed("concurrency") {
 				o.Concurrency = s.slots
 			}
+			if s.rate != 0 && !cmd.Flags().Changed("rate") {
+				f.rate = s.rate
+			}
 			if f.useServer {
 				o.Server = e.server
 			}
@@ -144,7 +147,7 @@ and a table at the end (--json for machines). See docs/BENCHMARKS.md.
 	fs.IntVar(&f.o.Workers, "workers", 1, "workers in this process (article: default 8)")
 	fs.IntVar(&f.o.Payload, "payload", 200, "payload bytes")
 	fs.StringVar(&f.o.Sync, "sync", "", `embedded server flush policy: "always" or an interval (default: the server's)`)
-	fs.IntVar(&f.rate, "rate", 2_000, "tasks per second of the paced scenarios (priority: P0 tasks)")
+	fs.IntVar(&f.rate, "rate", 2_000, "tasks per second of the paced scenarios (priority: P0 tasks, default 200)")
 	fs.DurationVar(&f.duration, "duration", 10*time.Second, "length of the paced scenarios")
 	fs.Float64Var(&f.timeScale, "time-scale", 0.01, "article: handler durations of 100 ms–2 s are multiplied by this")
 	fs.IntVar(&f.tenants, "tenants", 10, "article: tenants")
