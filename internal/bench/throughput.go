@@ -2,8 +2,8 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
