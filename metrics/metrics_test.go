@@ -18,11 +18,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine"),
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*Server).fetchAccount"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	)
+	goleak.VerifyTestMain(m, natstest.LeakOptions()...)
 }
 
 // The served metrics show task outcomes with their labels, the hooks of

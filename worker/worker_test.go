@@ -23,13 +23,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// nats-server and nats.go keep package-level helpers alive.
-		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine"),
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*Server).fetchAccount"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	goleak.VerifyTestMain(m, append(natstest.LeakOptions(),
 		goleak.IgnoreTopFunction("time.Sleep"),
-	)
+	)...)
 }
 
 type testBundle struct {
