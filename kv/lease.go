@@ -137,8 +137,7 @@ func (l *Lease) Renew(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	ack, err := l.js.Publish(ctx, "$KV."+l.cfg.Bucket+"."+l.cfg.Key, value,
-		jetstream.WithMsgTTL(l.cfg.TTL), jetstream.WithExpectLastSequencePerSubject(l.rev))
+	rev, err := updateWithTTL(ctx, l.js, l.cfg.Bucket, l.cfg.Key, value, l.cfg.TTL, l.rev)
 	if IsRevisionMismatch(err) {
 		l.rev = 0
 		return 0, fmt.Errorf("renew lease %s/%s: %w", l.cfg.Bucket, l.cfg.Key, ErrLeaseLost)
@@ -146,7 +145,7 @@ func (l *Lease) Renew(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("renew lease %s/%s: %w", l.cfg.Bucket, l.cfg.Key, err)
 	}
-	l.rev = ack.Sequence
+	l.rev = rev
 	return l.rev, nil
 }
 

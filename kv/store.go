@@ -188,7 +188,7 @@ func (s *Store) Apply(ctx context.Context, rec *Record, rev uint64, to State, ac
 	}
 	var newRev uint64
 	if s.expires(to) {
-		newRev, err = s.writeExpiring(ctx, rec.ID, data, rev)
+		newRev, err = updateWithTTL(ctx, s.js, s.cfg.Names.TasksBucket(), rec.ID, data, s.cfg.Retention, rev)
 	} else {
 		newRev, err = s.kv.Update(ctx, rec.ID, data, rev)
 	}
@@ -206,12 +206,13 @@ func (s *Store) expires(to State) bool {
 	return s.cfg.Retention > 0 && (to == StateSucceeded || to == StateCancelled)
 }
 
-// writeExpiring is a compare-and-set write with a per-message TTL, which KV
-// Update cannot set: a publish to the key's subject with Nats-TTL and the
-// expected last subject sequence.
-func (s *Store) writeExpiring(ctx context.Context, id string, data []byte, rev uint64) (uint64, error) {
-	ack, err := s.js.Publish(ctx, s.keyPrefix+id, data,
-		jetstream.WithMsgTTL(s.cfg.Retention), jetstream.WithExpectLastSequencePerSubject(rev))
+// updateWithTTL is a compare-and-set write of key in bucket with a
+// per-message TTL, which KV Update cannot set: a publish to the key's
+// subject with Nats-TTL and the expected last subject sequence rev. Task
+// records use it for their retention and leases for their expiry.
+func updateWithTTL(ctx context.Context, js jetstream.JetStream, bucket, key string, data []byte, ttl time.Duration, rev uint64) (uint64, error) {
+	ack, err := js.Publish(ctx, "$KV."+bucket+"."+key, data,
+		jetstream.WithMsgTTL(ttl), jetstream.WithExpectLastSequencePerSubject(rev))
 	if err != nil {
 		return 0, err
 	}

@@ -130,7 +130,7 @@ func (c *Config) withDefaults() *Config {
 func (c *Config) validate() error {
 	var errs []error
 	if c.Registry == nil {
-		errs = append(errs, errors.New("Registry is required"))
+		errs = append(errs, errors.New("a Registry is required"))
 	}
 	if err := streams.ValidateTaskID(c.ID); err != nil {
 		errs = append(errs, fmt.Errorf("ID: %w", err))

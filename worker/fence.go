@@ -19,8 +19,7 @@ func (w *Worker) watchClaim(d *delivery, cancel context.CancelCauseFunc) (stop f
 		return d.lastBeat.Add(lapse)
 	}
 	var timer *time.Timer
-	var check func()
-	check = func() {
+	check := func() {
 		if left := time.Until(deadline()); left > 0 {
 			timer.Reset(left)
 			return

@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -323,8 +322,7 @@ func TestMalformedTasksAreDeadLettered(t *testing.T) {
 	b := setup(t, nil)
 	ctx := context.Background()
 	b.startWorker(t, worker.Config{})
-	nc, js := b.srv.Connect()
-	_ = nc
+	_, js := b.srv.Connect()
 
 	cases := []struct {
 		name, subject, body string
@@ -380,8 +378,7 @@ func TestStopPutsRunningTaskBack(t *testing.T) {
 		cause = context.Cause(ctx)
 		return ctx.Err()
 	}, nil))
-	nc, js := b.srv.Connect()
-	_ = nc
+	_, js := b.srv.Connect()
 	w, err := worker.New(ctx, js, &worker.Config{ID: "A", Registry: slow, GracePeriod: 200 * time.Millisecond, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
@@ -451,5 +448,4 @@ func TestConfigValidation(t *testing.T) {
 	require.NoError(t, reg.Handle("x", func(context.Context, *worker.Task) error { return nil }, nil))
 	require.ErrorContains(t, reg.Handle("x", func(context.Context, *worker.Task) error { return nil }, nil), "already registered")
 	require.ErrorContains(t, reg.Handle("a.b", func(context.Context, *worker.Task) error { return nil }, nil), "task type")
-	_ = json.Valid
 }

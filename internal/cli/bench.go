@@ -18,7 +18,6 @@ type benchFlags struct {
 	o         bench.Options
 	rate      int
 	duration  time.Duration
-	backlog   int
 	timeScale float64
 	tenants   int
 	window    time.Duration
