@@ -23,7 +23,7 @@ type source struct {
 
 // deadLetterHeaders are dropped from a re-dispatched copy.
 var deadLetterHeaders = []string{streams.HeaderError, streams.HeaderAttempts, streams.HeaderFailedAt,
-	streams.HeaderSubject, streams.HeaderTaskID, streams.HeaderGen, headerPayloadTruncated}
+	streams.HeaderSubject, streams.HeaderTaskID, streams.HeaderGen, streams.HeaderWaitingSince, headerPayloadTruncated}
 
 // headerPayloadTruncated marks a dead letter without its payload (see the worker).
 const headerPayloadTruncated = "Ax-Payload-Truncated"

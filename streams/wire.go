@@ -27,6 +27,9 @@ const (
 	// HeaderGen is the task's dispatch generation; a message behind the
 	// record's generation is dropped.
 	HeaderGen = "Ax-Gen"
+	// HeaderWaitingSince (RFC 3339) is when an aged task first began to
+	// wait; a worker runs the longest-waiting task of a priority first.
+	HeaderWaitingSince = "Ax-Waiting-Since"
 	// HeaderError carries the failure reason on a dead letter.
 	HeaderError = "Ax-Error"
 	// HeaderAttempts carries the attempts made on a dead letter.

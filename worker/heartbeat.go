@@ -14,6 +14,9 @@ type delivery struct {
 	priority int
 	shard    int
 	received time.Time
+	since    time.Time     // when the task began to wait: the dispatch order
+	order    uint64        // arrival at the dispatch queue: breaks ties
+	taken    chan struct{} // closed when a slot takes it from the queue
 
 	mu       sync.Mutex
 	lastBeat time.Time // last ack-wait reset: receipt or in-progress (mu)

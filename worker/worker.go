@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )
@@ -22,12 +21,12 @@ type Worker struct {
 	store *kv.Store
 	log   *zap.Logger
 
-	queues   [streams.Priorities]chan *delivery // local dispatch, one per priority
-	held     heldSet                            // every message held, for heartbeats
-	running  sync.Map                           // task id -> context.CancelCauseFunc
-	cancels  cancelNotes                        // operator cancel notices
-	shards   shardSet                           // consumers of the shards served
-	stopMesh context.CancelFunc                 // nil with fixed shards
+	dispatch *dispatchQueue     // received deliveries, for the slots
+	held     heldSet            // every message held, for heartbeats
+	running  sync.Map           // task id -> context.CancelCauseFunc
+	cancels  cancelNotes        // operator cancel notices
+	shards   shardSet           // consumers of the shards served
+	stopMesh context.CancelFunc // nil with fixed shards
 	meshDone chan struct{}
 	serving  chan struct{} // closed once the mesh's shards are first served
 
@@ -64,9 +63,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Worker, err
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
 	w := &Worker{cfg: cfg, js: js, store: store, log: cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)), stopCh: make(chan struct{}), slotsDone: make(chan struct{})}
-	for p := range w.queues {
-		w.queues[p] = make(chan *delivery, cfg.Concurrency)
-	}
+	w.dispatch = newDispatchQueue()
 	w.held.items = map[*delivery]struct{}{}
 	w.runCtx, w.runCancel = context.WithCancelCause(context.Background())
 	return w, nil
@@ -149,16 +146,8 @@ func (w *Worker) Stop(ctx context.Context) error {
 		return fmt.Errorf("stop worker %s: %w", w.cfg.ID, ctx.Err())
 	}
 	w.runCancel(ErrStop)
-	for _, q := range w.queues { // tasks received but not started
-		for {
-			select {
-			case d := <-q:
-				w.release(d)
-				continue
-			default:
-			}
-			break
-		}
+	for _, d := range w.dispatch.close() { // tasks received but not started
+		w.release(d)
 	}
 	w.loops.Wait()
 	w.unsubscribeCancels()
@@ -185,21 +174,25 @@ func (w *Worker) consumeError(_ jetstream.ConsumeContext, err error) {
 	w.log.Debug("consume_error", zap.Error(err))
 }
 
-// receiver returns the consume callback of (p, shard): it hands each message
-// to the local queue of its priority, blocking while the queue is full so
-// that the consumer pulls no further ahead.
+// receiver returns the consume callback of (p, shard): it queues each
+// message for the slots and waits until a slot takes it, so that the
+// consumer pulls no further ahead.
 func (w *Worker) receiver(p, shard int) jetstream.MessageHandler {
 	return func(msg jetstream.Msg) {
 		if w.stopping.Load() || !w.shards.accepts(shard) {
 			_ = msg.Nak()
 			return
 		}
-		d := &delivery{msg: msg, priority: p, shard: shard, received: time.Now()}
+		now := time.Now()
+		d := &delivery{msg: msg, priority: p, shard: shard, received: now, since: waitingSince(msg, now), taken: make(chan struct{})}
 		w.held.add(d)
+		if !w.dispatch.push(d) {
+			w.release(d) // the worker is stopping
+			return
+		}
 		select {
-		case w.queues[p] <- d:
-		case <-w.stopCh:
-			w.release(d)
+		case <-d.taken:
+		case <-w.stopCh: // Stop releases it if no slot took it
 		}
 	}
 }
@@ -213,7 +206,7 @@ func (w *Worker) release(d *delivery) {
 // slot runs tasks one at a time, highest priority first, until Stop.
 func (w *Worker) slot() {
 	for {
-		d := w.next()
+		d := w.dispatch.pop(w.stopCh)
 		if d == nil {
 			return
 		}
@@ -224,58 +217,4 @@ func (w *Worker) slot() {
 		w.process(d)
 		w.held.remove(d)
 	}
-}
-
-// next returns the highest-priority queued delivery, waiting for one, or nil
-// once the worker is stopping.
-func (w *Worker) next() *delivery {
-	for {
-		select {
-		case <-w.stopCh:
-			return nil
-		default:
-		}
-		for _, q := range w.queues {
-			select {
-			case d := <-q:
-				return d
-			default:
-			}
-		}
-		select {
-		case <-w.stopCh:
-			return nil
-		case d := <-w.queues[0]:
-			return d
-		case d := <-w.queues[1]:
-			return w.preferHigher(d)
-		case d := <-w.queues[2]:
-			return w.preferHigher(d)
-		case d := <-w.queues[3]:
-			return w.preferHigher(d)
-		case d := <-w.queues[4]:
-			return w.preferHigher(d)
-		}
-	}
-}
-
-// preferHigher keeps strict priority when several queues filled at once
-// while the slot waited: a higher-priority delivery runs first and d goes
-// back to the front of the line through its queue.
-func (w *Worker) preferHigher(d *delivery) *delivery {
-	for p := 0; p < d.priority; p++ {
-		select {
-		case higher := <-w.queues[p]:
-			w.loops.Go(func() { // never block the slot; the queue has room soon
-				select {
-				case w.queues[d.priority] <- d:
-				case <-w.stopCh:
-					w.release(d)
-				}
-			})
-			return higher
-		default:
-		}
-	}
-	return d
 }

@@ -1,0 +1,144 @@
+package worker
+
+import (
+	"container/heap"
+	"sync"
+	"time"
+
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// dispatchQueue hands received deliveries to the task slots: the highest
+// priority first and, within a priority, the task that has waited longest
+// (so a task that aging lifted into a busy level runs before the younger
+// tasks there). A consume callback waits in [Worker.receiver] until a slot
+// takes its delivery, so a consumer pulls no further ahead than its
+// prefetch and the queue never holds more than one delivery per consumer.
+type dispatchQueue struct {
+	mu     sync.Mutex
+	levels [streams.Priorities]deliveryHeap // (mu)
+	queued int                              // deliveries in levels (mu)
+	pushed uint64                           // pushes so far: ties keep arrival order (mu)
+	closed bool                             // no more pushes (mu)
+	wake   chan struct{}                    // a token: a delivery may be waiting
+}
+
+func newDispatchQueue() *dispatchQueue {
+	return &dispatchQueue{wake: make(chan struct{}, 1)}
+}
+
+// push queues d; it reports false once the queue is closed.
+func (q *dispatchQueue) push(d *delivery) bool {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return false
+	}
+	q.pushed++
+	d.order = q.pushed
+	heap.Push(&q.levels[d.priority], d)
+	q.queued++
+	q.mu.Unlock()
+	q.signal()
+	return true
+}
+
+func (q *dispatchQueue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pop takes the next delivery, waiting for one, or returns nil once stop is
+// closed. Taking a delivery lets its consume callback return.
+func (q *dispatchQueue) pop(stop <-chan struct{}) *delivery {
+	for {
+		select {
+		case <-stop:
+			return nil
+		default:
+		}
+		if d := q.take(); d != nil {
+			return d
+		}
+		select {
+		case <-stop:
+			return nil
+		case <-q.wake:
+		}
+	}
+}
+
+func (q *dispatchQueue) take() *delivery {
+	q.mu.Lock()
+	for p := range q.levels {
+		if q.levels[p].Len() == 0 {
+			continue
+		}
+		d := heap.Pop(&q.levels[p]).(*delivery)
+		q.queued--
+		more := q.queued > 0
+		q.mu.Unlock()
+		close(d.taken)
+		if more {
+			q.signal() // another idle slot may take the next one
+		}
+		return d
+	}
+	q.mu.Unlock()
+	return nil
+}
+
+// close refuses further pushes and returns the deliveries no slot took.
+func (q *dispatchQueue) close() []*delivery {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	var left []*delivery
+	for p := range q.levels {
+		left = append(left, q.levels[p]...)
+		q.levels[p] = nil
+	}
+	q.queued = 0
+	return left
+}
+
+// waitingSince is when the task of msg began to wait: the time aging
+// carried over from its first copy, else when the stream stored the
+// message, else now.
+func waitingSince(msg jetstream.Msg, now time.Time) time.Time {
+	if v := msg.Headers().Get(streams.HeaderWaitingSince); v != "" {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			return t
+		}
+	}
+	if md, err := msg.Metadata(); err == nil {
+		return md.Timestamp
+	}
+	return now
+}
+
+// deliveryHeap orders one priority's deliveries by waitingSince, oldest
+// first, then in arrival order. It implements [heap.Interface].
+type deliveryHeap []*delivery
+
+func (h deliveryHeap) Len() int { return len(h) }
+func (h deliveryHeap) Less(i, j int) bool {
+	if !h[i].since.Equal(h[j].since) {
+		return h[i].since.Before(h[j].since)
+	}
+	return h[i].order < h[j].order
+}
+func (h deliveryHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+
+func (h *deliveryHeap) Push(x any) { *h = append(*h, x.(*delivery)) }
+
+func (h *deliveryHeap) Pop() any {
+	old := *h
+	d := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return d
+}

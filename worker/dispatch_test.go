@@ -1,0 +1,118 @@
+package worker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The slots take the highest priority first and, within a priority, the
+// task that has waited longest, ties in arrival order.
+func TestDispatchOrder(t *testing.T) {
+	q := newDispatchQueue()
+	base := time.Now()
+	deliveries := []struct {
+		name     string
+		priority int
+		waited   time.Duration
+	}{
+		{"p2-young", 2, 1 * time.Second},
+		{"p0-young", 0, 1 * time.Second},
+		{"p2-old", 2, 9 * time.Second},
+		{"p0-aged", 0, 30 * time.Second},
+		{"p0-young-tie", 0, 1 * time.Second},
+		{"p4", 4, 60 * time.Second},
+	}
+	names := map[*delivery]string{}
+	for _, in := range deliveries {
+		d := &delivery{priority: in.priority, since: base.Add(-in.waited), taken: make(chan struct{})}
+		names[d] = in.name
+		require.True(t, q.push(d))
+	}
+	stop := make(chan struct{})
+	var got []string
+	for range deliveries {
+		d := q.pop(stop)
+		require.NotNil(t, d)
+		select {
+		case <-d.taken:
+		default:
+			t.Fatalf("%s was taken but its callback was not let go", names[d])
+		}
+		got = append(got, names[d])
+	}
+	require.Equal(t, []string{"p0-aged", "p0-young", "p0-young-tie", "p2-old", "p2-young", "p4"}, got)
+}
+
+// pop waits for a push, returns nil on stop, and close hands back what no
+// slot took and refuses later pushes.
+func TestDispatchWaitStopClose(t *testing.T) {
+	q := newDispatchQueue()
+	stop := make(chan struct{})
+	popped := make(chan *delivery)
+	go func() { popped <- q.pop(stop) }()
+	d := &delivery{priority: 3, since: time.Now(), taken: make(chan struct{})}
+	time.Sleep(20 * time.Millisecond) // let pop wait first; it must wake either way
+	require.True(t, q.push(d))
+	select {
+	case got := <-popped:
+		require.Same(t, d, got)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a waiting slot did not wake on push")
+	}
+
+	go func() { popped <- q.pop(stop) }()
+	close(stop)
+	select {
+	case got := <-popped:
+		require.Nil(t, got)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a waiting slot did not return on stop")
+	}
+
+	left := &delivery{priority: 1, since: time.Now(), taken: make(chan struct{})}
+	require.True(t, q.push(left))
+	require.Equal(t, []*delivery{left}, q.close())
+	require.False(t, q.push(&delivery{taken: make(chan struct{})}), "push after close")
+	require.Empty(t, q.close())
+}
+
+// Many slots draining many pushes each get a distinct delivery: none is
+// lost or handed out twice, and no slot sleeps while deliveries wait.
+func TestDispatchManySlots(t *testing.T) {
+	q := newDispatchQueue()
+	stop := make(chan struct{})
+	const slots, n = 8, 2000
+	seen := make(chan *delivery, n)
+	done := make(chan struct{})
+	for range slots {
+		go func() {
+			for {
+				d := q.pop(stop)
+				if d == nil {
+					done <- struct{}{}
+					return
+				}
+				seen <- d
+			}
+		}()
+	}
+	for i := range n {
+		require.True(t, q.push(&delivery{priority: i % 5, since: time.Now(), taken: make(chan struct{})}))
+	}
+	got := map[*delivery]bool{}
+	for range n {
+		select {
+		case d := <-seen:
+			require.False(t, got[d], "handed out twice")
+			got[d] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d of %d deliveries reached a slot", len(got), n)
+		}
+	}
+	close(stop)
+	for range slots {
+		<-done
+	}
+}
