@@ -133,9 +133,16 @@ func (c *cronLoop) fireDue(ctx context.Context) {
 	}
 }
 
+// fireTimeout bounds one fire. A fire that started finishes even when the
+// leader steps down meanwhile, so that the task, its record and the job's
+// last run agree; finishing is safe because the task id dedupes a re-fire.
+const fireTimeout = 5 * time.Second
+
 // fire submits the task of one scheduled time, unless it exists, and
 // records the time as the job's last.
 func (c *cronLoop) fire(ctx context.Context, s *cronState, at time.Time) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fireTimeout)
+	defer cancel()
 	id := CronTaskID(s.job.Name, at)
 	if _, _, err := c.l.store.Get(ctx, id); errors.Is(err, kv.ErrNotFound) {
 		task := s.job.Task
