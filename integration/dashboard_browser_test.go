@@ -136,18 +136,21 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// The overview shows the five buckets and, once the sampler has seen
 	// them, the finished tasks.
-	var mode, records string
+	var mode, records, charge string
 	require.NoError(t, chromedp.Do(bctx,
 		chromedp.Navigate(base),
 		chromedp.WaitVisible(`#buckets tr[data-bucket="4"]`),
 		void(chromedp.Poll[bool](`Number(document.querySelector("#records")?.textContent) >= 21`, chromedp.WithPollingTimeout(30*time.Second))),
 		into(chromedp.Text(`#mode`), &mode),
 		into(chromedp.Text(`#records`), &records),
+		chromedp.WaitVisible(`#types tr[data-type="charge"]`),
+		into(chromedp.Text(`#types tr[data-type="charge"]`), &charge),
 		chromedp.WaitVisible(`#charts svg polyline`),
 		shot("dashboard-overview.png"),
 	))
 	require.Equal(t, "actions allowed", mode)
 	require.Equal(t, "21", records)
+	require.Regexp(t, `^charge\s+0\s+1\s`, charge, "the type table counts the dead charge")
 
 	// Find the task by its id prefix: it is DEAD, and its trail says why.
 	var row, trail string

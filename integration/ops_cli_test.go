@@ -81,6 +81,10 @@ func TestOperatorCLIWithWorkers(t *testing.T) {
 	require.Regexp(t, `(?m)^BUCKET\s+DEPTH\s+CAPACITY\s+IN FLIGHT`, table)
 	require.Regexp(t, `(?m)^P1\s+0\s+\d+\s+0\s`, table)
 	require.Contains(t, table, "1 dead letters")
+	require.Regexp(t, `(?m)^TYPE\s+DONE\s+DEAD\s+RETRIED\s+TIMED OUT\s+P50\s+P99\s+TIMEOUT SET\s+TIMEOUT$`, table)
+	require.Regexp(t, `(?m)^echo\s+5\s+0\s+0\s+0\s.*\s1s$`, table)
+	require.Equal(t, "echo", stats.Types[0].Type)
+	require.Equal(t, 5, stats.Types[0].Succeeded)
 	require.Contains(t, ax(t, "workers", "--server", s), "workers")
 
 	body := scrape(t, metricsAddr)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
@@ -36,6 +37,7 @@ func (a *Admin) stats(ctx context.Context, data []byte) (any, error) {
 		reply.Buckets = append(reply.Buckets, b)
 	}
 	runTimes := make([][]time.Duration, streams.Priorities)
+	types := map[string]*typeTally{}
 	since := time.Now().Add(-window)
 	err := a.scan(ctx, func(r *kv.Record) {
 		reply.Records++
@@ -58,6 +60,12 @@ func (a *Admin) stats(ctx context.Context, data []byte) (any, error) {
 		default:
 			return
 		}
+		t := types[r.Type]
+		if t == nil {
+			t = &typeTally{stats: TypeStats{Type: r.Type}}
+			types[r.Type] = t
+		}
+		t.add(r)
 		if r.StartedAt != nil {
 			runTimes[r.Priority] = append(runTimes[r.Priority], r.FinishedAt.Sub(*r.StartedAt))
 		}
@@ -74,6 +82,13 @@ func (a *Admin) stats(ctx context.Context, data []byte) (any, error) {
 		b.Samples = len(runTimes[p])
 		b.P50, b.P99, b.RecommendedTimeout = percentiles(runTimes[p])
 	}
+	reply.Types = make([]TypeStats, 0, len(types))
+	for _, t := range types {
+		t.stats.Samples = len(t.runTimes)
+		t.stats.P50, t.stats.P99, t.stats.RecommendedTimeout = percentiles(t.runTimes)
+		reply.Types = append(reply.Types, t.stats)
+	}
+	slices.SortFunc(reply.Types, func(x, y TypeStats) int { return strings.Compare(x.Type, y.Type) })
 	dlq, err := a.js.Stream(ctx, a.cfg.Names.DLQStream())
 	if err != nil {
 		return nil, fmt.Errorf("bind dead-letter stream: %w", err)
@@ -84,6 +99,37 @@ func (a *Admin) stats(ctx context.Context, data []byte) (any, error) {
 	}
 	reply.DLQ = info.State.Msgs
 	return reply, nil
+}
+
+// typeTally accumulates the finished tasks of one type.
+type typeTally struct {
+	stats    TypeStats
+	runTimes []time.Duration
+}
+
+// timedOutPrefix starts the error of an attempt ended by its timeout: the
+// text of worker.ErrTimeout (a test keeps the two equal).
+const timedOutPrefix = "task timed out"
+
+func (t *typeTally) add(r *kv.Record) {
+	if r.State == kv.StateSucceeded {
+		t.stats.Succeeded++
+	} else {
+		t.stats.Dead++
+	}
+	if r.Attempt > 1 {
+		t.stats.Retried++
+	}
+	for _, m := range r.Trail {
+		if strings.HasPrefix(m.Error, timedOutPrefix) {
+			t.stats.TimedOut++
+			break
+		}
+	}
+	t.stats.Timeout = max(t.stats.Timeout, r.Timeout)
+	if r.StartedAt != nil {
+		t.runTimes = append(t.runTimes, r.FinishedAt.Sub(*r.StartedAt))
+	}
 }
 
 // bucketState reads a bucket's depth, capacity and in-flight count.

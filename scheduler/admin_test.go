@@ -11,6 +11,7 @@ import (
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -276,3 +277,72 @@ func getMsg(t *testing.T, js jetstream.JetStream, stream string, seq uint64) *je
 }
 
 func jsonUnmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
+
+// finished writes a task of type typ that ran for took and ended in state
+// (SUCCEEDED or DEAD) after attempts attempts; timedOut makes its first
+// failure a timeout.
+func (b *adminBundle) finished(t *testing.T, typ string, took time.Duration, state kv.State, attempts int, timedOut bool) {
+	t.Helper()
+	ctx := context.Background()
+	store := b.client.Store()
+	id := b.submit(t, scheduler.Task{Type: typ, Timeout: 10 * time.Second})
+	rec, rev, err := store.Get(ctx, id)
+	require.NoError(t, err)
+	started := time.Now().Add(-took)
+	for attempt := 1; attempt <= attempts; attempt++ {
+		rec, rev, err = store.Apply(ctx, rec, rev, kv.StateRunning, kv.Actor{Worker: "w", Action: "claim"}, func(r *kv.Record) error {
+			r.Attempt, r.StartedAt = attempt, &started
+			return nil
+		})
+		require.NoError(t, err)
+		if attempt == attempts {
+			break
+		}
+		failure := kv.Actor{Worker: "w", Action: "retry", Error: "boom"}
+		if timedOut && attempt == 1 {
+			failure.Error = worker.ErrTimeout.Error() + " after 10s: context deadline exceeded"
+		}
+		rec, rev, err = store.Apply(ctx, rec, rev, kv.StateRetrying, failure, nil)
+		require.NoError(t, err)
+	}
+	_, _, err = store.Apply(ctx, rec, rev, state, kv.Actor{Worker: "w", Action: "complete"}, func(r *kv.Record) error {
+		finished := started.Add(took)
+		r.FinishedAt = &finished
+		return nil
+	})
+	require.NoError(t, err)
+}
+
+// Stats per type: counts, run-time percentiles and the timeout they
+// recommend, next to the timeout the tasks carried.
+func TestAdminStatsPerType(t *testing.T) {
+	t.Parallel()
+	b := setupAdmin(t)
+	for i := range 10 {
+		b.finished(t, "report", time.Duration(i+1)*400*time.Millisecond, kv.StateSucceeded, 1, false) // 0.4 .. 4 s
+	}
+	b.finished(t, "email", 50*time.Millisecond, kv.StateSucceeded, 2, true)
+	b.finished(t, "email", 80*time.Millisecond, kv.StateDead, 3, false)
+	b.submit(t, scheduler.Task{Type: "waiting"}) // not finished: not in the types
+
+	var stats scheduler.StatsReply
+	require.NoError(t, b.call(t, scheduler.VerbStats, scheduler.StatsRequest{Window: "1m"}, &stats))
+	require.Len(t, stats.Types, 2)
+	email, report := stats.Types[0], stats.Types[1]
+	require.Equal(t, "email", email.Type, "sorted by type")
+	require.Equal(t, 1, email.Succeeded)
+	require.Equal(t, 1, email.Dead)
+	require.Equal(t, 2, email.Retried)
+	require.Equal(t, 1, email.TimedOut)
+	require.Equal(t, 2, email.Samples)
+	require.Equal(t, kv.Duration(time.Second), email.RecommendedTimeout, "at least 1 s")
+
+	require.Equal(t, "report", report.Type)
+	require.Equal(t, 10, report.Succeeded)
+	require.Zero(t, report.Dead+report.Retried+report.TimedOut)
+	require.Equal(t, 10, report.Samples)
+	require.Equal(t, kv.Duration(2*time.Second), report.P50)
+	require.Equal(t, kv.Duration(4*time.Second), report.P99)
+	require.Equal(t, kv.Duration(6*time.Second), report.RecommendedTimeout, "1.5 x 4 s")
+	require.Equal(t, kv.Duration(10*time.Second), report.Timeout)
+}

@@ -152,6 +152,30 @@ type StatsReply struct {
 	States  map[kv.State]int `json:"states"` // records per state, all buckets
 	DLQ     uint64           `json:"dlq"`    // dead letters stored
 	Records int              `json:"records"`
+	// Types describes each task type with tasks finished in the window,
+	// sorted by type: timeouts are set per type, so this is where to read
+	// the recommended one.
+	Types []TypeStats `json:"types"`
+}
+
+// TypeStats describes the tasks of one type that finished in the window.
+type TypeStats struct {
+	Type      string `json:"type"`
+	Succeeded int    `json:"succeeded"`
+	Dead      int    `json:"dead"`
+	// Retried counts finished tasks that needed more than one attempt;
+	// TimedOut counts those with an attempt that ran into its timeout.
+	Retried  int `json:"retried"`
+	TimedOut int `json:"timed_out"`
+	// Run time of the last attempt, as for [BucketStats].
+	Samples int         `json:"samples"`
+	P50     kv.Duration `json:"p50"`
+	P99     kv.Duration `json:"p99"`
+	// Timeout is the longest timeout the tasks ran under (a claim writes
+	// the effective one into the record); RecommendedTimeout is 1.5 x p99
+	// rounded up to the second.
+	Timeout            kv.Duration `json:"timeout"`
+	RecommendedTimeout kv.Duration `json:"recommended_timeout"`
 }
 
 // BucketStats describes one priority bucket.

@@ -140,6 +140,19 @@ function renderOverview() {
           ...(b.samples ? [b.p50, b.p99, b.recommended_timeout] : ["–", "–", "–"]).map((v) => h("td", {}, fmtDur(v))),
           h("td", {}, h("span", { class: `badge ${l.level}` }, l.level)));
       })));
+    if ((s.types || []).length) {
+      out.push(h("h2", {}, "Task types ", h("small", { class: "muted" },
+        `finished in the last ${s.window}; timeouts are set per type: compare the one set with the one p99 recommends`)));
+      out.push(h("table", { id: "types" },
+        h("tr", {}, ["type", "succeeded", "dead", "retried", "timed out", "p50", "p99", "timeout set", "recommended"]
+          .map((c, i) => h("th", { class: i && i < 5 ? "num" : null }, c))),
+        s.types.map((t) => h("tr", { "data-type": t.type, class: t.timed_out ? "warn" : null },
+          h("td", {}, t.type), h("td", { class: "num" }, t.succeeded), h("td", { class: "num" }, t.dead),
+          h("td", { class: "num" }, t.retried), h("td", { class: "num" }, t.timed_out),
+          ...(t.samples ? [t.p50, t.p99] : ["–", "–"]).map((v) => h("td", {}, fmtDur(v))),
+          h("td", {}, t.timeout ? fmtDur(t.timeout) : "–"),
+          h("td", {}, t.samples ? fmtDur(t.recommended_timeout) : "–")))));
+    }
   }
   const hist = state.history;
   const times = hist.map((x) => x.at);

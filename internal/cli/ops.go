@@ -120,7 +120,7 @@ func statsCommand(e *env) *cobra.Command {
 	var req scheduler.StatsRequest
 	cmd := &cobra.Command{
 		Use:   "stats",
-		Short: "Per bucket: depth, in flight, rates, p50/p99 run time and the timeout they recommend",
+		Short: "Per bucket and per task type: depth, in flight, rates, p50/p99 run time and the timeout they recommend",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var reply scheduler.StatsReply
@@ -139,6 +139,18 @@ func statsCommand(e *env) *cobra.Command {
 				}
 				fmt.Fprintf(tw, "P%d\t%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\n", b.Priority, b.Depth, b.Capacity, b.InFlight,
 					b.SubmittedRate, b.SucceededRate, b.DeadRate, b.P50, b.P99, timeout)
+			}
+			if len(reply.Types) > 0 {
+				fmt.Fprintln(tw, "")
+				fmt.Fprintln(tw, "TYPE\tDONE\tDEAD\tRETRIED\tTIMED OUT\tP50\tP99\tTIMEOUT SET\tTIMEOUT")
+				for _, t := range reply.Types {
+					set := "-" // no task of the type started
+					if t.Timeout > 0 {
+						set = t.Timeout.String()
+					}
+					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", t.Type, t.Succeeded, t.Dead, t.Retried, t.TimedOut,
+						t.P50, t.P99, set, t.RecommendedTimeout)
+				}
 			}
 			_ = tw.Flush()
 			var states []string
