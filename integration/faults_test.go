@@ -44,10 +44,14 @@ func newMesh(t *testing.T, devArgs ...string) *mesh {
 }
 
 // spawn starts a new `ax worker` process and returns its id.
-func (m *mesh) spawn() string {
+func (m *mesh) spawn() string { return m.spawnVia(nil, m.url) }
+
+// spawnVia starts a new `ax worker` process through wrapper (see
+// [startAxVia]), connecting to url, and returns its id.
+func (m *mesh) spawnVia(wrapper []string, url string) string {
 	id := fmt.Sprintf("w%d", m.next)
 	m.next++
-	m.workers[id] = startAx(m.t, "worker", "--server", m.url, "--id", id, "--concurrency", "16",
+	m.workers[id] = startAxVia(m.t, wrapper, "worker", "--server", url, "--id", id, "--concurrency", "16",
 		"--ack-wait", faultAckWait, "--grace", "1s", "--probe-journal", filepath.Join(m.journal, id+".jsonl"))
 	return id
 }
