@@ -2,9 +2,12 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,6 +15,8 @@ import (
 
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
@@ -61,6 +66,52 @@ func (m *mesh) kill(id string) {
 	m.workers[id].kill(m.t)
 	m.deaths[id] = time.Now()
 	delete(m.workers, id)
+}
+
+// stop stops worker id (SIGINT) and waits until it has exited.
+func (m *mesh) stop(id string) {
+	m.t.Helper()
+	p := m.workers[id]
+	p.signal(m.t, os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		m.t.Fatalf("worker %s did not stop:\n%s", id, p.output())
+	}
+	delete(m.workers, id)
+}
+
+// waitTable waits until the mesh's shard table is computed for exactly the
+// workers ids, and returns its owners.
+func (m *mesh) waitTable(ids ...string) worker.Assignment {
+	m.t.Helper()
+	ctx := context.Background()
+	bucket, err := m.js.KeyValue(ctx, streams.DefaultNames().ControlBucket())
+	require.NoError(m.t, err)
+	want := slices.Sorted(slices.Values(ids))
+	var table worker.ShardTable
+	require.Eventually(m.t, func() bool {
+		entry, err := bucket.Get(ctx, worker.ShardTableKey)
+		return err == nil && json.Unmarshal(entry.Value(), &table) == nil && slices.Equal(table.Members, want)
+	}, 30*time.Second, 50*time.Millisecond, "no shard table for %v (last: %v)", want, table.Members)
+	return table.Owners
+}
+
+// submitProbeOn submits a probe task lasting ms with a key on a shard that
+// owners gives to worker id, and returns its id.
+func (m *mesh) submitProbeOn(owners worker.Assignment, id string, ms int) string {
+	m.t.Helper()
+	mine := owners.Shards(id)
+	require.NotEmpty(m.t, mine, "worker %s owns no shard", id)
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("k%d", i); slices.Contains(mine, streams.Shard(k)) {
+			key = k
+		}
+	}
+	info, err := m.client.Submit(context.Background(), scheduler.Task{Type: "probe", Key: key, Payload: fmt.Appendf(nil, `{"ms":%d}`, ms)})
+	require.NoError(m.t, err)
+	return info.ID
 }
 
 // submitProbes submits n probe tasks lasting minMS..maxMS each.
