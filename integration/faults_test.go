@@ -2,9 +2,12 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,6 +15,8 @@ import (
 
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
@@ -44,10 +49,14 @@ func newMesh(t *testing.T, devArgs ...string) *mesh {
 }
 
 // spawn starts a new `ax worker` process and returns its id.
-func (m *mesh) spawn() string {
+func (m *mesh) spawn() string { return m.spawnVia(nil, m.url) }
+
+// spawnVia starts a new `ax worker` process through wrapper (see
+// [startAxVia]), connecting to url, and returns its id.
+func (m *mesh) spawnVia(wrapper []string, url string) string {
 	id := fmt.Sprintf("w%d", m.next)
 	m.next++
-	m.workers[id] = startAx(m.t, "worker", "--server", m.url, "--id", id, "--concurrency", "16",
+	m.workers[id] = startAxVia(m.t, wrapper, "worker", "--server", url, "--id", id, "--concurrency", "16",
 		"--ack-wait", faultAckWait, "--grace", "1s", "--probe-journal", filepath.Join(m.journal, id+".jsonl"))
 	return id
 }
@@ -57,6 +66,52 @@ func (m *mesh) kill(id string) {
 	m.workers[id].kill(m.t)
 	m.deaths[id] = time.Now()
 	delete(m.workers, id)
+}
+
+// stop stops worker id (SIGINT) and waits until it has exited.
+func (m *mesh) stop(id string) {
+	m.t.Helper()
+	p := m.workers[id]
+	p.signal(m.t, os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		m.t.Fatalf("worker %s did not stop:\n%s", id, p.output())
+	}
+	delete(m.workers, id)
+}
+
+// waitTable waits until the mesh's shard table is computed for exactly the
+// workers ids, and returns its owners.
+func (m *mesh) waitTable(ids ...string) worker.Assignment {
+	m.t.Helper()
+	ctx := context.Background()
+	bucket, err := m.js.KeyValue(ctx, streams.DefaultNames().ControlBucket())
+	require.NoError(m.t, err)
+	want := slices.Sorted(slices.Values(ids))
+	var table worker.ShardTable
+	require.Eventually(m.t, func() bool {
+		entry, err := bucket.Get(ctx, worker.ShardTableKey)
+		return err == nil && json.Unmarshal(entry.Value(), &table) == nil && slices.Equal(table.Members, want)
+	}, 30*time.Second, 50*time.Millisecond, "no shard table for %v (last: %v)", want, table.Members)
+	return table.Owners
+}
+
+// submitProbeOn submits a probe task lasting ms with a key on a shard that
+// owners gives to worker id, and returns its id.
+func (m *mesh) submitProbeOn(owners worker.Assignment, id string, ms int) string {
+	m.t.Helper()
+	mine := owners.Shards(id)
+	require.NotEmpty(m.t, mine, "worker %s owns no shard", id)
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("k%d", i); slices.Contains(mine, streams.Shard(k)) {
+			key = k
+		}
+	}
+	info, err := m.client.Submit(context.Background(), scheduler.Task{Type: "probe", Key: key, Payload: fmt.Appendf(nil, `{"ms":%d}`, ms)})
+	require.NoError(m.t, err)
+	return info.ID
 }
 
 // submitProbes submits n probe tasks lasting minMS..maxMS each.
@@ -176,35 +231,61 @@ func TestNetworkBlip(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	a, b := m.spawn(), m.spawn()
-	ids := m.submitProbes(1, 4000, 4000)
-	id := ids[0]
-
-	var owner string
-	require.Eventually(t, func() bool {
-		rec, _, err := m.client.Store().Get(context.Background(), id)
-		if err == nil && rec.State == kv.StateRunning {
-			owner = rec.Worker
-		}
-		return owner != ""
-	}, 30*time.Second, 20*time.Millisecond)
+	id := m.submitProbes(1, 4000, 4000)[0]
+	owner := m.waitClaim(id)
 	other := map[string]string{a: b, b: a}[owner]
 	frozen := m.workers[owner]
 	frozen.signal(t, syscall.SIGSTOP)
 	stoppedAt := time.Now()
 
 	// The other worker takes the task over once the frozen one's ack wait lapses.
+	rec := m.waitTakeover(id, other)
+	frozen.signal(t, syscall.SIGCONT)
+
+	runs := m.requireFenced(id, owner, other, rec)
+	t.Logf("network blip: takeover %s after SIGSTOP (ack wait %s); stale completion rejected; 1 side effect",
+		runs[1].start.Sub(stoppedAt).Round(time.Millisecond), faultAckWait)
+}
+
+// waitClaim waits until task id is RUNNING and returns the worker holding it.
+func (m *mesh) waitClaim(id string) string {
+	m.t.Helper()
+	var owner string
+	require.Eventually(m.t, func() bool {
+		rec, _, err := m.client.Store().Get(context.Background(), id)
+		if err == nil && rec.State == kv.StateRunning {
+			owner = rec.Worker
+		}
+		return owner != ""
+	}, 30*time.Second, 20*time.Millisecond)
+	return owner
+}
+
+// waitTakeover waits until task id is SUCCEEDED, requires that worker other
+// finished it, and returns its record.
+func (m *mesh) waitTakeover(id, other string) *kv.Record {
+	m.t.Helper()
 	var rec *kv.Record
-	require.Eventually(t, func() bool {
+	require.Eventually(m.t, func() bool {
 		r, _, err := m.client.Store().Get(context.Background(), id)
 		rec = r
 		return err == nil && r.State == kv.StateSucceeded
 	}, 60*time.Second, 50*time.Millisecond)
-	require.Equal(t, other, rec.Worker)
-	frozen.signal(t, syscall.SIGCONT)
+	require.Equal(m.t, other, rec.Worker)
+	return rec
+}
 
+// requireFenced checks how a takeover ends (scenarios 2 and 8) once the
+// first owner, stale, runs and reaches NATS again: it reports its lost
+// claim; the record stays as the new owner, other, left it (rec); the trail
+// shows both claims and the takeover; the one side effect is the new
+// owner's. It returns the task's two executions from the journals.
+func (m *mesh) requireFenced(id, stale, other string, rec *kv.Record) []execution {
+	m.t.Helper()
+	t, p := m.t, m.workers[stale]
 	// The stale completion is rejected: the record stays as the new owner left it.
-	require.Eventually(t, func() bool { return strings.Contains(frozen.output(), "lost_claim") }, 30*time.Second, 50*time.Millisecond,
-		"the resumed worker must report its lost claim:\n%s", frozen.output())
+	require.Eventually(t, func() bool { return strings.Contains(p.output(), "lost_claim") }, 30*time.Second, 50*time.Millisecond,
+		"the stale worker must report its lost claim:\n%s", p.output())
 	after, _, err := m.client.Store().Get(context.Background(), id)
 	require.NoError(t, err)
 	require.Equal(t, rec.Trail, after.Trail, "the stale worker changed the record")
@@ -215,16 +296,15 @@ func TestNetworkBlip(t *testing.T) {
 			claims = append(claims, mv.Worker)
 		}
 	}
-	require.Equal(t, []string{owner, other}, claims, "the trail shows both claims")
+	require.Equal(t, []string{stale, other}, claims, "the trail shows both claims")
 	require.Equal(t, "takeover", after.Trail[len(after.Trail)-3].Action)
 
 	effects := m.effects()
 	require.Len(t, effects, 1)
 	require.Contains(t, effects[id], `"worker":"`+other+`"`, "the side effect is the new owner's")
 	j := readJournals(t, m.journal, nil)
-	require.Len(t, j.executions[id], 2, "two executions: the frozen one and the takeover")
-	t.Logf("network blip: takeover %s after SIGSTOP (ack wait %s); stale completion rejected; 1 side effect",
-		j.executions[id][1].start.Sub(stoppedAt).Round(time.Millisecond), faultAckWait)
+	require.Len(t, j.executions[id], 2, "two executions: the stale one and the takeover")
+	return j.executions[id]
 }
 
 // Scenario 5: stop everything mid-run (NATS and workers), start again:

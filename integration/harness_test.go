@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -71,7 +72,16 @@ func (p *process) output() string {
 // startAx starts `ax args...` and stops it (SIGTERM, then SIGKILL) at cleanup.
 func startAx(t testing.TB, args ...string) *process {
 	t.Helper()
-	p := &process{cmd: exec.Command(axBinary, args...), done: make(chan struct{})}
+	return startAxVia(t, nil, args...)
+}
+
+// startAxVia starts `ax args...` through wrapper, a command that ends by
+// executing its arguments in place (such as `ip netns exec NS`), so that
+// the process started is ax itself; with no wrapper it is [startAx].
+func startAxVia(t testing.TB, wrapper []string, args ...string) *process {
+	t.Helper()
+	argv := append(append(slices.Clone(wrapper), axBinary), args...)
+	p := &process{cmd: exec.Command(argv[0], argv[1:]...), done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	require.NoError(t, p.cmd.Start())
 	go func() { _ = p.cmd.Wait(); close(p.done) }()
