@@ -65,11 +65,18 @@ func (h *heldSet) snapshot() []*delivery {
 
 // heartbeats sends an in-progress to every held message that has gone a
 // third of the ack wait without one, so that JetStream redelivers only the
-// messages of a worker that stopped beating (it died or froze).
+// messages of a worker that stopped beating (it died, froze or was cut off).
+//
+// A heartbeat counts (it moves lastBeat, which [Worker.watchClaim] reads)
+// only once a flush round trip has confirmed that the server has it: an
+// in-progress buffered on a connection cut off from the server resets no
+// ack wait, and the handler must stop before another worker can take its
+// task over.
 func (w *Worker) heartbeats() {
 	every := w.cfg.AckWait / 3
 	tick := time.NewTicker(max(every/4, 50*time.Millisecond))
 	defer tick.Stop()
+	var sent []*delivery
 	for {
 		select {
 		case <-w.slotsDone: // every held task has been settled
@@ -77,13 +84,29 @@ func (w *Worker) heartbeats() {
 		case <-tick.C:
 		}
 		now := time.Now()
+		sent = sent[:0]
 		for _, d := range w.held.snapshot() {
 			d.mu.Lock()
 			if !d.settled && now.Sub(d.lastBeat) >= every {
 				if err := d.msg.InProgress(); err != nil {
 					w.log.Debug("heartbeat_failed", zap.Error(err))
+				} else {
+					sent = append(sent, d)
 				}
-				d.lastBeat = now
+			}
+			d.mu.Unlock()
+		}
+		if len(sent) == 0 {
+			continue
+		}
+		if err := w.js.Conn().FlushTimeout(every / 2); err != nil {
+			w.log.Warn("heartbeats_unconfirmed", zap.Int("messages", len(sent)), zap.Error(err))
+			continue // sent again next tick; the claims lapse unless one gets through
+		}
+		for _, d := range sent {
+			d.mu.Lock()
+			if d.lastBeat.Before(now) {
+				d.lastBeat = now // when it was sent: the server reset the ack wait later
 			}
 			d.mu.Unlock()
 		}
