@@ -31,7 +31,7 @@ func agingRun(t *testing.T, threshold time.Duration, wait time.Duration) (*kv.Re
 		return nil
 	}, nil))
 	_, wjs := srv.Connect()
-	w, err := worker.New(ctx, wjs, &worker.Config{Registry: reg, Concurrency: 1, PrefetchPerShard: 2, Logger: zaptest.NewLogger(t)})
+	w, err := worker.New(ctx, wjs, &worker.Config{Registry: reg, Concurrency: 1, PrefetchPerShard: 1, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
 	defer func() {

@@ -56,10 +56,7 @@ type Config struct {
 	// fixed Shards and with the other policies.
 	StealThreshold int
 	// PrefetchPerShard is how many messages each (priority, shard) consumer
-	// pulls ahead. Default: enough to keep Concurrency busy, at least 2,
-	// the minimum: the worker asks for more after every message, so a pull
-	// request stays open on the server even when the client skips a refill
-	// (see consumeShard).
+	// pulls ahead. Default: enough to keep Concurrency busy, at least 1.
 	PrefetchPerShard int
 	// DefaultTimeout of a task whose type and message set none. Default 30s.
 	DefaultTimeout time.Duration
@@ -116,7 +113,7 @@ func (c *Config) withDefaults() *Config {
 		}
 	}
 	if out.PrefetchPerShard == 0 {
-		out.PrefetchPerShard = max(2, min(64, 2*out.Concurrency/len(out.Shards)))
+		out.PrefetchPerShard = max(1, min(64, 2*out.Concurrency/len(out.Shards)))
 	}
 	out.DefaultTimeout = cmp.Or(out.DefaultTimeout, DefaultTimeout)
 	out.DefaultMaxAttempts = cmp.Or(out.DefaultMaxAttempts, DefaultMaxAttempts)
@@ -155,8 +152,8 @@ func (c *Config) validate() error {
 	if c.StealThreshold < 1 && c.StealThreshold != -1 {
 		errs = append(errs, fmt.Errorf("StealThreshold %d must be positive, or -1", c.StealThreshold))
 	}
-	if c.PrefetchPerShard < 2 {
-		errs = append(errs, fmt.Errorf("PrefetchPerShard %d must be at least 2", c.PrefetchPerShard))
+	if c.PrefetchPerShard < 1 {
+		errs = append(errs, fmt.Errorf("PrefetchPerShard %d must be positive", c.PrefetchPerShard))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("worker config: %w", err)
