@@ -55,8 +55,10 @@ type Config struct {
 	// for those tasks). Default 100; -1 disables stealing. Ignored with
 	// fixed Shards and with the other policies.
 	StealThreshold int
-	// PrefetchPerShard is how many messages each (priority, shard) consumer
-	// pulls ahead. Default: enough to keep Concurrency busy, at least 1.
+	// PrefetchPerShard is how many messages of each (priority, shard)
+	// consumer the worker holds at most: it runs that many consume
+	// contexts on the consumer, each pulling one message at a time.
+	// Default: enough to keep Concurrency busy, at least 1.
 	PrefetchPerShard int
 	// DefaultTimeout of a task whose type and message set none. Default 30s.
 	DefaultTimeout time.Duration

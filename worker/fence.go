@@ -12,7 +12,7 @@ import (
 // The margin covers the time between the server's delivery and the
 // worker's receipt. It returns a function that stops the watch.
 func (w *Worker) watchClaim(d *delivery, cancel context.CancelCauseFunc) (stop func() bool) {
-	lapse := w.cfg.AckWait * 5 / 6
+	lapse := w.lapse()
 	deadline := func() time.Time {
 		d.mu.Lock()
 		defer d.mu.Unlock()
@@ -29,6 +29,10 @@ func (w *Worker) watchClaim(d *delivery, cancel context.CancelCauseFunc) (stop f
 	timer = time.AfterFunc(time.Until(deadline()), check)
 	return timer.Stop
 }
+
+// lapse is how long a held message may go without a confirmed heartbeat
+// before its claim is given up: five sixths of the ack wait.
+func (w *Worker) lapse() time.Duration { return w.cfg.AckWait * 5 / 6 }
 
 // lapsed settles a task whose claim lapsed while its handler ran: the
 // record may already belong to another worker, so nothing is written and

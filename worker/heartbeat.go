@@ -19,7 +19,7 @@ type delivery struct {
 	taken    chan struct{} // closed when a slot takes it from the queue
 
 	mu       sync.Mutex
-	lastBeat time.Time // last ack-wait reset: receipt or in-progress (mu)
+	lastBeat time.Time // last ack-wait reset: delivery (a lower bound) or confirmed in-progress (mu)
 	settled  bool      // acked, naked or termed: no more heartbeats (mu)
 }
 
@@ -41,7 +41,6 @@ type heldSet struct {
 }
 
 func (h *heldSet) add(d *delivery) {
-	d.lastBeat = d.received
 	h.mu.Lock()
 	h.items[d] = struct{}{}
 	h.mu.Unlock()

@@ -125,15 +125,17 @@ func (w *Worker) setShard(ctx context.Context, shard int, mode shardMode) error 
 	}
 	s.accept.Or(bit)
 	for p := range streams.Priorities {
-		cc, err := w.consumeShard(ctx, p, shard, mode)
-		if err != nil {
-			drain(s.ccs[shard])
-			s.ccs[shard] = nil
-			s.accept.And(^bit)
-			s.owned.And(^bit)
-			return err
+		for range w.cfg.PrefetchPerShard {
+			cc, err := w.consumeShard(ctx, p, shard, mode)
+			if err != nil {
+				drain(s.ccs[shard])
+				s.ccs[shard] = nil
+				s.accept.And(^bit)
+				s.owned.And(^bit)
+				return err
+			}
+			s.ccs[shard] = append(s.ccs[shard], cc)
 		}
-		s.ccs[shard] = append(s.ccs[shard], cc)
 	}
 	s.modes[shard] = mode
 	return nil
@@ -163,17 +165,17 @@ func (w *Worker) consumeShard(ctx context.Context, p, shard int, mode shardMode)
 		}
 		w.shards.handles[shard][p] = cons
 	}
+	// One message at a time: a second one would wait in the client's
+	// buffer behind a callback that waits for a busy slot, unheartbeated,
+	// and could be redelivered and run twice at once. Parallelism on one
+	// consumer comes from several consume contexts (PrefetchPerShard).
 	// nats.go (v1.55.0) skips a refill that coincides with the publish of
-	// the consumer's previous pull request and does not retry it: when no
-	// request is then left open on the server, the consumer idles until
-	// its missed-heartbeat check, two heartbeats later, while its shard's
-	// tasks wait (30 s with the default heartbeat; seen as a P0 p99 of
-	// 28 s in the article benchmark). The 1 s heartbeat bounds that stall
-	// at 2 s, and asking for more after every message (threshold =
-	// maximum) keeps a request open when the prefetch is above 1.
+	// the previous pull request and does not retry it; with no request
+	// left on the server the context idles until its missed-heartbeat
+	// check, two heartbeats later (30 s by default; seen as the article
+	// benchmark's P0 p99 of 28 s). The 1 s heartbeat bounds that at 2 s.
 	opts := []jetstream.PullConsumeOpt{
-		jetstream.PullMaxMessages(w.cfg.PrefetchPerShard),
-		jetstream.PullThresholdMessages(w.cfg.PrefetchPerShard),
+		jetstream.PullMaxMessages(1),
 		jetstream.ConsumeErrHandler(w.consumeError),
 	}
 	expiry := pullExpiry

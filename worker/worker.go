@@ -176,7 +176,9 @@ func (w *Worker) consumeError(_ jetstream.ConsumeContext, err error) {
 
 // receiver returns the consume callback of (p, shard): it queues each
 // message for the slots and waits until a slot takes it, so that the
-// consumer pulls no further ahead.
+// consume context, which pulls one message at a time, pulls no further
+// ahead. Nothing waits unheartbeated in the client's buffer: a message
+// reaches this callback as soon as it arrives.
 func (w *Worker) receiver(p, shard int) jetstream.MessageHandler {
 	return func(msg jetstream.Msg) {
 		if w.stopping.Load() || !w.shards.accepts(shard) {
@@ -184,7 +186,8 @@ func (w *Worker) receiver(p, shard int) jetstream.MessageHandler {
 			return
 		}
 		now := time.Now()
-		d := &delivery{msg: msg, priority: p, shard: shard, received: now, since: waitingSince(msg, now), taken: make(chan struct{})}
+		d := &delivery{msg: msg, priority: p, shard: shard, received: now, lastBeat: now,
+			since: waitingSince(msg, now), taken: make(chan struct{})}
 		w.held.add(d)
 		if !w.dispatch.push(d) {
 			w.release(d) // the worker is stopping
@@ -195,6 +198,23 @@ func (w *Worker) receiver(p, shard int) jetstream.MessageHandler {
 		case <-w.stopCh: // Stop releases it if no slot took it
 		}
 	}
+}
+
+// expired gives up a queued delivery whose heartbeats went unconfirmed for
+// the claim-lapse time: JetStream may have redelivered it, so it must not
+// be claimed. It is left unanswered to its ack wait.
+func (w *Worker) expired(d *delivery) bool {
+	d.mu.Lock()
+	late := time.Since(d.lastBeat) >= w.lapse()
+	if late {
+		d.settled = true
+	}
+	d.mu.Unlock()
+	if late {
+		w.stats.Dropped.Add(1)
+		w.log.Warn("delivery_expired", zap.Int("priority", d.priority), zap.Int("shard", d.shard))
+	}
+	return late
 }
 
 // release hands an unstarted message back to the stream at once.
@@ -212,6 +232,10 @@ func (w *Worker) slot() {
 		}
 		if !w.shards.accepts(d.shard) {
 			w.release(d) // the shard moved to another worker before it started
+			continue
+		}
+		if w.expired(d) {
+			w.held.remove(d)
 			continue
 		}
 		w.process(d)
