@@ -46,7 +46,11 @@ func TestNATSNodeLoss(t *testing.T) {
 		}
 		tasks := make([]scheduler.Task, perBatch)
 		for i := range tasks {
-			tasks[i] = scheduler.Task{Type: "probe", Priority: 2, Payload: []byte(`{"ms":5}`)}
+			// The probe's effect is a write to a replicated bucket, which
+			// fails while its raft group elects a leader: enough attempts
+			// (backoff 0.2 s doubling, capped at 30 s) to outlast that, as
+			// a service would configure for its own dependencies.
+			tasks[i] = scheduler.Task{Type: "probe", Priority: 2, Payload: []byte(`{"ms":5}`), MaxAttempts: 12}
 		}
 		for attempt := 0; ; attempt++ {
 			infos, err := client.SubmitBatch(ctx, tasks)

@@ -166,8 +166,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	return w.Stop(stopCtx)
 }
 
+// consumeError logs what a consume context reports. A missed heartbeat is
+// routine with the 1 s heartbeat (nats.go pulls again at once; see
+// consumeShard), so only a lost consumer is a warning.
 func (w *Worker) consumeError(_ jetstream.ConsumeContext, err error) {
-	if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
 		w.log.Warn("consume_error", zap.Error(err))
 		return
 	}
