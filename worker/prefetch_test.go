@@ -2,7 +2,9 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,4 +83,51 @@ func TestBufferedPrefetchNeverRunsTwiceAtOnce(t *testing.T) {
 	}
 	t.Logf("%d tasks in %s, %d runs cut short and run again; dropped deliveries: A %d, B %d", len(infos),
 		took.Round(time.Millisecond), reruns, workers[0].Stats().Dropped.Load(), workers[1].Stats().Dropped.Load())
+}
+
+// A worker serving one shard runs as many of its tasks at once as its
+// prefetch allows, under every priority policy: its consume contexts on a
+// pinned consumer share the pin.
+func TestPrefetchRunsAShardsTasksInParallel(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []string{"overflow", "pinned_client", "none"} {
+		t.Run(policy, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, &streams.Config{PriorityPolicy: policy})
+			var running, most atomic.Int32
+			reg := worker.NewRegistry()
+			require.NoError(t, reg.Handle("work", func(ctx context.Context, _ *worker.Task) error {
+				n := running.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(300 * time.Millisecond)
+				running.Add(-1)
+				return nil
+			}, nil))
+			b.startWorker(t, worker.Config{Registry: reg, Concurrency: 4, PrefetchPerShard: 4, Shards: []int{7}})
+			key := keyOnShard(t, 7)
+			tasks := make([]scheduler.Task, 8)
+			for i := range tasks {
+				tasks[i] = scheduler.Task{Type: "work", Key: key}
+			}
+			infos, err := b.client.SubmitBatch(context.Background(), tasks)
+			require.NoError(t, err)
+			for _, info := range infos {
+				b.waitState(t, info.ID, kv.StateSucceeded)
+			}
+			require.EqualValues(t, 4, most.Load(), "tasks of one shard running at once")
+		})
+	}
+}
+
+// keyOnShard returns a task key that the stream partitions to shard.
+func keyOnShard(t *testing.T, shard int) string {
+	t.Helper()
+	for i := range 10_000 {
+		if key := fmt.Sprintf("k%d", i); streams.Shard(key) == shard {
+			return key
+		}
+	}
+	t.Fatalf("no key on shard %d", shard)
+	return ""
 }
