@@ -207,7 +207,7 @@ func TestParseStored(t *testing.T) {
 	s, err := names.ParseStored("ax.p4.31.acme.email.k-1")
 	require.NoError(t, err)
 	require.Equal(t, streams.Stored{Priority: 4, Shard: 31, Tenant: "acme", Type: "email", Key: "k-1"}, s)
-	for _, bad := range []string{"ax.p5.1.a.b.c", "ax.p1.32.a.b.c", "ax.p1.01x.a.b.c", "bx.p1.1.a.b.c", "ax.p1.1.a.b", "ax.px.1.a.b.c"} {
+	for _, bad := range []string{"ax.p5.1.a.b.c", "ax.p1.32.a.b.c", "ax.p1.01x.a.b.c", "ax.p1.01.a.b.c", "ax.p1.+1.a.b.c", "ax.p1.-0.a.b.c", "bx.p1.1.a.b.c", "ax.p1.1.a.b", "ax.px.1.a.b.c"} {
 		_, err := names.ParseStored(bad)
 		require.ErrorIs(t, err, streams.ErrBadSubject, bad)
 	}

@@ -100,7 +100,7 @@ func (n Names) ParseStored(subject string) (Stored, error) {
 		return Stored{}, fmt.Errorf("%w: subject %q: %w", ErrBadSubject, subject, err)
 	}
 	shard, err := strconv.Atoi(tokens[2])
-	if err != nil || shard < 0 || shard >= Shards {
+	if err != nil || shard < 0 || shard >= Shards || strconv.Itoa(shard) != tokens[2] { // as the transform writes it: no sign, no leading zero
 		return Stored{}, fmt.Errorf("%w: subject %q: shard %q is not 0..%d", ErrBadSubject, subject, tokens[2], Shards-1)
 	}
 	s := Stored{Priority: priority, Shard: shard, Tenant: tokens[3], Type: tokens[4], Key: tokens[5]}

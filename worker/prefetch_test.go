@@ -100,7 +100,7 @@ func TestPrefetchRunsAShardsTasksInParallel(t *testing.T) {
 				n := running.Add(1)
 				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 				}
-				time.Sleep(300 * time.Millisecond)
+				time.Sleep(500 * time.Millisecond) // long enough for all four to start, even under load
 				running.Add(-1)
 				return nil
 			}, nil))
