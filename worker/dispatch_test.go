@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 )
 
 // The slots take the highest priority first and, within a priority, the
@@ -115,4 +116,17 @@ func TestDispatchManySlots(t *testing.T) {
 	for range slots {
 		<-done
 	}
+}
+
+// A queued delivery whose heartbeats went unconfirmed for 5/6 of the ack
+// wait is given up, never claimed: JetStream may have redelivered it.
+func TestExpiredDeliveryIsNotClaimed(t *testing.T) {
+	w := &Worker{cfg: &Config{AckWait: 3 * time.Second}, log: zap.NewNop()}
+	fresh := &delivery{lastBeat: time.Now().Add(-2 * time.Second)}
+	require.False(t, w.expired(fresh), "2 s of a 2.5 s lapse")
+	require.False(t, fresh.settled)
+	stale := &delivery{lastBeat: time.Now().Add(-2600 * time.Millisecond)}
+	require.True(t, w.expired(stale))
+	require.True(t, stale.settled, "no heartbeat or answer goes out for it any more")
+	require.EqualValues(t, 1, w.stats.Dropped.Load())
 }
