@@ -100,7 +100,12 @@ func TestPrefetchRunsAShardsTasksInParallel(t *testing.T) {
 				n := running.Add(1)
 				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 				}
-				time.Sleep(500 * time.Millisecond) // long enough for all four to start, even under load
+				// Wait for the others of the round (at most 10 s): with
+				// less parallelism the round never fills and most stays low.
+				for deadline := time.Now().Add(10 * time.Second); running.Load() < 4 && time.Now().Before(deadline); {
+					time.Sleep(5 * time.Millisecond)
+				}
+				time.Sleep(20 * time.Millisecond)
 				running.Add(-1)
 				return nil
 			}, nil))
