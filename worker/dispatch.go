@@ -107,15 +107,15 @@ func (q *dispatchQueue) close() []*delivery {
 
 // waitingSince is when the task of msg began to wait: the time aging
 // carried over from its first copy, else when the stream stored the
-// message, else now.
-func waitingSince(msg jetstream.Msg, now time.Time) time.Time {
+// message (meta, nil if unreadable), else now.
+func waitingSince(msg jetstream.Msg, meta *jetstream.MsgMetadata, now time.Time) time.Time {
 	if v := msg.Headers().Get(streams.HeaderWaitingSince); v != "" {
 		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
 			return t
 		}
 	}
-	if md, err := msg.Metadata(); err == nil {
-		return md.Timestamp
+	if meta != nil {
+		return meta.Timestamp
 	}
 	return now
 }

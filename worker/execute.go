@@ -17,13 +17,13 @@ const abandonAfter = time.Second
 
 // process takes one delivery from claim to settled outcome.
 func (w *Worker) process(d *delivery) {
-	meta, err := d.msg.Metadata()
-	if err != nil {
+	if d.meta == nil {
+		_, err := d.msg.Metadata()
 		w.log.Warn("bad_delivery", zap.Error(err))
 		_ = d.settle(d.msg.Term)
 		return
 	}
-	env := w.parse(d, meta)
+	env := w.parse(d, d.meta)
 	if w.deferDelayed(d, env) {
 		return
 	}

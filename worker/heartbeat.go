@@ -11,6 +11,7 @@ import (
 // delivery is one message the worker holds, queued or running.
 type delivery struct {
 	msg      jetstream.Msg
+	meta     *jetstream.MsgMetadata // parsed once on receipt; nil if unreadable
 	priority int
 	shard    int
 	received time.Time

@@ -189,8 +189,9 @@ func (w *Worker) receiver(p, shard int) jetstream.MessageHandler {
 			return
 		}
 		now := time.Now()
-		d := &delivery{msg: msg, priority: p, shard: shard, received: now, lastBeat: now,
-			since: waitingSince(msg, now), taken: make(chan struct{})}
+		meta, _ := msg.Metadata() // nil if unreadable: process terms the message
+		d := &delivery{msg: msg, meta: meta, priority: p, shard: shard, received: now, lastBeat: now,
+			since: waitingSince(msg, meta, now), taken: make(chan struct{})}
 		w.held.add(d)
 		if !w.dispatch.push(d) {
 			w.release(d) // the worker is stopping
