@@ -14,13 +14,12 @@ type delivery struct {
 	meta     *jetstream.MsgMetadata // parsed once on receipt; nil if unreadable
 	priority int
 	shard    int
-	received time.Time
 	since    time.Time     // when the task began to wait: the dispatch order
 	order    uint64        // arrival at the dispatch queue: breaks ties
 	taken    chan struct{} // closed when a slot takes it from the queue
 
 	mu       sync.Mutex
-	lastBeat time.Time // last ack-wait reset: delivery (a lower bound) or confirmed in-progress (mu)
+	lastBeat time.Time // last ack-wait reset: receipt (one message per pull, so it is the delivery) or a confirmed in-progress (mu)
 	settled  bool      // acked, naked or termed: no more heartbeats (mu)
 }
 

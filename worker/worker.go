@@ -190,7 +190,7 @@ func (w *Worker) receiver(p, shard int) jetstream.MessageHandler {
 		}
 		now := time.Now()
 		meta, _ := msg.Metadata() // nil if unreadable: process terms the message
-		d := &delivery{msg: msg, meta: meta, priority: p, shard: shard, received: now, lastBeat: now,
+		d := &delivery{msg: msg, meta: meta, priority: p, shard: shard, lastBeat: now,
 			since: waitingSince(msg, meta, now), taken: make(chan struct{})}
 		w.held.add(d)
 		if !w.dispatch.push(d) {
