@@ -32,8 +32,20 @@ type Record struct {
 	// Delivery is the message's delivery count when the worker claimed it;
 	// a later delivery means the claim lapsed (fencing).
 	Delivery uint64 `json:"delivery,omitempty"`
-	// StreamSeq is the sequence of the task's current message in its bucket.
+	// Stream and StreamSeq name the task's current message: the one message
+	// that may run it while it is READY, RETRYING or RUNNING. Any other
+	// message naming the task is a stale copy or a duplicate and is dropped.
+	// A zero StreamSeq means no message is bound yet (a record written
+	// before its message was seen).
+	Stream     string     `json:"stream,omitempty"`
 	StreamSeq  uint64     `json:"stream_seq,omitempty"`
+	// Lost counts the attempts whose worker was lost while running them
+	// (crashed, frozen or cut off): each counts as a failed attempt.
+	Lost int `json:"lost,omitempty"`
+	// Burying is the reason the task's outcome was decided as dead while
+	// its dead letter could not yet be written; the next delivery goes
+	// straight to burying it, without running the handler.
+	Burying    string     `json:"burying,omitempty"`
 	CreatedAt  time.Time  `json:"created_at"`
 	UpdatedAt  time.Time  `json:"updated_at"`
 	StartedAt  *time.Time `json:"started_at,omitempty"`
