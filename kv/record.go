@@ -37,8 +37,8 @@ type Record struct {
 	// message naming the task is a stale copy or a duplicate and is dropped.
 	// A zero StreamSeq means no message is bound yet (a record written
 	// before its message was seen).
-	Stream     string     `json:"stream,omitempty"`
-	StreamSeq  uint64     `json:"stream_seq,omitempty"`
+	Stream    string `json:"stream,omitempty"`
+	StreamSeq uint64 `json:"stream_seq,omitempty"`
 	// Lost counts the attempts whose worker was lost while running them
 	// (crashed, frozen or cut off): each counts as a failed attempt.
 	Lost int `json:"lost,omitempty"`
