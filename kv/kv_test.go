@@ -35,16 +35,16 @@ func setupB(t testing.TB, cfg *kv.StoreConfig) *testBundle {
 	return &testBundle{js: js, store: store}
 }
 
-// legal is DESIGN.md's table, written out independently of the code's.
+// legal is docs/ARCHITECTURE.md's table, written out independently of the code's.
 var legal = map[kv.State][]kv.State{
-	kv.StatePending:   {kv.StateReady, kv.StateCancelled, kv.StatePaused},
+	kv.StatePending:   {kv.StateReady, kv.StateCancelled, kv.StatePaused, kv.StatePending}, // PENDING -> PENDING: reprioritize
 	kv.StateReady:     {kv.StateRunning, kv.StateCancelled, kv.StatePaused, kv.StateReady},
 	kv.StateRunning:   {kv.StateSucceeded, kv.StateRetrying, kv.StateDead, kv.StateCancelled, kv.StateReady},
 	kv.StateRetrying:  {kv.StateRunning, kv.StateDead, kv.StateCancelled, kv.StatePaused},
 	kv.StateSucceeded: nil,
 	kv.StateDead:      {kv.StateReady},
 	kv.StateCancelled: nil,
-	kv.StatePaused:    {kv.StateReady, kv.StateCancelled},
+	kv.StatePaused:    {kv.StateReady, kv.StateCancelled, kv.StatePending}, // PAUSED -> PENDING: resume before release
 }
 
 // put writes a record in any state, bypassing the state machine, to set up

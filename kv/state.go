@@ -23,14 +23,14 @@ const (
 // transitions is the one table of legal moves. Nothing else in ax decides
 // which state may follow which.
 var transitions = map[State][]State{
-	StatePending:   {StateReady, StateCancelled, StatePaused},
+	StatePending:   {StateReady, StateCancelled, StatePaused, StatePending},
 	StateReady:     {StateRunning, StateCancelled, StatePaused, StateReady},
 	StateRunning:   {StateSucceeded, StateRetrying, StateDead, StateCancelled, StateReady},
 	StateRetrying:  {StateRunning, StateDead, StateCancelled, StatePaused},
 	StateSucceeded: {},
 	StateDead:      {StateReady},
 	StateCancelled: {},
-	StatePaused:    {StateReady, StateCancelled},
+	StatePaused:    {StateReady, StateCancelled, StatePending},
 }
 
 // births are the states a record may be created in: PENDING (delayed), READY

@@ -202,6 +202,19 @@ func (s *Store) Apply(ctx context.Context, rec *Record, rev uint64, to State, ac
 	return &next, newRev, nil
 }
 
+// Delete removes task id's record if it is still at revision rev: the task
+// is unseen again. It returns [ErrConflict] if another writer moved it.
+func (s *Store) Delete(ctx context.Context, id string, rev uint64) error {
+	err := s.kv.Delete(ctx, id, jetstream.LastRevision(rev))
+	if IsRevisionMismatch(err) {
+		return fmt.Errorf("delete task %s at revision %d: %w", id, rev, ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("delete task %s: %w", id, err)
+	}
+	return nil
+}
+
 func (s *Store) expires(to State) bool {
 	return s.cfg.Retention > 0 && (to == StateSucceeded || to == StateCancelled)
 }

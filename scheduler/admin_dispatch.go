@@ -1,15 +1,14 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
-	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )
@@ -29,11 +28,14 @@ var deadLetterHeaders = []string{streams.HeaderError, streams.HeaderAttempts, st
 const headerPayloadTruncated = "Ax-Payload-Truncated"
 
 // redispatch publishes a copy of src's message to bucket priority with the
-// next generation, then moves rec (read at rev) to READY with that
-// generation by compare-and-set, then deletes src. Workers drop the older
-// generation if they meet it, so a crash between the steps loses nothing
-// and runs nothing twice. On a lost compare-and-set the copy is deleted and
-// [kv.ErrConflict] returned.
+// next generation, then moves rec (read at rev) to READY by compare-and-set
+// with the copy as its current message, then deletes src. A worker runs a
+// task only from the message its record names, so a crash between the steps
+// loses nothing and runs nothing twice: before the compare-and-set the copy
+// is an orphan that workers drop, after it src is. The copy's Nats-Msg-Id is
+// unique to this call. On a definite lost compare-and-set the copy is
+// deleted and [kv.ErrConflict] returned; on an ambiguous failure (a timeout:
+// the write may have landed) the copy is kept.
 func (a *Admin) redispatch(ctx context.Context, rec *kv.Record, rev uint64, src source, priority int, action string, mutate func(*kv.Record)) (*TaskReply, error) {
 	raw, err := a.getMsg(ctx, src)
 	if err != nil {
@@ -43,19 +45,8 @@ func (a *Admin) redispatch(ctx context.Context, rec *kv.Record, rev uint64, src 
 		return nil, conflict("task %s: its dead letter lost its payload (too large to keep); resubmit the task", rec.ID)
 	}
 	gen := rec.Gen + 1
-	msg := nats.NewMsg(a.cfg.Names.SubmitSubject(priority, rec.Tenant, rec.Type, rec.Key))
-	msg.Data = raw.Data
-	for name, values := range raw.Header {
-		if !strings.HasPrefix(name, "Nats-") {
-			msg.Header[name] = values
-		}
-	}
-	for _, name := range deadLetterHeaders {
-		msg.Header.Del(name)
-	}
-	msg.Header.Set(streams.HeaderTaskID, rec.ID)
-	msg.Header.Set(streams.HeaderGen, strconv.FormatUint(gen, 10))
-	msg.Header.Set(streams.HeaderMsgID, fmt.Sprintf("%s:g%d", rec.ID, gen))
+	msg := streams.TaskCopy(a.cfg.Names.SubmitSubject(priority, rec.Tenant, rec.Type, rec.Key), raw.Data, raw.Header,
+		rec.ID, gen, nuid.Next(), deadLetterHeaders...)
 	ack, err := a.js.PublishMsg(ctx, msg)
 	if err != nil {
 		var apiErr *jetstream.APIError
@@ -64,23 +55,34 @@ func (a *Admin) redispatch(ctx context.Context, rec *kv.Record, rev uint64, src 
 		}
 		return nil, fmt.Errorf("%s task %s: publish generation %d: %w", action, rec.ID, gen, err)
 	}
-	copyAt := source{stream: ack.Stream, seq: ack.Sequence}
 	next, nextRev, err := a.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: action}, func(r *kv.Record) error {
 		r.Gen = gen
 		r.Priority = priority
-		r.StreamSeq = ack.Sequence
+		r.Stream, r.StreamSeq = ack.Stream, ack.Sequence
 		if mutate != nil {
 			mutate(r)
 		}
 		return nil
 	})
 	if err != nil {
-		a.deleteMsg(ctx, copyAt)
+		if errors.Is(err, kv.ErrConflict) {
+			a.deleteMsg(ctx, source{stream: ack.Stream, seq: ack.Sequence})
+		}
 		return nil, err
 	}
 	a.deleteMsg(ctx, src)
 	a.log.Info("task_"+action, zapTask(rec.ID), zapFrom(rec.State), zap.Uint64("gen", gen), zap.Int("priority", priority))
 	return &TaskReply{Task: next, Revision: nextRev, Redispatched: true}, nil
+}
+
+// current returns where rec's current message is stored, or false when no
+// message is bound to it yet. Records written before Stream was kept name
+// the bucket of their priority.
+func current(names streams.Names, rec *kv.Record) (source, bool) {
+	if rec.StreamSeq == 0 {
+		return source{}, false
+	}
+	return source{stream: cmp.Or(rec.Stream, names.PriorityStream(rec.Priority)), seq: rec.StreamSeq}, true
 }
 
 // getMsg reads a stored message; a missing one is a conflict the operator

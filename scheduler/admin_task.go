@@ -145,24 +145,44 @@ func (a *Admin) taskResume(ctx context.Context, data []byte) (any, error) {
 		if rec.State != kv.StatePaused {
 			return nil, illegal(req.ID, "resume", rec.State, kv.StateReady, kv.StatePaused)
 		}
-		var reply *TaskReply
-		if rec.StreamSeq == 0 {
-			// Paused before any worker saw it: its message waits in its
-			// bucket and runs at its next delivery.
-			var next *kv.Record
-			var nextRev uint64
-			next, nextRev, err = a.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: "resume"}, nil)
-			reply = &TaskReply{Task: next, Revision: nextRev}
-		} else {
-			src := source{stream: a.cfg.Names.PriorityStream(rec.Priority), seq: rec.StreamSeq}
-			reply, err = a.redispatch(ctx, rec, rev, src, rec.Priority, "resume", nil)
-		}
+		reply, err := a.resumeFrom(ctx, rec, rev)
 		if errors.Is(err, kv.ErrConflict) {
 			continue
 		}
 		return reply, err
 	}
 	return nil, fmt.Errorf("resume task %s: %w", req.ID, kv.ErrConflict)
+}
+
+// resumeFrom resumes a PAUSED task, read at rev, to where something moves
+// it on: a copy of its current message in its bucket; back to PENDING when
+// it was paused before its delayed release (the mover releases it); or, when
+// it was paused before any message of it was seen, back to unseen (its
+// record is deleted, so that its first message creates it as usual).
+func (a *Admin) resumeFrom(ctx context.Context, rec *kv.Record, rev uint64) (*TaskReply, error) {
+	if src, ok := current(a.cfg.Names, rec); ok {
+		return a.redispatch(ctx, rec, rev, src, rec.Priority, "resume", nil)
+	}
+	switch {
+	case rec.RunAt != nil:
+		next, nextRev, err := a.store.Apply(ctx, rec, rev, kv.StatePending, kv.Actor{Action: "resume"}, nil)
+		if err != nil {
+			return nil, err
+		}
+		return &TaskReply{Task: next, Revision: nextRev}, nil
+	case rec.Type == "":
+		if err := a.store.Delete(ctx, rec.ID, rev); err != nil {
+			return nil, err
+		}
+		return &TaskReply{Task: rec, Revision: rev, Deleted: true}, nil
+	default:
+		// No message bound yet: the first one that arrives binds it.
+		next, nextRev, err := a.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: "resume"}, nil)
+		if err != nil {
+			return nil, err
+		}
+		return &TaskReply{Task: next, Revision: nextRev}, nil
+	}
 }
 
 func (a *Admin) taskReprioritize(ctx context.Context, data []byte) (any, error) {
@@ -181,16 +201,30 @@ func (a *Admin) taskReprioritize(ctx context.Context, data []byte) (any, error) 
 		if err != nil {
 			return nil, err
 		}
-		if rec.State != kv.StateReady {
-			return nil, conflict("task %s is %s: only a READY task can move to another bucket (pause or cancel it otherwise)", req.ID, rec.State)
-		}
 		if rec.Priority == req.Priority {
 			return nil, badRequest("task %s is already P%d", req.ID, req.Priority)
 		}
-		if rec.StreamSeq == 0 {
-			return nil, conflict("task %s has no known message position; it cannot be moved", req.ID)
+		src, bound := current(a.cfg.Names, rec)
+		if rec.State == kv.StatePending {
+			// Not in a bucket yet: the mover releases it at its new priority.
+			next, nextRev, err := a.store.Apply(ctx, rec, rev, kv.StatePending, kv.Actor{Action: "reprioritize"}, func(r *kv.Record) error {
+				r.Priority = req.Priority
+				return nil
+			})
+			if errors.Is(err, kv.ErrConflict) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			return &TaskReply{Task: next, Revision: nextRev}, nil
 		}
-		src := source{stream: a.cfg.Names.PriorityStream(rec.Priority), seq: rec.StreamSeq}
+		if rec.State != kv.StateReady {
+			return nil, conflict("task %s is %s: only a READY or PENDING task can move to another bucket (pause or cancel it otherwise)", req.ID, rec.State)
+		}
+		if !bound {
+			return nil, conflict("task %s has no message bound yet; it cannot be moved", req.ID)
+		}
 		reply, err := a.redispatch(ctx, rec, rev, src, req.Priority, "reprioritize", nil)
 		if errors.Is(err, kv.ErrConflict) {
 			continue

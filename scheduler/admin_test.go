@@ -118,7 +118,7 @@ func TestAdminBadRequests(t *testing.T) {
 		{"pause unknown", scheduler.VerbTaskPause, scheduler.TaskRequest{ID: "ghost"}, 404, "--unseen"},
 		{"resume not paused", scheduler.VerbTaskResume, scheduler.TaskRequest{ID: done}, 409, "resume applies only to"},
 		{"bad priority", scheduler.VerbTaskReprioritize, scheduler.ReprioritizeRequest{ID: done, Priority: 7}, 400, "not 0..4"},
-		{"reprioritize terminal", scheduler.VerbTaskReprioritize, scheduler.ReprioritizeRequest{ID: done, Priority: 1}, 409, "only a READY task"},
+		{"reprioritize terminal", scheduler.VerbTaskReprioritize, scheduler.ReprioritizeRequest{ID: done, Priority: 1}, 409, "only a READY or PENDING task"},
 		{"batch without filter", scheduler.VerbTasksCancel, scheduler.BatchCancelRequest{}, 400, "needs a filter"},
 		{"batch bad state", scheduler.VerbTasksCancel, scheduler.BatchCancelRequest{Filter: scheduler.Filter{States: []kv.State{"DONE"}}}, 400, "unknown state"},
 		{"batch terminal state", scheduler.VerbTasksCancel, scheduler.BatchCancelRequest{Filter: scheduler.Filter{States: []kv.State{kv.StateDead}}}, 400, "cannot be cancelled"},

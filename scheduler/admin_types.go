@@ -58,6 +58,9 @@ type TaskReply struct {
 	// Redispatched is true when a new copy of the task's message (the next
 	// generation) was published to its bucket.
 	Redispatched bool `json:"redispatched,omitempty"`
+	// Deleted is true when the action removed the task's record: a task
+	// paused before any message of it was seen is unseen again once resumed.
+	Deleted bool `json:"deleted,omitempty"`
 }
 
 // TrailReply lists a task's moves, oldest first.

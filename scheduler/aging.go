@@ -4,22 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
-	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )
 
 // aging lifts a READY task that has waited AgingThreshold in its bucket one
 // priority level: it publishes a copy into the next bucket up with
-// generation+1 (Nats-Msg-Id "<id>:g<gen>", so a repeat is a no-op), moves
-// the record READY -> READY with the new priority and generation by
-// compare-and-set, then deletes the old message. A worker drops any old copy
-// it still holds, because its generation is behind the record's. The wait
+// generation+1 and a Nats-Msg-Id unique to the move, moves the record
+// READY -> READY with the new priority, generation and current message by
+// compare-and-set, then deletes the old message. A worker drops any other
+// message of the task it still holds: only the record's current message runs. The wait
 // counts from when the task became READY, so a task rises one level per
 // threshold waited: P4 reaches P0 after 4 thresholds.
 type aging struct {
@@ -115,22 +114,15 @@ func (a *aging) lift(ctx context.Context, stream jetstream.Stream, prio int, raw
 	if err != nil {
 		return false, err
 	}
-	if rec.State != kv.StateReady || rec.Gen != opts.Gen || rec.Priority != prio {
-		return false, nil // running, retrying, or a stale copy
+	if cur, ok := current(names, rec); rec.State != kv.StateReady || !ok || cur != (source{stream: names.PriorityStream(prio), seq: raw.Sequence}) {
+		return false, nil // running, retrying, or not the task's current message
 	}
 	since, lifts := waitingSince(rec)
 	if time.Since(since) < time.Duration(lifts+1)*a.l.cfg.AgingThreshold {
 		return false, nil // not yet due for its next level
 	}
 	gen := rec.Gen + 1
-	msg := nats.NewMsg(names.SubmitSubject(prio-1, rec.Tenant, rec.Type, rec.Key))
-	msg.Data = raw.Data
-	for name, values := range raw.Header {
-		msg.Header[name] = values
-	}
-	msg.Header.Set(streams.HeaderTaskID, rec.ID)
-	msg.Header.Set(streams.HeaderMsgID, streams.CopyMsgID(rec.ID, gen))
-	msg.Header.Set(streams.HeaderGen, strconv.FormatUint(gen, 10))
+	msg := streams.TaskCopy(names.SubmitSubject(prio-1, rec.Tenant, rec.Type, rec.Key), raw.Data, raw.Header, rec.ID, gen, nuid.Next())
 	msg.Header.Set(streams.HeaderWaitingSince, since.UTC().Format(time.RFC3339Nano))
 	ack, err := a.l.js.PublishMsg(ctx, msg)
 	if err != nil {
@@ -138,15 +130,18 @@ func (a *aging) lift(ctx context.Context, stream jetstream.Stream, prio int, raw
 	}
 	waited := time.Since(since)
 	_, _, err = a.l.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: "aging"}, func(r *kv.Record) error {
-		r.Priority, r.Gen, r.StreamSeq = prio-1, gen, ack.Sequence
+		r.Priority, r.Gen, r.Stream, r.StreamSeq = prio-1, gen, ack.Stream, ack.Sequence
 		return nil
 	})
+	if errors.Is(err, kv.ErrConflict) {
+		// A worker claimed it, or an operator moved it, meanwhile: the
+		// record names another message, so the copy is not needed.
+		a.deleteMsg(ctx, ack.Stream, ack.Sequence)
+		return false, nil
+	}
 	if err != nil {
-		// A worker claimed it meanwhile: the new copy is not needed.
-		a.deleteMsg(ctx, names.PriorityStream(prio-1), ack.Sequence)
-		if errors.Is(err, kv.ErrConflict) {
-			return false, nil
-		}
+		// Ambiguous (the write may have landed): keep the copy. If the
+		// record names it, it runs; if not, workers drop it as an orphan.
 		return false, err
 	}
 	if err := stream.DeleteMsg(ctx, raw.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {

@@ -138,16 +138,11 @@ func (c *Client) Submit(ctx context.Context, task Task) (TaskInfo, error) {
 		return TaskInfo{ID: t.ID}, submitError(t.ID, err)
 	}
 	dup := ack.Duplicate
-	_, _, err = c.store.Create(ctx, t.record(ack.Sequence), kv.Actor{Action: "submit"})
+	_, _, err = c.store.Create(ctx, t.record(ack.Stream, ack.Sequence), kv.Actor{Action: "submit"})
 	if errors.Is(err, kv.ErrExists) {
-		// Either a worker saw this message first, or the id was submitted
-		// before (to another bucket, or past the de-duplication window):
-		// then this message is a copy that workers will drop.
-		rec, _, getErr := c.store.Get(ctx, t.ID)
-		err = getErr
-		if getErr == nil && (rec.StreamSeq != ack.Sequence || rec.Priority != t.Priority) {
-			dup = true
-		}
+		var existing bool
+		existing, err = c.existing(ctx, t.ID, ack)
+		dup = dup || existing
 	}
 	if err != nil {
 		return TaskInfo{ID: t.ID}, fmt.Errorf("submit task %s: stored, but its record was not written: %w", t.ID, err)
@@ -215,11 +210,21 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []Task) ([]TaskInfo, err
 		}
 		pending = again
 	}
-	c.writeRecords(ctx, normalized, acks, failed)
+	existed := c.writeRecords(ctx, normalized, acks, failed)
 	for i, ack := range acks {
-		if ack != nil && failed[i] == nil {
-			infos[i] = normalized[i].info(c.cfg.Names, ack.Sequence, ack.Duplicate)
+		if ack == nil || failed[i] != nil {
+			continue
 		}
+		dup := ack.Duplicate
+		if existed[i] {
+			other, err := c.existing(ctx, normalized[i].ID, ack)
+			if err != nil {
+				failed[i] = fmt.Errorf("submit task %s: stored, but its record was not read: %w", normalized[i].ID, err)
+				continue
+			}
+			dup = dup || other
+		}
+		infos[i] = normalized[i].info(c.cfg.Names, ack.Sequence, dup)
 	}
 	if len(failed) > 0 {
 		return infos, &BatchError{Failed: failed}
@@ -253,23 +258,26 @@ func (c *Client) publishAll(ctx context.Context, msgs []*nats.Msg, indexes []int
 	return futures
 }
 
-// writeRecords creates the READY records of the accepted tasks, pipelined.
-// A record that exists already (a worker saw the task first) is fine.
-func (c *Client) writeRecords(ctx context.Context, tasks []Task, acks []*jetstream.PubAck, failed map[int]error) {
+// writeRecords creates the READY records of the accepted tasks, pipelined,
+// and returns the tasks whose record existed already (see [Client.existing]).
+func (c *Client) writeRecords(ctx context.Context, tasks []Task, acks []*jetstream.PubAck, failed map[int]error) map[int]bool {
 	futures := map[int]jetstream.PubAckFuture{}
+	existed := map[int]bool{}
 	for i, ack := range acks {
 		if ack == nil {
 			continue
 		}
-		msg, err := c.store.CreateMsg(tasks[i].record(ack.Sequence), kv.Actor{Action: "submit"})
+		msg, err := c.store.CreateMsg(tasks[i].record(ack.Stream, ack.Sequence), kv.Actor{Action: "submit"})
 		if err == nil {
 			futures[i], err = c.js.PublishMsgAsync(msg)
 		}
 		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
-			_, _, err = c.store.Create(ctx, tasks[i].record(ack.Sequence), kv.Actor{Action: "submit"})
+			_, _, err = c.store.Create(ctx, tasks[i].record(ack.Stream, ack.Sequence), kv.Actor{Action: "submit"})
 			delete(futures, i)
 		}
-		if err != nil && !errors.Is(err, kv.ErrExists) {
+		if errors.Is(err, kv.ErrExists) {
+			existed[i] = true
+		} else if err != nil {
 			failed[i] = fmt.Errorf("submit task %s: stored, but its record was not written: %w", tasks[i].ID, err)
 		}
 	}
@@ -280,13 +288,43 @@ func (c *Client) writeRecords(ctx context.Context, tasks []Task, acks []*jetstre
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			if !kv.IsRevisionMismatch(err) {
+			if kv.IsRevisionMismatch(err) {
+				existed[i] = true
+			} else {
 				failed[i] = fmt.Errorf("submit task %s: stored, but its record was not written: %w", tasks[i].ID, err)
 			}
 		case <-ctx.Done():
 			failed[i] = fmt.Errorf("submit task %s: %w", tasks[i].ID, ctx.Err())
 		}
 	}
+	return existed
+}
+
+// existing settles a submit whose record exists already, and reports whether
+// the id belonged to another message (a duplicate). Either a worker saw this
+// message first (the record names it), or the task waits for its first
+// message (an operator paused or cancelled the id before it was seen), or
+// the id was submitted before: to another bucket, as a delayed task, or past
+// the de-duplication window. Then this message is a second one for the same
+// task; it is deleted, so that one id never has two messages (workers would
+// drop it anyway: a record names the one message that runs its task).
+func (c *Client) existing(ctx context.Context, id string, ack *jetstream.PubAck) (bool, error) {
+	rec, _, err := c.store.Get(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	if rec.StreamSeq == ack.Sequence && cmp.Or(rec.Stream, c.cfg.Names.PriorityStream(rec.Priority)) == ack.Stream {
+		return false, nil // ours
+	}
+	if rec.StreamSeq == 0 && (rec.State == kv.StatePaused || rec.State == kv.StateCancelled) && rec.Type == "" {
+		return false, nil // held for its first message: this one
+	}
+	if !ack.Duplicate { // a duplicate ack names the earlier message: never delete that
+		if stream, err := c.js.Stream(ctx, ack.Stream); err == nil {
+			_ = stream.DeleteMsg(ctx, ack.Sequence)
+		}
+	}
+	return true, nil
 }
 
 // retryable reports whether a publish may be retried with the same id.

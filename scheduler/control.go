@@ -79,6 +79,9 @@ type LeaderConfig struct {
 	SweepInterval time.Duration
 	// MoverWorkers release due tasks concurrently. Default 32.
 	MoverWorkers int
+	// PausedRecheck is how often the mover looks again at a fired schedule
+	// whose task is PAUSED, so that it is released once resumed. Default 2s.
+	PausedRecheck time.Duration
 	// Logger; default zap.NewNop().
 	Logger *zap.Logger
 	// Store configures the task record store.
@@ -100,6 +103,7 @@ func (c *LeaderConfig) withDefaults() *LeaderConfig {
 	out.AckWait = cmp.Or(out.AckWait, streams.DefaultAckWait)
 	out.SweepInterval = cmp.Or(out.SweepInterval, out.AckWait)
 	out.MoverWorkers = cmp.Or(out.MoverWorkers, DefaultMoverWorkers)
+	out.PausedRecheck = cmp.Or(out.PausedRecheck, 2*time.Second)
 	if out.Logger == nil {
 		out.Logger = zap.NewNop()
 	}

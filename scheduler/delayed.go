@@ -15,12 +15,27 @@ import (
 // The server fires schedules in bursts at most every 250 ms under load.
 const DefaultEarly = streams.DefaultScheduleEarly
 
-// submitDelayed stores a normalized delayed task as a server-side schedule
-// in AX_DELAYED, fired [Config.Early] before its run time, and writes its
-// PENDING record.
+// submitDelayed stores a normalized delayed task: its PENDING record first,
+// then its server-side schedule in AX_DELAYED, fired [Config.Early] before
+// its run time. The record comes first so that a submit never replaces the
+// schedule of another task with the same id: an id that exists is a
+// duplicate, unless its record is this very task's (a retried submit).
 func (c *Client) submitDelayed(ctx context.Context, t Task) (TaskInfo, error) {
+	info := t.info(c.cfg.Names, 0, false)
+	want := t.record("", 0)
+	_, rev, err := c.store.Create(ctx, want, kv.Actor{Action: "submit"})
+	if errors.Is(err, kv.ErrExists) {
+		var rec *kv.Record
+		rec, rev, err = c.store.Get(ctx, t.ID)
+		if err == nil && !samePending(rec, want) {
+			info.Duplicate = true
+			return info, nil
+		}
+	}
+	if err != nil {
+		return info, fmt.Errorf("submit delayed task %s: %w", t.ID, err)
+	}
 	msg := c.cfg.Names.DelayedMsg(t.ID, t.message(c.cfg.Names), t.RunAt.Add(-c.cfg.Early))
-	var err error
 	for attempt := 0; ; attempt++ {
 		_, err = c.js.PublishMsg(ctx, msg)
 		if err == nil || !retryable(err) || attempt >= c.cfg.PublishRetries || ctx.Err() != nil {
@@ -28,18 +43,20 @@ func (c *Client) submitDelayed(ctx context.Context, t Task) (TaskInfo, error) {
 		}
 	}
 	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) { // refused: nothing was scheduled, so the task was not accepted
+			_ = c.store.Delete(ctx, t.ID, rev)
+		}
 		return TaskInfo{ID: t.ID}, fmt.Errorf("submit delayed task %s: %w", t.ID, err)
 	}
-	info := t.info(c.cfg.Names, 0, false)
-	_, _, err = c.store.Create(ctx, t.record(0), kv.Actor{Action: "submit"})
-	if errors.Is(err, kv.ErrExists) {
-		// Submitted before: the schedule was replaced by the same task.
-		info.Duplicate, err = true, nil
-	}
-	if err != nil {
-		return info, fmt.Errorf("submit delayed task %s: scheduled, but its record was not written: %w", t.ID, err)
-	}
 	return info, nil
+}
+
+// samePending reports whether rec is the PENDING record want describes: a
+// retried submit of the same delayed task.
+func samePending(rec, want *kv.Record) bool {
+	return rec.State == kv.StatePending && rec.Tenant == want.Tenant && rec.Type == want.Type && rec.Key == want.Key &&
+		rec.Priority == want.Priority && rec.RunAt != nil && want.RunAt != nil && rec.RunAt.Equal(*want.RunAt)
 }
 
 // CancelDelayed cancels a task that is still PENDING: its record becomes

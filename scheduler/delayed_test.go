@@ -65,12 +65,14 @@ func TestDelayedTaskIsReleasedAtItsTime(t *testing.T) {
 	opts, err := streams.ParseHeaders(msg.Header)
 	require.NoError(t, err)
 	require.Equal(t, info.ID, opts.ID)
-	require.EqualValues(t, 1, opts.Gen)
+	require.EqualValues(t, 2, opts.Gen, "a release is the record's next generation")
 	require.Eventually(t, func() bool {
 		rec, _, err = client.Store().Get(ctx, info.ID)
 		return err == nil && rec.State == kv.StateReady
 	}, 5*time.Second, 10*time.Millisecond)
 	require.Equal(t, msg.Sequence, rec.StreamSeq)
+	require.Equal(t, "AX_P2", rec.Stream)
+	require.EqualValues(t, 2, rec.Gen)
 	require.Equal(t, "due", rec.LastMove().Action)
 	// The schedule and its fired copy are gone from AX_DELAYED.
 	require.Eventually(t, func() bool { return streamMsgs(t, js, "AX_DELAYED") == 0 }, 5*time.Second, 10*time.Millisecond)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"go.uber.org/zap"
 )
 
@@ -133,9 +133,11 @@ func (m *mover) receive(msg jetstream.Msg) {
 		return
 	}
 	h := msg.Headers()
-	id := h.Get(streams.HeaderTaskID)
-	if id == "" {
-		id = strings.TrimPrefix(msg.Subject(), m.l.cfg.Names.Prefix()+".due.")
+	// The subject names the task: the schedule was keyed on it.
+	id, ok := m.l.cfg.Names.ParseDueSubject(msg.Subject())
+	if !ok {
+		m.log.Warn("due_subject_invalid", zap.String("subject", msg.Subject()))
+		return
 	}
 	runAt, err := time.Parse(time.RFC3339Nano, h.Get(streams.HeaderRunAt))
 	if err != nil {
@@ -150,10 +152,13 @@ func (m *mover) receive(msg jetstream.Msg) {
 	}
 }
 
-// release moves one due task into its bucket: publish the copy (its
-// Nats-Msg-Id makes a repeat a no-op), move the record PENDING -> READY,
-// delete the fired schedule. A failure leaves the fired schedule for the
-// next pass or the next leader.
+// release moves one due task into its bucket: publish a copy (a
+// Nats-Msg-Id unique to this release), move the record PENDING -> READY
+// naming the copy as its current message, delete the fired schedule. A
+// worker that meets the copy first binds the record to it itself (a released
+// copy of a PENDING task is its next message). A failure leaves the fired
+// schedule for the next pass or the next leader; a second copy that a retry
+// publishes is dropped by workers, since the record names only one.
 func (m *mover) release(ctx context.Context, d *dueTask) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -165,7 +170,8 @@ func (m *mover) release(ctx context.Context, d *dueTask) {
 		m.retry(d, err)
 		return
 	case rec.State == kv.StatePaused:
-		m.log.Info("due_task_paused", zap.String("task_id", d.id)) // kept for resume
+		// Kept until it is resumed (back to PENDING): look again later.
+		m.recheck(d, m.l.cfg.PausedRecheck)
 		return
 	case rec.State != kv.StatePending:
 		m.done(ctx, d) // released before, or cancelled
@@ -181,10 +187,16 @@ func (m *mover) release(ctx context.Context, d *dueTask) {
 	}
 	if rec != nil {
 		_, _, err = m.l.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: "due"}, func(r *kv.Record) error {
-			r.StreamSeq, r.Gen = ack.Sequence, gen
+			r.Gen, r.Stream, r.StreamSeq = gen, ack.Stream, ack.Sequence
 			return nil
 		})
-		if err != nil && !errors.Is(err, kv.ErrConflict) { // a conflict: a worker saw the copy first
+		if errors.Is(err, kv.ErrConflict) {
+			// A worker bound the copy first, or an operator moved the task
+			// (paused or cancelled it): look again.
+			m.retry(d, nil)
+			return
+		}
+		if err != nil {
 			m.retry(d, err)
 			return
 		}
@@ -199,18 +211,9 @@ func (m *mover) copyOf(d *dueTask, rec *kv.Record) (*nats.Msg, uint64) {
 	gen := uint64(1)
 	if rec != nil {
 		subject = m.l.cfg.Names.SubmitSubject(rec.Priority, rec.Tenant, rec.Type, rec.Key)
-		gen = max(rec.Gen, 1)
+		gen = rec.Gen + 1
 	}
-	msg := nats.NewMsg(subject)
-	msg.Data = d.msg.Data()
-	for name, values := range src {
-		if !strings.HasPrefix(name, "Nats-") && name != streams.HeaderSubject {
-			msg.Header[name] = values
-		}
-	}
-	msg.Header.Set(streams.HeaderTaskID, d.id)
-	msg.Header.Set(streams.HeaderMsgID, streams.CopyMsgID(d.id, gen))
-	msg.Header.Set(streams.HeaderGen, fmt.Sprint(gen))
+	msg := streams.TaskCopy(subject, d.msg.Data(), src, d.id, gen, nuid.Next(), streams.HeaderSubject)
 	msg.Header.Set(streams.HeaderReleasedAt, time.Now().UTC().Format(time.RFC3339Nano))
 	return msg, gen
 }
@@ -222,11 +225,19 @@ func (m *mover) done(ctx context.Context, d *dueTask) {
 	}
 }
 
-// retry puts a task whose release failed back, one second later.
+// retry puts a task whose release failed (err, or nil for a lost
+// compare-and-set) back, one second later.
 func (m *mover) retry(d *dueTask, err error) {
-	m.log.Warn("release_failed", zap.String("task_id", d.id), zap.Error(err))
+	if err != nil {
+		m.log.Warn("release_failed", zap.String("task_id", d.id), zap.Error(err))
+	}
+	m.recheck(d, time.Second)
+}
+
+// recheck puts a fired schedule back into the heap, due after wait.
+func (m *mover) recheck(d *dueTask, wait time.Duration) {
 	m.mu.Lock()
-	d.runAt = time.Now().Add(time.Second)
+	d.runAt = time.Now().Add(wait)
 	heap.Push(&m.pending, d)
 	m.mu.Unlock()
 	select {

@@ -128,7 +128,7 @@ func (t Task) message(names streams.Names) *nats.Msg {
 }
 
 // record is the READY record of a normalized task (PENDING if delayed).
-func (t Task) record(seq uint64) *kv.Record {
+func (t Task) record(stream string, seq uint64) *kv.Record {
 	state := kv.StateReady
 	if !t.RunAt.IsZero() {
 		state = kv.StatePending
@@ -136,7 +136,7 @@ func (t Task) record(seq uint64) *kv.Record {
 	rec := &kv.Record{
 		ID: t.ID, Type: t.Type, Tenant: t.Tenant, Key: t.Key, Priority: t.Priority,
 		State: state, MaxAttempts: t.MaxAttempts, Timeout: kv.Duration(t.Timeout),
-		Core: t.Core, Gen: 1, StreamSeq: seq,
+		Core: t.Core, Gen: 1, Stream: stream, StreamSeq: seq,
 	}
 	if !t.Deadline.IsZero() {
 		d := t.Deadline.UTC()

@@ -2,6 +2,8 @@ package streams
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,6 +31,16 @@ func (n Names) DelayedSubject(taskID string) string { return n.prefix + ".delaye
 // DueSubject returns the subject a delayed task's schedule fires into,
 // e.g. "ax.due.<id>".
 func (n Names) DueSubject(taskID string) string { return n.prefix + ".due." + taskID }
+
+// ParseDueSubject returns the task id of a fired schedule's subject
+// "ax.due.<id>", and false if subject is not one.
+func (n Names) ParseDueSubject(subject string) (string, bool) {
+	id, ok := strings.CutPrefix(subject, n.prefix+".due.")
+	if !ok || ValidateTaskID(id) != nil {
+		return "", false
+	}
+	return id, true
+}
 
 // DueFilter returns the subjects of fired schedules, "ax.due.>".
 func (n Names) DueFilter() string { return n.prefix + ".due.>" }
@@ -77,13 +89,42 @@ func (n Names) DelayedMsg(taskID string, submit *nats.Msg, fireAt time.Time) *na
 	return msg
 }
 
-// CopyMsgID is the Nats-Msg-Id of generation gen of a task re-published by
-// the leader (released from AX_DELAYED or aged): a repeated move of one
-// generation is de-duplicated, and no earlier copy's entry swallows it.
-func CopyMsgID(taskID string, gen uint64) string { return fmt.Sprintf("%s:g%d", taskID, gen) }
+// CopyMsgID is the Nats-Msg-Id of one publish of a copy of a task at
+// generation gen (released from AX_DELAYED, aged, resumed, reprioritized,
+// replayed or recovered). attempt must be unique to the move that publishes
+// it (a NUID): a retried publish of the same move is de-duplicated, while a
+// later move never meets the de-duplication entry of an earlier one. (A
+// copy id shared between moves is unsafe: JetStream answers a publish whose
+// id it has seen with the earlier message's sequence, even when that
+// message was deleted, so a second move would point its record at nothing.)
+func CopyMsgID(taskID string, gen uint64, attempt string) string {
+	return fmt.Sprintf("%s:g%d:%s", taskID, gen, attempt)
+}
 
 // DefaultScheduleEarly is how long before a delayed task's run time its
 // server-side schedule fires by default: the server fires schedules in
 // bursts at most every 250 ms under load, and the leader releases the task
 // at the exact time from its own timer.
 const DefaultScheduleEarly = time.Second
+
+// TaskCopy builds a control-plane copy of a task's message for subject: the
+// payload and the "Ax-" headers of from (minus drop), with the task id, the
+// generation and a Nats-Msg-Id unique to this move ([CopyMsgID]). Every
+// place that re-publishes a task (release, aging, resume, reprioritize,
+// replay, recovery) builds its copy here.
+func TaskCopy(subject string, data []byte, from nats.Header, taskID string, gen uint64, attempt string, drop ...string) *nats.Msg {
+	msg := nats.NewMsg(subject)
+	msg.Data = data
+	for name, values := range from {
+		if !strings.HasPrefix(name, "Nats-") {
+			msg.Header[name] = values
+		}
+	}
+	for _, name := range drop {
+		msg.Header.Del(name)
+	}
+	msg.Header.Set(HeaderTaskID, taskID)
+	msg.Header.Set(HeaderGen, strconv.FormatUint(gen, 10))
+	msg.Header.Set(HeaderMsgID, CopyMsgID(taskID, gen, attempt))
+	return msg
+}

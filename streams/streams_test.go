@@ -191,6 +191,8 @@ func TestParseHeaders(t *testing.T) {
 		{streams.HeaderDeadline, "tomorrow"},
 		{streams.HeaderRunAt, "2026-13-01T00:00:00Z"},
 		{streams.HeaderGen, "-3"},
+		{streams.HeaderGen, "18446744073709551615"}, // MaxUint64: the next copy would wrap to 0
+		{streams.HeaderGen, "9007199254740993"},     // MaxGen+1
 		{streams.HeaderMsgID, "has.dot"},
 	} {
 		t.Run(tc.header+"="+tc.value, func(t *testing.T) {

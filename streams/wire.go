@@ -49,6 +49,11 @@ const (
 // MaxAttemptsLimit bounds the Ax-Max-Attempts header.
 const MaxAttemptsLimit = 1000
 
+// MaxGen bounds the Ax-Gen header (2^53): a generation is a counter that
+// grows by one per move, so a larger value is not one ax wrote, and the
+// next copy's generation must not wrap around to 0.
+const MaxGen = 1 << 53
+
 // ValidateToken reports whether value is a usable subject token: non-empty,
 // printable, without '.', '*', '>' or whitespace. The error names field.
 func ValidateToken(field, value string) error {
@@ -185,8 +190,8 @@ func ParseHeaders(h nats.Header) (Options, error) {
 	}
 	if v := h.Get(HeaderGen); v != "" {
 		g, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			return o, fmt.Errorf("%w: %s %q is not a non-negative integer", ErrBadHeader, HeaderGen, v)
+		if err != nil || g > MaxGen {
+			return o, fmt.Errorf("%w: %s %q is not an integer in 0..%d", ErrBadHeader, HeaderGen, v, uint64(MaxGen))
 		}
 		o.Gen = g
 	}

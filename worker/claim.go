@@ -24,15 +24,17 @@ type envelope struct {
 	opts      streams.Options
 	bad       error // why the message breaks the contract; nil if it does not
 	handler   handler
+	stream    string    // the bucket stream it was delivered from
 	seq       uint64    // stream sequence
 	published time.Time // when the message was stored
 	delivered uint64    // delivery count
+	released  bool      // a copy the leader released from AX_DELAYED
 }
 
 // parse reads a message's subject and headers. A malformed message still
 // yields an id and best-effort fields, so that it can be dead-lettered.
 func (w *Worker) parse(d *delivery, meta *jetstream.MsgMetadata) *envelope {
-	env := &envelope{seq: meta.Sequence.Stream, delivered: meta.NumDelivered, published: meta.Timestamp.UTC()}
+	env := &envelope{stream: meta.Stream, seq: meta.Sequence.Stream, delivered: meta.NumDelivered, published: meta.Timestamp.UTC()}
 	stored, err := w.cfg.Names.ParseStored(d.msg.Subject())
 	if err != nil {
 		env.bad = fmt.Errorf("%w: %w", ErrMalformed, err)
@@ -45,8 +47,9 @@ func (w *Worker) parse(d *delivery, meta *jetstream.MsgMetadata) *envelope {
 	}
 	env.opts = opts
 	env.id = opts.ID
+	env.released = d.msg.Headers().Get(streams.HeaderReleasedAt) != ""
 	if env.id == "" {
-		env.id = fmt.Sprintf("%s-%d", meta.Stream, meta.Sequence.Stream)
+		env.id = fallbackID(meta)
 	}
 	h, ok := w.cfg.Registry.lookup(stored.Type)
 	if !ok && env.bad == nil {
@@ -54,6 +57,13 @@ func (w *Worker) parse(d *delivery, meta *jetstream.MsgMetadata) *envelope {
 	}
 	env.handler = h
 	return env
+}
+
+// fallbackID names a task published without a Nats-Msg-Id: its bucket,
+// sequence and store time, so that a stream recreated later (sequences
+// start again at 1) never gives a new task the id of an old one.
+func fallbackID(meta *jetstream.MsgMetadata) string {
+	return fmt.Sprintf("%s-%d-%x", meta.Stream, meta.Sequence.Stream, meta.Timestamp.UnixNano())
 }
 
 func bestEffortStored(subject string, priority int) streams.Stored {
@@ -122,15 +132,47 @@ func (w *Worker) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Rec
 	return nil, 0, false
 }
 
+// aheadGrace is how long a message whose generation is ahead of its
+// record's is kept for the control plane's compare-and-set that names it;
+// past that its move was abandoned, and it is dropped as an orphan.
+const aheadGrace = 3 * opTimeout
+
 // claimFrom decides what a delivery means for a record in its current state:
 // a claimed record (non-nil), a settled or dropped delivery (done), or a
 // record moved one step closer (neither: look again).
+//
+// The record names the one message that may run the task ([kv.Record.Stream]
+// and StreamSeq). Any other message naming the task is dropped: a copy an
+// earlier move left behind (its generation is behind the record's), a
+// duplicate submit of the id, or an orphan copy of a move that lost its
+// compare-and-set. A copy whose generation is ahead of the record's is a
+// move in progress: it is looked at again shortly, until the control plane
+// names it or aheadGrace has passed.
 func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec *kv.Record, rev uint64) (*kv.Record, uint64, bool, error) {
 	actor := kv.Actor{Worker: w.cfg.ID, Action: "claim"}
-	if env.opts.Gen < rec.Gen {
-		w.drop(d, env, "stale generation", true)
+	if why := w.foreign(rec, env); why != "" {
+		w.drop(d, env, why, true)
 		return nil, 0, true, nil
 	}
+	bound := rec.StreamSeq != 0
+	mine := bound && rec.StreamSeq == env.seq && cmp.Or(rec.Stream, w.cfg.Names.PriorityStream(rec.Priority)) == env.stream
+	switch {
+	case mine:
+	case env.opts.Gen < rec.Gen:
+		w.drop(d, env, "stale generation", true)
+		return nil, 0, true, nil
+	case env.opts.Gen > rec.Gen:
+		if rec.State == kv.StatePending {
+			break // a released copy: the first one seen becomes the task's message
+		}
+		w.ahead(d, env)
+		return nil, 0, true, nil
+	case bound:
+		w.drop(d, env, fmt.Sprintf("another message of the task is current (%s #%d)", rec.Stream, rec.StreamSeq), true)
+		return nil, 0, true, nil
+	}
+	// Here the delivery is the task's current message, or the first message
+	// of a task whose record names none yet.
 	switch rec.State {
 	case kv.StateReady, kv.StateRetrying:
 		next, nextRev, err := w.store.Apply(ctx, rec, rev, kv.StateRunning, actor, func(r *kv.Record) error {
@@ -139,13 +181,22 @@ func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec 
 		})
 		return next, nextRev, false, err
 	case kv.StatePending:
-		_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: "due"}, nil)
+		if !env.released {
+			// Not a released copy (a raw message naming a delayed task):
+			// keep it until the task is released, then it is stale.
+			w.ahead(d, env)
+			return nil, 0, true, nil
+		}
+		_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: "due"}, func(r *kv.Record) error {
+			r.Gen, r.Stream, r.StreamSeq = env.opts.Gen, env.stream, env.seq
+			return nil
+		})
 		return nil, 0, false, err
 	case kv.StateRunning:
-		if rec.StreamSeq != env.seq {
-			// Another copy of a running task: look again when it is over.
-			_ = d.settle(func() error { return d.msg.NakWithDelay(w.cfg.AckWait) })
-			w.stats.Dropped.Add(1)
+		if !mine {
+			// Running from no bound message: only a record written by an
+			// older version; treat this one as a duplicate.
+			w.drop(d, env, "task is RUNNING from another message", true)
 			return nil, 0, true, nil
 		}
 		if env.delivered <= rec.Delivery {
@@ -153,12 +204,13 @@ func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec 
 			w.drop(d, env, "delivery superseded", false)
 			return nil, 0, true, nil
 		}
-		// The holder's claim lapsed (no heartbeat within the ack wait):
-		// take the task over, leaving the hand-over in the trail.
-		lapsed := kv.Actor{Worker: w.cfg.ID, Action: "takeover",
-			Error: fmt.Sprintf("claim of worker %s (delivery %d) lapsed", rec.Worker, rec.Delivery)}
-		_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, lapsed, func(r *kv.Record) error {
-			r.Attempt-- // the lapsed attempt did not finish
+		// The holder's claim lapsed (no heartbeat within the ack wait): it
+		// crashed, froze or was cut off. The lost attempt counts: take the
+		// task over, leaving the hand-over and its cause in the trail.
+		cause := fmt.Sprintf("worker %s lost while running attempt %d (no heartbeat within the ack wait: crashed, frozen or cut off)", rec.Worker, rec.Attempt)
+		_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: "takeover", Error: cause}, func(r *kv.Record) error {
+			r.Lost++
+			r.LastError = cause
 			return nil
 		})
 		return nil, 0, false, err
@@ -167,15 +219,36 @@ func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec 
 		_ = d.settle(func() error { return d.msg.NakWithDelay(w.cfg.AckWait) })
 		return nil, 0, true, nil
 	default: // SUCCEEDED, DEAD, CANCELLED: nothing left to do
-		if env.opts.Gen > rec.Gen {
-			// A newer generation than the record's: an operator's replay
-			// published it and is about to write the record. Look again soon.
-			_ = d.settle(func() error { return d.msg.NakWithDelay(time.Second) })
-			return nil, 0, true, nil
-		}
 		w.drop(d, env, "task is "+string(rec.State), true)
 		return nil, 0, true, nil
 	}
+}
+
+// foreign reports why a message cannot be the task its record describes:
+// its tenant, type or key differ (a task id is bound to them), or "".
+func (w *Worker) foreign(rec *kv.Record, env *envelope) string {
+	if rec.Type == "" { // born CANCELLED or PAUSED by an operator who knew only the id
+		return ""
+	}
+	s := env.stored
+	if s.Tenant != rec.Tenant || s.Type != rec.Type || s.Key != rec.Key {
+		return fmt.Sprintf("message names task %s but is %s/%s/%s, not the task's %s/%s/%s",
+			env.id, s.Tenant, s.Type, s.Key, rec.Tenant, rec.Type, rec.Key)
+	}
+	return ""
+}
+
+// ahead keeps a message whose move is in progress: it is delivered again
+// shortly (50 ms, doubling to 1 s), until aheadGrace after it was stored,
+// then dropped as the orphan of an abandoned move.
+func (w *Worker) ahead(d *delivery, env *envelope) {
+	if time.Since(env.published) > aheadGrace {
+		w.drop(d, env, "orphan copy: no move named it within "+aheadGrace.String(), true)
+		return
+	}
+	delay := min(50*time.Millisecond<<min(env.delivered, 5), time.Second)
+	w.stats.Dropped.Add(1)
+	_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
 }
 
 // newRecord is the RUNNING record a worker's first sight creates.
@@ -203,9 +276,8 @@ func (w *Worker) start(r *kv.Record, env *envelope) {
 	r.Attempt++
 	r.Worker = w.cfg.ID
 	r.Delivery = env.delivered
-	r.StreamSeq = env.seq
+	r.Stream, r.StreamSeq = env.stream, env.seq
 	r.StartedAt = &now
-	r.Gen = max(r.Gen, env.opts.Gen)
 	if r.MaxAttempts == 0 {
 		r.MaxAttempts = cmp.Or(env.handler.cfg.MaxAttempts, w.cfg.DefaultMaxAttempts)
 	}

@@ -13,23 +13,49 @@ import (
 )
 
 // deferDelayed handles a raw publish whose Ax-Run-At is in the future: it
-// moves the task to AX_DELAYED as a schedule (the same one a Go submit with
-// RunAt writes), writes its PENDING record and acks the message, so that
+// writes the task's PENDING record, moves the message to AX_DELAYED as a
+// schedule (the same one a Go submit with RunAt writes) and acks it, so that
 // the leader releases it at its time and it holds no consumer slot
 // meanwhile. It reports whether it took the delivery. A copy the leader
-// released (Ax-Released-At) runs at once.
+// released (Ax-Released-At) runs at once. The record is written first so
+// that a message never replaces the schedule of another task with its id:
+// when the id has a record that is not this task's PENDING one, the
+// delivery goes on to the claim, which drops it.
 func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
 	runAt := env.opts.RunAt
-	if runAt.IsZero() || env.bad != nil || !runAt.After(time.Now()) || d.msg.Headers().Get(streams.HeaderReleasedAt) != "" {
+	if runAt.IsZero() || env.bad != nil || !runAt.After(time.Now()) || env.released {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	s := env.stored
+	gen := max(env.opts.Gen, 1)
+	want := &kv.Record{
+		ID: env.id, Type: s.Type, Tenant: s.Tenant, Key: s.Key, Priority: s.Priority, State: kv.StatePending,
+		Core: env.opts.Core, MaxAttempts: env.opts.MaxAttempts, Timeout: kv.Duration(env.opts.Timeout), Gen: gen,
+		CreatedAt: env.published,
+	}
+	at := runAt.UTC()
+	want.RunAt = &at
+	if !env.opts.Deadline.IsZero() {
+		dl := env.opts.Deadline.UTC()
+		want.Deadline = &dl
+	}
+	_, _, err := w.store.Create(ctx, want, kv.Actor{Worker: w.cfg.ID, Action: "publish"})
+	if errors.Is(err, kv.ErrExists) {
+		var rec *kv.Record
+		if rec, _, err = w.store.Get(ctx, env.id); err == nil && !samePending(rec, want) {
+			return false // another task's id, or already released: the claim decides
+		}
+	}
+	if err != nil {
+		w.log.Warn("defer_failed", zap.String("task_id", env.id), zap.Error(err))
+		_ = d.settle(func() error { return d.msg.NakWithDelay(time.Second) })
+		return true
+	}
 	submit := nats.NewMsg(w.cfg.Names.SubmitSubject(s.Priority, s.Tenant, s.Type, s.Key))
 	submit.Data = d.msg.Data()
 	submit.Header = d.msg.Headers()
-	gen := max(env.opts.Gen, 1)
 	sched := w.cfg.Names.DelayedMsg(env.id, submit, runAt.Add(-streams.DefaultScheduleEarly))
 	sched.Header.Set(streams.HeaderGen, strconv.FormatUint(gen, 10))
 	if _, err := w.js.PublishMsg(ctx, sched); err != nil {
@@ -37,23 +63,14 @@ func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
 		_ = d.settle(func() error { return d.msg.NakWithDelay(time.Second) })
 		return true
 	}
-	rec := &kv.Record{
-		ID: env.id, Type: s.Type, Tenant: s.Tenant, Key: s.Key, Priority: s.Priority, State: kv.StatePending,
-		Core: env.opts.Core, MaxAttempts: env.opts.MaxAttempts, Timeout: kv.Duration(env.opts.Timeout), Gen: gen,
-		CreatedAt: env.published,
-	}
-	at := runAt.UTC()
-	rec.RunAt = &at
-	if !env.opts.Deadline.IsZero() {
-		dl := env.opts.Deadline.UTC()
-		rec.Deadline = &dl
-	}
-	if _, _, err := w.store.Create(ctx, rec, kv.Actor{Worker: w.cfg.ID, Action: "publish"}); err != nil && !errors.Is(err, kv.ErrExists) {
-		w.log.Warn("defer_failed", zap.String("task_id", env.id), zap.Error(err))
-		_ = d.settle(func() error { return d.msg.NakWithDelay(time.Second) })
-		return true
-	}
 	w.log.Debug("task_deferred", zap.String("task_id", env.id), zap.Time("run_at", runAt))
 	_ = d.settle(d.msg.Ack)
 	return true
+}
+
+// samePending reports whether rec is the PENDING record want describes: the
+// record a previous delivery of this message wrote.
+func samePending(rec, want *kv.Record) bool {
+	return rec.State == kv.StatePending && rec.Tenant == want.Tenant && rec.Type == want.Type && rec.Key == want.Key &&
+		rec.Priority == want.Priority && rec.RunAt != nil && rec.RunAt.Equal(*want.RunAt)
 }
