@@ -97,7 +97,8 @@ func TestFrozenWorkerIsFenced(t *testing.T) {
 	require.Equal(t, "takeover", rec.Trail[2].Action)
 	require.Contains(t, rec.Trail[2].Error, "worker A")
 	require.Equal(t, "B", rec.Trail[3].Worker)
-	require.Equal(t, 1, rec.Attempt, "the lapsed attempt is not counted")
+	require.Equal(t, 2, rec.Attempt, "the lost attempt counts")
+	require.Equal(t, 1, rec.Lost)
 	require.Eventually(t, func() bool { return wA.Stats().Dropped.Load() >= 1 }, 10*time.Second, 20*time.Millisecond,
 		"A records its lost claim")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -84,6 +85,29 @@ func (b *testBundle) waitState(t *testing.T, id string, want kv.State) *kv.Recor
 	return rec
 }
 
+// fallbackID waits for the record of a message published without a
+// Nats-Msg-Id to stream at seq, and returns its id
+// ("<stream>-<seq>-<store time in hex nanoseconds>").
+func (b *testBundle) fallbackID(t *testing.T, stream string, seq uint64) string {
+	t.Helper()
+	prefix := fmt.Sprintf("%s-%d-", stream, seq)
+	var id string
+	require.Eventually(t, func() bool {
+		lister, err := b.store.Bucket().ListKeys(context.Background())
+		if err != nil {
+			return false
+		}
+		defer func() { _ = lister.Stop() }()
+		for key := range lister.Keys() {
+			if strings.HasPrefix(key, prefix) {
+				id = key
+			}
+		}
+		return id != ""
+	}, 30*time.Second, 20*time.Millisecond, "no record named %s…", prefix)
+	return id
+}
+
 func moves(rec *kv.Record) []string {
 	var out []string
 	for _, m := range rec.Trail {
@@ -110,7 +134,7 @@ func TestRawPublishRunsOnce(t *testing.T) {
 	require.NoError(t, nc.Publish("ax.submit.p2.acme.sleep.k1", []byte(`{"ms":10}`)))
 	require.NoError(t, nc.Flush())
 
-	id := "AX_P2-1" // no Nats-Msg-Id: the id is the stream and sequence
+	id := b.fallbackID(t, "AX_P2", 1) // no Nats-Msg-Id: the id is the stream, sequence and store time
 	rec := b.waitState(t, id, kv.StateSucceeded)
 	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>SUCCEEDED"}, moves(rec))
 	require.Equal(t, "acme", rec.Tenant)
@@ -309,7 +333,8 @@ func TestDeadWorkerTaskIsTakenOver(t *testing.T) {
 
 	rec := b.waitState(t, info.ID, kv.StateSucceeded)
 	require.Equal(t, "B", rec.Worker)
-	require.Equal(t, 1, rec.Attempt, "the lapsed attempt is not counted")
+	require.Equal(t, 2, rec.Attempt, "the lost attempt counts")
+	require.Equal(t, 1, rec.Lost)
 	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>READY", "READY>RUNNING", "RUNNING>SUCCEEDED"}, moves(rec))
 	takeover := rec.Trail[2]
 	require.Equal(t, "takeover", takeover.Action)
@@ -354,7 +379,7 @@ func TestMalformedTasksAreDeadLettered(t *testing.T) {
 	dlq, err := b.js.Stream(ctx, "AX_DLQ")
 	require.NoError(t, err)
 	for i, c := range cases {
-		rec := b.waitState(t, fmt.Sprintf("AX_P1-%d", seqs[i]), kv.StateDead)
+		rec := b.waitState(t, b.fallbackID(t, "AX_P1", seqs[i]), kv.StateDead)
 		require.Contains(t, rec.LastError, c.reason, c.name)
 		msg, err := dlq.GetMsg(ctx, rec.DLQSeq)
 		require.NoError(t, err, c.name)

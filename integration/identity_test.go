@@ -1,0 +1,439 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax/internal/natstest"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/worker"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+)
+
+// The tests of this file check that a task's identity holds under
+// operator verbs, lost compare-and-sets, duplicate submits and forged
+// messages: every accepted task ends SUCCEEDED, CANCELLED or DEAD, and runs
+// at most once to success. They failed at 54cd21a where named.
+
+// runLog counts the runs of each task, and the payloads they saw.
+type runLog struct {
+	mu       sync.Mutex
+	runs     map[string]int
+	payloads map[string][]string
+	active   map[string]int
+	overlaps int
+}
+
+func newRunLog() *runLog {
+	return &runLog{runs: map[string]int{}, payloads: map[string][]string{}, active: map[string]int{}}
+}
+
+func (l *runLog) begin(task *worker.Task) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.runs[task.ID]++
+	l.payloads[task.ID] = append(l.payloads[task.ID], string(task.Payload))
+	l.active[task.ID]++
+	if l.active[task.ID] > 1 {
+		l.overlaps++
+	}
+}
+
+func (l *runLog) end(task *worker.Task) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.active[task.ID]--
+}
+
+func (l *runLog) count(id string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.runs[id]
+}
+
+// identityArgs steer the "ident" handler: it sleeps SleepMS, and fails
+// attempt FailAttempt (RetryAfter RetryMS, or permanently if Permanent).
+type identityArgs struct {
+	SleepMS     int  `json:"sleep_ms"`
+	FailAttempt int  `json:"fail_attempt"`
+	RetryMS     int  `json:"retry_ms"`
+	Permanent   bool `json:"permanent"`
+}
+
+type meshBundle struct {
+	srv    *natstest.Server
+	js     jetstream.JetStream
+	nc     *nats.Conn
+	client *scheduler.Client
+	api    *scheduler.AdminClient
+	store  *kv.Store
+	log    *runLog
+	reg    *worker.Registry
+}
+
+// setupMesh runs a server, the management API and a leader (aging off);
+// the worker is started by startWorker, so that a test can act on tasks no
+// worker has taken yet.
+func setupMesh(t *testing.T) *meshBundle {
+	t.Helper()
+	srv := natstest.Start(t, natstest.Options{})
+	nc, js := srv.Connect()
+	natstest.Provision(t, js, &streams.Config{AckWait: 5 * time.Second})
+	ctx := context.Background()
+	admin, err := scheduler.NewAdmin(ctx, js, &scheduler.AdminConfig{Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	require.NoError(t, admin.Start(ctx))
+	t.Cleanup(func() { _ = admin.Stop(ctx) })
+	_, ljs := srv.Connect()
+	leader, err := scheduler.NewLeader(ctx, ljs, &scheduler.LeaderConfig{LeaseTTL: 2 * time.Second, AgingThreshold: -1,
+		AckWait: 5 * time.Second, PausedRecheck: 200 * time.Millisecond, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	lctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = leader.Run(lctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	client, err := scheduler.NewClient(ctx, js, nil)
+	require.NoError(t, err)
+	b := &meshBundle{srv: srv, js: js, nc: nc, client: client, api: scheduler.NewAdminClient(nc, streams.Names{}),
+		store: client.Store(), log: newRunLog(), reg: worker.NewRegistry()}
+	require.NoError(t, worker.HandleJSON(b.reg, "ident", func(ctx context.Context, task *worker.Task, args identityArgs) error {
+		b.log.begin(task)
+		defer b.log.end(task)
+		select {
+		case <-time.After(time.Duration(args.SleepMS) * time.Millisecond):
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		if task.Attempt == args.FailAttempt {
+			if args.Permanent {
+				return worker.Permanent(errors.New("told to fail"))
+			}
+			return worker.RetryAfter(time.Duration(args.RetryMS)*time.Millisecond, errors.New("told to fail once"))
+		}
+		return nil
+	}, nil))
+	return b
+}
+
+// startWorker starts a worker on its own connection; it stops at the end
+// of the test, or when the returned function is called.
+func (b *meshBundle) startWorker(t *testing.T) (stop func()) {
+	t.Helper()
+	_, js := b.srv.Connect()
+	w, err := worker.New(context.Background(), js, &worker.Config{Registry: b.reg, Concurrency: 8, AckWait: 5 * time.Second,
+		GracePeriod: time.Second, DefaultMaxAttempts: 3, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(context.Background()))
+	var once sync.Once
+	stop = func() { once.Do(func() { _ = w.Stop(context.Background()) }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+func (b *meshBundle) submit(t *testing.T, task scheduler.Task) string {
+	t.Helper()
+	if task.Type == "" {
+		task.Type = "ident"
+	}
+	info, err := b.client.Submit(context.Background(), task)
+	require.NoError(t, err)
+	return info.ID
+}
+
+func (b *meshBundle) call(verb string, req, resp any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if resp == nil {
+		resp = &json.RawMessage{}
+	}
+	return b.api.Call(ctx, verb, req, resp)
+}
+
+func (b *meshBundle) get(t *testing.T, id string) *kv.Record {
+	t.Helper()
+	rec, _, err := b.store.Get(context.Background(), id)
+	require.NoError(t, err)
+	return rec
+}
+
+func (b *meshBundle) waitState(t *testing.T, id string, within time.Duration, states ...kv.State) *kv.Record {
+	t.Helper()
+	var rec *kv.Record
+	require.Eventually(t, func() bool {
+		r, _, err := b.store.Get(context.Background(), id)
+		if err != nil {
+			return false
+		}
+		rec = r
+		for _, s := range states {
+			if r.State == s {
+				return true
+			}
+		}
+		return false
+	}, within, 20*time.Millisecond, "task %s never reached %v (last: %+v)", id, states, rec)
+	return rec
+}
+
+// settled waits until task id is SUCCEEDED, CANCELLED or DEAD, resuming it
+// if it is PAUSED, and returns its record.
+func (b *meshBundle) settled(t *testing.T, id string, within time.Duration) *kv.Record {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		rec := b.get(t, id)
+		switch {
+		case rec.State.Terminal():
+			return rec
+		case rec.State == kv.StatePaused:
+			_ = b.call(scheduler.VerbTaskResume, scheduler.TaskRequest{ID: id}, nil)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s stuck in %s after %s; trail: %s", id, rec.State, within, trailOf(rec))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func trailOf(rec *kv.Record) string {
+	out, _ := json.Marshal(rec.Trail)
+	return string(out)
+}
+
+func payload(t *testing.T, args identityArgs) []byte {
+	t.Helper()
+	out, err := json.Marshal(args)
+	require.NoError(t, err)
+	return out
+}
+
+// Issue 11.1: pause, then resume, a delayed task: it runs at its time.
+// At 54cd21a it stayed READY forever with no message anywhere.
+func TestResumedDelayedTaskRuns(t *testing.T) {
+	b := setupMesh(t)
+	b.startWorker(t)
+	id := b.submit(t, scheduler.Task{ID: "v", Payload: payload(t, identityArgs{}), Delay: 1500 * time.Millisecond})
+	require.NoError(t, b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: id}, nil))
+	require.NoError(t, b.call(scheduler.VerbTaskResume, scheduler.TaskRequest{ID: id}, nil))
+	rec := b.waitState(t, id, 20*time.Second, kv.StateSucceeded)
+	require.Equal(t, 1, b.log.count(id))
+	require.Equal(t, 1, rec.Attempt)
+}
+
+// Issue 11.1: every operator verb against every state leaves the task in
+// a state that something moves on: each ends SUCCEEDED, CANCELLED or DEAD,
+// and none succeeds twice.
+func TestOperatorVerbsNeverStrandATask(t *testing.T) {
+	verbs := []string{"pause", "resume", "reprioritize", "cancel", "replay"}
+	act := func(b *meshBundle, verb, id string) error {
+		switch verb {
+		case "pause":
+			return b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: id}, nil)
+		case "resume":
+			return b.call(scheduler.VerbTaskResume, scheduler.TaskRequest{ID: id}, nil)
+		case "reprioritize":
+			return b.call(scheduler.VerbTaskReprioritize, scheduler.ReprioritizeRequest{ID: id, Priority: 1}, nil)
+		case "cancel":
+			return b.call(scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: id}, nil)
+		default:
+			return b.call(scheduler.VerbDLQReplay, scheduler.DLQReplayRequest{ID: id}, nil)
+		}
+	}
+	type state struct {
+		name        string
+		workerFirst bool // the worker runs before the verbs (else it starts after them)
+		args        identityArgs
+		delay       time.Duration
+		prepare     func(t *testing.T, b *meshBundle, id string)
+	}
+	states := []state{
+		{name: "PENDING", delay: 2 * time.Second},
+		{name: "READY"},
+		{name: "PAUSED", prepare: func(t *testing.T, b *meshBundle, id string) {
+			require.NoError(t, b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: id}, nil))
+		}},
+		{name: "RETRYING", workerFirst: true, args: identityArgs{FailAttempt: 1, RetryMS: 3000}},
+		{name: "RUNNING", workerFirst: true, args: identityArgs{SleepMS: 2000}},
+		{name: "DEAD", workerFirst: true, args: identityArgs{FailAttempt: 1, Permanent: true}},
+	}
+	for _, st := range states {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupMesh(t)
+			if st.workerFirst {
+				b.startWorker(t)
+			}
+			ids := map[string]string{}
+			for _, verb := range verbs {
+				ids[verb] = b.submit(t, scheduler.Task{ID: st.name + "-" + verb, Priority: 3, Payload: payload(t, st.args), Delay: st.delay})
+			}
+			for _, verb := range verbs {
+				id := ids[verb]
+				if st.prepare != nil {
+					st.prepare(t, b, id)
+				}
+				b.waitState(t, id, 20*time.Second, kv.State(st.name))
+				err := act(b, verb, id)
+				t.Logf("%s on %s: %v", verb, st.name, err)
+			}
+			if !st.workerFirst {
+				b.startWorker(t)
+			}
+			for _, verb := range verbs {
+				id := ids[verb]
+				rec := b.settled(t, id, 30*time.Second)
+				t.Logf("%s on %s ends %s after %d run(s)", verb, st.name, rec.State, b.log.count(id))
+				require.LessOrEqual(t, b.log.count(id), 2, "%s on %s: runs", verb, st.name)
+				if rec.State == kv.StateDead {
+					require.NotEmpty(t, rec.LastError, "%s on %s: DEAD without a reason", verb, st.name)
+				}
+			}
+			b.log.mu.Lock()
+			require.Zero(t, b.log.overlaps, "overlapping runs")
+			b.log.mu.Unlock()
+		})
+	}
+}
+
+// Issue 11.2: a copy left by a move that lost its compare-and-set, deleted
+// after another move re-published the task, must not strand it. At
+// 54cd21a the reprioritize's publish was de-duplicated onto the aging
+// copy's id, and deleting that copy left the record READY at nothing.
+func TestDeletedLosingCopyDoesNotStrandTask(t *testing.T) {
+	b := setupMesh(t)
+	ctx := context.Background()
+	id := b.submit(t, scheduler.Task{ID: "lost-cas", Priority: 3, Payload: payload(t, identityArgs{})})
+	// What aging publishes before its compare-and-set (the old copy id).
+	msg := nats.NewMsg("ax.submit.p2.default.ident.lost-cas")
+	msg.Data = payload(t, identityArgs{})
+	msg.Header.Set(streams.HeaderTaskID, id)
+	msg.Header.Set(streams.HeaderGen, "2")
+	msg.Header.Set(streams.HeaderMsgID, id+":g2")
+	agingCopy, err := b.js.PublishMsg(ctx, msg)
+	require.NoError(t, err)
+	require.NoError(t, b.call(scheduler.VerbTaskReprioritize, scheduler.ReprioritizeRequest{ID: id, Priority: 2}, nil))
+	// Aging lost its compare-and-set and deletes its copy.
+	p2, err := b.js.Stream(ctx, "AX_P2")
+	require.NoError(t, err)
+	_ = p2.DeleteMsg(ctx, agingCopy.Sequence)
+	b.startWorker(t)
+	b.waitState(t, id, 20*time.Second, kv.StateSucceeded)
+	require.Equal(t, 1, b.log.count(id))
+}
+
+// Issue 12.1: one id submitted to two buckets is stored once, and a task
+// whose id arrives raw in two buckets runs once. At 54cd21a the second
+// message was stored and, when sequences collided, took over the live run.
+func TestOneIDInTwoBucketsRunsOnce(t *testing.T) {
+	b := setupMesh(t)
+	ctx := context.Background()
+	args := payload(t, identityArgs{SleepMS: 1500})
+	first, err := b.client.Submit(ctx, scheduler.Task{ID: "d1", Type: "ident", Priority: 3, Payload: args})
+	require.NoError(t, err)
+	require.False(t, first.Duplicate)
+	second, err := b.client.Submit(ctx, scheduler.Task{ID: "d1", Type: "ident", Priority: 1, Payload: args})
+	require.NoError(t, err)
+	require.True(t, second.Duplicate, "a second submit of an id is a duplicate")
+	p1, err := b.js.Stream(ctx, "AX_P1")
+	require.NoError(t, err)
+	info, err := p1.Info(ctx)
+	require.NoError(t, err)
+	require.Zero(t, info.State.Msgs, "the duplicate's message is not kept")
+
+	// Raw publishes of one id into two buckets (sequence 1 in both).
+	for _, subject := range []string{"ax.submit.p4.default.ident.d2", "ax.submit.p0.default.ident.d2"} {
+		msg := nats.NewMsg(subject)
+		msg.Data = args
+		msg.Header.Set(streams.HeaderMsgID, "d2")
+		_, err := b.js.PublishMsg(ctx, msg)
+		require.NoError(t, err)
+	}
+	b.startWorker(t)
+	b.waitState(t, "d1", 20*time.Second, kv.StateSucceeded)
+	b.waitState(t, "d2", 20*time.Second, kv.StateSucceeded)
+	require.Eventually(t, func() bool {
+		for _, name := range []string{"AX_P0", "AX_P1", "AX_P3", "AX_P4"} {
+			s, err := b.js.Stream(ctx, name)
+			require.NoError(t, err)
+			i, err := s.Info(ctx)
+			require.NoError(t, err)
+			if i.State.Msgs != 0 {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 50*time.Millisecond, "every message is settled")
+	require.Equal(t, 1, b.log.count("d1"))
+	require.Equal(t, 1, b.log.count("d2"))
+	b.log.mu.Lock()
+	require.Zero(t, b.log.overlaps)
+	b.log.mu.Unlock()
+}
+
+// Issue 11.4: tasks published without a Nats-Msg-Id still run after their
+// bucket is recreated (sequences start again at 1). At 54cd21a the new
+// task got the old one's id, met its SUCCEEDED record and was acked unrun.
+func TestFallbackIDsSurviveBucketRecreation(t *testing.T) {
+	b := setupMesh(t)
+	ctx := context.Background()
+	stop := b.startWorker(t)
+	publish := func() {
+		require.NoError(t, b.nc.Publish("ax.submit.p2.default.ident.raw", payload(t, identityArgs{})))
+		require.NoError(t, b.nc.Flush())
+	}
+	publish()
+	require.Eventually(t, func() bool { return b.total() == 1 }, 20*time.Second, 20*time.Millisecond)
+	stop() // an operator recreating a bucket restarts its workers
+	require.NoError(t, b.js.DeleteStream(ctx, "AX_P2"))
+	natstest.Provision(t, b.js, &streams.Config{AckWait: 5 * time.Second})
+	b.startWorker(t)
+	publish()
+	require.Eventually(t, func() bool { return b.total() == 2 }, 30*time.Second, 20*time.Millisecond,
+		"the task published after the bucket was recreated runs")
+}
+
+func (b *meshBundle) total() int {
+	b.log.mu.Lock()
+	defer b.log.mu.Unlock()
+	n := 0
+	for _, c := range b.log.runs {
+		n += c
+	}
+	return n
+}
+
+// Issue 13.1 (in part): a message of another tenant that names a task by
+// Ax-Task-Id, with a generation far ahead, never runs as that task; the
+// task runs once with its own payload. At 54cd21a the forged payload ran
+// as the victim and the victim's message was acked away.
+func TestForeignMessageCannotReplaceTask(t *testing.T) {
+	b := setupMesh(t)
+	ctx := context.Background()
+	real := payload(t, identityArgs{})
+	_, err := b.client.Submit(ctx, scheduler.Task{ID: "victim", Type: "ident", Tenant: "tenantB", Priority: 3, Payload: real})
+	require.NoError(t, err)
+	msg := nats.NewMsg("ax.submit.p0.tenantA.ident.x")
+	msg.Data = []byte(`{"sleep_ms":1}`)
+	msg.Header.Set(streams.HeaderTaskID, "victim")
+	msg.Header.Set(streams.HeaderGen, "7")
+	msg.Header.Set(streams.HeaderMsgID, "atk-1")
+	_, err = b.js.PublishMsg(ctx, msg)
+	require.NoError(t, err)
+	b.startWorker(t)
+	rec := b.waitState(t, "victim", 20*time.Second, kv.StateSucceeded)
+	require.Equal(t, "tenantB", rec.Tenant)
+	b.log.mu.Lock()
+	defer b.log.mu.Unlock()
+	require.Equal(t, []string{string(real)}, b.log.payloads["victim"], "the victim ran once, with its own payload")
+	require.Equal(t, 1, b.log.runs["victim"], fmt.Sprint(b.log.runs))
+}
