@@ -8,8 +8,8 @@ import (
 
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
-	"github.com/nats-io/nuid"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"go.uber.org/zap"
 )
 
