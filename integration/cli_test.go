@@ -1,12 +1,14 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,14 +20,35 @@ func TestPlainPublishThroughTheCLI(t *testing.T) {
 	require.NoError(t, dev.nc.Publish("ax.submit.p2.acme.sleep.k1", []byte(`{"ms":10}`)))
 	require.NoError(t, dev.nc.Flush())
 
+	// No Nats-Msg-Id: the task's id is "<stream>-<seq>-<store time>".
+	js, err := jetstream.New(dev.nc)
+	require.NoError(t, err)
+	var id string
+	require.Eventually(t, func() bool {
+		bucket, err := js.KeyValue(context.Background(), "AX_TASKS")
+		if err != nil {
+			return false
+		}
+		keys, err := bucket.ListKeys(context.Background())
+		if err != nil {
+			return false
+		}
+		defer func() { _ = keys.Stop() }()
+		for key := range keys.Keys() {
+			if strings.HasPrefix(key, "AX_P2-1-") {
+				id = key
+			}
+		}
+		return id != ""
+	}, 30*time.Second, 100*time.Millisecond)
 	var rec kv.Record
 	require.Eventually(t, func() bool {
-		out := ax(t, "task", "get", "AX_P2-1", "--server", dev.url, "--json")
+		out := ax(t, "task", "get", id, "--server", dev.url, "--json")
 		return json.Unmarshal([]byte(out), &rec) == nil && rec.State == kv.StateSucceeded
 	}, 30*time.Second, 100*time.Millisecond)
 	require.Equal(t, 1, rec.Attempt)
 
-	trail := ax(t, "task", "trail", "AX_P2-1", "--server", dev.url)
+	trail := ax(t, "task", "trail", id, "--server", dev.url)
 	lines := strings.Split(strings.TrimSpace(trail), "\n")
 	require.Len(t, lines, 4, trail) // header + 3 moves
 	for i, want := range [][2]string{{"-", "READY"}, {"READY", "RUNNING"}, {"RUNNING", "SUCCEEDED"}} {

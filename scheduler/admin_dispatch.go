@@ -45,7 +45,7 @@ func (a *Admin) redispatch(ctx context.Context, rec *kv.Record, rev uint64, src 
 		return nil, conflict("task %s: its dead letter lost its payload (too large to keep); resubmit the task", rec.ID)
 	}
 	gen := rec.Gen + 1
-	msg := streams.TaskCopy(a.cfg.Names.SubmitSubject(priority, rec.Tenant, rec.Type, rec.Key), raw.Data, raw.Header,
+	msg := streams.TaskCopy(a.cfg.Names.CopySubject(priority, rec.Tenant, rec.Type, rec.Key), raw.Data, raw.Header,
 		rec.ID, gen, nuid.Next(), deadLetterHeaders...)
 	ack, err := a.js.PublishMsg(ctx, msg)
 	if err != nil {

@@ -103,7 +103,7 @@ func waitingSince(rec *kv.Record) (time.Time, int) {
 // message's generation. It reports whether it did.
 func (a *aging) lift(ctx context.Context, stream jetstream.Stream, prio int, raw *jetstream.RawStreamMsg) (bool, error) {
 	names := a.l.cfg.Names
-	opts, err := streams.ParseHeaders(raw.Header)
+	_, opts, err := names.ParseMessage(raw.Subject, raw.Header)
 	if err != nil || opts.ID == "" {
 		return false, nil // a raw publish no worker has seen, or a malformed one: the worker decides
 	}
@@ -122,7 +122,7 @@ func (a *aging) lift(ctx context.Context, stream jetstream.Stream, prio int, raw
 		return false, nil // not yet due for its next level
 	}
 	gen := rec.Gen + 1
-	msg := streams.TaskCopy(names.SubmitSubject(prio-1, rec.Tenant, rec.Type, rec.Key), raw.Data, raw.Header, rec.ID, gen, nuid.Next())
+	msg := streams.TaskCopy(names.CopySubject(prio-1, rec.Tenant, rec.Type, rec.Key), raw.Data, raw.Header, rec.ID, gen, nuid.Next())
 	msg.Header.Set(streams.HeaderWaitingSince, since.UTC().Format(time.RFC3339Nano))
 	ack, err := a.l.js.PublishMsg(ctx, msg)
 	if err != nil {

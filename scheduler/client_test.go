@@ -117,6 +117,10 @@ func TestSubmitValidation(t *testing.T) {
 		{"deadline", scheduler.Task{Type: "x", Deadline: time.Now().Add(-time.Hour)}, "Deadline"},
 		{"id", scheduler.Task{Type: "x", ID: "a.b"}, "ID"},
 		{"header", scheduler.Task{Type: "x", Headers: map[string]string{"X-Foo": "1"}}, "header"},
+		// Issue 13.1: at 54cd21a any "Ax-" header passed, internal ones included.
+		{"internal header", scheduler.Task{Type: "x", Headers: map[string]string{"Ax-Task-Id": "victim"}}, "set by ax"},
+		{"internal header, other case", scheduler.Task{Type: "x", Headers: map[string]string{"ax-gen": "7"}}, "set by ax"},
+		{"option header", scheduler.Task{Type: "x", Headers: map[string]string{"Ax-Core": "true"}}, "set by ax"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := b.client.Submit(context.Background(), tc.task)

@@ -207,11 +207,16 @@ func (m *mover) release(ctx context.Context, d *dueTask) {
 // copyOf builds the bucket message of a due task and its generation.
 func (m *mover) copyOf(d *dueTask, rec *kv.Record) (*nats.Msg, uint64) {
 	src := d.msg.Headers()
-	subject := src.Get(streams.HeaderSubject)
+	names := m.l.cfg.Names
 	gen := uint64(1)
+	var subject string
 	if rec != nil {
-		subject = m.l.cfg.Names.SubmitSubject(rec.Priority, rec.Tenant, rec.Type, rec.Key)
+		subject = names.CopySubject(rec.Priority, rec.Tenant, rec.Type, rec.Key)
 		gen = rec.Gen + 1
+	} else if s, err := names.ParseSubmit(src.Get(streams.HeaderSubject)); err == nil {
+		subject = names.CopySubject(s.Priority, s.Tenant, s.Type, s.Key)
+	} else {
+		subject = src.Get(streams.HeaderSubject) // malformed: the worker dead-letters it
 	}
 	msg := streams.TaskCopy(subject, d.msg.Data(), src, d.id, gen, nuid.Next(), streams.HeaderSubject)
 	msg.Header.Set(streams.HeaderReleasedAt, time.Now().UTC().Format(time.RFC3339Nano))

@@ -112,8 +112,22 @@ func (t Task) normalize(now time.Time) (Task, error) {
 		if !strings.HasPrefix(name, "Ax-") {
 			return bad("header %q must start with \"Ax-\"", name)
 		}
+		if streams.IsInternalHeader(name) || isOptionHeader(name) {
+			return bad("header %q is set by ax, not by a task (use the Task fields for its options)", name)
+		}
 	}
 	return t, nil
+}
+
+// isOptionHeader reports whether name carries a task option that a
+// [Task] field sets (a header would silently fight the field).
+func isOptionHeader(name string) bool {
+	for _, h := range []string{streams.HeaderTimeout, streams.HeaderMaxAttempts, streams.HeaderCore, streams.HeaderDeadline, streams.HeaderRunAt, streams.HeaderMsgID} {
+		if strings.EqualFold(h, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // message builds the wire message of a normalized task.

@@ -108,7 +108,8 @@ func CopyMsgID(taskID string, gen uint64, attempt string) string {
 const DefaultScheduleEarly = time.Second
 
 // TaskCopy builds a control-plane copy of a task's message for subject: the
-// payload and the "Ax-" headers of from (minus drop), with the task id, the
+// payload and the "Ax-" headers of from (minus the [InternalHeaders], which
+// the caller sets, and drop), with the task id, the
 // generation and a Nats-Msg-Id unique to this move ([CopyMsgID]). Every
 // place that re-publishes a task (release, aging, resume, reprioritize,
 // replay, recovery) builds its copy here.
@@ -120,7 +121,7 @@ func TaskCopy(subject string, data []byte, from nats.Header, taskID string, gen 
 			msg.Header[name] = values
 		}
 	}
-	for _, name := range drop {
+	for _, name := range append(InternalHeaders(), drop...) {
 		msg.Header.Del(name)
 	}
 	msg.Header.Set(HeaderTaskID, taskID)

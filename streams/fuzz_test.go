@@ -10,7 +10,7 @@ import (
 // FuzzParseStored checks that subject parsing never panics and that what it
 // accepts round-trips through StoredSubject.
 func FuzzParseStored(f *testing.F) {
-	for _, s := range []string{"ax.p0.1.acme.email.k", "ax.p9.1.a.b.c", "ax..", "ax.p1.31.\xff.b.c"} {
+	for _, s := range []string{"ax.p0.1.acme.email.k", "ax.p9.1.a.b.c", "ax..", "ax.p1.31.\xff.b.c", "ax.p2.5.a.b.c.ctl", "ax.p2.5.a.b.c.d"} {
 		f.Add(s)
 	}
 	names := streams.DefaultNames()
@@ -19,7 +19,11 @@ func FuzzParseStored(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if got := names.StoredSubject(s.Priority, s.Shard, s.Tenant, s.Type, s.Key); got != subject {
+		want := names.StoredSubject(s.Priority, s.Shard, s.Tenant, s.Type, s.Key)
+		if s.Copy {
+			want += ".ctl"
+		}
+		if got := want; got != subject {
 			t.Fatalf("round trip: %q -> %+v -> %q", subject, s, got)
 		}
 	})

@@ -80,6 +80,26 @@ func (n Names) StoredSubject(priority, shard int, tenant, taskType, key string) 
 	return fmt.Sprintf("%s.p%d.%d.%s.%s.%s", n.prefix, priority, shard, tenant, taskType, key)
 }
 
+// controlToken ends the subject of a control-plane copy.
+const controlToken = "ctl"
+
+// CopySubject returns the subject of a control-plane copy of a task (a
+// release, aging, resume, reprioritize, replay or recovery): its stored
+// subject with a last token "ctl", published as is (no transform).
+// Only the control plane may publish on it (see docs/ax-permissions.conf):
+// a worker honours the internal headers (Ax-Task-Id, Ax-Gen,
+// Ax-Waiting-Since, Ax-Released-At) of a message stored under it, and of no
+// other.
+func (n Names) CopySubject(priority int, tenant, taskType, key string) string {
+	return fmt.Sprintf("%s.p%d.%d.%s.%s.%s.%s", n.prefix, priority, Shard(key), tenant, taskType, key, controlToken)
+}
+
+// CopyFilter returns the control-plane copy subjects captured by priority
+// stream p.
+func (n Names) CopyFilter(p int) string {
+	return fmt.Sprintf("%s.p%d.*.*.*.*.%s", n.prefix, p, controlToken)
+}
+
 // ShardTransform returns the subject transform destination of priority stream p.
 func (n Names) ShardTransform(p int) string {
 	return fmt.Sprintf("%s.p%d.{{partition(%d,3)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}", n.prefix, p, Shards)

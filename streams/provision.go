@@ -154,7 +154,7 @@ func StreamConfigs(cfg *Config) []jetstream.StreamConfig {
 		out = append(out, jetstream.StreamConfig{
 			Name:        n.PriorityStream(p),
 			Description: fmt.Sprintf("ax priority bucket P%d (WorkQueue, %d shards)", p, Shards),
-			Subjects:    []string{n.SubmitFilter(p)},
+			Subjects:    []string{n.SubmitFilter(p), n.CopyFilter(p)},
 			Retention:   jetstream.WorkQueuePolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    cfg.Replicas,
@@ -254,7 +254,9 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 // checkLayout refuses what would move stored tasks: other subjects, another
 // shard transform, another retention or storage.
 func checkLayout(have, want jetstream.StreamConfig) error {
-	if !slices.Equal(have.Subjects, want.Subjects) {
+	// The first subject is the layout; later ones (the control-plane copy
+	// subject of a priority bucket) may be added to an existing stream.
+	if len(have.Subjects) == 0 || len(want.Subjects) == 0 || have.Subjects[0] != want.Subjects[0] {
 		return fmt.Errorf("%w: stream %s has subjects %v, want %v", ErrLayoutChange, want.Name, have.Subjects, want.Subjects)
 	}
 	transform := func(t *jetstream.SubjectTransformConfig) string {
@@ -283,6 +285,7 @@ func streamChanges(have, want jetstream.StreamConfig) []string {
 			changed = append(changed, name)
 		}
 	}
+	check("Subjects", !slices.Equal(have.Subjects, want.Subjects))
 	check("Replicas", have.Replicas != want.Replicas)
 	check("MaxMsgs", have.MaxMsgs != want.MaxMsgs)
 	check("Discard", have.Discard != want.Discard)

@@ -180,6 +180,11 @@ func TestParseHeaders(t *testing.T) {
 	streams.Options{ID: "t1", Timeout: 1500 * time.Millisecond, MaxAttempts: 3, Core: true, Deadline: deadline, Gen: 4}.SetHeaders(h)
 	o, err := streams.ParseHeaders(h)
 	require.NoError(t, err)
+	require.Equal(t, streams.Options{ID: "t1", Timeout: 1500 * time.Millisecond, MaxAttempts: 3, Core: true, Deadline: deadline}, o,
+		"Ax-Gen is a control-plane header")
+	h.Set(streams.HeaderTaskID, "t1")
+	o, err = streams.ParseCopyHeaders(h)
+	require.NoError(t, err)
 	require.Equal(t, streams.Options{ID: "t1", Timeout: 1500 * time.Millisecond, MaxAttempts: 3, Core: true, Deadline: deadline, Gen: 4}, o)
 
 	for _, tc := range []struct{ header, value string }{
@@ -196,7 +201,13 @@ func TestParseHeaders(t *testing.T) {
 		{streams.HeaderMsgID, "has.dot"},
 	} {
 		t.Run(tc.header+"="+tc.value, func(t *testing.T) {
-			_, err := streams.ParseHeaders(nats.Header{tc.header: []string{tc.value}})
+			parse := streams.ParseHeaders
+			h := nats.Header{tc.header: []string{tc.value}}
+			if tc.header == streams.HeaderGen {
+				parse = streams.ParseCopyHeaders
+				h.Set(streams.HeaderTaskID, "t1")
+			}
+			_, err := parse(h)
 			require.ErrorIs(t, err, streams.ErrBadHeader)
 			require.Contains(t, err.Error(), tc.header)
 		})

@@ -1,6 +1,7 @@
 package streams
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -45,6 +46,26 @@ const (
 	// submit subject on a delayed task's schedule.
 	HeaderSubject = "Ax-Subject"
 )
+
+// InternalHeaders returns the headers only the control plane may set: they
+// are honoured on a control-plane copy ([Names.CopySubject]) and ignored on
+// a producer's message. A producer (and the Go client's Task.Headers) may
+// not set them.
+func InternalHeaders() []string {
+	return []string{HeaderTaskID, HeaderGen, HeaderWaitingSince, HeaderReleasedAt,
+		HeaderError, HeaderAttempts, HeaderFailedAt, HeaderSubject}
+}
+
+// IsInternalHeader reports whether name is one of [InternalHeaders]
+// (canonical form, as nats.Header keys are).
+func IsInternalHeader(name string) bool {
+	for _, h := range InternalHeaders() {
+		if strings.EqualFold(h, name) {
+			return true
+		}
+	}
+	return false
+}
 
 // MaxAttemptsLimit bounds the Ax-Max-Attempts header.
 const MaxAttemptsLimit = 1000
@@ -92,11 +113,19 @@ type Stored struct {
 	Tenant   string
 	Type     string
 	Key      string
+	// Copy is true for a control-plane copy ([Names.CopySubject]), whose
+	// internal headers are honoured.
+	Copy bool
 }
 
-// ParseStored parses a stored subject "<prefix>.p<N>.<shard>.<tenant>.<type>.<key>".
+// ParseStored parses a stored subject "<prefix>.p<N>.<shard>.<tenant>.<type>.<key>",
+// or a control-plane copy's, which ends in ".ctl".
 func (n Names) ParseStored(subject string) (Stored, error) {
 	tokens := strings.Split(subject, ".")
+	isCopy := len(tokens) == 7 && tokens[6] == controlToken
+	if isCopy {
+		tokens = tokens[:6]
+	}
 	if len(tokens) != 6 || tokens[0] != n.prefix {
 		return Stored{}, fmt.Errorf("%w: %q is not %s.p<N>.<shard>.<tenant>.<type>.<key>", ErrBadSubject, subject, n.prefix)
 	}
@@ -108,7 +137,40 @@ func (n Names) ParseStored(subject string) (Stored, error) {
 	if err != nil || shard < 0 || shard >= Shards || strconv.Itoa(shard) != tokens[2] { // as the transform writes it: no sign, no leading zero
 		return Stored{}, fmt.Errorf("%w: subject %q: shard %q is not 0..%d", ErrBadSubject, subject, tokens[2], Shards-1)
 	}
-	s := Stored{Priority: priority, Shard: shard, Tenant: tokens[3], Type: tokens[4], Key: tokens[5]}
+	s := Stored{Priority: priority, Shard: shard, Tenant: tokens[3], Type: tokens[4], Key: tokens[5], Copy: isCopy}
+	for _, f := range []struct{ name, value string }{{"tenant", s.Tenant}, {"type", s.Type}, {"key", s.Key}} {
+		if err := ValidateToken(f.name, f.value); err != nil {
+			return Stored{}, fmt.Errorf("%w: subject %q: %w", ErrBadSubject, subject, err)
+		}
+	}
+	return s, nil
+}
+
+// ParseMessage reads what a stored message says about its task: its
+// subject, and the options of its headers ([ParseCopyHeaders] on a
+// control-plane copy, else [ParseHeaders]). On a subject error the options
+// are still read, as a producer's.
+func (n Names) ParseMessage(subject string, h nats.Header) (Stored, Options, error) {
+	s, err := n.ParseStored(subject)
+	parse := ParseHeaders
+	if err == nil && s.Copy {
+		parse = ParseCopyHeaders
+	}
+	o, herr := parse(h)
+	return s, o, errors.Join(err, herr)
+}
+
+// ParseSubmit parses a submit subject "<prefix>.submit.p<N>.<tenant>.<type>.<key>".
+func (n Names) ParseSubmit(subject string) (Stored, error) {
+	tokens := strings.Split(subject, ".")
+	if len(tokens) != 6 || tokens[0] != n.prefix || tokens[1] != "submit" {
+		return Stored{}, fmt.Errorf("%w: %q is not %s.submit.p<N>.<tenant>.<type>.<key>", ErrBadSubject, subject, n.prefix)
+	}
+	priority, err := ParsePriority(tokens[2])
+	if err != nil {
+		return Stored{}, fmt.Errorf("%w: subject %q: %w", ErrBadSubject, subject, err)
+	}
+	s := Stored{Priority: priority, Tenant: tokens[3], Type: tokens[4], Key: tokens[5], Shard: Shard(tokens[5])}
 	for _, f := range []struct{ name, value string }{{"tenant", s.Tenant}, {"type", s.Type}, {"key", s.Key}} {
 		if err := ValidateToken(f.name, f.value); err != nil {
 			return Stored{}, fmt.Errorf("%w: subject %q: %w", ErrBadSubject, subject, err)
@@ -137,19 +199,46 @@ type Options struct {
 	Gen         uint64
 }
 
-// ParseHeaders reads the task options of the v1 contract from h. An invalid
+// ParseCopyHeaders reads the options of a control-plane copy
+// ([Names.CopySubject]): those of [ParseHeaders], plus the internal headers
+// only the control plane may set: the task id from Ax-Task-Id (its
+// Nats-Msg-Id names the copy) and the generation from Ax-Gen. Never use it
+// on a message a producer could have published.
+func ParseCopyHeaders(h nats.Header) (Options, error) {
+	copyHeaders := nats.Header{}
+	for name, values := range h {
+		if name != HeaderMsgID {
+			copyHeaders[name] = values
+		}
+	}
+	o, err := ParseHeaders(copyHeaders)
+	if err != nil {
+		return o, err
+	}
+	v := h.Get(HeaderTaskID)
+	if err := ValidateTaskID(v); err != nil {
+		return o, fmt.Errorf("%w: %s: %w", ErrBadHeader, HeaderTaskID, err)
+	}
+	o.ID = v
+	if v := h.Get(HeaderGen); v != "" {
+		g, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || g > MaxGen {
+			return o, fmt.Errorf("%w: %s %q is not an integer in 0..%d", ErrBadHeader, HeaderGen, v, uint64(MaxGen))
+		}
+		o.Gen = g
+	}
+	return o, nil
+}
+
+// ParseHeaders reads the task options a producer may set (the v1 contract)
+// from h: the task id (Nats-Msg-Id), timeout, attempts, core, deadline and
+// run time. Internal headers (Ax-Task-Id, Ax-Gen, …) are ignored: they are
+// honoured only on a control-plane copy ([ParseCopyHeaders]). An invalid
 // header is an error that names it and says what is expected; a missing
 // header leaves its option unset.
 func ParseHeaders(h nats.Header) (Options, error) {
 	var o Options
-	if v := h.Get(HeaderTaskID); v != "" {
-		// A re-published copy (released, aged, resumed, reprioritized or
-		// replayed) names its task here; its Nats-Msg-Id names the copy.
-		if err := ValidateTaskID(v); err != nil {
-			return o, fmt.Errorf("%w: %s: %w", ErrBadHeader, HeaderTaskID, err)
-		}
-		o.ID = v
-	} else if v := h.Get(HeaderMsgID); v != "" {
+	if v := h.Get(HeaderMsgID); v != "" {
 		if err := ValidateTaskID(v); err != nil {
 			return o, fmt.Errorf("%w: %s: %w", ErrBadHeader, HeaderMsgID, err)
 		}
@@ -187,13 +276,6 @@ func ParseHeaders(h nats.Header) (Options, error) {
 			}
 			*f.dst = t
 		}
-	}
-	if v := h.Get(HeaderGen); v != "" {
-		g, err := strconv.ParseUint(v, 10, 64)
-		if err != nil || g > MaxGen {
-			return o, fmt.Errorf("%w: %s %q is not an integer in 0..%d", ErrBadHeader, HeaderGen, v, uint64(MaxGen))
-		}
-		o.Gen = g
 	}
 	return o, nil
 }

@@ -41,13 +41,17 @@ func (w *Worker) parse(d *delivery, meta *jetstream.MsgMetadata) *envelope {
 		stored = bestEffortStored(d.msg.Subject(), d.priority)
 	}
 	env.stored = stored
-	opts, err := streams.ParseHeaders(d.msg.Headers())
+	parse := streams.ParseHeaders // a producer's message: internal headers are ignored
+	if stored.Copy {
+		parse = streams.ParseCopyHeaders
+	}
+	opts, err := parse(d.msg.Headers())
 	if err != nil && env.bad == nil {
 		env.bad = fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	env.opts = opts
 	env.id = opts.ID
-	env.released = d.msg.Headers().Get(streams.HeaderReleasedAt) != ""
+	env.released = stored.Copy && d.msg.Headers().Get(streams.HeaderReleasedAt) != ""
 	if env.id == "" {
 		env.id = fallbackID(meta)
 	}

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"strings"
 	"container/heap"
 	"sync"
 	"time"
@@ -106,10 +107,11 @@ func (q *dispatchQueue) close() []*delivery {
 }
 
 // waitingSince is when the task of msg began to wait: the time aging
-// carried over from its first copy, else when the stream stored the
-// message (meta, nil if unreadable), else now.
+// carried over from its first copy (honoured only on a control-plane copy,
+// whose subject ends in ".ctl": a producer cannot jump the queue), else when
+// the stream stored the message (meta, nil if unreadable), else now.
 func waitingSince(msg jetstream.Msg, meta *jetstream.MsgMetadata, now time.Time) time.Time {
-	if v := msg.Headers().Get(streams.HeaderWaitingSince); v != "" {
+	if v := msg.Headers().Get(streams.HeaderWaitingSince); v != "" && strings.HasSuffix(msg.Subject(), ".ctl") {
 		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
 			return t
 		}
