@@ -2,12 +2,15 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax/internal/builtin"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
@@ -367,4 +370,33 @@ func TestLostAttemptsAreBuried(t *testing.T) {
 	require.NoError(t, err)
 	_, err = dlq.GetMsg(ctx, rec.DLQSeq)
 	require.NoError(t, err)
+}
+
+// The fault suites' probe checks Held right before its effect and journals
+// the attempt with its execution's fence.
+func TestProbeJournalsFencedAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	path := t.TempDir() + "/probe.jsonl"
+	probe, err := builtin.NewProbe(ctx, b.js, path, "PROBE_EFFECTS")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = probe.Close() })
+	reg := worker.NewRegistry()
+	require.NoError(t, probe.Register(reg))
+	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL})
+	info, err := b.client.Submit(ctx, scheduler.Task{Type: "probe", Payload: []byte(`{"ms":10}`)})
+	require.NoError(t, err)
+	b.waitState(t, info.ID, kv.StateSucceeded)
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var events []string
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var ev builtin.ProbeEvent
+		require.NoError(t, json.Unmarshal([]byte(line), &ev))
+		events = append(events, ev.Event)
+		require.NotZero(t, ev.Revision, "every event carries the fence")
+		require.Equal(t, uint64(1), ev.Delivery)
+	}
+	require.Equal(t, []string{"start", "attempt", "effect", "finish"}, events)
 }

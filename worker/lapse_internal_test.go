@@ -51,8 +51,8 @@ func TestLapseIsSticky(t *testing.T) {
 	w.held.add(d)
 	w.beat(time.Now(), w.cfg.AckWait/3) // the first round after the freeze
 	d.mu.Lock()
-	require.True(t, d.lapsed)
 	require.Equal(t, frozen, d.lastBeat, "not revived")
+	require.True(t, d.lapsed)
 	d.mu.Unlock()
 	require.False(t, d.alive(lapse))
 
