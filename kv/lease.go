@@ -62,6 +62,10 @@ type Lease struct {
 	rev      uint64    // revision of the holder's last write; 0 when not held (mu)
 	acquired time.Time // (mu)
 	data     []byte    // (mu)
+	// validUntil is when the current hold is known to end at the latest if
+	// no renewal lands: the send time of the last successful write plus the
+	// TTL, less half a renewal period; zero when not held (mu).
+	validUntil time.Time
 }
 
 // NewLease binds a lease to its bucket.
@@ -89,6 +93,22 @@ func NewLease(ctx context.Context, js jetstream.JetStream, cfg *LeaseConfig) (*L
 func (l *Lease) SetData(data []byte) {
 	l.mu.Lock()
 	l.data = data
+	l.mu.Unlock()
+}
+
+// ValidUntil returns when the current hold ends at the latest unless a
+// renewal lands first (the zero time when the lease is not held). Unlike
+// the guarded context of [Lease.Hold], which a timer cancels, it can be
+// checked synchronously: a hold is valid while time.Now() is before it.
+func (l *Lease) ValidUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+func (l *Lease) setValidUntil(t time.Time) {
+	l.mu.Lock()
+	l.validUntil = t
 	l.mu.Unlock()
 }
 
@@ -178,6 +198,7 @@ func (l *Lease) Hold(ctx context.Context) (guarded context.Context, release func
 	if _, err := l.Acquire(ctx); err != nil {
 		return nil, nil, err
 	}
+	l.setValidUntil(sent.Add(l.cfg.TTL - l.cfg.RenewEvery/2))
 	guarded, cancel := context.WithCancelCause(ctx)
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -190,6 +211,7 @@ func (l *Lease) Hold(ctx context.Context) (guarded context.Context, release func
 		once.Do(func() {
 			close(stop)
 			<-done
+			l.setValidUntil(time.Time{})
 			cancel(context.Canceled)
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer rcancel()
@@ -206,6 +228,7 @@ func (l *Lease) Hold(ctx context.Context) (guarded context.Context, release func
 func (l *Lease) keep(ctx context.Context, cancel context.CancelCauseFunc, stop <-chan struct{}, sent time.Time) {
 	margin := l.cfg.RenewEvery / 2
 	lost := func() {
+		l.setValidUntil(time.Time{})
 		cancel(fmt.Errorf("%w: no renewal of %s/%s within its TTL", ErrLeaseLost, l.cfg.Bucket, l.cfg.Key))
 	}
 	expire := time.AfterFunc(time.Until(sent.Add(l.cfg.TTL-margin)), lost)
@@ -227,9 +250,11 @@ func (l *Lease) keep(ctx context.Context, cancel context.CancelCauseFunc, stop <
 		rcancel()
 		switch {
 		case errors.Is(err, ErrLeaseLost):
+			l.setValidUntil(time.Time{})
 			cancel(err)
 			return
 		case err == nil && ctx.Err() == nil:
+			l.setValidUntil(validUntil)
 			expire.Reset(time.Until(validUntil))
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // MaxTrail is how many moves a record keeps; older moves are dropped except
@@ -78,14 +79,38 @@ type Actor struct {
 	Error  string // the failure that caused the move, if any
 }
 
+// MaxErrorLen is how many bytes of an error a record, a trail move or a
+// dead letter's Ax-Error header keeps; [CutError] cuts longer ones.
+const MaxErrorLen = 4 << 10
+
+// CutError returns s cut to at most [MaxErrorLen] bytes (at a UTF-8
+// boundary) with a marker naming its full length, or s itself if it fits.
+// An unbounded error in every trail move would make records too large to
+// write, and a task whose every write fails cycles forever.
+func CutError(s string) string {
+	if len(s) <= MaxErrorLen {
+		return s
+	}
+	marker := fmt.Sprintf(" …[cut: %d bytes in all]", len(s))
+	n := MaxErrorLen - len(marker)
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + marker
+}
+
+// record appends the move to the trail; every error stored in the record
+// passes through [CutError] here.
 func (r *Record) record(from, to State, actor Actor, now time.Time) {
+	r.LastError = CutError(r.LastError)
+	r.Burying = CutError(r.Burying)
 	var took time.Duration
 	if n := len(r.Trail); n > 0 {
 		took = now.Sub(r.Trail[n-1].At)
 	}
 	r.State = to
 	r.UpdatedAt = now
-	m := Move{Task: r.ID, From: from, To: to, Worker: actor.Worker, At: now, Took: Duration(took), Error: actor.Error, Action: actor.Action}
+	m := Move{Task: r.ID, From: from, To: to, Worker: actor.Worker, At: now, Took: Duration(took), Error: CutError(actor.Error), Action: actor.Action}
 	if len(r.Trail) >= MaxTrail {
 		r.Trail = append(r.Trail[:1], r.Trail[len(r.Trail)-MaxTrail+2:]...)
 	}

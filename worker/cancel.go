@@ -55,9 +55,15 @@ func (w *Worker) onCancelNotice(msg *nats.Msg) {
 	id := string(msg.Data)
 	reply := CancelReplyCancelled
 	w.cancels.mu.Lock()
-	if cancel, ok := w.running.Load(id); ok {
-		cancel.(context.CancelCauseFunc)(ErrCancelled)
-	} else {
+	found := false
+	w.running.Range(func(_, e any) bool { // every execution of the task here
+		if e := e.(execution); e.id == id {
+			e.cancel(ErrCancelled)
+			found = true
+		}
+		return true
+	})
+	if !found {
 		now := time.Now()
 		for other, at := range w.cancels.early {
 			if now.Sub(at) > noteTTL {
@@ -74,14 +80,26 @@ func (w *Worker) onCancelNotice(msg *nats.Msg) {
 	}
 }
 
-// track registers a running handler's cancel func under its task id, and
+// execution is a running handler: its task id and the cancel func of its
+// context. Executions are keyed by delivery, so that two executions of one
+// task on this worker (a lapsed one still returning and its takeover) do
+// not overwrite each other.
+type execution struct {
+	id     string
+	cancel context.CancelCauseFunc
+}
+
+// track registers a running handler's cancel func under its delivery, and
 // cancels it at once if an operator's notice arrived before it started.
-func (w *Worker) track(id string, cancel context.CancelCauseFunc) {
+func (w *Worker) track(d *delivery, id string, cancel context.CancelCauseFunc) {
 	w.cancels.mu.Lock()
 	defer w.cancels.mu.Unlock()
-	w.running.Store(id, cancel)
+	w.running.Store(d, execution{id: id, cancel: cancel})
 	if _, ok := w.cancels.early[id]; ok {
 		delete(w.cancels.early, id)
 		cancel(ErrCancelled)
 	}
 }
+
+// untrack forgets the execution of d.
+func (w *Worker) untrack(d *delivery) { w.running.Delete(d) }

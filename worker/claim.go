@@ -277,7 +277,9 @@ func (w *Worker) start(r *kv.Record, env *envelope) {
 	if r.Type == "" { // born CANCELLED or PAUSED by an operator who knew only the id
 		r.Type, r.Tenant, r.Key, r.Priority = env.stored.Type, env.stored.Tenant, env.stored.Key, env.stored.Priority
 	}
-	r.Attempt++
+	if r.Burying == "" { // a decided burial runs no attempt
+		r.Attempt++
+	}
 	r.Worker = w.cfg.ID
 	r.Delivery = env.delivered
 	r.Stream, r.StreamSeq = env.stream, env.seq

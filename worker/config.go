@@ -19,6 +19,9 @@ const (
 	DefaultTimeout     = 30 * time.Second
 	DefaultMaxAttempts = 5
 	DefaultGracePeriod = 10 * time.Second
+	// DefaultAbandonAfter is how long a handler is waited for after its
+	// context ended.
+	DefaultAbandonAfter = time.Minute
 	// DefaultMemberTTL is how long a worker's membership outlives its last
 	// renewal (it renews every quarter of it).
 	DefaultMemberTTL = 10 * time.Second
@@ -67,8 +70,19 @@ type Config struct {
 	// Backoff of retries for types that set none.
 	Backoff Backoff
 	// AckWait of the shard consumers ([streams.Config.AckWait]); held
-	// messages get an in-progress heartbeat every third of it. Default 30s.
+	// messages get an in-progress heartbeat every third of it. Default
+	// zero: read from the consumers when the worker starts. A non-zero
+	// value must equal the consumers' ([ErrConfigMismatch] otherwise): a
+	// worker that beats on a longer ack wait than the server's has its
+	// tasks redelivered while they run.
 	AckWait time.Duration
+	// AbandonAfter is how long a handler that has not returned after its
+	// context ended (timeout, cancel, stop) is waited for, holding its
+	// task's claim (heartbeats go on) and its slot. Past it the task is
+	// dead-lettered ([ErrHandlerStuck]), the slot is reused, and the
+	// handler's goroutine is left running, counted in [Stats].Abandoned.
+	// Default 1m: a task runs at most its timeout plus a minute.
+	AbandonAfter time.Duration
 	// GracePeriod is how long Stop lets running tasks finish before it
 	// cancels them (they are put back, not failed). Default 10s.
 	GracePeriod time.Duration
@@ -89,6 +103,10 @@ type TestConfig struct {
 	// DisableHeartbeats stops in-progress heartbeats, to let a held task's
 	// ack wait lapse as if the worker were frozen.
 	DisableHeartbeats bool
+	// SkipHeartbeat, if set, is asked before each heartbeat with the
+	// message's delivery count; true skips it, to let one delivery's
+	// claim lapse while others keep theirs.
+	SkipHeartbeat func(delivered uint64) bool
 }
 
 func (c *Config) withDefaults() *Config {
@@ -120,7 +138,7 @@ func (c *Config) withDefaults() *Config {
 	out.DefaultTimeout = cmp.Or(out.DefaultTimeout, DefaultTimeout)
 	out.DefaultMaxAttempts = cmp.Or(out.DefaultMaxAttempts, DefaultMaxAttempts)
 	out.Backoff = out.Backoff.withDefaults()
-	out.AckWait = cmp.Or(out.AckWait, streams.DefaultAckWait)
+	out.AbandonAfter = cmp.Or(out.AbandonAfter, DefaultAbandonAfter)
 	out.GracePeriod = cmp.Or(out.GracePeriod, DefaultGracePeriod)
 	if out.Logger == nil {
 		out.Logger = zap.NewNop()
@@ -145,8 +163,11 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("shard %d is not 0..%d", s, streams.Shards-1))
 		}
 	}
-	if c.AckWait < time.Second {
-		errs = append(errs, fmt.Errorf("AckWait %s must be at least 1s", c.AckWait))
+	if c.AckWait != 0 && c.AckWait < time.Second {
+		errs = append(errs, fmt.Errorf("AckWait %s must be at least 1s, or zero", c.AckWait))
+	}
+	if c.AbandonAfter < 0 {
+		errs = append(errs, fmt.Errorf("AbandonAfter %s must be positive", c.AbandonAfter))
 	}
 	if c.MemberTTL < 4*time.Second || c.MemberTTL%time.Second != 0 {
 		errs = append(errs, fmt.Errorf("MemberTTL %s must be whole seconds, at least 4s", c.MemberTTL))

@@ -12,6 +12,7 @@ import (
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"go.uber.org/zap"
 )
 
@@ -20,8 +21,11 @@ import (
 const HeaderPayloadTruncated = "Ax-Payload-Truncated"
 
 // deadLetter publishes the task's message with its failure to AX_DLQ and
-// returns the dead letter's sequence. Its Nats-Msg-Id names the task,
-// generation and attempt, so a repeated bury stores one dead letter.
+// returns the dead letter's sequence. Its Nats-Msg-Id is unique to this
+// publish: an id repeated within the duplicate window would be answered
+// with the sequence of an earlier letter even if that letter was deleted.
+// A retried bury may so leave an orphan letter (it names its task; the
+// record's dlq_seq names the one that counts), never a dangling dlq_seq.
 func (w *Worker) deadLetter(ctx context.Context, d *delivery, env *envelope, rec *kv.Record, cause error) (uint64, error) {
 	msg := nats.NewMsg(w.cfg.Names.DLQSubject(env.stored.Tenant, env.stored.Type))
 	msg.Data = d.msg.Data()
@@ -31,12 +35,12 @@ func (w *Worker) deadLetter(ctx context.Context, d *delivery, env *envelope, rec
 		}
 		msg.Header[name] = values
 	}
-	msg.Header.Set(streams.HeaderError, cause.Error())
+	msg.Header.Set(streams.HeaderError, kv.CutError(cause.Error()))
 	msg.Header.Set(streams.HeaderAttempts, strconv.Itoa(rec.Attempt))
 	msg.Header.Set(streams.HeaderFailedAt, time.Now().UTC().Format(time.RFC3339Nano))
 	msg.Header.Set(streams.HeaderTaskID, rec.ID)
 	msg.Header.Set(streams.HeaderSubject, w.replaySubject(d, env))
-	msg.Header.Set(streams.HeaderMsgID, fmt.Sprintf("%s:%d:%d", rec.ID, rec.Gen, rec.Attempt))
+	msg.Header.Set(streams.HeaderMsgID, fmt.Sprintf("%s:%d:%d:%s", rec.ID, rec.Gen, rec.Attempt, nuid.Next()))
 	ack, err := w.js.PublishMsg(ctx, msg)
 	if errors.Is(err, nats.ErrMaxPayload) || isTooLarge(err) {
 		msg.Header.Set(HeaderPayloadTruncated, strconv.Itoa(len(msg.Data)))
@@ -63,8 +67,9 @@ func isTooLarge(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
 }
 
-// deleteDeadLetter removes a dead letter written by a bury that then lost
-// its claim: the task is not dead.
+// deleteDeadLetter removes a dead letter written by a bury whose DEAD write
+// then lost a compare-and-set (a definite conflict, never a timeout): the
+// task is not dead.
 func (w *Worker) deleteDeadLetter(ctx context.Context, seq uint64) {
 	stream, err := w.js.Stream(ctx, w.cfg.Names.DLQStream())
 	if err == nil {

@@ -16,9 +16,14 @@
 // the revision it read, so two workers never both start one delivery. A
 // worker whose claim lapsed (its message was redelivered, or its record moved
 // on) loses its final compare-and-set, records the lost claim in its log and
-// does not ack the message. A handler whose message went without a heartbeat
-// for most of the ack wait has its context cancelled ([ErrClaimLapsed])
-// before another worker can take the task over; a worker that cannot renew
+// does not ack the message. A message that went without an answered
+// heartbeat for five sixths of the ack wait is lapsed for good, checked
+// synchronously: [Task.Held] is false, no final write is made for it, and
+// its handler's context is cancelled ([ErrClaimLapsed]) before another
+// worker can take the task over. A handler that ignores its context keeps
+// its claim and slot until it returns, at most [Config.AbandonAfter], and
+// is then abandoned and its task dead-lettered. Side effects that must not
+// be repeated by a stale execution carry [Task.Fence]. A worker that cannot renew
 // its membership within the TTL stops consuming and cancels its handlers
 // ([ErrLeaseLost]). Shard ownership itself is not a safety mechanism: two
 // workers may briefly consume one shard while the table changes, and the

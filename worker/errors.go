@@ -30,6 +30,17 @@ var (
 	// ack wait: JetStream may already have given it to another worker, so
 	// this worker writes nothing and does not ack (it is fenced).
 	ErrClaimLapsed = errors.New("task claim lapsed: no heartbeat within the ack wait")
+	// ErrHandlerStuck means a handler did not return within
+	// [Config.AbandonAfter] after its context ended: its task is
+	// dead-lettered and its goroutine abandoned.
+	ErrHandlerStuck = errors.New("handler ignores its context")
+	// ErrAbandoned means a task's attempts were lost with their workers
+	// (crashed, frozen or cut off while running it) past its last attempt:
+	// it is dead-lettered without running again.
+	ErrAbandoned = errors.New("task abandoned")
+	// ErrConfigMismatch means a worker setting disagrees with the one the
+	// deployment was provisioned with (the shard consumers' config).
+	ErrConfigMismatch = errors.New("worker config disagrees with the provisioned consumers")
 	// ErrCancelled is the cause of a handler context cancelled because an
 	// operator cancelled the task.
 	ErrCancelled = errors.New("task cancelled by operator")

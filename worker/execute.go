@@ -11,10 +11,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// abandonAfter is how long a handler that ignores its cancelled context is
-// waited for before its attempt is failed and its slot reused.
-const abandonAfter = time.Second
-
 // process takes one delivery from claim to settled outcome.
 func (w *Worker) process(d *delivery) {
 	if d.meta == nil {
@@ -35,6 +31,17 @@ func (w *Worker) process(d *delivery) {
 	}
 	w.stats.Started.Add(1)
 	switch {
+	case rec.Burying != "":
+		// The outcome was decided by an earlier delivery, whose dead letter
+		// could not be written: bury it without running the handler again.
+		w.bury(d, env, rec, rev, &decidedError{reason: rec.Burying})
+		return
+	case rec.Attempt > rec.MaxAttempts:
+		// Only lost attempts (their worker crashed, froze or was cut off)
+		// take a task past its last attempt: the handler may be what kills
+		// its worker, so it does not run again.
+		w.bury(d, env, rec, rev, abandoned(rec))
+		return
 	case env.bad != nil:
 		w.fail(d, env, rec, rev, Permanent(env.bad))
 		return
@@ -42,8 +49,12 @@ func (w *Worker) process(d *delivery) {
 		w.fail(d, env, rec, rev, Permanent(fmt.Errorf("%w (%s)", ErrDeadlinePassed, rec.Deadline.Format(time.RFC3339))))
 		return
 	}
-	runErr, cause := w.run(env, rec, d)
+	runErr, cause := w.run(env, rec, rev, d)
 	switch {
+	case errors.Is(runErr, ErrHandlerStuck) && errors.Is(cause, ErrCancelled):
+		w.cancelled(d, env, rec, rev)
+	case errors.Is(runErr, ErrHandlerStuck) && !errors.Is(cause, ErrClaimLapsed):
+		w.bury(d, env, rec, rev, runErr)
 	case runErr == nil:
 		w.succeed(d, env, rec, rev)
 	case errors.Is(cause, ErrClaimLapsed):
@@ -62,21 +73,30 @@ func (w *Worker) process(d *delivery) {
 }
 
 // run calls the handler under the task's timeout and returns its error and
-// the cause of its context's end, if it ended.
-func (w *Worker) run(env *envelope, rec *kv.Record, d *delivery) (error, error) {
+// the cause of its context's end, if it ended. A handler that ignores its
+// ended context keeps its claim (heartbeats go on) and its slot until it
+// returns, for at most [Config.AbandonAfter]; then run gives up on it with
+// [ErrHandlerStuck] and leaves its goroutine running.
+func (w *Worker) run(env *envelope, rec *kv.Record, rev uint64, d *delivery) (error, error) {
 	base, cancelBase := context.WithCancelCause(w.runCtx)
 	defer cancelBase(nil)
 	stopWatch := w.watchClaim(d, cancelBase)
 	defer stopWatch()
 	ctx, cancel := context.WithTimeoutCause(base, time.Duration(rec.Timeout), ErrTimeout)
 	defer cancel()
-	w.track(rec.ID, cancelBase)
-	defer w.running.Delete(rec.ID)
+	epoch := w.memberEpoch.Load()
+	w.track(d, rec.ID, cancelBase)
+	defer w.untrack(d)
 
+	lapse := w.lapse()
 	task := &Task{
 		ID: rec.ID, Type: rec.Type, Tenant: rec.Tenant, Key: rec.Key, Priority: rec.Priority,
 		Payload: d.msg.Data(), Attempt: rec.Attempt, MaxAttempts: rec.MaxAttempts,
 		Headers: d.msg.Headers(), Worker: w.cfg.ID, EnqueuedAt: env.published,
+		fence: Fence{Task: rec.ID, Revision: rev, Delivery: env.delivered},
+		held: func() bool {
+			return ctx.Err() == nil && d.alive(lapse) && w.member(epoch)
+		},
 	}
 	if rec.Deadline != nil {
 		task.Deadline = *rec.Deadline
@@ -88,16 +108,36 @@ func (w *Worker) run(env *envelope, rec *kv.Record, d *delivery) (error, error) 
 		return err, context.Cause(ctx)
 	case <-ctx.Done():
 	}
+	bound := time.NewTimer(w.cfg.AbandonAfter)
+	defer bound.Stop()
 	select {
 	case err := <-done:
 		if err == nil {
 			err = context.Cause(ctx)
 		}
 		return err, context.Cause(ctx)
-	case <-time.After(abandonAfter):
-		w.log.Error("handler_ignores_context", zap.String("task_id", rec.ID), zap.String("type", rec.Type))
-		return fmt.Errorf("handler did not return within %s of its context ending: %w", abandonAfter, context.Cause(ctx)), context.Cause(ctx)
+	case <-bound.C:
 	}
+	cause := context.Cause(ctx)
+	w.stats.Abandoned.Add(1)
+	w.log.Error("handler_abandoned", zap.String("task_id", rec.ID), zap.String("type", rec.Type),
+		zap.Duration("waited", w.cfg.AbandonAfter), zap.NamedError("cause", cause))
+	after := fmt.Sprintf("after its context ended (%s)", cause)
+	if errors.Is(cause, ErrTimeout) {
+		after = fmt.Sprintf("after its timeout (%s)", rec.Timeout)
+	}
+	return fmt.Errorf("%w: handler did not return within %s %s; its goroutine was abandoned", ErrHandlerStuck, w.cfg.AbandonAfter, after), cause
+}
+
+// member reports whether the worker still holds the membership it held
+// at epoch (always true with fixed shards), checked synchronously against
+// the lease's validity.
+func (w *Worker) member(epoch uint64) bool {
+	if !w.cfg.mesh {
+		return true
+	}
+	lease := w.lease.Load()
+	return lease != nil && w.memberEpoch.Load() == epoch && time.Now().Before(lease.ValidUntil())
 }
 
 // call runs fn, turning a panic into a permanent error.
@@ -118,6 +158,9 @@ func finalCtx() (context.Context, context.CancelFunc) {
 }
 
 func (w *Worker) succeed(d *delivery, env *envelope, rec *kv.Record, rev uint64) {
+	if w.fenced(d, env) {
+		return
+	}
 	ctx, cancel := finalCtx()
 	defer cancel()
 	_, _, err := w.store.Apply(ctx, rec, rev, kv.StateSucceeded, kv.Actor{Worker: w.cfg.ID, Action: "complete"}, func(r *kv.Record) error {
@@ -143,6 +186,9 @@ func (w *Worker) fail(d *delivery, env *envelope, rec *kv.Record, rev uint64, ca
 		w.bury(d, env, rec, rev, cause)
 		return
 	}
+	if w.fenced(d, env) {
+		return
+	}
 	delay := env.handler.cfg.Backoff.withDefaultsFrom(w.cfg.Backoff).Delay(rec.Attempt)
 	var after *RetryAfterError
 	if errors.As(cause, &after) {
@@ -165,25 +211,40 @@ func (w *Worker) fail(d *delivery, env *envelope, rec *kv.Record, rev uint64, ca
 }
 
 // bury sends the task to the dead-letter stream, marks it DEAD and terms
-// its message.
+// its message. If the dead letter cannot be written (AX_DLQ deleted, full,
+// electing), the decision is kept in the record ([kv.Record.Burying]) and
+// the message comes back after a backoff to be buried, not run again.
 func (w *Worker) bury(d *delivery, env *envelope, rec *kv.Record, rev uint64, cause error) {
+	if w.fenced(d, env) {
+		return
+	}
 	ctx, cancel := finalCtx()
 	defer cancel()
 	dlqSeq, err := w.deadLetter(ctx, d, env, rec, cause)
 	if err != nil {
-		w.log.Error("dead_letter_failed", zap.String("task_id", rec.ID), zap.Error(err))
-		_ = d.settle(func() error { return d.msg.NakWithDelay(time.Second) })
+		w.decideBurial(ctx, d, env, rec, rev, cause, err)
 		return
+	}
+	if w.fenced(d, env) {
+		return // the dead letter stays: only a definite conflict deletes it
 	}
 	_, _, err = w.store.Apply(ctx, rec, rev, kv.StateDead, kv.Actor{Worker: w.cfg.ID, Action: "dead", Error: cause.Error()}, func(r *kv.Record) error {
 		now := time.Now().UTC()
 		r.FinishedAt = &now
 		r.LastError = cause.Error()
+		r.Burying = ""
 		r.DLQSeq = dlqSeq
 		return nil
 	})
 	if err != nil {
-		w.deleteDeadLetter(ctx, dlqSeq) // not ours to bury
+		if errors.Is(err, kv.ErrConflict) {
+			w.deleteDeadLetter(ctx, dlqSeq) // definitely not ours to bury
+		} else {
+			// The write may have landed: the letter stays (at worst an
+			// orphan, which names its task), never a DEAD record whose
+			// dlq_seq names a deleted letter.
+			w.log.Warn("dead_letter_kept", zap.String("task_id", rec.ID), zap.Uint64("dlq_seq", dlqSeq), zap.Error(err))
+		}
 		w.settleFailedWrite(d, env, err)
 		return
 	}
@@ -193,11 +254,58 @@ func (w *Worker) bury(d *delivery, env *envelope, rec *kv.Record, rev uint64, ca
 	_ = d.settle(func() error { return d.msg.TermWithReason(truncate(cause.Error(), 256)) })
 }
 
+// decideBurial keeps a decided burial whose dead letter could not be
+// written (dlqErr) in the record: RUNNING -> RETRYING with Burying set and
+// the dead-letter failure in the trail; the message is naked with a
+// backoff, and its next delivery buries the task without running it.
+func (w *Worker) decideBurial(ctx context.Context, d *delivery, env *envelope, rec *kv.Record, rev uint64, cause, dlqErr error) {
+	w.log.Error("dead_letter_failed", zap.String("task_id", rec.ID), zap.Error(dlqErr))
+	actor := kv.Actor{Worker: w.cfg.ID, Action: "burying", Error: "dead-letter stream unavailable: " + dlqErr.Error()}
+	_, _, err := w.store.Apply(ctx, rec, rev, kv.StateRetrying, actor, func(r *kv.Record) error {
+		r.Burying = cause.Error()
+		r.LastError = cause.Error()
+		return nil
+	})
+	if err != nil {
+		w.settleFailedWrite(d, env, err)
+		return
+	}
+	delay := buryRetryDelay(env.delivered)
+	w.log.Warn("task_burying", zap.String("task_id", rec.ID), zap.Duration("delay", delay), zap.Error(cause))
+	_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
+}
+
+// buryRetryDelay is how long a task whose dead letter could not be written
+// waits before the next try: 2s after the first delivery, doubling, at
+// most a minute.
+func buryRetryDelay(delivered uint64) time.Duration {
+	return min(time.Second<<min(max(delivered, 1), 6), time.Minute)
+}
+
+// decidedError is a burial decided by an earlier delivery ([kv.Record.Burying]).
+type decidedError struct{ reason string }
+
+func (e *decidedError) Error() string { return e.reason }
+
+// abandoned is the reason a task whose attempts were lost with their
+// workers is buried.
+func abandoned(rec *kv.Record) error {
+	last := rec.LastError
+	if last == "" {
+		last = "worker unknown"
+	}
+	return (fmt.Errorf("%w: %d of its %d attempts were lost with their worker (crash, freeze or cut-off); last: %s",
+		ErrAbandoned, rec.Lost, rec.MaxAttempts, last))
+}
+
 // putBack returns a task interrupted by Stop or by a lost membership
 // (action): READY again, the attempt not counted, its message redelivered at
 // once. If the compare-and-set fails the claim was lost: the message is not
 // ours to answer.
 func (w *Worker) putBack(d *delivery, env *envelope, rec *kv.Record, rev uint64, action string) {
+	if w.fenced(d, env) {
+		return
+	}
 	ctx, cancel := finalCtx()
 	defer cancel()
 	_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: action}, func(r *kv.Record) error {

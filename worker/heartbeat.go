@@ -19,7 +19,8 @@ type delivery struct {
 	taken    chan struct{} // closed when a slot takes it from the queue
 
 	mu       sync.Mutex
-	lastBeat time.Time // last ack-wait reset: receipt (one message per pull, so it is the delivery) or a confirmed in-progress (mu)
+	lastBeat time.Time // last ack-wait reset: receipt (one message per pull, so it is the delivery) or the send time of an answered in-progress (mu)
+	lapsed   bool      // the claim lapsed: sticky, no more heartbeats, no writes (mu)
 	settled  bool      // acked, naked or termed: no more heartbeats (mu)
 }
 
@@ -32,6 +33,28 @@ func (d *delivery) settle(answer func() error) error {
 	}
 	d.settled = true
 	return answer()
+}
+
+// holds reports whether d's claim still holds at now: it lapses for good
+// once now is lapse or more past its last confirmed ack-wait reset, and no
+// later heartbeat revives it (JetStream may have redelivered the message
+// to another worker in between). mu must be held.
+func (d *delivery) holds(now time.Time, lapse time.Duration) bool {
+	if d.lapsed {
+		return false
+	}
+	if now.Sub(d.lastBeat) >= lapse {
+		d.lapsed = true
+		return false
+	}
+	return true
+}
+
+// alive is [delivery.holds] at the current time, taking mu.
+func (d *delivery) alive(lapse time.Duration) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.holds(time.Now(), lapse)
 }
 
 // heldSet tracks the deliveries the worker holds.
@@ -62,52 +85,83 @@ func (h *heldSet) snapshot() []*delivery {
 	return out
 }
 
+// ackProgress is the in-progress acknowledgement (nats-server
+// server/consumer.go AckProgress, "+WPI").
+var ackProgress = []byte("+WPI")
+
 // heartbeats sends an in-progress to every held message that has gone a
 // third of the ack wait without one, so that JetStream redelivers only the
 // messages of a worker that stopped beating (it died, froze or was cut off).
-//
-// A heartbeat counts (it moves lastBeat, which [Worker.watchClaim] reads)
-// only once a flush round trip has confirmed that the server has it: an
-// in-progress buffered on a connection cut off from the server resets no
-// ack wait, and the handler must stop before another worker can take its
-// task over.
 func (w *Worker) heartbeats() {
 	every := w.cfg.AckWait / 3
 	tick := time.NewTicker(max(every/4, 50*time.Millisecond))
 	defer tick.Stop()
-	var sent []*delivery
 	for {
 		select {
 		case <-w.slotsDone: // every held task has been settled
 			return
 		case <-tick.C:
 		}
-		now := time.Now()
-		sent = sent[:0]
-		for _, d := range w.held.snapshot() {
-			d.mu.Lock()
-			if !d.settled && now.Sub(d.lastBeat) >= every {
-				if err := d.msg.InProgress(); err != nil {
-					w.log.Debug("heartbeat_failed", zap.Error(err))
-				} else {
-					sent = append(sent, d)
-				}
-			}
-			d.mu.Unlock()
-		}
-		if len(sent) == 0 {
+		w.beat(time.Now(), every)
+	}
+}
+
+// beat sends one round of heartbeats: an in-progress to each held message
+// due one, as a request, all at once, and waits for the answers (at most
+// half a heartbeat period).
+//
+// A heartbeat counts (it moves lastBeat, which [delivery.holds] reads) only
+// once the consumer has answered it: nats-server v2.15.2
+// server/consumer.go processAck (lines 2839-2882) handles "+WPI" with
+// progressUpdate (line 2885) and then, since the ack carries a reply
+// subject, "Ack the ack if requested" with sendAckReply (lines 2877-2881).
+// processAck runs on the server of the consumer (its leader in a cluster),
+// so the answer proves the reset reached the consumer, not only the
+// connected server as a flush would. progressUpdate resets whichever
+// delivery of the sequence is pending, and answers even when that is a
+// redelivery to another worker; so an answer counts only if it arrives
+// while the claim still holds (before the lapse, five sixths of the ack
+// wait after the last counted reset, which is before the server can have
+// redelivered), and a lapsed claim never beats again.
+func (w *Worker) beat(now time.Time, every time.Duration) {
+	lapse := w.lapse()
+	var due []*delivery
+	for _, d := range w.held.snapshot() {
+		if skip := w.cfg.Test.SkipHeartbeat; skip != nil && d.meta != nil && skip(d.meta.NumDelivered) {
 			continue
 		}
-		if err := w.js.Conn().FlushTimeout(every / 2); err != nil {
-			w.log.Warn("heartbeats_unconfirmed", zap.Int("messages", len(sent)), zap.Error(err))
-			continue // sent again next tick; the claims lapse unless one gets through
+		d.mu.Lock()
+		if !d.settled && d.holds(now, lapse) && now.Sub(d.lastBeat) >= every {
+			due = append(due, d)
 		}
-		for _, d := range sent {
+		d.mu.Unlock()
+	}
+	if len(due) == 0 {
+		return
+	}
+	nc := w.js.Conn()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed int
+	var lastErr error
+	for _, d := range due {
+		wg.Go(func() {
+			_, err := nc.Request(d.msg.Reply(), ackProgress, every/2)
+			if err != nil {
+				mu.Lock()
+				failed, lastErr = failed+1, err
+				mu.Unlock()
+				return // sent again next tick; the claim lapses unless one is answered
+			}
 			d.mu.Lock()
-			if d.lastBeat.Before(now) {
+			if !d.settled && d.holds(time.Now(), lapse) && d.lastBeat.Before(now) {
 				d.lastBeat = now // when it was sent: the server reset the ack wait later
 			}
 			d.mu.Unlock()
-		}
+		})
+	}
+	wg.Wait()
+	if failed > 0 {
+		w.log.Warn("heartbeats_unconfirmed", zap.Int("messages", failed), zap.Error(lastErr))
 	}
 }

@@ -30,6 +30,7 @@ func (w *Worker) newMember(ctx context.Context) (*member, error) {
 	if err != nil {
 		return nil, fmt.Errorf("membership: %w", err)
 	}
+	w.lease.Store(lease)
 	host, _ := os.Hostname()
 	now := time.Now().UTC()
 	return &member{lease: lease, started: now, record: kv.Member{
@@ -81,8 +82,9 @@ func (w *Worker) runMesh(ctx context.Context, m *member) {
 		}
 		if errors.Is(err, kv.ErrLeaseLost) {
 			w.log.Warn("membership_lost", zap.Error(err))
-			w.running.Range(func(_, cancel any) bool {
-				cancel.(context.CancelCauseFunc)(ErrLeaseLost)
+			w.memberEpoch.Add(1) // before a new hold can make the lease valid again
+			w.running.Range(func(_, e any) bool {
+				e.(execution).cancel(ErrLeaseLost)
 				return true
 			})
 		} else {

@@ -25,13 +25,27 @@ type Task struct {
 	Deadline    time.Time   // zero: none
 	Headers     nats.Header // the message headers, "Ax-" ones included
 	Worker      string      // id of the worker running it
+
+	fence Fence
+	held  func() bool
 }
 
 // HandlerFunc runs a task. Its context is cancelled at the task's timeout
-// (cause [ErrTimeout]), on operator cancel ([ErrCancelled]) and when the
-// worker stops past its grace period ([ErrStop]). A nil error completes the
-// task; [Permanent] sends it to the dead-letter stream; [RetryAfter] sets the
-// delay; any other error retries with backoff while attempts remain.
+// (cause [ErrTimeout]), on operator cancel ([ErrCancelled]), when the
+// worker stops past its grace period ([ErrStop]), when its claim lapses
+// ([ErrClaimLapsed]) and when the worker loses its membership
+// ([ErrLeaseLost]). A nil error completes the task; [Permanent] sends it to
+// the dead-letter stream; [RetryAfter] sets the delay; any other error
+// retries with backoff while attempts remain.
+//
+// A handler must return soon after its context ends. Until it returns, the
+// worker keeps the task's claim (heartbeating) and its slot, so the task
+// does not run elsewhere; a handler that has not returned
+// [Config.AbandonAfter] after its context ended is abandoned: its task is
+// dead-lettered, its slot is reused, and its goroutine is left running
+// (counted in [Stats].Abandoned). Before a side effect, a handler checks
+// [Task.Held] and passes [Task.Fence] to the store it writes, which refuses
+// a fence lower than one it has seen.
 type HandlerFunc func(ctx context.Context, task *Task) error
 
 // TypeConfig tunes one task type. Zero fields take the worker's defaults.

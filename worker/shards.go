@@ -52,16 +52,16 @@ func (s *shardSet) ownedShards() []int {
 	return out
 }
 
-// bindShards learns the priority policy of the shard consumers
-// (provisioning gives every consumer the same), retrying while the server
-// cannot answer.
+// bindShards learns the ack wait and priority policy of the shard
+// consumers (provisioning gives every consumer the same), retrying while
+// the server cannot answer, and refuses a worker config that disagrees
+// ([Worker.adoptConsumer]).
 func (w *Worker) bindShards(ctx context.Context) error {
 	cons, err := w.bindConsumer(ctx, 0, 0)
 	if err != nil {
 		return err
 	}
-	w.shards.policy = cons.CachedInfo().Config.PriorityPolicy
-	return nil
+	return w.adoptConsumer(cons.CachedInfo())
 }
 
 // canSteal reports whether the worker pulls from shards it does not own:
@@ -180,6 +180,9 @@ func (w *Worker) consumeShard(ctx context.Context, p, shard int, mode shardMode)
 	}
 	expiry := pullExpiry
 	info := cons.CachedInfo()
+	if err := w.checkConsumer(p, shard, info); err != nil {
+		return nil, err
+	}
 	cfg := info.Config
 	if mode == shardOwned && cfg.PriorityPolicy == jetstream.PriorityPolicyPinned && pinned(info) {
 		// Take the pin from the previous owner now rather than after its

@@ -21,14 +21,18 @@ type Worker struct {
 	store *kv.Store
 	log   *zap.Logger
 
-	dispatch *dispatchQueue     // received deliveries, for the slots
-	held     heldSet            // every message held, for heartbeats
-	running  sync.Map           // task id -> context.CancelCauseFunc
-	cancels  cancelNotes        // operator cancel notices
-	shards   shardSet           // consumers of the shards served
-	stopMesh context.CancelFunc // nil with fixed shards
-	meshDone chan struct{}
-	serving  chan struct{} // closed once the mesh's shards are first served
+	dispatch *dispatchQueue           // received deliveries, for the slots
+	held     heldSet                  // every message held, for heartbeats
+	running  sync.Map                 // *delivery -> execution: the handlers running now
+	cancels  cancelNotes              // operator cancel notices
+	shards   shardSet                 // consumers of the shards served
+	stopMesh context.CancelFunc       // nil with fixed shards
+	lease    atomic.Pointer[kv.Lease] // the membership lease; nil with fixed shards
+	// memberEpoch counts the memberships lost: an execution started in an
+	// earlier epoch no longer holds its task ([Task.Held]).
+	memberEpoch atomic.Uint64
+	meshDone    chan struct{}
+	serving     chan struct{} // closed once the mesh's shards are first served
 
 	stopping  atomic.Bool
 	stopCh    chan struct{} // closed when Stop begins
@@ -50,6 +54,9 @@ type Stats struct {
 	Retried   atomic.Int64 // attempts failed and scheduled again
 	Dead      atomic.Int64 // tasks sent to the dead-letter stream
 	Dropped   atomic.Int64 // deliveries dropped: stale, duplicate or lost claim
+	// Abandoned counts handlers that did not return within AbandonAfter of
+	// their context's end: their goroutines still run (leaked).
+	Abandoned atomic.Int64
 }
 
 // New returns a worker; it does nothing until Start.
@@ -209,7 +216,7 @@ func (w *Worker) receiver(p, shard int) jetstream.MessageHandler {
 // be claimed. It is left unanswered to its ack wait.
 func (w *Worker) expired(d *delivery) bool {
 	d.mu.Lock()
-	late := time.Since(d.lastBeat) >= w.lapse()
+	late := !d.holds(time.Now(), w.lapse())
 	if late {
 		d.settled = true
 	}

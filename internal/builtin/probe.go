@@ -18,18 +18,31 @@ type ProbeArgs struct {
 	MS int `json:"ms"` // how long the execution lasts, in milliseconds
 }
 
-// ProbeEvent is one line of a probe journal.
+// ProbeEvent is one line of a probe journal. Fields were only ever added,
+// so older journals still read.
 type ProbeEvent struct {
-	Event   string `json:"ev"` // "start", "effect", "finish", or "abort" (context ended)
+	// Event is "start"; "attempt", written right before the effect once
+	// [worker.Task.Held] said the execution still holds its task (every
+	// effect attempt is journaled, applied or not); "effect" (the effect
+	// was applied: the key was created); "finish"; or "abort" (the context
+	// ended, or Held was false: no effect).
+	Event   string `json:"ev"`
 	Task    string `json:"task"`
 	Worker  string `json:"worker"`
 	Attempt int    `json:"attempt"`
 	At      int64  `json:"at"` // unix nanoseconds
+	// Revision and Delivery are the execution's [worker.Fence]: the record
+	// revision of its claim (it orders the executions of a task) and the
+	// message's delivery count.
+	Revision uint64 `json:"rev,omitempty"`
+	Delivery uint64 `json:"delivery,omitempty"`
 }
 
 // Probe is the "probe" task type of the fault suites: it journals every
-// execution's start and end ("finish", or "abort" when its context ended)
-// to an append-only file (one JSON line per
+// execution's start and end ("finish", or "abort" when its context ended or
+// it no longer held its task), and each effect attempt ("attempt", after
+// [worker.Task.Held] and right before the effect, with the execution's
+// fence), to an append-only file (one JSON line per
 // event, written straight to the kernel, so a SIGKILL loses nothing written
 // before it), sleeps, and applies its side effect exactly once per task by
 // creating the task's key in an effects bucket (create-if-absent: the
@@ -81,7 +94,17 @@ func (p *Probe) handle(ctx context.Context, task *worker.Task, args ProbeArgs) e
 			return context.Cause(ctx)
 		}
 	}
-	value, _ := json.Marshal(ProbeEvent{Event: "effect", Task: task.ID, Worker: task.Worker, Attempt: task.Attempt, At: time.Now().UnixNano()})
+	if !task.Held() {
+		// The claim lapsed (or the context ended) while it slept: a stale
+		// execution, so no effect.
+		p.write("abort", task)
+		if err := context.Cause(ctx); err != nil {
+			return err
+		}
+		return worker.ErrClaimLapsed
+	}
+	p.write("attempt", task)
+	value, _ := json.Marshal(p.event("effect", task))
 	if _, err := p.effects.Create(ctx, task.ID, value); err == nil {
 		p.write("effect", task)
 	} else if !errors.Is(err, jetstream.ErrKeyExists) {
@@ -92,8 +115,14 @@ func (p *Probe) handle(ctx context.Context, task *worker.Task, args ProbeArgs) e
 }
 
 func (p *Probe) write(event string, task *worker.Task) {
-	line, _ := json.Marshal(ProbeEvent{Event: event, Task: task.ID, Worker: task.Worker, Attempt: task.Attempt, At: time.Now().UnixNano()})
+	line, _ := json.Marshal(p.event(event, task))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	_, _ = p.journal.Write(append(line, '\n'))
+}
+
+func (p *Probe) event(event string, task *worker.Task) ProbeEvent {
+	f := task.Fence()
+	return ProbeEvent{Event: event, Task: task.ID, Worker: task.Worker, Attempt: task.Attempt, At: time.Now().UnixNano(),
+		Revision: f.Revision, Delivery: f.Delivery}
 }
