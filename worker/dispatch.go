@@ -1,8 +1,8 @@
 package worker
 
 import (
-	"strings"
 	"container/heap"
+	"strings"
 	"sync"
 	"time"
 
