@@ -103,3 +103,34 @@ func (w *Worker) track(d *delivery, id string, cancel context.CancelCauseFunc) {
 
 // untrack forgets the execution of d.
 func (w *Worker) untrack(d *delivery) { w.running.Delete(d) }
+
+// inFlight is the set of task ids this worker is processing, from its claim
+// to the settled outcome. A second delivery of a task whose first one is
+// still in flight here (a lapsed execution whose handler has not returned
+// yet, meeting its own redelivery) waits instead of taking it over, so that
+// one worker never runs two executions of a task at once.
+type inFlight struct {
+	mu  sync.Mutex
+	ids map[string]struct{} // (mu)
+}
+
+// enter marks id in flight, and reports false if it already was.
+func (f *inFlight) enter(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.ids[id]; ok {
+		return false
+	}
+	if f.ids == nil {
+		f.ids = map[string]struct{}{}
+	}
+	f.ids[id] = struct{}{}
+	return true
+}
+
+// leave marks id no longer in flight.
+func (f *inFlight) leave(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.ids, id)
+}

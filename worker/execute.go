@@ -11,6 +11,10 @@ import (
 	"go.uber.org/zap"
 )
 
+// inFlightRetry is when a delivery of a task already in flight on this
+// worker is looked at again.
+const inFlightRetry = 250 * time.Millisecond
+
 // process takes one delivery from claim to settled outcome.
 func (w *Worker) process(d *delivery) {
 	if d.meta == nil {
@@ -20,6 +24,14 @@ func (w *Worker) process(d *delivery) {
 		return
 	}
 	env := w.parse(d, d.meta)
+	if !w.processing.enter(env.id) {
+		// An execution of this task is still in flight here: wait for it
+		// to settle rather than run a second one beside it.
+		w.stats.Dropped.Add(1)
+		_ = d.settle(func() error { return d.msg.NakWithDelay(inFlightRetry) })
+		return
+	}
+	defer w.processing.leave(env.id)
 	if w.deferDelayed(d, env) {
 		return
 	}

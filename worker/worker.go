@@ -21,13 +21,14 @@ type Worker struct {
 	store *kv.Store
 	log   *zap.Logger
 
-	dispatch *dispatchQueue           // received deliveries, for the slots
-	held     heldSet                  // every message held, for heartbeats
-	running  sync.Map                 // *delivery -> execution: the handlers running now
-	cancels  cancelNotes              // operator cancel notices
-	shards   shardSet                 // consumers of the shards served
-	stopMesh context.CancelFunc       // nil with fixed shards
-	lease    atomic.Pointer[kv.Lease] // the membership lease; nil with fixed shards
+	dispatch   *dispatchQueue           // received deliveries, for the slots
+	held       heldSet                  // every message held, for heartbeats
+	running    sync.Map                 // *delivery -> execution: the handlers running now
+	processing inFlight                 // task ids between claim and settled outcome here
+	cancels    cancelNotes              // operator cancel notices
+	shards     shardSet                 // consumers of the shards served
+	stopMesh   context.CancelFunc       // nil with fixed shards
+	lease      atomic.Pointer[kv.Lease] // the membership lease; nil with fixed shards
 	// memberEpoch counts the memberships lost: an execution started in an
 	// earlier epoch no longer holds its task ([Task.Held]).
 	memberEpoch atomic.Uint64
