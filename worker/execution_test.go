@@ -167,11 +167,13 @@ func TestStuckHandlerHoldsClaimAndSlot(t *testing.T) {
 	b.waitState(t, next.ID, kv.StateSucceeded)
 }
 
-// Two executions of one task on one worker (a lapsed one that returns late,
-// and the takeover of its redelivery) are tracked apart: when the lapsed
-// one returns, an operator's cancel still reaches the live one. The old
-// worker kept one cancel func per task id, which the lapsed execution
-// deleted on return, so the notice reached nothing ("noted").
+// A lapsed execution that returns late and the takeover of its redelivery
+// on the same worker never run at once: the redelivery waits until the
+// lapsed one has returned (the old worker ran both side by side). Their
+// cancel funcs are tracked apart: after the lapsed one returns, an
+// operator's cancel still reaches the live one (the old worker kept one
+// cancel func per task id, which the lapsed execution deleted on return,
+// so the notice reached nothing: "noted").
 func TestCancelReachesEveryExecution(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{AckWait: 2 * time.Second})
@@ -199,12 +201,16 @@ func TestCancelReachesEveryExecution(t *testing.T) {
 	<-first
 	select {
 	case <-secondStarted:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the redelivery was not taken over")
+		t.Fatal("the redelivery ran beside the lapsed execution, which has not returned")
+	case <-time.After(3 * 2 * time.Second): // three ack waits: redelivered meanwhile
 	}
+	require.Positive(t, w.Stats().Dropped.Load(), "the redelivery was put off while the lapsed execution is in flight")
 	close(release)
-	require.Eventually(t, func() bool { return w.Stats().Dropped.Load() >= 1 }, 10*time.Second, 20*time.Millisecond,
-		"the lapsed execution returns and is dropped")
+	select {
+	case <-secondStarted:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the redelivery was not taken over once the lapsed execution returned")
+	}
 
 	_, _, err = b.store.Transition(ctx, info.ID, kv.StateRunning, kv.StateCancelled, kv.Actor{Action: "cancel"}, nil)
 	require.NoError(t, err)
