@@ -183,7 +183,7 @@ func (w *Worker) bury(d *delivery, env *envelope, rec *kv.Record, rev uint64, ca
 		return nil
 	})
 	if err != nil {
-		w.deleteDeadLetter(ctx, dlqSeq) // not ours to bury
+		w.orphanDeadLetter(rec.ID, dlqSeq) // not ours to bury
 		w.settleFailedWrite(d, env, err)
 		return
 	}

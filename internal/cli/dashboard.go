@@ -45,7 +45,7 @@ which enables cancel, pause, resume, reprioritize and replay (each confirmed).`,
 }
 
 func runDashboard(ctx context.Context, e *env, f *dashboardFlags) error {
-	d, err := e.startDaemon(ctx, "ax dashboard", "")
+	d, err := e.startDaemon(ctx, "ax dashboard", roleOperator, "")
 	if err != nil {
 		return err
 	}
