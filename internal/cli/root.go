@@ -30,13 +30,13 @@ type env struct {
 	inboxPrefix string
 	creds       string
 	nkey        string
-	user     string
-	password string
-	tlsCert  string
-	tlsKey   string
-	tlsCA    string
-	jsonOut  bool
-	logLevel string
+	user        string
+	password    string
+	tlsCert     string
+	tlsKey      string
+	tlsCA       string
+	jsonOut     bool
+	logLevel    string
 }
 
 // Execute runs the ax command line with args and returns the exit code.
