@@ -73,6 +73,7 @@ func (b *testBundle) act(t *testing.T, verb, body string, headers map[string]str
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Ax-Confirm", "yes")
+	req.Header.Set("X-Ax-Token", b.dash.ActionToken())
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
