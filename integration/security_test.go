@@ -84,7 +84,7 @@ type secureMesh struct {
 	srv       *natstest.Server
 	control   *roleConn
 	worker    *roleConn
-	cancelled chan error       // causes of the "block" handlers' ends
+	cancelled chan error        // causes of the "block" handlers' ends
 	ran       chan *worker.Task // every task an "echo" handler ran
 }
 
