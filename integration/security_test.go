@@ -86,13 +86,14 @@ type secureMesh struct {
 	worker    *roleConn
 	cancelled chan error        // causes of the "block" handlers' ends
 	ran       chan *worker.Task // every task an "echo" handler ran
+	release   chan struct{}     // closing it ends the "hold" handlers
 }
 
 func startSecureMesh(t *testing.T, cfg *streams.Config) *secureMesh {
 	t.Helper()
 	ctx := context.Background()
 	m := &secureMesh{srv: natstest.Start(t, natstest.Options{ConfigFile: permissionsFile}),
-		cancelled: make(chan error, 16), ran: make(chan *worker.Task, 1024)}
+		cancelled: make(chan error, 16), ran: make(chan *worker.Task, 1024), release: make(chan struct{})}
 	m.control = connectAs(t, m.srv, "scheduler", "scheduler")
 	if cfg == nil {
 		cfg = &streams.Config{}
@@ -117,6 +118,14 @@ func startSecureMesh(t *testing.T, cfg *streams.Config) *secureMesh {
 		<-ctx.Done()
 		m.cancelled <- context.Cause(ctx)
 		return ctx.Err()
+	}, nil))
+	require.NoError(t, reg.Handle("hold", func(ctx context.Context, _ *worker.Task) error {
+		select {
+		case <-m.release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}, nil))
 	w, err := worker.New(ctx, m.worker.js, &worker.Config{ID: "worker-1", Registry: reg, Concurrency: 2,
 		AckWait: 5 * time.Second, Logger: zaptest.NewLogger(t)})
