@@ -142,6 +142,8 @@ func TestFloodingProducerIsRefused(t *testing.T) {
 		if _, err := service.js.PublishMsg(ctx, msg); err != nil {
 			var apiErr *jetstream.APIError
 			require.ErrorAs(t, err, &apiErr)
+			require.Equal(t, jetstream.ErrorCode(10077), apiErr.ErrorCode, "maximum bytes exceeded: %v", err)
+			require.Contains(t, err.Error(), "maximum bytes exceeded")
 			refused++
 			if refused == 5 {
 				break

@@ -254,10 +254,16 @@ func TestPermissionsOfEachRole(t *testing.T) {
 		default:
 		}
 	})
-	t.Run("worker cannot delete a dead letter", func(t *testing.T) {
+	t.Run("worker cannot delete or read dead letters", func(t *testing.T) {
 		_, err := wc.nc.Request("$JS.API.STREAM.MSG.DELETE.AX_DLQ", []byte(`{"seq":1}`), time.Second)
 		require.Error(t, err)
 		wc.requireViolation(t, "Publish", "$JS.API.STREAM.MSG.DELETE.AX_DLQ")
+		// Nor read the dead letters or the schedules.
+		for _, subject := range []string{"$JS.API.STREAM.INFO.AX_DLQ", "$JS.API.DIRECT.GET.AX_DLQ", "$JS.API.DIRECT.GET.AX_DELAYED"} {
+			_, err := wc.nc.Request(subject, []byte(`{"seq":1}`), time.Second)
+			require.Error(t, err)
+			wc.requireViolation(t, "Publish", subject)
+		}
 	})
 	t.Run("worker defers a raw delayed task to AX_DELAYED", func(t *testing.T) {
 		runAt := time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)

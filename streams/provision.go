@@ -66,8 +66,9 @@ type Config struct {
 	// PinnedTTL of a pinned_client group. Default 10s.
 	PinnedTTL time.Duration
 	// BucketMaxBytes bounds each priority bucket's storage (MaxBytes with
-	// DiscardNew: a full bucket refuses publishes with err_code 10047, as
-	// [Config.Capacity] does by count). Default 1 GiB; -1 means unbounded.
+	// DiscardNew: a full bucket refuses publishes with err_code 10077
+	// "maximum bytes exceeded", as [Config.Capacity] does by count).
+	// Default 1 GiB; -1 means unbounded.
 	BucketMaxBytes int64
 	// DLQMaxBytes bounds AX_DLQ; at the bound the oldest dead letters are
 	// removed. Default 1 GiB; -1 means unbounded.
