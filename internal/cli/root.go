@@ -184,7 +184,8 @@ func (e *env) logger(dev bool) (*zap.Logger, error) {
 	}
 	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(redact.Writer(os.Stderr))), cfg.Level)
 	opts := []zap.Option{zap.AddCaller()}
-	if !dev {
+	if !dev { // as zap.NewProductionConfig: sampled, stack traces on errors
+		core = zapcore.NewSamplerWithOptions(core, time.Second, cfg.Sampling.Initial, cfg.Sampling.Thereafter)
 		opts = append(opts, zap.AddStacktrace(zapcore.ErrorLevel))
 	}
 	return zap.New(core, opts...), nil
