@@ -123,6 +123,9 @@ func (d *Dashboard) handleAction(w http.ResponseWriter, r *http.Request) {
 	case !sameOrigin(r):
 		writeError(w, http.StatusForbidden, ErrCrossOrigin)
 		return
+	case !tokenOK(r, d.token):
+		writeError(w, http.StatusForbidden, ErrBadToken)
+		return
 	case r.Header.Get(confirmHeader) != "yes":
 		writeError(w, http.StatusBadRequest, ErrNotConfirmed)
 		return

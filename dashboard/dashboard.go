@@ -41,6 +41,16 @@ type Config struct {
 	// AllowActions enables cancel, pause, resume, reprioritize and replay.
 	// Default false: read-only, the action endpoints answer 403.
 	AllowActions bool
+	// ActionToken must accompany every action (header X-Ax-Token; the page
+	// takes it from the URL fragment #token=… once). Empty with
+	// AllowActions means a random token made by [New]; read it with
+	// [Dashboard.ActionToken].
+	ActionToken string
+	// AllowedHosts are the host names (or addresses) the Host header of a
+	// request may name, besides localhost, 127.0.0.1, ::1 and the address
+	// [Dashboard.Serve] listens on; any other request is answered 421 (a
+	// DNS-rebound page). Add the names a proxy or remote browser uses.
+	AllowedHosts []string
 	// Interval between two stats samples (overview and charts). Default 2s;
 	// the sampler waits longer when a sample takes more than half of it.
 	Interval time.Duration
@@ -93,6 +103,8 @@ type Dashboard struct {
 	log   *zap.Logger
 	perms permissions
 	mux   *http.ServeMux
+	hosts *hostGuard
+	token string // the action token; "" when read-only
 
 	mu      sync.Mutex
 	history []Sample      // oldest first, at most cfg.History (mu)
@@ -109,15 +121,30 @@ func New(cfg *Config) (*Dashboard, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	var err error
 	d := &Dashboard{cfg: cfg, api: scheduler.NewAdminClient(cfg.Conn, cfg.Names), names: cfg.Names,
 		log: cfg.Logger.Named("dashboard"), changed: make(chan struct{})}
+	if cfg.AllowActions {
+		d.token = cfg.ActionToken
+		if d.token == "" {
+			if d.token, err = newToken(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	d.hosts = newHostGuard(cfg.AllowedHosts)
 	d.perms.watch(cfg.Conn)
 	d.mux = d.routes()
 	return d, nil
 }
 
-// Handler serves the pages and the JSON API under /api/.
-func (d *Dashboard) Handler() http.Handler { return d.mux }
+// ActionToken returns the token every action must carry ("" when the
+// dashboard is read-only).
+func (d *Dashboard) ActionToken() string { return d.token }
+
+// Handler serves the pages and the JSON API under /api/, to requests whose
+// Host header names an allowed host ([Config.AllowedHosts]).
+func (d *Dashboard) Handler() http.Handler { return d.hosts.wrap(d.mux) }
 
 func (d *Dashboard) routes() *http.ServeMux {
 	static, _ := fs.Sub(assets, "assets")
@@ -151,6 +178,8 @@ func (d *Dashboard) Serve(ctx context.Context, addr string, ready func(net.Addr)
 	if err != nil {
 		return fmt.Errorf("dashboard: listen on %s: %w", addr, err)
 	}
+	d.hosts.allow(l.Addr().String())
+	d.hosts.allow(addr)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	srv := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second,

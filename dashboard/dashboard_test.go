@@ -73,6 +73,7 @@ func (b *testBundle) act(t *testing.T, verb, body string, headers map[string]str
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Ax-Confirm", "yes")
+	req.Header.Set("X-Ax-Token", b.dash.ActionToken())
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
@@ -240,7 +241,7 @@ func TestServeLiveStopsWithContext(t *testing.T) {
 func TestPermissionDenied(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t, natstest.Options{ConfigFile: "../docs/ax-permissions.conf"})
-	_, sjs := srv.Connect(nats.UserInfo("scheduler", "scheduler-secret"))
+	_, sjs := srv.Connect(nats.UserInfo("scheduler", "scheduler-secret"), nats.CustomInboxPrefix("_INBOX.scheduler"))
 	natstest.Provision(t, sjs, nil)
 	ctx := context.Background()
 	admin, err := scheduler.NewAdmin(ctx, sjs, &scheduler.AdminConfig{Logger: zaptest.NewLogger(t)})
@@ -253,7 +254,7 @@ func TestPermissionDenied(t *testing.T) {
 		code int
 	}{{"operator", http.StatusOK}, {"service", http.StatusForbidden}} {
 		t.Run(tc.user, func(t *testing.T) {
-			nc, _ := srv.Connect(nats.UserInfo(tc.user, tc.user+"-secret"))
+			nc, _ := srv.Connect(nats.UserInfo(tc.user, tc.user+"-secret"), nats.CustomInboxPrefix("_INBOX."+tc.user))
 			d, err := dashboard.New(&dashboard.Config{Conn: nc, CallTimeout: time.Second, Logger: zaptest.NewLogger(t)})
 			require.NoError(t, err)
 			h := httptest.NewServer(d.Handler())

@@ -9,7 +9,11 @@
 // connection, so the browser never talks NATS and the connection's NATS
 // permissions apply to everything the dashboard shows or does. It is
 // read-only unless [Config.AllowActions] is set; without it the action
-// endpoints answer 403 and do nothing.
+// endpoints answer 403 and do nothing. With it, every action must carry
+// the per-process token ([Dashboard.ActionToken], header X-Ax-Token). It
+// answers only requests whose Host names an allowed host (loopback names,
+// the listen host, [Config.AllowedHosts]), so a DNS-rebound page of another
+// site reads and does nothing (421).
 //
 // Guarantees: the dashboard keeps no state but a bounded ring of recent
 // stats samples (for the charts); losing it loses only chart history. Every

@@ -21,6 +21,11 @@ var (
 	ErrNotConfirmed = errors.New("actions must be confirmed: send the header " + confirmHeader + ": yes (the UI asks the operator first)")
 	// ErrCrossOrigin refuses an action posted from another site's page.
 	ErrCrossOrigin = errors.New("cross-origin action refused")
+	// ErrUnknownHost refuses a request whose Host header names no allowed
+	// host (a DNS-rebound page), answered 421.
+	ErrUnknownHost = errors.New("the dashboard does not serve this host name")
+	// ErrBadToken refuses an action without the dashboard's action token.
+	ErrBadToken = errors.New("actions need the dashboard's token: open the URL it printed at start (…/#token=…), or send the header " + tokenHeader)
 )
 
 // confirmHeader must accompany every action request.

@@ -88,6 +88,8 @@ func TestActionsGuarded(t *testing.T) {
 	}{
 		{"unknown verb", "tasks.cancel", `{"type":"email"}`, nil, http.StatusNotFound, "unknown action"},
 		{"not confirmed", "task.cancel", `{"id":"` + id + `"}`, map[string]string{"X-Ax-Confirm": ""}, http.StatusBadRequest, "confirmed"},
+		{"no token", "task.cancel", `{"id":"` + id + `"}`, map[string]string{"X-Ax-Token": ""}, http.StatusForbidden, "token"},
+		{"wrong token", "task.cancel", `{"id":"` + id + `"}`, map[string]string{"X-Ax-Token": "0123456789abcdef0123456789abcdef"}, http.StatusForbidden, "token"},
 		{"cross origin", "task.cancel", `{"id":"` + id + `"}`, map[string]string{"Origin": "http://evil.example"}, http.StatusForbidden, "cross-origin"},
 		{"not JSON", "task.cancel", `id=` + id, nil, http.StatusBadRequest, "JSON request"},
 		{"illegal move", "task.resume", `{"id":"` + id + `"}`, nil, http.StatusConflict, "applies only to PAUSED"},

@@ -68,7 +68,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	dashAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	// No built-in workers: this test's worker runs the task type whose
 	// downstream it breaks and repairs.
-	dev := startDev(t, "--workers", "0", "--dashboard", dashAddr, "--allow-actions")
+	dev := startDev(t, "--workers", "0", "--dashboard", dashAddr, "--allow-actions", "--action-token", "browser-test-token")
 	var broken atomic.Bool
 	broken.Store(true)
 	reg := worker.NewRegistry()
@@ -138,7 +138,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// them, the finished tasks.
 	var mode, records, charge string
 	require.NoError(t, chromedp.Do(bctx,
-		chromedp.Navigate(base),
+		chromedp.Navigate(base+"#token=browser-test-token"), // the URL ax dev prints
 		chromedp.WaitVisible(`#buckets tr[data-bucket="4"]`),
 		void(chromedp.Poll[bool](`Number(document.querySelector("#records")?.textContent) >= 21`, chromedp.WithPollingTimeout(30*time.Second))),
 		into(chromedp.Text(`#mode`), &mode),

@@ -49,3 +49,37 @@ func TestDashboardCommandReadOnly(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, res.StatusCode)
 	require.Contains(t, string(body), "--allow-actions")
 }
+
+// `ax dashboard --allow-actions` prints the URL with its action token; an
+// action without the token is refused, one with it runs, and a request
+// naming another host (a DNS-rebound page) is refused.
+func TestDashboardCommandActionToken(t *testing.T) {
+	t.Parallel()
+	dev := startDev(t)
+	id := strings.TrimSpace(ax(t, "submit", "block", "--server", dev.url, "--run-at", time.Now().Add(time.Hour).Format(time.RFC3339)))
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p := startAx(t, "dashboard", "--listen", addr, "--server", dev.url, "--allow-actions")
+	prefix := "open http://" + addr + "/#token="
+	require.Eventually(t, func() bool { return strings.Contains(p.output(), prefix) }, 30*time.Second, 50*time.Millisecond,
+		"ax dashboard did not print its token:\n%s", p.output())
+	out := p.output()
+	token := out[strings.Index(out, prefix)+len(prefix):]
+	token = token[:strings.IndexAny(token, " \n")]
+	require.Len(t, token, 32)
+
+	cancel := func(host, token string) int {
+		req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/api/actions/task.cancel", strings.NewReader(`{"id":"`+id+`"}`))
+		require.NoError(t, err)
+		req.Host = host
+		req.Header.Set("X-Ax-Confirm", "yes")
+		req.Header.Set("X-Ax-Token", token)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	require.Equal(t, http.StatusForbidden, cancel(addr, ""))
+	require.Equal(t, http.StatusForbidden, cancel(addr, strings.Repeat("0", 32)))
+	require.Equal(t, http.StatusMisdirectedRequest, cancel("rebound.example"+addr[strings.LastIndex(addr, ":"):], token))
+	require.Equal(t, http.StatusOK, cancel(addr, token))
+}

@@ -18,6 +18,9 @@ import (
 	"go.uber.org/zap/zaptest"
 )
 
+// permissionsFile is the shipped server configuration every case runs on.
+const permissionsFile = "../docs/ax-permissions.conf"
+
 // roleConn is a connection as one user of docs/ax-permissions.conf whose
 // permission violations are collected.
 type roleConn struct {
@@ -26,10 +29,12 @@ type roleConn struct {
 	errs chan error
 }
 
-func connectAs(t *testing.T, srv *natstest.Server, user string) *roleConn {
+// connectAs connects as user with the inbox prefix its role is given
+// ("_INBOX.<role>", docs/SECURITY.md).
+func connectAs(t *testing.T, srv *natstest.Server, user, role string) *roleConn {
 	t.Helper()
 	rc := &roleConn{errs: make(chan error, 64)}
-	rc.nc, rc.js = srv.Connect(nats.UserInfo(user, user+"-secret"),
+	rc.nc, rc.js = srv.Connect(nats.UserInfo(user, user+"-secret"), nats.CustomInboxPrefix(nats.InboxPrefix+role),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {
 			case rc.errs <- err:
@@ -57,10 +62,108 @@ func (rc *roleConn) requireViolation(t *testing.T, kind, subject string) {
 	}
 }
 
+// requireSubscribeRefused subscribes to subject and waits for the refusal;
+// it returns the subscription, which must never receive a message.
+func (rc *roleConn) requireSubscribeRefused(t *testing.T, subject string) *nats.Subscription {
+	t.Helper()
+	sub, err := rc.nc.SubscribeSync(subject)
+	require.NoError(t, err) // refused asynchronously
+	rc.requireViolation(t, "Subscription", subject)
+	return sub
+}
+
 func callAdmin(rc *roleConn, verb string, req, resp any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	return scheduler.NewAdminClient(rc.nc, streams.Names{}).Call(ctx, verb, req, resp)
+}
+
+// secureMesh is a server started from docs/ax-permissions.conf with the
+// management API (as scheduler) and one worker (as worker-1, id worker-1).
+type secureMesh struct {
+	srv       *natstest.Server
+	control   *roleConn
+	worker    *roleConn
+	cancelled chan error        // causes of the "block" handlers' ends
+	ran       chan *worker.Task // every task an "echo" handler ran
+	release   chan struct{}     // closing it ends the "hold" handlers
+}
+
+func startSecureMesh(t *testing.T, cfg *streams.Config) *secureMesh {
+	t.Helper()
+	ctx := context.Background()
+	m := &secureMesh{srv: natstest.Start(t, natstest.Options{ConfigFile: permissionsFile}),
+		cancelled: make(chan error, 16), ran: make(chan *worker.Task, 1024), release: make(chan struct{})}
+	m.control = connectAs(t, m.srv, "scheduler", "scheduler")
+	if cfg == nil {
+		cfg = &streams.Config{}
+	}
+	cfg.AckWait = 5 * time.Second
+	natstest.Provision(t, m.control.js, cfg)
+	admin, err := scheduler.NewAdmin(ctx, m.control.js, &scheduler.AdminConfig{Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	require.NoError(t, admin.Start(ctx))
+	t.Cleanup(func() { _ = admin.Stop(ctx) })
+
+	m.worker = connectAs(t, m.srv, "worker-1", "worker")
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("echo", func(_ context.Context, task *worker.Task) error {
+		select {
+		case m.ran <- task:
+		default:
+		}
+		return nil
+	}, nil))
+	require.NoError(t, reg.Handle("block", func(ctx context.Context, _ *worker.Task) error {
+		<-ctx.Done()
+		m.cancelled <- context.Cause(ctx)
+		return ctx.Err()
+	}, nil))
+	require.NoError(t, reg.Handle("hold", func(ctx context.Context, _ *worker.Task) error {
+		select {
+		case <-m.release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}, nil))
+	w, err := worker.New(ctx, m.worker.js, &worker.Config{ID: "worker-1", Registry: reg, Concurrency: 2,
+		AckWait: 5 * time.Second, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	return m
+}
+
+// submit publishes a task as rc with the wire contract (subject and
+// Nats-Msg-Id as the task id) and requires the stream's ack.
+func submit(t *testing.T, rc *roleConn, subject, id string, payload []byte, headers map[string]string) {
+	t.Helper()
+	msg := nats.NewMsg(subject)
+	msg.Data = payload
+	msg.Header.Set(streams.HeaderMsgID, id)
+	for k, v := range headers {
+		msg.Header.Set(k, v)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := rc.js.PublishMsg(ctx, msg)
+	require.NoError(t, err, "publish %s as a permitted role", subject)
+}
+
+// waitState waits until the operator sees task id in state.
+func waitState(t *testing.T, operator *roleConn, id string, state kv.State) *kv.Record {
+	t.Helper()
+	var rec *kv.Record
+	require.Eventually(t, func() bool {
+		var reply scheduler.TaskReply
+		if callAdmin(operator, scheduler.VerbTaskGet, scheduler.TaskRequest{ID: id}, &reply) != nil {
+			return false
+		}
+		rec = reply.Task
+		return rec.State == state
+	}, 30*time.Second, 100*time.Millisecond, "task %s never %s", id, state)
+	return rec
 }
 
 // The server configuration of docs/SECURITY.md gives each role exactly what
@@ -68,70 +171,45 @@ func callAdmin(rc *roleConn, verb string, req, resp any) error {
 // operator sees it and cancels through the API, while every role is refused
 // what belongs to another.
 func TestPermissionsOfEachRole(t *testing.T) {
-	srv := natstest.Start(t, natstest.Options{ConfigFile: "../docs/ax-permissions.conf"})
+	m := startSecureMesh(t, nil)
 	ctx := context.Background()
+	srv, wc := m.srv, m.worker
 
-	control := connectAs(t, srv, "scheduler")
-	natstest.Provision(t, control.js, &streams.Config{AckWait: 5 * time.Second})
-	admin, err := scheduler.NewAdmin(ctx, control.js, &scheduler.AdminConfig{Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, admin.Start(ctx))
-	t.Cleanup(func() { _ = admin.Stop(ctx) })
-
-	wc := connectAs(t, srv, "worker")
-	cancelled := make(chan error, 1)
-	reg := worker.NewRegistry()
-	require.NoError(t, reg.Handle("echo", func(context.Context, *worker.Task) error { return nil }, nil))
-	require.NoError(t, reg.Handle("block", func(ctx context.Context, _ *worker.Task) error {
-		<-ctx.Done()
-		cancelled <- context.Cause(ctx)
-		return ctx.Err()
-	}, nil))
-	w, err := worker.New(ctx, wc.js, &worker.Config{Registry: reg, Concurrency: 2, AckWait: 5 * time.Second, Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(func() { _ = w.Stop(context.Background()) })
-
-	// The service may publish to ax.submit.> (and gets its ack).
-	service := connectAs(t, srv, "service")
-	for _, id := range []string{"sec-echo", "sec-block"} {
-		msg := nats.NewMsg("ax.submit.p1.acme." + strings.TrimPrefix(id, "sec-") + "." + id)
-		msg.Header.Set(streams.HeaderMsgID, id)
-		_, err := service.js.PublishMsg(ctx, msg)
-		require.NoError(t, err, "the service may submit")
-	}
+	// The service may publish to ax.submit.> (and gets its ack on its inbox).
+	service := connectAs(t, srv, "service", "service")
+	submit(t, service, "ax.submit.p1.acme.echo.sec-echo", "sec-echo", []byte("acme-secret-payload"), nil)
+	submit(t, service, "ax.submit.p1.acme.block.sec-block", "sec-block", nil, nil)
 
 	// The worker ran the task and moved its record; the operator reads it.
-	operator := connectAs(t, srv, "operator")
-	require.Eventually(t, func() bool {
-		var reply scheduler.TaskReply
-		return callAdmin(operator, scheduler.VerbTaskGet, scheduler.TaskRequest{ID: "sec-echo"}, &reply) == nil &&
-			reply.Task.State == kv.StateSucceeded
-	}, 30*time.Second, 100*time.Millisecond)
+	operator := connectAs(t, srv, "operator", "operator")
+	waitState(t, operator, "sec-echo", kv.StateSucceeded)
 	// The operator cancels a running task and the worker hears the notice.
-	require.Eventually(t, func() bool {
-		var reply scheduler.TaskReply
-		return callAdmin(operator, scheduler.VerbTaskGet, scheduler.TaskRequest{ID: "sec-block"}, &reply) == nil &&
-			reply.Task.State == kv.StateRunning
-	}, 30*time.Second, 100*time.Millisecond)
+	waitState(t, operator, "sec-block", kv.StateRunning)
 	var reply scheduler.TaskReply
 	require.NoError(t, callAdmin(operator, scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: "sec-block"}, &reply))
 	require.True(t, reply.Notified)
 	select {
-	case cause := <-cancelled:
+	case cause := <-m.cancelled:
 		require.ErrorIs(t, cause, worker.ErrCancelled)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the worker did not hear the cancel notice")
 	}
 	// The operator may inspect streams (read-only), as the nats CLI does.
-	_, err = operator.js.Stream(ctx, "AX_P1")
+	_, err := operator.js.Stream(ctx, "AX_P1")
 	require.NoError(t, err)
 
-	t.Run("the ax CLI connects as a user", func(t *testing.T) {
+	t.Run("the ax CLI connects as a user with its role's inbox", func(t *testing.T) {
 		out := ax(t, "task", "get", "sec-echo", "--server", srv.ClientURL(), "--user", "operator", "--password", "operator-secret")
 		require.Contains(t, out, "SUCCEEDED")
 		require.Contains(t, axFail(t, "task", "get", "sec-echo", "--server", srv.ClientURL(), "--user", "operator", "--password", "wrong"),
 			"Authorization Violation")
+	})
+	t.Run("a failed connect never prints the password of the server URL", func(t *testing.T) {
+		url := strings.Replace(srv.ClientURL(), "nats://", "nats://operator:pw-LEAK-42@", 1)
+		out := axFail(t, "task", "get", "sec-echo", "--server", url)
+		require.Contains(t, out, "Authorization Violation")
+		require.NotContains(t, out, "pw-LEAK-42")
+		require.Contains(t, out, "nats://operator:xxxxx@")
 	})
 	t.Run("service cannot call the admin API", func(t *testing.T) {
 		require.Error(t, callAdmin(service, scheduler.VerbTaskGet, scheduler.TaskRequest{ID: "sec-echo"}, &reply))
@@ -141,15 +219,59 @@ func TestPermissionsOfEachRole(t *testing.T) {
 		_, err := service.js.KeyValue(ctx, "AX_TASKS")
 		require.Error(t, err)
 		service.requireViolation(t, "Publish", "$JS.API.STREAM.INFO.KV_AX_TASKS")
-		_, err = service.nc.SubscribeSync("$KV.AX_TASKS.>")
-		require.NoError(t, err) // refused asynchronously
-		service.requireViolation(t, "Subscription", "$KV.AX_TASKS.>")
+		service.requireSubscribeRefused(t, "$KV.AX_TASKS.>")
+	})
+	t.Run("service cannot read another role's inbox", func(t *testing.T) {
+		var subs []*nats.Subscription
+		for _, subject := range []string{"_INBOX.>", "_INBOX.worker.>", "_INBOX.operator.>", "_INBOX.scheduler.>"} {
+			subs = append(subs, service.requireSubscribeRefused(t, subject))
+		}
+		// A task delivered to the worker, a record read and an admin reply
+		// later: none reaches the service.
+		submit(t, service, "ax.submit.p1.acme.echo.sec-inbox", "sec-inbox", []byte("acme-secret-payload"), nil)
+		waitState(t, operator, "sec-inbox", kv.StateSucceeded)
+		for _, sub := range subs {
+			msg, err := sub.NextMsg(100 * time.Millisecond)
+			require.Error(t, err, "the service saw %v", msg)
+		}
 	})
 	t.Run("worker cannot call the admin API or submit", func(t *testing.T) {
 		require.Error(t, callAdmin(wc, scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: "sec-echo"}, &reply))
 		wc.requireViolation(t, "Publish", "ax.admin.task.cancel")
 		require.NoError(t, wc.nc.Publish("ax.submit.p0.acme.echo.x", nil))
 		wc.requireViolation(t, "Publish", "ax.submit.p0.acme.echo.x")
+	})
+	t.Run("worker hears and answers only its own cancel notices", func(t *testing.T) {
+		other := connectAs(t, srv, "worker-2", "worker")
+		other.requireSubscribeRefused(t, "ax.worker.worker-1.cancel")
+		other.requireSubscribeRefused(t, "ax.worker.*.cancel")
+		_, err := other.nc.SubscribeSync("ax.worker.worker-2.cancel")
+		require.NoError(t, err)
+		require.NoError(t, other.nc.Flush())
+		select {
+		case err := <-other.errs:
+			t.Fatalf("worker-2 refused its own cancel subject: %v", err)
+		default:
+		}
+	})
+	t.Run("worker cannot delete or read dead letters", func(t *testing.T) {
+		_, err := wc.nc.Request("$JS.API.STREAM.MSG.DELETE.AX_DLQ", []byte(`{"seq":1}`), time.Second)
+		require.Error(t, err)
+		wc.requireViolation(t, "Publish", "$JS.API.STREAM.MSG.DELETE.AX_DLQ")
+		// Nor read the dead letters or the schedules.
+		for _, subject := range []string{"$JS.API.STREAM.INFO.AX_DLQ", "$JS.API.DIRECT.GET.AX_DLQ", "$JS.API.DIRECT.GET.AX_DELAYED"} {
+			_, err := wc.nc.Request(subject, []byte(`{"seq":1}`), time.Second)
+			require.Error(t, err)
+			wc.requireViolation(t, "Publish", subject)
+		}
+	})
+	t.Run("worker defers a raw delayed task to AX_DELAYED", func(t *testing.T) {
+		runAt := time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)
+		submit(t, service, "ax.submit.p2.acme.echo.sec-later", "sec-later", nil, map[string]string{streams.HeaderRunAt: runAt})
+		waitState(t, operator, "sec-later", kv.StatePending)
+		info, err := operator.js.Stream(ctx, "AX_DELAYED")
+		require.NoError(t, err)
+		require.EqualValues(t, 1, info.CachedInfo().State.Msgs, "the schedule is in AX_DELAYED")
 	})
 	t.Run("operator cannot submit or write records directly", func(t *testing.T) {
 		require.NoError(t, operator.nc.Publish("ax.submit.p0.acme.echo.y", nil))

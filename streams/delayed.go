@@ -63,6 +63,8 @@ func DelayedStreamConfig(cfg *Config) jetstream.StreamConfig {
 		Storage:           jetstream.FileStorage,
 		Replicas:          cfg.Replicas,
 		MaxMsgs:           -1,
+		MaxBytes:          cfg.DelayedMaxBytes,
+		MaxMsgSize:        cfg.withHeaderRoom(),
 		Duplicates:        cfg.Duplicates,
 		AllowDirect:       true,
 		AllowMsgSchedules: true,

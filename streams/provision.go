@@ -20,6 +20,16 @@ const (
 	DefaultDuplicates    = 2 * time.Minute
 	DefaultTrailMaxAge   = 7 * 24 * time.Hour
 	DefaultPinnedTTL     = 10 * time.Second
+	// DefaultStreamMaxBytes bounds each priority bucket, AX_DLQ, AX_DELAYED
+	// and AX_TRAIL: 8 GiB in all, which docs/ax-permissions.conf's account
+	// limit (16 GiB) leaves room beside for the KV buckets.
+	DefaultStreamMaxBytes = 1 << 30
+	// DefaultMaxMsgSize bounds one task message (headers and payload) in a
+	// priority bucket; AX_DLQ and AX_DELAYED allow [HeaderRoom] more.
+	DefaultMaxMsgSize = 1 << 20
+	// HeaderRoom is what a dead letter or a schedule may add to a task
+	// message: the failure or schedule headers.
+	HeaderRoom = 64 << 10
 	// DefaultPriorityPolicy of the shard consumers.
 	DefaultPriorityPolicy = "overflow"
 	// PriorityGroup is the priority group name of every shard consumer.
@@ -55,6 +65,26 @@ type Config struct {
 	PriorityPolicy string
 	// PinnedTTL of a pinned_client group. Default 10s.
 	PinnedTTL time.Duration
+	// BucketMaxBytes bounds each priority bucket's storage (MaxBytes with
+	// DiscardNew: a full bucket refuses publishes with err_code 10077
+	// "maximum bytes exceeded", as [Config.Capacity] does by count).
+	// Default 1 GiB; -1 means unbounded.
+	BucketMaxBytes int64
+	// DLQMaxBytes bounds AX_DLQ; at the bound the oldest dead letters are
+	// removed. Default 1 GiB; -1 means unbounded.
+	DLQMaxBytes int64
+	// DelayedMaxBytes bounds AX_DELAYED. Message schedules forbid
+	// DiscardNew, so at the bound the oldest schedules are removed (their
+	// records stay PENDING; docs/SECURITY.md). Default 1 GiB; -1 means
+	// unbounded.
+	DelayedMaxBytes int64
+	// TrailMaxBytes bounds AX_TRAIL; at the bound the oldest events are
+	// removed. Default 1 GiB; -1 means unbounded.
+	TrailMaxBytes int64
+	// MaxMsgSize bounds one message of a priority bucket; AX_DLQ and
+	// AX_DELAYED take [HeaderRoom] more. Default 1 MiB; -1 means only the
+	// server's max_payload applies.
+	MaxMsgSize int32
 }
 
 func (c *Config) withDefaults() *Config {
@@ -73,6 +103,11 @@ func (c *Config) withDefaults() *Config {
 	out.TrailMaxAge = cmp.Or(out.TrailMaxAge, DefaultTrailMaxAge)
 	out.PinnedTTL = cmp.Or(out.PinnedTTL, DefaultPinnedTTL)
 	out.PriorityPolicy = cmp.Or(out.PriorityPolicy, DefaultPriorityPolicy)
+	out.BucketMaxBytes = cmp.Or(out.BucketMaxBytes, DefaultStreamMaxBytes)
+	out.DLQMaxBytes = cmp.Or(out.DLQMaxBytes, DefaultStreamMaxBytes)
+	out.DelayedMaxBytes = cmp.Or(out.DelayedMaxBytes, DefaultStreamMaxBytes)
+	out.TrailMaxBytes = cmp.Or(out.TrailMaxBytes, DefaultStreamMaxBytes)
+	out.MaxMsgSize = cmp.Or(out.MaxMsgSize, DefaultMaxMsgSize)
 	return &out
 }
 
@@ -84,6 +119,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("streams config: Capacity %d must be positive", c.Capacity)
 	case c.AckWait < time.Second:
 		return fmt.Errorf("streams config: AckWait %s must be at least 1s", c.AckWait)
+	case c.BucketMaxBytes < -1 || c.DLQMaxBytes < -1 || c.DelayedMaxBytes < -1 || c.TrailMaxBytes < -1 || c.MaxMsgSize < -1:
+		return fmt.Errorf("streams config: BucketMaxBytes %d, DLQMaxBytes %d, DelayedMaxBytes %d, TrailMaxBytes %d, MaxMsgSize %d: each must be positive or -1",
+			c.BucketMaxBytes, c.DLQMaxBytes, c.DelayedMaxBytes, c.TrailMaxBytes, c.MaxMsgSize)
 	}
 	if _, err := c.priorityPolicy(); err != nil {
 		return err
@@ -101,6 +139,15 @@ func (c *Config) priorityPolicy() (jetstream.PriorityPolicy, error) {
 		return jetstream.PriorityPolicyPinned, nil
 	}
 	return 0, fmt.Errorf("streams config: PriorityPolicy %q is not none, overflow or pinned_client", c.PriorityPolicy)
+}
+
+// withHeaderRoom is the MaxMsgSize of AX_DLQ and AX_DELAYED: a task
+// message with the headers a dead letter or a schedule adds.
+func (c *Config) withHeaderRoom() int32 {
+	if c.MaxMsgSize < 0 {
+		return -1
+	}
+	return c.MaxMsgSize + HeaderRoom
 }
 
 // Report says what [Provision] did.
@@ -159,6 +206,8 @@ func StreamConfigs(cfg *Config) []jetstream.StreamConfig {
 			Storage:     jetstream.FileStorage,
 			Replicas:    cfg.Replicas,
 			MaxMsgs:     cfg.Capacity,
+			MaxBytes:    cfg.BucketMaxBytes,
+			MaxMsgSize:  cfg.MaxMsgSize,
 			Discard:     jetstream.DiscardNew,
 			Duplicates:  cfg.Duplicates,
 			AllowDirect: true,
@@ -176,6 +225,8 @@ func StreamConfigs(cfg *Config) []jetstream.StreamConfig {
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
 		MaxMsgs:     -1,
+		MaxBytes:    cfg.DLQMaxBytes,
+		MaxMsgSize:  cfg.withHeaderRoom(),
 		MaxAge:      cfg.DLQMaxAge,
 		Duplicates:  cfg.Duplicates,
 		AllowDirect: true,
@@ -187,6 +238,8 @@ func StreamConfigs(cfg *Config) []jetstream.StreamConfig {
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
 		MaxMsgs:     -1,
+		MaxBytes:    cfg.TrailMaxBytes,
+		MaxMsgSize:  -1,
 		MaxAge:      cfg.TrailMaxAge,
 		Duplicates:  cfg.Duplicates,
 		AllowDirect: true,
@@ -288,6 +341,8 @@ func streamChanges(have, want jetstream.StreamConfig) []string {
 	check("Subjects", !slices.Equal(have.Subjects, want.Subjects))
 	check("Replicas", have.Replicas != want.Replicas)
 	check("MaxMsgs", have.MaxMsgs != want.MaxMsgs)
+	check("MaxBytes", have.MaxBytes != want.MaxBytes)
+	check("MaxMsgSize", have.MaxMsgSize != want.MaxMsgSize)
 	check("Discard", have.Discard != want.Discard)
 	check("MaxAge", have.MaxAge != want.MaxAge)
 	check("Duplicates", have.Duplicates != want.Duplicates)

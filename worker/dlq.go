@@ -67,15 +67,11 @@ func isTooLarge(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
 }
 
-// deleteDeadLetter removes a dead letter written by a bury whose DEAD write
-// then lost a compare-and-set (a definite conflict, never a timeout): the
-// task is not dead.
-func (w *Worker) deleteDeadLetter(ctx context.Context, seq uint64) {
-	stream, err := w.js.Stream(ctx, w.cfg.Names.DLQStream())
-	if err == nil {
-		err = stream.DeleteMsg(ctx, seq)
-	}
-	if err != nil {
-		w.log.Warn("delete_dead_letter_failed", zap.Uint64("dlq_seq", seq), zap.Error(err))
-	}
+// orphanDeadLetter notes a dead letter written by a bury that then lost
+// its claim: the task is not dead. The worker leaves it (deleting dead
+// letters is the control plane's right, docs/SECURITY.md): replay refuses a
+// dead letter that is not its record's DLQSeq, and AX_DLQ's MaxAge and
+// MaxBytes remove it in time.
+func (w *Worker) orphanDeadLetter(id string, seq uint64) {
+	w.log.Info("dead_letter_orphaned", zap.String("task_id", id), zap.Uint64("dlq_seq", seq))
 }

@@ -250,7 +250,7 @@ func (w *Worker) bury(d *delivery, env *envelope, rec *kv.Record, rev uint64, ca
 	})
 	if err != nil {
 		if errors.Is(err, kv.ErrConflict) {
-			w.deleteDeadLetter(ctx, dlqSeq) // definitely not ours to bury
+			w.orphanDeadLetter(rec.ID, dlqSeq) // definitely not ours to bury
 		} else {
 			// The write may have landed: the letter stays (at worst an
 			// orphan, which names its task), never a DEAD record whose

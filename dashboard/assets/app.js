@@ -48,12 +48,22 @@ function ask(text) {
   });
 }
 
-// post sends an action with the confirmation header the server requires;
-// it resolves to the reply, or null after showing the error.
+// takeToken keeps the action token the dashboard printed (…/#token=…) for
+// this tab and removes it from the address bar.
+function takeToken() {
+  const m = location.hash.match(/^#token=([0-9A-Za-z_-]+)/);
+  if (!m) return;
+  sessionStorage.setItem("ax-token", m[1]);
+  history.replaceState(null, "", location.pathname + location.search + "#/");
+}
+
+// post sends an action with the confirmation and token headers the server
+// requires; it resolves to the reply, or null after showing the error.
 async function post(verb, body) {
   try {
     return await api(`/api/actions/${verb}`, {
-      method: "POST", headers: { "Content-Type": "application/json", "X-Ax-Confirm": "yes" },
+      method: "POST",
+      headers: { "Content-Type": "application/json", "X-Ax-Confirm": "yes", "X-Ax-Token": sessionStorage.getItem("ax-token") || "" },
       body: JSON.stringify(body),
     });
   } catch (e) { toast(e.message, true); return null; }
@@ -336,5 +346,6 @@ function navigate() {
   r.render();
 }
 
+takeToken();
 window.addEventListener("hashchange", navigate);
 api("/api/overview").then(applyOverview).catch((e) => toast(e.message, true)).finally(() => { navigate(); startLive(); });

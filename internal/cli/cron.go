@@ -123,13 +123,14 @@ func (e *env) client(cmd *cobra.Command, name string) (*scheduler.Client, func()
 	return client, func() { _ = client.Close(); nc.Close() }, nil
 }
 
-// session connects and returns the connection, JetStream and the
-// deployment's names; the caller closes the connection.
+// session connects as the control plane (cron records are control
+// state) and returns the connection, JetStream and the deployment's names;
+// the caller closes the connection.
 func (e *env) session(name string) (*nats.Conn, jetstream.JetStream, streams.Names, error) {
 	names, err := e.names()
 	if err != nil {
 		return nil, nil, names, err
 	}
-	nc, js, err := e.connect(name)
+	nc, js, err := e.connect(name, roleScheduler)
 	return nc, js, names, err
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"time"
 
 	"github.com/ax-mesh/ax/dashboard"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 )
 
@@ -17,6 +19,8 @@ import (
 type dashboardFlags struct {
 	listen       string
 	allowActions bool
+	actionToken  string
+	allowHosts   []string
 	interval     time.Duration
 	window       time.Duration
 }
@@ -39,13 +43,22 @@ which enables cancel, pause, resume, reprioritize and replay (each confirmed).`,
 	fs := cmd.Flags()
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "HTTP address of the dashboard")
 	fs.BoolVar(&f.allowActions, "allow-actions", false, "allow cancel, pause, resume, reprioritize and replay from the UI")
+	f.addGuards(fs)
 	fs.DurationVar(&f.interval, "interval", dashboard.DefaultInterval, "time between two stats samples (overview and charts)")
 	fs.DurationVar(&f.window, "rate-window", dashboard.DefaultRateWindow, "window of the rates and run times shown")
 	root.AddCommand(cmd)
 }
 
+// addGuards adds the flags that say who may use the dashboard.
+func (f *dashboardFlags) addGuards(fs *pflag.FlagSet) {
+	fs.StringVar(&f.actionToken, "action-token", os.Getenv("AX_DASHBOARD_TOKEN"),
+		"token every action must carry, with --allow-actions (env AX_DASHBOARD_TOKEN; default: a random one, printed in the dashboard's URL)")
+	fs.StringSliceVar(&f.allowHosts, "allow-host", nil,
+		"host names the dashboard answers besides localhost, 127.0.0.1, ::1 and the --listen host (a proxy's or a remote browser's name)")
+}
+
 func runDashboard(ctx context.Context, e *env, f *dashboardFlags) error {
-	d, err := e.startDaemon(ctx, "ax dashboard", "")
+	d, err := e.startDaemon(ctx, "ax dashboard", roleOperator, "")
 	if err != nil {
 		return err
 	}
@@ -66,7 +79,7 @@ func (e *env) startDashboard(ctx context.Context, nc *nats.Conn, names streams.N
 		return func() {}, nil
 	}
 	d, err := dashboard.New(&dashboard.Config{Conn: nc, Names: names, AllowActions: f.allowActions,
-		Interval: f.interval, RateWindow: f.window, Version: Version, Logger: log})
+		ActionToken: f.actionToken, AllowedHosts: f.allowHosts, Interval: f.interval, RateWindow: f.window, Version: Version, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -76,11 +89,11 @@ func (e *env) startDashboard(ctx context.Context, nc *nats.Conn, names streams.N
 	go func() { errc <- d.Serve(ctx, f.listen, func(a net.Addr) { ready <- a }) }()
 	select {
 	case a := <-ready:
-		mode := "read-only; --allow-actions enables actions"
 		if f.allowActions {
-			mode = "actions allowed"
+			fmt.Fprintf(e.errOut, "dashboard on http://%s/ (actions allowed: open http://%s/#token=%s to act)\n", a, a, d.ActionToken())
+		} else {
+			fmt.Fprintf(e.errOut, "dashboard on http://%s/ (read-only; --allow-actions enables actions)\n", a)
 		}
-		fmt.Fprintf(e.errOut, "dashboard on http://%s/ (%s)\n", a, mode)
 	case err := <-errc:
 		cancel()
 		return nil, err

@@ -61,6 +61,7 @@ with --exit), so that other ax commands can use it with --server.`,
 	fs.Int32Var(&f.payload, "max-payload", 1<<20, "largest message the embedded server accepts, in bytes")
 	fs.StringVar(&f.dash.listen, "dashboard", "", `serve the web dashboard on this address, e.g. "127.0.0.1:8080" (default: none)`)
 	fs.BoolVar(&f.dash.allowActions, "allow-actions", false, "allow actions (cancel, pause, resume, reprioritize, replay) in the dashboard")
+	f.dash.addGuards(fs)
 	f.dash.interval, f.dash.window = dashboard.DefaultInterval, dashboard.DefaultRateWindow
 	f.wf.add(cmd)
 	f.lf.add(cmd, false)

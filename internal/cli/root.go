@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ax-mesh/ax/internal/redact"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,16 +25,18 @@ const Version = "0.1.0"
 type env struct {
 	out, errOut io.Writer
 
-	server   string
-	prefix   string
-	creds    string
-	user     string
-	password string
-	tlsCert  string
-	tlsKey   string
-	tlsCA    string
-	jsonOut  bool
-	logLevel string
+	server      string
+	prefix      string
+	inboxPrefix string
+	creds       string
+	nkey        string
+	user        string
+	password    string
+	tlsCert     string
+	tlsKey      string
+	tlsCA       string
+	jsonOut     bool
+	logLevel    string
 }
 
 // Execute runs the ax command line with args and returns the exit code.
@@ -41,7 +44,7 @@ func Execute(ctx context.Context, args []string, out, errOut io.Writer) int {
 	root := NewRoot(out, errOut)
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(errOut, "ax:", err)
+		fmt.Fprintln(errOut, "ax:", redact.Error(err))
 		return 1
 	}
 	return 0
@@ -67,9 +70,12 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 	f := root.PersistentFlags()
 	f.StringVarP(&e.server, "server", "s", envOr("NATS_URL", nats.DefaultURL), "NATS server URLs, comma separated (env NATS_URL)")
 	f.StringVar(&e.prefix, "prefix", streams.DefaultPrefix, "subject prefix of the ax deployment")
+	f.StringVar(&e.inboxPrefix, "inbox-prefix", os.Getenv("AX_INBOX_PREFIX"),
+		"prefix of this connection's reply inboxes (env AX_INBOX_PREFIX; default _INBOX.<role>: worker, scheduler, service for ax submit, operator otherwise)")
 	f.StringVar(&e.creds, "creds", os.Getenv("NATS_CREDS"), "NATS user credentials file (env NATS_CREDS)")
+	f.StringVar(&e.nkey, "nkey", os.Getenv("NATS_NKEY"), "NATS nkey seed file (env NATS_NKEY)")
 	f.StringVar(&e.user, "user", os.Getenv("NATS_USER"), "NATS user name or token (env NATS_USER)")
-	f.StringVar(&e.password, "password", os.Getenv("NATS_PASSWORD"), "NATS password (env NATS_PASSWORD)")
+	f.StringVar(&e.password, "password", os.Getenv("NATS_PASSWORD"), "NATS password (env NATS_PASSWORD; prefer it, or --creds/--nkey, to the flag, which ps shows)")
 	f.StringVar(&e.tlsCert, "tlscert", "", "TLS client certificate file")
 	f.StringVar(&e.tlsKey, "tlskey", "", "TLS client key file")
 	f.StringVar(&e.tlsCA, "tlsca", "", "TLS certificate authority file")
@@ -90,11 +96,39 @@ func envOr(name, def string) string {
 
 func (e *env) names() (streams.Names, error) { return streams.NewNames(e.prefix) }
 
-// natsOptions are the connection options the flags select.
-func (e *env) natsOptions(name string) []nats.Option {
-	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+// Roles whose default reply-inbox prefix a command takes (docs/SECURITY.md):
+// each role of docs/ax-permissions.conf may subscribe only to
+// _INBOX.<role>.>, never to another role's inbox.
+const (
+	roleWorker    = "worker"
+	roleScheduler = "scheduler"
+	roleService   = "service"
+	roleOperator  = "operator"
+)
+
+// inboxFor returns the reply-inbox prefix of a connection made for role:
+// --inbox-prefix when given, else "_INBOX.<role>".
+func (e *env) inboxFor(role string) string {
+	if e.inboxPrefix != "" {
+		return e.inboxPrefix
+	}
+	return nats.InboxPrefix + role
+}
+
+// natsOptions are the connection options the flags select for a connection
+// named name acting as role.
+func (e *env) natsOptions(name, role string) ([]nats.Option, error) {
+	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+		nats.CustomInboxPrefix(e.inboxFor(role))}
 	if e.creds != "" {
 		opts = append(opts, nats.UserCredentials(e.creds))
+	}
+	if e.nkey != "" {
+		opt, err := nats.NkeyOptionFromSeed(e.nkey)
+		if err != nil {
+			return nil, fmt.Errorf("--nkey %s: %w", e.nkey, err)
+		}
+		opts = append(opts, opt)
 	}
 	if e.user != "" && e.password == "" {
 		opts = append(opts, nats.Token(e.user))
@@ -107,19 +141,24 @@ func (e *env) natsOptions(name string) []nats.Option {
 	if e.tlsCA != "" {
 		opts = append(opts, nats.RootCAs(e.tlsCA))
 	}
-	return opts
+	return opts, nil
 }
 
-// connect opens a connection to --server with the flags' credentials.
-func (e *env) connect(name string) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(e.server, e.natsOptions(name)...)
+// connect opens a connection to --server as role with the flags'
+// credentials. Its errors never show a URL's password.
+func (e *env) connect(name, role string) (*nats.Conn, jetstream.JetStream, error) {
+	opts, err := e.natsOptions(name, role)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to %s: %w", e.server, err)
+		return nil, nil, err
+	}
+	nc, err := nats.Connect(e.server, opts...)
+	if err != nil {
+		return nil, nil, redact.Error(fmt.Errorf("connect to %s: %w", e.server, err))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("jetstream on %s: %w", e.server, err)
+		return nil, nil, redact.Error(fmt.Errorf("jetstream on %s: %w", e.server, err))
 	}
 	return nc, js, nil
 }
@@ -138,6 +177,16 @@ func (e *env) logger(dev bool) (*zap.Logger, error) {
 		cfg = zap.NewProductionConfig()
 	}
 	cfg.Level = zap.NewAtomicLevelAt(level)
-	cfg.OutputPaths = []string{"stderr"}
-	return cfg.Build()
+	// Every line goes through the redactor: no log shows a URL's password.
+	enc := zapcore.NewJSONEncoder(cfg.EncoderConfig)
+	if dev {
+		enc = zapcore.NewConsoleEncoder(cfg.EncoderConfig)
+	}
+	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(redact.Writer(os.Stderr))), cfg.Level)
+	opts := []zap.Option{zap.AddCaller()}
+	if !dev { // as zap.NewProductionConfig: sampled, stack traces on errors
+		core = zapcore.NewSamplerWithOptions(core, time.Second, cfg.Sampling.Initial, cfg.Sampling.Thereafter)
+		opts = append(opts, zap.AddStacktrace(zapcore.ErrorLevel))
+	}
+	return zap.New(core, opts...), nil
 }

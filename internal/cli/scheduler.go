@@ -70,7 +70,7 @@ Prometheus metrics.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			d, err := e.startDaemon(ctx, "ax scheduler", metricsAddr)
+			d, err := e.startDaemon(ctx, "ax scheduler", roleScheduler, metricsAddr)
 			if err != nil {
 				return err
 			}

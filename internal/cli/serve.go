@@ -56,8 +56,8 @@ type daemon struct {
 	closers []func()
 }
 
-// startDaemon connects as name and serves metrics on metricsAddr ("" none).
-func (e *env) startDaemon(ctx context.Context, name, metricsAddr string) (*daemon, error) {
+// startDaemon connects as name in role and serves metrics on metricsAddr ("" none).
+func (e *env) startDaemon(ctx context.Context, name, role, metricsAddr string) (*daemon, error) {
 	names, err := e.names()
 	if err != nil {
 		return nil, err
@@ -67,7 +67,7 @@ func (e *env) startDaemon(ctx context.Context, name, metricsAddr string) (*daemo
 		return nil, err
 	}
 	d := &daemon{log: log, names: names, closers: []func(){func() { _ = log.Sync() }}}
-	d.nc, d.js, err = e.connect(name)
+	d.nc, d.js, err = e.connect(name, role)
 	if err != nil {
 		d.close()
 		return nil, err

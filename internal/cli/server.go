@@ -66,7 +66,7 @@ func addProvision(root *cobra.Command, e *env) {
 		Short: "Create or update ax's streams, consumers and buckets (idempotent)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			nc, js, err := e.connect("ax provision")
+			nc, js, err := e.connect("ax provision", roleScheduler)
 			if err != nil {
 				return err
 			}

@@ -43,7 +43,7 @@ func addSubmit(root *cobra.Command, e *env) {
 				}
 				t.RunAt = at
 			}
-			nc, js, err := e.connect("ax submit")
+			nc, js, err := e.connect("ax submit", roleService)
 			if err != nil {
 				return err
 			}

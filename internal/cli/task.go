@@ -101,7 +101,7 @@ func parsePriority(s string) (int, error) {
 
 // call sends one management API request with the connection flags.
 func (e *env) call(ctx context.Context, verb string, req, resp any) error {
-	nc, _, err := e.connect("ax " + verb)
+	nc, _, err := e.connect("ax "+verb, roleOperator)
 	if err != nil {
 		return err
 	}

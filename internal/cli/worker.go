@@ -79,7 +79,7 @@ gives it; shards move between workers as they join and leave. See them with
 ax workers.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, err := e.startDaemon(cmd.Context(), "ax worker", wf.metricsAddr)
+			d, err := e.startDaemon(cmd.Context(), "ax worker", roleWorker, wf.metricsAddr)
 			if err != nil {
 				return err
 			}
