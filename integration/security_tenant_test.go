@@ -61,8 +61,9 @@ func TestTenantIsolation(t *testing.T) {
 		require.Equal(t, kv.StatePending, waitState(t, operator, "t-globex-later", kv.StatePending).State)
 	})
 	t.Run("cannot replace the other tenant's task", func(t *testing.T) {
-		// Fails until forged internal headers are refused (issue 13.1)
-		t.Skip("Fails until forged internal headers are refused (issue 13.1): acme's message with Ax-Task-Id of a globex task runs as that task")
+		// Issue 13.1: at 54cd21a acme's message with the Ax-Task-Id of a
+		// globex task ran as that task. Internal headers are now honoured
+		// only on control-plane copies (ax.p<N>.….ctl, scheduler role only).
 		later := time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)
 		submit(t, globex, "ax.submit.p3.globex.echo.victim", "victim", []byte("globex-real"), map[string]string{streams.HeaderRunAt: later})
 		waitState(t, operator, "victim", kv.StatePending)
