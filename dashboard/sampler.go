@@ -47,7 +47,7 @@ type Overview struct {
 	Thresholds   scheduler.PressureThresholds `json:"thresholds"`
 	// Leader is true when the thresholds and DispatchPaused come from the
 	// leader's pressure report in the control bucket; false when the
-	// levels are computed here from DESIGN.md's default thresholds.
+	// levels are computed here from the default thresholds (docs/SCHEDULER.md).
 	Leader         bool     `json:"leader"`
 	DispatchPaused bool     `json:"dispatch_paused"`
 	Error          string   `json:"error,omitempty"`

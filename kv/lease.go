@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Lease defaults, as DESIGN.md sets them.
+// Lease defaults, as docs/WIRE.md sets them.
 const (
 	DefaultLeaseTTL   = 10 * time.Second
 	DefaultLeaseRenew = 3 * time.Second

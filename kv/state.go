@@ -38,7 +38,7 @@ var transitions = map[State][]State{
 // or PAUSED (an operator acting on a task no worker has seen).
 var births = []State{StatePending, StateReady, StateRunning, StateCancelled, StatePaused}
 
-// States returns every state, in the order of DESIGN.md.
+// States returns every state, in the order of docs/WIRE.md.
 func States() []State {
 	return []State{StatePending, StateReady, StateRunning, StateRetrying, StateSucceeded, StateDead, StateCancelled, StatePaused}
 }

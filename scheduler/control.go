@@ -30,7 +30,7 @@ type PressureThresholds struct {
 	Resume float64 `json:"resume"` // resume P3 and P4 below this. Default 0.40
 }
 
-// DefaultPressureThresholds returns DESIGN.md's thresholds: alert at 60 %,
+// DefaultPressureThresholds returns the wire contract's thresholds (docs/WIRE.md): alert at 60 %,
 // refuse at 80 %, pause at 95 %, resume below 40 %.
 func DefaultPressureThresholds() PressureThresholds { return PressureThresholds{}.withDefaults() }
 
