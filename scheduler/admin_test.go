@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -178,7 +179,8 @@ func TestAdminPauseResumeRedispatches(t *testing.T) {
 	require.Equal(t, "2", msg.Header.Get(streams.HeaderGen))
 	require.Equal(t, id, msg.Header.Get(streams.HeaderTaskID))
 	require.Equal(t, "t1", msg.Header.Get("Ax-Trace"))
-	opts, err := streams.ParseHeaders(msg.Header)
+	require.True(t, strings.HasSuffix(msg.Subject, ".ctl"), "a control-plane copy: %s", msg.Subject)
+	opts, err := streams.ParseCopyHeaders(msg.Header)
 	require.NoError(t, err)
 	require.Equal(t, id, opts.ID, "a worker reads the task id of the copy")
 	var trail scheduler.TrailReply

@@ -62,7 +62,7 @@ func TestDelayedTaskIsReleasedAtItsTime(t *testing.T) {
 	require.Equal(t, info.ID, msg.Header.Get(streams.HeaderTaskID))
 	require.Equal(t, "t1", msg.Header.Get("Ax-Trace"))
 	require.Equal(t, "hi", string(msg.Data))
-	opts, err := streams.ParseHeaders(msg.Header)
+	opts, err := streams.ParseCopyHeaders(msg.Header)
 	require.NoError(t, err)
 	require.Equal(t, info.ID, opts.ID)
 	require.EqualValues(t, 2, opts.Gen, "a release is the record's next generation")

@@ -109,11 +109,11 @@ func (t Task) normalize(now time.Time) (Task, error) {
 		t.RunAt = time.Time{} // due now: no delay
 	}
 	for name := range t.Headers {
-		if !strings.HasPrefix(name, "Ax-") {
-			return bad("header %q must start with \"Ax-\"", name)
-		}
 		if streams.IsInternalHeader(name) || isOptionHeader(name) {
 			return bad("header %q is set by ax, not by a task (use the Task fields for its options)", name)
+		}
+		if !strings.HasPrefix(name, "Ax-") {
+			return bad("header %q must start with \"Ax-\"", name)
 		}
 	}
 	return t, nil
