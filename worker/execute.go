@@ -75,7 +75,7 @@ func (w *Worker) run(env *envelope, rec *kv.Record, d *delivery) (error, error) 
 
 	task := &Task{
 		ID: rec.ID, Type: rec.Type, Tenant: rec.Tenant, Key: rec.Key, Priority: rec.Priority,
-		Payload: d.msg.Data(), Attempt: rec.Attempt, MaxAttempts: rec.MaxAttempts,
+		Payload: d.msg.Data(), Attempt: rec.Attempt, Delivery: d.meta.NumDelivered, MaxAttempts: rec.MaxAttempts,
 		Headers: d.msg.Headers(), Worker: w.cfg.ID, EnqueuedAt: env.published,
 	}
 	if rec.Deadline != nil {
