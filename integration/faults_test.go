@@ -35,6 +35,8 @@ type mesh struct {
 	workers map[string]*process
 	deaths  map[string]time.Time
 	next    int
+	// workerArgs are extra arguments of every `ax worker` started.
+	workerArgs []string
 }
 
 func newMesh(t *testing.T, devArgs ...string) *mesh {
@@ -56,8 +58,9 @@ func (m *mesh) spawn() string { return m.spawnVia(nil, m.url) }
 func (m *mesh) spawnVia(wrapper []string, url string) string {
 	id := fmt.Sprintf("w%d", m.next)
 	m.next++
-	m.workers[id] = startAxVia(m.t, wrapper, "worker", "--server", url, "--id", id, "--concurrency", "16",
-		"--ack-wait", faultAckWait, "--grace", "1s", "--probe-journal", filepath.Join(m.journal, id+".jsonl"))
+	args := append([]string{"worker", "--server", url, "--id", id, "--concurrency", "16",
+		"--ack-wait", faultAckWait, "--grace", "1s", "--probe-journal", filepath.Join(m.journal, id+".jsonl")}, m.workerArgs...)
+	m.workers[id] = startAxVia(m.t, wrapper, args...)
 	return id
 }
 
