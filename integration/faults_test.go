@@ -33,6 +33,7 @@ type mesh struct {
 	js      jetstream.JetStream
 	client  *scheduler.Client
 	workers map[string]*process
+	all     map[string]*process // every worker started, for its log
 	deaths  map[string]time.Time
 	next    int
 	// workerArgs are extra arguments of every `ax worker` started.
@@ -61,6 +62,10 @@ func (m *mesh) spawnVia(wrapper []string, url string) string {
 	args := append([]string{"worker", "--server", url, "--id", id, "--concurrency", "16",
 		"--ack-wait", faultAckWait, "--grace", "1s", "--probe-journal", filepath.Join(m.journal, id+".jsonl")}, m.workerArgs...)
 	m.workers[id] = startAxVia(m.t, wrapper, args...)
+	if m.all == nil {
+		m.all = map[string]*process{}
+	}
+	m.all[id] = m.workers[id]
 	return id
 }
 
@@ -212,12 +217,21 @@ func TestWorkerCrashes(t *testing.T) {
 	require.Positive(t, kills, "the run must have seen worker deaths")
 
 	m.requireEffects(ids)
-	j := readJournals(t, m.journal, m.deaths)
+	j := m.readJournals()
 	effects := j.requireOneEffect(t)
 	afterKill, afterAbort, _, unexplained := j.reexecutions()
 	require.Empty(t, unexplained, "re-executions not explained by a killed worker or a self-fenced execution")
 	t.Logf("worker crashes: %d tasks, %d kills, lost 0, overlapping executions 0, re-executions %d after a kill, %d after a self-fenced (lapsed) execution; %s",
 		len(ids), kills, afterKill, afterAbort, effects)
+}
+
+// readJournals reads the probe journals and the workers' logs.
+func (m *mesh) readJournals() *journal {
+	j := readJournals(m.t, m.journal, m.deaths)
+	for id, p := range m.all {
+		j.noteLogs(id, p.output())
+	}
+	return j
 }
 
 // requireEffects requires the side effect of every task in the effects bucket.
@@ -358,7 +372,7 @@ func TestFullRestart(t *testing.T) {
 	m.waitSucceeded(ids, 5*time.Minute, nil)
 	require.Zero(t, m.states(ids)[kv.StateRunning])
 	m.requireEffects(ids)
-	effects := readJournals(t, m.journal, m.deaths).requireOneEffect(t)
+	effects := m.readJournals().requireOneEffect(t)
 	t.Logf("full restart: %d tasks, lost 0, overlapping executions 0; %s", len(ids), effects)
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,12 +30,59 @@ type execution struct {
 	live         bool // no end line, and its worker did not die (yet): still running, or frozen
 }
 
+func (e execution) String() string {
+	end := "live"
+	switch {
+	case e.finished:
+		end = "finished"
+	case e.failed:
+		end = "failed"
+	case e.aborted:
+		end = "aborted"
+	case e.killed:
+		end = "killed"
+	}
+	effect := "no effect"
+	if e.effect {
+		effect = "effect at " + e.effectAt.Format("15:04:05.000")
+	}
+	return fmt.Sprintf("worker %s attempt %d delivery %d, %s-%s, %s, %s",
+		e.worker, e.attempt, e.delivery, e.start.Format("15:04:05.000"), e.end.Format("15:04:05.000"), effect, end)
+}
+
 // ended reports whether the execution wrote its end line.
 func (e *execution) ended() bool { return e.finished || e.failed || e.aborted }
 
 // journal is what every probe worker wrote.
 type journal struct {
 	executions map[string][]execution // by task, in order of start
+	// finalWriteFailed holds, by task, the workers that logged that the
+	// write settling an execution of it failed (final_write_failed): the
+	// outcome was not recorded, so the task runs again.
+	finalWriteFailed map[string]map[string]bool
+	logs             map[string][]string // the workers' log lines about each task, for failure reports
+}
+
+// noteLogs reads the JSON log of worker (its output) for the tasks whose
+// settling write failed.
+func (j *journal) noteLogs(worker, output string) {
+	for line := range strings.Lines(output) {
+		var entry struct {
+			Msg    string `json:"msg"`
+			TaskID string `json:"task_id"`
+		}
+		if json.Unmarshal([]byte(line), &entry) != nil || entry.TaskID == "" {
+			continue
+		}
+		j.logs[entry.TaskID] = append(j.logs[entry.TaskID], worker+": "+strings.TrimSpace(line))
+		if entry.Msg != "final_write_failed" {
+			continue
+		}
+		if j.finalWriteFailed[entry.TaskID] == nil {
+			j.finalWriteFailed[entry.TaskID] = map[string]bool{}
+		}
+		j.finalWriteFailed[entry.TaskID][worker] = true
+	}
 }
 
 // readJournals parses every *.jsonl file in dir. A worker killed mid-line
@@ -42,7 +90,7 @@ type journal struct {
 // when it died; an execution without an end line ends there.
 func readJournals(t *testing.T, dir string, deaths map[string]time.Time) *journal {
 	t.Helper()
-	j := &journal{executions: map[string][]execution{}}
+	j := &journal{executions: map[string][]execution{}, finalWriteFailed: map[string]map[string]bool{}, logs: map[string][]string{}}
 	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	require.NoError(t, err)
 	type key struct {
@@ -131,17 +179,21 @@ type effectCounts struct {
 	// Extra attempts of a task, beyond its first, that a failure explains:
 	// the previous attempt's execution was killed after its "effect" line
 	// (at least once delivery: the effect may or may not have landed), or
-	// its effect write failed.
-	afterKill, afterFailedEffect int
+	// its effect write failed, or it finished but its worker's write of the
+	// outcome failed (final_write_failed, see [journal.noteLogs]), so the
+	// task ran again.
+	afterKill, afterFailedEffect, afterFailedOutcome int
 	// unexplained names the tasks with an extra attempt whose previous
-	// attempt's execution completed its effect or is still running: two
-	// executions reached the effect of one task.
+	// attempt's execution completed its effect, is still running, or ended
+	// only after the extra attempt: two executions reached the effect of
+	// one task.
 	unexplained []string
 }
 
 func (c effectCounts) String() string {
-	return fmt.Sprintf("%d effect attempts on %d tasks; extra attempts: %d after a worker killed past its effect line, %d after a failed effect write, %d unexplained",
-		c.attempts, c.tasks, c.afterKill, c.afterFailedEffect, len(c.unexplained))
+	return fmt.Sprintf("%d effect attempts on %d tasks; extra attempts: %d after a worker killed past its effect line, %d after a failed effect write, "+
+		"%d after a failed outcome write, %d unexplained",
+		c.attempts, c.tasks, c.afterKill, c.afterFailedEffect, c.afterFailedOutcome, len(c.unexplained))
 }
 
 // effects counts the effect attempts: at most one per task outside
@@ -163,11 +215,16 @@ func (j *journal) effects() effectCounts {
 		}
 		bad := false
 		for i := 1; i < len(tried); i++ {
+			// The failure explains the next attempt only if it came first.
 			switch prev := tried[i-1]; {
+			case prev.end.After(tried[i].effectAt):
+				bad = true
 			case prev.killed:
 				c.afterKill++
 			case prev.failed:
 				c.afterFailedEffect++
+			case prev.finished && j.finalWriteFailed[task][prev.worker]:
+				c.afterFailedOutcome++
 			default:
 				bad = true
 			}
@@ -211,6 +268,16 @@ func (j *journal) requireOneEffect(t *testing.T) effectCounts {
 	t.Helper()
 	pairs, tasks := j.overlaps()
 	c := j.effects()
+	if pairs > 0 || len(c.unexplained) > 0 {
+		for _, task := range slices.Concat(firstN(tasks, 3), firstN(c.unexplained, 3)) {
+			for _, e := range j.executions[task] {
+				t.Logf("task %s: %s", task, e)
+			}
+			for _, line := range firstN(j.logs[task], 10) {
+				t.Logf("task %s: %s", task, line)
+			}
+		}
+	}
 	require.True(t, pairs == 0 && len(c.unexplained) == 0,
 		"overlapping executions: %d pairs (tasks %v); %s (tasks with two effect attempts, the first neither killed nor failed: %v)",
 		pairs, firstN(tasks, 10), c, firstN(c.unexplained, 10))

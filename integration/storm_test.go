@@ -338,7 +338,7 @@ func (s *storm) report(ids []string, final map[string]*kv.Record, resumed, freez
 	s.mu.Lock()
 	actions := fmt.Sprint(s.actions)
 	s.mu.Unlock()
-	j := readJournals(t, s.journal, s.deaths)
+	j := s.readJournals()
 	pairs, _ := j.overlaps()
 	effects := j.effects()
 	t.Logf("operator storm: %d tasks, %d leader freezes (SIGSTOP 4 s, lease TTL 2 s), %d worker SIGKILLs; actions by verb and outcome %s; %d paused tasks resumed at the end",
