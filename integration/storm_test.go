@@ -354,12 +354,20 @@ func (s *storm) report(ids []string, final map[string]*kv.Record, resumed, freez
 		}
 	}
 	s.mu.Lock()
-	actions := fmt.Sprint(s.actions)
+	var verbs []string
+	for _, verb := range slices.Sorted(maps.Keys(s.actions)) {
+		var outcomes []string
+		for _, outcome := range slices.Sorted(maps.Keys(s.actions[verb])) {
+			outcomes = append(outcomes, fmt.Sprintf("%d %s", s.actions[verb][outcome], outcome))
+		}
+		verbs = append(verbs, verb+" ("+strings.Join(outcomes, ", ")+")")
+	}
+	actions := strings.Join(verbs, "; ")
 	s.mu.Unlock()
 	j := s.readJournals()
 	pairs, _ := j.overlaps()
 	effects := j.effects()
-	t.Logf("operator storm: %d tasks, %d leader freezes (SIGSTOP 4 s, lease TTL 2 s), %d worker SIGKILLs; actions by verb and outcome %s; %d paused tasks resumed at the end",
+	t.Logf("operator storm: %d tasks, %d leader freezes (SIGSTOP 4 s, lease TTL 2 s), %d worker SIGKILLs; actions by outcome (ok, or the API's error code): %s; %d paused tasks resumed at the end",
 		len(ids), freezes, kills, actions, resumed)
 	t.Logf("operator storm: final states %v; stuck or lost %d; DEAD without a reason %d; overlapping executions %d; %s",
 		states, len(stuck), len(deadNoReason), pairs, effects)
