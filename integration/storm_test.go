@@ -47,13 +47,13 @@ type storm struct {
 // a task overlapping and no second effect attempt that a failure does not
 // explain.
 //
-// Fails at 2a2a6a4 (as at 54cd21a), 3 of 3 runs: 13, 8 and 16 of 1,500
-// tasks stuck 60-90 s after the storm. Most are READY at attempt 0 with
+// Fails at 2a2a6a4 (as at 54cd21a), 4 of 4 runs: 13, 8, 16 and 15 of
+// 1,500 tasks stuck 60-90 s after the storm. Most are READY at attempt 0 with
 // the trail submit (PENDING), pause, resume: a delayed task paused and
 // resumed has no message left (issue 11 item 1); in the first run 3 more
 // were RETRYING at attempt 1 for good after aging, claim and retry.
 // Overlapping executions and unexplained effect attempts were 0 in all
-// three.
+// four.
 func TestOperatorStorm(t *testing.T) {
 	t.Parallel()
 	s := startStorm(t)
