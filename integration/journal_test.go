@@ -3,9 +3,11 @@ package integration
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,28 +19,83 @@ import (
 type execution struct {
 	task, worker string
 	attempt      int
-	start, end   time.Time // end: finish or abort, or the worker's death
-	finished     bool
-	aborted      bool // its context ended (timeout, cancel, a lapsed claim)
+	delivery     uint64
+	start, end   time.Time // end: its last line, or its worker's death, or now
+	effect       bool      // it attempted its side effect ("effect" line)
+	effectAt     time.Time
+	finished     bool // its effect is applied (or was already there)
+	failed       bool // it returned an error: an injected failure before the effect, or a failed effect write
+	aborted      bool // its context ended before the effect (timeout, cancel, a lapsed claim)
+	killed       bool // no end line, and its worker died: cut short by the death
+	live         bool // no end line, and its worker did not die (yet): still running, or frozen
 }
+
+func (e execution) String() string {
+	end := "live"
+	switch {
+	case e.finished:
+		end = "finished"
+	case e.failed:
+		end = "failed"
+	case e.aborted:
+		end = "aborted"
+	case e.killed:
+		end = "killed"
+	}
+	effect := "no effect"
+	if e.effect {
+		effect = "effect at " + e.effectAt.Format("15:04:05.000")
+	}
+	return fmt.Sprintf("worker %s attempt %d delivery %d, %s-%s, %s, %s",
+		e.worker, e.attempt, e.delivery, e.start.Format("15:04:05.000"), e.end.Format("15:04:05.000"), effect, end)
+}
+
+// ended reports whether the execution wrote its end line.
+func (e *execution) ended() bool { return e.finished || e.failed || e.aborted }
 
 // journal is what every probe worker wrote.
 type journal struct {
-	executions map[string][]execution // by task
-	effects    map[string]int         // effect lines by task
+	executions map[string][]execution // by task, in order of start
+	// finalWriteFailed holds, by task, the workers that logged that the
+	// write settling an execution of it failed (final_write_failed): the
+	// outcome was not recorded, so the task runs again.
+	finalWriteFailed map[string]map[string]bool
+	logs             map[string][]string // the workers' log lines about each task, for failure reports
+}
+
+// noteLogs reads the JSON log of worker (its output) for the tasks whose
+// settling write failed.
+func (j *journal) noteLogs(worker, output string) {
+	for line := range strings.Lines(output) {
+		var entry struct {
+			Msg    string `json:"msg"`
+			TaskID string `json:"task_id"`
+		}
+		if json.Unmarshal([]byte(line), &entry) != nil || entry.TaskID == "" {
+			continue
+		}
+		j.logs[entry.TaskID] = append(j.logs[entry.TaskID], worker+": "+strings.TrimSpace(line))
+		if entry.Msg != "final_write_failed" {
+			continue
+		}
+		if j.finalWriteFailed[entry.TaskID] == nil {
+			j.finalWriteFailed[entry.TaskID] = map[string]bool{}
+		}
+		j.finalWriteFailed[entry.TaskID][worker] = true
+	}
 }
 
 // readJournals parses every *.jsonl file in dir. A worker killed mid-line
 // leaves a torn last line, which is skipped. deaths maps a worker id to
-// when it was killed; an execution without a finish ends there.
+// when it died; an execution without an end line ends there.
 func readJournals(t *testing.T, dir string, deaths map[string]time.Time) *journal {
 	t.Helper()
-	j := &journal{executions: map[string][]execution{}, effects: map[string]int{}}
+	j := &journal{executions: map[string][]execution{}, finalWriteFailed: map[string]map[string]bool{}, logs: map[string][]string{}}
 	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	require.NoError(t, err)
 	type key struct {
-		task, worker string
-		attempt      int
+		file string
+		exec uint64 // unique within one probe, that is one file (one worker process)
 	}
 	open := map[key]*execution{}
 	var order []key
@@ -51,33 +108,38 @@ func readJournals(t *testing.T, dir string, deaths map[string]time.Time) *journa
 			if json.Unmarshal(sc.Bytes(), &ev) != nil {
 				continue
 			}
-			k := key{ev.Task, ev.Worker, ev.Attempt}
-			switch ev.Event {
-			case "start":
-				open[k] = &execution{task: ev.Task, worker: ev.Worker, attempt: ev.Attempt, start: time.Unix(0, ev.At)}
+			k := key{name, ev.Exec}
+			at := time.Unix(0, ev.At)
+			if ev.Event == "start" {
+				open[k] = &execution{task: ev.Task, worker: ev.Worker, attempt: ev.Attempt, delivery: ev.Delivery, start: at}
 				order = append(order, k)
-			case "finish":
-				if e := open[k]; e != nil {
-					e.end, e.finished = time.Unix(0, ev.At), true
-				}
-			case "abort":
-				if e := open[k]; e != nil {
-					e.end, e.aborted = time.Unix(0, ev.At), true
-				}
+				continue
+			}
+			e := open[k]
+			if e == nil {
+				continue
+			}
+			switch ev.Event {
 			case "effect":
-				j.effects[ev.Task]++
+				e.effect, e.effectAt = true, at
+			case "finish":
+				e.end, e.finished = at, true
+			case "error":
+				e.end, e.failed = at, true
+			case "abort":
+				e.end, e.aborted = at, true
 			}
 		}
 		require.NoError(t, f.Close())
 	}
 	for _, k := range order {
 		e := open[k]
-		if !e.finished && !e.aborted {
-			death, ok := deaths[e.worker]
-			if !ok {
-				death = time.Now() // still running, or stopped by a signal
+		if !e.ended() {
+			if death, ok := deaths[e.worker]; ok {
+				e.end, e.killed = death, true
+			} else {
+				e.end, e.live = time.Now(), true
 			}
-			e.end = death
 		}
 		j.executions[e.task] = append(j.executions[e.task], *e)
 	}
@@ -87,38 +149,140 @@ func readJournals(t *testing.T, dir string, deaths map[string]time.Time) *journa
 	return j
 }
 
-// overlaps counts tasks with two executions running at the same time.
-func (j *journal) overlaps() []string {
-	var out []string
+// overlaps counts the pairs of executions of one task that ran at the same
+// time (one started before the other ended) and names their tasks.
+func (j *journal) overlaps() (pairs int, tasks []string) {
 	for task, runs := range j.executions {
-		for i := 1; i < len(runs); i++ {
-			if runs[i].start.Before(runs[i-1].end) {
-				out = append(out, task)
-				break
+		n := 0
+		for i := range runs {
+			for k := i + 1; k < len(runs); k++ {
+				if runs[k].start.Before(runs[i].end) {
+					n++
+				}
 			}
 		}
+		if n > 0 {
+			pairs += n
+			tasks = append(tasks, task)
+		}
 	}
-	return out
+	slices.Sort(tasks)
+	return pairs, tasks
+}
+
+// effectCounts counts the probe's attempts at its side effect ("effect"
+// lines, written before the effect: the create-if-absent bucket behind it
+// would hide a second one).
+type effectCounts struct {
+	attempts int // effect attempts, all tasks
+	tasks    int // tasks with at least one
+	// Extra attempts of a task, beyond its first, that a failure explains:
+	// the previous attempt's execution was killed after its "effect" line
+	// (at least once delivery: the effect may or may not have landed), or
+	// its effect write failed, or it finished but its worker's write of the
+	// outcome failed (final_write_failed, see [journal.noteLogs]), so the
+	// task ran again.
+	afterKill, afterFailedEffect, afterFailedOutcome int
+	// unexplained names the tasks with an extra attempt whose previous
+	// attempt's execution completed its effect, is still running, or ended
+	// only after the extra attempt: two executions reached the effect of
+	// one task.
+	unexplained []string
+}
+
+func (c effectCounts) String() string {
+	return fmt.Sprintf("%d effect attempts on %d tasks; extra attempts: %d after a worker killed past its effect line, %d after a failed effect write, "+
+		"%d after a failed outcome write, %d unexplained",
+		c.attempts, c.tasks, c.afterKill, c.afterFailedEffect, c.afterFailedOutcome, len(c.unexplained))
+}
+
+// effects counts the effect attempts: at most one per task outside
+// executions that aborted before their effect, unless a failure explains
+// the extra one (see [effectCounts]).
+func (j *journal) effects() effectCounts {
+	var c effectCounts
+	for task, runs := range j.executions {
+		var tried []execution
+		for _, e := range runs {
+			if e.effect {
+				tried = append(tried, e)
+			}
+		}
+		slices.SortFunc(tried, func(a, b execution) int { return a.effectAt.Compare(b.effectAt) })
+		c.attempts += len(tried)
+		if len(tried) > 0 {
+			c.tasks++
+		}
+		bad := false
+		for i := 1; i < len(tried); i++ {
+			// The failure explains the next attempt only if it came first.
+			switch prev := tried[i-1]; {
+			case prev.end.After(tried[i].effectAt):
+				bad = true
+			case prev.killed:
+				c.afterKill++
+			case prev.failed:
+				c.afterFailedEffect++
+			case prev.finished && j.finalWriteFailed[task][prev.worker]:
+				c.afterFailedOutcome++
+			default:
+				bad = true
+			}
+		}
+		if bad {
+			c.unexplained = append(c.unexplained, task)
+		}
+	}
+	slices.Sort(c.unexplained)
+	return c
 }
 
 // reexecutions counts executions beyond the first of each task: those
 // after the previous execution's worker was killed, those after the
 // previous execution was aborted by its own worker (its claim lapsed: it
-// stopped itself and applied no effect), and the tasks where a
-// re-execution has neither explanation.
-func (j *journal) reexecutions(deaths map[string]time.Time) (afterKill, afterAbort int, unexplained []string) {
+// stopped itself and applied no effect), those after the previous
+// execution failed (a retry), and the tasks where a re-execution has none
+// of these explanations.
+func (j *journal) reexecutions() (afterKill, afterAbort, afterError int, unexplained []string) {
 	for task, runs := range j.executions {
 		for i := 1; i < len(runs); i++ {
-			death, killed := deaths[runs[i-1].worker]
+			prev := runs[i-1]
 			switch {
-			case killed && !death.After(runs[i].start):
+			case prev.killed && !prev.end.After(runs[i].start):
 				afterKill++
-			case runs[i-1].aborted && !runs[i-1].end.After(runs[i].start):
+			case prev.aborted && !prev.end.After(runs[i].start):
 				afterAbort++
+			case prev.failed && !prev.end.After(runs[i].start):
+				afterError++
 			default:
 				unexplained = append(unexplained, task)
 			}
 		}
 	}
-	return afterKill, afterAbort, unexplained
+	return afterKill, afterAbort, afterError, unexplained
 }
+
+// requireOneEffect requires, of the journals, no overlapping executions and
+// no unexplained second effect attempt, and returns the effect counts.
+func (j *journal) requireOneEffect(t *testing.T) effectCounts {
+	t.Helper()
+	pairs, tasks := j.overlaps()
+	c := j.effects()
+	if pairs > 0 || len(c.unexplained) > 0 {
+		for _, task := range slices.Concat(firstN(tasks, 3), firstN(c.unexplained, 3)) {
+			for _, e := range j.executions[task] {
+				t.Logf("task %s: %s", task, e)
+			}
+			for _, line := range firstN(j.logs[task], 10) {
+				t.Logf("task %s: %s", task, line)
+			}
+		}
+	}
+	require.True(t, pairs == 0 && len(c.unexplained) == 0,
+		"overlapping executions: %d pairs (tasks %v); %s (tasks with two effect attempts, the first neither killed nor failed: %v)",
+		pairs, firstN(tasks, 10), c, firstN(c.unexplained, 10))
+	return c
+}
+
+// firstN returns the first n of s, for messages.
+func firstN[T any](s []T, n int) []T { return s[:min(n, len(s))] }

@@ -15,7 +15,18 @@ import (
 
 // Scenario 4: in a 3-node cluster with replicated streams and buckets,
 // SIGKILL the server leading AX_P2 during a run; clients reconnect, no task
-// is lost, publish retries are deduplicated; the node then catches up.
+// is lost, publish retries are deduplicated; the node then catches up. No
+// two executions of a task overlap, and a second effect attempt follows
+// only a failed one.
+//
+// Fails at 2a2a6a4 (as at 54cd21a), 3 of 3 runs, on the journal counts:
+// 1, 1 and 8 pairs of overlapping executions; 23, 7 and 12 tasks whose
+// effect two executions attempted (3,033, 3,009 and 3,015 effect attempts
+// on 3,000 tasks). In the third, a worker's effect write hung through the
+// election until the task's 30 s timeout while its claim stayed unlapsed
+// and the same worker ran delivery 2 of the message 10 s in, to the end
+// (issue 12 items 5 and 7); in the second, one worker ran deliveries 1-4
+// of a message one after another within 30 ms, each to its effect.
 func TestNATSNodeLoss(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, ClusterOptions{})
@@ -23,9 +34,10 @@ func TestNATSNodeLoss(t *testing.T) {
 	// The probe's effects bucket must survive the node loss like ax's own.
 	_, err := c.js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: "AX_PROBE", Replicas: 3, Storage: jetstream.FileStorage})
 	require.NoError(t, err)
+	workers := map[string]*process{}
 	for i := range 3 {
 		id := fmt.Sprintf("w%d", i)
-		startAx(t, "worker", "--server", c.allURL, "--id", id, "--concurrency", "16", "--ack-wait", faultAckWait,
+		workers[id] = startAx(t, "worker", "--server", c.allURL, "--id", id, "--concurrency", "16", "--ack-wait", faultAckWait,
 			"--grace", "1s", "--probe-journal", filepath.Join(journal, id+".jsonl"))
 	}
 	ctx := context.Background()
@@ -78,9 +90,10 @@ func TestNATSNodeLoss(t *testing.T) {
 	}
 	m := &mesh{t: t, js: c.js, client: client}
 	m.waitSucceeded(ids, 5*time.Minute, nil)
-	require.Len(t, m.effects(), len(ids), "one side effect per accepted task")
-	t.Logf("node loss: %d tasks accepted, lost 0, %d batch retries, %d duplicates reported on retry; first batch after the kill accepted in %s",
-		len(ids), retried, duplicates, recovered.Round(time.Millisecond))
+	m.requireEffects(ids)
+	effects := (&mesh{t: t, journal: journal, all: workers}).readJournals().requireOneEffect(t)
+	t.Logf("node loss: %d tasks accepted, lost 0, %d batch retries, %d duplicates reported on retry; first batch after the kill accepted in %s; overlapping executions 0; %s",
+		len(ids), retried, duplicates, recovered.Round(time.Millisecond), effects)
 
 	// The killed node comes back and catches up.
 	c.restart(c.node(leader))

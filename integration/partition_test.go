@@ -116,15 +116,16 @@ type netns struct {
 	path string // its bind mount, for setns
 }
 
-// newNetns makes a network namespace with its loopback up, or skips the
-// test when this machine cannot (no ip binary, not root or no
-// CAP_SYS_ADMIN).
+// newNetns makes a network namespace with its loopback up. Where this
+// machine cannot (no ip binary, not root or no CAP_SYS_ADMIN) it skips the
+// test, or fails it where namespaces are required (AX_REQUIRE_NETNS=1,
+// which .ci/run sets).
 func newNetns(t *testing.T) *netns {
 	t.Helper()
 	removeOrphanNetns(t)
 	name := fmt.Sprintf("ax-part-%d-%d", os.Getpid(), netnsCount.Add(1))
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Skipf("network namespaces are not available here (`ip netns add` needs the ip binary and root or CAP_SYS_ADMIN): %s",
+		skipNetns(t, "network namespaces are not available here (`ip netns add` needs the ip binary (Debian: iproute2) and root or CAP_SYS_ADMIN): %s",
 			commandError(err, out))
 	}
 	n := &netns{name: name, path: filepath.Join("/var/run/netns", name)}
@@ -134,7 +135,7 @@ func newNetns(t *testing.T) *netns {
 		}
 	})
 	if out, err := exec.Command("ip", "netns", "exec", name, "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
-		t.Skipf("cannot run commands in a network namespace here (`ip netns exec`): %s", commandError(err, out))
+		skipNetns(t, "cannot run commands in a network namespace here (`ip netns exec`): %s", commandError(err, out))
 	}
 	// A connection cut for longer than a few seconds backs its
 	// retransmissions off exponentially (120 s at most by default), so after
@@ -144,12 +145,22 @@ func newNetns(t *testing.T) *netns {
 	// elsewhere the scenario still holds, only slower.
 	err := n.do(func() error { return os.WriteFile("/proc/sys/net/ipv4/tcp_rto_max_ms", []byte("1000"), 0) })
 	if errors.Is(err, unix.EPERM) {
-		t.Skipf("cannot enter a network namespace here (setns): %v", err)
+		skipNetns(t, "cannot enter a network namespace here (setns): %v", err)
 	}
 	if err != nil {
 		t.Logf("retransmission timeout left uncapped, a healed connection may resume slowly: %v", err)
 	}
 	return n
+}
+
+// skipNetns skips the test for want of network namespaces, or fails it
+// where they are required (AX_REQUIRE_NETNS=1).
+func skipNetns(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("AX_REQUIRE_NETNS") == "1" {
+		t.Fatalf(format+" (AX_REQUIRE_NETNS=1: network namespaces are required)", args...)
+	}
+	t.Skipf(format+"; skipped (AX_REQUIRE_NETNS=1 makes this a failure)", args...)
 }
 
 // removeOrphanNetns deletes the namespaces of test processes that ended

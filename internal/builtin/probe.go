@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ax-mesh/ax/worker"
@@ -15,42 +16,45 @@ import (
 
 // ProbeArgs is the payload of the "probe" type.
 type ProbeArgs struct {
-	MS int `json:"ms"` // how long the execution lasts, in milliseconds
+	MS        int  `json:"ms"`                  // how long the execution lasts, in milliseconds
+	Fail      int  `json:"fail,omitempty"`      // fail this many first attempts, before the effect
+	Permanent bool `json:"permanent,omitempty"` // those failures are permanent (dead-letter at once)
 }
 
-// ProbeEvent is one line of a probe journal. Fields were only ever added,
-// so older journals still read.
+// ProbeEvent is one line of a probe journal.
 type ProbeEvent struct {
-	// Event is "start"; "attempt", written right before the effect once
-	// [worker.Task.Held] said the execution still holds its task (every
-	// effect attempt is journaled, applied or not); "effect" (the effect
-	// was applied: the key was created); "finish"; or "abort" (the context
-	// ended, or Held was false: no effect).
-	Event   string `json:"ev"`
-	Task    string `json:"task"`
-	Worker  string `json:"worker"`
-	Attempt int    `json:"attempt"`
-	At      int64  `json:"at"` // unix nanoseconds
-	// Revision and Delivery are the execution's [worker.Fence]: the record
-	// revision of its claim (it orders the executions of a task) and the
-	// message's delivery count.
+	// Event is "start"; "effect", written right before the execution
+	// attempts its side effect (once [worker.Task.Held] said the execution
+	// still holds its task); then one end: "finish" (the effect is applied
+	// or was already there), "error" (an injected failure before the
+	// effect, or the effect's write failed) or "abort" (its context ended,
+	// or it no longer held its task, before the effect).
+	Event    string `json:"ev"`
+	Task     string `json:"task"`
+	Worker   string `json:"worker"`
+	Exec     uint64 `json:"exec"` // the execution's number in this probe: with the journal, it names one execution
+	Attempt  int    `json:"attempt"`
+	Delivery uint64 `json:"delivery"` // the message's delivery count
+	// Revision is the record revision of the execution's claim, from its
+	// [worker.Fence]: it orders the executions of a task.
 	Revision uint64 `json:"rev,omitempty"`
-	Delivery uint64 `json:"delivery,omitempty"`
+	Error    string `json:"error,omitempty"`
+	At       int64  `json:"at"` // unix nanoseconds
 }
 
 // Probe is the "probe" task type of the fault suites: it journals every
-// execution's start and end ("finish", or "abort" when its context ended or
-// it no longer held its task), and each effect attempt ("attempt", after
-// [worker.Task.Held] and right before the effect, with the execution's
-// fence), to an append-only file (one JSON line per
-// event, written straight to the kernel, so a SIGKILL loses nothing written
-// before it), sleeps, and applies its side effect exactly once per task by
-// creating the task's key in an effects bucket (create-if-absent: the
-// business-key layer of idempotency).
+// execution's start, its attempt at its side effect and its end (see
+// [ProbeEvent]) to an append-only file (one JSON line per event, written
+// straight to the kernel, so a SIGKILL loses nothing written before it),
+// sleeps, and applies its side effect by creating the task's key in an
+// effects bucket (create-if-absent: the business-key layer of
+// idempotency). The bucket hides a second effect; the journal's "effect"
+// lines, one per attempt, do not.
 type Probe struct {
 	mu      sync.Mutex
 	journal *os.File
 	effects jetstream.KeyValue
+	execs   atomic.Uint64
 }
 
 // NewProbe opens (appending) the journal at path and binds the effects
@@ -83,46 +87,53 @@ func (p *Probe) Register(reg *worker.Registry) error {
 func (p *Probe) Close() error { return p.journal.Close() }
 
 func (p *Probe) handle(ctx context.Context, task *worker.Task, args ProbeArgs) error {
-	p.write("start", task)
+	exec := p.execs.Add(1)
+	p.write(ProbeEvent{Event: "start"}, task, exec)
 	if args.MS > 0 {
 		t := time.NewTimer(time.Duration(args.MS) * time.Millisecond)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			p.write("abort", task) // the execution ends here, without its effect
+			p.write(ProbeEvent{Event: "abort"}, task, exec) // the execution ends here, without its effect
 			return context.Cause(ctx)
 		}
+	}
+	if task.Attempt <= args.Fail {
+		err := fmt.Errorf("probe: attempt %d of %d planned failures: %w", task.Attempt, args.Fail, ErrInjected)
+		p.write(ProbeEvent{Event: "error", Error: err.Error()}, task, exec)
+		if args.Permanent {
+			return worker.Permanent(err)
+		}
+		return err
 	}
 	if !task.Held() {
 		// The claim lapsed (or the context ended) while it slept: a stale
 		// execution, so no effect.
-		p.write("abort", task)
+		p.write(ProbeEvent{Event: "abort"}, task, exec)
 		if err := context.Cause(ctx); err != nil {
 			return err
 		}
 		return worker.ErrClaimLapsed
 	}
-	p.write("attempt", task)
-	value, _ := json.Marshal(p.event("effect", task))
-	if _, err := p.effects.Create(ctx, task.ID, value); err == nil {
-		p.write("effect", task)
-	} else if !errors.Is(err, jetstream.ErrKeyExists) {
-		return fmt.Errorf("probe effect: %w", err)
+	p.write(ProbeEvent{Event: "effect"}, task, exec) // an attempt, journaled before it is made
+	value, _ := json.Marshal(ProbeEvent{Event: "effect", Task: task.ID, Worker: task.Worker, Exec: exec, Attempt: task.Attempt,
+		Delivery: task.Delivery, At: time.Now().UnixNano()})
+	if _, err := p.effects.Create(ctx, task.ID, value); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		err = fmt.Errorf("probe effect: %w", err)
+		p.write(ProbeEvent{Event: "error", Error: err.Error()}, task, exec)
+		return err
 	}
-	p.write("finish", task)
+	p.write(ProbeEvent{Event: "finish"}, task, exec)
 	return nil
 }
 
-func (p *Probe) write(event string, task *worker.Task) {
-	line, _ := json.Marshal(p.event(event, task))
+// write journals ev about execution exec of task.
+func (p *Probe) write(ev ProbeEvent, task *worker.Task, exec uint64) {
+	ev.Task, ev.Worker, ev.Exec, ev.Attempt, ev.Delivery, ev.At = task.ID, task.Worker, exec, task.Attempt, task.Delivery, time.Now().UnixNano()
+	ev.Revision = task.Fence().Revision
+	line, _ := json.Marshal(ev)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	_, _ = p.journal.Write(append(line, '\n'))
-}
-
-func (p *Probe) event(event string, task *worker.Task) ProbeEvent {
-	f := task.Fence()
-	return ProbeEvent{Event: event, Task: task.ID, Worker: task.Worker, Attempt: task.Attempt, At: time.Now().UnixNano(),
-		Revision: f.Revision, Delivery: f.Delivery}
 }

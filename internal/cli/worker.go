@@ -25,6 +25,7 @@ type workerFlags struct {
 	grace       time.Duration
 	metricsAddr string
 	probe       string // journal of the "probe" test type; empty: not registered
+	faults      bool   // register the fault-injection test types
 }
 
 func (f *workerFlags) add(cmd *cobra.Command) {
@@ -37,14 +38,20 @@ func (f *workerFlags) add(cmd *cobra.Command) {
 	fs.DurationVar(&f.grace, "grace", worker.DefaultGracePeriod, "how long running tasks may finish on stop")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464")
 	fs.StringVar(&f.probe, "probe-journal", "", `register the "probe" test type, journaling executions to this file`)
+	fs.BoolVar(&f.faults, "fault-types", false, `register the fault suite's types "exit" (ends this process), "panic" and "bigerror" (never in production)`)
 }
 
-// registry returns the built-in types, plus the probe type when asked for;
+// registry returns the built-in types, plus the probe and fault types when asked for;
 // the returned close function closes the probe's journal.
 func (f *workerFlags) registry(ctx context.Context, js jetstream.JetStream, names streams.Names, log *zap.Logger) (*worker.Registry, func(), error) {
 	reg := worker.NewRegistry()
 	if err := builtin.Register(reg, log); err != nil {
 		return nil, nil, err
+	}
+	if f.faults {
+		if err := builtin.RegisterFaults(reg); err != nil {
+			return nil, nil, err
+		}
 	}
 	if f.probe == "" {
 		return reg, func() {}, nil
