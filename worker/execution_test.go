@@ -404,5 +404,5 @@ func TestProbeJournalsFencedAttempt(t *testing.T) {
 		require.NotZero(t, ev.Revision, "every event carries the fence")
 		require.Equal(t, uint64(1), ev.Delivery)
 	}
-	require.Equal(t, []string{"start", "attempt", "effect", "finish"}, events)
+	require.Equal(t, []string{"start", "effect", "finish"}, events)
 }
