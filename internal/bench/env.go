@@ -16,7 +16,6 @@ import (
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -35,7 +34,7 @@ type Options struct {
 
 // env is one scenario's NATS server, connection and provisioned ax.
 type env struct {
-	srv   *server.Server
+	srv   *embedded.Server
 	dir   string
 	nc    *nats.Conn
 	js    jetstream.JetStream
@@ -54,14 +53,14 @@ func newEnv(ctx context.Context, o Options, prefix string, capacity int64) (*env
 			return nil, err
 		}
 		e.dir = dir
-		srv, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:0", DataDir: dir, Sync: o.Sync, Name: "ax-bench"})
+		srv, err := embedded.Start(ctx, embedded.Options{Listen: "127.0.0.1:0", DataDir: dir, Sync: o.Sync, Name: "ax-bench"})
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, err
 		}
 		e.srv = srv
 		url = srv.ClientURL()
-		opts = append(opts, nats.InProcessServer(srv))
+		opts = append(opts, nats.InProcessServer(srv.Server))
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
@@ -93,8 +92,7 @@ func (e *env) close() {
 		e.nc.Close()
 	}
 	if e.srv != nil {
-		e.srv.Shutdown()
-		e.srv.WaitForShutdown()
+		_ = e.srv.Stop(embedded.ShutdownGrace)
 	}
 	if e.dir != "" {
 		_ = os.RemoveAll(e.dir)

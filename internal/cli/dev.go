@@ -78,14 +78,18 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 	if err != nil {
 		return err
 	}
-	srv, err := embedded.Start(embedded.Options{Listen: f.listen, DataDir: f.data, Sync: f.sync, MaxPayload: f.payload})
+	srv, err := embedded.Start(ctx, embedded.Options{Listen: f.listen, DataDir: f.data, Sync: f.sync, MaxPayload: f.payload})
 	if err != nil {
 		return err
 	}
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+	defer func() {
+		if err := srv.Stop(embedded.ShutdownGrace); err != nil {
+			fmt.Fprintln(e.errOut, err)
+		}
+	}()
 	fmt.Fprintf(e.errOut, "NATS with JetStream on %s (data in %s)\n", srv.ClientURL(), f.data)
 
-	nc, err := nats.Connect(srv.ClientURL(), nats.Name("ax dev"), nats.InProcessServer(srv))
+	nc, err := nats.Connect(srv.ClientURL(), nats.Name("ax dev"), nats.InProcessServer(srv.Server))
 	if err != nil {
 		return fmt.Errorf("connect to the embedded server: %w", err)
 	}

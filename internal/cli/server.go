@@ -36,15 +36,13 @@ ax provision --replicas 3 once the cluster is up.`,
 				o.Cluster = &cluster
 			}
 			o.Logger = log
-			srv, err := embedded.Start(o)
+			srv, err := embedded.Start(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(e.errOut, "NATS server %s with JetStream on %s (data in %s)\nserving; Ctrl-C to stop\n", srv.Name(), srv.ClientURL(), o.DataDir)
 			<-cmd.Context().Done()
-			srv.Shutdown()
-			srv.WaitForShutdown()
-			return nil
+			return srv.Stop(embedded.ShutdownGrace)
 		},
 	}
 	f := cmd.Flags()

@@ -3,6 +3,8 @@
 package embedded
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -41,14 +43,76 @@ type ClusterOptions struct {
 	Routes []string // route URLs of every member, e.g. nats://127.0.0.1:6222
 }
 
-// Start starts the server and waits until it accepts connections.
-func Start(o Options) (*server.Server, error) {
+// ErrDataDirInUse is returned by [Start] when another server holds the
+// data directory.
+var ErrDataDirInUse = errors.New("data dir in use")
+
+// ErrAddrInUse is returned by [Start] when the listen address is taken.
+var ErrAddrInUse = errors.New("address in use")
+
+// ShutdownGrace bounds [Server.Stop]: past it the process goes on without
+// waiting for the server (what is on disk is safe).
+const ShutdownGrace = 30 * time.Second
+
+// Server is a running embedded server that holds its data directory.
+type Server struct {
+	*server.Server
+	unlock func()
+}
+
+// Stop shuts the server down and releases its data directory, waiting at
+// most grace (default [ShutdownGrace]) for the shutdown: a shutdown that
+// hangs is reported and left behind, and Stop returns an error saying so.
+func (s *Server) Stop(grace time.Duration) error {
+	if grace <= 0 {
+		grace = ShutdownGrace
+	}
+	done := make(chan struct{})
+	go func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+		close(done)
+	}()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+		s.unlock()
+		return nil
+	case <-t.C:
+		// The process is about to exit: the kernel releases the lock.
+		return fmt.Errorf("embedded server: shutdown did not finish within %s; exiting anyway (what is on disk is safe)", grace)
+	}
+}
+
+// Start starts the server and waits until it accepts connections, or until
+// ctx ends. It fails at once when the data directory is held by another
+// server or the listen address is taken.
+func Start(ctx context.Context, o Options) (*Server, error) {
 	if o.DataDir == "" {
 		return nil, fmt.Errorf("embedded server: DataDir is required")
 	}
 	host, port, err := splitHostPort(o.Listen, "127.0.0.1:4222")
 	if err != nil {
 		return nil, fmt.Errorf("embedded server: listen: %w", err)
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(max(port, 0)))
+	unlock, err := lockDataDir(o.DataDir, addr)
+	if err != nil {
+		return nil, fmt.Errorf("embedded server: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			unlock()
+		}
+	}()
+	if port > 0 {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("embedded server: %w: cannot listen on %s (another server, or another program, has it; pass another --listen): %w", ErrAddrInUse, addr, err)
+		}
+		_ = l.Close()
 	}
 	opts := &server.Options{
 		ServerName: o.Name,
@@ -82,11 +146,18 @@ func Start(o Options) (*server.Server, error) {
 		srv.SetLoggerV2(&zapLogger{log: o.Logger.Named("nats").Sugar()}, false, false, false)
 	}
 	go srv.Start()
-	if !srv.ReadyForConnections(30 * time.Second) {
-		srv.Shutdown()
-		return nil, fmt.Errorf("embedded server: not ready within 30s (is %s in use?)", net.JoinHostPort(host, strconv.Itoa(port)))
+	deadline := time.Now().Add(30 * time.Second)
+	for !srv.ReadyForConnections(100 * time.Millisecond) {
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			srv.Shutdown()
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("embedded server: start interrupted: %w", context.Cause(ctx))
+			}
+			return nil, fmt.Errorf("embedded server: not ready within 30s on %s", addr)
+		}
 	}
-	return srv, nil
+	ok = true
+	return &Server{Server: srv, unlock: unlock}, nil
 }
 
 // applySync sets the JetStream flush policy: "always" or a duration.
