@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/ax-mesh/ax/metrics"
 	"github.com/ax-mesh/ax/scheduler"
@@ -67,7 +69,15 @@ func (e *env) startDaemon(ctx context.Context, name, role, metricsAddr string) (
 		return nil, err
 	}
 	d := &daemon{log: log, names: names, closers: []func(){func() { _ = log.Sync() }}}
-	d.nc, d.js, err = e.connect(name, role)
+	// Processes of a deployment start in any order: wait for NATS.
+	err = waitFor(ctx, log, "nats", func() error {
+		var err error
+		d.nc, d.js, err = e.connect(name, role)
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) {
+			return permanent{err}
+		}
+		return err
+	})
 	if err != nil {
 		d.close()
 		return nil, err
@@ -81,6 +91,35 @@ func (e *env) startDaemon(ctx context.Context, name, role, metricsAddr string) (
 	}
 	d.closers = append(d.closers, stop)
 	return d, nil
+}
+
+// permanent marks an error [waitFor] must not wait out.
+type permanent struct{ error }
+
+func (p permanent) Unwrap() error { return p.error }
+
+// waitFor calls fn until it succeeds, ctx ends or fn returns a [permanent]
+// error, logging what it waits for (what) and why, with a backoff from
+// 250 ms to 5 s: a deployment's processes start in any order, so a worker
+// started before NATS or before the buckets exist waits for them.
+func waitFor(ctx context.Context, log *zap.Logger, what string, fn func() error) error {
+	wait := 250 * time.Millisecond
+	for {
+		err := fn()
+		var p permanent
+		if err == nil || errors.As(err, &p) {
+			return err
+		}
+		log.Warn("waiting", zap.String("for", what), zap.Duration("retry_in", wait), zap.Error(err))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("gave up waiting for %s: %w", what, err)
+		case <-t.C:
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
 }
 
 // close undoes startDaemon, last step first.

@@ -91,14 +91,25 @@ ax workers.`,
 				return err
 			}
 			defer d.close()
-			reg, closeReg, err := wf.registry(cmd.Context(), d.js, d.names, d.log)
-			if err != nil {
+			// The buckets may not exist yet (provisioned by ax dev, ax
+			// scheduler or ax provision, started in any order): wait.
+			var reg *worker.Registry
+			closeReg := func() {}
+			var w *worker.Worker
+			err = waitFor(cmd.Context(), d.log, "the ax streams and buckets (run ax provision, ax scheduler or ax dev)", func() error {
+				var err error
+				if reg == nil {
+					if reg, closeReg, err = wf.registry(cmd.Context(), d.js, d.names, d.log); err != nil {
+						reg = nil
+						return err
+					}
+				}
+				cfg := wf.config(d.names, reg, d.log)
+				cfg.Observer = d.metrics
+				w, err = worker.New(cmd.Context(), d.js, cfg)
 				return err
-			}
+			})
 			defer closeReg()
-			cfg := wf.config(d.names, reg, d.log)
-			cfg.Observer = d.metrics
-			w, err := worker.New(cmd.Context(), d.js, cfg)
 			if err != nil {
 				return err
 			}

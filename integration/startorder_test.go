@@ -1,0 +1,45 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/stretchr/testify/require"
+)
+
+// Processes of a deployment start in any order (issue 17.4): an `ax worker`
+// started before NATS is up, and before the streams and buckets exist,
+// waits with a log line saying what it waits for, then joins and runs
+// tasks. At 54cd21a it exited at once.
+func TestWorkerStartedFirstWaits(t *testing.T) {
+	t.Parallel()
+	url := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
+	w := startAx(t, "worker", "--server", url, "--id", "early", "--concurrency", "2")
+	require.Eventually(t, func() bool { return strings.Contains(w.output(), `"for": "nats"`) || strings.Contains(w.output(), `"for":"nats"`) },
+		20*time.Second, 50*time.Millisecond, "the worker says it waits for NATS:\n%s", w.output())
+	require.False(t, w.exited(), "the worker exited:\n%s", w.output())
+
+	// NATS comes up without the ax streams: the worker waits for them.
+	srv := startAx(t, "server", "--listen", strings.TrimPrefix(url, "nats://"), "--data", t.TempDir())
+	require.Eventually(t, func() bool { return strings.Contains(w.output(), "streams and buckets") }, 30*time.Second, 50*time.Millisecond,
+		"the worker says it waits for the buckets:\n%s", w.output())
+	require.False(t, w.exited(), "the worker exited:\n%s", w.output())
+	_ = srv
+
+	ax(t, "provision", "--server", url)
+	out := ax(t, "submit", "echo", "--id", "early-task", "--server", url)
+	require.Contains(t, out, "early-task")
+	_, js := connect(t, url)
+	require.Eventually(t, func() bool {
+		bucket, err := js.KeyValue(context.Background(), "AX_TASKS")
+		if err != nil {
+			return false
+		}
+		entry, err := bucket.Get(context.Background(), "early-task")
+		return err == nil && strings.Contains(string(entry.Value()), string(kv.StateSucceeded))
+	}, 60*time.Second, 100*time.Millisecond, "the early worker ran the task:\n%s", w.output())
+}
