@@ -100,6 +100,7 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) error {
 			}
 			v.tableEntry(e, w.log)
 		case <-refresh.C: // also retries a failed switch
+			w.announce(m) // the next renewal carries the in-flight count of now
 		}
 		if v.liveReady && v.tableReady && w.reconcile(guarded, control, v) {
 			// Announce the new shards now rather than at the next renewal.
