@@ -109,7 +109,7 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 	defer stopMetrics()
 	lcfg := f.lf.config(names, f.wf.ackWait, log.WithOptions(zap.IncreaseLevel(zap.WarnLevel)))
 	observeLeader(lcfg, m)
-	stopLeader, err := startLeader(ctx, js, lcfg)
+	stopLeader, err := startLeader(ctx, js, lcfg, m)
 	if err != nil {
 		return err
 	}

@@ -130,7 +130,7 @@ func reportLeading(ctx context.Context, l *scheduler.Leader, m *metrics.Metrics)
 
 // startLeader runs a leader contender in the background; the returned
 // function stops it and waits.
-func startLeader(ctx context.Context, js jetstream.JetStream, cfg *scheduler.LeaderConfig) (func(), error) {
+func startLeader(ctx context.Context, js jetstream.JetStream, cfg *scheduler.LeaderConfig, m *metrics.Metrics) (func(), error) {
 	l, err := scheduler.NewLeader(ctx, js, cfg)
 	if err != nil {
 		return nil, err
@@ -138,5 +138,8 @@ func startLeader(ctx context.Context, js jetstream.JetStream, cfg *scheduler.Lea
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = l.Run(ctx) })
+	if m != nil {
+		wg.Go(func() { reportLeading(ctx, l, m) }) // ax_leader (it read 0 under ax dev)
+	}
 	return func() { cancel(); wg.Wait() }, nil
 }
