@@ -437,3 +437,37 @@ func TestForeignMessageCannotReplaceTask(t *testing.T) {
 	require.Equal(t, []string{string(real)}, b.log.payloads["victim"], "the victim ran once, with its own payload")
 	require.Equal(t, 1, b.log.runs["victim"], fmt.Sprint(b.log.runs))
 }
+
+// Issue 17.8: a batch cancel covers queued raw-published tasks that no
+// worker has seen (they have no record yet). At 54cd21a it answered "0
+// match" for them, and they ran.
+func TestBatchCancelCoversUnseenTasks(t *testing.T) {
+	b := setupMesh(t)
+	ctx := context.Background()
+	for i, id := range []string{"raw-1", "raw-2", ""} { // the last has no Nats-Msg-Id
+		msg := nats.NewMsg(fmt.Sprintf("ax.submit.p%d.acme.ident.k%d", i, i))
+		msg.Data = payload(t, identityArgs{})
+		if id != "" {
+			msg.Header.Set(streams.HeaderMsgID, id)
+		}
+		_, err := b.js.PublishMsg(ctx, msg)
+		require.NoError(t, err)
+	}
+	other := b.submit(t, scheduler.Task{ID: "other-tenant", Tenant: "globex", Payload: payload(t, identityArgs{})})
+	var reply scheduler.BatchCancelReply
+	require.NoError(t, b.call(scheduler.VerbTasksCancel, scheduler.BatchCancelRequest{Filter: scheduler.Filter{Tenant: "acme"}}, &reply))
+	require.Equal(t, 3, reply.Matched, "%+v", reply)
+	require.Equal(t, 3, reply.Cancelled, "%+v", reply)
+	b.startWorker(t)
+	b.waitState(t, other, 20*time.Second, kv.StateSucceeded)
+	require.Eventually(t, func() bool {
+		for _, name := range []string{"AX_P0", "AX_P1", "AX_P2"} {
+			s, err := b.js.Stream(ctx, name)
+			if err != nil || s.CachedInfo().State.Msgs != 0 {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 50*time.Millisecond, "the cancelled messages are dropped")
+	require.Equal(t, 1, b.total(), "only the other tenant's task ran")
+}

@@ -1,7 +1,9 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -37,14 +39,24 @@ func (a *Admin) tasksCancel(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(req.States) == 0 || slices.Contains(req.States, kv.StateReady) {
+		// Tasks published raw that no worker has taken yet have no record:
+		// find them in their buckets (an unseen task counts as READY).
+		unseen, err := a.unseen(ctx, req.Filter)
+		if err != nil {
+			return nil, err
+		}
+		matched = append(matched, unseen...)
+	}
 	slices.Sort(matched)
+	matched = slices.Compact(matched)
 	reply.Matched = len(matched)
 	reply.IDs = matched[:min(len(matched), MaxListedIDs)]
 	if req.DryRun {
 		return reply, nil
 	}
 	for _, id := range matched {
-		if _, err := a.cancel(ctx, id, false); err != nil {
+		if _, err := a.cancel(ctx, id, true); err != nil {
 			if reply.Failed == nil {
 				reply.Failed = map[string]string{}
 			}
@@ -54,6 +66,45 @@ func (a *Admin) tasksCancel(ctx context.Context, data []byte) (any, error) {
 		reply.Cancelled++
 	}
 	return reply, nil
+}
+
+// unseen returns the ids of the messages waiting in the priority buckets
+// that match f's tenant and type and whose task has no record: raw
+// publishes no worker has taken yet. It reads every matching message once
+// (direct gets, by subject filter).
+func (a *Admin) unseen(ctx context.Context, f Filter) ([]string, error) {
+	names := a.cfg.Names
+	tenant, taskType := cmp.Or(f.Tenant, "*"), cmp.Or(f.Type, "*")
+	var out []string
+	for p := range streams.Priorities {
+		stream, err := a.js.Stream(ctx, names.PriorityStream(p))
+		if err != nil {
+			return nil, fmt.Errorf("find unseen tasks: %w", err)
+		}
+		filter := fmt.Sprintf("%s.p%d.*.%s.%s.*", names.Prefix(), p, tenant, taskType)
+		for seq := stream.CachedInfo().State.FirstSeq; ; {
+			msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("find unseen tasks in %s: %w", names.PriorityStream(p), err)
+			}
+			seq = msg.Sequence + 1
+			_, opts, err := names.ParseMessage(msg.Subject, msg.Header)
+			id := opts.ID
+			if id == "" && err == nil {
+				id = streams.FallbackID(names.PriorityStream(p), msg.Sequence, msg.Time)
+			}
+			if id == "" {
+				continue // malformed: a worker dead-letters it
+			}
+			if _, _, err := a.store.Get(ctx, id); errors.Is(err, kv.ErrNotFound) {
+				out = append(out, id)
+			}
+		}
+	}
+	return out, nil
 }
 
 // validate checks a filter's tokens and states, naming what is wrong.

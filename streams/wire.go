@@ -160,6 +160,13 @@ func (n Names) ParseMessage(subject string, h nats.Header) (Stored, Options, err
 	return s, o, errors.Join(err, herr)
 }
 
+// FallbackID names a task published without a Nats-Msg-Id: its bucket,
+// sequence and store time, so that a bucket recreated later (sequences start
+// again at 1) never gives a new task the id of an old one.
+func FallbackID(stream string, seq uint64, stored time.Time) string {
+	return fmt.Sprintf("%s-%d-%x", stream, seq, stored.UnixNano())
+}
+
 // ParseSubmit parses a submit subject "<prefix>.submit.p<N>.<tenant>.<type>.<key>".
 func (n Names) ParseSubmit(subject string) (Stored, error) {
 	tokens := strings.Split(subject, ".")

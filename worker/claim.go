@@ -67,7 +67,7 @@ func (w *Worker) parse(d *delivery, meta *jetstream.MsgMetadata) *envelope {
 // sequence and store time, so that a stream recreated later (sequences
 // start again at 1) never gives a new task the id of an old one.
 func fallbackID(meta *jetstream.MsgMetadata) string {
-	return fmt.Sprintf("%s-%d-%x", meta.Stream, meta.Sequence.Stream, meta.Timestamp.UnixNano())
+	return streams.FallbackID(meta.Stream, meta.Sequence.Stream, meta.Timestamp)
 }
 
 func bestEffortStored(subject string, priority int) streams.Stored {
