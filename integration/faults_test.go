@@ -399,8 +399,12 @@ func TestBadInput(t *testing.T) {
 		{"ax.submit.p3.acme.nosuchtype.k", `{}`, nil, "no handler registered"},
 		{"ax.submit.p0.acme.probe.k", `{"ms":`, nil, "bad task payload"},
 		{"ax.submit.p4.acme.probe.k", "\x00\x01\xfe\xff junk", nil, "bad task payload"},
-		{"ax.submit.p2.acme.probe.k", strings.Repeat("x", 1<<20), nil, "bad task payload"},
+		{"ax.submit.p2.acme.probe.k", strings.Repeat("x", 960<<10), nil, "bad task payload"}, // under the 1 MiB MaxMsgSize
 	}
+	// Above the buckets' MaxMsgSize (1 MiB, headers included) a task is
+	// refused at publish, with a clear error: the producer knows.
+	_, err := js.PublishMsg(ctx, newMsg("ax.submit.p2.acme.probe.k", strings.Repeat("x", 1<<20), map[string]string{"Nats-Msg-Id": "too-big"}))
+	require.ErrorContains(t, err, "message size exceeds maximum allowed")
 	var badIDs []string
 	reasons := map[string]string{}
 	good := make(chan []string, 1)
