@@ -3,6 +3,9 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -73,4 +76,35 @@ func TestSubmitThenGet(t *testing.T) {
 
 	again := strings.TrimSpace(ax(t, "submit", "sleep", "--id", id, "--priority", "p1", "--server", dev.url))
 	require.Equal(t, id+" (duplicate: already submitted)", again)
+}
+
+// `ax submit` takes a payload beyond a command line's limit from a file or
+// standard input, and `ax task get` of a PENDING task shows its run time
+// instead of "Attempt 0 of 0" (issue 17.12).
+func TestSubmitPayloadFileAndPendingGet(t *testing.T) {
+	t.Parallel()
+	dev := startDev(t)
+	big := strings.Repeat("x", 300<<10) // above the ~128 KB of one command-line argument
+	path := filepath.Join(t.TempDir(), "payload")
+	require.NoError(t, os.WriteFile(path, []byte(big), 0o600))
+	id := strings.TrimSpace(ax(t, "submit", "echo", "--payload-file", path, "--server", dev.url))
+	js, err := jetstream.New(dev.nc)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		bucket, err := js.KeyValue(context.Background(), "AX_TASKS")
+		if err != nil {
+			return false
+		}
+		entry, err := bucket.Get(context.Background(), id)
+		return err == nil && strings.Contains(string(entry.Value()), `"state":"SUCCEEDED"`)
+	}, 30*time.Second, 100*time.Millisecond)
+
+	cmd := exec.Command(axBinary, "submit", "echo", "--payload-file", "-", "--id", "from-stdin", "--delay", "1h", "--server", dev.url)
+	cmd.Stdin = strings.NewReader("hello from stdin")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	get := ax(t, "task", "get", "from-stdin", "--server", dev.url)
+	require.Contains(t, get, "Run at")
+	require.Contains(t, get, "not started")
+	require.NotContains(t, get, "0 of 0")
 }

@@ -50,7 +50,7 @@ func toAdminError(err error) *AdminError {
 	case errors.As(err, &ae):
 		return ae
 	case errors.Is(err, kv.ErrNotFound):
-		return &AdminError{Code: CodeNotFound, Message: err.Error() + ": check the id (ax task get <id>); for a task published but not yet seen by a worker, pass unseen (--unseen)"}
+		return &AdminError{Code: CodeNotFound, Message: err.Error() + ": check the id; a task published but not yet taken by a worker has no record yet: cancel and pause take --unseen (unseen) for it"}
 	case errors.Is(err, kv.ErrConflict):
 		return &AdminError{Code: CodeConflict, Message: err.Error() + ": the task kept changing while this action ran; read it again and retry"}
 	case errors.Is(err, kv.ErrIllegalTransition), errors.Is(err, kv.ErrWrongState):

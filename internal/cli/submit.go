@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"io"
+	"os"
 	"time"
 
 	"github.com/ax-mesh/ax/scheduler"
@@ -10,7 +12,7 @@ import (
 
 func addSubmit(root *cobra.Command, e *env) {
 	var t scheduler.Task
-	var payload string
+	var payload, payloadFile string
 	var priority string
 	var deadline string
 	var runAt string
@@ -24,6 +26,16 @@ func addSubmit(root *cobra.Command, e *env) {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			t.Type = args[0]
 			t.Payload = []byte(payload)
+			if payloadFile != "" {
+				if payload != "" {
+					return fmt.Errorf("--payload and --payload-file are both set; set one")
+				}
+				data, err := readPayload(cmd.InOrStdin(), payloadFile)
+				if err != nil {
+					return err
+				}
+				t.Payload = data
+			}
 			p, err := parsePriorityFlag(priority)
 			if err != nil {
 				return err
@@ -74,6 +86,7 @@ func addSubmit(root *cobra.Command, e *env) {
 	f := cmd.Flags()
 	f.StringVar(&t.ID, "id", "", "task id (default: a new nuid)")
 	f.StringVar(&payload, "payload", "", "task payload")
+	f.StringVar(&payloadFile, "payload-file", "", `read the payload from this file ("-": standard input), for payloads beyond a command line's limit`)
 	f.StringVarP(&priority, "priority", "p", "p2", "priority p0 (highest) .. p4")
 	f.StringVar(&t.Tenant, "tenant", scheduler.DefaultTenant, "tenant")
 	f.StringVar(&t.Key, "key", "", "partition key (default: the task id)")
@@ -84,6 +97,22 @@ func addSubmit(root *cobra.Command, e *env) {
 	f.StringVar(&runAt, "run-at", "", "RFC 3339 time the task becomes due (PENDING until then)")
 	f.DurationVar(&t.Delay, "delay", 0, "delay the task by this long (PENDING until then)")
 	root.AddCommand(cmd)
+}
+
+// readPayload reads a payload from path, or from stdin when path is "-".
+func readPayload(stdin io.Reader, path string) ([]byte, error) {
+	if path == "-" {
+		data, err := io.ReadAll(stdin)
+		if err != nil {
+			return nil, fmt.Errorf("--payload-file -: read standard input: %w", err)
+		}
+		return data, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--payload-file: %w", err)
+	}
+	return data, nil
 }
 
 // parsePriorityFlag accepts "p0".."p4" or "0".."4".

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -150,9 +151,22 @@ func printRecord(w io.Writer, r *kv.Record) {
 	row("Tenant", r.Tenant)
 	row("Key", r.Key)
 	row("Priority", fmt.Sprintf("P%d", r.Priority))
-	row("Attempt", fmt.Sprintf("%d of %d", r.Attempt, r.MaxAttempts))
-	row("Timeout", r.Timeout)
+	if r.RunAt != nil {
+		row("Run at", r.RunAt.Format(time.RFC3339Nano))
+	}
+	if r.MaxAttempts == 0 { // set by the worker that first claims it
+		row("Attempt", "not started (attempts and timeout: the worker's defaults unless set)")
+	} else {
+		row("Attempt", fmt.Sprintf("%d of %d", r.Attempt, r.MaxAttempts))
+		row("Timeout", r.Timeout)
+	}
+	if r.Lost > 0 {
+		row("Lost attempts", fmt.Sprintf("%d (its worker crashed, froze or was cut off)", r.Lost))
+	}
 	row("Generation", r.Gen)
+	if r.StreamSeq != 0 {
+		row("Message", fmt.Sprintf("%s sequence %d", cmp.Or(r.Stream, fmt.Sprintf("P%d bucket", r.Priority)), r.StreamSeq))
+	}
 	if r.Worker != "" {
 		row("Worker", r.Worker)
 	}
