@@ -41,6 +41,12 @@ type Config struct {
 	PublishRetries int
 	// Store configures the task record store (retention, trail stream).
 	Store kv.StoreConfig
+	// MaxTimeout bounds a task's Timeout; a task asking for more is refused
+	// (ErrInvalidTask). Default 24h ([streams.DefaultMaxTimeout]).
+	MaxTimeout time.Duration
+	// MaxDelay bounds how far ahead a task's run time may be; a task asking
+	// for more is refused. Default 366 days ([streams.DefaultMaxDelay]).
+	MaxDelay time.Duration
 	// Early is how long before its run time a delayed task's server-side
 	// schedule fires (the leader releases it at the exact time). Default 1s.
 	Early time.Duration
@@ -60,6 +66,8 @@ func (c *Config) withDefaults() *Config {
 	out.MaxPending = cmp.Or(out.MaxPending, DefaultMaxPending)
 	out.PublishRetries = cmp.Or(out.PublishRetries, DefaultPublishRetries)
 	out.Early = cmp.Or(out.Early, DefaultEarly)
+	out.MaxTimeout = cmp.Or(out.MaxTimeout, streams.DefaultMaxTimeout)
+	out.MaxDelay = cmp.Or(out.MaxDelay, streams.DefaultMaxDelay)
 	out.Store.Names = out.Names
 	return &out
 }
@@ -118,6 +126,9 @@ func (c *Client) Submit(ctx context.Context, task Task) (TaskInfo, error) {
 	now := time.Now()
 	t, err := task.normalize(now)
 	if err == nil {
+		err = c.bounds(t, now)
+	}
+	if err == nil {
 		err = c.admit(t, now)
 	}
 	if err != nil {
@@ -164,6 +175,9 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []Task) ([]TaskInfo, err
 	msgs := make([]*nats.Msg, len(tasks))
 	for i, task := range tasks {
 		t, err := task.normalize(now)
+		if err == nil {
+			err = c.bounds(t, now)
+		}
 		if err == nil {
 			err = c.admit(t, now)
 		}
@@ -298,6 +312,18 @@ func (c *Client) writeRecords(ctx context.Context, tasks []Task, acks []*jetstre
 		}
 	}
 	return existed
+}
+
+// bounds refuses a task whose timeout or run time is above the client's
+// bounds.
+func (c *Client) bounds(t Task, now time.Time) error {
+	if t.Timeout > c.cfg.MaxTimeout {
+		return fmt.Errorf("%w: Timeout %s is above the limit %s (Config.MaxTimeout)", ErrInvalidTask, t.Timeout, c.cfg.MaxTimeout)
+	}
+	if !t.RunAt.IsZero() && t.RunAt.Sub(now) > c.cfg.MaxDelay {
+		return fmt.Errorf("%w: run time %s is more than %s ahead (Config.MaxDelay)", ErrInvalidTask, t.RunAt.UTC().Format(time.RFC3339), c.cfg.MaxDelay)
+	}
+	return nil
 }
 
 // existing settles a submit whose record exists already, and reports whether

@@ -121,6 +121,9 @@ func TestSubmitValidation(t *testing.T) {
 		{"internal header", scheduler.Task{Type: "x", Headers: map[string]string{"Ax-Task-Id": "victim"}}, "set by ax"},
 		{"internal header, other case", scheduler.Task{Type: "x", Headers: map[string]string{"ax-gen": "7"}}, "set by ax"},
 		{"option header", scheduler.Task{Type: "x", Headers: map[string]string{"Ax-Core": "true"}}, "set by ax"},
+		// Issue 17.12: at 54cd21a 1000 h and the year 2099 were accepted.
+		{"timeout above the bound", scheduler.Task{Type: "x", Timeout: 1000 * time.Hour}, "above the limit"},
+		{"run time too far ahead", scheduler.Task{Type: "x", RunAt: time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)}, "ahead"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := b.client.Submit(context.Background(), tc.task)

@@ -67,6 +67,27 @@ func IsInternalHeader(name string) bool {
 	return false
 }
 
+// Default upper bounds of a task's options; workers and clients take their
+// own (worker.Config and scheduler.Config MaxTimeout, MaxDelay).
+const (
+	// DefaultMaxTimeout bounds Ax-Timeout: 24 hours.
+	DefaultMaxTimeout = 24 * time.Hour
+	// DefaultMaxDelay bounds how far ahead Ax-Run-At may be: 366 days.
+	DefaultMaxDelay = 366 * 24 * time.Hour
+)
+
+// CheckBounds reports an option of o above its bound (now is the time the
+// run time is measured from), naming the header and the bound.
+func CheckBounds(o Options, now time.Time, maxTimeout, maxDelay time.Duration) error {
+	if maxTimeout > 0 && o.Timeout > maxTimeout {
+		return fmt.Errorf("%w: %s %s is above the limit %s", ErrBadHeader, HeaderTimeout, o.Timeout, maxTimeout)
+	}
+	if maxDelay > 0 && !o.RunAt.IsZero() && o.RunAt.Sub(now) > maxDelay {
+		return fmt.Errorf("%w: %s %s is more than %s ahead", ErrBadHeader, HeaderRunAt, o.RunAt.UTC().Format(time.RFC3339), maxDelay)
+	}
+	return nil
+}
+
 // MaxAttemptsLimit bounds the Ax-Max-Attempts header.
 const MaxAttemptsLimit = 1000
 

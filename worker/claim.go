@@ -46,6 +46,9 @@ func (w *Worker) parse(d *delivery, meta *jetstream.MsgMetadata) *envelope {
 		parse = streams.ParseCopyHeaders
 	}
 	opts, err := parse(d.msg.Headers())
+	if err == nil {
+		err = streams.CheckBounds(opts, env.published, w.cfg.MaxTimeout, w.cfg.MaxDelay)
+	}
 	if err != nil && env.bad == nil {
 		env.bad = fmt.Errorf("%w: %w", ErrMalformed, err)
 	}

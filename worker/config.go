@@ -67,6 +67,12 @@ type Config struct {
 	DefaultTimeout time.Duration
 	// DefaultMaxAttempts of a task whose type and message set none. Default 5.
 	DefaultMaxAttempts int
+	// MaxTimeout bounds a message's Ax-Timeout: a task asking for more is
+	// dead-lettered with the reason. Default 24h ([streams.DefaultMaxTimeout]).
+	MaxTimeout time.Duration
+	// MaxDelay bounds how far ahead a message's Ax-Run-At may be: a task
+	// asking for more is dead-lettered with the reason. Default 366 days.
+	MaxDelay time.Duration
 	// Backoff of retries for types that set none.
 	Backoff Backoff
 	// AckWait of the shard consumers ([streams.Config.AckWait]); held
@@ -137,6 +143,8 @@ func (c *Config) withDefaults() *Config {
 	}
 	out.DefaultTimeout = cmp.Or(out.DefaultTimeout, DefaultTimeout)
 	out.DefaultMaxAttempts = cmp.Or(out.DefaultMaxAttempts, DefaultMaxAttempts)
+	out.MaxTimeout = cmp.Or(out.MaxTimeout, streams.DefaultMaxTimeout)
+	out.MaxDelay = cmp.Or(out.MaxDelay, streams.DefaultMaxDelay)
 	out.Backoff = out.Backoff.withDefaults()
 	out.AbandonAfter = cmp.Or(out.AbandonAfter, DefaultAbandonAfter)
 	out.GracePeriod = cmp.Or(out.GracePeriod, DefaultGracePeriod)
