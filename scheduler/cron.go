@@ -110,17 +110,22 @@ func (c *cronLoop) wait(now time.Time) time.Duration {
 	return max(wait, 0)
 }
 
+// skipTo moves the job's next time to the first one after now, skipping
+// the missed ones. Specs are in UTC (see [CronJob]): the robfig schedule
+// reads its argument's location, so now is taken in UTC, never local time.
+func (s *cronState) skipTo(now time.Time) { s.next = s.sched.Next(now.UTC()) }
+
 // fireDue submits every job's times that are due, oldest first.
 func (c *cronLoop) fireDue(ctx context.Context) {
-	now := time.Now()
+	now := time.Now().UTC()
 	for name, s := range c.jobs {
 		if s.retry.After(now) {
 			continue
 		}
 		for n := 0; !s.next.After(now) && ctx.Err() == nil; n++ {
 			if n == maxCatchUp {
-				c.log.Warn("cron_catch_up_capped", zap.String("cron", name), zap.Time("skipped_to", now))
-				s.next = s.sched.Next(now)
+				s.skipTo(now)
+				c.log.Warn("cron_catch_up_capped", zap.String("cron", name), zap.Time("skipped_to", s.next))
 				break
 			}
 			if err := c.fire(ctx, s, s.next); err != nil {
