@@ -175,6 +175,14 @@ func (l *Leader) Leading() bool { return l.elector.Leading() }
 // Elector returns the leader's elector.
 func (l *Leader) Elector() *Elector { return l.elector }
 
+// held is the check every control loop makes right before a write: see
+// [Elector.Held].
+func (l *Leader) held() bool { return l.elector.Held() }
+
+// errNotLeading is returned by a loop step that stopped before a write
+// because the lease was no longer held.
+var errNotLeading = fmt.Errorf("%w: this process no longer leads; the write was not made", kv.ErrLeaseLost)
+
 // Run campaigns for leadership and runs the control loops while leading,
 // until ctx ends.
 func (l *Leader) Run(ctx context.Context) error {
