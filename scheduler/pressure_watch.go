@@ -71,11 +71,14 @@ type BucketPressure struct {
 // under [PressureKey] and clients watch.
 type Pressure struct {
 	Buckets []BucketPressure `json:"buckets"`
-	// Paused is true while P3 and P4 dispatch is paused.
-	Paused     bool               `json:"paused"`
-	Thresholds PressureThresholds `json:"thresholds"`
-	Leader     string             `json:"leader"`
-	UpdatedAt  time.Time          `json:"updated_at"`
+	// Paused is true while the dispatch of any bucket is paused;
+	// PausedPriorities names them (3, 4 or both): a bucket is paused only
+	// while a bucket of higher priority is full, never for its own depth.
+	Paused           bool               `json:"paused"`
+	PausedPriorities []int              `json:"paused_priorities,omitempty"`
+	Thresholds       PressureThresholds `json:"thresholds"`
+	Leader           string             `json:"leader"`
+	UpdatedAt        time.Time          `json:"updated_at"`
 	// ValidFor is how long the report holds; a client ignores an older one
 	// (the leader may be gone).
 	ValidFor time.Duration `json:"valid_for"`
