@@ -22,11 +22,17 @@ const (
 
 // transitions is the one table of legal moves. Nothing else in ax decides
 // which state may follow which.
+//
+// The leader's reconciler needs three moves for a task whose message was
+// lost: PENDING -> DEAD and READY -> DEAD when no payload is left anywhere
+// (nothing could ever run it; DEAD shows it to an operator with the reason
+// "message lost"), and RETRYING -> READY when it re-publishes a lost
+// retry's payload (the copy waits in its bucket like any READY task).
 var transitions = map[State][]State{
-	StatePending:   {StateReady, StateCancelled, StatePaused},
-	StateReady:     {StateRunning, StateCancelled, StatePaused, StateReady},
+	StatePending:   {StateReady, StateCancelled, StatePaused, StateDead},
+	StateReady:     {StateRunning, StateCancelled, StatePaused, StateReady, StateDead},
 	StateRunning:   {StateSucceeded, StateRetrying, StateDead, StateCancelled, StateReady},
-	StateRetrying:  {StateRunning, StateDead, StateCancelled, StatePaused},
+	StateRetrying:  {StateRunning, StateDead, StateCancelled, StatePaused, StateReady},
 	StateSucceeded: {},
 	StateDead:      {StateReady},
 	StateCancelled: {},
