@@ -88,11 +88,21 @@ func TestReconcilerBuriesLostReadyTask(t *testing.T) {
 	require.Equal(t, healthyRev, rev, "a healthy READY task is never touched")
 	require.Equal(t, kv.StateReady, rec.State)
 
-	// The report counts it, for ax stats and the dashboard.
+	// The report counts it, and ax stats (the dashboard's source) shows it.
 	require.Eventually(t, func() bool {
 		r := reconcilerReport(t, b.js)
 		return r != nil && r.Dead[kv.StateReady] == 1 && r.Repairs() == 1 && r.Checked > 0
 	}, repairBound, 20*time.Millisecond)
+	admin, err := scheduler.NewAdmin(ctx, b.js, nil)
+	require.NoError(t, err)
+	require.NoError(t, admin.Start(ctx))
+	t.Cleanup(func() { _ = admin.Stop(ctx) })
+	var stats scheduler.StatsReply
+	require.NoError(t, scheduler.NewAdminClient(b.js.Conn(), streams.Names{}).Call(ctx, scheduler.VerbStats, scheduler.StatsRequest{}, &stats))
+	require.NotNil(t, stats.Reconciler)
+	require.Equal(t, uint64(1), stats.Reconciler.Dead[kv.StateReady])
+	require.Len(t, stats.Reconciler.Recent, 1)
+	require.Equal(t, "lost", stats.Reconciler.Recent[0].TaskID)
 }
 
 func reconcilerReport(t *testing.T, js jetstream.JetStream) *scheduler.ReconcilerReport {

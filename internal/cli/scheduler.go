@@ -98,8 +98,8 @@ Prometheus metrics.`,
 	root.AddCommand(cmd)
 }
 
-// observeLeader feeds the leader's pressure reports to m: the highest
-// bucket level (only the leader reports).
+// observeLeader feeds the leader's pressure reports to m (the highest
+// bucket level; only the leader reports) and counts its reconciler's repairs.
 func observeLeader(cfg *scheduler.LeaderConfig, m *metrics.Metrics) {
 	if m == nil {
 		return
@@ -111,6 +111,7 @@ func observeLeader(cfg *scheduler.LeaderConfig, m *metrics.Metrics) {
 		}
 		m.SetPressure(level)
 	}
+	cfg.OnRepair = func(r scheduler.Repair) { m.Repaired(string(r.State), r.Action) }
 }
 
 // reportLeading sets the leader gauge of m from l every second until ctx ends.
