@@ -132,6 +132,9 @@ func (a *aging) lift(ctx context.Context, stream jetstream.Stream, prio int, raw
 	msg.Header.Set(streams.HeaderMsgID, streams.CopyMsgID(rec.ID, gen))
 	msg.Header.Set(streams.HeaderGen, strconv.FormatUint(gen, 10))
 	msg.Header.Set(streams.HeaderWaitingSince, since.UTC().Format(time.RFC3339Nano))
+	if !a.l.held() {
+		return false, errNotLeading
+	}
 	ack, err := a.l.js.PublishMsg(ctx, msg)
 	if err != nil {
 		return false, fmt.Errorf("age task %s: publish to P%d: %w", rec.ID, prio-1, err)
