@@ -98,6 +98,11 @@ func (p *pressureLoop) measure(ctx context.Context) error {
 		depths[prio] = b.Depth
 		report.Buckets = append(report.Buckets, b)
 	}
+	delayed, err := p.l.js.Stream(ctx, cfg.Names.DelayedStream())
+	if err != nil {
+		return fmt.Errorf("pressure: %s: %w", cfg.Names.DelayedStream(), err)
+	}
+	report.Delayed = delayed.CachedInfo().State.Msgs
 	var errs []error
 	for _, prio := range pausedPriorities {
 		// The fullest bucket of higher priority decides: never prio itself.

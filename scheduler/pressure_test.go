@@ -156,3 +156,25 @@ func TestBackpressurePauseLetsTheFullBucketDrain(t *testing.T) {
 	}
 	require.False(t, consumerPaused("AX_P3", "p3-s00"))
 }
+
+// Issue 11.12: delayed tasks entered no bucket until released, so any
+// number was accepted and then released into a full bucket. The delayed
+// tasks in AX_DELAYED now count toward a delayed submit's bucket: at 80 %
+// of capacity, non-core delayed tasks are refused; core ones still enter.
+func TestBackpressureCountsDelayedTasks(t *testing.T) {
+	t.Parallel()
+	lb := setupLoops(t, 1, &streams.Config{Capacity: 20}, scheduler.LeaderConfig{PressureInterval: 20 * time.Millisecond})
+	client, ctx := lb.client, context.Background()
+	for range 16 { // 16 of 20 = 80 %
+		_, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2, Delay: time.Hour})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { p := client.Pressure(); return p != nil && p.Delayed == 16 }, 10*time.Second, 10*time.Millisecond)
+	_, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2, Delay: time.Hour})
+	require.ErrorIs(t, err, scheduler.ErrOverloaded)
+	require.Contains(t, err.Error(), "16 delayed tasks wait")
+	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2, Delay: time.Hour, Core: true})
+	require.NoError(t, err, "core tasks still enter")
+	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2})
+	require.NoError(t, err, "an immediate task enters: the bucket itself is empty")
+}
