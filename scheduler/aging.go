@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
@@ -126,7 +127,9 @@ func (a *aging) lift(ctx context.Context, stream jetstream.Stream, prio int, raw
 	msg := nats.NewMsg(names.SubmitSubject(prio-1, rec.Tenant, rec.Type, rec.Key))
 	msg.Data = raw.Data
 	for name, values := range raw.Header {
-		msg.Header[name] = values
+		if !strings.HasPrefix(name, "Nats-") { // a direct get adds Nats-Sequence, Nats-Subject, …: never store them
+			msg.Header[name] = values
+		}
 	}
 	msg.Header.Set(streams.HeaderTaskID, rec.ID)
 	msg.Header.Set(streams.HeaderMsgID, streams.CopyMsgID(rec.ID, gen))
