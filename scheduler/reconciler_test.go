@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -248,4 +249,32 @@ func TestReconcilerLeavesAgedTasksAlone(t *testing.T) {
 		require.Equal(t, info.ID, msg.Header.Get(streams.HeaderTaskID))
 		require.Equal(t, rec.StreamSeq, msg.Sequence, "no stale Nats-Sequence stored with the copy")
 	}
+}
+
+// Issue 11.1's shape: a READY record with no message in its bucket while
+// its payload still waits as a schedule in AX_DELAYED (a resume that
+// believed the message was in the bucket). The reconciler re-publishes
+// the schedule's payload, released (no deferring again).
+func TestReconcilerRepublishesFromSchedule(t *testing.T) {
+	t.Parallel()
+	b := setupReconcile(t)
+	ctx := context.Background()
+	names := streams.DefaultNames()
+	submit := nats.NewMsg(names.SubmitSubject(2, "t", "x", "sched"))
+	submit.Data = []byte("later")
+	streams.Options{ID: "sched", RunAt: time.Now().Add(-time.Second), Gen: 1}.SetHeaders(submit.Header)
+	sched, err := b.js.PublishMsg(ctx, names.DelayedMsg("sched", submit, time.Now().Add(time.Hour)))
+	require.NoError(t, err)
+	_, _, err = b.store.Create(ctx, &kv.Record{ID: "sched", Type: "x", Tenant: "t", Key: "sched", Priority: 2, State: kv.StateReady, Gen: 1},
+		kv.Actor{Action: "resume"})
+	require.NoError(t, err)
+
+	rec := b.waitState(t, "sched", kv.StateReady)
+	require.Equal(t, uint64(2), rec.Gen)
+	require.Contains(t, rec.LastMove().Error, "message lost: no message of the task is stored")
+	require.Contains(t, rec.LastMove().Error, fmt.Sprintf("re-published from its schedule AX_DELAYED #%d", sched.Sequence))
+	msg := getMsg(t, b.js, "AX_P2", rec.StreamSeq)
+	require.Equal(t, "later", string(msg.Data))
+	require.NotEmpty(t, msg.Header.Get(streams.HeaderReleasedAt), "released: a worker runs it without deferring")
+	require.Empty(t, msg.Header.Get(streams.HeaderSchedule))
 }
