@@ -39,7 +39,7 @@ func setupB(t testing.TB, cfg *kv.StoreConfig) *testBundle {
 // legal is DESIGN.md's table, written out independently of the code's.
 var legal = map[kv.State][]kv.State{
 	kv.StatePending:   {kv.StateReady, kv.StateCancelled, kv.StatePaused, kv.StateDead},
-	kv.StateReady:     {kv.StateRunning, kv.StateCancelled, kv.StatePaused, kv.StateReady, kv.StateDead},
+	kv.StateReady:     {kv.StateRunning, kv.StateCancelled, kv.StatePaused, kv.StateReady, kv.StateDead, kv.StatePending},
 	kv.StateRunning:   {kv.StateSucceeded, kv.StateRetrying, kv.StateDead, kv.StateCancelled, kv.StateReady},
 	kv.StateRetrying:  {kv.StateRunning, kv.StateDead, kv.StateCancelled, kv.StatePaused, kv.StateReady},
 	kv.StateSucceeded: nil,

@@ -37,7 +37,9 @@ type Repair struct {
 	TaskID string   `json:"task_id"`
 	State  kv.State `json:"state"` // the state it was found in
 	// Action is "republished" (a copy of its payload now waits in its
-	// bucket) or "dead" (no payload left: DEAD with the reason).
+	// bucket), "rescheduled" (its payload waits in AX_DELAYED for a future
+	// run time: PENDING again) or "dead" (no payload left: DEAD with the
+	// reason).
 	Action string    `json:"action"`
 	Reason string    `json:"reason"`
 	At     time.Time `json:"at"`
@@ -216,9 +218,10 @@ func (r *reconciler) publish(ctx context.Context) error {
 
 // repaired counts a repair, logs it and calls the hook.
 func (r *reconciler) repaired(rep Repair) {
-	if rep.Action == "dead" {
+	switch rep.Action {
+	case "dead":
 		r.report.Dead[rep.State]++
-	} else {
+	default: // republished, rescheduled
 		r.report.Republished[rep.State]++
 	}
 	r.report.Recent = append(r.report.Recent, rep)

@@ -27,6 +27,9 @@ type payload struct {
 	msg   *jetstream.RawStreamMsg
 	where string    // e.g. "fired schedule AX_DELAYED #12"
 	runAt time.Time // its Ax-Run-At, zero if none
+	// delayed is true for a schedule or fired schedule in AX_DELAYED: the
+	// mover releases it at its run time if the record is PENDING.
+	delayed bool
 }
 
 // check judges one due record. It returns when to check it again, or the
@@ -152,11 +155,14 @@ func (r *reconciler) repair(ctx context.Context, rec *kv.Record, rev uint64, los
 			return time.Time{}, err
 		}
 	}
-	if src != nil && src.runAt.After(now) {
-		return src.runAt, nil // its payload waits for its run time; look again then
-	}
 	if !r.l.held() {
 		return time.Time{}, errNotLeading
+	}
+	if src != nil && src.runAt.After(now) {
+		if rec.State == kv.StateReady && src.delayed {
+			return r.reschedule(ctx, rec, rev, lost, src)
+		}
+		return src.runAt, nil // its payload waits for its run time; look again then
 	}
 	if src != nil {
 		return r.republish(ctx, rec, rev, lost, src)
@@ -219,6 +225,27 @@ func (r *reconciler) republish(ctx context.Context, rec *kv.Record, rev uint64, 
 	return time.Time{}, nil // the watch brings its new revision
 }
 
+// reschedule moves a READY task whose payload still waits in AX_DELAYED
+// for a future run time back to PENDING, by compare-and-set: the mover
+// then releases it at its time (it drops a fired schedule whose record is
+// not PENDING, which would lose the task).
+func (r *reconciler) reschedule(ctx context.Context, rec *kv.Record, rev uint64, lost string, src *payload) (time.Time, error) {
+	reason := fmt.Sprintf("message lost: %s; its %s still waits for %s: PENDING again", lost, src.where, src.runAt.UTC().Format(time.RFC3339Nano))
+	_, _, err := r.l.store.Apply(ctx, rec, rev, kv.StatePending, kv.Actor{Action: "reconcile", Error: reason}, func(next *kv.Record) error {
+		at := src.runAt.UTC()
+		next.RunAt, next.Stream, next.StreamSeq = &at, "", 0
+		return nil
+	})
+	if errors.Is(err, kv.ErrConflict) {
+		return time.Now().Add(r.l.cfg.ReconcileGrace), nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("reconcile task %s: %w", rec.ID, err)
+	}
+	r.repaired(Repair{TaskID: rec.ID, State: rec.State, Action: "rescheduled", Reason: reason, At: time.Now().UTC()})
+	return time.Time{}, nil
+}
+
 // findPayload looks for a stored message that still holds the task's
 // payload: its schedule or fired schedule in AX_DELAYED, its dead letter,
 // or a stale copy in a bucket.
@@ -231,7 +258,7 @@ func (r *reconciler) findPayload(ctx context.Context, rec *kv.Record) (*payload,
 		}
 		if msg != nil {
 			runAt, _ := time.Parse(time.RFC3339Nano, msg.Header.Get(streams.HeaderRunAt))
-			return &payload{msg: msg, where: fmt.Sprintf("schedule %s #%d", names.DelayedStream(), msg.Sequence), runAt: runAt}, nil
+			return &payload{msg: msg, where: fmt.Sprintf("schedule %s #%d", names.DelayedStream(), msg.Sequence), runAt: runAt, delayed: true}, nil
 		}
 	}
 	if rec.DLQSeq != 0 {

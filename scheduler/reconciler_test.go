@@ -278,3 +278,33 @@ func TestReconcilerRepublishesFromSchedule(t *testing.T) {
 	require.NotEmpty(t, msg.Header.Get(streams.HeaderReleasedAt), "released: a worker runs it without deferring")
 	require.Empty(t, msg.Header.Get(streams.HeaderSchedule))
 }
+
+// The same with a run time still ahead: the task goes back to PENDING, and
+// the mover releases it when its schedule fires (it would drop a fired
+// schedule whose record is READY, losing the task).
+func TestReconcilerReschedulesFutureSchedule(t *testing.T) {
+	t.Parallel()
+	b := setupReconcile(t)
+	ctx := context.Background()
+	names := streams.DefaultNames()
+	runAt := time.Now().Add(3 * time.Second)
+	submit := nats.NewMsg(names.SubmitSubject(2, "t", "x", "later"))
+	submit.Data = []byte("later")
+	streams.Options{ID: "later", RunAt: runAt, Gen: 1}.SetHeaders(submit.Header)
+	_, err := b.js.PublishMsg(ctx, names.DelayedMsg("later", submit, runAt.Add(-streams.DefaultScheduleEarly)))
+	require.NoError(t, err)
+	_, _, err = b.store.Create(ctx, &kv.Record{ID: "later", Type: "x", Tenant: "t", Key: "later", Priority: 2, State: kv.StateReady, Gen: 1},
+		kv.Actor{Action: "resume"})
+	require.NoError(t, err)
+
+	rec := b.waitState(t, "later", kv.StatePending)
+	require.Contains(t, rec.LastMove().Error, "PENDING again")
+	require.Eventually(t, func() bool { // released by the mover at its time
+		rec, _, err := b.store.Get(ctx, "later")
+		return err == nil && rec.State == kv.StateReady && rec.StreamSeq != 0
+	}, repairBound, 20*time.Millisecond)
+	rec, _, err = b.store.Get(ctx, "later")
+	require.NoError(t, err)
+	require.Equal(t, "later", string(getMsg(t, b.js, "AX_P2", rec.StreamSeq).Data))
+	require.False(t, time.Now().Before(runAt), "not released before its run time")
+}
