@@ -71,7 +71,7 @@ func New(cfg *Config) *Metrics {
 		pressure: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_pressure_level",
 			Help: "Backpressure level published by the leader: 0 none, 1 alert (60%), 2 refuse non-core (80%), 3 stop P3-P4 (95%)."}),
 		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_reconciler_repairs_total",
-			Help: "Lost tasks the leader's reconciler repaired, by the state they were found in and the action (republished, dead)."},
+			Help: "Lost tasks the leader's reconciler repaired, by the state they were found in and the action (republished, rescheduled, dead)."},
 			[]string{"state", "action"}),
 	}
 	m.reg.MustRegister(m.tasks, m.retries, m.runTime, m.leader, m.pressure, m.repairs,
@@ -113,7 +113,7 @@ func (m *Metrics) SetLeader(leader bool) {
 func (m *Metrics) SetPressure(level int) { m.pressure.Set(float64(level)) }
 
 // Repaired is the hook of the leader's reconciler: one lost task found in
-// state and acted on ("republished" or "dead").
+// state and acted on ("republished", "rescheduled" or "dead").
 func (m *Metrics) Repaired(state, action string) { m.repairs.WithLabelValues(state, action).Inc() }
 
 // Handler serves the registry in the Prometheus text format.
