@@ -24,6 +24,9 @@ var (
 	ErrLeaseHeld = errors.New("lease held by another holder")
 	// ErrLeaseLost means the caller's lease expired or was taken over.
 	ErrLeaseLost = errors.New("lease lost")
+	// ErrRetentionTooShort means the record retention is shorter than the
+	// de-duplication window of the priority streams ([CheckRetention]).
+	ErrRetentionTooShort = errors.New("record retention shorter than the de-duplication window")
 )
 
 // IsRevisionMismatch reports whether err is a failed compare-and-set on a

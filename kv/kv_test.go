@@ -12,6 +12,7 @@ import (
 
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
@@ -37,10 +38,10 @@ func setupB(t testing.TB, cfg *kv.StoreConfig) *testBundle {
 
 // legal is docs/ARCHITECTURE.md's table, written out independently of the code's.
 var legal = map[kv.State][]kv.State{
-	kv.StatePending:   {kv.StateReady, kv.StateCancelled, kv.StatePaused, kv.StatePending}, // PENDING -> PENDING: reprioritize
-	kv.StateReady:     {kv.StateRunning, kv.StateCancelled, kv.StatePaused, kv.StateReady},
+	kv.StatePending:   {kv.StateReady, kv.StateCancelled, kv.StatePaused, kv.StatePending, kv.StateDead}, // PENDING -> PENDING: reprioritize
+	kv.StateReady:     {kv.StateRunning, kv.StateCancelled, kv.StatePaused, kv.StateReady, kv.StateDead, kv.StatePending},
 	kv.StateRunning:   {kv.StateSucceeded, kv.StateRetrying, kv.StateDead, kv.StateCancelled, kv.StateReady},
-	kv.StateRetrying:  {kv.StateRunning, kv.StateDead, kv.StateCancelled, kv.StatePaused},
+	kv.StateRetrying:  {kv.StateRunning, kv.StateDead, kv.StateCancelled, kv.StatePaused, kv.StateReady},
 	kv.StateSucceeded: nil,
 	kv.StateDead:      {kv.StateReady},
 	kv.StateCancelled: nil,
@@ -165,9 +166,13 @@ func TestClaimRace(t *testing.T) {
 
 func TestTerminalRecordsExpire(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &kv.StoreConfig{Retention: time.Second})
+	_, js := natstest.RunServer(t)
+	natstest.Provision(t, js, &streams.Config{Duplicates: time.Second}) // a retention may not be shorter
 	ctx := context.Background()
-	_, _, err := b.store.Create(ctx, &kv.Record{ID: "t1", Type: "x", State: kv.StateRunning}, kv.Actor{})
+	store, err := kv.NewStore(ctx, js, &kv.StoreConfig{Retention: time.Second})
+	require.NoError(t, err)
+	b := &testBundle{js: js, store: store}
+	_, _, err = b.store.Create(ctx, &kv.Record{ID: "t1", Type: "x", State: kv.StateRunning}, kv.Actor{})
 	require.NoError(t, err)
 	_, _, err = b.store.Transition(ctx, "t1", kv.StateRunning, kv.StateSucceeded, kv.Actor{}, nil)
 	require.NoError(t, err)
@@ -218,4 +223,22 @@ func TestTrailRecordsEveryMove(t *testing.T) {
 		info, err := stream.Info(ctx)
 		return err == nil && info.State.Msgs == 5
 	}, 5*time.Second, 50*time.Millisecond)
+}
+
+// Issue 11.5: a record retention shorter than the de-duplication window is
+// refused, naming both: a re-submit after the record expired would be
+// de-duplicated (no message) yet write a new READY record.
+func TestRetentionShorterThanDuplicateWindowRefused(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.RunServer(t)
+	natstest.Provision(t, js, nil) // 2m window
+	ctx := context.Background()
+	_, err := kv.NewStore(ctx, js, &kv.StoreConfig{Retention: time.Minute})
+	require.ErrorIs(t, err, kv.ErrRetentionTooShort)
+	require.Contains(t, err.Error(), "1m0s")
+	require.Contains(t, err.Error(), "2m0s")
+	for _, ok := range []time.Duration{2 * time.Minute, time.Hour, -1} {
+		_, err := kv.NewStore(ctx, js, &kv.StoreConfig{Retention: ok})
+		require.NoError(t, err, ok)
+	}
 }

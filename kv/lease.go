@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -53,19 +54,31 @@ type LeaseRecord struct {
 // ([Lease.Hold]) before its TTL can have run out, so an expired holder never
 // acts alongside the next one. Liveness: a lease whose holder died expires
 // after its TTL and can then be acquired.
+//
+// The guarded context ends asynchronously (a timer's goroutine), so a
+// holder that was frozen (SIGSTOP, a long GC pause, a suspended VM) may run
+// on for a moment after it wakes. [Lease.Held] closes that gap: it is a
+// synchronous check against the local monotonic clock, and a holder calls
+// it right before each write it guards.
 type Lease struct {
 	kv  jetstream.KeyValue
 	js  jetstream.JetStream
 	cfg LeaseConfig
 
+	// base is the origin of validUntil on the monotonic clock.
+	base time.Time
+	// validUntil is when the hold stops being trusted, in nanoseconds since
+	// base: the send time of the last confirmed acquire or renewal plus the
+	// TTL minus a margin.
+	validUntil atomic.Int64
+	// lapsed is set once the hold was found past validUntil, lost or
+	// released; only a new acquire clears it (sticky).
+	lapsed atomic.Bool
+
 	mu       sync.Mutex
 	rev      uint64    // revision of the holder's last write; 0 when not held (mu)
 	acquired time.Time // (mu)
 	data     []byte    // (mu)
-	// validUntil is when the current hold is known to end at the latest if
-	// no renewal lands: the send time of the last successful write plus the
-	// TTL, less half a renewal period; zero when not held (mu).
-	validUntil time.Time
 }
 
 // NewLease binds a lease to its bucket.
@@ -85,7 +98,44 @@ func NewLease(ctx context.Context, js jetstream.JetStream, cfg *LeaseConfig) (*L
 	if err != nil {
 		return nil, fmt.Errorf("bind lease bucket %s: %w", c.Bucket, err)
 	}
-	return &Lease{kv: kv, js: js, cfg: c}, nil
+	l := &Lease{kv: kv, js: js, cfg: c, base: time.Now()}
+	l.lapsed.Store(true)
+	return l, nil
+}
+
+// margin is how much earlier than the server's expiry the holder stops
+// trusting its hold: half a renewal period, for clock-rate differences and
+// the time a write takes to reach the server.
+func (l *Lease) margin() time.Duration { return l.cfg.RenewEvery / 2 }
+
+// confirm records a write of the lease sent at sent and confirmed by the
+// server: the hold is trusted until sent + TTL - margin. A confirmation of
+// a hold that lapsed meanwhile is ignored, unless it is a new acquire.
+func (l *Lease) confirm(sent time.Time, acquire bool) {
+	if !acquire && l.lapsed.Load() {
+		return
+	}
+	l.validUntil.Store(int64(sent.Sub(l.base) + l.cfg.TTL - l.margin()))
+	if acquire {
+		l.lapsed.Store(false)
+	}
+}
+
+// Held reports, without any I/O, whether this holder may still act under
+// the lease: it holds it, and less than TTL minus a margin has passed (on
+// the monotonic clock, which runs on while the process is frozen) since the
+// send of the last renewal the server confirmed. Once false it stays false
+// until the next [Lease.Acquire]: a renewal confirmed after the hold lapsed
+// does not revive it. Call it right before every write the lease guards.
+func (l *Lease) Held() bool {
+	if l.lapsed.Load() {
+		return false
+	}
+	if time.Since(l.base) >= time.Duration(l.validUntil.Load()) {
+		l.lapsed.Store(true)
+		return false
+	}
+	return true
 }
 
 // SetData sets the application data written with the next acquire or renew
@@ -101,15 +151,10 @@ func (l *Lease) SetData(data []byte) {
 // the guarded context of [Lease.Hold], which a timer cancels, it can be
 // checked synchronously: a hold is valid while time.Now() is before it.
 func (l *Lease) ValidUntil() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.validUntil
-}
-
-func (l *Lease) setValidUntil(t time.Time) {
-	l.mu.Lock()
-	l.validUntil = t
-	l.mu.Unlock()
+	if !l.Held() {
+		return time.Time{}
+	}
+	return l.base.Add(time.Duration(l.validUntil.Load()))
 }
 
 // Revision returns the fencing token of the current hold, or 0 if not held.
@@ -124,7 +169,8 @@ func (l *Lease) Revision() uint64 {
 func (l *Lease) Acquire(ctx context.Context) (uint64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := time.Now().UTC()
+	sent := time.Now()
+	now := sent.UTC()
 	value, err := l.value(now, now)
 	if err != nil {
 		return 0, err
@@ -141,6 +187,7 @@ func (l *Lease) Acquire(ctx context.Context) (uint64, error) {
 		return 0, fmt.Errorf("acquire lease %s/%s: %w", l.cfg.Bucket, l.cfg.Key, err)
 	}
 	l.rev, l.acquired = rev, now
+	l.confirm(sent, true)
 	return rev, nil
 }
 
@@ -153,19 +200,28 @@ func (l *Lease) Renew(ctx context.Context) (uint64, error) {
 	if l.rev == 0 {
 		return 0, fmt.Errorf("renew lease %s/%s: %w: not held", l.cfg.Bucket, l.cfg.Key, ErrLeaseLost)
 	}
-	value, err := l.value(l.acquired, time.Now().UTC())
+	if !l.Held() {
+		// Lapsed on the local clock (frozen, or renewals failed): the
+		// server may have expired it and another holder acted. Keep rev,
+		// so that Release can still delete the key if it is ours.
+		return 0, fmt.Errorf("renew lease %s/%s: %w: lapsed before it was renewed", l.cfg.Bucket, l.cfg.Key, ErrLeaseLost)
+	}
+	sent := time.Now()
+	value, err := l.value(l.acquired, sent.UTC())
 	if err != nil {
 		return 0, err
 	}
 	rev, err := updateWithTTL(ctx, l.js, l.cfg.Bucket, l.cfg.Key, value, l.cfg.TTL, l.rev)
 	if IsRevisionMismatch(err) {
 		l.rev = 0
+		l.lapsed.Store(true)
 		return 0, fmt.Errorf("renew lease %s/%s: %w", l.cfg.Bucket, l.cfg.Key, ErrLeaseLost)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("renew lease %s/%s: %w", l.cfg.Bucket, l.cfg.Key, err)
 	}
 	l.rev = rev
+	l.confirm(sent, false)
 	return l.rev, nil
 }
 
@@ -177,6 +233,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	if l.rev == 0 {
 		return fmt.Errorf("release lease %s/%s: %w: not held", l.cfg.Bucket, l.cfg.Key, ErrLeaseLost)
 	}
+	l.lapsed.Store(true)
 	err := l.kv.Delete(ctx, l.cfg.Key, jetstream.LastRevision(l.rev))
 	l.rev = 0
 	if IsRevisionMismatch(err) {
@@ -198,7 +255,6 @@ func (l *Lease) Hold(ctx context.Context) (guarded context.Context, release func
 	if _, err := l.Acquire(ctx); err != nil {
 		return nil, nil, err
 	}
-	l.setValidUntil(sent.Add(l.cfg.TTL - l.cfg.RenewEvery/2))
 	guarded, cancel := context.WithCancelCause(ctx)
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -211,7 +267,6 @@ func (l *Lease) Hold(ctx context.Context) (guarded context.Context, release func
 		once.Do(func() {
 			close(stop)
 			<-done
-			l.setValidUntil(time.Time{})
 			cancel(context.Canceled)
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer rcancel()
@@ -226,9 +281,9 @@ func (l *Lease) Hold(ctx context.Context) (guarded context.Context, release func
 // the renewals cancels the guarded context half a renewal period before
 // that, even while a renewal is blocked on an unreachable server.
 func (l *Lease) keep(ctx context.Context, cancel context.CancelCauseFunc, stop <-chan struct{}, sent time.Time) {
-	margin := l.cfg.RenewEvery / 2
+	margin := l.margin()
 	lost := func() {
-		l.setValidUntil(time.Time{})
+		l.lapsed.Store(true)
 		cancel(fmt.Errorf("%w: no renewal of %s/%s within its TTL", ErrLeaseLost, l.cfg.Bucket, l.cfg.Key))
 	}
 	expire := time.AfterFunc(time.Until(sent.Add(l.cfg.TTL-margin)), lost)
@@ -250,11 +305,9 @@ func (l *Lease) keep(ctx context.Context, cancel context.CancelCauseFunc, stop <
 		rcancel()
 		switch {
 		case errors.Is(err, ErrLeaseLost):
-			l.setValidUntil(time.Time{})
 			cancel(err)
 			return
 		case err == nil && ctx.Err() == nil:
-			l.setValidUntil(validUntil)
 			expire.Reset(time.Until(validUntil))
 		}
 	}

@@ -154,3 +154,34 @@ func TestLeaseHoldStopsBeforeTTLWhenCutOff(t *testing.T) {
 		t.Fatal("holder kept guarding after losing the bucket")
 	}
 }
+
+// Issue 12.6: Held is a synchronous check on the local clock. It turns
+// false once TTL minus the margin has passed since the last confirmed
+// write, before the server expires the key, and stays false: a renewal
+// attempted after the lapse is refused (ErrLeaseLost) rather than reviving
+// the hold, as a holder frozen past its lease would attempt when it wakes.
+func TestLeaseHeldLapsesAndStaysLapsed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	l, err := kv.NewLease(ctx, b.js, &kv.LeaseConfig{Bucket: "AX_LOCKS", Key: "lock.held", Holder: "a", TTL: time.Second, RenewEvery: 400 * time.Millisecond})
+	require.NoError(t, err)
+	require.False(t, l.Held(), "not held before an acquire")
+	_, err = l.Acquire(ctx)
+	require.NoError(t, err)
+	require.True(t, l.Held())
+	renewed := time.Now()
+	_, err = l.Renew(ctx)
+	require.NoError(t, err)
+	require.True(t, l.Held())
+	require.Eventually(t, func() bool { return !l.Held() }, 5*time.Second, time.Millisecond)
+	require.Less(t, time.Since(renewed), time.Second, "lapsed before the TTL of its last renewal ran out")
+	_, err = l.Renew(ctx)
+	require.ErrorIs(t, err, kv.ErrLeaseLost)
+	require.False(t, l.Held(), "sticky: no renewal revives a lapsed hold")
+	// The key is still ours on the server until its TTL: release deletes it.
+	require.NoError(t, l.Release(ctx))
+	_, err = l.Acquire(ctx)
+	require.NoError(t, err)
+	require.True(t, l.Held(), "a new acquire starts a new hold")
+}

@@ -22,11 +22,19 @@ const (
 
 // transitions is the one table of legal moves. Nothing else in ax decides
 // which state may follow which.
+//
+// The leader's reconciler needs four moves for a task whose message was
+// lost: PENDING -> DEAD and READY -> DEAD when no payload is left anywhere
+// (nothing could ever run it; DEAD shows it to an operator with the reason
+// "message lost"), RETRYING -> READY when it re-publishes a lost retry's
+// payload (the copy waits in its bucket like any READY task), and
+// READY -> PENDING when the payload still waits in AX_DELAYED for a future
+// run time (the mover releases only PENDING tasks).
 var transitions = map[State][]State{
-	StatePending:   {StateReady, StateCancelled, StatePaused, StatePending},
-	StateReady:     {StateRunning, StateCancelled, StatePaused, StateReady},
+	StatePending:   {StateReady, StateCancelled, StatePaused, StatePending, StateDead},
+	StateReady:     {StateRunning, StateCancelled, StatePaused, StateReady, StateDead, StatePending},
 	StateRunning:   {StateSucceeded, StateRetrying, StateDead, StateCancelled, StateReady},
-	StateRetrying:  {StateRunning, StateDead, StateCancelled, StatePaused},
+	StateRetrying:  {StateRunning, StateDead, StateCancelled, StatePaused, StateReady},
 	StateSucceeded: {},
 	StateDead:      {StateReady},
 	StateCancelled: {},

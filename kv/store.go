@@ -24,6 +24,8 @@ type StoreConfig struct {
 	// Retention of SUCCEEDED and CANCELLED records, at least 1s; they expire
 	// through a per-message TTL. Default 24h; -1 keeps them forever. DEAD
 	// records are kept until replayed or deleted, like their dead letters.
+	// It must be at least the de-duplication window of the priority streams
+	// (default 2m): [NewStore] refuses a shorter one ([CheckRetention]).
 	Retention time.Duration
 	// TrailStream also publishes every move to AX_TRAIL (ax.trail.<id>),
 	// without waiting for the ack. Default false: the record's own trail is
@@ -62,6 +64,9 @@ type Store struct {
 func NewStore(ctx context.Context, js jetstream.JetStream, cfg *StoreConfig) (*Store, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := CheckRetention(ctx, js, cfg.Names, cfg.Retention); err != nil {
 		return nil, err
 	}
 	bucket := cfg.Names.TasksBucket()

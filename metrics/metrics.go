@@ -3,7 +3,7 @@
 // times, retries, bucket depth and in-flight gauges read from JetStream at
 // scrape time, the dead-letter count, and the leader and pressure gauges
 // that the scheduler's leader loops set through [Metrics.SetLeader] and
-// [Metrics.SetPressure].
+// [Metrics.SetPressure], and the reconciler's repairs ([Metrics.Repaired]).
 package metrics
 
 import (
@@ -43,6 +43,7 @@ type Metrics struct {
 	runTime  *prometheus.HistogramVec
 	leader   prometheus.Gauge
 	pressure prometheus.Gauge
+	repairs  *prometheus.CounterVec
 }
 
 // New returns the metrics of one ax process.
@@ -69,8 +70,11 @@ func New(cfg *Config) *Metrics {
 			Help: "1 while this process holds the scheduler leader lease, else 0."}),
 		pressure: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_pressure_level",
 			Help: "Backpressure level published by the leader: 0 none, 1 alert (60%), 2 refuse non-core (80%), 3 stop P3-P4 (95%)."}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_reconciler_repairs_total",
+			Help: "Lost tasks the leader's reconciler repaired, by the state they were found in and the action (republished, rescheduled, dead)."},
+			[]string{"state", "action"}),
 	}
-	m.reg.MustRegister(m.tasks, m.retries, m.runTime, m.leader, m.pressure,
+	m.reg.MustRegister(m.tasks, m.retries, m.runTime, m.leader, m.pressure, m.repairs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if cfg.JetStream != nil {
 		timeout := cfg.ScrapeTimeout
@@ -107,6 +111,10 @@ func (m *Metrics) SetLeader(leader bool) {
 
 // SetPressure is the hook of the backpressure loop (0..3).
 func (m *Metrics) SetPressure(level int) { m.pressure.Set(float64(level)) }
+
+// Repaired is the hook of the leader's reconciler: one lost task found in
+// state and acted on ("republished", "rescheduled" or "dead").
+func (m *Metrics) Repaired(state, action string) { m.repairs.WithLabelValues(state, action).Inc() }
 
 // Handler serves the registry in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {

@@ -38,6 +38,9 @@ func TestServeMetrics(t *testing.T) {
 	m.TaskFinished("email", "acme", 3, "retry", 2*time.Second)
 	m.SetLeader(true)
 	m.SetPressure(2)
+	m.Repaired("READY", "dead")
+	m.Repaired("READY", "dead")
+	m.Repaired("RETRYING", "republished")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan net.Addr, 1)
@@ -61,6 +64,8 @@ func TestServeMetrics(t *testing.T) {
 		"ax_leader 1",
 		"ax_pressure_level 2",
 		"ax_jetstream_up 1",
+		`ax_reconciler_repairs_total{action="dead",state="READY"} 2`,
+		`ax_reconciler_repairs_total{action="republished",state="RETRYING"} 1`,
 	} {
 		require.True(t, strings.Contains(text, want+"\n"), "missing %q in:\n%s", want, text)
 	}

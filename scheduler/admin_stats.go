@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // DefaultStatsWindow is the window of stats when the request names none.
@@ -98,7 +101,31 @@ func (a *Admin) stats(ctx context.Context, data []byte) (any, error) {
 		return nil, fmt.Errorf("dead-letter stream info: %w", err)
 	}
 	reply.DLQ = info.State.Msgs
+	if reply.Reconciler, err = a.reconcilerReport(ctx); err != nil {
+		return nil, err
+	}
 	return reply, nil
+}
+
+// reconcilerReport reads the leader reconciler's report from AX_CONTROL,
+// or nil when no leader wrote one yet.
+func (a *Admin) reconcilerReport(ctx context.Context) (*ReconcilerReport, error) {
+	control, err := a.js.KeyValue(ctx, a.cfg.Names.ControlBucket())
+	if err != nil {
+		return nil, fmt.Errorf("bind control bucket: %w", err)
+	}
+	entry, err := control.Get(ctx, ReconcilerKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read reconciler report: %w", err)
+	}
+	var r ReconcilerReport
+	if err := json.Unmarshal(entry.Value(), &r); err != nil {
+		return nil, fmt.Errorf("decode reconciler report: %w", err)
+	}
+	return &r, nil
 }
 
 // typeTally accumulates the finished tasks of one type.

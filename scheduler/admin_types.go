@@ -159,6 +159,9 @@ type StatsReply struct {
 	// sorted by type: timeouts are set per type, so this is where to read
 	// the recommended one.
 	Types []TypeStats `json:"types"`
+	// Reconciler is the leader reconciler's last report: lost tasks found
+	// and repaired. Nil until a leader ran it.
+	Reconciler *ReconcilerReport `json:"reconciler,omitempty"`
 }
 
 // TypeStats describes the tasks of one type that finished in the window.

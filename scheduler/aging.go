@@ -124,6 +124,9 @@ func (a *aging) lift(ctx context.Context, stream jetstream.Stream, prio int, raw
 	gen := rec.Gen + 1
 	msg := streams.TaskCopy(names.CopySubject(prio-1, rec.Tenant, rec.Type, rec.Key), raw.Data, raw.Header, rec.ID, gen, nuid.Next())
 	msg.Header.Set(streams.HeaderWaitingSince, since.UTC().Format(time.RFC3339Nano))
+	if !a.l.held() {
+		return false, errNotLeading
+	}
 	ack, err := a.l.js.PublishMsg(ctx, msg)
 	if err != nil {
 		return false, fmt.Errorf("age task %s: publish to P%d: %w", rec.ID, prio-1, err)

@@ -74,9 +74,22 @@ type LeaderConfig struct {
 	// AckWait of the shard consumers: a RUNNING record not updated for
 	// longer than this may be stuck. Default 30s.
 	AckWait time.Duration
-	// SweepInterval is how often stuck RUNNING records are looked for.
-	// Default AckWait.
+	// SweepInterval is how often the reconciler checks the records due for
+	// a check (at most ReconcileBatch of them). Default 1s.
 	SweepInterval time.Duration
+	// ReconcileGrace is how long a record must keep its revision before the
+	// reconciler judges it lost; at least the op timeout of every writer
+	// (10s). Default 15s. A RUNNING record is judged after the longer of
+	// this and AckWait.
+	ReconcileGrace time.Duration
+	// ReconcileBatch bounds the records checked in one pass. Default 1,000.
+	ReconcileBatch int
+	// ReconcileRecheck bounds the wait between two checks of a record found
+	// healthy (the wait doubles from the grace). Default 10m.
+	ReconcileRecheck time.Duration
+	// OnRepair, when set, is called with every task the reconciler
+	// repaired: the hook of the repairs counter. It must not block.
+	OnRepair func(Repair)
 	// MoverWorkers release due tasks concurrently. Default 32.
 	MoverWorkers int
 	// PausedRecheck is how often the mover looks again at a fired schedule
@@ -101,7 +114,10 @@ func (c *LeaderConfig) withDefaults() *LeaderConfig {
 	out.Pressure = out.Pressure.withDefaults()
 	out.PressureInterval = cmp.Or(out.PressureInterval, DefaultPressureInterval)
 	out.AckWait = cmp.Or(out.AckWait, streams.DefaultAckWait)
-	out.SweepInterval = cmp.Or(out.SweepInterval, out.AckWait)
+	out.SweepInterval = cmp.Or(out.SweepInterval, DefaultReconcileInterval)
+	out.ReconcileGrace = cmp.Or(out.ReconcileGrace, DefaultReconcileGrace)
+	out.ReconcileBatch = cmp.Or(out.ReconcileBatch, DefaultReconcileBatch)
+	out.ReconcileRecheck = cmp.Or(out.ReconcileRecheck, DefaultReconcileRecheck)
 	out.MoverWorkers = cmp.Or(out.MoverWorkers, DefaultMoverWorkers)
 	out.PausedRecheck = cmp.Or(out.PausedRecheck, 2*time.Second)
 	if out.Logger == nil {
@@ -119,6 +135,10 @@ func (c *LeaderConfig) validate() error {
 	if c.PressureInterval < 10*time.Millisecond || c.SweepInterval < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("PressureInterval %s and SweepInterval %s must be at least 10ms", c.PressureInterval, c.SweepInterval))
 	}
+	if c.ReconcileGrace < 10*time.Millisecond || c.ReconcileRecheck < c.ReconcileGrace || c.ReconcileBatch < 1 {
+		errs = append(errs, fmt.Errorf("ReconcileGrace %s must be at least 10ms, ReconcileRecheck %s at least the grace, ReconcileBatch %d positive",
+			c.ReconcileGrace, c.ReconcileRecheck, c.ReconcileBatch))
+	}
 	if c.MoverWorkers < 1 || c.AgingBatch < 1 {
 		errs = append(errs, fmt.Errorf("MoverWorkers %d and AgingBatch %d must be positive", c.MoverWorkers, c.AgingBatch))
 	}
@@ -131,7 +151,7 @@ func (c *LeaderConfig) validate() error {
 
 // Leader runs ax's control loops in the one process that holds the leader
 // lease: the mover that releases due delayed tasks, cron, aging,
-// backpressure and the stuck-task sweeper. Run it in every scheduler
+// backpressure and the reconciler of lost tasks. Run it in every scheduler
 // process; one leads, the others wait to take over.
 //
 // Safety: the loops run only under the lease (see [Elector]), and every
@@ -179,6 +199,14 @@ func (l *Leader) Leading() bool { return l.elector.Leading() }
 // Elector returns the leader's elector.
 func (l *Leader) Elector() *Elector { return l.elector }
 
+// held is the check every control loop makes right before a write: see
+// [Elector.Held].
+func (l *Leader) held() bool { return l.elector.Held() }
+
+// errNotLeading is returned by a loop step that stopped before a write
+// because the lease was no longer held.
+var errNotLeading = fmt.Errorf("%w: this process no longer leads; the write was not made", kv.ErrLeaseLost)
+
 // Run campaigns for leadership and runs the control loops while leading,
 // until ctx ends.
 func (l *Leader) Run(ctx context.Context) error {
@@ -196,7 +224,7 @@ func (l *Leader) lead(ctx context.Context) {
 		{"mover", newMover(l).run},
 		{"cron", newCronLoop(l).run},
 		{"pressure", newPressureLoop(l).run},
-		{"sweeper", newSweeper(l).run},
+		{"reconciler", newReconciler(l).run},
 	}
 	if l.cfg.AgingThreshold > 0 {
 		loops = append(loops, struct {

@@ -110,20 +110,27 @@ func (c *cronLoop) wait(now time.Time) time.Duration {
 	return max(wait, 0)
 }
 
+// skipTo moves the job's next time to the first one after now, skipping
+// the missed ones. Specs are in UTC (see [CronJob]): the robfig schedule
+// reads its argument's location, so now is taken in UTC, never local time.
+func (s *cronState) skipTo(now time.Time) { s.next = s.sched.Next(now.UTC()) }
+
 // fireDue submits every job's times that are due, oldest first.
 func (c *cronLoop) fireDue(ctx context.Context) {
-	now := time.Now()
+	now := time.Now().UTC()
 	for name, s := range c.jobs {
 		if s.retry.After(now) {
 			continue
 		}
 		for n := 0; !s.next.After(now) && ctx.Err() == nil; n++ {
 			if n == maxCatchUp {
-				c.log.Warn("cron_catch_up_capped", zap.String("cron", name), zap.Time("skipped_to", now))
-				s.next = s.sched.Next(now)
+				s.skipTo(now)
+				c.log.Warn("cron_catch_up_capped", zap.String("cron", name), zap.Time("skipped_to", s.next))
 				break
 			}
-			if err := c.fire(ctx, s, s.next); err != nil {
+			if err := c.fire(ctx, s, s.next); errors.Is(err, errNotLeading) {
+				return
+			} else if err != nil {
 				c.log.Warn("cron_fire_failed", zap.String("cron", name), zap.Time("at", s.next), zap.Error(err))
 				s.retry = now.Add(time.Second)
 				break
@@ -133,15 +140,18 @@ func (c *cronLoop) fireDue(ctx context.Context) {
 	}
 }
 
-// fireTimeout bounds one fire. A fire that started finishes even when the
-// leader steps down meanwhile, so that the task, its record and the job's
-// last run agree; finishing is safe because the task id dedupes a re-fire.
+// fireTimeout bounds one fire.
 const fireTimeout = 5 * time.Second
 
 // fire submits the task of one scheduled time, unless it exists, and
-// records the time as the job's last.
+// records the time as the job's last. Each write is made only while the
+// lease is held ([Elector.Held]): a leader that stepped down or was frozen
+// past its lease stops before it, and a fire cut short between the two
+// writes is finished by the next leader, whose re-fire of the same time
+// finds the task (its id derives from the job and the time) and only
+// records the time.
 func (c *cronLoop) fire(ctx context.Context, s *cronState, at time.Time) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fireTimeout)
+	ctx, cancel := context.WithTimeout(ctx, fireTimeout)
 	defer cancel()
 	id := CronTaskID(s.job.Name, at)
 	if _, _, err := c.l.store.Get(ctx, id); errors.Is(err, kv.ErrNotFound) {
@@ -152,6 +162,9 @@ func (c *cronLoop) fire(ctx context.Context, s *cronState, at time.Time) error {
 		}
 		task.Headers["Ax-Cron"] = s.job.Name
 		task.Headers["Ax-Cron-Time"] = at.UTC().Format(time.RFC3339Nano)
+		if !c.l.held() {
+			return errNotLeading
+		}
 		if _, err := c.l.client.Submit(ctx, task); err != nil {
 			return err
 		}
@@ -164,6 +177,9 @@ func (c *cronLoop) fire(ctx context.Context, s *cronState, at time.Time) error {
 	data, err := json.Marshal(&job)
 	if err != nil {
 		return err
+	}
+	if !c.l.held() {
+		return errNotLeading
 	}
 	rev, err := c.bucket.Update(ctx, cronKeyPrefix+job.Name, data, s.rev)
 	if err != nil {

@@ -91,6 +91,13 @@ func (e *Elector) ID() string { return e.cfg.ID }
 // Leading reports whether this contender leads now.
 func (e *Elector) Leading() bool { return e.leading.Load() }
 
+// Held reports, synchronously and without I/O, whether this contender leads
+// and its lease is still valid by the local clock ([kv.Lease.Held]). Every
+// leader write is made only after it answers true: a leader frozen past its
+// lease (SIGSTOP, a long pause) finds it false the moment it wakes, even
+// before its guarded context ends, and stays false until it wins again.
+func (e *Elector) Held() bool { return e.leading.Load() && e.lease.Held() }
+
 // Leader returns the current leader's id, or "" when nobody leads.
 func (e *Elector) Leader(ctx context.Context) (string, error) {
 	rec, err := e.lease.Current(ctx)
@@ -129,7 +136,7 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) error
 // runAsLeader runs lead for as long as the lease holds.
 func (e *Elector) runAsLeader(guarded context.Context, release func(), lead func(context.Context)) {
 	e.leading.Store(true)
-	e.log.Info("leader_elected", zap.Uint64("fencing_token", e.lease.Revision()))
+	e.log.Info("leader_elected", zap.Uint64("lease_revision", e.lease.Revision()))
 	lead(guarded)
 	e.leading.Store(false)
 	release()

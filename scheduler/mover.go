@@ -180,6 +180,9 @@ func (m *mover) release(ctx context.Context, d *dueTask) {
 	msg, gen := m.copyOf(d, rec)
 	sleep(ctx, time.Until(d.runAt)) // a change meanwhile fails the compare-and-set below
 	msg.Header.Set(streams.HeaderReleasedAt, time.Now().UTC().Format(time.RFC3339Nano))
+	if !m.l.held() {
+		return // no longer leading: the fired schedule stays for the next leader
+	}
 	ack, err := m.l.js.PublishMsg(ctx, msg)
 	if err != nil {
 		m.retry(d, err)

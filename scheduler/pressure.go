@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ax-mesh/ax/streams"
@@ -12,7 +13,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// pausedPriorities are the buckets whose dispatch stops at the pause level.
+// pausedPriorities are the buckets whose dispatch may stop at the pause level.
 var pausedPriorities = []int{3, 4}
 
 // pauseFor is how long one pause of the P3/P4 consumers lasts; the leader
@@ -22,18 +23,24 @@ const pauseFor = time.Minute
 // pressureLoop measures each bucket's depth (stored messages over capacity;
 // a WorkQueue keeps in-flight messages, so they count), publishes the
 // report in AX_CONTROL, alerts at the alert level and pauses P3/P4 dispatch
-// at the pause level until every bucket is below the resume level.
+// at the pause level until the depth is below the resume level.
+//
+// A bucket is paused only for a bucket of higher priority (P3 for P0..P2;
+// P4 for P0..P3), never for itself or a lower one: pausing the full bucket
+// would stop it from draining below the resume level, and it would stay
+// paused for good. So a full P3 pauses P4 only, and a full P4 pauses
+// nothing; every bucket keeps draining.
 type pressureLoop struct {
 	l           *Leader
 	log         *zap.Logger
 	control     jetstream.KeyValue
-	paused      bool
-	pausedUntil time.Time
-	alerted     map[string]Level // last level logged per bucket
+	paused      map[int]bool      // per paused priority
+	pausedUntil map[int]time.Time // per paused priority
+	alerted     map[string]Level  // last level logged per bucket
 }
 
 func newPressureLoop(l *Leader) *pressureLoop {
-	return &pressureLoop{l: l, log: l.log.Named("pressure"), alerted: map[string]Level{}}
+	return &pressureLoop{l: l, log: l.log.Named("pressure"), paused: map[int]bool{}, pausedUntil: map[int]time.Time{}, alerted: map[string]Level{}}
 }
 
 func (p *pressureLoop) run(ctx context.Context) error {
@@ -46,7 +53,14 @@ func (p *pressureLoop) run(ctx context.Context) error {
 	if entry, err := control.Get(ctx, PressureKey); err == nil {
 		var prev Pressure
 		if json.Unmarshal(entry.Value(), &prev) == nil {
-			p.paused = prev.Paused
+			for _, prio := range prev.PausedPriorities {
+				p.paused[prio] = true
+			}
+			if prev.Paused && len(prev.PausedPriorities) == 0 { // a report of an older leader
+				for _, prio := range pausedPriorities {
+					p.paused[prio] = true
+				}
+			}
 		}
 	}
 	tick := time.NewTicker(p.l.cfg.PressureInterval)
@@ -68,7 +82,7 @@ func (p *pressureLoop) measure(ctx context.Context) error {
 	cfg := p.l.cfg
 	th := cfg.Pressure
 	report := Pressure{Thresholds: th, Leader: p.l.ID(), ValidFor: max(10*cfg.PressureInterval, 5*time.Second)}
-	highest := 0.0
+	depths := make([]float64, streams.Priorities)
 	for prio := range streams.Priorities {
 		name := cfg.Names.PriorityStream(prio)
 		stream, err := p.l.js.Stream(ctx, name)
@@ -81,27 +95,51 @@ func (p *pressureLoop) measure(ctx context.Context) error {
 			b.Depth = float64(b.Msgs) / float64(b.Capacity)
 		}
 		b.Level = th.Level(b.Depth)
-		highest = max(highest, b.Depth)
+		depths[prio] = b.Depth
 		report.Buckets = append(report.Buckets, b)
 	}
+	delayed, err := p.l.js.Stream(ctx, cfg.Names.DelayedStream())
+	if err != nil {
+		return fmt.Errorf("pressure: %s: %w", cfg.Names.DelayedStream(), err)
+	}
+	report.Delayed = delayed.CachedInfo().State.Msgs
 	var errs []error
-	switch {
-	case !p.paused && highest >= th.Pause:
-		p.paused = true
-		p.log.Warn("dispatch_paused", zap.Float64("depth", highest), zap.Ints("priorities", pausedPriorities))
-	case p.paused && highest < th.Resume:
-		p.paused = false
-		errs = append(errs, p.resume(ctx))
-		p.log.Info("dispatch_resumed", zap.Float64("depth", highest))
+	for _, prio := range pausedPriorities {
+		// The fullest bucket of higher priority decides: never prio itself.
+		above := slices.Max(depths[:prio])
+		switch {
+		case !p.paused[prio] && above >= th.Pause:
+			if !p.l.held() {
+				return errNotLeading
+			}
+			p.paused[prio] = true
+			p.log.Warn("dispatch_paused", zap.Float64("depth", above), zap.Int("priority", prio))
+		case p.paused[prio] && above < th.Resume:
+			if !p.l.held() {
+				return errNotLeading
+			}
+			p.paused[prio] = false
+			errs = append(errs, p.resume(ctx, prio))
+			p.log.Info("dispatch_resumed", zap.Float64("depth", above), zap.Int("priority", prio))
+		}
+		if p.paused[prio] && time.Until(p.pausedUntil[prio]) < pauseFor/2 {
+			if !p.l.held() {
+				return errNotLeading
+			}
+			errs = append(errs, p.pause(ctx, prio))
+		}
+		if p.paused[prio] {
+			report.PausedPriorities = append(report.PausedPriorities, prio)
+		}
 	}
-	if p.paused && time.Until(p.pausedUntil) < pauseFor/2 {
-		errs = append(errs, p.pause(ctx))
-	}
-	report.Paused = p.paused
+	report.Paused = len(report.PausedPriorities) > 0
 	report.UpdatedAt = time.Now().UTC()
 	data, err := json.Marshal(&report)
 	if err != nil {
 		return err
+	}
+	if !p.l.held() {
+		return errNotLeading
 	}
 	if _, err := p.control.Put(ctx, PressureKey, data); err != nil {
 		errs = append(errs, fmt.Errorf("pressure: publish report: %w", err))
@@ -153,38 +191,36 @@ func (p *pressureLoop) alert(report Pressure, data []byte) {
 	}
 }
 
-// pause pauses the P3 and P4 shard consumers for pauseFor.
-func (p *pressureLoop) pause(ctx context.Context) error {
+// pause pauses the shard consumers of bucket prio for pauseFor.
+func (p *pressureLoop) pause(ctx context.Context, prio int) error {
 	until := time.Now().Add(pauseFor)
 	var errs []error
-	p.eachConsumer(func(stream, consumer string) {
+	p.eachConsumer(prio, func(stream, consumer string) {
 		if _, err := p.l.js.PauseConsumer(ctx, stream, consumer, until); err != nil {
 			errs = append(errs, fmt.Errorf("pause %s/%s: %w", stream, consumer, err))
 		}
 	})
 	if len(errs) == 0 {
-		p.pausedUntil = until
+		p.pausedUntil[prio] = until
 	}
 	return errors.Join(errs...)
 }
 
-// resume resumes the P3 and P4 shard consumers.
-func (p *pressureLoop) resume(ctx context.Context) error {
+// resume resumes the shard consumers of bucket prio.
+func (p *pressureLoop) resume(ctx context.Context, prio int) error {
 	var errs []error
-	p.eachConsumer(func(stream, consumer string) {
+	p.eachConsumer(prio, func(stream, consumer string) {
 		if _, err := p.l.js.ResumeConsumer(ctx, stream, consumer); err != nil {
 			errs = append(errs, fmt.Errorf("resume %s/%s: %w", stream, consumer, err))
 		}
 	})
-	p.pausedUntil = time.Time{}
+	delete(p.pausedUntil, prio)
 	return errors.Join(errs...)
 }
 
-func (p *pressureLoop) eachConsumer(fn func(stream, consumer string)) {
+func (p *pressureLoop) eachConsumer(prio int, fn func(stream, consumer string)) {
 	names := p.l.cfg.Names
-	for _, prio := range pausedPriorities {
-		for shard := range streams.Shards {
-			fn(names.PriorityStream(prio), names.ConsumerName(prio, shard))
-		}
+	for shard := range streams.Shards {
+		fn(names.PriorityStream(prio), names.ConsumerName(prio, shard))
 	}
 }

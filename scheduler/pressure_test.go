@@ -3,6 +3,8 @@ package scheduler_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -108,4 +110,71 @@ func TestBackpressureThresholds(t *testing.T) {
 	require.Eventually(t, func() bool { return level() == scheduler.LevelOK }, 10*time.Second, 5*time.Millisecond)
 	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2})
 	require.NoError(t, err)
+}
+
+// Issue 11.9: when P3 is itself the full bucket, pausing P3 would keep it
+// from draining below the resume level for good. A full P3 pauses P4 only;
+// a full P4 pauses nothing; each drains and the pause lifts.
+func TestBackpressurePauseLetsTheFullBucketDrain(t *testing.T) {
+	t.Parallel()
+	lb := setupLoops(t, 1, &streams.Config{Capacity: 20}, scheduler.LeaderConfig{PressureInterval: 20 * time.Millisecond})
+	js, client, ctx := lb.js, lb.client, context.Background()
+	consumerPaused := func(stream, name string) bool {
+		cons, err := js.Consumer(ctx, stream, name)
+		require.NoError(t, err)
+		return cons.CachedInfo().Paused
+	}
+	fill := func(prio, n int) {
+		for range n {
+			_, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: prio, Core: true})
+			require.NoError(t, err)
+		}
+	}
+	fill(3, 19) // P3 at 95%
+	require.Eventually(t, func() bool { return consumerPaused("AX_P4", "p4-s00") }, 10*time.Second, 10*time.Millisecond,
+		"a full P3 pauses the bucket below it")
+	for shard := range streams.Shards {
+		require.False(t, consumerPaused("AX_P3", fmt.Sprintf("p3-s%02d", shard)), "the full bucket keeps draining")
+	}
+	require.Eventually(t, func() bool {
+		p := client.Pressure()
+		return p != nil && p.Paused && slices.Equal(p.PausedPriorities, []int{4})
+	}, 10*time.Second, 10*time.Millisecond, "the report names the paused bucket")
+
+	// P3 drains below 40%: P4 resumes. Then P4 fills: nothing pauses.
+	stream, err := js.Stream(ctx, "AX_P3")
+	require.NoError(t, err)
+	require.NoError(t, stream.Purge(ctx))
+	require.Eventually(t, func() bool { return !consumerPaused("AX_P4", "p4-s00") }, 10*time.Second, 10*time.Millisecond)
+	fill(4, 19)
+	require.Eventually(t, func() bool {
+		p := client.Pressure()
+		return p != nil && p.Buckets[4].Level == scheduler.LevelPause
+	}, 10*time.Second, 10*time.Millisecond)
+	for _, name := range []string{"p4-s00", "p4-s31"} {
+		require.False(t, consumerPaused("AX_P4", name), "a full P4 is never paused for itself")
+	}
+	require.False(t, consumerPaused("AX_P3", "p3-s00"))
+}
+
+// Issue 11.12: delayed tasks entered no bucket until released, so any
+// number was accepted and then released into a full bucket. The delayed
+// tasks in AX_DELAYED now count toward a delayed submit's bucket: at 80 %
+// of capacity, non-core delayed tasks are refused; core ones still enter.
+func TestBackpressureCountsDelayedTasks(t *testing.T) {
+	t.Parallel()
+	lb := setupLoops(t, 1, &streams.Config{Capacity: 20}, scheduler.LeaderConfig{PressureInterval: 20 * time.Millisecond})
+	client, ctx := lb.client, context.Background()
+	for range 16 { // 16 of 20 = 80 %
+		_, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2, Delay: time.Hour})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { p := client.Pressure(); return p != nil && p.Delayed == 16 }, 10*time.Second, 10*time.Millisecond)
+	_, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2, Delay: time.Hour})
+	require.ErrorIs(t, err, scheduler.ErrOverloaded)
+	require.Contains(t, err.Error(), "16 delayed tasks wait")
+	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2, Delay: time.Hour, Core: true})
+	require.NoError(t, err, "core tasks still enter")
+	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2})
+	require.NoError(t, err, "an immediate task enters: the bucket itself is empty")
 }

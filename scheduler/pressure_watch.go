@@ -71,8 +71,15 @@ type BucketPressure struct {
 // under [PressureKey] and clients watch.
 type Pressure struct {
 	Buckets []BucketPressure `json:"buckets"`
-	// Paused is true while P3 and P4 dispatch is paused.
-	Paused     bool               `json:"paused"`
+	// Paused is true while the dispatch of any bucket is paused;
+	// PausedPriorities names them (3, 4 or both): a bucket is paused only
+	// while a bucket of higher priority is full, never for its own depth.
+	Paused           bool  `json:"paused"`
+	PausedPriorities []int `json:"paused_priorities,omitempty"`
+	// Delayed is the messages in AX_DELAYED (schedules and fired ones):
+	// delayed tasks not yet in a bucket. A delayed submit counts them
+	// toward its bucket's capacity (see [Client.Submit]).
+	Delayed    uint64             `json:"delayed"`
 	Thresholds PressureThresholds `json:"thresholds"`
 	Leader     string             `json:"leader"`
 	UpdatedAt  time.Time          `json:"updated_at"`
@@ -132,16 +139,29 @@ func (c *Client) setPressure(data []byte) {
 // Pressure returns the last backpressure report the client saw, or nil.
 func (c *Client) Pressure() *Pressure { return c.pressure.Load() }
 
-// admit refuses a non-core task whose bucket is at the refuse level.
+// admit refuses a non-core task whose bucket is at the refuse level. A
+// delayed task enters its bucket only when released, so the delayed tasks
+// waiting in AX_DELAYED (of every priority: their schedules do not name
+// one) count toward its bucket's capacity: otherwise any number of them
+// would be accepted and then released into a full bucket.
 func (c *Client) admit(t Task, now time.Time) error {
 	p := c.pressure.Load()
 	if t.Core || p == nil || now.After(p.UpdatedAt.Add(p.ValidFor)) {
 		return nil
 	}
 	for _, b := range p.Buckets {
-		if b.Priority == t.Priority && b.Level >= LevelRefuse {
+		if b.Priority != t.Priority {
+			continue
+		}
+		if b.Level >= LevelRefuse {
 			return fmt.Errorf("submit task %s: %w: bucket %s is %.0f%% full (%d of %d), at or above %.0f%%: only core tasks are accepted",
 				t.ID, ErrOverloaded, b.Stream, 100*b.Depth, b.Msgs, b.Capacity, 100*p.Thresholds.Refuse)
+		}
+		if !t.RunAt.IsZero() && b.Capacity > 0 {
+			if depth := float64(b.Msgs+p.Delayed) / float64(b.Capacity); depth >= p.Thresholds.Refuse {
+				return fmt.Errorf("submit delayed task %s: %w: bucket %s holds %d and %d delayed tasks wait to be released: %.0f%% of its capacity %d, at or above %.0f%%: only core tasks are accepted",
+					t.ID, ErrOverloaded, b.Stream, b.Msgs, p.Delayed, 100*depth, b.Capacity, 100*p.Thresholds.Refuse)
+			}
 		}
 	}
 	return nil

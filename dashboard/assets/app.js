@@ -122,6 +122,20 @@ function chart(title, times, series, fmt) {
   return h("div", { class: "chart" }, h("h3", {}, title), svg, legend);
 }
 
+// lostCount is the reconciler's total of lost tasks found (re-published and
+// buried), or "–" before a leader reported.
+function lostCount(r) {
+  if (!r) return "–";
+  const sum = (m) => Object.values(m || {}).reduce((a, b) => a + b, 0);
+  return sum(r.republished) + sum(r.dead);
+}
+
+function lostTitle(r) {
+  if (!r) return "no reconciler report yet";
+  const list = (m) => Object.entries(m || {}).map(([k, v]) => `${k} ${v}`).join(", ") || "0";
+  return `re-published: ${list(r.republished)}; buried DEAD "message lost": ${list(r.dead)}; ${r.tracked} records tracked`;
+}
+
 function renderOverview() {
   const ov = state.overview;
   if (!ov) return;
@@ -132,6 +146,7 @@ function renderOverview() {
     out.push(h("div", { class: "cards" },
       h("div", { class: "card" }, "Task records", h("b", { id: "records" }, s.records)),
       h("div", { class: "card" }, "Dead letters", h("b", {}, h("a", { href: "#/dlq" }, s.dlq))),
+      h("div", { class: "card", title: lostTitle(s.reconciler) }, "Lost tasks repaired", h("b", { id: "lost-repaired" }, lostCount(s.reconciler))),
       ...Object.entries(s.states || {}).sort().map(([k, v]) => h("div", { class: "card" }, badge(k), h("b", {}, v)))));
     const levels = Object.fromEntries((ov.levels || []).map((l) => [l.priority, l]));
     out.push(h("h2", {}, `Priority buckets `, h("small", { class: "muted" },

@@ -159,11 +159,36 @@ func statsCommand(e *env) *cobra.Command {
 			}
 			slices.Sort(states)
 			fmt.Fprintf(e.out, "window %s; %d records (%s); %d dead letters; TIMEOUT = 1.5 x p99\n", reply.Window, reply.Records, strings.Join(states, ", "), reply.DLQ)
+			printReconciler(e, reply.Reconciler)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&req.Window, "window", "", "window of finished tasks for rates and run times (default 5m)")
 	return cmd
+}
+
+// printReconciler prints the leader reconciler's counts of lost tasks.
+func printReconciler(e *env, r *scheduler.ReconcilerReport) {
+	if r == nil {
+		fmt.Fprintln(e.out, "reconciler: no report yet (no leader has run it)")
+		return
+	}
+	count := func(m map[kv.State]uint64) string {
+		var parts []string
+		for s, n := range m {
+			parts = append(parts, fmt.Sprintf("%s %d", s, n))
+		}
+		slices.Sort(parts)
+		if len(parts) == 0 {
+			return "0"
+		}
+		return strings.Join(parts, ", ")
+	}
+	fmt.Fprintf(e.out, "reconciler (leader %s, %s ago): lost tasks re-published %s; buried DEAD \"message lost\" %s; %d records tracked, %d checks, last pass %s\n",
+		r.Leader, time.Since(r.UpdatedAt).Round(time.Second), count(r.Republished), count(r.Dead), r.Tracked, r.Checked, r.LastPass)
+	for _, rep := range r.Recent {
+		fmt.Fprintf(e.out, "  %s %s %s (%s): %s\n", rep.At.Format(time.RFC3339), rep.TaskID, rep.Action, rep.State, rep.Reason)
+	}
 }
 
 func workersCommand(e *env) *cobra.Command {

@@ -37,7 +37,7 @@ func (f *leaderFlags) add(cmd *cobra.Command, withAckWait bool) {
 	fs.Float64Var(&f.refuse, "pressure-refuse", 0.80, "bucket depth at which Submit refuses non-core tasks")
 	fs.Float64Var(&f.pause, "pressure-pause", 0.95, "bucket depth at which P3/P4 dispatch pauses")
 	fs.Float64Var(&f.resume, "pressure-resume", 0.40, "depth below which paused dispatch resumes")
-	fs.DurationVar(&f.sweepEvery, "sweep-interval", 0, "how often stuck RUNNING tasks are looked for (default: the ack wait)")
+	fs.DurationVar(&f.sweepEvery, "sweep-interval", 0, "how often the reconciler checks the task records due for a check (default 1s)")
 	if withAckWait {
 		fs.DurationVar(&f.ackWait, "ack-wait", streams.DefaultAckWait, "ack wait of the shard consumers (as provisioned)")
 	}
@@ -98,8 +98,8 @@ Prometheus metrics.`,
 	root.AddCommand(cmd)
 }
 
-// observeLeader feeds the leader's pressure reports to m: the highest
-// bucket level (only the leader reports).
+// observeLeader feeds the leader's pressure reports to m (the highest
+// bucket level; only the leader reports) and counts its reconciler's repairs.
 func observeLeader(cfg *scheduler.LeaderConfig, m *metrics.Metrics) {
 	if m == nil {
 		return
@@ -111,6 +111,7 @@ func observeLeader(cfg *scheduler.LeaderConfig, m *metrics.Metrics) {
 		}
 		m.SetPressure(level)
 	}
+	cfg.OnRepair = func(r scheduler.Repair) { m.Repaired(string(r.State), r.Action) }
 }
 
 // reportLeading sets the leader gauge of m from l every second until ctx ends.
