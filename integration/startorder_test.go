@@ -19,7 +19,9 @@ func TestWorkerStartedFirstWaits(t *testing.T) {
 	t.Parallel()
 	url := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
 	w := startAx(t, "worker", "--server", url, "--id", "early", "--concurrency", "2")
-	require.Eventually(t, func() bool { return strings.Contains(w.output(), `"for": "nats"`) || strings.Contains(w.output(), `"for":"nats"`) },
+	require.Eventually(t, func() bool {
+		return strings.Contains(w.output(), `"for": "nats"`) || strings.Contains(w.output(), `"for":"nats"`)
+	},
 		20*time.Second, 50*time.Millisecond, "the worker says it waits for NATS:\n%s", w.output())
 	require.False(t, w.exited(), "the worker exited:\n%s", w.output())
 

@@ -3,8 +3,8 @@ package scheduler
 import (
 	"cmp"
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 
