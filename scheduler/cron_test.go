@@ -53,7 +53,10 @@ func TestCronAcrossLeaderChange(t *testing.T) {
 	jobs, err := client.ListCron(ctx)
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
-	require.Equal(t, times[len(times)-1], jobs[0].Last.Unix())
+	// A leader writes nothing once it no longer holds its lease, so a fire
+	// cut by the step-down leaves the job's last time one fire behind; the
+	// next leader re-fires it (its task id de-duplicates the submit).
+	require.Contains(t, times[max(0, len(times)-2):], jobs[0].Last.Unix())
 	require.True(t, jobs[0].Next.After(jobs[0].Last))
 	require.NoError(t, client.RemoveCron(ctx, "tick"))
 	require.ErrorIs(t, client.RemoveCron(ctx, "tick"), scheduler.ErrCronNotFound)
