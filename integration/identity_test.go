@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -470,4 +471,49 @@ func TestBatchCancelCoversUnseenTasks(t *testing.T) {
 		return true
 	}, 20*time.Second, 50*time.Millisecond, "the cancelled messages are dropped")
 	require.Equal(t, 1, b.total(), "only the other tenant's task ran")
+}
+
+// Issue 13.1: a producer that publishes tasks under the ids of a cron job's
+// future fires ("cron-<name>-<unix>") cannot replace them: the ids carry the
+// job's secret. At 54cd21a the real fire was de-duplicated onto the
+// producer's message, which ran as the cron task.
+func TestCronFiresCannotBePrePublished(t *testing.T) {
+	b := setupMesh(t)
+	ctx := context.Background()
+	real := payload(t, identityArgs{SleepMS: 1})
+	_, err := b.client.AddCron(ctx, scheduler.CronJob{Name: "c1", Spec: "@every 1s", Task: scheduler.Task{Type: "ident", Payload: real}})
+	require.NoError(t, err)
+	now := time.Now().Unix()
+	for sec := now; sec < now+6; sec++ {
+		id := fmt.Sprintf("cron-c1-%d", sec)
+		msg := nats.NewMsg("ax.submit.p2.default.ident." + id)
+		msg.Data = []byte(`{"sleep_ms":2}`)
+		msg.Header.Set(streams.HeaderMsgID, id)
+		_, err := b.js.PublishMsg(ctx, msg)
+		require.NoError(t, err)
+	}
+	b.startWorker(t)
+	var replaced []string
+	require.Eventually(t, func() bool {
+		b.log.mu.Lock()
+		defer b.log.mu.Unlock()
+		fires := 0
+		replaced = nil
+		for id, payloads := range b.log.payloads {
+			if strings.HasPrefix(id, "cron-c1-") && len(strings.Split(id, "-")) == 4 { // the job's own ids
+				fires++
+				if len(payloads) != 1 || payloads[0] != string(real) {
+					replaced = append(replaced, id)
+				}
+			}
+		}
+		return fires >= 3
+	}, 30*time.Second, 100*time.Millisecond)
+	require.Empty(t, replaced, "cron tasks that ran with the producer's payload")
+	_, err = b.client.AddCron(ctx, scheduler.CronJob{Name: "c1", Spec: "@every 1s", Task: scheduler.Task{Type: "ident", Payload: real}})
+	require.NoError(t, err)
+	jobs, err := b.client.ListCron(ctx)
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	require.Len(t, jobs[0].Secret, 16, "replacing a job keeps its secret")
 }

@@ -89,7 +89,8 @@ func TestLeaderDeath(t *testing.T) {
 	var fires []int64
 	var cronIDs []string
 	for k := range keys.Keys() {
-		if unix, ok := strings.CutPrefix(k, "cron-tick-"); ok {
+		if rest, ok := strings.CutPrefix(k, "cron-tick-"); ok { // cron-tick-<unix>-<secret>
+			unix, _, _ := strings.Cut(rest, "-")
 			v, err := strconv.ParseInt(unix, 10, 64)
 			require.NoError(t, err)
 			fires = append(fires, v)

@@ -35,7 +35,7 @@ func TestDelayedAndCronThroughTheCLI(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond)
 	last := jobs[0].Last
 	require.Eventually(t, func() bool {
-		out := ax(t, "task", "get", scheduler.CronTaskID("tick", last), "--server", dev.url, "--json")
+		out := ax(t, "task", "get", jobs[0].TaskID(last), "--server", dev.url, "--json")
 		return json.Unmarshal([]byte(out), &rec) == nil && rec.State == kv.StateSucceeded
 	}, 30*time.Second, 100*time.Millisecond)
 	require.Contains(t, ax(t, "cron", "ls", "--server", dev.url), "@every 1s")

@@ -153,7 +153,10 @@ const fireTimeout = 5 * time.Second
 func (c *cronLoop) fire(ctx context.Context, s *cronState, at time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, fireTimeout)
 	defer cancel()
-	id := CronTaskID(s.job.Name, at)
+	if s.job.Secret == "" { // a job added before secrets: its ids get one from now on
+		s.job.Secret = newCronSecret()
+	}
+	id := s.job.TaskID(at)
 	if _, _, err := c.l.store.Get(ctx, id); errors.Is(err, kv.ErrNotFound) {
 		task := s.job.Task
 		task.ID, task.Key, task.RunAt, task.Delay = id, "", time.Time{}, 0

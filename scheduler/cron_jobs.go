@@ -1,7 +1,10 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,7 +25,7 @@ const cronKeyPrefix = "cron."
 var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // CronJob is a periodic task: at every time its Spec names, the leader
-// submits Task with the id "cron-<name>-<unix seconds>", so each scheduled
+// submits Task with the id "cron-<name>-<unix seconds>-<secret>", so each scheduled
 // time yields exactly one task, across leader changes and restarts.
 type CronJob struct {
 	// Name of the job: letters, digits, '-' and '_'.
@@ -39,11 +42,25 @@ type CronJob struct {
 	Last time.Time `json:"last,omitzero"`
 	// Next is the next scheduled time.
 	Next time.Time `json:"next"`
+	// Secret makes the job's task ids unguessable ("cron-<name>-<unix
+	// seconds>-<secret>"): a producer cannot publish a task under the id of
+	// a future fire, which would de-duplicate the real one away. Random,
+	// written when the job is first added and kept when it is replaced.
+	Secret string `json:"secret"`
 }
 
-// CronTaskID returns the id of the task job name submits for the scheduled
-// time at.
-func CronTaskID(name string, at time.Time) string { return fmt.Sprintf("cron-%s-%d", name, at.Unix()) }
+// TaskID returns the id of the task the job submits for the scheduled time
+// at.
+func (j *CronJob) TaskID(at time.Time) string {
+	return fmt.Sprintf("cron-%s-%d-%s", j.Name, at.Unix(), j.Secret)
+}
+
+// newCronSecret returns 8 random bytes in hex.
+func newCronSecret() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b)
+}
 
 // schedule parses the job's spec.
 func (j *CronJob) schedule() (cron.Schedule, error) {
@@ -63,7 +80,7 @@ func (j *CronJob) validate(now time.Time) error {
 		return err
 	}
 	t := j.Task
-	t.ID, t.Key, t.RunAt, t.Delay = CronTaskID(j.Name, now), "", time.Time{}, 0
+	t.ID, t.Key, t.RunAt, t.Delay = j.TaskID(now), "", time.Time{}, 0
 	if _, err := t.normalize(now); err != nil {
 		return fmt.Errorf("cron job %s: %w", j.Name, err)
 	}
@@ -84,13 +101,14 @@ func (c *Client) AddCron(ctx context.Context, job CronJob) (CronJob, error) {
 	sched, _ := job.schedule()
 	key := cronKeyPrefix + job.Name
 	for {
-		job.CreatedAt, job.Last = now, time.Time{}
+		job.CreatedAt, job.Last, job.Secret = now, time.Time{}, newCronSecret()
 		entry, err := bucket.Get(ctx, key)
 		var rev uint64
 		if err == nil {
 			var prev CronJob
 			if json.Unmarshal(entry.Value(), &prev) == nil {
 				job.CreatedAt, job.Last = prev.CreatedAt, prev.Last
+				job.Secret = cmp.Or(prev.Secret, job.Secret)
 			}
 			rev = entry.Revision()
 		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {

@@ -39,7 +39,9 @@ func TestCronAcrossLeaderChange(t *testing.T) {
 		id := m.Header.Get(streams.HeaderMsgID)
 		require.False(t, seen[id], "task %s doubled", id)
 		seen[id] = true
-		sec, err := strconv.ParseInt(strings.TrimPrefix(id, "cron-tick-"), 10, 64)
+		unix, secret, _ := strings.Cut(strings.TrimPrefix(id, "cron-tick-"), "-")
+		require.Len(t, secret, 16, "a cron task id ends in the job's secret: %s", id)
+		sec, err := strconv.ParseInt(unix, 10, 64)
 		require.NoError(t, err, id)
 		times = append(times, sec)
 		require.Equal(t, "p", string(m.Data))
