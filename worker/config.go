@@ -164,7 +164,7 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("ID: %w", err))
 	}
 	if c.Concurrency < 1 {
-		errs = append(errs, fmt.Errorf("Concurrency %d must be positive", c.Concurrency))
+		errs = append(errs, fmt.Errorf("the Concurrency %d must be positive", c.Concurrency))
 	}
 	for _, s := range c.Shards {
 		if s < 0 || s >= streams.Shards {
