@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -137,6 +138,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// The overview shows the five buckets and, once the sampler has seen
 	// them, the finished tasks.
 	var mode, records, charge string
+	var axes []string
 	require.NoError(t, chromedp.Do(bctx,
 		chromedp.Navigate(base+"#token=browser-test-token"), // the URL ax dev prints
 		chromedp.WaitVisible(`#buckets tr[data-bucket="4"]`),
@@ -146,8 +148,18 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.WaitVisible(`#types tr[data-type="charge"]`),
 		into(chromedp.Text(`#types tr[data-type="charge"]`), &charge),
 		chromedp.WaitVisible(`#charts svg polyline`),
+		into(chromedp.Evaluate[[]string](`[...document.querySelectorAll("#charts .chart")].map((c) =>
+			[...c.querySelectorAll("svg text")].slice(0, 3).map((e) => e.textContent).join(","))`), &axes),
 		shot("dashboard-overview.png"),
 	))
+	// Every chart's y axis reads three distinct labels (issue 17.14: a
+	// depth or in-flight axis of small counts read "1, 1, 0").
+	for _, labels := range axes {
+		parts := strings.Split(labels, ",")
+		require.Len(t, parts, 3, labels)
+		require.NotEqual(t, parts[0], parts[1], "axis labels %s", labels)
+		require.NotEqual(t, parts[1], parts[2], "axis labels %s", labels)
+	}
 	require.Equal(t, "actions allowed", mode)
 	require.Equal(t, "21", records)
 	require.Regexp(t, `^charge\s+0\s+1\s`, charge, "the type table counts the dead charge")

@@ -88,8 +88,18 @@ const fmtDur = (d) => String(d || "").replace(/(\d+\.\d{2})\d+/g, "$1");
 const badge = (s) => h("span", { class: `badge ${s}` }, s);
 const taskLink = (id) => h("a", { href: `#/task/${encodeURIComponent(id)}`, "data-task-link": id }, id);
 
+// niceMax rounds an axis top up to 2, 4 or 10 times a power of ten (at
+// least 2), so that its half is a round number too: an axis of small counts
+// reads 0, 1, 2, not 0, 1, 1.
+const niceMax = (v) => {
+  const p = 10 ** Math.floor(Math.log10(Math.max(v, 1)));
+  for (const m of [1, 2, 4, 10]) if (m * p >= v && m * p >= 2) return m * p;
+  return 10 * p;
+};
+
 // chart draws series (arrays of numbers, one per priority) over times as
-// SVG polylines, with the y axis from 0 to the largest value.
+// SVG polylines, with the y axis from 0 to a round number at or above the
+// largest value.
 function chart(title, times, series, fmt) {
   const W = 600, H = 180, L = 44, B = 18;
   const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
@@ -100,7 +110,8 @@ function chart(title, times, series, fmt) {
     svg.append(e);
     return e;
   };
-  const max = Math.max(...series.flat()) || 1;
+  const top = Math.max(...series.flat(), 0);
+  const max = Number.isInteger(top) ? niceMax(top) : top || 1;
   const n = times.length;
   const x = (i) => L + (n < 2 ? 0 : (i * (W - L - 4)) / (n - 1));
   const y = (v) => H - B - (v / max) * (H - B - 8);
