@@ -88,6 +88,10 @@ type Client struct {
 	js       jetstream.JetStream // own handle: its async publish window is ours
 	store    *kv.Store
 	pressure atomic.Pointer[Pressure] // last backpressure report seen
+	// sent counts, per priority, the tasks this client stored since that
+	// report: admission adds them to the report's depth, so a burst is
+	// refused near the threshold rather than a report interval later.
+	sent [streams.Priorities]atomic.Int64
 	watch    pressureWatch
 }
 
@@ -157,6 +161,9 @@ func (c *Client) Submit(ctx context.Context, task Task) (TaskInfo, error) {
 	}
 	if err != nil {
 		return TaskInfo{ID: t.ID}, fmt.Errorf("submit task %s: stored, but its record was not written: %w", t.ID, err)
+	}
+	if !dup {
+		c.sent[t.Priority].Add(1)
 	}
 	return t.info(c.cfg.Names, ack.Sequence, dup), nil
 }
@@ -239,6 +246,9 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []Task) ([]TaskInfo, err
 			dup = dup || other
 		}
 		infos[i] = normalized[i].info(c.cfg.Names, ack.Sequence, dup)
+		if !dup {
+			c.sent[normalized[i].Priority].Add(1)
+		}
 	}
 	if len(failed) > 0 {
 		return infos, &BatchError{Failed: failed}

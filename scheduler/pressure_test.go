@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -177,4 +178,26 @@ func TestBackpressureCountsDelayedTasks(t *testing.T) {
 	require.NoError(t, err, "core tasks still enter")
 	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2})
 	require.NoError(t, err, "an immediate task enters: the bucket itself is empty")
+}
+
+// Issue 17.7: a burst from one client is refused within a few percent of
+// the refuse threshold, not a report interval later. At 54cd21a the 80 %
+// refusal took effect at 95 % in a burst: the client judged by a report up
+// to a second old.
+func TestBurstIsRefusedNearTheThreshold(t *testing.T) {
+	t.Parallel()
+	lb := setupLoops(t, 1, &streams.Config{Capacity: 100}, scheduler.LeaderConfig{PressureInterval: 5 * time.Second})
+	client, ctx := lb.client, context.Background()
+	require.Eventually(t, func() bool { return client.Pressure() != nil }, 10*time.Second, 10*time.Millisecond)
+	accepted := 0
+	for range 100 {
+		_, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 1})
+		if errors.Is(err, scheduler.ErrOverloaded) {
+			break
+		}
+		require.NoError(t, err)
+		accepted++
+	}
+	t.Logf("burst refused after %d of capacity 100 (refuse at 80 %%)", accepted)
+	require.InDelta(t, 80, accepted, 2, "refused within a few percent of the threshold")
 }

@@ -131,6 +131,9 @@ func (c *Client) setPressure(data []byte) {
 			return
 		}
 		if c.pressure.CompareAndSwap(cur, &p) {
+			for i := range c.sent { // the new report counts what was sent before it
+				c.sent[i].Store(0)
+			}
 			return
 		}
 	}
@@ -156,6 +159,14 @@ func (c *Client) admit(t Task, now time.Time) error {
 		if b.Level >= LevelRefuse {
 			return fmt.Errorf("submit task %s: %w: bucket %s is %.0f%% full (%d of %d), at or above %.0f%%: only core tasks are accepted",
 				t.ID, ErrOverloaded, b.Stream, 100*b.Depth, b.Msgs, b.Capacity, 100*p.Thresholds.Refuse)
+		}
+		// What this client stored since the report counts too (a burst
+		// would otherwise overshoot by a report interval's worth).
+		if sent := uint64(max(c.sent[t.Priority].Load(), 0)); b.Capacity > 0 && sent > 0 {
+			if depth := float64(b.Msgs+sent) / float64(b.Capacity); depth >= p.Thresholds.Refuse {
+				return fmt.Errorf("submit task %s: %w: bucket %s holds about %d of %d (%d at the last report, %d sent since): %.0f%%, at or above %.0f%%: only core tasks are accepted",
+					t.ID, ErrOverloaded, b.Stream, b.Msgs+sent, b.Capacity, b.Msgs, sent, 100*depth, 100*p.Thresholds.Refuse)
+			}
 		}
 		if !t.RunAt.IsZero() && b.Capacity > 0 {
 			if depth := float64(b.Msgs+p.Delayed) / float64(b.Capacity); depth >= p.Thresholds.Refuse {
