@@ -86,11 +86,18 @@ type meshBundle struct {
 // worker has taken yet.
 func setupMesh(t *testing.T) *meshBundle {
 	t.Helper()
+	return setupMeshWith(t, kv.StoreConfig{})
+}
+
+// setupMeshWith is setupMesh with the management API's record store
+// configured by store (its retention of terminal records, for example).
+func setupMeshWith(t *testing.T, store kv.StoreConfig) *meshBundle {
+	t.Helper()
 	srv := natstest.Start(t, natstest.Options{})
 	nc, js := srv.Connect()
 	natstest.Provision(t, js, &streams.Config{AckWait: 5 * time.Second})
 	ctx := context.Background()
-	admin, err := scheduler.NewAdmin(ctx, js, &scheduler.AdminConfig{Logger: zaptest.NewLogger(t)})
+	admin, err := scheduler.NewAdmin(ctx, js, &scheduler.AdminConfig{Logger: zaptest.NewLogger(t), Store: store})
 	require.NoError(t, err)
 	require.NoError(t, admin.Start(ctx))
 	t.Cleanup(func() { _ = admin.Stop(ctx) })

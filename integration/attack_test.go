@@ -1,0 +1,93 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/stretchr/testify/require"
+)
+
+// The tests of this file attack the task-identity model of the wire
+// contract v2 (docs/WIRE.md): races between movers, lost and ambiguous
+// compare-and-sets, orphan copies, hostile producers and records that
+// outlive or precede their messages.
+
+// gone reports whether task id has no record.
+func (b *meshBundle) gone(t *testing.T, id string) bool {
+	t.Helper()
+	_, _, err := b.store.Get(context.Background(), id)
+	if errors.Is(err, kv.ErrNotFound) {
+		return true
+	}
+	require.NoError(t, err)
+	return false
+}
+
+// A delayed submit of an id an operator paused before any message named
+// it is the task that id was held for: it is accepted (not a duplicate),
+// and runs once the operator resumes it.
+//
+// Fails at 7ef3887: the submit answers Duplicate and schedules nothing;
+// the resume then deletes the record born unseen, and the accepted task is
+// gone without a trace.
+func TestDelayedSubmitOfPausedUnseenIDRuns(t *testing.T) {
+	b := setupMesh(t)
+	b.startWorker(t)
+	ctx := context.Background()
+	require.NoError(t, b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: "held", Unseen: true}, nil))
+	info, err := b.client.Submit(ctx, scheduler.Task{ID: "held", Type: "ident", Payload: payload(t, identityArgs{}), Delay: time.Second})
+	require.NoError(t, err)
+	require.False(t, info.Duplicate, "the first message of a held id is not a duplicate")
+	require.NoError(t, b.call(scheduler.VerbTaskResume, scheduler.TaskRequest{ID: "held"}, nil))
+	b.waitState(t, "held", 20*time.Second, kv.StateSucceeded)
+	require.Equal(t, 1, b.log.count("held"))
+}
+
+// A delayed task cancelled long before its run time stays cancelled after
+// its CANCELLED record expires (retention, 24 h by default, shorter than
+// the delay: here 1 s and 4 s).
+//
+// Fails at 7ef3887: the cancel leaves the schedule in AX_DELAYED; when it
+// fires the mover finds no record, releases it as a new task, and the
+// cancelled task runs.
+func TestCancelledDelayedTaskNeverRunsAfterItsRecordExpires(t *testing.T) {
+	b := setupMeshWith(t, kv.StoreConfig{Retention: time.Second})
+	b.startWorker(t)
+	id := b.submit(t, scheduler.Task{ID: "cx-delayed", Payload: payload(t, identityArgs{}), Delay: 4 * time.Second})
+	require.NoError(t, b.call(scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: id}, nil))
+	require.Eventually(t, func() bool { return b.gone(t, id) }, 10*time.Second, 50*time.Millisecond, "the CANCELLED record expires")
+	// Past the run time, with the mover and a worker running.
+	time.Sleep(6 * time.Second)
+	require.Zero(t, b.log.count(id), "a cancelled task ran")
+	require.True(t, b.gone(t, id), "a cancelled task was re-created")
+}
+
+// A READY task cancelled while no worker runs stays cancelled after its
+// CANCELLED record expires.
+//
+// Fails at 7ef3887: the cancel leaves the task's message in its bucket;
+// the first worker to see it after the record expired creates a new
+// record and runs the cancelled task.
+func TestCancelledReadyTaskNeverRunsAfterItsRecordExpires(t *testing.T) {
+	b := setupMeshWith(t, kv.StoreConfig{Retention: time.Second})
+	id := b.submit(t, scheduler.Task{ID: "cx-ready", Priority: 3, Payload: payload(t, identityArgs{})})
+	require.NoError(t, b.call(scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: id}, nil))
+	require.Eventually(t, func() bool { return b.gone(t, id) }, 10*time.Second, 50*time.Millisecond, "the CANCELLED record expires")
+	b.startWorker(t)
+	require.Eventually(t, func() bool { return b.bucketEmpty(t, "AX_P3") }, 20*time.Second, 50*time.Millisecond)
+	require.Zero(t, b.log.count(id), "a cancelled task ran")
+}
+
+// bucketEmpty reports whether stream name holds no message.
+func (b *meshBundle) bucketEmpty(t *testing.T, name string) bool {
+	t.Helper()
+	s, err := b.js.Stream(context.Background(), name)
+	require.NoError(t, err)
+	info, err := s.Info(context.Background())
+	require.NoError(t, err)
+	return info.State.Msgs == 0
+}
