@@ -91,3 +91,21 @@ func (b *meshBundle) bucketEmpty(t *testing.T, name string) bool {
 	require.NoError(t, err)
 	return info.State.Msgs == 0
 }
+
+// A delayed task paused past its run time (its schedule fired; the mover
+// keeps looking at it) and then cancelled stays cancelled after its record
+// expires. Held at 7ef3887: the mover looks again every PausedRecheck,
+// sees CANCELLED and deletes the fired schedule before the record expires.
+func TestCancelledPausedDelayedTaskNeverRuns(t *testing.T) {
+	b := setupMeshWith(t, kv.StoreConfig{Retention: time.Second})
+	b.startWorker(t)
+	id := b.submit(t, scheduler.Task{ID: "cx-paused", Payload: payload(t, identityArgs{}), Delay: 1500 * time.Millisecond})
+	require.NoError(t, b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: id}, nil))
+	time.Sleep(2 * time.Second) // past its run time: the schedule fired, the mover holds it
+	require.Equal(t, kv.StatePaused, b.get(t, id).State)
+	require.NoError(t, b.call(scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: id}, nil))
+	require.Eventually(t, func() bool { return b.gone(t, id) }, 10*time.Second, 50*time.Millisecond, "the CANCELLED record expires")
+	time.Sleep(3 * time.Second) // the mover looks again (every 200 ms here)
+	require.Zero(t, b.log.count(id), "a cancelled task ran")
+	require.True(t, b.gone(t, id), "a cancelled task was re-created")
+}
