@@ -8,6 +8,8 @@ import (
 
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nuid"
 	"github.com/stretchr/testify/require"
 )
 
@@ -108,4 +110,58 @@ func TestCancelledPausedDelayedTaskNeverRuns(t *testing.T) {
 	time.Sleep(3 * time.Second) // the mover looks again (every 200 ms here)
 	require.Zero(t, b.log.count(id), "a cancelled task ran")
 	require.True(t, b.gone(t, id), "a cancelled task was re-created")
+}
+
+// An aging move whose compare-and-set comes late (the leader froze, or was
+// SIGSTOPped, between its publish and its compare-and-set) must not name a
+// copy that workers have already dropped as an orphan. The task's own
+// message waits meanwhile in a P3 shard whose consumer is paused, as the
+// backpressure loop pauses P3 and P4. The test does aging's steps by hand
+// (streams.TaskCopy, the compare-and-set on the revision read before the
+// publish, then the delete of the old message on success, or of the copy
+// on a definite conflict), with the freeze between the first two.
+//
+// Fails at 3fb2086: the orphan copy is acked away 30 s after it was
+// stored without touching the record, so the late compare-and-set still
+// matches the revision it read: the record names a deleted message, the
+// task's own message is deleted next, and the task is READY forever.
+func TestLateAgingCASCannotNameADroppedOrphan(t *testing.T) {
+	b := setupMesh(t)
+	ctx := context.Background()
+	names := streams.DefaultNames()
+	id := b.submit(t, scheduler.Task{ID: "frozen-aging", Priority: 3, Payload: payload(t, identityArgs{})})
+	consumer := names.ConsumerName(3, streams.Shard(id))
+	_, err := b.js.PauseConsumer(ctx, "AX_P3", consumer, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+
+	// Aging: read the record, publish the copy one level up.
+	rec, rev, err := b.store.Get(ctx, id)
+	require.NoError(t, err)
+	src, err := b.js.Stream(ctx, "AX_P3")
+	require.NoError(t, err)
+	raw, err := src.GetMsg(ctx, rec.StreamSeq)
+	require.NoError(t, err)
+	copyMsg := streams.TaskCopy(names.CopySubject(2, rec.Tenant, rec.Type, rec.Key), raw.Data, raw.Header, id, rec.Gen+1, nuid.Next())
+	ack, err := b.js.PublishMsg(ctx, copyMsg)
+	require.NoError(t, err)
+
+	// The leader freezes; a worker meets the copy and, no move naming it,
+	// drops it as an orphan after its grace.
+	b.startWorker(t)
+	require.Eventually(t, func() bool { return b.bucketEmpty(t, "AX_P2") }, 60*time.Second, 100*time.Millisecond, "the orphan copy is dropped")
+
+	// The leader wakes and finishes aging's steps.
+	_, _, err = b.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: "aging"}, func(r *kv.Record) error {
+		r.Priority, r.Gen, r.Stream, r.StreamSeq = 2, rec.Gen+1, ack.Stream, ack.Sequence
+		return nil
+	})
+	if err == nil {
+		require.NoError(t, src.DeleteMsg(ctx, raw.Sequence))
+	} else {
+		require.ErrorIs(t, err, kv.ErrConflict)
+	}
+	_, err = b.js.ResumeConsumer(ctx, "AX_P3", consumer)
+	require.NoError(t, err)
+	b.settled(t, id, 20*time.Second)
+	require.Equal(t, 1, b.log.count(id))
 }
