@@ -9,6 +9,7 @@ import (
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 	"github.com/stretchr/testify/require"
 )
@@ -164,4 +165,102 @@ func TestLateAgingCASCannotNameADroppedOrphan(t *testing.T) {
 	require.NoError(t, err)
 	b.settled(t, id, 20*time.Second)
 	require.Equal(t, 1, b.log.count(id))
+}
+
+// A hostile producer publishes, on ax.submit.>, messages naming tasks in
+// every state: raw with the victim's id (as its own tenant, type and key,
+// and as another tenant's), with a future Ax-Run-At, and with internal
+// headers that name the victim. None runs as the victim, none strands or
+// cancels it, and every one is settled (no consumer slot or message held
+// for good). Held at 3ebfff8.
+func TestHostileProducerCannotTouchTasksInAnyState(t *testing.T) {
+	b := setupMesh(t)
+	ctx := context.Background()
+	real := payload(t, identityArgs{})
+	evil := `{"sleep_ms":3}`
+	victims := map[string]*kv.Record{}
+	submit := func(id string, args identityArgs, delay time.Duration) {
+		b.submit(t, scheduler.Task{ID: id, Key: id, Priority: 3, Payload: payload(t, args), Delay: delay})
+		victims[id] = b.get(t, id)
+	}
+	attack := func(id string) {
+		rec := victims[id]
+		runAt := time.Now().Add(2 * time.Second).UTC().Format(time.RFC3339Nano)
+		msgs := []*nats.Msg{
+			hostile("ax.submit.p0."+rec.Tenant+".ident."+rec.Key, evil, streams.HeaderMsgID, id),
+			hostile("ax.submit.p4."+rec.Tenant+".ident."+rec.Key, evil, streams.HeaderMsgID, id, streams.HeaderRunAt, runAt),
+			hostile("ax.submit.p1.other.ident."+rec.Key, evil, streams.HeaderMsgID, id),
+			hostile("ax.submit.p1.other.ident.x", evil, streams.HeaderMsgID, id, streams.HeaderRunAt, runAt),
+			hostile("ax.submit.p0."+rec.Tenant+".ident."+rec.Key, evil, streams.HeaderMsgID, "atk-"+id,
+				streams.HeaderTaskID, id, streams.HeaderGen, "99", streams.HeaderReleasedAt, runAt),
+		}
+		for _, msg := range msgs {
+			_, err := b.js.PublishMsg(ctx, msg)
+			require.NoError(t, err)
+		}
+	}
+	// Before any worker runs: PENDING, READY, PAUSED, CANCELLED.
+	submit("h-pending", identityArgs{}, 3*time.Second)
+	submit("h-ready", identityArgs{}, 0)
+	submit("h-paused", identityArgs{}, 0)
+	require.NoError(t, b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: "h-paused"}, nil))
+	submit("h-cancelled", identityArgs{}, 0)
+	require.NoError(t, b.call(scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: "h-cancelled"}, nil))
+	require.NoError(t, b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: "h-unseen", Unseen: true}, nil))
+	for _, id := range []string{"h-pending", "h-ready", "h-paused", "h-cancelled"} {
+		attack(id)
+	}
+	b.startWorker(t)
+	// With a worker: RUNNING, RETRYING, DEAD.
+	submit("h-running", identityArgs{SleepMS: 3000}, 0)
+	submit("h-retrying", identityArgs{FailAttempt: 1, RetryMS: 3000}, 0)
+	submit("h-dead", identityArgs{FailAttempt: 1, Permanent: true}, 0)
+	b.waitState(t, "h-running", 10*time.Second, kv.StateRunning)
+	b.waitState(t, "h-retrying", 10*time.Second, kv.StateRetrying)
+	b.waitState(t, "h-dead", 10*time.Second, kv.StateDead)
+	for _, id := range []string{"h-running", "h-retrying", "h-dead"} {
+		attack(id)
+	}
+	require.NoError(t, b.call(scheduler.VerbTaskResume, scheduler.TaskRequest{ID: "h-paused"}, nil))
+
+	want := map[string]kv.State{"h-pending": kv.StateSucceeded, "h-ready": kv.StateSucceeded, "h-paused": kv.StateSucceeded,
+		"h-cancelled": kv.StateCancelled, "h-running": kv.StateSucceeded, "h-retrying": kv.StateSucceeded, "h-dead": kv.StateDead}
+	for id, state := range want {
+		rec := b.settled(t, id, 30*time.Second)
+		require.Equal(t, state, rec.State, "%s: trail %s", id, trailOf(rec))
+		require.Equal(t, victims[id].Tenant, rec.Tenant, id)
+	}
+	require.Eventually(t, func() bool {
+		for _, name := range []string{"AX_P0", "AX_P1", "AX_P2", "AX_P3", "AX_P4"} {
+			if !b.bucketEmpty(t, name) {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 100*time.Millisecond, "every hostile message is settled")
+	b.log.mu.Lock()
+	defer b.log.mu.Unlock()
+	for id := range want {
+		for _, p := range b.log.payloads[id] {
+			require.Equal(t, string(real) == p || id == "h-running" || id == "h-retrying" || id == "h-dead", true, "%s ran %q", id, p)
+			require.NotEqual(t, evil, p, "%s ran the hostile payload", id)
+		}
+	}
+	require.Zero(t, b.log.runs["h-cancelled"])
+	require.Equal(t, 1, b.log.runs["h-dead"])
+	require.Equal(t, 1, b.log.runs["h-running"])
+	require.Equal(t, 2, b.log.runs["h-retrying"])
+	require.Zero(t, b.log.overlaps)
+	rec := b.get(t, "h-unseen")
+	require.Equal(t, kv.StatePaused, rec.State, "an id paused unseen stays held")
+}
+
+// hostile builds a producer's message with header name/value pairs.
+func hostile(subject, data string, headers ...string) *nats.Msg {
+	msg := nats.NewMsg(subject)
+	msg.Data = []byte(data)
+	for i := 0; i+1 < len(headers); i += 2 {
+		msg.Header.Set(headers[i], headers[i+1])
+	}
+	return msg
 }
