@@ -264,3 +264,39 @@ func hostile(subject, data string, headers ...string) *nats.Msg {
 	}
 	return msg
 }
+
+// A delayed task reprioritized while the mover releases it runs at its new
+// priority. The mover read the PENDING record before the reprioritize and
+// published its released copy to the old bucket; its compare-and-set then
+// loses, and it publishes again at the new priority. The test does the
+// mover's first release by hand.
+//
+// Fails at 93241b2: a worker adopts the first released copy (the PENDING
+// adoption rule ignores its bucket): the task runs from P3 while its record
+// says P1, and the operator's reprioritize is silently lost.
+func TestReleasedCopyFromBeforeReprioritizeIsNotAdopted(t *testing.T) {
+	b := setupMesh(t)
+	ctx := context.Background()
+	names := streams.DefaultNames()
+	id := b.submit(t, scheduler.Task{ID: "repri-release", Priority: 3, Payload: payload(t, identityArgs{}), Delay: 2 * time.Second})
+	rec, rev, err := b.store.Get(ctx, id)
+	require.NoError(t, err)
+	// The mover: read (above), publish the released copy at the record's priority.
+	released := streams.TaskCopy(names.CopySubject(rec.Priority, rec.Tenant, rec.Type, rec.Key), payload(t, identityArgs{}), nats.Header{}, id, rec.Gen+1, nuid.Next())
+	released.Header.Set(streams.HeaderReleasedAt, time.Now().UTC().Format(time.RFC3339Nano))
+	ack, err := b.js.PublishMsg(ctx, released)
+	require.NoError(t, err)
+	// The operator reprioritizes the PENDING task meanwhile.
+	require.NoError(t, b.call(scheduler.VerbTaskReprioritize, scheduler.ReprioritizeRequest{ID: id, Priority: 1}, nil))
+	// The mover's compare-and-set loses; it will release again (its schedule stays).
+	_, _, err = b.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: "due"}, func(r *kv.Record) error {
+		r.Gen, r.Stream, r.StreamSeq = rec.Gen+1, ack.Stream, ack.Sequence
+		return nil
+	})
+	require.ErrorIs(t, err, kv.ErrConflict)
+	b.startWorker(t)
+	done := b.waitState(t, id, 20*time.Second, kv.StateSucceeded)
+	require.Equal(t, 1, b.log.count(id))
+	require.Equal(t, 1, done.Priority)
+	require.Equal(t, "AX_P1", done.Stream, "the task ran from the bucket of its priority; trail %s", trailOf(done))
+}

@@ -189,6 +189,12 @@ func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec 
 			// keep it until the task is released, then it is stale.
 			return nil, 0, true, w.ahead(ctx, d, env, rec, rev)
 		}
+		if env.stored.Priority != rec.Priority {
+			// Released before a reprioritize (which failed the release's
+			// compare-and-set): the release is done again at the new one.
+			w.drop(d, env, fmt.Sprintf("released copy at P%d, but the task is P%d now", env.stored.Priority, rec.Priority), true)
+			return nil, 0, true, nil
+		}
 		_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: "due"}, func(r *kv.Record) error {
 			r.Gen, r.Stream, r.StreamSeq = env.opts.Gen, env.stream, env.seq
 			return nil
