@@ -10,6 +10,7 @@ import (
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"github.com/stretchr/testify/require"
 )
@@ -299,4 +300,98 @@ func TestReleasedCopyFromBeforeReprioritizeIsNotAdopted(t *testing.T) {
 	require.Equal(t, 1, b.log.count(id))
 	require.Equal(t, 1, done.Priority)
 	require.Equal(t, "AX_P1", done.Stream, "the task ran from the bucket of its priority; trail %s", trailOf(done))
+}
+
+// handMove does a control-plane move by hand, as aging, the mover, resume,
+// reprioritize and replay do: publish a copy of the task's current message
+// (or of src, a dead letter) to priority, then, if cas, the compare-and-set
+// to state to that names it. It never deletes the old message: a cas is an
+// ambiguous write that landed (its reply lost, the mover gave up), no cas a
+// mover that died after its publish.
+func (b *meshBundle) handMove(t *testing.T, id string, priority int, to kv.State, cas, released bool, src *jetstream.RawStreamMsg) {
+	t.Helper()
+	ctx := context.Background()
+	rec, rev, err := b.store.Get(ctx, id)
+	require.NoError(t, err)
+	if src == nil {
+		stream, err := b.js.Stream(ctx, rec.Stream)
+		require.NoError(t, err)
+		src, err = stream.GetMsg(ctx, rec.StreamSeq)
+		require.NoError(t, err)
+	}
+	names := streams.DefaultNames()
+	msg := streams.TaskCopy(names.CopySubject(priority, rec.Tenant, rec.Type, rec.Key), src.Data, src.Header, id, rec.Gen+1, nuid.Next(), streams.HeaderError)
+	if released {
+		msg.Header.Set(streams.HeaderReleasedAt, time.Now().UTC().Format(time.RFC3339Nano))
+	}
+	ack, err := b.js.PublishMsg(ctx, msg)
+	require.NoError(t, err)
+	if !cas {
+		return
+	}
+	_, _, err = b.store.Apply(ctx, rec, rev, to, kv.Actor{Action: "hand"}, func(r *kv.Record) error {
+		r.Gen, r.Priority, r.Stream, r.StreamSeq = rec.Gen+1, priority, ack.Stream, ack.Sequence
+		if rec.State == kv.StateDead {
+			r.Attempt, r.DLQSeq, r.FinishedAt = 0, 0, nil
+		}
+		return nil
+	})
+	require.NoError(t, err)
+}
+
+// Every mover's two crash points: its compare-and-set landed but it never
+// deleted the old message (an ambiguous write), or it died after its
+// publish (an orphan copy). Each task runs once from the message its
+// record names, and every copy is settled. Held at 90cbd4b.
+func TestMovesInterruptedAtEveryStepRunOnce(t *testing.T) {
+	b := setupMesh(t)
+	ctx := context.Background()
+	ok := payload(t, identityArgs{})
+	for _, id := range []string{"amb-repri", "orph-repri", "amb-resume", "orph-resume"} {
+		b.submit(t, scheduler.Task{ID: id, Priority: 3, Payload: ok})
+	}
+	b.submit(t, scheduler.Task{ID: "orph-release", Priority: 3, Payload: ok, Delay: 2 * time.Second})
+	b.handMove(t, "amb-repri", 1, kv.StateReady, true, false, nil)
+	b.handMove(t, "orph-repri", 1, kv.StateReady, false, false, nil)
+	for _, id := range []string{"amb-resume", "orph-resume"} {
+		require.NoError(t, b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: id}, nil))
+	}
+	b.handMove(t, "amb-resume", 3, kv.StateReady, true, false, nil)
+	b.handMove(t, "orph-resume", 3, kv.StateReady, false, false, nil)
+	schedule := &jetstream.RawStreamMsg{Data: ok, Header: nats.Header{}}
+	b.handMove(t, "orph-release", 3, kv.StatePending, false, true, schedule)
+
+	b.startWorker(t)
+	dead := payload(t, identityArgs{FailAttempt: 1, Permanent: true})
+	for _, id := range []string{"amb-replay", "orph-replay"} {
+		b.submit(t, scheduler.Task{ID: id, Priority: 3, Payload: dead})
+		b.waitState(t, id, 20*time.Second, kv.StateDead)
+	}
+	dlq, err := b.js.Stream(ctx, "AX_DLQ")
+	require.NoError(t, err)
+	for _, id := range []string{"amb-replay", "orph-replay"} {
+		letter, err := dlq.GetMsg(ctx, b.get(t, id).DLQSeq)
+		require.NoError(t, err)
+		b.handMove(t, id, 3, kv.StateReady, id == "amb-replay", false, letter)
+	}
+
+	want := map[string]int{"amb-repri": 1, "orph-repri": 1, "amb-resume": 1, "orph-resume": 1, "orph-release": 1, "amb-replay": 2, "orph-replay": 1}
+	for id, runs := range want {
+		rec := b.settled(t, id, 30*time.Second)
+		require.Equal(t, runs, b.log.count(id), "%s: trail %s", id, trailOf(rec))
+	}
+	require.Eventually(t, func() bool {
+		for _, name := range []string{"AX_P0", "AX_P1", "AX_P2", "AX_P3", "AX_P4"} {
+			if !b.bucketEmpty(t, name) {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 100*time.Millisecond, "every copy is settled")
+	for id := range want {
+		require.True(t, b.get(t, id).State.Terminal(), id)
+	}
+	b.log.mu.Lock()
+	defer b.log.mu.Unlock()
+	require.Zero(t, b.log.overlaps)
 }
