@@ -3,6 +3,9 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -391,6 +394,73 @@ func TestMovesInterruptedAtEveryStepRunOnce(t *testing.T) {
 	for id := range want {
 		require.True(t, b.get(t, id).State.Terminal(), id)
 	}
+	b.log.mu.Lock()
+	defer b.log.mu.Unlock()
+	require.Zero(t, b.log.overlaps)
+}
+
+// Every mover at once on the same tasks: aging (every 200 ms), operators
+// pausing, resuming, reprioritizing and cancelling at random, and a worker
+// claiming, for 10 s. Every task ends SUCCEEDED or CANCELLED (none READY,
+// PENDING, PAUSED or RUNNING), a SUCCEEDED task ran exactly once, a
+// CANCELLED one at most once, no two runs overlap, and every bucket drains.
+func TestMoversRacingOnTheSameTasks(t *testing.T) {
+	b := setupMeshAging(t, kv.StoreConfig{}, 200*time.Millisecond)
+	const n = 120
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("race-%03d", i)
+		var delay time.Duration
+		if i%4 == 0 {
+			delay = time.Duration(500+i*20) * time.Millisecond
+		}
+		b.submit(t, scheduler.Task{ID: ids[i], Priority: 3 + i%2, Payload: payload(t, identityArgs{SleepMS: 600}), Delay: delay})
+	}
+	b.startWorker(t)
+	stop := time.Now().Add(10 * time.Second)
+	var wg sync.WaitGroup
+	for g := range 3 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			for time.Now().Before(stop) {
+				id := ids[rng.IntN(n)]
+				switch r := rng.IntN(20); {
+				case r < 6:
+					_ = b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: id}, nil)
+				case r < 13:
+					_ = b.call(scheduler.VerbTaskResume, scheduler.TaskRequest{ID: id}, nil)
+				case r < 19:
+					_ = b.call(scheduler.VerbTaskReprioritize, scheduler.ReprioritizeRequest{ID: id, Priority: rng.IntN(5)}, nil)
+				default:
+					_ = b.call(scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: id}, nil)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	counts := map[kv.State]int{}
+	for _, id := range ids {
+		rec := b.settled(t, id, 60*time.Second)
+		counts[rec.State]++
+		runs := b.log.count(id)
+		switch rec.State {
+		case kv.StateSucceeded:
+			require.Equal(t, 1, runs, "%s: trail %s", id, trailOf(rec))
+		case kv.StateCancelled:
+			require.LessOrEqual(t, runs, 1, "%s: trail %s", id, trailOf(rec))
+		default:
+			t.Fatalf("%s ended %s: trail %s", id, rec.State, trailOf(rec))
+		}
+	}
+	t.Logf("outcomes: %v", counts)
+	require.Eventually(t, func() bool {
+		for _, name := range []string{"AX_P0", "AX_P1", "AX_P2", "AX_P3", "AX_P4"} {
+			if !b.bucketEmpty(t, name) {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 100*time.Millisecond, "every message is settled")
 	b.log.mu.Lock()
 	defer b.log.mu.Unlock()
 	require.Zero(t, b.log.overlaps)
