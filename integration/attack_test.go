@@ -465,3 +465,36 @@ func TestMoversRacingOnTheSameTasks(t *testing.T) {
 	defer b.log.mu.Unlock()
 	require.Zero(t, b.log.overlaps)
 }
+
+// An id an operator paused before any message named it is then submitted
+// by its owner through the Go client (accepted, not a duplicate), and also
+// raw by another tenant's producer who learnt the id. On resume the
+// accepted task runs, with its own tenant and payload; the other message
+// never runs as it.
+//
+// Fails at 2a2bf35: a held record binds no message, so after the resume deletes
+// it the first message redelivered wins: the raw one (naked first) is born
+// RUNNING as tenant "evil" and the accepted task is dropped as foreign. Not
+// fixed here (it needs a PAUSED -> PAUSED move in kv/state.go so that the
+// first message seen, or the Go client's submit, binds the held record);
+// skipped until then.
+func TestPausedUnseenIDKeepsTheAcceptedTask(t *testing.T) {
+	t.Skip("open hole: a held (paused unseen) id binds no message; see the comment")
+	b := setupMesh(t)
+	ctx := context.Background()
+	b.startWorker(t)
+	require.NoError(t, b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: "held2", Unseen: true}, nil))
+	_, err := b.js.PublishMsg(ctx, hostile("ax.submit.p0.evil.ident.x", `{"sleep_ms":3}`, streams.HeaderMsgID, "held2"))
+	require.NoError(t, err)
+	time.Sleep(500 * time.Millisecond) // a worker sees it and keeps it while the id is held
+	real := payload(t, identityArgs{})
+	info, err := b.client.Submit(ctx, scheduler.Task{ID: "held2", Type: "ident", Tenant: "owner", Priority: 3, Payload: real})
+	require.NoError(t, err)
+	require.False(t, info.Duplicate)
+	require.NoError(t, b.call(scheduler.VerbTaskResume, scheduler.TaskRequest{ID: "held2"}, nil))
+	rec := b.waitState(t, "held2", 30*time.Second, kv.StateSucceeded, kv.StateDead, kv.StateCancelled)
+	require.Equal(t, "owner", rec.Tenant, "trail %s", trailOf(rec))
+	b.log.mu.Lock()
+	defer b.log.mu.Unlock()
+	require.Equal(t, []string{string(real)}, b.log.payloads["held2"])
+}
