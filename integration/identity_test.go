@@ -87,16 +87,30 @@ type meshBundle struct {
 // worker has taken yet.
 func setupMesh(t *testing.T) *meshBundle {
 	t.Helper()
+	return setupMeshWith(t, kv.StoreConfig{})
+}
+
+// setupMeshWith is setupMesh with the management API's record store
+// configured by store (its retention of terminal records, for example).
+func setupMeshWith(t *testing.T, store kv.StoreConfig) *meshBundle {
+	t.Helper()
+	return setupMeshAging(t, store, -1)
+}
+
+// setupMeshAging is setupMeshWith with the leader's aging threshold (-1:
+// off).
+func setupMeshAging(t *testing.T, store kv.StoreConfig, aging time.Duration) *meshBundle {
+	t.Helper()
 	srv := natstest.Start(t, natstest.Options{})
 	nc, js := srv.Connect()
 	natstest.Provision(t, js, &streams.Config{AckWait: 5 * time.Second})
 	ctx := context.Background()
-	admin, err := scheduler.NewAdmin(ctx, js, &scheduler.AdminConfig{Logger: zaptest.NewLogger(t)})
+	admin, err := scheduler.NewAdmin(ctx, js, &scheduler.AdminConfig{Logger: zaptest.NewLogger(t), Store: store})
 	require.NoError(t, err)
 	require.NoError(t, admin.Start(ctx))
 	t.Cleanup(func() { _ = admin.Stop(ctx) })
 	_, ljs := srv.Connect()
-	leader, err := scheduler.NewLeader(ctx, ljs, &scheduler.LeaderConfig{LeaseTTL: 2 * time.Second, AgingThreshold: -1,
+	leader, err := scheduler.NewLeader(ctx, ljs, &scheduler.LeaderConfig{LeaseTTL: 2 * time.Second, AgingThreshold: aging,
 		AckWait: 5 * time.Second, PausedRecheck: 200 * time.Millisecond, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	lctx, stop := context.WithCancel(ctx)

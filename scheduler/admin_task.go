@@ -115,6 +115,9 @@ func (a *Admin) holdFrom(ctx context.Context, id string, to kv.State, action str
 			return nil, "", err
 		}
 		a.log.Info("task_"+action, zapTask(id), zapFrom(rec.State))
+		if to == kv.StateCancelled {
+			a.dropCancelled(ctx, rec)
+		}
 		return &TaskReply{Task: next, Revision: nextRev}, rec.State, nil
 	}
 	return nil, "", fmt.Errorf("%s task %s: %w", action, id, kv.ErrConflict)

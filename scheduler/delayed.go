@@ -27,7 +27,15 @@ func (c *Client) submitDelayed(ctx context.Context, t Task) (TaskInfo, error) {
 	if errors.Is(err, kv.ErrExists) {
 		var rec *kv.Record
 		rec, rev, err = c.store.Get(ctx, t.ID)
-		if err == nil && !samePending(rec, want) {
+		switch {
+		case err != nil:
+		case heldUnseen(rec) && rec.State == kv.StateCancelled:
+			return info, nil // the task its id was held for: cancelled before it came
+		case heldUnseen(rec):
+			// Paused before it came: its schedule waits; the mover keeps it
+			// while the record is PAUSED, and releases it once a resume
+			// has deleted the record (the id is unseen again).
+		case !samePending(rec, want):
 			info.Duplicate = true
 			return info, nil
 		}
@@ -50,6 +58,13 @@ func (c *Client) submitDelayed(ctx context.Context, t Task) (TaskInfo, error) {
 		return TaskInfo{ID: t.ID}, fmt.Errorf("submit delayed task %s: %w", t.ID, err)
 	}
 	return info, nil
+}
+
+// heldUnseen reports whether rec was written by an operator who paused or
+// cancelled an id before any message named it: the first message of the
+// id is the task it holds, not a duplicate.
+func heldUnseen(rec *kv.Record) bool {
+	return rec.Type == "" && rec.StreamSeq == 0 && (rec.State == kv.StatePaused || rec.State == kv.StateCancelled)
 }
 
 // samePending reports whether rec is the PENDING record want describes: a

@@ -172,8 +172,7 @@ func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec 
 		if rec.State == kv.StatePending {
 			break // a released copy: the first one seen becomes the task's message
 		}
-		w.ahead(d, env)
-		return nil, 0, true, nil
+		return nil, 0, true, w.ahead(ctx, d, env, rec, rev)
 	case bound:
 		w.drop(d, env, fmt.Sprintf("another message of the task is current (%s #%d)", rec.Stream, rec.StreamSeq), true)
 		return nil, 0, true, nil
@@ -191,7 +190,12 @@ func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec 
 		if !env.released {
 			// Not a released copy (a raw message naming a delayed task):
 			// keep it until the task is released, then it is stale.
-			w.ahead(d, env)
+			return nil, 0, true, w.ahead(ctx, d, env, rec, rev)
+		}
+		if env.stored.Priority != rec.Priority {
+			// Released before a reprioritize (which failed the release's
+			// compare-and-set): the release is done again at the new one.
+			w.drop(d, env, fmt.Sprintf("released copy at P%d, but the task is P%d now", env.stored.Priority, rec.Priority), true)
 			return nil, 0, true, nil
 		}
 		_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: "due"}, func(r *kv.Record) error {
@@ -248,14 +252,28 @@ func (w *Worker) foreign(rec *kv.Record, env *envelope) string {
 // ahead keeps a message whose move is in progress: it is delivered again
 // shortly (50 ms, doubling to 1 s), until aheadGrace after it was stored,
 // then dropped as the orphan of an abandoned move.
-func (w *Worker) ahead(d *delivery, env *envelope) {
+//
+// A move abandoned only for a while (its process froze between its publish
+// and its compare-and-set) could still name the copy after it is gone. So
+// the record (rec, read at rev) is written first, where its state allows
+// it (READY, PENDING): the late compare-and-set then fails on its revision.
+// A conflict is returned: the record moved, so the delivery is looked at
+// again.
+func (w *Worker) ahead(ctx context.Context, d *delivery, env *envelope, rec *kv.Record, rev uint64) error {
 	if time.Since(env.published) > aheadGrace {
-		w.drop(d, env, "orphan copy: no move named it within "+aheadGrace.String(), true)
-		return
+		why := fmt.Sprintf("orphan copy %s #%d (generation %d): no move named it within %s", env.stream, env.seq, env.opts.Gen, aheadGrace)
+		if kv.CanTransition(rec.State, rec.State) {
+			if _, _, err := w.store.Apply(ctx, rec, rev, rec.State, kv.Actor{Worker: w.cfg.ID, Action: "orphan", Error: why}, nil); err != nil {
+				return err
+			}
+		}
+		w.drop(d, env, why, true)
+		return nil
 	}
 	delay := min(50*time.Millisecond<<min(env.delivered, 5), time.Second)
 	w.stats.Dropped.Add(1)
 	_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
+	return nil
 }
 
 // newRecord is the RUNNING record a worker's first sight creates.
