@@ -103,7 +103,11 @@ func setupMeshAging(t *testing.T, store kv.StoreConfig, aging time.Duration) *me
 	t.Helper()
 	srv := natstest.Start(t, natstest.Options{})
 	nc, js := srv.Connect()
-	natstest.Provision(t, js, &streams.Config{AckWait: 5 * time.Second})
+	scfg := &streams.Config{AckWait: 5 * time.Second}
+	if store.Retention > 0 && store.Retention < streams.DefaultDuplicates {
+		scfg.Duplicates = store.Retention // a retention may not be shorter than the de-duplication window
+	}
+	natstest.Provision(t, js, scfg)
 	ctx := context.Background()
 	admin, err := scheduler.NewAdmin(ctx, js, &scheduler.AdminConfig{Logger: zaptest.NewLogger(t), Store: store})
 	require.NoError(t, err)
