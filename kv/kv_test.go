@@ -45,7 +45,7 @@ var legal = map[kv.State][]kv.State{
 	kv.StateSucceeded: nil,
 	kv.StateDead:      {kv.StateReady},
 	kv.StateCancelled: nil,
-	kv.StatePaused:    {kv.StateReady, kv.StateCancelled, kv.StatePending}, // PAUSED -> PENDING: resume before release
+	kv.StatePaused:    {kv.StateReady, kv.StateCancelled, kv.StatePending, kv.StatePaused}, // PAUSED -> PENDING: resume before release; PAUSED -> PAUSED: bind a held id's first message
 }
 
 // put writes a record in any state, bypassing the state machine, to set up

@@ -23,6 +23,9 @@ const (
 // transitions is the one table of legal moves. Nothing else in ax decides
 // which state may follow which.
 //
+// PAUSED -> PAUSED binds the first message of an id an operator paused
+// before any message of it was seen (the message is kept for the resume).
+//
 // The leader's reconciler needs four moves for a task whose message was
 // lost: PENDING -> DEAD and READY -> DEAD when no payload is left anywhere
 // (nothing could ever run it; DEAD shows it to an operator with the reason
@@ -38,7 +41,7 @@ var transitions = map[State][]State{
 	StateSucceeded: {},
 	StateDead:      {StateReady},
 	StateCancelled: {},
-	StatePaused:    {StateReady, StateCancelled, StatePending},
+	StatePaused:    {StateReady, StateCancelled, StatePending, StatePaused},
 }
 
 // births are the states a record may be created in: PENDING (delayed), READY

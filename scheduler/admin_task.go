@@ -98,7 +98,7 @@ func (a *Admin) holdFrom(ctx context.Context, id string, to kv.State, action str
 		if err != nil {
 			return nil, "", err
 		}
-		if !kv.CanTransition(rec.State, to) {
+		if rec.State == to || !kv.CanTransition(rec.State, to) { // PAUSED -> PAUSED only binds a message
 			return nil, "", illegal(id, action, rec.State, to)
 		}
 		next, nextRev, err := a.store.Apply(ctx, rec, rev, to, actor, func(r *kv.Record) error {

@@ -156,7 +156,7 @@ func (c *Client) Submit(ctx context.Context, task Task) (TaskInfo, error) {
 	_, _, err = c.store.Create(ctx, t.record(ack.Stream, ack.Sequence), kv.Actor{Action: "submit"})
 	if errors.Is(err, kv.ErrExists) {
 		var existing bool
-		existing, err = c.existing(ctx, t.ID, ack)
+		existing, err = c.existing(ctx, t, ack)
 		dup = dup || existing
 	}
 	if err != nil {
@@ -238,7 +238,7 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []Task) ([]TaskInfo, err
 		}
 		dup := ack.Duplicate
 		if existed[i] {
-			other, err := c.existing(ctx, normalized[i].ID, ack)
+			other, err := c.existing(ctx, normalized[i], ack)
 			if err != nil {
 				failed[i] = fmt.Errorf("submit task %s: stored, but its record was not read: %w", normalized[i].ID, err)
 				continue
@@ -344,23 +344,40 @@ func (c *Client) bounds(t Task, now time.Time) error {
 // the de-duplication window. Then this message is a second one for the same
 // task; it is deleted, so that one id never has two messages (workers would
 // drop it anyway: a record names the one message that runs its task).
-func (c *Client) existing(ctx context.Context, id string, ack *jetstream.PubAck) (bool, error) {
-	rec, _, err := c.store.Get(ctx, id)
-	if err != nil {
-		return false, err
-	}
-	if rec.StreamSeq == ack.Sequence && cmp.Or(rec.Stream, c.cfg.Names.PriorityStream(rec.Priority)) == ack.Stream {
-		return false, nil // ours
-	}
-	if rec.StreamSeq == 0 && (rec.State == kv.StatePaused || rec.State == kv.StateCancelled) && rec.Type == "" {
-		return false, nil // held for its first message: this one
-	}
-	if !ack.Duplicate { // a duplicate ack names the earlier message: never delete that
-		if stream, err := c.js.Stream(ctx, ack.Stream); err == nil {
-			_ = stream.DeleteMsg(ctx, ack.Sequence)
+func (c *Client) existing(ctx context.Context, t Task, ack *jetstream.PubAck) (bool, error) {
+	for range maxMoveTries {
+		rec, rev, err := c.store.Get(ctx, t.ID)
+		if err != nil {
+			return false, err
 		}
+		if rec.StreamSeq == ack.Sequence && cmp.Or(rec.Stream, c.cfg.Names.PriorityStream(rec.Priority)) == ack.Stream {
+			return false, nil // ours
+		}
+		if rec.StreamSeq == 0 && rec.State == kv.StateCancelled && rec.Type == "" {
+			return false, nil // cancelled before its first message: this one, which workers drop
+		}
+		if rec.StreamSeq == 0 && rec.State == kv.StatePaused && rec.Type == "" {
+			// Paused before its first message: bind this one, as a worker
+			// would, so that the resume runs it. On a lost race, look again:
+			// a worker may have bound this very message, or another one.
+			_, _, err := c.store.Apply(ctx, rec, rev, kv.StatePaused, kv.Actor{Action: "bind"}, func(r *kv.Record) error {
+				r.Type, r.Tenant, r.Key, r.Priority = t.Type, t.Tenant, t.Key, t.Priority
+				r.Gen, r.Stream, r.StreamSeq = 1, ack.Stream, ack.Sequence
+				return nil
+			})
+			if errors.Is(err, kv.ErrConflict) {
+				continue
+			}
+			return false, err
+		}
+		if !ack.Duplicate { // a duplicate ack names the earlier message: never delete that
+			if stream, err := c.js.Stream(ctx, ack.Stream); err == nil {
+				_ = stream.DeleteMsg(ctx, ack.Sequence)
+			}
+		}
+		return true, nil
 	}
-	return true, nil
+	return false, fmt.Errorf("submit task %s: its record kept changing: %w", t.ID, kv.ErrConflict)
 }
 
 // retryable reports whether a publish may be retried with the same id.

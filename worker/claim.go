@@ -226,6 +226,19 @@ func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec 
 		})
 		return nil, 0, false, err
 	case kv.StatePaused:
+		if !bound && rec.Type == "" {
+			// An id paused before any message of it was seen: the first
+			// message binds it (its tenant, type and key with it), so that
+			// the resume runs this one and every other is dropped.
+			_, _, err := w.store.Apply(ctx, rec, rev, kv.StatePaused, kv.Actor{Worker: w.cfg.ID, Action: "bind"}, func(r *kv.Record) error {
+				r.Type, r.Tenant, r.Key, r.Priority = env.stored.Type, env.stored.Tenant, env.stored.Key, env.stored.Priority
+				r.Gen, r.Stream, r.StreamSeq = env.opts.Gen, env.stream, env.seq
+				return nil
+			})
+			if err != nil {
+				return nil, 0, false, err // a conflict looks again
+			}
+		}
 		// Keep the message (and its payload) until the task is resumed.
 		_ = d.settle(func() error { return d.msg.NakWithDelay(w.cfg.AckWait) })
 		return nil, 0, true, nil
