@@ -91,8 +91,8 @@ type Client struct {
 	// sent counts, per priority, the tasks this client stored since that
 	// report: admission adds them to the report's depth, so a burst is
 	// refused near the threshold rather than a report interval later.
-	sent [streams.Priorities]atomic.Int64
-	watch    pressureWatch
+	sent  [streams.Priorities]atomic.Int64
+	watch pressureWatch
 }
 
 // NewClient returns a client on the connection of js. The streams and
