@@ -123,6 +123,11 @@ func (w *Worker) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Rec
 			continue // someone moved it; look again
 		}
 		if err != nil {
+			// The write may have landed with its reply lost: if the record
+			// says this worker claimed this delivery, it did.
+			if rec, rev, ok := w.claimLanded(ctx, env); ok {
+				return rec, rev, true
+			}
 			w.log.Warn("claim_failed", zap.String("task_id", env.id), zap.Error(err))
 			_ = d.settle(func() error { return d.msg.NakWithDelay(time.Second) })
 			return nil, 0, false
@@ -137,6 +142,23 @@ func (w *Worker) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Rec
 	w.log.Warn("claim_contended", zap.String("task_id", env.id))
 	_ = d.settle(func() error { return d.msg.NakWithDelay(time.Second) })
 	return nil, 0, false
+}
+
+// errLostReply is what [TestConfig.LoseClaimReply] makes a claim see.
+var errLostReply = errors.New("claim write's reply lost (test)")
+
+// claimLanded re-reads the record after a claim write failed without a
+// definite conflict, and reports whether that write landed: the record is
+// RUNNING by this worker for this delivery of this message. Without it the
+// worker would nak its own claim and take it over at the next delivery,
+// counting a lost attempt that never ran.
+func (w *Worker) claimLanded(ctx context.Context, env *envelope) (*kv.Record, uint64, bool) {
+	rec, rev, err := w.store.Get(ctx, env.id)
+	if err != nil || rec.State != kv.StateRunning || rec.Worker != w.cfg.ID || rec.Delivery != env.delivered ||
+		rec.StreamSeq != env.seq || rec.Stream != env.stream {
+		return nil, 0, false
+	}
+	return rec, rev, true
 }
 
 // aheadGrace is how long a message whose generation is ahead of its
@@ -185,6 +207,9 @@ func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec 
 			w.start(r, env)
 			return nil
 		})
+		if err == nil && w.cfg.Test.LoseClaimReply != nil && w.cfg.Test.LoseClaimReply(env.delivered) {
+			return nil, 0, false, errLostReply
+		}
 		return next, nextRev, false, err
 	case kv.StatePending:
 		if !env.released {

@@ -113,6 +113,10 @@ type TestConfig struct {
 	// message's delivery count; true skips it, to let one delivery's
 	// claim lapse while others keep theirs.
 	SkipHeartbeat func(delivered uint64) bool
+	// LoseClaimReply, if set, is asked after each claim write that landed,
+	// with the message's delivery count; true makes the worker see an
+	// error instead, as if the write's reply had been lost.
+	LoseClaimReply func(delivered uint64) bool
 }
 
 func (c *Config) withDefaults() *Config {

@@ -406,3 +406,23 @@ func TestProbeJournalsFencedAttempt(t *testing.T) {
 	}
 	require.Equal(t, []string{"start", "effect", "finish"}, events)
 }
+
+// A claim whose write landed but whose reply was lost runs once, counting
+// no lost attempt. Before, the worker naked its own claim, took it over at
+// the next delivery as if its worker were lost, and a task on its last
+// attempt went DEAD "abandoned" without ever running.
+func TestLostClaimReplyRunsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	var runs atomic.Int32
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("once", func(context.Context, *worker.Task) error { runs.Add(1); return nil }, nil))
+	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL,
+		Test: worker.TestConfig{LoseClaimReply: func(delivered uint64) bool { return delivered == 1 }}})
+	info, err := b.client.Submit(context.Background(), scheduler.Task{Type: "once", MaxAttempts: 1})
+	require.NoError(t, err)
+	rec := b.waitState(t, info.ID, kv.StateSucceeded)
+	require.Equal(t, 1, rec.Attempt)
+	require.Zero(t, rec.Lost)
+	require.EqualValues(t, 1, runs.Load())
+}
