@@ -1,0 +1,74 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The README's tour, command by command, against a server on a
+// non-default port and a fresh data dir, with NATS_URL set once as the
+// README says and no --server flag (issue 17.11).
+func TestReadmeTour(t *testing.T) {
+	t.Parallel()
+	url := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
+	dev := startAx(t, "dev", "--demo", "0", "--listen", strings.TrimPrefix(url, "nats://"), "--data", t.TempDir())
+	require.Eventually(t, func() bool { return strings.Contains(dev.output(), "serving") }, 60*time.Second, 50*time.Millisecond,
+		"ax dev did not start:\n%s", dev.output())
+	env := append(os.Environ(), "NATS_URL="+url)
+	run := func(args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, axBinary, args...)
+		cmd.Env = env
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		require.NoError(t, cmd.Run(), "ax %s\n%s", strings.Join(args, " "), errOut.String())
+		return out.String()
+	}
+	eventually := func(want string, args ...string) string {
+		t.Helper()
+		var out string
+		require.Eventually(t, func() bool { out = run(args...); return strings.Contains(out, want) }, 30*time.Second, 200*time.Millisecond,
+			"ax %s never showed %q; last:\n%s", strings.Join(args, " "), want, out)
+		return out
+	}
+
+	id := strings.TrimSpace(run("submit", "sleep", "--payload", `{"ms":100,"fail":1}`, "--priority", "p1", "--tenant", "acme"))
+	get := eventually("SUCCEEDED", "task", "get", id)
+	require.Contains(t, get, "2 of 5")
+	trail := run("task", "trail", id)
+	for _, s := range []string{"RETRYING", "SUCCEEDED"} {
+		require.Contains(t, trail, s)
+	}
+
+	run("submit", "fail", "--id", "doomed-1")
+	eventually("DEAD", "task", "get", "doomed-1")
+	require.Contains(t, run("dlq", "ls"), "doomed-1")
+
+	run("worker", "--help") // the tour starts one in the background; its flags need no --server
+	require.Contains(t, run("workers"), "IN-FLIGHT")
+
+	run("submit", "echo", "--payload", "later", "--delay", "30s", "--id", "later-1")
+	require.Contains(t, run("task", "get", "later-1"), "PENDING")
+	require.Contains(t, run("cron", "add", "heartbeat", "@every 10s", "--type", "echo", "--payload", "tick"), "added")
+	require.Contains(t, run("cron", "ls"), "heartbeat")
+	run("cron", "rm", "heartbeat")
+
+	run("task", "pause", "later-1")
+	run("task", "resume", "later-1")
+	run("task", "reprioritize", "later-1", "p0")
+	run("task", "cancel", "later-1")
+	require.Contains(t, run("task", "get", "later-1"), "CANCELLED")
+	run("tasks", "cancel", "--tenant", "acme", "--type", "email", "--dry-run")
+	run("dlq", "replay", "doomed-1")
+	require.Contains(t, run("stats"), "P0")
+}
