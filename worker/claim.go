@@ -29,6 +29,11 @@ type envelope struct {
 	published time.Time // when the message was stored
 	delivered uint64    // delivery count
 	released  bool      // a copy the leader released from AX_DELAYED
+	// recorded is a producer's hint (its Ax-Gen header, which the Go client
+	// sets) that the task's record was written at submit: the claim reads
+	// it first instead of trying to create it. Only the order of the two
+	// reads depends on it, never what the claim decides.
+	recorded bool
 }
 
 // parse reads a message's subject and headers. A malformed message still
@@ -55,6 +60,7 @@ func (w *Worker) parse(d *delivery, meta *jetstream.MsgMetadata) *envelope {
 	env.opts = opts
 	env.id = opts.ID
 	env.released = stored.Copy && d.msg.Headers().Get(streams.HeaderReleasedAt) != ""
+	env.recorded = !stored.Copy && d.msg.Headers().Get(streams.HeaderGen) != ""
 	if env.id == "" {
 		env.id = fallbackID(meta)
 	}
@@ -94,7 +100,7 @@ func (w *Worker) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Rec
 		var rec *kv.Record
 		var rev uint64
 		var err error
-		if env.opts.Gen == 0 && try == 0 {
+		if env.opts.Gen == 0 && try == 0 && !env.recorded {
 			// A raw publish has no record yet: its first sight creates it.
 			rec, rev, err = w.store.Create(ctx, w.newRecord(env), kv.Actor{Worker: w.cfg.ID, Action: "claim"})
 			if err == nil {
