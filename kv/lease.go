@@ -146,17 +146,6 @@ func (l *Lease) SetData(data []byte) {
 	l.mu.Unlock()
 }
 
-// ValidUntil returns when the current hold ends at the latest unless a
-// renewal lands first (the zero time when the lease is not held). Unlike
-// the guarded context of [Lease.Hold], which a timer cancels, it can be
-// checked synchronously: a hold is valid while time.Now() is before it.
-func (l *Lease) ValidUntil() time.Time {
-	if !l.Held() {
-		return time.Time{}
-	}
-	return l.base.Add(time.Duration(l.validUntil.Load()))
-}
-
 // Revision returns the fencing token of the current hold, or 0 if not held.
 func (l *Lease) Revision() uint64 {
 	l.mu.Lock()

@@ -3,6 +3,7 @@ package kv
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/ax-mesh/ax/streams"
 	"time"
 	"unicode/utf8"
 )
@@ -152,3 +153,27 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 
 // String formats d like [time.Duration].
 func (d Duration) String() string { return time.Duration(d).String() }
+
+// MessageStream returns the stream of the record's current message: its
+// Stream, or, for a record written before Stream was kept, the bucket of
+// its priority.
+func (r *Record) MessageStream(names streams.Names) string {
+	if r.Stream != "" {
+		return r.Stream
+	}
+	return names.PriorityStream(r.Priority)
+}
+
+// Names reports whether the record names the message at seq of stream as
+// the task's current message (the one message that may run it).
+func (r *Record) Names(names streams.Names, stream string, seq uint64) bool {
+	return r.StreamSeq != 0 && r.StreamSeq == seq && r.MessageStream(names) == stream
+}
+
+// SamePending reports whether r is the PENDING record want describes (same
+// tenant, type, key, priority and run time): a repeated submit or delivery
+// of the same delayed task, not another task with its id.
+func (r *Record) SamePending(want *Record) bool {
+	return r.State == StatePending && r.Tenant == want.Tenant && r.Type == want.Type && r.Key == want.Key &&
+		r.Priority == want.Priority && r.RunAt != nil && want.RunAt != nil && r.RunAt.Equal(*want.RunAt)
+}

@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -82,7 +81,7 @@ func current(names streams.Names, rec *kv.Record) (source, bool) {
 	if rec.StreamSeq == 0 {
 		return source{}, false
 	}
-	return source{stream: cmp.Or(rec.Stream, names.PriorityStream(rec.Priority)), seq: rec.StreamSeq}, true
+	return source{stream: rec.MessageStream(names), seq: rec.StreamSeq}, true
 }
 
 // getMsg reads a stored message; a missing one is a conflict the operator

@@ -350,7 +350,7 @@ func (c *Client) existing(ctx context.Context, t Task, ack *jetstream.PubAck) (b
 		if err != nil {
 			return false, err
 		}
-		if rec.StreamSeq == ack.Sequence && cmp.Or(rec.Stream, c.cfg.Names.PriorityStream(rec.Priority)) == ack.Stream {
+		if rec.Names(c.cfg.Names, ack.Stream, ack.Sequence) {
 			return false, nil // ours
 		}
 		if rec.StreamSeq == 0 && rec.State == kv.StateCancelled && rec.Type == "" {

@@ -35,7 +35,7 @@ func (c *Client) submitDelayed(ctx context.Context, t Task) (TaskInfo, error) {
 			// Paused before it came: its schedule waits; the mover keeps it
 			// while the record is PAUSED, and releases it once a resume
 			// has deleted the record (the id is unseen again).
-		case !samePending(rec, want):
+		case !rec.SamePending(want):
 			info.Duplicate = true
 			return info, nil
 		}
@@ -65,13 +65,6 @@ func (c *Client) submitDelayed(ctx context.Context, t Task) (TaskInfo, error) {
 // id is the task it holds, not a duplicate.
 func heldUnseen(rec *kv.Record) bool {
 	return rec.Type == "" && rec.StreamSeq == 0 && (rec.State == kv.StatePaused || rec.State == kv.StateCancelled)
-}
-
-// samePending reports whether rec is the PENDING record want describes: a
-// retried submit of the same delayed task.
-func samePending(rec, want *kv.Record) bool {
-	return rec.State == kv.StatePending && rec.Tenant == want.Tenant && rec.Type == want.Type && rec.Key == want.Key &&
-		rec.Priority == want.Priority && rec.RunAt != nil && want.RunAt != nil && rec.RunAt.Equal(*want.RunAt)
 }
 
 // CancelDelayed cancels a task that is still PENDING: its record becomes

@@ -70,19 +70,10 @@ func (r *reconciler) check(ctx context.Context, t *tracked, now time.Time) (time
 	return r.repair(ctx, rec, rev, lost, now)
 }
 
-// taskStream is the bucket stream of a record's current message: its
-// Stream, or for records written before the field, its priority's.
-func (r *reconciler) taskStream(rec *kv.Record) string {
-	if rec.Stream != "" {
-		return rec.Stream
-	}
-	return r.l.cfg.Names.PriorityStream(rec.Priority)
-}
-
 // messageLost reports why a READY or RETRYING task's message is gone, or
 // "" if it is stored.
 func (r *reconciler) messageLost(ctx context.Context, rec *kv.Record) (string, error) {
-	name := r.taskStream(rec)
+	name := rec.MessageStream(r.l.cfg.Names)
 	if rec.StreamSeq == 0 { // not bound yet: any stored copy of it will run it
 		found, err := r.findCopy(ctx, rec, 0)
 		if err != nil || found != nil {
@@ -123,7 +114,7 @@ func (r *reconciler) scheduleLost(ctx context.Context, rec *kv.Record) (string, 
 // holderLost reports why a RUNNING task can never finish, or "" if its
 // message will be redelivered or its worker is alive.
 func (r *reconciler) holderLost(ctx context.Context, rec *kv.Record) (string, error) {
-	name := r.taskStream(rec)
+	name := rec.MessageStream(r.l.cfg.Names)
 	if rec.StreamSeq == 0 {
 		return "", nil
 	}

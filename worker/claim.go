@@ -62,7 +62,7 @@ func (w *Worker) parse(d *delivery, meta *jetstream.MsgMetadata) *envelope {
 	env.released = stored.Copy && d.msg.Headers().Get(streams.HeaderReleasedAt) != ""
 	env.recorded = !stored.Copy && d.msg.Headers().Get(streams.HeaderGen) != ""
 	if env.id == "" {
-		env.id = fallbackID(meta)
+		env.id = streams.FallbackID(meta.Stream, meta.Sequence.Stream, meta.Timestamp) // no Nats-Msg-Id
 	}
 	h, ok := w.cfg.Registry.lookup(stored.Type)
 	if !ok && env.bad == nil {
@@ -70,13 +70,6 @@ func (w *Worker) parse(d *delivery, meta *jetstream.MsgMetadata) *envelope {
 	}
 	env.handler = h
 	return env
-}
-
-// fallbackID names a task published without a Nats-Msg-Id: its bucket,
-// sequence and store time, so that a stream recreated later (sequences
-// start again at 1) never gives a new task the id of an old one.
-func fallbackID(meta *jetstream.MsgMetadata) string {
-	return streams.FallbackID(meta.Stream, meta.Sequence.Stream, meta.Timestamp)
 }
 
 func bestEffortStored(subject string, priority int) streams.Stored {
@@ -190,7 +183,7 @@ func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec 
 		return nil, 0, true, nil
 	}
 	bound := rec.StreamSeq != 0
-	mine := bound && rec.StreamSeq == env.seq && cmp.Or(rec.Stream, w.cfg.Names.PriorityStream(rec.Priority)) == env.stream
+	mine := rec.Names(w.cfg.Names, env.stream, env.seq)
 	switch {
 	case mine:
 	case env.opts.Gen < rec.Gen:

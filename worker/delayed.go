@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
@@ -29,10 +28,9 @@ func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	s := env.stored
-	gen := max(env.opts.Gen, 1)
 	want := &kv.Record{
 		ID: env.id, Type: s.Type, Tenant: s.Tenant, Key: s.Key, Priority: s.Priority, State: kv.StatePending,
-		Core: env.opts.Core, MaxAttempts: env.opts.MaxAttempts, Timeout: kv.Duration(env.opts.Timeout), Gen: gen,
+		Core: env.opts.Core, MaxAttempts: env.opts.MaxAttempts, Timeout: kv.Duration(env.opts.Timeout), Gen: 1,
 		CreatedAt: env.published,
 	}
 	at := runAt.UTC()
@@ -44,7 +42,7 @@ func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
 	_, _, err := w.store.Create(ctx, want, kv.Actor{Worker: w.cfg.ID, Action: "publish"})
 	if errors.Is(err, kv.ErrExists) {
 		var rec *kv.Record
-		if rec, _, err = w.store.Get(ctx, env.id); err == nil && !samePending(rec, want) {
+		if rec, _, err = w.store.Get(ctx, env.id); err == nil && !rec.SamePending(want) {
 			return false // another task's id, or already released: the claim decides
 		}
 	}
@@ -57,7 +55,6 @@ func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
 	submit.Data = d.msg.Data()
 	submit.Header = d.msg.Headers()
 	sched := w.cfg.Names.DelayedMsg(env.id, submit, runAt.Add(-streams.DefaultScheduleEarly))
-	sched.Header.Set(streams.HeaderGen, strconv.FormatUint(gen, 10))
 	if _, err := w.js.PublishMsg(ctx, sched); err != nil {
 		w.log.Warn("defer_failed", zap.String("task_id", env.id), zap.Error(err))
 		_ = d.settle(func() error { return d.msg.NakWithDelay(time.Second) })
@@ -66,11 +63,4 @@ func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
 	w.log.Debug("task_deferred", zap.String("task_id", env.id), zap.Time("run_at", runAt))
 	_ = d.settle(d.msg.Ack)
 	return true
-}
-
-// samePending reports whether rec is the PENDING record want describes: the
-// record a previous delivery of this message wrote.
-func samePending(rec, want *kv.Record) bool {
-	return rec.State == kv.StatePending && rec.Tenant == want.Tenant && rec.Type == want.Type && rec.Key == want.Key &&
-		rec.Priority == want.Priority && rec.RunAt != nil && rec.RunAt.Equal(*want.RunAt)
 }

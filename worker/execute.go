@@ -103,7 +103,7 @@ func (w *Worker) run(env *envelope, rec *kv.Record, rev uint64, d *delivery) (er
 	lapse := w.lapse()
 	task := &Task{
 		ID: rec.ID, Type: rec.Type, Tenant: rec.Tenant, Key: rec.Key, Priority: rec.Priority,
-		Payload: d.msg.Data(), Attempt: rec.Attempt, Delivery: d.meta.NumDelivered, MaxAttempts: rec.MaxAttempts,
+		Payload: d.msg.Data(), Attempt: rec.Attempt, MaxAttempts: rec.MaxAttempts,
 		Headers: d.msg.Headers(), Worker: w.cfg.ID, EnqueuedAt: env.published,
 		fence: Fence{Task: rec.ID, Revision: rev, Delivery: env.delivered},
 		held: func() bool {
@@ -149,7 +149,7 @@ func (w *Worker) member(epoch uint64) bool {
 		return true
 	}
 	lease := w.lease.Load()
-	return lease != nil && w.memberEpoch.Load() == epoch && time.Now().Before(lease.ValidUntil())
+	return lease != nil && w.memberEpoch.Load() == epoch && lease.Held()
 }
 
 // call runs fn, turning a panic into a permanent error.

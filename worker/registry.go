@@ -20,7 +20,6 @@ type Task struct {
 	Priority    int
 	Payload     []byte
 	Attempt     int       // 1 for the first attempt
-	Delivery    uint64    // how many times its message has been delivered (1 for the first)
 	EnqueuedAt  time.Time // when the task's current message entered its bucket
 	MaxAttempts int
 	Deadline    time.Time   // zero: none

@@ -118,7 +118,7 @@ func (p *Probe) handle(ctx context.Context, task *worker.Task, args ProbeArgs) e
 	}
 	p.write(ProbeEvent{Event: "effect"}, task, exec) // an attempt, journaled before it is made
 	value, _ := json.Marshal(ProbeEvent{Event: "effect", Task: task.ID, Worker: task.Worker, Exec: exec, Attempt: task.Attempt,
-		Delivery: task.Delivery, At: time.Now().UnixNano()})
+		Delivery: task.Fence().Delivery, At: time.Now().UnixNano()})
 	if _, err := p.effects.Create(ctx, task.ID, value); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		err = fmt.Errorf("probe effect: %w", err)
 		p.write(ProbeEvent{Event: "error", Error: err.Error()}, task, exec)
@@ -130,7 +130,7 @@ func (p *Probe) handle(ctx context.Context, task *worker.Task, args ProbeArgs) e
 
 // write journals ev about execution exec of task.
 func (p *Probe) write(ev ProbeEvent, task *worker.Task, exec uint64) {
-	ev.Task, ev.Worker, ev.Exec, ev.Attempt, ev.Delivery, ev.At = task.ID, task.Worker, exec, task.Attempt, task.Delivery, time.Now().UnixNano()
+	ev.Task, ev.Worker, ev.Exec, ev.Attempt, ev.Delivery, ev.At = task.ID, task.Worker, exec, task.Attempt, task.Fence().Delivery, time.Now().UnixNano()
 	ev.Revision = task.Fence().Revision
 	line, _ := json.Marshal(ev)
 	p.mu.Lock()
