@@ -215,6 +215,15 @@ func TestPermissionsOfEachRole(t *testing.T) {
 		require.Error(t, callAdmin(service, scheduler.VerbTaskGet, scheduler.TaskRequest{ID: "sec-echo"}, &reply))
 		service.requireViolation(t, "Publish", "ax.admin.task.get")
 	})
+	t.Run("service and worker cannot publish a control-plane copy", func(t *testing.T) {
+		// Only on ax.p<N>.….ctl are the internal headers honoured: the
+		// scheduler alone may publish there.
+		copySubject := streams.DefaultNames().CopySubject(2, "acme", "echo", "x")
+		require.NoError(t, service.nc.Publish(copySubject, nil))
+		service.requireViolation(t, "Publish", copySubject)
+		require.NoError(t, wc.nc.Publish(copySubject, nil))
+		wc.requireViolation(t, "Publish", copySubject)
+	})
 	t.Run("service cannot read the task bucket", func(t *testing.T) {
 		_, err := service.js.KeyValue(ctx, "AX_TASKS")
 		require.Error(t, err)
@@ -269,9 +278,12 @@ func TestPermissionsOfEachRole(t *testing.T) {
 		runAt := time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)
 		submit(t, service, "ax.submit.p2.acme.echo.sec-later", "sec-later", nil, map[string]string{streams.HeaderRunAt: runAt})
 		waitState(t, operator, "sec-later", kv.StatePending)
-		info, err := operator.js.Stream(ctx, "AX_DELAYED")
-		require.NoError(t, err)
-		require.EqualValues(t, 1, info.CachedInfo().State.Msgs, "the schedule is in AX_DELAYED")
+		// The record is written before the schedule (so that a message
+		// never replaces another task's schedule): wait for the schedule.
+		require.Eventually(t, func() bool {
+			info, err := operator.js.Stream(ctx, "AX_DELAYED")
+			return err == nil && info.CachedInfo().State.Msgs == 1
+		}, 10*time.Second, 20*time.Millisecond, "the schedule is in AX_DELAYED")
 	})
 	t.Run("operator cannot submit or write records directly", func(t *testing.T) {
 		require.NoError(t, operator.nc.Publish("ax.submit.p0.acme.echo.y", nil))

@@ -3,10 +3,13 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/stretchr/testify/require"
 )
@@ -44,4 +47,18 @@ func TestWorkerStartedFirstWaits(t *testing.T) {
 		entry, err := bucket.Get(context.Background(), "early-task")
 		return err == nil && strings.Contains(string(entry.Value()), string(kv.StateSucceeded))
 	}, 60*time.Second, 100*time.Millisecond, "the early worker ran the task:\n%s", w.output())
+}
+
+// A wrong password is not waited out: `ax worker` exits at once, saying
+// why, instead of logging "waiting" forever (docs/OPERATIONS.md).
+func TestWorkerWithWrongPasswordExits(t *testing.T) {
+	t.Parallel()
+	conf := filepath.Join(t.TempDir(), "auth.conf")
+	require.NoError(t, os.WriteFile(conf, []byte(`authorization { users = [ { user: "w", password: "right" } ] }`), 0o600))
+	srv := natstest.Start(t, natstest.Options{ConfigFile: conf})
+	url := strings.Replace(srv.ClientURL(), "nats://", "nats://w:wrong@", 1)
+	w := startAx(t, "worker", "--server", url, "--id", "badpass")
+	require.Eventually(t, w.exited, 15*time.Second, 50*time.Millisecond, "still running:\n%s", w.output())
+	require.Contains(t, strings.ToLower(w.output()), "authorization")
+	require.NotContains(t, w.output(), "wrong", "the password is redacted")
 }
