@@ -11,6 +11,7 @@ import (
 
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
 	"github.com/stretchr/testify/require"
 )
 
@@ -35,10 +36,23 @@ func TestWorkerStartedFirstWaits(t *testing.T) {
 	require.False(t, w.exited(), "the worker exited:\n%s", w.output())
 	_ = srv
 
+	// Provisioning half done (it writes the streams, then the buckets one by
+	// one): AX_WORKERS is missing. The worker must go on waiting; it used to
+	// pass its wait on AX_TASKS alone, then exit binding AX_WORKERS (seen in
+	// CI).
+	_, js := connect(t, url)
+	ctx := context.Background()
+	_, err := streams.Provision(ctx, js, nil)
+	require.NoError(t, err)
+	require.NoError(t, kv.Provision(ctx, js, &kv.BucketsConfig{}))
+	require.NoError(t, js.DeleteKeyValue(ctx, "AX_WORKERS"))
+	require.Eventually(t, func() bool { return strings.Contains(w.output(), "AX_WORKERS") }, 30*time.Second, 50*time.Millisecond,
+		"the worker says it waits for AX_WORKERS:\n%s", w.output())
+	require.False(t, w.exited(), "the worker exited:\n%s", w.output())
+
 	ax(t, "provision", "--server", url)
 	out := ax(t, "submit", "echo", "--id", "early-task", "--server", url)
 	require.Contains(t, out, "early-task")
-	_, js := connect(t, url)
 	require.Eventually(t, func() bool {
 		bucket, err := js.KeyValue(context.Background(), "AX_TASKS")
 		if err != nil {

@@ -97,6 +97,13 @@ ax workers.`,
 			closeReg := func() {}
 			var w *worker.Worker
 			err = waitFor(cmd.Context(), d.log, "the ax streams and buckets (run ax provision, ax scheduler or ax dev)", func() error {
+				// Every bucket the worker binds, as it starts or later:
+				// provisioning writes them one by one, after the streams.
+				for _, bucket := range []string{d.names.TasksBucket(), d.names.WorkersBucket(), d.names.ControlBucket(), d.names.LocksBucket()} {
+					if _, err := d.js.KeyValue(cmd.Context(), bucket); err != nil {
+						return fmt.Errorf("bucket %s: %w", bucket, err)
+					}
+				}
 				var err error
 				if reg == nil {
 					if reg, closeReg, err = wf.registry(cmd.Context(), d.js, d.names, d.log); err != nil {
