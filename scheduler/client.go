@@ -150,7 +150,7 @@ func (c *Client) Submit(ctx context.Context, task Task) (TaskInfo, error) {
 		}
 	}
 	if err != nil {
-		return TaskInfo{ID: t.ID}, submitError(t.ID, err)
+		return TaskInfo{ID: t.ID}, c.submitError(t, err)
 	}
 	dup := ack.Duplicate
 	_, _, err = c.store.Create(ctx, t.record(ack.Stream, ack.Sequence), kv.Actor{Action: "submit"})
@@ -223,7 +223,7 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []Task) ([]TaskInfo, err
 				if retryable(err) && attempt < c.cfg.PublishRetries && ctx.Err() == nil {
 					again = append(again, i)
 				} else {
-					failed[i] = submitError(infos[i].ID, err)
+					failed[i] = c.submitError(normalized[i], err)
 				}
 			case <-ctx.Done():
 				failed[i] = fmt.Errorf("submit task %s: %w", infos[i].ID, ctx.Err())
@@ -386,10 +386,27 @@ func retryable(err error) bool {
 		errors.Is(err, jetstream.ErrAsyncPublishTimeout)
 }
 
-func submitError(id string, err error) error {
+// submitError explains a failed publish of t: a full bucket, or a bucket
+// that refuses non-core tasks (its stream no longer has the submit subject,
+// so no stream answers) is [ErrOverloaded].
+func (c *Client) submitError(t Task, err error) error {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeMaxMsgs {
-		return fmt.Errorf("submit task %s: %w (%s)", id, ErrOverloaded, apiErr.Description)
+		return fmt.Errorf("submit task %s: %w (%s)", t.ID, ErrOverloaded, apiErr.Description)
 	}
-	return fmt.Errorf("submit task %s: %w", id, err)
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		if p := c.pressure.Load(); p != nil && !t.Core {
+			for _, b := range p.Buckets {
+				if b.Priority == t.Priority && (b.Refusing || b.Level >= LevelRefuse) {
+					return fmt.Errorf("submit task %s: %w: bucket %s refuses non-core tasks (%.0f%% full)", t.ID, ErrOverloaded, b.Stream, 100*b.Depth)
+				}
+			}
+		}
+		subject := c.cfg.Names.SubmitSubject(t.Priority, t.Tenant, t.Type, t.Key)
+		if t.Core {
+			subject = c.cfg.Names.CoreSubject(t.Priority, t.Tenant, t.Type, t.Key)
+		}
+		return fmt.Errorf("submit task %s: no stream stored %s (%w): the bucket refuses non-core tasks under backpressure, or JetStream or the bucket is not available", t.ID, subject, err)
+	}
+	return fmt.Errorf("submit task %s: %w", t.ID, err)
 }

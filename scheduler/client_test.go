@@ -70,7 +70,7 @@ func TestSubmitWritesReadyRecord(t *testing.T) {
 	require.Equal(t, info.ID, msg.Header.Get("Nats-Msg-Id"))
 	require.Equal(t, "5s", msg.Header.Get("Ax-Timeout"))
 	require.Equal(t, "4", msg.Header.Get("Ax-Max-Attempts"))
-	require.Equal(t, "true", msg.Header.Get("Ax-Core"))
+	require.Empty(t, msg.Header.Get("Ax-Core"), "core is the subject it was published on, not a header")
 	require.Equal(t, "1", msg.Header.Get("Ax-Gen"))
 	require.Equal(t, "abc", msg.Header.Get("Ax-Trace"))
 	require.Equal(t, "hi", string(msg.Data))

@@ -95,6 +95,11 @@ func (p *pressureLoop) measure(ctx context.Context) error {
 			b.Depth = float64(b.Msgs) / float64(b.Capacity)
 		}
 		b.Level = th.Level(b.Depth)
+		refusing, err := p.admit(ctx, prio, b, info.Config)
+		if err != nil {
+			return err
+		}
+		b.Refusing = refusing
 		depths[prio] = b.Depth
 		report.Buckets = append(report.Buckets, b)
 	}
@@ -149,6 +154,39 @@ func (p *pressureLoop) measure(ctx context.Context) error {
 		cfg.OnPressure(report)
 	}
 	return errors.Join(errs...)
+}
+
+// admit makes the server refuse non-core tasks on bucket prio from the
+// refuse level on, and admit them again once the bucket is below the alert
+// level (the gap keeps a bucket near the threshold from flapping), and
+// returns whether the bucket refuses now. The stream's own subjects are the
+// state: a new leader carries on where the last one stopped.
+func (p *pressureLoop) admit(ctx context.Context, prio int, b BucketPressure, cfg jetstream.StreamConfig) (bool, error) {
+	names := p.l.cfg.Names
+	refusing := names.Refusing(cfg)
+	var refuse bool
+	switch {
+	case !refusing && b.Level >= LevelRefuse:
+		refuse = true
+	case refusing && b.Depth < p.l.cfg.Pressure.Alert:
+		refuse = false
+	default:
+		return refusing, nil
+	}
+	if !p.l.held() {
+		return refusing, errNotLeading
+	}
+	if _, err := streams.SetAdmission(ctx, p.l.js, names, prio, refuse); err != nil {
+		p.log.Warn("admission_failed", zap.String("stream", b.Stream), zap.Bool("refuse", refuse), zap.Error(err))
+		return refusing, nil
+	}
+	fields := []zap.Field{zap.String("stream", b.Stream), zap.Float64("depth", b.Depth), zap.Uint64("msgs", b.Msgs), zap.Int64("capacity", b.Capacity)}
+	if refuse {
+		p.log.Warn("bucket_refuses_non_core", fields...)
+	} else {
+		p.log.Info("bucket_admits_all", fields...)
+	}
+	return refuse, nil
 }
 
 // Level returns the pressure level of a bucket at depth (stored messages

@@ -201,3 +201,54 @@ func TestBurstIsRefusedNearTheThreshold(t *testing.T) {
 	t.Logf("burst refused after %d of capacity 100 (refuse at 80 %%)", accepted)
 	require.InDelta(t, 80, accepted, 2, "refused within a few percent of the threshold")
 }
+
+// Issue 13: the refuse level is enforced by the server, not only by the Go
+// client's advisory check: a producer that ignores the pressure report
+// (a raw JetStream publish) is refused from 80% on, until the bucket is
+// below the alert level (60%); a core submit, which takes the permission
+// to publish on the core subject, is admitted throughout.
+func TestServerRefusesNonCoreTasks(t *testing.T) {
+	t.Parallel()
+	lb := setupLoops(t, 1, &streams.Config{Capacity: 20}, scheduler.LeaderConfig{PressureInterval: 20 * time.Millisecond})
+	js, client, ctx := lb.js, lb.client, context.Background()
+	names := streams.DefaultNames()
+	raw := func(core bool, key string) error {
+		subject := names.SubmitSubject(2, "t", "x", key)
+		if core {
+			subject = names.CoreSubject(2, "t", "x", key)
+		}
+		_, err := js.Publish(ctx, subject, nil)
+		return err
+	}
+	refusing := func() bool {
+		s, err := js.Stream(ctx, "AX_P2")
+		require.NoError(t, err)
+		return names.Refusing(s.CachedInfo().Config)
+	}
+	for i := range 16 { // 80%
+		require.NoError(t, raw(false, fmt.Sprintf("k%d", i)))
+	}
+	require.Eventually(t, refusing, 10*time.Second, 5*time.Millisecond, "the leader makes the server refuse at 80%")
+	err := raw(false, "ignores-the-report")
+	require.ErrorIs(t, err, jetstream.ErrNoStreamResponse, "a raw submit is refused by the server")
+	require.NoError(t, raw(true, "core"), "a core submit is admitted")
+	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2})
+	require.ErrorIs(t, err, scheduler.ErrOverloaded)
+	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2, Core: true})
+	require.NoError(t, err, "the Go client submits core tasks on the core subject")
+	_, err = js.Publish(ctx, names.SubmitSubject(1, "t", "x", "p1"), nil)
+	require.NoError(t, err, "another bucket still admits")
+	require.Eventually(t, func() bool {
+		p := client.Pressure()
+		return p != nil && p.Buckets[2].Refusing
+	}, 10*time.Second, 5*time.Millisecond, "the report says the bucket refuses")
+
+	stream, err := js.Stream(ctx, "AX_P2")
+	require.NoError(t, err)
+	require.NoError(t, stream.Purge(ctx, jetstream.WithPurgeKeep(13))) // 65%: above the alert level
+	time.Sleep(200 * time.Millisecond)                                    // ten readings
+	require.True(t, refusing(), "still refusing at 65%")
+	require.NoError(t, stream.Purge(ctx, jetstream.WithPurgeKeep(11))) // 55%
+	require.Eventually(t, func() bool { return !refusing() }, 10*time.Second, 5*time.Millisecond, "admitted again below 60%")
+	require.NoError(t, raw(false, "after"))
+}

@@ -22,7 +22,7 @@ type Level int
 const (
 	LevelOK     Level = iota // below the alert threshold
 	LevelAlert               // alert: log line, event, metric
-	LevelRefuse              // Submit refuses non-core tasks
+	LevelRefuse              // the server refuses non-core tasks (see [BucketPressure.Refusing])
 	LevelPause               // P3 and P4 dispatch paused
 )
 
@@ -65,6 +65,12 @@ type BucketPressure struct {
 	Capacity int64   `json:"capacity"`
 	Depth    float64 `json:"depth"` // Msgs / Capacity, 0..1
 	Level    Level   `json:"level"`
+	// Refusing is true while the bucket's stream refuses non-core tasks:
+	// the leader removes its submit subject when the bucket reaches the
+	// refuse level and restores it when the bucket is below the alert level
+	// (streams.SetAdmission), so a producer that ignores this report is
+	// refused by the server; core tasks (<prefix>.core.…) are admitted.
+	Refusing bool `json:"refusing,omitempty"`
 }
 
 // Pressure is the backpressure report the leader publishes in AX_CONTROL
@@ -159,6 +165,10 @@ func (c *Client) admit(t Task, now time.Time) error {
 		if b.Level >= LevelRefuse {
 			return fmt.Errorf("submit task %s: %w: bucket %s is %.0f%% full (%d of %d), at or above %.0f%%: only core tasks are accepted",
 				t.ID, ErrOverloaded, b.Stream, 100*b.Depth, b.Msgs, b.Capacity, 100*p.Thresholds.Refuse)
+		}
+		if b.Refusing {
+			return fmt.Errorf("submit task %s: %w: bucket %s refuses non-core tasks until it is below %.0f%% (now %.0f%%, %d of %d)",
+				t.ID, ErrOverloaded, b.Stream, 100*p.Thresholds.Alert, 100*b.Depth, b.Msgs, b.Capacity)
 		}
 		// What this client stored since the report counts too (a burst
 		// would otherwise overshoot by a report interval's worth).

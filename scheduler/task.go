@@ -35,7 +35,10 @@ type Task struct {
 	Timeout time.Duration
 	// MaxAttempts before the task is dead. Zero: the worker's default.
 	MaxAttempts int
-	// Core tasks are still accepted when backpressure refuses others.
+	// Core tasks are still accepted when backpressure refuses others. A core
+	// task is published on <prefix>.core.p<N>.…, which only users allowed
+	// to submit core tasks may publish (docs/ax-permissions.conf): being
+	// core is a permission of the connection's user, not a claim.
 	Core bool
 	// Deadline after which the task is not started. Zero: none.
 	Deadline time.Time
@@ -132,12 +135,16 @@ func isOptionHeader(name string) bool {
 
 // message builds the wire message of a normalized task.
 func (t Task) message(names streams.Names) *nats.Msg {
-	msg := nats.NewMsg(names.SubmitSubject(t.Priority, t.Tenant, t.Type, t.Key))
+	subject := names.SubmitSubject(t.Priority, t.Tenant, t.Type, t.Key)
+	if t.Core {
+		subject = names.CoreSubject(t.Priority, t.Tenant, t.Type, t.Key)
+	}
+	msg := nats.NewMsg(subject)
 	msg.Data = t.Payload
 	for name, value := range t.Headers {
 		msg.Header.Set(name, value)
 	}
-	streams.Options{ID: t.ID, Timeout: t.Timeout, MaxAttempts: t.MaxAttempts, Core: t.Core, Deadline: t.Deadline, RunAt: t.RunAt, Gen: 1}.SetHeaders(msg.Header)
+	streams.Options{ID: t.ID, Timeout: t.Timeout, MaxAttempts: t.MaxAttempts, Deadline: t.Deadline, RunAt: t.RunAt, Gen: 1}.SetHeaders(msg.Header)
 	return msg
 }
 

@@ -43,6 +43,17 @@ func DefaultNames() Names {
 // Prefix returns the subject prefix.
 func (n Names) Prefix() string { return n.prefix }
 
+// PriorityOf returns the priority of a priority stream's name ("AX_P2": 2),
+// and false for any other name.
+func (n Names) PriorityOf(stream string) (int, bool) {
+	for p := range Priorities {
+		if stream == n.PriorityStream(p) {
+			return p, true
+		}
+	}
+	return 0, false
+}
+
 // PriorityStream returns the stream name of priority p, e.g. "AX_P2".
 func (n Names) PriorityStream(p int) string { return fmt.Sprintf("%s_P%d", n.upper, p) }
 
@@ -73,7 +84,24 @@ func (n Names) SubmitSubject(priority int, tenant, taskType, key string) string 
 }
 
 // SubmitFilter returns the submit subjects captured by priority stream p.
+// The leader removes it from the stream while the bucket refuses non-core
+// tasks (backpressure), so that the server itself refuses them.
 func (n Names) SubmitFilter(p int) string { return fmt.Sprintf("%s.submit.p%d.*.*.*", n.prefix, p) }
+
+// CoreSubject returns the subject a producer allowed to submit core tasks
+// publishes a task to, e.g. "ax.core.p0.acme.email.k1". A core task is
+// admitted while its bucket refuses others (backpressure); being core is
+// the permission to publish here (docs/ax-permissions.conf), not a header.
+func (n Names) CoreSubject(priority int, tenant, taskType, key string) string {
+	return fmt.Sprintf("%s.core.p%d.%s.%s.%s", n.prefix, priority, tenant, taskType, key)
+}
+
+// CoreFilter returns the core submit subjects captured by priority stream p.
+func (n Names) CoreFilter(p int) string { return fmt.Sprintf("%s.core.p%d.*.*.*", n.prefix, p) }
+
+// IngestFilter returns the source of priority stream p's shard transform:
+// both submit forms, "<prefix>.submit.p<N>.*.*.*" and "<prefix>.core.p<N>.*.*.*".
+func (n Names) IngestFilter(p int) string { return fmt.Sprintf("%s.*.p%d.*.*.*", n.prefix, p) }
 
 // StoredSubject returns the subject a task is stored under in its priority stream.
 func (n Names) StoredSubject(priority, shard int, tenant, taskType, key string) string {
@@ -100,8 +128,18 @@ func (n Names) CopyFilter(p int) string {
 	return fmt.Sprintf("%s.p%d.*.*.*.*.%s", n.prefix, p, controlToken)
 }
 
-// ShardTransform returns the subject transform destination of priority stream p.
+// ShardTransform returns the subject transform destination of priority
+// stream p (its source is [Names.IngestFilter]): a task submitted on either
+// subject is stored as "<prefix>.p<N>.<shard>.<tenant>.<type>.<key>", the
+// shard a hash of the key alone.
 func (n Names) ShardTransform(p int) string {
+	return fmt.Sprintf("%s.p%d.{{partition(%d,4)}}.{{wildcard(2)}}.{{wildcard(3)}}.{{wildcard(4)}}", n.prefix, p, Shards)
+}
+
+// legacyShardTransform is the shard transform of the v2 contract's buckets,
+// whose source was [Names.SubmitFilter] alone. It stores a submit subject
+// exactly as [Names.ShardTransform] does, so [Provision] replaces it in place.
+func (n Names) legacyShardTransform(p int) string {
 	return fmt.Sprintf("%s.p%d.{{partition(%d,3)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}", n.prefix, p, Shards)
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -172,7 +173,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Repor
 	}
 	report := &Report{}
 	for _, sc := range StreamConfigs(cfg) {
-		if err := ensureStream(ctx, js, sc, report); err != nil {
+		if err := ensureStream(ctx, js, cfg.Names, sc, report); err != nil {
 			return report, err
 		}
 	}
@@ -201,7 +202,7 @@ func StreamConfigs(cfg *Config) []jetstream.StreamConfig {
 		out = append(out, jetstream.StreamConfig{
 			Name:        n.PriorityStream(p),
 			Description: fmt.Sprintf("ax priority bucket P%d (WorkQueue, %d shards)", p, Shards),
-			Subjects:    []string{n.SubmitFilter(p), n.CopyFilter(p)},
+			Subjects:    []string{n.SubmitFilter(p), n.CoreFilter(p), n.CopyFilter(p)},
 			Retention:   jetstream.WorkQueuePolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    cfg.Replicas,
@@ -212,7 +213,7 @@ func StreamConfigs(cfg *Config) []jetstream.StreamConfig {
 			Duplicates:  cfg.Duplicates,
 			AllowDirect: true,
 			SubjectTransform: &jetstream.SubjectTransformConfig{
-				Source:      n.SubmitFilter(p),
+				Source:      n.IngestFilter(p),
 				Destination: n.ShardTransform(p),
 			},
 		})
@@ -276,7 +277,7 @@ func ConsumerConfig(cfg *Config, priority, shard int) (jetstream.ConsumerConfig,
 	return cc, nil
 }
 
-func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, report *Report) error {
+func ensureStream(ctx context.Context, js jetstream.JetStream, n Names, want jetstream.StreamConfig, report *Report) error {
 	stream, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		if _, err := js.CreateStream(ctx, want); err != nil {
@@ -289,9 +290,10 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 		return fmt.Errorf("look up stream %s: %w", want.Name, err)
 	}
 	have := stream.CachedInfo().Config
-	if err := checkLayout(have, want); err != nil {
+	if err := checkLayout(n, have, want); err != nil {
 		return err
 	}
+	want = keepAdmission(n, have, want)
 	changed := streamChanges(have, want)
 	if len(changed) == 0 {
 		report.Unchanged++
@@ -304,21 +306,36 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	return nil
 }
 
-// checkLayout refuses what would move stored tasks: other subjects, another
-// shard transform, another retention or storage.
-func checkLayout(have, want jetstream.StreamConfig) error {
-	// The first subject is the layout; later ones (the control-plane copy
-	// subject of a priority bucket) may be added to an existing stream.
-	if len(have.Subjects) == 0 || len(want.Subjects) == 0 || have.Subjects[0] != want.Subjects[0] {
-		return fmt.Errorf("%w: stream %s has subjects %v, want %v", ErrLayoutChange, want.Name, have.Subjects, want.Subjects)
+// keepAdmission leaves a priority bucket's admission as the leader set it:
+// while the bucket refuses non-core tasks its stream lacks the submit
+// subject ([Names.SubmitFilter]), and provisioning must not add it back.
+func keepAdmission(n Names, have, want jetstream.StreamConfig) jetstream.StreamConfig {
+	p, ok := n.PriorityOf(want.Name)
+	if !ok || !n.Refusing(have) {
+		return want
 	}
+	want.Subjects = slices.DeleteFunc(slices.Clone(want.Subjects), func(s string) bool { return s == n.SubmitFilter(p) })
+	return want
+}
+
+// checkLayout refuses what would move stored tasks: another shard transform
+// (or, for a stream without one, another first subject), another retention
+// or storage. A priority bucket of the v2 contract (transform source
+// <prefix>.submit.p<N>.*.*.*) is updated in place: its transform stores a
+// submit subject exactly as today's does.
+func checkLayout(n Names, have, want jetstream.StreamConfig) error {
 	transform := func(t *jetstream.SubjectTransformConfig) string {
 		if t == nil {
 			return "none"
 		}
 		return t.Source + " -> " + t.Destination
 	}
-	if transform(have.SubjectTransform) != transform(want.SubjectTransform) {
+	if want.SubjectTransform == nil {
+		// The first subject is the layout; later ones may be added.
+		if len(have.Subjects) == 0 || len(want.Subjects) == 0 || have.Subjects[0] != want.Subjects[0] {
+			return fmt.Errorf("%w: stream %s has subjects %v, want %v", ErrLayoutChange, want.Name, have.Subjects, want.Subjects)
+		}
+	} else if transform(have.SubjectTransform) != transform(want.SubjectTransform) && !isLegacyBucket(n, have) {
 		return fmt.Errorf("%w: stream %s has shard transform %q, want %q (the shard count is part of the data layout; drain and recreate the stream to change it)",
 			ErrLayoutChange, want.Name, transform(have.SubjectTransform), transform(want.SubjectTransform))
 	}
@@ -331,6 +348,16 @@ func checkLayout(have, want jetstream.StreamConfig) error {
 	return nil
 }
 
+// isLegacyBucket reports whether have is a priority bucket as the v2
+// contract provisioned it (submit subject and shard transform of that
+// contract, 32 shards).
+func isLegacyBucket(n Names, have jetstream.StreamConfig) bool {
+	p, ok := n.PriorityOf(have.Name)
+	return ok && have.SubjectTransform != nil &&
+		have.SubjectTransform.Source == n.SubmitFilter(p) &&
+		have.SubjectTransform.Destination == n.legacyShardTransform(p)
+}
+
 func streamChanges(have, want jetstream.StreamConfig) []string {
 	var changed []string
 	check := func(name string, differ bool) {
@@ -339,6 +366,7 @@ func streamChanges(have, want jetstream.StreamConfig) []string {
 		}
 	}
 	check("Subjects", !slices.Equal(have.Subjects, want.Subjects))
+	check("SubjectTransform", !reflect.DeepEqual(have.SubjectTransform, want.SubjectTransform))
 	check("Replicas", have.Replicas != want.Replicas)
 	check("MaxMsgs", have.MaxMsgs != want.MaxMsgs)
 	check("MaxBytes", have.MaxBytes != want.MaxBytes)

@@ -112,7 +112,11 @@ func TestShardMatchesServer(t *testing.T) {
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("k%x-%d", rand.Uint64(), i)
-		_, err := js.Publish(ctx, names.SubmitSubject(2, "acme", "noop", keys[i]), nil)
+		subject := names.SubmitSubject(2, "acme", "noop", keys[i])
+		if i%2 == 1 { // a core submit is stored exactly as a submit
+			subject = names.CoreSubject(2, "acme", "noop", keys[i])
+		}
+		_, err := js.Publish(ctx, subject, nil)
 		require.NoError(t, err)
 	}
 	stream, err := js.Stream(ctx, "AX_P2")
@@ -123,6 +127,8 @@ func TestShardMatchesServer(t *testing.T) {
 		stored, err := names.ParseStored(msg.Subject)
 		require.NoError(t, err)
 		require.Equal(t, key, stored.Key)
+		require.Equal(t, "acme", stored.Tenant)
+		require.Equal(t, "noop", stored.Type)
 		require.Equal(t, streams.Shard(key), stored.Shard, "key %q", key)
 	}
 }
@@ -177,22 +183,28 @@ func TestParseHeaders(t *testing.T) {
 	t.Parallel()
 	deadline := time.Date(2030, 1, 2, 3, 4, 5, 600, time.UTC)
 	h := nats.Header{}
-	streams.Options{ID: "t1", Timeout: 1500 * time.Millisecond, MaxAttempts: 3, Core: true, Deadline: deadline, Gen: 4}.SetHeaders(h)
+	streams.Options{ID: "t1", Timeout: 1500 * time.Millisecond, MaxAttempts: 3, Deadline: deadline, Gen: 4}.SetHeaders(h)
 	o, err := streams.ParseHeaders(h)
 	require.NoError(t, err)
-	require.Equal(t, streams.Options{ID: "t1", Timeout: 1500 * time.Millisecond, MaxAttempts: 3, Core: true, Deadline: deadline}, o,
+	require.Equal(t, streams.Options{ID: "t1", Timeout: 1500 * time.Millisecond, MaxAttempts: 3, Deadline: deadline}, o,
 		"Ax-Gen is a control-plane header")
 	h.Set(streams.HeaderTaskID, "t1")
 	o, err = streams.ParseCopyHeaders(h)
 	require.NoError(t, err)
-	require.Equal(t, streams.Options{ID: "t1", Timeout: 1500 * time.Millisecond, MaxAttempts: 3, Core: true, Deadline: deadline, Gen: 4}, o)
+	require.Equal(t, streams.Options{ID: "t1", Timeout: 1500 * time.Millisecond, MaxAttempts: 3, Deadline: deadline, Gen: 4}, o)
+
+	// Ax-Core grants nothing (a core task is one published on the core
+	// subject), so a message that still carries it parses as without it.
+	h.Set(streams.HeaderCore, "yes please")
+	again, err := streams.ParseCopyHeaders(h)
+	require.NoError(t, err)
+	require.Equal(t, o, again)
 
 	for _, tc := range []struct{ header, value string }{
 		{streams.HeaderTimeout, "soon"},
 		{streams.HeaderTimeout, "-1s"},
 		{streams.HeaderMaxAttempts, "0"},
 		{streams.HeaderMaxAttempts, "many"},
-		{streams.HeaderCore, "yes please"},
 		{streams.HeaderDeadline, "tomorrow"},
 		{streams.HeaderRunAt, "2026-13-01T00:00:00Z"},
 		{streams.HeaderGen, "-3"},

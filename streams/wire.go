@@ -19,7 +19,10 @@ const (
 	HeaderTimeout = "Ax-Timeout"
 	// HeaderMaxAttempts is the maximum number of attempts (a positive integer).
 	HeaderMaxAttempts = "Ax-Max-Attempts"
-	// HeaderCore marks a core task that survives backpressure ("true").
+	// HeaderCore was the v2 contract's claim of a core task. It grants
+	// nothing: a core task is one published on the core subject
+	// ([Names.CoreSubject]), which takes a permission. A message that still
+	// carries it is handled as if it did not.
 	HeaderCore = "Ax-Core"
 	// HeaderDeadline is the RFC 3339 time after which the task is not started.
 	HeaderDeadline = "Ax-Deadline"
@@ -188,11 +191,12 @@ func FallbackID(stream string, seq uint64, stored time.Time) string {
 	return fmt.Sprintf("%s-%d-%x", stream, seq, stored.UnixNano())
 }
 
-// ParseSubmit parses a submit subject "<prefix>.submit.p<N>.<tenant>.<type>.<key>".
+// ParseSubmit parses a submit subject "<prefix>.submit.p<N>.<tenant>.<type>.<key>"
+// or a core submit subject "<prefix>.core.p<N>.<tenant>.<type>.<key>".
 func (n Names) ParseSubmit(subject string) (Stored, error) {
 	tokens := strings.Split(subject, ".")
-	if len(tokens) != 6 || tokens[0] != n.prefix || tokens[1] != "submit" {
-		return Stored{}, fmt.Errorf("%w: %q is not %s.submit.p<N>.<tenant>.<type>.<key>", ErrBadSubject, subject, n.prefix)
+	if len(tokens) != 6 || tokens[0] != n.prefix || (tokens[1] != "submit" && tokens[1] != "core") {
+		return Stored{}, fmt.Errorf("%w: %q is not %s.submit.p<N>.<tenant>.<type>.<key> (or %s.core.…)", ErrBadSubject, subject, n.prefix, n.prefix)
 	}
 	priority, err := ParsePriority(tokens[2])
 	if err != nil {
@@ -221,7 +225,6 @@ type Options struct {
 	ID          string
 	Timeout     time.Duration
 	MaxAttempts int
-	Core        bool
 	Deadline    time.Time
 	RunAt       time.Time
 	Gen         uint64
@@ -286,13 +289,6 @@ func ParseHeaders(h nats.Header) (Options, error) {
 		}
 		o.MaxAttempts = n
 	}
-	if v := h.Get(HeaderCore); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return o, fmt.Errorf("%w: %s %q is not true or false", ErrBadHeader, HeaderCore, v)
-		}
-		o.Core = b
-	}
 	for _, f := range []struct {
 		name string
 		dst  *time.Time
@@ -318,9 +314,6 @@ func (o Options) SetHeaders(h nats.Header) {
 	}
 	if o.MaxAttempts > 0 {
 		h.Set(HeaderMaxAttempts, strconv.Itoa(o.MaxAttempts))
-	}
-	if o.Core {
-		h.Set(HeaderCore, "true")
 	}
 	if !o.Deadline.IsZero() {
 		h.Set(HeaderDeadline, o.Deadline.UTC().Format(time.RFC3339Nano))

@@ -317,7 +317,7 @@ func (w *Worker) ahead(ctx context.Context, d *delivery, env *envelope, rec *kv.
 func (w *Worker) newRecord(env *envelope) *kv.Record {
 	rec := &kv.Record{
 		ID: env.id, Type: env.stored.Type, Tenant: env.stored.Tenant, Key: env.stored.Key,
-		Priority: env.stored.Priority, State: kv.StateRunning, Core: env.opts.Core,
+		Priority: env.stored.Priority, State: kv.StateRunning,
 		MaxAttempts: env.opts.MaxAttempts, Timeout: kv.Duration(env.opts.Timeout), Gen: env.opts.Gen,
 		CreatedAt: env.published,
 	}

@@ -30,7 +30,7 @@ func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
 	s := env.stored
 	want := &kv.Record{
 		ID: env.id, Type: s.Type, Tenant: s.Tenant, Key: s.Key, Priority: s.Priority, State: kv.StatePending,
-		Core: env.opts.Core, MaxAttempts: env.opts.MaxAttempts, Timeout: kv.Duration(env.opts.Timeout), Gen: 1,
+		MaxAttempts: env.opts.MaxAttempts, Timeout: kv.Duration(env.opts.Timeout), Gen: 1,
 		CreatedAt: env.published,
 	}
 	at := runAt.UTC()

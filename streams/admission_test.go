@@ -1,0 +1,93 @@
+package streams_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ax-mesh/ax/internal/natstest"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+// A bucket that refuses non-core tasks is refused by the server itself: a
+// producer that ignores the pressure report cannot store a submit, while a
+// core submit (a permission: another subject) and a control-plane copy
+// still are. Provisioning leaves the admission as the leader set it.
+func TestAdmissionIsEnforcedByTheServer(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.RunServer(t)
+	ctx := context.Background()
+	_, err := streams.Provision(ctx, js, nil)
+	require.NoError(t, err)
+	n := streams.DefaultNames()
+
+	_, err = js.Publish(ctx, n.SubmitSubject(1, "t", "x", "before"), nil)
+	require.NoError(t, err)
+
+	changed, err := streams.SetAdmission(ctx, js, n, 1, true)
+	require.NoError(t, err)
+	require.True(t, changed)
+	changed, err = streams.SetAdmission(ctx, js, n, 1, true)
+	require.NoError(t, err)
+	require.False(t, changed, "a second refusal changes nothing")
+
+	_, err = js.Publish(ctx, n.SubmitSubject(1, "t", "x", "refused"), nil)
+	require.ErrorIs(t, err, jetstream.ErrNoStreamResponse, "the server refuses a submit")
+	_, err = js.Publish(ctx, n.CoreSubject(1, "t", "x", "core"), nil)
+	require.NoError(t, err, "a core submit is admitted")
+	_, err = js.Publish(ctx, n.CopySubject(1, "t", "x", "copy"), nil)
+	require.NoError(t, err, "a control-plane copy is admitted")
+	_, err = js.Publish(ctx, n.SubmitSubject(2, "t", "x", "other"), nil)
+	require.NoError(t, err, "another bucket still admits")
+
+	report, err := streams.Provision(ctx, js, nil)
+	require.NoError(t, err)
+	require.Empty(t, report.Updated, "provisioning keeps the refusal")
+	stream, err := js.Stream(ctx, n.PriorityStream(1))
+	require.NoError(t, err)
+	require.True(t, n.Refusing(stream.CachedInfo().Config))
+	require.EqualValues(t, 3, stream.CachedInfo().State.Msgs, "stored tasks are kept")
+
+	changed, err = streams.SetAdmission(ctx, js, n, 1, false)
+	require.NoError(t, err)
+	require.True(t, changed)
+	_, err = js.Publish(ctx, n.SubmitSubject(1, "t", "x", "after"), nil)
+	require.NoError(t, err, "admitted again")
+	stream, err = js.Stream(ctx, n.PriorityStream(1))
+	require.NoError(t, err)
+	require.False(t, n.Refusing(stream.CachedInfo().Config))
+	require.Equal(t, jetstream.WorkQueuePolicy, stream.CachedInfo().Config.Retention)
+	require.EqualValues(t, 4, stream.CachedInfo().State.Msgs)
+}
+
+// A priority bucket provisioned by the v2 contract (transform from the
+// submit subject alone) is updated in place, keeping its tasks, and a core
+// submit of a key is stored under the same subject as its submit was.
+func TestLegacyBucketIsUpgradedInPlace(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.RunServer(t)
+	ctx := context.Background()
+	n := streams.DefaultNames()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: "AX_P0", Subjects: []string{"ax.submit.p0.*.*.*", "ax.p0.*.*.*.*.ctl"}, Retention: jetstream.WorkQueuePolicy,
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: "ax.submit.p0.*.*.*", Destination: "ax.p0.{{partition(32,3)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}"},
+	})
+	require.NoError(t, err)
+	old, err := js.Publish(ctx, n.SubmitSubject(0, "acme", "mail", "k1"), nil)
+	require.NoError(t, err)
+
+	report, err := streams.Provision(ctx, js, nil)
+	require.NoError(t, err)
+	require.Contains(t, report.Updated[0], "SubjectTransform")
+
+	core, err := js.Publish(ctx, n.CoreSubject(0, "acme", "mail", "k1"), nil)
+	require.NoError(t, err)
+	stream, err := js.Stream(ctx, "AX_P0")
+	require.NoError(t, err)
+	before, err := stream.GetMsg(ctx, old.Sequence)
+	require.NoError(t, err, "the stored task is kept")
+	after, err := stream.GetMsg(ctx, core.Sequence)
+	require.NoError(t, err)
+	require.Equal(t, before.Subject, after.Subject, "same key, same shard and subject")
+}
