@@ -246,7 +246,7 @@ func TestServerRefusesNonCoreTasks(t *testing.T) {
 	stream, err := js.Stream(ctx, "AX_P2")
 	require.NoError(t, err)
 	require.NoError(t, stream.Purge(ctx, jetstream.WithPurgeKeep(13))) // 65%: above the alert level
-	time.Sleep(200 * time.Millisecond)                                    // ten readings
+	time.Sleep(200 * time.Millisecond)                                 // ten readings
 	require.True(t, refusing(), "still refusing at 65%")
 	require.NoError(t, stream.Purge(ctx, jetstream.WithPurgeKeep(11))) // 55%
 	require.Eventually(t, func() bool { return !refusing() }, 10*time.Second, 5*time.Millisecond, "admitted again below 60%")
