@@ -100,6 +100,9 @@ func (p *pressureLoop) measure(ctx context.Context) error {
 			return err
 		}
 		b.Refusing = refusing
+		if refusing { // the level in effect: refusal lasts until below the alert level
+			b.Level = max(b.Level, LevelRefuse)
+		}
 		depths[prio] = b.Depth
 		report.Buckets = append(report.Buckets, b)
 	}

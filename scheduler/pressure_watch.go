@@ -64,7 +64,9 @@ type BucketPressure struct {
 	Msgs     uint64  `json:"msgs"`
 	Capacity int64   `json:"capacity"`
 	Depth    float64 `json:"depth"` // Msgs / Capacity, 0..1
-	Level    Level   `json:"level"`
+	// Level is the level in effect: that of the depth, or LevelRefuse
+	// while the bucket still refuses (until it is below the alert level).
+	Level Level `json:"level"`
 	// Refusing is true while the bucket's stream refuses non-core tasks:
 	// the leader removes its submit subject when the bucket reaches the
 	// refuse level and restores it when the bucket is below the alert level

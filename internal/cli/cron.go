@@ -55,7 +55,7 @@ cron-<NAME>-<unix seconds>, across leader changes.`,
 	f.StringVar(&t.Tenant, "tenant", scheduler.DefaultTenant, "tenant")
 	f.DurationVar(&t.Timeout, "timeout", 0, "timeout of one attempt (default: the worker's)")
 	f.IntVar(&t.MaxAttempts, "max-attempts", 0, "attempts before a task is dead (default: the worker's)")
-	f.BoolVar(&t.Core, "core", false, "core tasks: accepted under backpressure")
+	f.BoolVar(&t.Core, "core", false, "core tasks, published on ax.core.p<N>.… (needs that permission): accepted while the bucket refuses others")
 	_ = add.MarkFlagRequired("type")
 
 	ls := &cobra.Command{

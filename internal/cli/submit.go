@@ -92,7 +92,7 @@ func addSubmit(root *cobra.Command, e *env) {
 	f.StringVar(&t.Key, "key", "", "partition key (default: the task id)")
 	f.DurationVar(&t.Timeout, "timeout", 0, "timeout of one attempt (default: the worker's)")
 	f.IntVar(&t.MaxAttempts, "max-attempts", 0, "attempts before the task is dead (default: the worker's)")
-	f.BoolVar(&t.Core, "core", false, "core task: accepted under backpressure")
+	f.BoolVar(&t.Core, "core", false, "core task, published on ax.core.p<N>.… (needs that permission): accepted while the bucket refuses others")
 	f.StringVar(&deadline, "deadline", "", "RFC 3339 time after which the task is not started")
 	f.StringVar(&runAt, "run-at", "", "RFC 3339 time the task becomes due (PENDING until then)")
 	f.DurationVar(&t.Delay, "delay", 0, "delay the task by this long (PENDING until then)")
