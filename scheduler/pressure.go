@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -71,11 +72,45 @@ func (p *pressureLoop) run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+			p.endRefusals(ctx)
 			return ctx.Err()
 		case <-tick.C:
 		}
 	}
 }
+
+// endRefusals admits non-core tasks again on every bucket that refuses them
+// when this leader stops while it still holds the lease (a scheduler that
+// exits): the refusal is enforced by the leader's readings and must not
+// outlive them, or a drained bucket would refuse every non-core submit
+// until a scheduler ran again. A successor refuses again from the refuse
+// level. A leader that lost its lease leaves the buckets to its successor
+// (it may no longer write), and one that dies leaves them as they are.
+func (p *pressureLoop) endRefusals(ctx context.Context) {
+	if errors.Is(context.Cause(ctx), kv.ErrLeaseLost) || !p.l.held() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endRefusalsTimeout)
+	defer cancel()
+	names := p.l.cfg.Names
+	for prio := range streams.Priorities {
+		stream, err := p.l.js.Stream(ctx, names.PriorityStream(prio))
+		if err != nil || !names.Refusing(stream.CachedInfo().Config) {
+			continue
+		}
+		if !p.l.held() {
+			return
+		}
+		if _, err := streams.SetAdmission(ctx, p.l.js, names, prio, false); err != nil {
+			p.log.Warn("admission_failed", zap.String("stream", names.PriorityStream(prio)), zap.Bool("refuse", false), zap.Error(err))
+			continue
+		}
+		p.log.Info("bucket_admits_all", zap.String("stream", names.PriorityStream(prio)), zap.String("reason", "leader stopped"))
+	}
+}
+
+// endRefusalsTimeout bounds the writes of [pressureLoop.endRefusals].
+const endRefusalsTimeout = 5 * time.Second
 
 // measure takes one reading and acts on it.
 func (p *pressureLoop) measure(ctx context.Context) error {

@@ -252,3 +252,41 @@ func TestServerRefusesNonCoreTasks(t *testing.T) {
 	require.Eventually(t, func() bool { return !refusing() }, 10*time.Second, 5*time.Millisecond, "admitted again below 60%")
 	require.NoError(t, raw(false, "after"))
 }
+
+// A refusal is the leader's: it ends with it. A scheduler that stops (the
+// last one, say, or `ax dev` interrupted) while a bucket refuses admits it
+// again on its way out; otherwise the bucket, drained by the workers,
+// would refuse every non-core submit until a scheduler ran again. A
+// successor refuses again once the bucket is at the refuse level.
+func TestStoppedLeaderEndsItsRefusal(t *testing.T) {
+	t.Parallel()
+	lb := setupLoops(t, 1, &streams.Config{Capacity: 20}, scheduler.LeaderConfig{PressureInterval: 20 * time.Millisecond})
+	js, ctx := lb.js, context.Background()
+	names := streams.DefaultNames()
+	refusing := func() bool {
+		s, err := js.Stream(ctx, "AX_P2")
+		require.NoError(t, err)
+		return names.Refusing(s.CachedInfo().Config)
+	}
+	for i := range 16 { // 80%
+		_, err := js.Publish(ctx, names.SubmitSubject(2, "t", "x", fmt.Sprintf("k%d", i)), nil)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, refusing, 10*time.Second, 5*time.Millisecond, "the leader makes the server refuse at 80%")
+
+	lb.leader.stop()
+	require.False(t, refusing(), "the stopped leader admitted the bucket again")
+	stream, err := js.Stream(ctx, "AX_P2")
+	require.NoError(t, err)
+	require.NoError(t, stream.Purge(ctx)) // drained by the workers
+	_, err = js.Publish(ctx, names.SubmitSubject(2, "t", "x", "after"), nil)
+	require.NoError(t, err, "nobody leads, the bucket is empty: a submit is stored")
+
+	next := startContender(t, lb.srv, scheduler.LeaderConfig{PressureInterval: 20 * time.Millisecond})
+	waitLeader(t, next)
+	for i := range 16 {
+		_, err := js.Publish(ctx, names.SubmitSubject(2, "t", "x", fmt.Sprintf("again%d", i)), nil)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, refusing, 10*time.Second, 5*time.Millisecond, "a successor refuses again at 80%")
+}
