@@ -91,3 +91,48 @@ func TestLegacyBucketIsUpgradedInPlace(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, before.Subject, after.Subject, "same key, same shard and subject")
 }
+
+// staleWriter stands for a leader whose admission update (the whole
+// stream configuration it read a moment before) lands right after one of
+// Provision's updates of the same stream.
+type staleWriter struct {
+	jetstream.JetStream
+	stale *jetstream.StreamConfig
+}
+
+func (w *staleWriter) UpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	s, err := w.JetStream.UpdateStream(ctx, cfg)
+	if err == nil && w.stale != nil && cfg.Name == w.stale.Name {
+		stale := *w.stale
+		w.stale = nil
+		_, err = w.JetStream.UpdateStream(ctx, stale)
+	}
+	return s, err
+}
+
+// The leader's admission step writes back the whole configuration it read:
+// landing just after a provision's update of the bucket, it undid it (the
+// capacity stayed at the old value while provision reported it updated).
+// Provision checks the buckets it updated again at the end and applies what
+// is missing, keeping the admission the leader set.
+func TestProvisionSurvivesAConcurrentAdmission(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.RunServer(t)
+	ctx := context.Background()
+	n := streams.DefaultNames()
+	_, err := streams.Provision(ctx, js, &streams.Config{Capacity: 20})
+	require.NoError(t, err)
+
+	stream, err := js.Stream(ctx, "AX_P2")
+	require.NoError(t, err)
+	stale := stream.CachedInfo().Config // the leader reads, then refuses
+	stale.Subjects = []string{n.CoreFilter(2), n.CopyFilter(2)}
+
+	report, err := streams.Provision(ctx, &staleWriter{JetStream: js, stale: &stale}, &streams.Config{Capacity: 40})
+	require.NoError(t, err)
+	require.NotEmpty(t, report.Updated)
+	stream, err = js.Stream(ctx, "AX_P2")
+	require.NoError(t, err)
+	require.EqualValues(t, 40, stream.CachedInfo().Config.MaxMsgs, "the provisioned capacity holds")
+	require.True(t, n.Refusing(stream.CachedInfo().Config), "and so does the leader's refusal")
+}

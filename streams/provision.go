@@ -172,9 +172,14 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Repor
 		return nil, err
 	}
 	report := &Report{}
+	var updated []jetstream.StreamConfig
 	for _, sc := range StreamConfigs(cfg) {
+		before := len(report.Updated)
 		if err := ensureStream(ctx, js, cfg.Names, sc, report); err != nil {
 			return report, err
+		}
+		if len(report.Updated) > before {
+			updated = append(updated, sc)
 		}
 	}
 	for p := range Priorities {
@@ -189,7 +194,35 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Repor
 			}
 		}
 	}
+	if err := recheckStreams(ctx, js, cfg.Names, updated); err != nil {
+		return report, err
+	}
 	return report, nil
+}
+
+// recheckStreams applies again what a concurrent writer undid of the
+// updates Provision made. The leader's admission step ([SetAdmission])
+// writes back the whole configuration it read (JetStream has no partial or
+// conditional stream update): one that read before our update and wrote
+// after it restores the old settings. By now (the consumers took many round
+// trips) such a write has landed; what it changed of the admission is kept.
+func recheckStreams(ctx context.Context, js jetstream.JetStream, n Names, updated []jetstream.StreamConfig) error {
+	for _, want := range updated {
+		stream, err := js.Stream(ctx, want.Name)
+		if err != nil {
+			return fmt.Errorf("look up stream %s: %w", want.Name, err)
+		}
+		have := stream.CachedInfo().Config
+		want = keepAdmission(n, have, want)
+		changed := streamChanges(have, want)
+		if len(changed) == 0 {
+			continue
+		}
+		if _, err := js.UpdateStream(ctx, want); err != nil {
+			return fmt.Errorf("%w: stream %s: update %s again (a concurrent update undid it): %w", ErrImmutable, want.Name, strings.Join(changed, ", "), err)
+		}
+	}
+	return nil
 }
 
 // StreamConfigs returns the configurations of the priority, dead-letter,
