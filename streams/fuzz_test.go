@@ -29,6 +29,31 @@ func FuzzParseStored(f *testing.F) {
 	})
 }
 
+// FuzzParseSubmit checks that submit subject parsing never panics, and
+// that what it accepts is a submit or a core submit subject that
+// round-trips through SubmitSubject or CoreSubject, with the key's shard.
+func FuzzParseSubmit(f *testing.F) {
+	for _, s := range []string{"ax.submit.p0.acme.email.k", "ax.core.p4.acme.email.k", "ax.delayed.p1.a.b.c", "ax.core.p5.a.b.c",
+		"ax.submit.p1.a.b", "ax.core.p1.a.b.c.d", "ax.*.p1.a.b.c", "ax.core.p1.>.b.c", "ax.submit.p2.a.\xff.c", "ax.p2.5.a.b.c"} {
+		f.Add(s)
+	}
+	names := streams.DefaultNames()
+	f.Fuzz(func(t *testing.T, subject string) {
+		s, err := names.ParseSubmit(subject)
+		if err != nil {
+			return
+		}
+		submit := names.SubmitSubject(s.Priority, s.Tenant, s.Type, s.Key)
+		core := names.CoreSubject(s.Priority, s.Tenant, s.Type, s.Key)
+		if subject != submit && subject != core {
+			t.Fatalf("round trip: %q -> %+v -> %q or %q", subject, s, submit, core)
+		}
+		if s.Copy || s.Shard != streams.Shard(s.Key) {
+			t.Fatalf("%q -> %+v: not a submit of shard %d", subject, s, streams.Shard(s.Key))
+		}
+	})
+}
+
 // FuzzParseHeaders checks that header parsing never panics and that what it
 // accepts round-trips through SetHeaders.
 func FuzzParseHeaders(f *testing.F) {
