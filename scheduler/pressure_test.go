@@ -290,3 +290,38 @@ func TestStoppedLeaderEndsItsRefusal(t *testing.T) {
 	}
 	require.Eventually(t, refusing, 10*time.Second, 5*time.Millisecond, "a successor refuses again at 80%")
 }
+
+// The stream's subjects are the refusal's state: a leader that dies while
+// a bucket refuses leaves it refusing, and its successor carries on where
+// it stopped (still refusing at 65%, admitting below 60%) instead of
+// starting over.
+func TestRefusalSurvivesFailover(t *testing.T) {
+	t.Parallel()
+	lb := setupLoops(t, 2, &streams.Config{Capacity: 20}, scheduler.LeaderConfig{PressureInterval: 20 * time.Millisecond})
+	js, ctx := lb.js, context.Background()
+	names := streams.DefaultNames()
+	refusing := func() bool {
+		s, err := js.Stream(ctx, "AX_P2")
+		require.NoError(t, err)
+		return names.Refusing(s.CachedInfo().Config)
+	}
+	for i := range 16 { // 80%
+		_, err := js.Publish(ctx, names.SubmitSubject(2, "t", "x", fmt.Sprintf("k%d", i)), nil)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, refusing, 10*time.Second, 5*time.Millisecond, "the leader makes the server refuse at 80%")
+	stream, err := js.Stream(ctx, "AX_P2")
+	require.NoError(t, err)
+	require.NoError(t, stream.Purge(ctx, jetstream.WithPurgeKeep(13))) // 65%
+
+	lb.leader.kill()
+	next := waitLeader(t, lb.follower())
+	require.NotSame(t, lb.leader, next)
+	time.Sleep(300 * time.Millisecond) // fifteen readings of the successor
+	require.True(t, refusing(), "the successor keeps refusing at 65%")
+	_, err = js.Publish(ctx, names.SubmitSubject(2, "t", "x", "refused"), nil)
+	require.ErrorIs(t, err, jetstream.ErrNoStreamResponse)
+
+	require.NoError(t, stream.Purge(ctx, jetstream.WithPurgeKeep(11))) // 55%
+	require.Eventually(t, func() bool { return !refusing() }, 10*time.Second, 5*time.Millisecond, "the successor admits below 60%")
+}
