@@ -248,6 +248,13 @@ func TestServerRefusesNonCoreTasks(t *testing.T) {
 	require.NoError(t, stream.Purge(ctx, jetstream.WithPurgeKeep(13))) // 65%: above the alert level
 	time.Sleep(200 * time.Millisecond)                                 // ten readings
 	require.True(t, refusing(), "still refusing at 65%")
+	require.Eventually(t, func() bool {
+		p := client.Pressure()
+		return p != nil && p.Buckets[2].Msgs == 13
+	}, 10*time.Second, 5*time.Millisecond)
+	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2})
+	require.ErrorIs(t, err, scheduler.ErrOverloaded)
+	require.ErrorContains(t, err, "refuses non-core tasks until it is below 60% (now 65%", "the refusal is explained, not a depth at or above 80%")
 	require.NoError(t, stream.Purge(ctx, jetstream.WithPurgeKeep(11))) // 55%
 	require.Eventually(t, func() bool { return !refusing() }, 10*time.Second, 5*time.Millisecond, "admitted again below 60%")
 	require.NoError(t, raw(false, "after"))

@@ -164,13 +164,15 @@ func (c *Client) admit(t Task, now time.Time) error {
 		if b.Priority != t.Priority {
 			continue
 		}
-		if b.Level >= LevelRefuse {
-			return fmt.Errorf("submit task %s: %w: bucket %s is %.0f%% full (%d of %d), at or above %.0f%%: only core tasks are accepted",
-				t.ID, ErrOverloaded, b.Stream, 100*b.Depth, b.Msgs, b.Capacity, 100*p.Thresholds.Refuse)
-		}
+		// A refusing bucket's level is raised to the refuse level until it
+		// is below the alert level: say so, not that it is above 80%.
 		if b.Refusing {
 			return fmt.Errorf("submit task %s: %w: bucket %s refuses non-core tasks until it is below %.0f%% (now %.0f%%, %d of %d)",
 				t.ID, ErrOverloaded, b.Stream, 100*p.Thresholds.Alert, 100*b.Depth, b.Msgs, b.Capacity)
+		}
+		if b.Level >= LevelRefuse {
+			return fmt.Errorf("submit task %s: %w: bucket %s is %.0f%% full (%d of %d), at or above %.0f%%: only core tasks are accepted",
+				t.ID, ErrOverloaded, b.Stream, 100*b.Depth, b.Msgs, b.Capacity, 100*p.Thresholds.Refuse)
 		}
 		// What this client stored since the report counts too (a burst
 		// would otherwise overshoot by a report interval's worth).
