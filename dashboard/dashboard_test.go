@@ -183,6 +183,17 @@ func TestPressureLevels(t *testing.T) {
 	require.True(t, ov.DispatchPaused)
 	require.Equal(t, dashboard.LevelAlert, ov.Levels[3].Level)
 	require.Equal(t, dashboard.LevelOK, ov.Levels[0].Level)
+
+	// A bucket the server still refuses (down to the alert level) is shown
+	// at the refuse level, whatever its fill.
+	_, err = bucket.Put(context.Background(), "pressure", []byte(`{"buckets":[{"stream":"AX_P3","priority":3,"level":"refuse","refusing":true}],`+
+		`"thresholds":{"alert":0.000001,"refuse":0.5,"pause":0.9,"resume":0.4},"updated_at":"`+
+		time.Now().UTC().Format(time.RFC3339Nano)+`","valid_for":60000000000}`))
+	require.NoError(t, err)
+	fresh = setupDashboardOn(t, b, dashboard.Config{})
+	fresh.get(t, "/api/overview", &ov)
+	require.Equal(t, dashboard.LevelRefuse, ov.Levels[3].Level, "refusing at 2 in 1,000,000")
+	require.Equal(t, dashboard.LevelOK, ov.Levels[0].Level)
 }
 
 // setupDashboardOn starts another dashboard on b's deployment.

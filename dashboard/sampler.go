@@ -58,7 +58,13 @@ type Overview struct {
 // leaderPressure is the part of the leader's "pressure" control entry the
 // dashboard reads.
 type leaderPressure struct {
-	Paused     bool                         `json:"paused"`
+	Paused bool `json:"paused"`
+	// Buckets say which buckets the server refuses non-core tasks for: from
+	// the refuse level until below the alert level, whatever their fill.
+	Buckets []struct {
+		Priority int  `json:"priority"`
+		Refusing bool `json:"refusing"`
+	} `json:"buckets"`
 	Thresholds scheduler.PressureThresholds `json:"thresholds"`
 	UpdatedAt  time.Time                    `json:"updated_at"`
 	ValidFor   int64                        `json:"valid_for"` // nanoseconds
@@ -109,6 +115,7 @@ func (d *Dashboard) takeOverview(ctx context.Context) *Overview {
 		return ov
 	}
 	ov.Stats = &stats
+	refusing := map[int]bool{}
 	var control scheduler.ControlReply
 	if err := d.call(ctx, scheduler.VerbControl, struct{}{}, &control); err == nil {
 		for _, e := range control.Entries {
@@ -117,7 +124,13 @@ func (d *Dashboard) takeOverview(ctx context.Context) *Overview {
 				continue
 			}
 			ov.Leader, ov.Thresholds = true, p.Thresholds
-			ov.DispatchPaused = p.Paused && (p.ValidFor <= 0 || time.Since(p.UpdatedAt) < time.Duration(p.ValidFor))
+			fresh := p.ValidFor <= 0 || time.Since(p.UpdatedAt) < time.Duration(p.ValidFor)
+			ov.DispatchPaused = p.Paused && fresh
+			for _, b := range p.Buckets {
+				if b.Refusing && fresh {
+					refusing[b.Priority] = true
+				}
+			}
 		}
 	}
 	s := &Sample{At: ov.At}
@@ -126,7 +139,11 @@ func (d *Dashboard) takeOverview(ctx context.Context) *Overview {
 		if b.Capacity > 0 {
 			fill = float64(b.Depth) / float64(b.Capacity)
 		}
-		ov.Levels = append(ov.Levels, Level{Priority: b.Priority, Fill: fill, Level: ov.Thresholds.Level(fill).String()})
+		level := ov.Thresholds.Level(fill)
+		if refusing[b.Priority] {
+			level = max(level, scheduler.LevelRefuse)
+		}
+		ov.Levels = append(ov.Levels, Level{Priority: b.Priority, Fill: fill, Level: level.String()})
 		s.Depth = append(s.Depth, b.Depth)
 		s.InFlight = append(s.InFlight, b.InFlight)
 		s.SucceededRate = append(s.SucceededRate, b.SucceededRate)
