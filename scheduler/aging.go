@@ -48,8 +48,20 @@ func (a *aging) run(ctx context.Context) error {
 
 // pass lifts the tasks of bucket prio that waited a threshold, oldest
 // first, stopping at the first message younger than that.
+//
+// It lifts nothing while the bucket above refuses non-core tasks
+// (backpressure): a lift is a control-plane copy, which a refusing bucket
+// admits, so aging would carry a producer's tasks from the bucket below
+// into the room kept for core tasks. They rise once it admits again.
 func (a *aging) pass(ctx context.Context, prio int) error {
 	names := a.l.cfg.Names
+	above, err := a.l.js.Stream(ctx, names.PriorityStream(prio-1))
+	if err != nil {
+		return err
+	}
+	if names.Refusing(above.CachedInfo().Config) {
+		return nil
+	}
 	stream, err := a.l.js.Stream(ctx, names.PriorityStream(prio))
 	if err != nil {
 		return err

@@ -332,3 +332,42 @@ func TestRefusalSurvivesFailover(t *testing.T) {
 	require.NoError(t, stream.Purge(ctx, jetstream.WithPurgeKeep(11))) // 55%
 	require.Eventually(t, func() bool { return !refusing() }, 10*time.Second, 5*time.Millisecond, "the successor admits below 60%")
 }
+
+// Aging lifts a task into the next bucket up with a control-plane copy,
+// which a refusing bucket admits: a producer could fill the bucket below
+// (which admits) and let aging carry its tasks into the one that refuses,
+// using up the room kept for core tasks. Aging waits while the bucket
+// above refuses; the task stays where it is, and rises once it admits.
+func TestAgingWaitsForARefusingBucket(t *testing.T) {
+	t.Parallel()
+	lb := setupLoops(t, 1, &streams.Config{Capacity: 20}, scheduler.LeaderConfig{PressureInterval: 20 * time.Millisecond, AgingThreshold: 100 * time.Millisecond})
+	js, client, ctx := lb.js, lb.client, context.Background()
+	names := streams.DefaultNames()
+	refusing := func() bool {
+		s, err := js.Stream(ctx, "AX_P2")
+		require.NoError(t, err)
+		return names.Refusing(s.CachedInfo().Config)
+	}
+	for i := range 16 { // 80% of P2
+		_, err := js.Publish(ctx, names.CoreSubject(2, "t", "x", fmt.Sprintf("k%d", i)), nil)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, refusing, 10*time.Second, 5*time.Millisecond)
+	info, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 3})
+	require.NoError(t, err)
+
+	time.Sleep(time.Second) // ten thresholds
+	rec, _, err := client.Store().Get(ctx, info.ID)
+	require.NoError(t, err)
+	require.Equal(t, 3, rec.Priority, "not lifted into a bucket that refuses")
+	require.EqualValues(t, 16, streamMsgs(t, js, "AX_P2"))
+
+	stream, err := js.Stream(ctx, "AX_P2")
+	require.NoError(t, err)
+	require.NoError(t, stream.Purge(ctx, jetstream.WithPurgeKeep(11))) // 55%: admitted again
+	require.Eventually(t, func() bool {
+		rec, _, err := client.Store().Get(ctx, info.ID)
+		require.NoError(t, err)
+		return rec.Priority < 3
+	}, 10*time.Second, 10*time.Millisecond, "lifted once the bucket admits")
+}
