@@ -145,8 +145,10 @@ func TestDashboardInBrowser(t *testing.T) {
 		void(chromedp.Poll[bool](`Number(document.querySelector("#records")?.textContent) >= 21`, chromedp.WithPollingTimeout(30*time.Second))),
 		into(chromedp.Text(`#mode`), &mode),
 		into(chromedp.Text(`#records`), &records),
-		chromedp.WaitVisible(`#types tr[data-type="charge"]`),
-		into(chromedp.Text(`#types tr[data-type="charge"]`), &charge),
+		// The table is redrawn every second: wait for the row's counts and
+		// read it in one evaluation, not between two redraws.
+		void(chromedp.Poll[bool](`/^charge\s+0\s+1\s/.test(document.querySelector('#types tr[data-type="charge"]')?.innerText ?? "")`, chromedp.WithPollingTimeout(30*time.Second))),
+		into(chromedp.Evaluate[string](`document.querySelector('#types tr[data-type="charge"]')?.innerText ?? ""`), &charge),
 		chromedp.WaitVisible(`#charts svg polyline`),
 		into(chromedp.Evaluate[[]string](`[...document.querySelectorAll("#charts .chart")].map((c) =>
 			[...c.querySelectorAll("svg text")].slice(0, 3).map((e) => e.textContent).join(","))`), &axes),

@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax/kv"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -179,6 +181,49 @@ func connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	return nc, js
+}
+
+// leaderTTL is the leader lease TTL of the schedulers [startSchedulers] runs.
+const leaderTTL = 2 * time.Second
+
+// startSchedulers runs one `ax server` node, provisions it with the fault
+// suite's ack wait and starts two schedulers, s1 and s2, contending for a
+// leader lease of leaderTTL (each with extra args); it returns once one
+// leads.
+func startSchedulers(t testing.TB, extra ...string) (url string, js jetstream.JetStream, schedulers map[string]*process) {
+	t.Helper()
+	port := freePort(t)
+	url = fmt.Sprintf("nats://127.0.0.1:%d", port)
+	srv := startAx(t, "server", "--name", "solo", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--data", t.TempDir())
+	_, js = connect(t, url)
+	require.Eventually(t, func() bool { return strings.Contains(srv.output(), "serving") }, 30*time.Second, 50*time.Millisecond)
+	ax(t, "provision", "--server", url, "--ack-wait", faultAckWait)
+	schedulers = map[string]*process{}
+	for _, id := range []string{"s1", "s2"} {
+		args := []string{"scheduler", "--server", url, "--scheduler-id", id, "--lease-ttl", leaderTTL.String(), "--ack-wait", faultAckWait}
+		schedulers[id] = startAx(t, append(args, extra...)...)
+	}
+	require.Eventually(t, func() bool { return leaderOf(js) != "" }, 30*time.Second, 50*time.Millisecond, "no leader")
+	return url, js, schedulers
+}
+
+// leaderOf returns the id of the scheduler holding the leader lease, or ""
+// when nobody holds it (or it cannot be read).
+func leaderOf(js jetstream.JetStream) string {
+	ctx := context.Background()
+	locks, err := js.KeyValue(ctx, "AX_LOCKS")
+	if err != nil {
+		return ""
+	}
+	e, err := locks.Get(ctx, "leader")
+	if err != nil {
+		return ""
+	}
+	var rec kv.LeaseRecord
+	if json.Unmarshal(e.Value(), &rec) != nil {
+		return ""
+	}
+	return rec.Holder
 }
 
 // newMsg builds a message with headers.

@@ -2,8 +2,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -11,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/stretchr/testify/require"
 )
@@ -21,36 +18,14 @@ import (
 // or doubled, and every delayed task fires once.
 func TestLeaderDeath(t *testing.T) {
 	t.Parallel()
-	port := freePort(t)
-	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	srv := startAx(t, "server", "--name", "solo", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--data", t.TempDir())
-	_, js := connect(t, url)
-	require.Eventually(t, func() bool { return strings.Contains(srv.output(), "serving") }, 30*time.Second, 50*time.Millisecond)
-	ax(t, "provision", "--server", url, "--ack-wait", faultAckWait)
-
-	const ttl = 2 * time.Second
-	schedulers := map[string]*process{}
-	for _, id := range []string{"s1", "s2"} {
-		schedulers[id] = startAx(t, "scheduler", "--server", url, "--scheduler-id", id, "--lease-ttl", ttl.String(), "--ack-wait", faultAckWait)
-	}
+	url, js, schedulers := startSchedulers(t)
+	const ttl = leaderTTL
 	journal := t.TempDir()
 	for _, id := range []string{"w1", "w2"} {
 		startAx(t, "worker", "--server", url, "--id", id, "--ack-wait", faultAckWait, "--probe-journal", filepath.Join(journal, id+".jsonl"))
 	}
 	ctx := context.Background()
-	locks, err := js.KeyValue(ctx, "AX_LOCKS")
-	require.NoError(t, err)
-	leader := func() string {
-		e, err := locks.Get(ctx, "leader")
-		if err != nil {
-			return ""
-		}
-		var rec kv.LeaseRecord
-		if json.Unmarshal(e.Value(), &rec) != nil {
-			return ""
-		}
-		return rec.Holder
-	}
+	leader := func() string { return leaderOf(js) }
 	require.Eventually(t, func() bool { return leader() != "" }, 30*time.Second, 50*time.Millisecond)
 
 	ax(t, "cron", "add", "tick", "@every 1s", "--type", "probe", "--payload", `{"ms":1}`, "--server", url)

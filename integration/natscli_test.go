@@ -71,7 +71,8 @@ func TestOperationsDocWithNatsCLI(t *testing.T) {
 	}
 	info := run("nats stream info AX_P2")
 	require.Contains(t, info, "ax.submit.p2.*.*.*")
-	require.Contains(t, info, "{{partition(32,3)}}")
+	require.Contains(t, info, "ax.core.p2.*.*.*")
+	require.Contains(t, info, "{{partition(32,4)}}")
 	require.Contains(t, info, "WorkQueue")
 	consumers := run("nats consumer ls AX_P2")
 	require.Contains(t, consumers, "p2-s00")

@@ -100,21 +100,7 @@ func startStorm(t *testing.T) *storm {
 }
 
 // leader returns the id of the scheduler holding the leader lease, or "".
-func (s *storm) leader() string {
-	locks, err := s.js.KeyValue(context.Background(), "AX_LOCKS")
-	if err != nil {
-		return ""
-	}
-	e, err := locks.Get(context.Background(), "leader")
-	if err != nil {
-		return ""
-	}
-	var rec kv.LeaseRecord
-	if json.Unmarshal(e.Value(), &rec) != nil {
-		return ""
-	}
-	return rec.Holder
-}
+func (s *storm) leader() string { return leaderOf(s.js) }
 
 // submit submits n probe tasks: 0.2-1.5 s each (three workers of 16 slots
 // take about as long as the storm over the default 1,500), on P0..P4 and three
