@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
@@ -167,6 +168,10 @@ type Leader struct {
 	client  *Client // submits cron tasks
 	elector *Elector
 	log     *zap.Logger
+	// refusing says, per priority, whether the bucket refused non-core
+	// tasks at the pressure loop's last reading: the mover holds the
+	// release of delayed tasks into it.
+	refusing [streams.Priorities]atomic.Bool
 }
 
 // NewLeader returns a leader contender; it does nothing until Run.

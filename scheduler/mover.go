@@ -177,6 +177,10 @@ func (m *mover) release(ctx context.Context, d *dueTask) {
 		m.done(ctx, d) // released before, or cancelled
 		return
 	}
+	if m.held(d, rec) {
+		m.recheck(d, time.Second)
+		return
+	}
 	msg, gen := m.copyOf(d, rec)
 	sleep(ctx, time.Until(d.runAt)) // a change meanwhile fails the compare-and-set below
 	msg.Header.Set(streams.HeaderReleasedAt, time.Now().UTC().Format(time.RFC3339Nano))
@@ -205,6 +209,30 @@ func (m *mover) release(ctx context.Context, d *dueTask) {
 		}
 	}
 	m.done(ctx, d)
+}
+
+// held reports whether the release of a due task waits because its bucket
+// refuses non-core tasks (backpressure). A release is a control-plane copy,
+// which a refusing bucket admits; without the wait, a producer could fill
+// AX_DELAYED while the bucket admits and have it all released into the room
+// kept for core tasks. A task whose record says core (the Go client wrote
+// it, for a core submit) is released. A held task is released once the
+// bucket admits again: late, never lost.
+func (m *mover) held(d *dueTask, rec *kv.Record) bool {
+	prio := -1
+	if rec != nil {
+		if rec.Core {
+			return false
+		}
+		prio = rec.Priority
+	} else if s, err := m.l.cfg.Names.ParseSubmit(d.msg.Headers().Get(streams.HeaderSubject)); err == nil {
+		prio = s.Priority
+	}
+	if prio < 0 || prio >= streams.Priorities || !m.l.refusing[prio].Load() {
+		return false
+	}
+	m.log.Debug("release_held", zap.String("task_id", d.id), zap.Int("priority", prio))
+	return true
 }
 
 // copyOf builds the bucket message of a due task and its generation.

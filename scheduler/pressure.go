@@ -135,6 +135,7 @@ func (p *pressureLoop) measure(ctx context.Context) error {
 			return err
 		}
 		b.Refusing = refusing
+		p.l.refusing[prio].Store(refusing)
 		if refusing { // the level in effect: refusal lasts until below the alert level
 			b.Level = max(b.Level, LevelRefuse)
 		}

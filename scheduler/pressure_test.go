@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
@@ -370,4 +371,42 @@ func TestAgingWaitsForARefusingBucket(t *testing.T) {
 		require.NoError(t, err)
 		return rec.Priority < 3
 	}, 10*time.Second, 10*time.Millisecond, "lifted once the bucket admits")
+}
+
+// A delayed task is released into a bucket that refuses non-core tasks only
+// if it is core: a release is a control-plane copy, which the refusing
+// bucket admits, so a producer could otherwise fill AX_DELAYED while the
+// bucket admits and have it all released into the room kept for core
+// tasks. The held task is released once the bucket admits again.
+func TestDelayedReleaseWaitsForARefusingBucket(t *testing.T) {
+	t.Parallel()
+	lb := setupLoops(t, 1, &streams.Config{Capacity: 20}, scheduler.LeaderConfig{PressureInterval: 20 * time.Millisecond})
+	js, client, ctx := lb.js, lb.client, context.Background()
+	names := streams.DefaultNames()
+	plain, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2, Delay: 1500 * time.Millisecond})
+	require.NoError(t, err)
+	core, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2, Delay: 1500 * time.Millisecond, Core: true})
+	require.NoError(t, err)
+	for i := range 16 { // 80% of P2
+		_, err := js.Publish(ctx, names.CoreSubject(2, "t", "x", fmt.Sprintf("k%d", i)), nil)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		s, err := js.Stream(ctx, "AX_P2")
+		return err == nil && names.Refusing(s.CachedInfo().Config)
+	}, 10*time.Second, 5*time.Millisecond)
+	state := func(id string) kv.State {
+		rec, _, err := client.Store().Get(ctx, id)
+		require.NoError(t, err)
+		return rec.State
+	}
+	require.Eventually(t, func() bool { return state(core.ID) == kv.StateReady }, 10*time.Second, 10*time.Millisecond, "the core task is released")
+	time.Sleep(time.Second) // the plain one was due half a second ago
+	require.Equal(t, kv.StatePending, state(plain.ID), "held while the bucket refuses")
+	require.EqualValues(t, 17, streamMsgs(t, js, "AX_P2"))
+
+	stream, err := js.Stream(ctx, "AX_P2")
+	require.NoError(t, err)
+	require.NoError(t, stream.Purge(ctx, jetstream.WithPurgeKeep(11))) // 55%: admitted again
+	require.Eventually(t, func() bool { return state(plain.ID) == kv.StateReady }, 10*time.Second, 10*time.Millisecond, "released once the bucket admits")
 }
