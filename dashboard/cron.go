@@ -58,8 +58,8 @@ type CronReply struct {
 }
 
 func (d *Dashboard) handleCron(w http.ResponseWriter, r *http.Request) {
-	var control scheduler.ControlReply
-	if err := d.call(r.Context(), scheduler.VerbControl, struct{}{}, &control); err != nil {
+	control, err := call(r.Context(), d, controlOf)
+	if err != nil {
 		d.writeCallError(w, scheduler.VerbControl, err)
 		return
 	}

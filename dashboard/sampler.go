@@ -103,14 +103,15 @@ func (d *Dashboard) sample(ctx context.Context) *Overview {
 func (d *Dashboard) takeOverview(ctx context.Context) *Overview {
 	ov := &Overview{At: time.Now().UTC(), Version: d.cfg.Version, Prefix: d.names.Prefix(),
 		AllowActions: d.cfg.AllowActions, Thresholds: scheduler.DefaultPressureThresholds(), Levels: []Level{}}
-	var stats scheduler.StatsReply
-	if err := d.call(ctx, scheduler.VerbStats, scheduler.StatsRequest{Window: d.cfg.RateWindow.String()}, &stats); err != nil {
+	stats, err := call(ctx, d, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.StatsReply, error) {
+		return api.Stats(ctx, scheduler.StatsRequest{Window: d.cfg.RateWindow.String()})
+	})
+	if err != nil {
 		ov.Error = fmt.Sprintf("stats: %s", err.Error())
 		return ov
 	}
-	ov.Stats = &stats
-	var control scheduler.ControlReply
-	if err := d.call(ctx, scheduler.VerbControl, struct{}{}, &control); err == nil {
+	ov.Stats = stats
+	if control, err := call(ctx, d, controlOf); err == nil {
 		for _, e := range control.Entries {
 			var p leaderPressure
 			if e.Key != "pressure" || json.Unmarshal(e.Value, &p) != nil || p.Thresholds.Alert <= 0 {
