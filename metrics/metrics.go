@@ -52,9 +52,6 @@ func New(cfg *Config) *Metrics {
 		cfg = &Config{}
 	}
 	names := cfg.Names
-	if names == (streams.Names{}) {
-		names = streams.DefaultNames()
-	}
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_tasks_total",

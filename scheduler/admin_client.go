@@ -21,9 +21,6 @@ type AdminClient struct {
 // NewAdminClient returns a client of the management API of the deployment
 // names (zero: the default "ax").
 func NewAdminClient(nc *nats.Conn, names streams.Names) *AdminClient {
-	if names == (streams.Names{}) {
-		names = streams.DefaultNames()
-	}
 	return &AdminClient{nc: nc, names: names}
 }
 

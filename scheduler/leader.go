@@ -38,9 +38,6 @@ func (c *ElectorConfig) withDefaults() *ElectorConfig {
 		c = &ElectorConfig{}
 	}
 	out := *c
-	if out.Names == (streams.Names{}) {
-		out.Names = streams.DefaultNames()
-	}
 	if out.ID == "" {
 		host, _ := os.Hostname()
 		out.ID = cmp.Or(host, "scheduler") + "-" + nuid.Next()[:8]

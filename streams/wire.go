@@ -147,8 +147,8 @@ func (n Names) ParseStored(subject string) (Stored, error) {
 	if isCopy {
 		tokens = tokens[:6]
 	}
-	if len(tokens) != 6 || tokens[0] != n.prefix {
-		return Stored{}, fmt.Errorf("%w: %q is not %s.p<N>.<shard>.<tenant>.<type>.<key>", ErrBadSubject, subject, n.prefix)
+	if len(tokens) != 6 || tokens[0] != n.Prefix() {
+		return Stored{}, fmt.Errorf("%w: %q is not %s.p<N>.<shard>.<tenant>.<type>.<key>", ErrBadSubject, subject, n.Prefix())
 	}
 	priority, err := ParsePriority(tokens[1])
 	if err != nil {
@@ -191,8 +191,8 @@ func FallbackID(stream string, seq uint64, stored time.Time) string {
 // ParseSubmit parses a submit subject "<prefix>.submit.p<N>.<tenant>.<type>.<key>".
 func (n Names) ParseSubmit(subject string) (Stored, error) {
 	tokens := strings.Split(subject, ".")
-	if len(tokens) != 6 || tokens[0] != n.prefix || tokens[1] != "submit" {
-		return Stored{}, fmt.Errorf("%w: %q is not %s.submit.p<N>.<tenant>.<type>.<key>", ErrBadSubject, subject, n.prefix)
+	if len(tokens) != 6 || tokens[0] != n.Prefix() || tokens[1] != "submit" {
+		return Stored{}, fmt.Errorf("%w: %q is not %s.submit.p<N>.<tenant>.<type>.<key>", ErrBadSubject, subject, n.Prefix())
 	}
 	priority, err := ParsePriority(tokens[2])
 	if err != nil {
