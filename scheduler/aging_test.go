@@ -56,7 +56,7 @@ func agingRun(t *testing.T, threshold time.Duration, wait time.Duration) (*kv.Re
 	})
 	// Saturated means the worker is busy with P0 and more P0 tasks wait.
 	require.Eventually(t, func() bool {
-		return w.Stats().Started.Load() >= 5 && streamMsgs(t, js, "AX_P0") >= 10
+		return w.Stats().Started >= 5 && streamMsgs(t, js, "AX_P0") >= 10
 	}, 10*time.Second, 5*time.Millisecond)
 	info, err := client.Submit(ctx, scheduler.Task{Type: "work", Priority: 4})
 	require.NoError(t, err)

@@ -82,7 +82,7 @@ func TestBufferedPrefetchNeverRunsTwiceAtOnce(t *testing.T) {
 		reruns += len(rs) - 1
 	}
 	t.Logf("%d tasks in %s, %d runs cut short and run again; dropped deliveries: A %d, B %d", len(infos),
-		took.Round(time.Millisecond), reruns, workers[0].Stats().Dropped.Load(), workers[1].Stats().Dropped.Load())
+		took.Round(time.Millisecond), reruns, workers[0].Stats().Dropped, workers[1].Stats().Dropped)
 }
 
 // A worker serving one shard runs as many of its tasks at once as its
