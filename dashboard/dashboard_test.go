@@ -143,7 +143,7 @@ func TestOverview(t *testing.T) {
 	require.EqualValues(t, 3, ov.Stats.Buckets[1].Depth)
 	require.Equal(t, 3, ov.Stats.States[kv.StateReady])
 	require.Len(t, ov.Levels, 5)
-	require.Equal(t, dashboard.LevelOK, ov.Levels[1].Level)
+	require.Equal(t, scheduler.LevelOK.String(), ov.Levels[1].Level)
 	require.False(t, ov.Leader, "no leader pressure report: levels from depth / capacity")
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -170,7 +170,7 @@ func TestPressureLevels(t *testing.T) {
 	// alert threshold below that makes it "alert".
 	var ov dashboard.Overview
 	b.get(t, "/api/overview", &ov)
-	require.Equal(t, dashboard.LevelOK, ov.Levels[3].Level)
+	require.Equal(t, scheduler.LevelOK.String(), ov.Levels[3].Level)
 
 	bucket, err := b.js.KeyValue(context.Background(), "AX_CONTROL")
 	require.NoError(t, err)
@@ -181,8 +181,8 @@ func TestPressureLevels(t *testing.T) {
 	fresh.get(t, "/api/overview", &ov)
 	require.True(t, ov.Leader)
 	require.True(t, ov.DispatchPaused)
-	require.Equal(t, dashboard.LevelAlert, ov.Levels[3].Level)
-	require.Equal(t, dashboard.LevelOK, ov.Levels[0].Level)
+	require.Equal(t, scheduler.LevelAlert.String(), ov.Levels[3].Level)
+	require.Equal(t, scheduler.LevelOK.String(), ov.Levels[0].Level)
 }
 
 // setupDashboardOn starts another dashboard on b's deployment.

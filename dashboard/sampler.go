@@ -10,20 +10,13 @@ import (
 	"github.com/ax-mesh/ax/scheduler"
 )
 
-// Pressure levels of a bucket, by its fill (depth over capacity): the
-// names of [scheduler.Level].
-const (
-	LevelOK     = "ok"     // below the alert threshold
-	LevelAlert  = "alert"  // alert: operators should look
-	LevelRefuse = "refuse" // non-core submissions are refused
-	LevelPause  = "pause"  // P3 and P4 dispatch stops
-)
-
 // Level is the pressure of one bucket.
 type Level struct {
 	Priority int     `json:"priority"`
 	Fill     float64 `json:"fill"` // depth / capacity
-	Level    string  `json:"level"`
+	// Level is the name of the bucket's [scheduler.Level] at this fill:
+	// "ok", "alert", "refuse" or "pause".
+	Level string `json:"level"`
 }
 
 // Sample is one point of the charts.

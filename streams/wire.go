@@ -37,6 +37,9 @@ const (
 	HeaderAttempts = "Ax-Attempts"
 	// HeaderFailedAt carries the RFC 3339 failure time on a dead letter.
 	HeaderFailedAt = "Ax-Failed-At"
+	// HeaderPayloadTruncated marks a dead letter whose payload was too large
+	// to keep next to its failure headers; the value is the original size.
+	HeaderPayloadTruncated = "Ax-Payload-Truncated"
 	// HeaderTaskID carries the task id on a dead letter and on a copy of a
 	// task re-published by the leader (released or aged) or an operator
 	// (resume, reprioritize, replay), whose Nats-Msg-Id is "<id>:g<gen>";

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -44,6 +45,7 @@ func addOps(root *cobra.Command, e *env) {
 			for id, why := range reply.Failed {
 				fmt.Fprintf(e.out, "  not cancelled %s: %s\n", id, why)
 			}
+			printUnreadable(e, reply.Unreadable)
 			return nil
 		},
 	}
@@ -168,12 +170,25 @@ func statsCommand(e *env) *cobra.Command {
 			}
 			slices.Sort(states)
 			fmt.Fprintf(e.out, "window %s; %d records (%s); %d dead letters; TIMEOUT = 1.5 x p99\n", reply.Window, reply.Records, strings.Join(states, ", "), reply.DLQ)
+			printUnreadable(e, reply.Unreadable)
 			printReconciler(e, reply.Reconciler)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&req.Window, "window", "", "window of finished tasks for rates and run times (default 5m)")
 	return cmd
+}
+
+// printUnreadable names the task records a scan could not decode.
+func printUnreadable(e *env, u *scheduler.Unreadable) {
+	if u == nil {
+		return
+	}
+	fmt.Fprintf(e.out, "%d task records could not be read (not counted, not acted on):\n", u.Count)
+	ids := slices.Sorted(maps.Keys(u.Errors))
+	for _, id := range ids {
+		fmt.Fprintf(e.out, "  %s: %s\n", id, u.Errors[id])
+	}
 }
 
 // printReconciler prints the leader reconciler's counts of lost tasks.
