@@ -18,6 +18,7 @@ import (
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
@@ -57,7 +58,14 @@ func setup(t *testing.T, cfg dashboard.Config) *testBundle {
 }
 
 // get fetches path and decodes the JSON answer into out; it returns the status.
-func (b *testBundle) get(t *testing.T, path string, out any) int {
+// tb is what the helpers fail through: a test, or the collector of an
+// EventuallyWithT condition (which runs off the test goroutine).
+type tb interface {
+	require.TestingT
+	Helper()
+}
+
+func (b *testBundle) get(t tb, path string, out any) int {
 	t.Helper()
 	res, err := http.Get(b.srv.URL + path)
 	require.NoError(t, err)
@@ -91,7 +99,7 @@ func (b *testBundle) submit(t *testing.T, task scheduler.Task) string {
 	return info.ID
 }
 
-func (b *testBundle) state(t *testing.T, id string) kv.State {
+func (b *testBundle) state(t tb, id string) kv.State {
 	t.Helper()
 	rec, _, err := b.client.Store().Get(context.Background(), id)
 	require.NoError(t, err)
@@ -149,10 +157,10 @@ func TestOverview(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- b.dash.Run(ctx) }()
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var ov dashboard.Overview
-		b.get(t, "/api/overview", &ov)
-		return len(ov.History) >= 3 && ov.History[len(ov.History)-1].Depth[1] == 3
+		b.get(c, "/api/overview", &ov)
+		assert.True(c, len(ov.History) >= 3 && ov.History[len(ov.History)-1].Depth[1] == 3)
 	}, 10*time.Second, 50*time.Millisecond)
 	cancel()
 	require.NoError(t, <-done)

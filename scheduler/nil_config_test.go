@@ -35,3 +35,19 @@ func TestConstructorsAcceptNilConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "AX_P0", info.Stream)
 }
+
+// Two contenders of one process get distinct default ids: a shared id would
+// let one renew the other's leader lease.
+func TestDefaultElectorIDsDiffer(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.RunServer(t)
+	natstest.Provision(t, js, nil)
+	ctx := context.Background()
+	seen := map[string]bool{}
+	for range 100 {
+		e, err := scheduler.NewElector(ctx, js, nil)
+		require.NoError(t, err)
+		require.False(t, seen[e.ID()], "id %s given twice", e.ID())
+		seen[e.ID()] = true
+	}
+}
