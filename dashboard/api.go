@@ -23,16 +23,28 @@ var actionVerbs = []string{scheduler.VerbTaskCancel, scheduler.VerbTaskPause, sc
 // maxActionBody bounds an action request's body.
 const maxActionBody = 64 << 10
 
-// call makes one admin call bounded by the configured timeout.
-func (d *Dashboard) call(ctx context.Context, verb string, req, resp any) error {
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
-	defer cancel()
-	return d.api.Call(ctx, verb, req, resp)
+// bounded returns ctx bounded by the configured call timeout.
+func (d *Dashboard) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d.cfg.CallTimeout)
 }
 
-// proxy answers the reply of one admin call, or its error.
-func (d *Dashboard) proxy(w http.ResponseWriter, r *http.Request, verb string, req, resp any) {
-	if err := d.call(r.Context(), verb, req, resp); err != nil {
+// call makes one admin call through the typed client, bounded by the
+// configured timeout.
+func call[R any](ctx context.Context, d *Dashboard, do func(context.Context, *scheduler.AdminClient) (*R, error)) (*R, error) {
+	ctx, cancel := d.bounded(ctx)
+	defer cancel()
+	return do(ctx, d.api)
+}
+
+// controlOf reads the control bucket's entries.
+func controlOf(ctx context.Context, api *scheduler.AdminClient) (*scheduler.ControlReply, error) {
+	return api.Control(ctx)
+}
+
+// proxy answers the reply of one admin call of verb, or its error.
+func proxy[R any](d *Dashboard, w http.ResponseWriter, r *http.Request, verb string, do func(context.Context, *scheduler.AdminClient) (*R, error)) {
+	resp, err := call(r.Context(), d, do)
+	if err != nil {
 		d.writeCallError(w, verb, err)
 		return
 	}
@@ -40,7 +52,9 @@ func (d *Dashboard) proxy(w http.ResponseWriter, r *http.Request, verb string, r
 }
 
 func (d *Dashboard) handleWorkers(w http.ResponseWriter, r *http.Request) {
-	d.proxy(w, r, scheduler.VerbWorkers, struct{}{}, &scheduler.WorkersReply{})
+	proxy(d, w, r, scheduler.VerbWorkers, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.WorkersReply, error) {
+		return api.Workers(ctx)
+	})
 }
 
 // limit reads the "limit" query parameter (0 when absent).
@@ -71,7 +85,9 @@ func (d *Dashboard) handleTasks(w http.ResponseWriter, r *http.Request) {
 			req.States = append(req.States, kv.State(s))
 		}
 	}
-	d.proxy(w, r, scheduler.VerbTasksList, req, &scheduler.TasksListReply{})
+	proxy(d, w, r, scheduler.VerbTasksList, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.TasksListReply, error) {
+		return api.List(ctx, req)
+	})
 }
 
 // TaskDetail is a task's record with its whole trail.
@@ -83,13 +99,17 @@ type TaskDetail struct {
 
 func (d *Dashboard) handleTask(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	var got scheduler.TaskReply
-	if err := d.call(r.Context(), scheduler.VerbTaskGet, scheduler.TaskRequest{ID: id}, &got); err != nil {
+	got, err := call(r.Context(), d, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.TaskReply, error) {
+		return api.Get(ctx, id)
+	})
+	if err != nil {
 		d.writeCallError(w, scheduler.VerbTaskGet, err)
 		return
 	}
-	var trail scheduler.TrailReply
-	if err := d.call(r.Context(), scheduler.VerbTaskTrail, scheduler.TaskRequest{ID: id}, &trail); err != nil {
+	trail, err := call(r.Context(), d, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.TrailReply, error) {
+		return api.Trail(ctx, id)
+	})
+	if err != nil {
 		d.writeCallError(w, scheduler.VerbTaskTrail, err)
 		return
 	}
@@ -106,7 +126,9 @@ func (d *Dashboard) handleDLQ(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := scheduler.DLQListRequest{Filter: scheduler.Filter{Type: q.Get("type"), Tenant: q.Get("tenant")}, Limit: n}
-	d.proxy(w, r, scheduler.VerbDLQList, req, &scheduler.DLQListReply{})
+	proxy(d, w, r, scheduler.VerbDLQList, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.DLQListReply, error) {
+		return api.ListDLQ(ctx, req)
+	})
 }
 
 // handleAction runs one operator action: the body is the admin request of
@@ -135,9 +157,12 @@ func (d *Dashboard) handleAction(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Errorf("the body must be the JSON request of %s, at most %d bytes (docs/API.md)", verb, maxActionBody))
 		return
 	}
-	var reply json.RawMessage
 	d.log.Info("dashboard_action", zap.String("verb", verb), zap.ByteString("request", body), zap.String("remote", r.RemoteAddr))
-	d.proxy(w, r, verb, json.RawMessage(body), &reply)
+	// The body passes as is: any verb of actionVerbs, untyped.
+	proxy(d, w, r, verb, func(ctx context.Context, api *scheduler.AdminClient) (*json.RawMessage, error) {
+		var reply json.RawMessage
+		return &reply, api.Call(ctx, verb, json.RawMessage(body), &reply)
+	})
 }
 
 // sameOrigin reports whether a request comes from the dashboard's own page:

@@ -68,10 +68,10 @@ type Config struct {
 }
 
 func (c *Config) withDefaults() *Config {
-	out := *c
-	if out.Names == (streams.Names{}) {
-		out.Names = streams.DefaultNames()
+	if c == nil {
+		c = &Config{}
 	}
+	out := *c
 	out.Interval = cmp.Or(out.Interval, DefaultInterval)
 	out.History = cmp.Or(out.History, DefaultHistory)
 	out.RateWindow = cmp.Or(out.RateWindow, DefaultRateWindow)
@@ -114,9 +114,6 @@ type Dashboard struct {
 
 // New returns a dashboard for the deployment cfg names.
 func New(cfg *Config) (*Dashboard, error) {
-	if cfg == nil {
-		cfg = &Config{}
-	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err

@@ -18,6 +18,7 @@ import (
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
@@ -57,7 +58,14 @@ func setup(t *testing.T, cfg dashboard.Config) *testBundle {
 }
 
 // get fetches path and decodes the JSON answer into out; it returns the status.
-func (b *testBundle) get(t *testing.T, path string, out any) int {
+// tb is what the helpers fail through: a test, or the collector of an
+// EventuallyWithT condition (which runs off the test goroutine).
+type tb interface {
+	require.TestingT
+	Helper()
+}
+
+func (b *testBundle) get(t tb, path string, out any) int {
 	t.Helper()
 	res, err := http.Get(b.srv.URL + path)
 	require.NoError(t, err)
@@ -91,7 +99,7 @@ func (b *testBundle) submit(t *testing.T, task scheduler.Task) string {
 	return info.ID
 }
 
-func (b *testBundle) state(t *testing.T, id string) kv.State {
+func (b *testBundle) state(t tb, id string) kv.State {
 	t.Helper()
 	rec, _, err := b.client.Store().Get(context.Background(), id)
 	require.NoError(t, err)
@@ -143,16 +151,16 @@ func TestOverview(t *testing.T) {
 	require.EqualValues(t, 3, ov.Stats.Buckets[1].Depth)
 	require.Equal(t, 3, ov.Stats.States[kv.StateReady])
 	require.Len(t, ov.Levels, 5)
-	require.Equal(t, dashboard.LevelOK, ov.Levels[1].Level)
+	require.Equal(t, scheduler.LevelOK.String(), ov.Levels[1].Level)
 	require.False(t, ov.Leader, "no leader pressure report: levels from depth / capacity")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- b.dash.Run(ctx) }()
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var ov dashboard.Overview
-		b.get(t, "/api/overview", &ov)
-		return len(ov.History) >= 3 && ov.History[len(ov.History)-1].Depth[1] == 3
+		b.get(c, "/api/overview", &ov)
+		assert.True(c, len(ov.History) >= 3 && ov.History[len(ov.History)-1].Depth[1] == 3)
 	}, 10*time.Second, 50*time.Millisecond)
 	cancel()
 	require.NoError(t, <-done)
@@ -170,7 +178,7 @@ func TestPressureLevels(t *testing.T) {
 	// alert threshold below that makes it "alert".
 	var ov dashboard.Overview
 	b.get(t, "/api/overview", &ov)
-	require.Equal(t, dashboard.LevelOK, ov.Levels[3].Level)
+	require.Equal(t, scheduler.LevelOK.String(), ov.Levels[3].Level)
 
 	bucket, err := b.js.KeyValue(context.Background(), "AX_CONTROL")
 	require.NoError(t, err)
@@ -181,8 +189,8 @@ func TestPressureLevels(t *testing.T) {
 	fresh.get(t, "/api/overview", &ov)
 	require.True(t, ov.Leader)
 	require.True(t, ov.DispatchPaused)
-	require.Equal(t, dashboard.LevelAlert, ov.Levels[3].Level)
-	require.Equal(t, dashboard.LevelOK, ov.Levels[0].Level)
+	require.Equal(t, scheduler.LevelAlert.String(), ov.Levels[3].Level)
+	require.Equal(t, scheduler.LevelOK.String(), ov.Levels[0].Level)
 
 	// A bucket the server still refuses (down to the alert level) is shown
 	// at the refuse level, whatever its fill.
@@ -192,8 +200,8 @@ func TestPressureLevels(t *testing.T) {
 	require.NoError(t, err)
 	fresh = setupDashboardOn(t, b, dashboard.Config{})
 	fresh.get(t, "/api/overview", &ov)
-	require.Equal(t, dashboard.LevelRefuse, ov.Levels[3].Level, "refusing at 2 in 1,000,000")
-	require.Equal(t, dashboard.LevelOK, ov.Levels[0].Level)
+	require.Equal(t, scheduler.LevelRefuse.String(), ov.Levels[3].Level, "refusing at 2 in 1,000,000")
+	require.Equal(t, scheduler.LevelOK.String(), ov.Levels[0].Level)
 }
 
 // setupDashboardOn starts another dashboard on b's deployment.

@@ -14,6 +14,7 @@ import (
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/worker"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 )
@@ -139,9 +140,9 @@ func TestDLQListAndReplay(t *testing.T) {
 		b.submit(t, scheduler.Task{ID: "c-3", Type: "charge", Tenant: "globex"}),
 	}
 	var list scheduler.DLQListReply
-	require.Eventually(t, func() bool {
-		b.get(t, "/api/dlq", &list)
-		return list.Total == 3
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		b.get(c, "/api/dlq", &list)
+		assert.EqualValues(c, 3, list.Total)
 	}, 20*time.Second, 50*time.Millisecond)
 	require.Contains(t, list.Letters[0].Error, "card processor down")
 	b.get(t, "/api/dlq?tenant=acme", &list)
@@ -155,7 +156,7 @@ func TestDLQListAndReplay(t *testing.T) {
 	require.Equal(t, http.StatusOK, b.act(t, "dlq.replay", `{"tenant":"acme","limit":100}`, nil, &bulk))
 	require.ElementsMatch(t, []string{"c-1", "c-2"}, bulk.Replayed)
 	for _, id := range ids {
-		require.Eventually(t, func() bool { return b.state(t, id) == kv.StateSucceeded }, 20*time.Second, 50*time.Millisecond, id)
+		require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, kv.StateSucceeded, b.state(c, id)) }, 20*time.Second, 50*time.Millisecond, id)
 	}
 	b.get(t, "/api/dlq", &list)
 	require.Zero(t, list.Total)

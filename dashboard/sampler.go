@@ -10,20 +10,13 @@ import (
 	"github.com/ax-mesh/ax/scheduler"
 )
 
-// Pressure levels of a bucket, by its fill (depth over capacity): the
-// names of [scheduler.Level].
-const (
-	LevelOK     = "ok"     // below the alert threshold
-	LevelAlert  = "alert"  // alert: operators should look
-	LevelRefuse = "refuse" // non-core submissions are refused
-	LevelPause  = "pause"  // P3 and P4 dispatch stops
-)
-
 // Level is the pressure of one bucket.
 type Level struct {
 	Priority int     `json:"priority"`
 	Fill     float64 `json:"fill"` // depth / capacity
-	Level    string  `json:"level"`
+	// Level is the name of the bucket's [scheduler.Level] at this fill:
+	// "ok", "alert", "refuse" or "pause".
+	Level string `json:"level"`
 }
 
 // Sample is one point of the charts.
@@ -109,15 +102,16 @@ func (d *Dashboard) sample(ctx context.Context) *Overview {
 func (d *Dashboard) takeOverview(ctx context.Context) *Overview {
 	ov := &Overview{At: time.Now().UTC(), Version: d.cfg.Version, Prefix: d.names.Prefix(),
 		AllowActions: d.cfg.AllowActions, Thresholds: scheduler.DefaultPressureThresholds(), Levels: []Level{}}
-	var stats scheduler.StatsReply
-	if err := d.call(ctx, scheduler.VerbStats, scheduler.StatsRequest{Window: d.cfg.RateWindow.String()}, &stats); err != nil {
+	stats, err := call(ctx, d, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.StatsReply, error) {
+		return api.Stats(ctx, scheduler.StatsRequest{Window: d.cfg.RateWindow.String()})
+	})
+	if err != nil {
 		ov.Error = fmt.Sprintf("stats: %s", err.Error())
 		return ov
 	}
-	ov.Stats = &stats
+	ov.Stats = stats
 	refusing := map[int]bool{}
-	var control scheduler.ControlReply
-	if err := d.call(ctx, scheduler.VerbControl, struct{}{}, &control); err == nil {
+	if control, err := call(ctx, d, controlOf); err == nil {
 		for _, e := range control.Entries {
 			var p leaderPressure
 			if e.Key != "pressure" || json.Unmarshal(e.Value, &p) != nil || p.Thresholds.Alert <= 0 {

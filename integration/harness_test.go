@@ -128,14 +128,23 @@ func startDev(t testing.TB, extra ...string) *devServer {
 // ax runs one ax command to completion and returns its stdout.
 func ax(t testing.TB, args ...string) string {
 	t.Helper()
+	out, err := axOutput(args...)
+	require.NoError(t, err)
+	return out
+}
+
+// axOutput runs the ax binary and returns its stdout, or an error with its
+// stderr: for conditions polled off the test goroutine.
+func axOutput(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, axBinary, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	require.NoError(t, err, "ax %s\nstderr: %s", strings.Join(args, " "), stderr.String())
-	return stdout.String()
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("ax %s: %w\nstderr: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), nil
 }
 
 // signal sends sig to the process.

@@ -17,6 +17,7 @@ import (
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 )
@@ -392,17 +393,17 @@ func TestOneIDInTwoBucketsRunsOnce(t *testing.T) {
 	b.startWorker(t)
 	b.waitState(t, "d1", 20*time.Second, kv.StateSucceeded)
 	b.waitState(t, "d2", 20*time.Second, kv.StateSucceeded)
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, name := range []string{"AX_P0", "AX_P1", "AX_P3", "AX_P4"} {
 			s, err := b.js.Stream(ctx, name)
-			require.NoError(t, err)
+			if !assert.NoError(c, err) {
+				return
+			}
 			i, err := s.Info(ctx)
-			require.NoError(t, err)
-			if i.State.Msgs != 0 {
-				return false
+			if assert.NoError(c, err) {
+				assert.Zero(c, i.State.Msgs, name)
 			}
 		}
-		return true
 	}, 20*time.Second, 50*time.Millisecond, "every message is settled")
 	require.Equal(t, 1, b.log.count("d1"))
 	require.Equal(t, 1, b.log.count("d2"))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -71,9 +72,11 @@ func TestOperatorCLIWithWorkers(t *testing.T) {
 		submitCLI(t, s, "echo", "--payload", "hi", "--priority", "p1")
 	}
 	var stats scheduler.StatsReply
-	require.Eventually(t, func() bool {
-		require.NoError(t, json.Unmarshal([]byte(ax(t, "stats", "--server", s, "--json")), &stats))
-		return stats.States[kv.StateSucceeded] >= 5
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		out, err := axOutput("stats", "--server", s, "--json")
+		if assert.NoError(c, err) && assert.NoError(c, json.Unmarshal([]byte(out), &stats)) {
+			assert.GreaterOrEqual(c, stats.States[kv.StateSucceeded], 5)
+		}
 	}, 30*time.Second, 100*time.Millisecond)
 	require.Equal(t, 5, stats.Buckets[1].Samples)
 	require.GreaterOrEqual(t, stats.Buckets[1].RecommendedTimeout, kv.Duration(time.Second))

@@ -18,8 +18,6 @@ var (
 	// ErrConflict means another writer changed the record since it was read
 	// (the compare-and-set on the revision failed).
 	ErrConflict = errors.New("task record changed concurrently")
-	// ErrUnknownState means a state name is not one of [States].
-	ErrUnknownState = errors.New("unknown state")
 	// ErrLeaseHeld means another holder owns the lease.
 	ErrLeaseHeld = errors.New("lease held by another holder")
 	// ErrLeaseLost means the caller's lease expired or was taken over.

@@ -81,9 +81,13 @@ type Lease struct {
 	data     []byte    // (mu)
 }
 
-// NewLease binds a lease to its bucket.
+// NewLease binds a lease to its bucket. A nil cfg is an empty one, which
+// fails validation: Bucket, Key and Holder have no default.
 func NewLease(ctx context.Context, js jetstream.JetStream, cfg *LeaseConfig) (*Lease, error) {
-	c := *cfg
+	var c LeaseConfig
+	if cfg != nil {
+		c = *cfg
+	}
 	c.TTL = cmp.Or(c.TTL, DefaultLeaseTTL)
 	c.RenewEvery = cmp.Or(c.RenewEvery, min(DefaultLeaseRenew, c.TTL/2))
 	switch {

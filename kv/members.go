@@ -29,9 +29,6 @@ type Member struct {
 
 // ListMembers returns the live members of the deployment, sorted by id.
 func ListMembers(ctx context.Context, js jetstream.JetStream, names streams.Names) ([]Member, error) {
-	if names == (streams.Names{}) {
-		names = streams.DefaultNames()
-	}
 	bucket, err := js.KeyValue(ctx, names.WorkersBucket())
 	if err != nil {
 		return nil, fmt.Errorf("list members: %w", err)

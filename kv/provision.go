@@ -22,12 +22,12 @@ type BucketsConfig struct {
 }
 
 // Provision creates or updates the task, lock, worker and control buckets.
-// It is idempotent.
+// It is idempotent. A nil cfg means every default.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg *BucketsConfig) error {
-	names := cfg.Names
-	if names == (streams.Names{}) {
-		names = streams.DefaultNames()
+	if cfg == nil {
+		cfg = &BucketsConfig{}
 	}
+	names := cfg.Names
 	replicas := cmp.Or(cfg.Replicas, 1)
 	marker := cmp.Or(cfg.MarkerTTL, time.Minute)
 	buckets := []jetstream.KeyValueConfig{

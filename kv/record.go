@@ -71,6 +71,9 @@ type Move struct {
 	// Action names the operator action or control loop behind the move
 	// ("submit", "claim", "cancel", "replay", "aging", …).
 	Action string `json:"action,omitempty"`
+	// TimedOut is true when the failure behind the move is the attempt
+	// running into its timeout.
+	TimedOut bool `json:"timed_out,omitempty"`
 }
 
 // Actor says who makes a move and why; it fills the trail event.
@@ -78,6 +81,8 @@ type Actor struct {
 	Worker string // worker id, or "" for a client or operator
 	Action string // see [Move.Action]
 	Error  string // the failure that caused the move, if any
+	// TimedOut says the failure is the attempt's timeout ([Move.TimedOut]).
+	TimedOut bool
 }
 
 // MaxErrorLen is how many bytes of an error a record, a trail move or a
@@ -111,7 +116,8 @@ func (r *Record) record(from, to State, actor Actor, now time.Time) {
 	}
 	r.State = to
 	r.UpdatedAt = now
-	m := Move{Task: r.ID, From: from, To: to, Worker: actor.Worker, At: now, Took: Duration(took), Error: CutError(actor.Error), Action: actor.Action}
+	m := Move{Task: r.ID, From: from, To: to, Worker: actor.Worker, At: now, Took: Duration(took), Error: CutError(actor.Error), Action: actor.Action,
+		TimedOut: actor.TimedOut}
 	if len(r.Trail) >= MaxTrail {
 		r.Trail = append(r.Trail[:1], r.Trail[len(r.Trail)-MaxTrail+2:]...)
 	}

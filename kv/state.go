@@ -1,7 +1,6 @@
 package kv
 
 import (
-	"fmt"
 	"slices"
 )
 
@@ -74,12 +73,3 @@ func (s State) Waiting() bool {
 
 // Valid reports whether s is one of [States].
 func (s State) Valid() bool { _, ok := transitions[s]; return ok }
-
-// ParseState parses a state name such as "READY" (case-sensitive).
-func ParseState(name string) (State, error) {
-	s := State(name)
-	if !s.Valid() {
-		return "", fmt.Errorf("%w: %q (want one of %v)", ErrUnknownState, name, States())
-	}
-	return s, nil
-}

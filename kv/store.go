@@ -38,9 +38,6 @@ func (c *StoreConfig) withDefaults() *StoreConfig {
 		c = &StoreConfig{}
 	}
 	out := *c
-	if out.Names == (streams.Names{}) {
-		out.Names = streams.DefaultNames()
-	}
 	out.Retention = cmp.Or(out.Retention, DefaultRetention)
 	return &out
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -52,9 +53,6 @@ func New(cfg *Config) *Metrics {
 		cfg = &Config{}
 	}
 	names := cfg.Names
-	if names == (streams.Names{}) {
-		names = streams.DefaultNames()
-	}
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_tasks_total",
@@ -89,12 +87,15 @@ func New(cfg *Config) *Metrics {
 // Registry returns the registry, to add collectors or gather in tests.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// TaskFinished records a settled attempt; it implements the worker's
-// observer hook. outcome is "succeeded", "retry", "dead" or "cancelled".
-func (m *Metrics) TaskFinished(taskType, tenant string, priority int, outcome string, runTime time.Duration) {
+// Metrics is the worker's observer.
+var _ worker.Observer = (*Metrics)(nil)
+
+// TaskFinished records a settled attempt; it implements [worker.Observer].
+// The outcome's string is the "outcome" label.
+func (m *Metrics) TaskFinished(taskType, tenant string, priority int, outcome worker.Outcome, runTime time.Duration) {
 	p := "p" + strconv.Itoa(priority)
-	m.tasks.WithLabelValues(taskType, tenant, p, outcome).Inc()
-	if outcome == "retry" {
+	m.tasks.WithLabelValues(taskType, tenant, p, string(outcome)).Inc()
+	if outcome == worker.OutcomeRetry {
 		m.retries.WithLabelValues(taskType, tenant, p).Inc()
 	}
 	m.runTime.WithLabelValues(taskType, p).Observe(runTime.Seconds())

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/metrics"
+	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -34,8 +35,8 @@ func TestServeMetrics(t *testing.T) {
 		require.NoError(t, err)
 	}
 	m := metrics.New(&metrics.Config{JetStream: js})
-	m.TaskFinished("email", "acme", 3, "succeeded", 20*time.Millisecond)
-	m.TaskFinished("email", "acme", 3, "retry", 2*time.Second)
+	m.TaskFinished("email", "acme", 3, worker.OutcomeSucceeded, 20*time.Millisecond)
+	m.TaskFinished("email", "acme", 3, worker.OutcomeRetry, 2*time.Second)
 	m.SetLeader(true)
 	m.SetPressure(2)
 	m.Repaired("READY", "dead")

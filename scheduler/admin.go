@@ -49,9 +49,6 @@ func (c *AdminConfig) withDefaults() *AdminConfig {
 		c = &AdminConfig{}
 	}
 	out := *c
-	if out.Names == (streams.Names{}) {
-		out.Names = streams.DefaultNames()
-	}
 	out.Version = cmp.Or(out.Version, "0.0.0")
 	if out.Logger == nil {
 		out.Logger = zap.NewNop()

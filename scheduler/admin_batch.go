@@ -3,7 +3,6 @@ package scheduler
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
 )
 
 func (a *Admin) tasksCancel(ctx context.Context, data []byte) (any, error) {
@@ -31,7 +31,8 @@ func (a *Admin) tasksCancel(ctx context.Context, data []byte) (any, error) {
 	}
 	reply := &BatchCancelReply{DryRun: req.DryRun, IDs: []string{}}
 	var matched []string
-	err := a.scan(ctx, func(rec *kv.Record) {
+	var err error
+	reply.Unreadable, err = a.scan(ctx, func(rec *kv.Record) {
 		if kv.CanTransition(rec.State, kv.StateCancelled) && req.Filter.matches(rec) {
 			matched = append(matched, rec.ID)
 		}
@@ -130,25 +131,22 @@ func (f *Filter) matches(rec *kv.Record) bool {
 		(len(f.States) == 0 || slices.Contains(f.States, rec.State))
 }
 
-// scan calls fn with every task record, in one pass over the bucket.
-func (a *Admin) scan(ctx context.Context, fn func(*kv.Record)) error {
-	watcher, err := a.store.Bucket().WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return fmt.Errorf("scan task records: %w", err)
-	}
-	defer func() { _ = watcher.Stop() }()
-	for {
-		select {
-		case entry := <-watcher.Updates():
-			if entry == nil {
-				return nil // every current record has been seen
-			}
-			var rec kv.Record
-			if json.Unmarshal(entry.Value(), &rec) == nil {
-				fn(&rec)
-			}
-		case <-ctx.Done():
-			return fmt.Errorf("scan task records: %w", ctx.Err())
+// scan calls fn with every task record, in one pass over the bucket, and
+// reports the records that do not decode (each is also logged).
+func (a *Admin) scan(ctx context.Context, fn func(*kv.Record)) (*Unreadable, error) {
+	var bad *Unreadable
+	err := a.store.Scan(ctx, func(rec *kv.Record, _ uint64) error {
+		fn(rec)
+		return nil
+	}, func(e *kv.UnreadableError) {
+		a.log.Warn("admin_unreadable_record", zap.String("task_id", e.Key), zap.Error(e))
+		if bad == nil {
+			bad = &Unreadable{Errors: map[string]string{}}
 		}
-	}
+		bad.Count++
+		if len(bad.Errors) < MaxListedIDs {
+			bad.Errors[e.Key] = e.Error()
+		}
+	})
+	return bad, err
 }

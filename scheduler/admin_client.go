@@ -21,9 +21,6 @@ type AdminClient struct {
 // NewAdminClient returns a client of the management API of the deployment
 // names (zero: the default "ax").
 func NewAdminClient(nc *nats.Conn, names streams.Names) *AdminClient {
-	if names == (streams.Names{}) {
-		names = streams.DefaultNames()
-	}
 	return &AdminClient{nc: nc, names: names}
 }
 
@@ -50,4 +47,85 @@ func (c *AdminClient) Call(ctx context.Context, verb string, req, resp any) erro
 		return fmt.Errorf("decode %s reply: %w", verb, err)
 	}
 	return nil
+}
+
+// call sends req to verb and decodes the reply into a new R.
+func call[R any](ctx context.Context, c *AdminClient, verb string, req any) (*R, error) {
+	var resp R
+	if err := c.Call(ctx, verb, req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// Get reads a task's record (task.get).
+func (c *AdminClient) Get(ctx context.Context, id string) (*TaskReply, error) {
+	return call[TaskReply](ctx, c, VerbTaskGet, TaskRequest{ID: id})
+}
+
+// Trail reads a task's moves, oldest first (task.trail).
+func (c *AdminClient) Trail(ctx context.Context, id string) (*TrailReply, error) {
+	return call[TrailReply](ctx, c, VerbTaskTrail, TaskRequest{ID: id})
+}
+
+// Cancel cancels a task (task.cancel); req.Unseen acts on a task that has no
+// record yet.
+func (c *AdminClient) Cancel(ctx context.Context, req TaskRequest) (*TaskReply, error) {
+	return call[TaskReply](ctx, c, VerbTaskCancel, req)
+}
+
+// Pause holds a waiting task (task.pause); req.Unseen acts on a task that
+// has no record yet.
+func (c *AdminClient) Pause(ctx context.Context, req TaskRequest) (*TaskReply, error) {
+	return call[TaskReply](ctx, c, VerbTaskPause, req)
+}
+
+// Resume puts a PAUSED task back in its bucket (task.resume).
+func (c *AdminClient) Resume(ctx context.Context, id string) (*TaskReply, error) {
+	return call[TaskReply](ctx, c, VerbTaskResume, TaskRequest{ID: id})
+}
+
+// Reprioritize moves a READY task to another priority bucket
+// (task.reprioritize).
+func (c *AdminClient) Reprioritize(ctx context.Context, id string, priority int) (*TaskReply, error) {
+	return call[TaskReply](ctx, c, VerbTaskReprioritize, ReprioritizeRequest{ID: id, Priority: priority})
+}
+
+// CancelMatching cancels, or with req.DryRun counts, every task that matches
+// a filter (tasks.cancel).
+func (c *AdminClient) CancelMatching(ctx context.Context, req BatchCancelRequest) (*BatchCancelReply, error) {
+	return call[BatchCancelReply](ctx, c, VerbTasksCancel, req)
+}
+
+// List lists task records matching a filter, most recently updated first
+// (tasks.list).
+func (c *AdminClient) List(ctx context.Context, req TasksListRequest) (*TasksListReply, error) {
+	return call[TasksListReply](ctx, c, VerbTasksList, req)
+}
+
+// ListDLQ lists dead letters, oldest first (dlq.list).
+func (c *AdminClient) ListDLQ(ctx context.Context, req DLQListRequest) (*DLQListReply, error) {
+	return call[DLQListReply](ctx, c, VerbDLQList, req)
+}
+
+// Replay puts one dead task (req.ID) or the dead letters matching a filter
+// back to READY (dlq.replay).
+func (c *AdminClient) Replay(ctx context.Context, req DLQReplayRequest) (*DLQReplayReply, error) {
+	return call[DLQReplayReply](ctx, c, VerbDLQReplay, req)
+}
+
+// Stats describes every priority bucket and the dead-letter stream (stats).
+func (c *AdminClient) Stats(ctx context.Context, req StatsRequest) (*StatsReply, error) {
+	return call[StatsReply](ctx, c, VerbStats, req)
+}
+
+// Workers lists the live workers (workers).
+func (c *AdminClient) Workers(ctx context.Context) (*WorkersReply, error) {
+	return call[WorkersReply](ctx, c, VerbWorkers, struct{}{})
+}
+
+// Control lists the control bucket's entries: backpressure, cron jobs and
+// paused types (control).
+func (c *AdminClient) Control(ctx context.Context) (*ControlReply, error) {
+	return call[ControlReply](ctx, c, VerbControl, struct{}{})
 }

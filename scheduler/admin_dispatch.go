@@ -21,10 +21,7 @@ type source struct {
 
 // deadLetterHeaders are dropped from a re-dispatched copy.
 var deadLetterHeaders = []string{streams.HeaderError, streams.HeaderAttempts, streams.HeaderFailedAt,
-	streams.HeaderSubject, streams.HeaderTaskID, streams.HeaderGen, streams.HeaderWaitingSince, headerPayloadTruncated}
-
-// headerPayloadTruncated marks a dead letter without its payload (see the worker).
-const headerPayloadTruncated = "Ax-Payload-Truncated"
+	streams.HeaderSubject, streams.HeaderTaskID, streams.HeaderGen, streams.HeaderWaitingSince, streams.HeaderPayloadTruncated}
 
 // redispatch publishes a copy of src's message to bucket priority with the
 // next generation, then moves rec (read at rev) to READY by compare-and-set
@@ -40,7 +37,7 @@ func (a *Admin) redispatch(ctx context.Context, rec *kv.Record, rev uint64, src 
 	if err != nil {
 		return nil, err
 	}
-	if raw.Header.Get(headerPayloadTruncated) != "" {
+	if raw.Header.Get(streams.HeaderPayloadTruncated) != "" {
 		return nil, conflict("task %s: its dead letter lost its payload (too large to keep); resubmit the task", rec.ID)
 	}
 	gen := rec.Gen + 1

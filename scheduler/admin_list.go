@@ -35,6 +35,8 @@ type TasksListReply struct {
 	Tasks []kv.Record `json:"tasks"`
 	// Matched counts every matching record; Tasks holds at most Limit.
 	Matched int `json:"matched"`
+	// Unreadable reports the records the scan could not decode (nil: none).
+	Unreadable *Unreadable `json:"unreadable,omitempty"`
 }
 
 // ControlEntry is one key of the control bucket (AX_CONTROL): "pressure",
@@ -64,7 +66,7 @@ func (a *Admin) tasksList(ctx context.Context, data []byte) (any, error) {
 	}
 	limit := cmp.Or(req.Limit, DefaultListLimit)
 	var matched []kv.Record
-	err := a.scan(ctx, func(rec *kv.Record) {
+	unreadable, err := a.scan(ctx, func(rec *kv.Record) {
 		if req.Filter.matches(rec) && strings.HasPrefix(rec.ID, req.IDPrefix) {
 			rec.Trail = nil
 			matched = append(matched, *rec)
@@ -76,7 +78,7 @@ func (a *Admin) tasksList(ctx context.Context, data []byte) (any, error) {
 	slices.SortFunc(matched, func(x, y kv.Record) int {
 		return cmp.Or(y.UpdatedAt.Compare(x.UpdatedAt), strings.Compare(x.ID, y.ID))
 	})
-	reply := &TasksListReply{Matched: len(matched), Tasks: matched[:min(len(matched), limit)]}
+	reply := &TasksListReply{Matched: len(matched), Tasks: matched[:min(len(matched), limit)], Unreadable: unreadable}
 	if reply.Tasks == nil {
 		reply.Tasks = []kv.Record{}
 	}

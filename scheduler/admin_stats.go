@@ -42,7 +42,8 @@ func (a *Admin) stats(ctx context.Context, data []byte) (any, error) {
 	runTimes := make([][]time.Duration, streams.Priorities)
 	types := map[string]*typeTally{}
 	since := time.Now().Add(-window)
-	err := a.scan(ctx, func(r *kv.Record) {
+	var err error
+	reply.Unreadable, err = a.scan(ctx, func(r *kv.Record) {
 		reply.Records++
 		reply.States[r.State]++
 		if r.Priority < 0 || r.Priority >= streams.Priorities {
@@ -134,9 +135,10 @@ type typeTally struct {
 	runTimes []time.Duration
 }
 
-// timedOutPrefix starts the error of an attempt ended by its timeout: the
-// text of worker.ErrTimeout (a test keeps the two equal).
-const timedOutPrefix = "task timed out"
+// legacyTimedOutPrefix starts the error of an attempt ended by its timeout
+// in moves written before [kv.Move.TimedOut] (the text of
+// worker.ErrTimeout): such records still count until they expire.
+const legacyTimedOutPrefix = "task timed out"
 
 func (t *typeTally) add(r *kv.Record) {
 	if r.State == kv.StateSucceeded {
@@ -148,7 +150,7 @@ func (t *typeTally) add(r *kv.Record) {
 		t.stats.Retried++
 	}
 	for _, m := range r.Trail {
-		if strings.HasPrefix(m.Error, timedOutPrefix) {
+		if m.TimedOut || strings.HasPrefix(m.Error, legacyTimedOutPrefix) {
 			t.stats.TimedOut++
 			break
 		}

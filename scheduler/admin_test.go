@@ -12,7 +12,6 @@ import (
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
-	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -302,7 +301,8 @@ func (b *adminBundle) finished(t *testing.T, typ string, took time.Duration, sta
 		}
 		failure := kv.Actor{Worker: "w", Action: "retry", Error: "boom"}
 		if timedOut && attempt == 1 {
-			failure.Error = worker.ErrTimeout.Error() + " after 10s: context deadline exceeded"
+			// Counted by the flag, not by the text.
+			failure.Error, failure.TimedOut = "attempt ended: context deadline exceeded", true
 		}
 		rec, rev, err = store.Apply(ctx, rec, rev, kv.StateRetrying, failure, nil)
 		require.NoError(t, err)

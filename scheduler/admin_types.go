@@ -94,6 +94,17 @@ type BatchCancelReply struct {
 	// Failed maps a task id to why it was not cancelled (it moved on, e.g.
 	// finished, between the scan and the write).
 	Failed map[string]string `json:"failed,omitempty"`
+	// Unreadable reports the records the scan could not decode: whether
+	// they match is unknown, and they were not cancelled (nil: none).
+	Unreadable *Unreadable `json:"unreadable,omitempty"`
+}
+
+// Unreadable reports the task records a scan met but could not decode.
+type Unreadable struct {
+	Count int `json:"count"`
+	// Errors maps a task id to why its record does not decode, for at most
+	// [MaxListedIDs] records.
+	Errors map[string]string `json:"errors"`
 }
 
 // MaxListedIDs bounds the ids a batch reply lists.
@@ -159,6 +170,9 @@ type StatsReply struct {
 	// sorted by type: timeouts are set per type, so this is where to read
 	// the recommended one.
 	Types []TypeStats `json:"types"`
+	// Unreadable reports the records the scan could not decode; they are
+	// in no count (nil: none).
+	Unreadable *Unreadable `json:"unreadable,omitempty"`
 	// Reconciler is the leader reconciler's last report: lost tasks found
 	// and repaired. Nil until a leader ran it.
 	Reconciler *ReconcilerReport `json:"reconciler,omitempty"`

@@ -9,6 +9,7 @@ import (
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/worker"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 )
@@ -55,8 +56,8 @@ func agingRun(t *testing.T, threshold time.Duration, wait time.Duration) (*kv.Re
 		}
 	})
 	// Saturated means the worker is busy with P0 and more P0 tasks wait.
-	require.Eventually(t, func() bool {
-		return w.Stats().Started.Load() >= 5 && streamMsgs(t, js, "AX_P0") >= 10
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.True(c, w.Stats().Started >= 5 && streamMsgs(c, js, "AX_P0") >= 10)
 	}, 10*time.Second, 5*time.Millisecond)
 	info, err := client.Submit(ctx, scheduler.Task{Type: "work", Priority: 4})
 	require.NoError(t, err)

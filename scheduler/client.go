@@ -57,9 +57,6 @@ func (c *Config) withDefaults() *Config {
 		c = &Config{}
 	}
 	out := *c
-	if out.Names == (streams.Names{}) {
-		out.Names = streams.DefaultNames()
-	}
 	if out.Logger == nil {
 		out.Logger = zap.NewNop()
 	}

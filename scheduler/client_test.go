@@ -30,7 +30,14 @@ func setup(t testing.TB, scfg *streams.Config, cfg *scheduler.Config) *testBundl
 	return &testBundle{js: js, client: client}
 }
 
-func streamMsgs(t testing.TB, js jetstream.JetStream, name string) uint64 {
+// tb is what the helpers below fail through: a test, or the collector of
+// an EventuallyWithT condition (which runs off the test goroutine).
+type tb interface {
+	require.TestingT
+	Helper()
+}
+
+func streamMsgs(t tb, js jetstream.JetStream, name string) uint64 {
 	t.Helper()
 	s, err := js.Stream(context.Background(), name)
 	require.NoError(t, err)

@@ -107,9 +107,6 @@ func (c *LeaderConfig) withDefaults() *LeaderConfig {
 		c = &LeaderConfig{}
 	}
 	out := *c
-	if out.Names == (streams.Names{}) {
-		out.Names = streams.DefaultNames()
-	}
 	out.AgingThreshold = cmp.Or(out.AgingThreshold, DefaultAgingThreshold)
 	out.AgingBatch = cmp.Or(out.AgingBatch, 1000)
 	out.Pressure = out.Pressure.withDefaults()

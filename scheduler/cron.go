@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -160,6 +161,8 @@ func (c *cronLoop) fire(ctx context.Context, s *cronState, at time.Time) error {
 	if _, _, err := c.l.store.Get(ctx, id); errors.Is(err, kv.ErrNotFound) {
 		task := s.job.Task
 		task.ID, task.Key, task.RunAt, task.Delay = id, "", time.Time{}, 0
+		// A copy: the job's own headers are stored with it, without these.
+		task.Headers = maps.Clone(task.Headers)
 		if task.Headers == nil {
 			task.Headers = map[string]string{}
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -24,12 +25,12 @@ func TestCronAcrossLeaderChange(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, job.Next.IsZero())
 
-	require.Eventually(t, func() bool { return streamMsgs(t, js, "AX_P1") >= 2 }, 10*time.Second, 10*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, streamMsgs(c, js, "AX_P1") >= 2) }, 10*time.Second, 10*time.Millisecond)
 	first.kill() // between two fires
 	second := lb.follower()
 	require.Eventually(t, second.leader.Leading, 10*time.Second, 5*time.Millisecond)
 	fired := streamMsgs(t, js, "AX_P1")
-	require.Eventually(t, func() bool { return streamMsgs(t, js, "AX_P1") >= fired+2 }, 10*time.Second, 10*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, streamMsgs(c, js, "AX_P1") >= fired+2) }, 10*time.Second, 10*time.Millisecond)
 	second.stop()
 
 	msgs := bucketMsgs(t, js, "AX_P1")

@@ -10,6 +10,7 @@ import (
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -53,7 +54,7 @@ func TestDelayedTaskIsReleasedAtItsTime(t *testing.T) {
 	require.True(t, info.RunAt.Equal(*rec.RunAt))
 	require.Zero(t, streamMsgs(t, js, "AX_P2"), "a delayed task waits outside its bucket")
 
-	require.Eventually(t, func() bool { return streamMsgs(t, js, "AX_P2") == 1 }, 10*time.Second, 5*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, streamMsgs(c, js, "AX_P2") == 1) }, 10*time.Second, 5*time.Millisecond)
 	msgs := bucketMsgs(t, js, "AX_P2")
 	require.Len(t, msgs, 1)
 	msg := msgs[0]
@@ -75,7 +76,7 @@ func TestDelayedTaskIsReleasedAtItsTime(t *testing.T) {
 	require.EqualValues(t, 2, rec.Gen)
 	require.Equal(t, "due", rec.LastMove().Action)
 	// The schedule and its fired copy are gone from AX_DELAYED.
-	require.Eventually(t, func() bool { return streamMsgs(t, js, "AX_DELAYED") == 0 }, 5*time.Second, 10*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, streamMsgs(c, js, "AX_DELAYED") == 0) }, 5*time.Second, 10*time.Millisecond)
 }
 
 func TestCancelDelayedTask(t *testing.T) {
@@ -128,7 +129,7 @@ func TestDelayedTasksSurviveLeaderChange(t *testing.T) {
 	}
 	time.Sleep(1500 * time.Millisecond) // some released, some fired and held, some scheduled
 	first.kill()
-	require.Eventually(t, func() bool { return streamMsgs(t, js, "AX_P1") >= n }, 30*time.Second, 10*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, streamMsgs(c, js, "AX_P1") >= n) }, 30*time.Second, 10*time.Millisecond)
 	time.Sleep(500 * time.Millisecond) // a double would land now
 	msgs := bucketMsgs(t, js, "AX_P1")
 	seen := map[string]int{}

@@ -38,12 +38,11 @@ func (c *ElectorConfig) withDefaults() *ElectorConfig {
 		c = &ElectorConfig{}
 	}
 	out := *c
-	if out.Names == (streams.Names{}) {
-		out.Names = streams.DefaultNames()
-	}
 	if out.ID == "" {
 		host, _ := os.Hostname()
-		out.ID = cmp.Or(host, "scheduler") + "-" + nuid.Next()[:8]
+		// The tail of a nuid: its first 12 characters are the same for
+		// every nuid of the process, so two contenders would share them.
+		out.ID = cmp.Or(host, "scheduler") + "-" + nuid.Next()[14:]
 	}
 	out.TTL = cmp.Or(out.TTL, kv.DefaultLeaseTTL)
 	out.RenewEvery = cmp.Or(out.RenewEvery, min(kv.DefaultLeaseRenew, out.TTL/2))

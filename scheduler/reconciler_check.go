@@ -243,7 +243,7 @@ func (r *reconciler) findPayload(ctx context.Context, rec *kv.Record) (*payload,
 		if err != nil {
 			return nil, err
 		}
-		if msg != nil && msg.Header.Get(streams.HeaderTaskID) == rec.ID && msg.Header.Get(headerPayloadTruncated) == "" {
+		if msg != nil && msg.Header.Get(streams.HeaderTaskID) == rec.ID && msg.Header.Get(streams.HeaderPayloadTruncated) == "" {
 			return &payload{msg: msg, where: fmt.Sprintf("dead letter %s #%d", names.DLQStream(), msg.Sequence)}, nil
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -90,9 +91,9 @@ func TestReconcilerBuriesLostReadyTask(t *testing.T) {
 	require.Equal(t, kv.StateReady, rec.State)
 
 	// The report counts it, and ax stats (the dashboard's source) shows it.
-	require.Eventually(t, func() bool {
-		r := reconcilerReport(t, b.js)
-		return r != nil && r.Dead[kv.StateReady] == 1 && r.Repairs() == 1 && r.Checked > 0
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		r := reconcilerReport(c, b.js)
+		assert.True(c, r != nil && r.Dead[kv.StateReady] == 1 && r.Repairs() == 1 && r.Checked > 0)
 	}, repairBound, 20*time.Millisecond)
 	admin, err := scheduler.NewAdmin(ctx, b.js, nil)
 	require.NoError(t, err)
@@ -106,7 +107,7 @@ func TestReconcilerBuriesLostReadyTask(t *testing.T) {
 	require.Equal(t, "lost", stats.Reconciler.Recent[0].TaskID)
 }
 
-func reconcilerReport(t *testing.T, js jetstream.JetStream) *scheduler.ReconcilerReport {
+func reconcilerReport(t tb, js jetstream.JetStream) *scheduler.ReconcilerReport {
 	t.Helper()
 	control, err := js.KeyValue(context.Background(), "AX_CONTROL")
 	require.NoError(t, err)

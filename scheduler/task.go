@@ -14,43 +14,45 @@ import (
 // DefaultTenant is the tenant of a task that names none.
 const DefaultTenant = "default"
 
-// Task is what a service submits.
+// Task is what a service submits. Its JSON form (a cron job stores one)
+// has snake_case keys, with Timeout and Delay in nanoseconds; the Go field
+// names of records written before are read too.
 type Task struct {
 	// ID identifies the task; empty means a new nuid. Letters, digits, '-',
 	// '_', '=' and '/' only. Re-submitting an id within the de-duplication
 	// window is a no-op.
-	ID string
+	ID string `json:"id,omitempty"`
 	// Type names the handler. Required; a subject token.
-	Type string
+	Type string `json:"type"`
 	// Payload is passed to the handler as is.
-	Payload []byte
+	Payload []byte `json:"payload,omitempty"`
 	// Priority 0 (P0, highest) to 4 (P4, lowest). The zero value is P0.
-	Priority int
+	Priority int `json:"priority"`
 	// Tenant owns the task. Default "default".
-	Tenant string
+	Tenant string `json:"tenant"`
 	// Key partitions tasks into shards (tasks of one key share a shard).
 	// Default: the task id.
-	Key string
+	Key string `json:"key,omitempty"`
 	// Timeout of one attempt. Zero: the worker's default for the type.
-	Timeout time.Duration
+	Timeout time.Duration `json:"timeout,omitempty"`
 	// MaxAttempts before the task is dead. Zero: the worker's default.
-	MaxAttempts int
+	MaxAttempts int `json:"max_attempts,omitempty"`
 	// Core tasks are still accepted when backpressure refuses others. A core
 	// task is published on <prefix>.core.p<N>.…, which only users allowed
 	// to submit core tasks may publish (docs/ax-permissions.conf): being
 	// core is a permission of the connection's user, not a claim.
-	Core bool
+	Core bool `json:"core,omitempty"`
 	// Deadline after which the task is not started. Zero: none.
-	Deadline time.Time
+	Deadline time.Time `json:"deadline,omitzero"`
 	// Headers are extra "Ax-" headers passed to the handler.
-	Headers map[string]string
+	Headers map[string]string `json:"headers,omitempty"`
 	// RunAt delays the task until this time: it is PENDING until then and
 	// the leader releases it into its bucket at RunAt. Zero, or a time not
 	// after now, runs it at once. Not together with Delay.
-	RunAt time.Time
+	RunAt time.Time `json:"run_at,omitzero"`
 	// Delay delays the task by this long (RunAt = now + Delay). Zero runs it
 	// at once; negative is an error. Not together with RunAt.
-	Delay time.Duration
+	Delay time.Duration `json:"delay,omitempty"`
 }
 
 // TaskInfo describes an accepted task.

@@ -26,16 +26,16 @@ const (
 // DelayedSubject returns the schedule subject of a delayed task, e.g.
 // "ax.delayed.<id>". Re-publishing on it replaces the schedule; purging it
 // cancels the schedule.
-func (n Names) DelayedSubject(taskID string) string { return n.prefix + ".delayed." + taskID }
+func (n Names) DelayedSubject(taskID string) string { return n.Prefix() + ".delayed." + taskID }
 
 // DueSubject returns the subject a delayed task's schedule fires into,
 // e.g. "ax.due.<id>".
-func (n Names) DueSubject(taskID string) string { return n.prefix + ".due." + taskID }
+func (n Names) DueSubject(taskID string) string { return n.Prefix() + ".due." + taskID }
 
 // ParseDueSubject returns the task id of a fired schedule's subject
 // "ax.due.<id>", and false if subject is not one.
 func (n Names) ParseDueSubject(subject string) (string, bool) {
-	id, ok := strings.CutPrefix(subject, n.prefix+".due.")
+	id, ok := strings.CutPrefix(subject, n.Prefix()+".due.")
 	if !ok || ValidateTaskID(id) != nil {
 		return "", false
 	}
@@ -43,10 +43,10 @@ func (n Names) ParseDueSubject(subject string) (string, bool) {
 }
 
 // DueFilter returns the subjects of fired schedules, "ax.due.>".
-func (n Names) DueFilter() string { return n.prefix + ".due.>" }
+func (n Names) DueFilter() string { return n.Prefix() + ".due.>" }
 
 // EventSubject returns the subject of a control event, e.g. "ax.events.pressure".
-func (n Names) EventSubject(kind string) string { return n.prefix + ".events." + kind }
+func (n Names) EventSubject(kind string) string { return n.Prefix() + ".events." + kind }
 
 // DelayedStreamConfig returns the configuration of AX_DELAYED: schedules on
 // ax.delayed.<id> fire into ax.due.<id> in the same stream (a schedule's
@@ -58,7 +58,7 @@ func DelayedStreamConfig(cfg *Config) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              n.DelayedStream(),
 		Description:       "ax delayed tasks: schedules (ax.delayed.<id>) and fired schedules (ax.due.<id>)",
-		Subjects:          []string{n.prefix + ".delayed.>", n.DueFilter()},
+		Subjects:          []string{n.Prefix() + ".delayed.>", n.DueFilter()},
 		Retention:         jetstream.LimitsPolicy,
 		Storage:           jetstream.FileStorage,
 		Replicas:          cfg.Replicas,

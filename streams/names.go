@@ -1,6 +1,7 @@
 package streams
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 )
@@ -17,7 +18,8 @@ const Priorities = 5
 const DefaultPrefix = "ax"
 
 // Names derives every subject, stream, consumer and bucket name of one
-// deployment from its prefix. The zero value is not usable; call [NewNames].
+// deployment from its prefix. The zero value is the default deployment's
+// ([DefaultPrefix]); [NewNames] validates another prefix.
 type Names struct {
 	prefix string // subject prefix, e.g. "ax"
 	upper  string // stream and bucket prefix, e.g. "AX"
@@ -40,8 +42,14 @@ func DefaultNames() Names {
 	return Names{prefix: DefaultPrefix, upper: strings.ToUpper(DefaultPrefix)}
 }
 
-// Prefix returns the subject prefix.
-func (n Names) Prefix() string { return n.prefix }
+// Prefix returns the subject prefix ([DefaultPrefix] for the zero Names).
+func (n Names) Prefix() string { return cmp.Or(n.prefix, DefaultPrefix) }
+
+// upperPrefix returns the stream and bucket prefix ("AX" for the zero Names).
+func (n Names) upperPrefix() string { return cmp.Or(n.upper, defaultUpper) }
+
+// defaultUpper is the stream and bucket prefix of [DefaultPrefix].
+const defaultUpper = "AX"
 
 // PriorityOf returns the priority of a priority stream's name ("AX_P2": 2),
 // and false for any other name.
@@ -55,57 +63,57 @@ func (n Names) PriorityOf(stream string) (int, bool) {
 }
 
 // PriorityStream returns the stream name of priority p, e.g. "AX_P2".
-func (n Names) PriorityStream(p int) string { return fmt.Sprintf("%s_P%d", n.upper, p) }
+func (n Names) PriorityStream(p int) string { return fmt.Sprintf("%s_P%d", n.upperPrefix(), p) }
 
 // DLQStream returns the dead-letter stream name, e.g. "AX_DLQ".
-func (n Names) DLQStream() string { return n.upper + "_DLQ" }
+func (n Names) DLQStream() string { return n.upperPrefix() + "_DLQ" }
 
 // TrailStream returns the trail stream name, e.g. "AX_TRAIL".
-func (n Names) TrailStream() string { return n.upper + "_TRAIL" }
+func (n Names) TrailStream() string { return n.upperPrefix() + "_TRAIL" }
 
 // DelayedStream returns the delayed-task stream name, e.g. "AX_DELAYED".
-func (n Names) DelayedStream() string { return n.upper + "_DELAYED" }
+func (n Names) DelayedStream() string { return n.upperPrefix() + "_DELAYED" }
 
 // TasksBucket returns the KV bucket of task records, e.g. "AX_TASKS".
-func (n Names) TasksBucket() string { return n.upper + "_TASKS" }
+func (n Names) TasksBucket() string { return n.upperPrefix() + "_TASKS" }
 
 // LocksBucket returns the KV bucket of leases, e.g. "AX_LOCKS".
-func (n Names) LocksBucket() string { return n.upper + "_LOCKS" }
+func (n Names) LocksBucket() string { return n.upperPrefix() + "_LOCKS" }
 
 // WorkersBucket returns the KV bucket of worker membership, e.g. "AX_WORKERS".
-func (n Names) WorkersBucket() string { return n.upper + "_WORKERS" }
+func (n Names) WorkersBucket() string { return n.upperPrefix() + "_WORKERS" }
 
 // ControlBucket returns the KV bucket of control state, e.g. "AX_CONTROL".
-func (n Names) ControlBucket() string { return n.upper + "_CONTROL" }
+func (n Names) ControlBucket() string { return n.upperPrefix() + "_CONTROL" }
 
 // SubmitSubject returns the subject a service publishes a task to.
 func (n Names) SubmitSubject(priority int, tenant, taskType, key string) string {
-	return fmt.Sprintf("%s.submit.p%d.%s.%s.%s", n.prefix, priority, tenant, taskType, key)
+	return fmt.Sprintf("%s.submit.p%d.%s.%s.%s", n.Prefix(), priority, tenant, taskType, key)
 }
 
 // SubmitFilter returns the submit subjects captured by priority stream p.
 // The leader removes it from the stream while the bucket refuses non-core
 // tasks (backpressure), so that the server itself refuses them.
-func (n Names) SubmitFilter(p int) string { return fmt.Sprintf("%s.submit.p%d.*.*.*", n.prefix, p) }
+func (n Names) SubmitFilter(p int) string { return fmt.Sprintf("%s.submit.p%d.*.*.*", n.Prefix(), p) }
 
 // CoreSubject returns the subject a producer allowed to submit core tasks
 // publishes a task to, e.g. "ax.core.p0.acme.email.k1". A core task is
 // admitted while its bucket refuses others (backpressure); being core is
 // the permission to publish here (docs/ax-permissions.conf), not a header.
 func (n Names) CoreSubject(priority int, tenant, taskType, key string) string {
-	return fmt.Sprintf("%s.core.p%d.%s.%s.%s", n.prefix, priority, tenant, taskType, key)
+	return fmt.Sprintf("%s.core.p%d.%s.%s.%s", n.Prefix(), priority, tenant, taskType, key)
 }
 
 // CoreFilter returns the core submit subjects captured by priority stream p.
-func (n Names) CoreFilter(p int) string { return fmt.Sprintf("%s.core.p%d.*.*.*", n.prefix, p) }
+func (n Names) CoreFilter(p int) string { return fmt.Sprintf("%s.core.p%d.*.*.*", n.Prefix(), p) }
 
 // IngestFilter returns the source of priority stream p's shard transform:
 // both submit forms, "<prefix>.submit.p<N>.*.*.*" and "<prefix>.core.p<N>.*.*.*".
-func (n Names) IngestFilter(p int) string { return fmt.Sprintf("%s.*.p%d.*.*.*", n.prefix, p) }
+func (n Names) IngestFilter(p int) string { return fmt.Sprintf("%s.*.p%d.*.*.*", n.Prefix(), p) }
 
 // StoredSubject returns the subject a task is stored under in its priority stream.
 func (n Names) StoredSubject(priority, shard int, tenant, taskType, key string) string {
-	return fmt.Sprintf("%s.p%d.%d.%s.%s.%s", n.prefix, priority, shard, tenant, taskType, key)
+	return fmt.Sprintf("%s.p%d.%d.%s.%s.%s", n.Prefix(), priority, shard, tenant, taskType, key)
 }
 
 // controlToken ends the subject of a control-plane copy.
@@ -119,13 +127,13 @@ const controlToken = "ctl"
 // Ax-Waiting-Since, Ax-Released-At) of a message stored under it, and of no
 // other.
 func (n Names) CopySubject(priority int, tenant, taskType, key string) string {
-	return fmt.Sprintf("%s.p%d.%d.%s.%s.%s.%s", n.prefix, priority, Shard(key), tenant, taskType, key, controlToken)
+	return fmt.Sprintf("%s.p%d.%d.%s.%s.%s.%s", n.Prefix(), priority, Shard(key), tenant, taskType, key, controlToken)
 }
 
 // CopyFilter returns the control-plane copy subjects captured by priority
 // stream p.
 func (n Names) CopyFilter(p int) string {
-	return fmt.Sprintf("%s.p%d.*.*.*.*.%s", n.prefix, p, controlToken)
+	return fmt.Sprintf("%s.p%d.*.*.*.*.%s", n.Prefix(), p, controlToken)
 }
 
 // ShardTransform returns the subject transform destination of priority
@@ -133,19 +141,19 @@ func (n Names) CopyFilter(p int) string {
 // subject is stored as "<prefix>.p<N>.<shard>.<tenant>.<type>.<key>", the
 // shard a hash of the key alone.
 func (n Names) ShardTransform(p int) string {
-	return fmt.Sprintf("%s.p%d.{{partition(%d,4)}}.{{wildcard(2)}}.{{wildcard(3)}}.{{wildcard(4)}}", n.prefix, p, Shards)
+	return fmt.Sprintf("%s.p%d.{{partition(%d,4)}}.{{wildcard(2)}}.{{wildcard(3)}}.{{wildcard(4)}}", n.Prefix(), p, Shards)
 }
 
 // legacyShardTransform is the shard transform of the v2 contract's buckets,
 // whose source was [Names.SubmitFilter] alone. It stores a submit subject
 // exactly as [Names.ShardTransform] does, so [Provision] replaces it in place.
 func (n Names) legacyShardTransform(p int) string {
-	return fmt.Sprintf("%s.p%d.{{partition(%d,3)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}", n.prefix, p, Shards)
+	return fmt.Sprintf("%s.p%d.{{partition(%d,3)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}", n.Prefix(), p, Shards)
 }
 
 // ShardFilter returns the filter subject of the consumer of (priority, shard).
 func (n Names) ShardFilter(p, shard int) string {
-	return fmt.Sprintf("%s.p%d.%d.>", n.prefix, p, shard)
+	return fmt.Sprintf("%s.p%d.%d.>", n.Prefix(), p, shard)
 }
 
 // ConsumerName returns the durable consumer name of (priority, shard), e.g. "p0-s07".
@@ -153,23 +161,23 @@ func (n Names) ConsumerName(p, shard int) string { return fmt.Sprintf("p%d-s%02d
 
 // DLQSubject returns the dead-letter subject of a task.
 func (n Names) DLQSubject(tenant, taskType string) string {
-	return fmt.Sprintf("%s.dlq.%s.%s", n.prefix, tenant, taskType)
+	return fmt.Sprintf("%s.dlq.%s.%s", n.Prefix(), tenant, taskType)
 }
 
 // DLQFilter returns the subjects of the dead-letter stream.
-func (n Names) DLQFilter() string { return n.prefix + ".dlq.>" }
+func (n Names) DLQFilter() string { return n.Prefix() + ".dlq.>" }
 
 // TrailSubject returns the trail subject of a task.
-func (n Names) TrailSubject(taskID string) string { return n.prefix + ".trail." + taskID }
+func (n Names) TrailSubject(taskID string) string { return n.Prefix() + ".trail." + taskID }
 
 // TrailFilter returns the subjects of the trail stream.
-func (n Names) TrailFilter() string { return n.prefix + ".trail.>" }
+func (n Names) TrailFilter() string { return n.Prefix() + ".trail.>" }
 
 // AdminSubject returns the management API subject of verb, e.g. "ax.admin.task.get".
-func (n Names) AdminSubject(verb string) string { return n.prefix + ".admin." + verb }
+func (n Names) AdminSubject(verb string) string { return n.Prefix() + ".admin." + verb }
 
 // WorkerCancelSubject returns the core subject on which worker id hears that
 // an operator cancelled one of its running tasks, e.g. "ax.worker.w1.cancel".
 func (n Names) WorkerCancelSubject(workerID string) string {
-	return n.prefix + ".worker." + workerID + ".cancel"
+	return n.Prefix() + ".worker." + workerID + ".cancel"
 }

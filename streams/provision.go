@@ -93,9 +93,6 @@ func (c *Config) withDefaults() *Config {
 		c = &Config{}
 	}
 	out := *c
-	if out.Names == (Names{}) {
-		out.Names = DefaultNames()
-	}
 	out.Replicas = cmp.Or(out.Replicas, 1)
 	out.Capacity = cmp.Or(out.Capacity, DefaultCapacity)
 	out.AckWait = cmp.Or(out.AckWait, DefaultAckWait)

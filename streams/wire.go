@@ -40,6 +40,9 @@ const (
 	HeaderAttempts = "Ax-Attempts"
 	// HeaderFailedAt carries the RFC 3339 failure time on a dead letter.
 	HeaderFailedAt = "Ax-Failed-At"
+	// HeaderPayloadTruncated marks a dead letter whose payload was too large
+	// to keep next to its failure headers; the value is the original size.
+	HeaderPayloadTruncated = "Ax-Payload-Truncated"
 	// HeaderTaskID carries the task id on a dead letter and on a copy of a
 	// task re-published by the leader (released or aged) or an operator
 	// (resume, reprioritize, replay), whose Nats-Msg-Id is "<id>:g<gen>";
@@ -150,8 +153,8 @@ func (n Names) ParseStored(subject string) (Stored, error) {
 	if isCopy {
 		tokens = tokens[:6]
 	}
-	if len(tokens) != 6 || tokens[0] != n.prefix {
-		return Stored{}, fmt.Errorf("%w: %q is not %s.p<N>.<shard>.<tenant>.<type>.<key>", ErrBadSubject, subject, n.prefix)
+	if len(tokens) != 6 || tokens[0] != n.Prefix() {
+		return Stored{}, fmt.Errorf("%w: %q is not %s.p<N>.<shard>.<tenant>.<type>.<key>", ErrBadSubject, subject, n.Prefix())
 	}
 	priority, err := ParsePriority(tokens[1])
 	if err != nil {
@@ -195,8 +198,8 @@ func FallbackID(stream string, seq uint64, stored time.Time) string {
 // or a core submit subject "<prefix>.core.p<N>.<tenant>.<type>.<key>".
 func (n Names) ParseSubmit(subject string) (Stored, error) {
 	tokens := strings.Split(subject, ".")
-	if len(tokens) != 6 || tokens[0] != n.prefix || (tokens[1] != "submit" && tokens[1] != "core") {
-		return Stored{}, fmt.Errorf("%w: %q is not %s.submit.p<N>.<tenant>.<type>.<key> (or %s.core.…)", ErrBadSubject, subject, n.prefix, n.prefix)
+	if len(tokens) != 6 || tokens[0] != n.Prefix() || (tokens[1] != "submit" && tokens[1] != "core") {
+		return Stored{}, fmt.Errorf("%w: %q is not %s.submit.p<N>.<tenant>.<type>.<key> (or %s.core.…)", ErrBadSubject, subject, n.Prefix(), n.Prefix())
 	}
 	priority, err := ParsePriority(tokens[2])
 	if err != nil {

@@ -51,7 +51,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 			b.ResetTimer()
 			start := time.Now()
 			require.NoError(b, w.Start(ctx))
-			for w.Stats().Succeeded.Load() < int64(n) {
+			for w.Stats().Succeeded < int64(n) {
 				time.Sleep(time.Millisecond)
 			}
 			elapsed := time.Since(start)

@@ -114,7 +114,7 @@ func (w *Worker) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Rec
 		}
 		if err != nil {
 			w.log.Warn("claim_failed", zap.String("task_id", env.id), zap.Error(err))
-			_ = d.settle(func() error { return d.msg.NakWithDelay(time.Second) })
+			d.retryLater()
 			return nil, 0, false
 		}
 		next, nextRev, done, err := w.claimFrom(ctx, d, env, rec, rev)
@@ -128,7 +128,7 @@ func (w *Worker) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Rec
 				return rec, rev, true
 			}
 			w.log.Warn("claim_failed", zap.String("task_id", env.id), zap.Error(err))
-			_ = d.settle(func() error { return d.msg.NakWithDelay(time.Second) })
+			d.retryLater()
 			return nil, 0, false
 		}
 		if next != nil {
@@ -139,7 +139,7 @@ func (w *Worker) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Rec
 		}
 	}
 	w.log.Warn("claim_contended", zap.String("task_id", env.id))
-	_ = d.settle(func() error { return d.msg.NakWithDelay(time.Second) })
+	d.retryLater()
 	return nil, 0, false
 }
 

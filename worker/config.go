@@ -124,9 +124,6 @@ func (c *Config) withDefaults() *Config {
 		c = &Config{}
 	}
 	out := *c
-	if out.Names == (streams.Names{}) {
-		out.Names = streams.DefaultNames()
-	}
 	if out.ID == "" {
 		host, _ := os.Hostname()
 		out.ID = cmp.Or(host, "worker") + "-" + nuid.Next()[14:] // the sequence part: the first 12 characters are the same in one process

@@ -48,7 +48,7 @@ func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
 	}
 	if err != nil {
 		w.log.Warn("defer_failed", zap.String("task_id", env.id), zap.Error(err))
-		_ = d.settle(func() error { return d.msg.NakWithDelay(time.Second) })
+		d.retryLater()
 		return true
 	}
 	submit := nats.NewMsg(w.cfg.Names.SubmitSubject(s.Priority, s.Tenant, s.Type, s.Key))
@@ -57,7 +57,7 @@ func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
 	sched := w.cfg.Names.DelayedMsg(env.id, submit, runAt.Add(-streams.DefaultScheduleEarly))
 	if _, err := w.js.PublishMsg(ctx, sched); err != nil {
 		w.log.Warn("defer_failed", zap.String("task_id", env.id), zap.Error(err))
-		_ = d.settle(func() error { return d.msg.NakWithDelay(time.Second) })
+		d.retryLater()
 		return true
 	}
 	w.log.Debug("task_deferred", zap.String("task_id", env.id), zap.Time("run_at", runAt))

@@ -16,10 +16,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// HeaderPayloadTruncated marks a dead letter whose payload was too large to
-// keep next to its failure headers; the value is the original size.
-const HeaderPayloadTruncated = "Ax-Payload-Truncated"
-
 // deadLetter publishes the task's message with its failure to AX_DLQ and
 // returns the dead letter's sequence. Its Nats-Msg-Id is unique to this
 // publish: an id repeated within the duplicate window would be answered
@@ -43,7 +39,7 @@ func (w *Worker) deadLetter(ctx context.Context, d *delivery, env *envelope, rec
 	msg.Header.Set(streams.HeaderMsgID, fmt.Sprintf("%s:%d:%d:%s", rec.ID, rec.Gen, rec.Attempt, nuid.Next()))
 	ack, err := w.js.PublishMsg(ctx, msg)
 	if errors.Is(err, nats.ErrMaxPayload) || isTooLarge(err) {
-		msg.Header.Set(HeaderPayloadTruncated, strconv.Itoa(len(msg.Data)))
+		msg.Header.Set(streams.HeaderPayloadTruncated, strconv.Itoa(len(msg.Data)))
 		msg.Data = nil
 		ack, err = w.js.PublishMsg(ctx, msg)
 	}

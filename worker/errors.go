@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/ax-mesh/ax/kv"
 )
 
 var (
@@ -23,8 +25,9 @@ var (
 	ErrBadPayload = errors.New("bad task payload")
 	// ErrLeaseLost is the cause of a handler context cancelled because the
 	// worker lost its membership of the mesh (it could not renew within the
-	// TTL); the task is put back if its record still says it runs here.
-	ErrLeaseLost = errors.New("worker membership lost")
+	// TTL); the task is put back if its record still says it runs here. It
+	// wraps [kv.ErrLeaseLost]: errors.Is matches either sentinel.
+	ErrLeaseLost = fmt.Errorf("worker membership lost: %w", kv.ErrLeaseLost)
 	// ErrClaimLapsed is the cause of a handler context cancelled because the
 	// task's message went without an in-progress heartbeat for nearly its
 	// ack wait: JetStream may already have given it to another worker, so

@@ -208,7 +208,7 @@ func (w *Worker) fail(d *delivery, env *envelope, rec *kv.Record, rev uint64, ca
 	}
 	ctx, cancel := finalCtx()
 	defer cancel()
-	_, _, err := w.store.Apply(ctx, rec, rev, kv.StateRetrying, kv.Actor{Worker: w.cfg.ID, Action: "retry", Error: cause.Error()}, func(r *kv.Record) error {
+	_, _, err := w.store.Apply(ctx, rec, rev, kv.StateRetrying, kv.Actor{Worker: w.cfg.ID, Action: "retry", Error: cause.Error(), TimedOut: errors.Is(cause, ErrTimeout)}, func(r *kv.Record) error {
 		r.LastError = cause.Error()
 		return nil
 	})
@@ -240,7 +240,7 @@ func (w *Worker) bury(d *delivery, env *envelope, rec *kv.Record, rev uint64, ca
 	if w.fenced(d, env) {
 		return // the dead letter stays: only a definite conflict deletes it
 	}
-	_, _, err = w.store.Apply(ctx, rec, rev, kv.StateDead, kv.Actor{Worker: w.cfg.ID, Action: "dead", Error: cause.Error()}, func(r *kv.Record) error {
+	_, _, err = w.store.Apply(ctx, rec, rev, kv.StateDead, kv.Actor{Worker: w.cfg.ID, Action: "dead", Error: cause.Error(), TimedOut: errors.Is(cause, ErrTimeout)}, func(r *kv.Record) error {
 		now := time.Now().UTC()
 		r.FinishedAt = &now
 		r.LastError = cause.Error()

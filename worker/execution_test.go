@@ -161,7 +161,7 @@ func TestStuckHandlerHoldsClaimAndSlot(t *testing.T) {
 	require.Equal(t, int32(1), stuckRuns.Load(), "never run twice")
 	require.Contains(t, rec.LastError, "handler did not return within 4s after its timeout (1s)")
 	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>DEAD"}, moves(rec))
-	require.Equal(t, int64(1), w.Stats().Abandoned.Load())
+	require.Equal(t, int64(1), w.Stats().Abandoned)
 	started := <-quick
 	require.False(t, started.Before(*rec.FinishedAt), "the slot was reused only after the burial")
 	b.waitState(t, next.ID, kv.StateSucceeded)
@@ -204,7 +204,7 @@ func TestCancelReachesEveryExecution(t *testing.T) {
 		t.Fatal("the redelivery ran beside the lapsed execution, which has not returned")
 	case <-time.After(3 * 2 * time.Second): // three ack waits: redelivered meanwhile
 	}
-	require.Positive(t, w.Stats().Dropped.Load(), "the redelivery was put off while the lapsed execution is in flight")
+	require.Positive(t, w.Stats().Dropped, "the redelivery was put off while the lapsed execution is in flight")
 	close(release)
 	select {
 	case <-secondStarted:

@@ -99,13 +99,13 @@ func TestFrozenWorkerIsFenced(t *testing.T) {
 	require.Equal(t, "B", rec.Trail[3].Worker)
 	require.Equal(t, 2, rec.Attempt, "the lost attempt counts")
 	require.Equal(t, 1, rec.Lost)
-	require.Eventually(t, func() bool { return wA.Stats().Dropped.Load() >= 1 }, 10*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return wA.Stats().Dropped >= 1 }, 10*time.Second, 20*time.Millisecond,
 		"A records its lost claim")
 }
 
 // A worker whose membership lease is taken from it (here: deleted, as an
 // expiry during a partition would) stops: its running handler is cancelled
-// with ErrLeaseLost and the task goes back to READY without counting the
+// with ErrLeaseLost (which is also a kv.ErrLeaseLost) and the task goes back to READY without counting the
 // attempt; the worker joins again and the task then succeeds.
 func TestLostMembershipStopsWork(t *testing.T) {
 	t.Parallel()
@@ -131,7 +131,9 @@ func TestLostMembershipStopsWork(t *testing.T) {
 	members, err := b.js.KeyValue(ctx, "AX_WORKERS")
 	require.NoError(t, err)
 	require.NoError(t, members.Delete(ctx, "A"))
-	require.ErrorIs(t, <-causes, worker.ErrLeaseLost)
+	cause := <-causes
+	require.ErrorIs(t, cause, worker.ErrLeaseLost)
+	require.ErrorIs(t, cause, kv.ErrLeaseLost, "the worker's sentinel wraps the lease's")
 
 	rec := b.waitState(t, info.ID, kv.StateSucceeded)
 	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>READY", "READY>RUNNING", "RUNNING>SUCCEEDED"}, moves(rec))

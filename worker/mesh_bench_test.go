@@ -107,7 +107,7 @@ func runLoad(b *testing.B, l load, n int) loadResult {
 	res.p50, res.p99 = latencies[len(latencies)/2], latencies[len(latencies)*99/100]
 	mu.Unlock()
 	for _, w := range ws {
-		res.perWorker = append(res.perWorker, w.Stats().Started.Load())
+		res.perWorker = append(res.perWorker, w.Stats().Started)
 	}
 	return res
 }

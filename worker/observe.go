@@ -6,22 +6,26 @@ import (
 	"github.com/ax-mesh/ax/kv"
 )
 
+// Outcome is how an attempt settled, as an [Observer] hears it; its
+// string is the metrics label.
+type Outcome string
+
 // Outcomes an [Observer] hears about.
 const (
-	OutcomeSucceeded = "succeeded"
-	OutcomeRetry     = "retry"
-	OutcomeDead      = "dead"
-	OutcomeCancelled = "cancelled"
+	OutcomeSucceeded Outcome = "succeeded"
+	OutcomeRetry     Outcome = "retry"
+	OutcomeDead      Outcome = "dead"
+	OutcomeCancelled Outcome = "cancelled"
 )
 
 // Observer hears about every settled attempt, e.g. to count it in metrics
 // (the metrics package implements it). It must not block.
 type Observer interface {
-	TaskFinished(taskType, tenant string, priority int, outcome string, runTime time.Duration)
+	TaskFinished(taskType, tenant string, priority int, outcome Outcome, runTime time.Duration)
 }
 
 // observe reports a settled attempt of rec to the configured observer.
-func (w *Worker) observe(rec *kv.Record, outcome string) {
+func (w *Worker) observe(rec *kv.Record, outcome Outcome) {
 	if w.cfg.Observer == nil {
 		return
 	}

@@ -57,14 +57,16 @@ func TestBufferedPrefetchNeverRunsTwiceAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	start := time.Now()
 	var counts map[kv.State]int
-	assert.Eventually(t, func() bool {
+	assert.EventuallyWithT(t, func(c *assert.CollectT) {
 		counts = map[kv.State]int{}
 		for _, info := range infos {
 			rec, _, err := b.store.Get(context.Background(), info.ID)
-			require.NoError(t, err)
+			if !assert.NoError(c, err) {
+				return
+			}
 			counts[rec.State]++
 		}
-		return counts[kv.StateSucceeded] == len(infos)
+		assert.Equal(c, len(infos), counts[kv.StateSucceeded])
 	}, 2*time.Minute, 100*time.Millisecond)
 	require.Equal(t, len(infos), counts[kv.StateSucceeded], "every task SUCCEEDED: %v", counts)
 	took := time.Since(start)
@@ -82,7 +84,7 @@ func TestBufferedPrefetchNeverRunsTwiceAtOnce(t *testing.T) {
 		reruns += len(rs) - 1
 	}
 	t.Logf("%d tasks in %s, %d runs cut short and run again; dropped deliveries: A %d, B %d", len(infos),
-		took.Round(time.Millisecond), reruns, workers[0].Stats().Dropped.Load(), workers[1].Stats().Dropped.Load())
+		took.Round(time.Millisecond), reruns, workers[0].Stats().Dropped, workers[1].Stats().Dropped)
 }
 
 // A worker serving one shard runs as many of its tasks at once as its

@@ -151,7 +151,7 @@ func TestRebalanceWithoutLoss(t *testing.T) {
 	}
 	ran := map[string]int64{}
 	for id, w := range ws {
-		ran[id] = w.Stats().Succeeded.Load()
+		ran[id] = w.Stats().Succeeded
 	}
 	t.Logf("re-runs: %d; succeeded per worker: %v", again, ran)
 }

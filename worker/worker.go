@@ -45,19 +45,7 @@ type Worker struct {
 	started   atomic.Bool
 	stopOnce  sync.Once
 
-	stats Stats
-}
-
-// Stats counts outcomes since the worker started.
-type Stats struct {
-	Started   atomic.Int64 // attempts started
-	Succeeded atomic.Int64
-	Retried   atomic.Int64 // attempts failed and scheduled again
-	Dead      atomic.Int64 // tasks sent to the dead-letter stream
-	Dropped   atomic.Int64 // deliveries dropped: stale, duplicate or lost claim
-	// Abandoned counts handlers that did not return within AbandonAfter of
-	// their context's end: their goroutines still run (leaked).
-	Abandoned atomic.Int64
+	stats counters
 }
 
 // New returns a worker; it does nothing until Start.
@@ -79,9 +67,6 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Worker, err
 
 // ID returns the worker's id.
 func (w *Worker) ID() string { return w.cfg.ID }
-
-// Stats returns the worker's outcome counters.
-func (w *Worker) Stats() *Stats { return &w.stats }
 
 // Start joins the mesh and consumes the shards it is given (or the fixed
 // [Config.Shards]), and starts the task slots and the heartbeat loop.

@@ -278,6 +278,13 @@ func TestTimeoutThenDead(t *testing.T) {
 	rec := b.waitState(t, info.ID, kv.StateDead)
 	require.Equal(t, 2, rec.Attempt)
 	require.Contains(t, rec.LastError, "task timed out after 100ms")
+	var timedOut []string
+	for _, m := range rec.Trail {
+		if m.TimedOut {
+			timedOut = append(timedOut, string(m.To))
+		}
+	}
+	require.Equal(t, []string{"RETRYING", "DEAD"}, timedOut, "both failed attempts are marked timed out")
 	require.NotZero(t, rec.DLQSeq)
 	mu.Lock()
 	require.Len(t, causes, 2)

@@ -87,7 +87,7 @@ func Article(ctx context.Context, o Options, a ArticleOptions) (*Result, error) 
 	settled := func() int64 {
 		var n int64
 		for _, w := range ws {
-			n += w.Stats().Succeeded.Load() + w.Stats().Dead.Load()
+			n += w.Stats().Succeeded + w.Stats().Dead
 		}
 		return n
 	}
@@ -137,8 +137,8 @@ func Article(ctx context.Context, o Options, a ArticleOptions) (*Result, error) 
 	all.fill(r)
 	var retried, dead int64
 	for _, w := range ws {
-		retried += w.Stats().Retried.Load()
-		dead += w.Stats().Dead.Load()
+		retried += w.Stats().Retried
+		dead += w.Stats().Dead
 	}
 	dlq, err := run.js.Stream(ctx, run.names.DLQStream())
 	if err != nil {

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -26,8 +28,10 @@ func addOps(root *cobra.Command, e *env) {
 			for _, s := range states {
 				batch.States = append(batch.States, kv.State(strings.ToUpper(s)))
 			}
-			var reply scheduler.BatchCancelReply
-			if err := e.call(cmd.Context(), scheduler.VerbTasksCancel, batch, &reply); err != nil {
+			reply, err := admin(cmd.Context(), e, scheduler.VerbTasksCancel, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.BatchCancelReply, error) {
+				return api.CancelMatching(ctx, batch)
+			})
+			if err != nil {
 				return err
 			}
 			if e.jsonOut {
@@ -41,6 +45,7 @@ func addOps(root *cobra.Command, e *env) {
 			for id, why := range reply.Failed {
 				fmt.Fprintf(e.out, "  not cancelled %s: %s\n", id, why)
 			}
+			printUnreadable(e, reply.Unreadable)
 			return nil
 		},
 	}
@@ -61,8 +66,10 @@ func dlqCommand(e *env) *cobra.Command {
 		Short: "List dead letters, oldest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var reply scheduler.DLQListReply
-			if err := e.call(cmd.Context(), scheduler.VerbDLQList, list, &reply); err != nil {
+			reply, err := admin(cmd.Context(), e, scheduler.VerbDLQList, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.DLQListReply, error) {
+				return api.ListDLQ(ctx, list)
+			})
+			if err != nil {
 				return err
 			}
 			if e.jsonOut {
@@ -90,8 +97,10 @@ func dlqCommand(e *env) *cobra.Command {
 			if len(args) == 1 {
 				replay.ID = args[0]
 			}
-			var reply scheduler.DLQReplayReply
-			if err := e.call(cmd.Context(), scheduler.VerbDLQReplay, replay, &reply); err != nil {
+			reply, err := admin(cmd.Context(), e, scheduler.VerbDLQReplay, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.DLQReplayReply, error) {
+				return api.Replay(ctx, replay)
+			})
+			if err != nil {
 				return err
 			}
 			if e.jsonOut {
@@ -123,8 +132,10 @@ func statsCommand(e *env) *cobra.Command {
 		Short: "Per bucket and per task type: depth, in flight, rates, p50/p99 run time and the timeout they recommend",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var reply scheduler.StatsReply
-			if err := e.call(cmd.Context(), scheduler.VerbStats, req, &reply); err != nil {
+			reply, err := admin(cmd.Context(), e, scheduler.VerbStats, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.StatsReply, error) {
+				return api.Stats(ctx, req)
+			})
+			if err != nil {
 				return err
 			}
 			if e.jsonOut {
@@ -159,12 +170,25 @@ func statsCommand(e *env) *cobra.Command {
 			}
 			slices.Sort(states)
 			fmt.Fprintf(e.out, "window %s; %d records (%s); %d dead letters; TIMEOUT = 1.5 x p99\n", reply.Window, reply.Records, strings.Join(states, ", "), reply.DLQ)
+			printUnreadable(e, reply.Unreadable)
 			printReconciler(e, reply.Reconciler)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&req.Window, "window", "", "window of finished tasks for rates and run times (default 5m)")
 	return cmd
+}
+
+// printUnreadable names the task records a scan could not decode.
+func printUnreadable(e *env, u *scheduler.Unreadable) {
+	if u == nil {
+		return
+	}
+	fmt.Fprintf(e.out, "%d task records could not be read (not counted, not acted on):\n", u.Count)
+	ids := slices.Sorted(maps.Keys(u.Errors))
+	for _, id := range ids {
+		fmt.Fprintf(e.out, "  %s: %s\n", id, u.Errors[id])
+	}
 }
 
 // printReconciler prints the leader reconciler's counts of lost tasks.
@@ -197,8 +221,10 @@ func workersCommand(e *env) *cobra.Command {
 		Short: "List the live workers of the mesh: their shards and in-flight tasks",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var reply scheduler.WorkersReply
-			if err := e.call(cmd.Context(), scheduler.VerbWorkers, struct{}{}, &reply); err != nil {
+			reply, err := admin(cmd.Context(), e, scheduler.VerbWorkers, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.WorkersReply, error) {
+				return api.Workers(ctx)
+			})
+			if err != nil {
 				return err
 			}
 			if e.jsonOut {

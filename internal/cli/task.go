@@ -24,8 +24,10 @@ func addTask(root *cobra.Command, e *env) {
 		Short: "Show a task's record",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var reply scheduler.TaskReply
-			if err := e.call(cmd.Context(), scheduler.VerbTaskGet, scheduler.TaskRequest{ID: args[0]}, &reply); err != nil {
+			reply, err := admin(cmd.Context(), e, scheduler.VerbTaskGet, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.TaskReply, error) {
+				return api.Get(ctx, args[0])
+			})
+			if err != nil {
 				return err
 			}
 			if e.jsonOut {
@@ -39,8 +41,10 @@ func addTask(root *cobra.Command, e *env) {
 		Short: "Show every state change of a task",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var reply scheduler.TrailReply
-			if err := e.call(cmd.Context(), scheduler.VerbTaskTrail, scheduler.TaskRequest{ID: args[0]}, &reply); err != nil {
+			reply, err := admin(cmd.Context(), e, scheduler.VerbTaskTrail, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.TrailReply, error) {
+				return api.Trail(ctx, args[0])
+			})
+			if err != nil {
 				return err
 			}
 			if e.jsonOut {
@@ -50,10 +54,16 @@ func addTask(root *cobra.Command, e *env) {
 			return nil
 		},
 	})
-	for _, a := range []struct{ verb, use, short string }{
-		{scheduler.VerbTaskCancel, "cancel ID", "Cancel a task: it never starts, or its running handler's context is cancelled; never retried"},
-		{scheduler.VerbTaskPause, "pause ID", "Hold a waiting task (PENDING, READY, RETRYING) with its payload until resumed"},
-		{scheduler.VerbTaskResume, "resume ID", "Put a PAUSED task back in its bucket"},
+	resume := func(api *scheduler.AdminClient, ctx context.Context, req scheduler.TaskRequest) (*scheduler.TaskReply, error) {
+		return api.Resume(ctx, req.ID)
+	}
+	for _, a := range []struct {
+		verb, use, short string
+		do               func(*scheduler.AdminClient, context.Context, scheduler.TaskRequest) (*scheduler.TaskReply, error)
+	}{
+		{scheduler.VerbTaskCancel, "cancel ID", "Cancel a task: it never starts, or its running handler's context is cancelled; never retried", (*scheduler.AdminClient).Cancel},
+		{scheduler.VerbTaskPause, "pause ID", "Hold a waiting task (PENDING, READY, RETRYING) with its payload until resumed", (*scheduler.AdminClient).Pause},
+		{scheduler.VerbTaskResume, "resume ID", "Put a PAUSED task back in its bucket", resume},
 	} {
 		var unseen bool
 		cmd := &cobra.Command{
@@ -61,11 +71,13 @@ func addTask(root *cobra.Command, e *env) {
 			Short: a.short,
 			Args:  cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				var reply scheduler.TaskReply
-				if err := e.call(cmd.Context(), a.verb, scheduler.TaskRequest{ID: args[0], Unseen: unseen}, &reply); err != nil {
+				reply, err := admin(cmd.Context(), e, a.verb, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.TaskReply, error) {
+					return a.do(api, ctx, scheduler.TaskRequest{ID: args[0], Unseen: unseen})
+				})
+				if err != nil {
 					return err
 				}
-				return e.printAction(&reply)
+				return e.printAction(reply)
 			},
 		}
 		if a.verb != scheduler.VerbTaskResume {
@@ -82,11 +94,13 @@ func addTask(root *cobra.Command, e *env) {
 			if err != nil {
 				return err
 			}
-			var reply scheduler.TaskReply
-			if err := e.call(cmd.Context(), scheduler.VerbTaskReprioritize, scheduler.ReprioritizeRequest{ID: args[0], Priority: p}, &reply); err != nil {
+			reply, err := admin(cmd.Context(), e, scheduler.VerbTaskReprioritize, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.TaskReply, error) {
+				return api.Reprioritize(ctx, args[0], p)
+			})
+			if err != nil {
 				return err
 			}
-			return e.printAction(&reply)
+			return e.printAction(reply)
 		},
 	})
 	root.AddCommand(task)
@@ -100,20 +114,24 @@ func parsePriority(s string) (int, error) {
 	return streams.ParsePriority(strings.ToLower(s))
 }
 
-// call sends one management API request with the connection flags.
-func (e *env) call(ctx context.Context, verb string, req, resp any) error {
-	nc, _, err := e.connect("ax "+verb, roleOperator)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
+// adminCallTimeout bounds one management API call of the CLI.
+const adminCallTimeout = 60 * time.Second
+
+// admin makes one management API call (verb names the connection) with the
+// connection flags: do gets a client of the deployment and a context bounded by [adminCallTimeout].
+func admin[R any](ctx context.Context, e *env, verb string, do func(context.Context, *scheduler.AdminClient) (*R, error)) (*R, error) {
 	names, err := e.names()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	nc, _, err := e.connect("ax "+verb, roleOperator)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(ctx, adminCallTimeout)
 	defer cancel()
-	return scheduler.NewAdminClient(nc, names).Call(ctx, verb, req, resp)
+	return do(ctx, scheduler.NewAdminClient(nc, names))
 }
 
 func (e *env) printAction(reply *scheduler.TaskReply) error {

@@ -115,9 +115,9 @@ func totals(ws []*worker.Worker) counts {
 	var c counts
 	for _, w := range ws {
 		s := w.Stats()
-		c.succeeded += s.Succeeded.Load()
-		c.retried += s.Retried.Load()
-		c.dead += s.Dead.Load()
+		c.succeeded += s.Succeeded
+		c.retried += s.Retried
+		c.dead += s.Dead
 	}
 	return c
 }

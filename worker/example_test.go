@@ -1,0 +1,109 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/worker"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// exampleJetStream starts an embedded JetStream server with the default
+// deployment provisioned; stop ends it all.
+func exampleJetStream(ctx context.Context) (js jetstream.JetStream, stop func()) {
+	dir, _ := os.MkdirTemp("", "ax-example")
+	srv, _ := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+	go srv.Start()
+	srv.ReadyForConnections(10 * time.Second)
+	nc, _ := nats.Connect(srv.ClientURL())
+	js, _ = jetstream.New(nc)
+	_, _ = streams.Provision(ctx, js, nil)
+	_ = kv.Provision(ctx, js, nil)
+	return js, func() {
+		nc.Close()
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		_ = os.RemoveAll(dir)
+	}
+}
+
+// waitState polls a task's record until it reaches want (at most 10 s).
+func waitState(ctx context.Context, store *kv.Store, id string, want kv.State) kv.State {
+	var state kv.State
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if rec, _, err := store.Get(ctx, id); err == nil {
+			if state = rec.State; state == want {
+				break
+			}
+		}
+	}
+	return state
+}
+
+// Email is the payload of an "email" task.
+type Email struct {
+	To string `json:"to"`
+}
+
+var errBadAddress = errors.New("bad address")
+
+// A typed handler gets the payload decoded; its error decides the task's
+// outcome: nil succeeds, Permanent dead-letters at once, any other error is
+// retried with backoff.
+func ExampleHandleJSON() {
+	reg := worker.NewRegistry()
+	err := worker.HandleJSON(reg, "email", func(ctx context.Context, task *worker.Task, msg Email) error {
+		if msg.To == "" {
+			return worker.Permanent(errBadAddress)
+		}
+		fmt.Println("send to", msg.To)
+		return nil
+	}, &worker.TypeConfig{Timeout: 10 * time.Second})
+	fmt.Println(err)
+	// Output:
+	// <nil>
+}
+
+// A worker's main: register handlers, then Run until the context ends (a
+// signal, in a real main). Run starts the worker, and on return has stopped
+// it, letting running handlers finish.
+func ExampleWorker_Run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	js, stop := exampleJetStream(ctx)
+	defer stop()
+
+	sent := make(chan string, 1)
+	reg := worker.NewRegistry()
+	_ = worker.HandleJSON(reg, "email", func(ctx context.Context, task *worker.Task, msg Email) error {
+		sent <- msg.To
+		return nil
+	}, nil)
+	w, err := worker.New(ctx, js, &worker.Config{Registry: reg, Concurrency: 4})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+
+	client, _ := scheduler.NewClient(ctx, js, nil)
+	defer func() { _ = client.Close() }()
+	info, _ := client.Submit(ctx, scheduler.Task{Type: "email", Payload: []byte(`{"to":"ada@example.com"}`)})
+	fmt.Println("sent to", <-sent)
+	fmt.Println(waitState(ctx, client.Store(), info.ID, kv.StateSucceeded))
+	cancel()
+	fmt.Println("stopped:", <-done)
+	// Output:
+	// sent to ada@example.com
+	// SUCCEEDED
+	// stopped: <nil>
+}

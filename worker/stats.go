@@ -1,0 +1,30 @@
+package worker
+
+import "sync/atomic"
+
+// Stats counts outcomes since the worker started: a snapshot, read by
+// [Worker.Stats].
+type Stats struct {
+	Started   int64 // attempts started
+	Succeeded int64
+	Retried   int64 // attempts failed and scheduled again
+	Dead      int64 // tasks sent to the dead-letter stream
+	Dropped   int64 // deliveries dropped: stale, duplicate or lost claim
+	// Abandoned counts handlers that did not return within AbandonAfter of
+	// their context's end: their goroutines still run (leaked).
+	Abandoned int64
+}
+
+// counters are the live outcome counters behind [Stats].
+type counters struct {
+	Started, Succeeded, Retried, Dead, Dropped, Abandoned atomic.Int64
+}
+
+// Stats returns a snapshot of the worker's outcome counters. Each counter is
+// read atomically; the snapshot as a whole is not (a task may finish between
+// two reads).
+func (w *Worker) Stats() Stats {
+	c := &w.stats
+	return Stats{Started: c.Started.Load(), Succeeded: c.Succeeded.Load(), Retried: c.Retried.Load(),
+		Dead: c.Dead.Load(), Dropped: c.Dropped.Load(), Abandoned: c.Abandoned.Load()}
+}
