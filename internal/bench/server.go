@@ -38,7 +38,7 @@ func freePort() (int, error) {
 
 // startChild runs argv (e.g. the ax binary and "server") with a listen
 // address, a monitoring address, dir as its data directory and sync as its
-// flush policy, and waits until it answers /varz.
+// flush policy, and waits until it accepts clients and answers /varz.
 func startChild(ctx context.Context, argv []string, dir, sync string) (*child, error) {
 	port, err := freePort()
 	if err != nil {
@@ -68,8 +68,11 @@ func startChild(ctx context.Context, argv []string, dir, sync string) (*child, e
 	deadline := time.After(30 * time.Second)
 	for {
 		var v server.Varz
-		if c.get("/varz", &v) == nil {
-			return c, nil
+		if c.get("/varz", &v) == nil && v.Port == port {
+			if conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
+				_ = conn.Close()
+				return c, nil
+			}
 		}
 		select {
 		case <-c.exited:
