@@ -20,7 +20,7 @@ import (
 type plainRecord Record
 
 // MarshalJSON writes r as the JSON of docs/WIRE.md.
-func (r *Record) MarshalJSON() ([]byte, error) { return r.appendJSON(make([]byte, 0, 512)), nil }
+func (r *Record) MarshalJSON() ([]byte, error) { return encodeRecord(r), nil }
 
 // UnmarshalJSON reads a record written by [Record.MarshalJSON], or any JSON
 // that encoding/json reads into a Record's fields.
@@ -35,7 +35,10 @@ func (r *Record) UnmarshalJSON(data []byte) error {
 
 // encodeRecord is [Record.MarshalJSON] without encoding/json's check of the
 // output.
-func encodeRecord(r *Record) []byte { return r.appendJSON(make([]byte, 0, 512)) }
+func encodeRecord(r *Record) []byte {
+	size := 480 + 240*len(r.Trail) + len(r.LastError) + len(r.Burying) // no growth for most records
+	return r.appendJSON(make([]byte, 0, size))
+}
 
 // decodeRecord is [Record.UnmarshalJSON] without encoding/json's scan of
 // the input.
@@ -233,6 +236,25 @@ func (s *scanner) text() (string, error) {
 	return string(v), nil
 }
 
+// state reads a state name; the known ones cost no allocation.
+func (s *scanner) state() (State, error) {
+	v, err := s.str()
+	if err != nil {
+		return "", err
+	}
+	for _, st := range knownStates {
+		if string(st) == string(v) {
+			return st, nil
+		}
+	}
+	if !utf8.Valid(v) {
+		return "", errSlow
+	}
+	return State(v), nil
+}
+
+var knownStates = States()
+
 func (s *scanner) uint() (uint64, error) {
 	s.skipSpace()
 	start := s.i
@@ -357,9 +379,7 @@ func (r *Record) decode(data []byte) error {
 		case "priority":
 			r.Priority, err = s.int()
 		case "state":
-			var v string
-			v, err = s.text()
-			r.State = State(v)
+			r.State, err = s.state()
 		case "attempt":
 			r.Attempt, err = s.int()
 		case "max_attempts":
@@ -449,13 +469,9 @@ func (s *scanner) trail() ([]Move, error) {
 			case "task":
 				m.Task, err = s.text()
 			case "from":
-				var v string
-				v, err = s.text()
-				m.From = State(v)
+				m.From, err = s.state()
 			case "to":
-				var v string
-				v, err = s.text()
-				m.To = State(v)
+				m.To, err = s.state()
 			case "worker":
 				m.Worker, err = s.text()
 			case "at":

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/ax-mesh/ax/streams"
@@ -176,7 +175,7 @@ func (s *Store) Apply(ctx context.Context, rec *Record, rev uint64, to State, ac
 		return nil, 0, fmt.Errorf("move task %s %s -> %s: %w", rec.ID, from, to, ErrIllegalTransition)
 	}
 	next := *rec
-	next.Trail = slices.Clone(rec.Trail)
+	next.Trail = append(make([]Move, 0, len(rec.Trail)+1), rec.Trail...) // room for this move
 	if mutate != nil {
 		if err := mutate(&next); err != nil {
 			return nil, 0, fmt.Errorf("move task %s %s -> %s: %w", rec.ID, from, to, err)
