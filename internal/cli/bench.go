@@ -58,6 +58,12 @@ func (f *benchFlags) scenarios() map[string]benchScenario {
 			}
 			ratio := r.CompletePerSec / base.CompletePerSec
 			r.RatioToBaseline = &ratio
+			if r.CPUMicrosPer > 0 {
+				// The ratio by CPU cost (bare JetStream's CPU per message over ax's
+				// per task): the rate ratio when both are bound by CPU, and much
+				// steadier than the rates when other work shares the cores.
+				r.Extra = map[string]float64{"cpu_ratio_to_baseline": base.CPUMicrosPer / r.CPUMicrosPer}
+			}
 			return []*bench.Result{base, r}, nil
 		}},
 		"latency": {run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
@@ -97,7 +103,8 @@ the server process apart and in total, and the server's operations per task
 statistics. See docs/BENCHMARKS.md.
 
   throughput  N no-op tasks submitted with pipelined publishes while workers run
-              them; bare JetStream (baseline) runs first and the ratio is printed
+              them; bare JetStream (baseline) runs first and the ratios of the rates
+              and of the CPU per task are printed
   baseline    N messages through one WorkQueue stream and one pull consumer
   latency     a paced load (--rate for --duration): submit-to-start latency
   priority    a P4 backlog of N tasks, then P0 tasks at --rate: P0 latency
