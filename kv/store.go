@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/ax-mesh/ax/streams"
@@ -84,7 +83,7 @@ func (s *Store) Get(ctx context.Context, id string) (*Record, uint64, error) {
 		return nil, 0, fmt.Errorf("get task %s: %w", id, err)
 	}
 	var rec Record
-	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+	if err := decodeRecord(entry.Value(), &rec); err != nil {
 		return nil, 0, fmt.Errorf("decode task %s (revision %d): %w", id, entry.Revision(), err)
 	}
 	return &rec, entry.Revision(), nil
@@ -143,11 +142,7 @@ func (s *Store) birth(rec *Record, actor Actor) (*Record, []byte, error) {
 	} else {
 		next.record("", rec.State, actor, now)
 	}
-	data, err := json.Marshal(&next)
-	if err != nil {
-		return nil, nil, fmt.Errorf("encode task %s: %w", rec.ID, err)
-	}
-	return &next, data, nil
+	return &next, encodeRecord(&next), nil
 }
 
 // Transition moves task id from state from to state to in one compare-and-set
@@ -177,18 +172,16 @@ func (s *Store) Apply(ctx context.Context, rec *Record, rev uint64, to State, ac
 		return nil, 0, fmt.Errorf("move task %s %s -> %s: %w", rec.ID, from, to, ErrIllegalTransition)
 	}
 	next := *rec
-	next.Trail = slices.Clone(rec.Trail)
+	next.Trail = append(make([]Move, 0, len(rec.Trail)+1), rec.Trail...) // room for this move
 	if mutate != nil {
 		if err := mutate(&next); err != nil {
 			return nil, 0, fmt.Errorf("move task %s %s -> %s: %w", rec.ID, from, to, err)
 		}
 	}
 	next.record(from, to, actor, time.Now().UTC())
-	data, err := json.Marshal(&next)
-	if err != nil {
-		return nil, 0, fmt.Errorf("encode task %s: %w", rec.ID, err)
-	}
+	data := encodeRecord(&next)
 	var newRev uint64
+	var err error
 	if s.expires(to) {
 		newRev, err = updateWithTTL(ctx, s.js, s.cfg.Names.TasksBucket(), rec.ID, data, s.cfg.Retention, rev)
 	} else {

@@ -92,7 +92,7 @@ func Article(ctx context.Context, o Options, a ArticleOptions) (*Result, error) 
 		return n
 	}
 	bar := startProgress(o.Progress, "article", o.Tasks, settled)
-	before, start := readUsage(), time.Now()
+	before, start := run.usage(), time.Now()
 	var planned [3]int64
 	const chunk = 5_000
 	for i := 0; i < o.Tasks; i += chunk {
@@ -120,7 +120,7 @@ func Article(ctx context.Context, o Options, a ArticleOptions) (*Result, error) 
 	defer cancel()
 	_ = waitFor(waitCtx, func() bool { return settled() >= int64(o.Tasks) })
 	elapsed := time.Since(start)
-	after := readUsage()
+	after := run.usage()
 	bar.end()
 
 	r := &Result{Scenario: "article", Concurrency: o.Concurrency, Workers: o.Workers, Sync: o.Sync}

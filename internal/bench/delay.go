@@ -66,7 +66,7 @@ func Delay(ctx context.Context, o Options, window time.Duration) (*Result, error
 	}
 	var released counter
 	bar = startProgress(o.Progress, "released", o.Tasks, released.load)
-	before, start := readUsage(), time.Now()
+	before, start := e.usage(), time.Now()
 	if err := waitFor(ctx, func() bool {
 		info, err := stream.Info(ctx)
 		if err == nil {
@@ -76,7 +76,7 @@ func Delay(ctx context.Context, o Options, window time.Duration) (*Result, error
 	}); err != nil {
 		return nil, err
 	}
-	after := readUsage()
+	after := e.usage()
 	bar.end()
 	var late latencies
 	for seq := uint64(1); len(late.d) < o.Tasks; seq++ {

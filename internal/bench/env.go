@@ -1,6 +1,7 @@
 // Package bench implements `ax bench`: load scenarios that measure ax on
-// one machine, each against an embedded NATS server (or a given one), with
-// bare JetStream measured in the same process as the baseline.
+// one machine, each against a NATS server of its own (in its own process
+// over loopback TCP, or embedded in this one) or a given one, with bare
+// JetStream measured the same way as the baseline.
 package bench
 
 import (
@@ -23,25 +24,32 @@ import (
 
 // Options are the flags shared by every scenario.
 type Options struct {
-	Server      string    // NATS URL; empty runs an embedded server in a temp dir
-	Sync        string    // embedded server flush policy: "", "always" or an interval
-	Tasks       int       // tasks per run
-	Concurrency int       // handler slots per worker
-	Workers     int       // workers in this process
-	Payload     int       // payload bytes
-	Progress    io.Writer // progress bar; nil for none
+	Server string // NATS URL; empty runs a server of the run's own in a temp dir
+	// ServerCommand, when set (and Server is empty), runs that server in its
+	// own process: the command (the ax binary and "server") is given a
+	// listen address, a monitoring address and a data directory, and is
+	// reached over loopback TCP, as in a deployment. Empty embeds the server
+	// in this process (connected in-process, no TCP).
+	ServerCommand []string
+	Sync          string    // the run's server flush policy: "", "always" or an interval
+	Tasks         int       // tasks per run
+	Concurrency   int       // handler slots per worker
+	Workers       int       // workers in this process
+	Payload       int       // payload bytes
+	Progress      io.Writer // progress bar; nil for none
 }
 
 // env is one scenario's NATS server, connection and provisioned ax.
 type env struct {
-	srv   *embedded.Server
+	srv   *embedded.Server // the embedded server, or nil
+	child *child           // the server process, or nil
 	dir   string
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	names streams.Names
 }
 
-// newEnv starts an embedded server (unless o.Server is set) and provisions
+// newEnv starts the run's server (unless o.Server is set) and provisions
 // ax with prefix, so that runs against a shared server do not collide.
 func newEnv(ctx context.Context, o Options, prefix string, capacity int64) (*env, error) {
 	e := &env{}
@@ -53,9 +61,19 @@ func newEnv(ctx context.Context, o Options, prefix string, capacity int64) (*env
 			return nil, err
 		}
 		e.dir = dir
-		srv, err := embedded.Start(ctx, embedded.Options{Listen: "127.0.0.1:0", DataDir: dir, Sync: o.Sync, Name: "ax-bench"})
+	}
+	if url == "" && len(o.ServerCommand) > 0 {
+		c, err := startChild(ctx, o.ServerCommand, e.dir, o.Sync)
 		if err != nil {
-			_ = os.RemoveAll(dir)
+			_ = os.RemoveAll(e.dir)
+			return nil, err
+		}
+		e.child, url = c, c.url
+	}
+	if url == "" {
+		srv, err := embedded.Start(ctx, embedded.Options{Listen: "127.0.0.1:0", DataDir: e.dir, Sync: o.Sync, Name: "ax-bench"})
+		if err != nil {
+			_ = os.RemoveAll(e.dir)
 			return nil, err
 		}
 		e.srv = srv
@@ -94,22 +112,36 @@ func (e *env) close() {
 	if e.srv != nil {
 		_ = e.srv.Stop(embedded.ShutdownGrace)
 	}
+	if e.child != nil {
+		e.child.stop()
+	}
 	if e.dir != "" {
 		_ = os.RemoveAll(e.dir)
 	}
 }
 
-// usage is this process's CPU time and peak RSS.
+// usage is this process's CPU time and peak RSS, and what the server says
+// about itself.
 type usage struct {
-	cpu     time.Duration
-	peakRSS int64 // bytes
+	cpu     time.Duration // this process: client and workers, and the embedded server if any
+	peakRSS int64         // bytes
+	server  *serverStats  // nil when the server cannot be asked (--use-server)
+	bucket  string        // the task bucket, whose writes are the records'
+	mode    string        // how the run reaches its server: see [Result.Transport]
 }
 
-func readUsage() usage {
+func (e *env) usage() usage {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return usage{cpu: cpu, peakRSS: ru.Maxrss * 1024}
+	u := usage{cpu: cpu, peakRSS: ru.Maxrss * 1024, server: e.serverStats(), bucket: e.names.TasksBucket(), mode: "given"}
+	switch {
+	case e.child != nil:
+		u.mode = "tcp"
+	case e.srv != nil:
+		u.mode = "in-process"
+	}
+	return u
 }
 
 // run is a scenario's ax: its environment, a submit client and the workers.

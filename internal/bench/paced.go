@@ -24,7 +24,7 @@ func Latency(ctx context.Context, o Options, rate int, duration time.Duration) (
 	}
 	total := int(float64(rate) * duration.Seconds())
 	bar := startProgress(o.Progress, "latency", total, done.load)
-	before, start := readUsage(), time.Now()
+	before, start := r.usage(), time.Now()
 	if err := pace(ctx, r.client, rate, total, func(int) scheduler.Task {
 		return scheduler.Task{Type: "noop", Priority: 2, Payload: stamp(make([]byte, o.Payload))}
 	}); err != nil {
@@ -34,7 +34,7 @@ func Latency(ctx context.Context, o Options, rate int, duration time.Duration) (
 		return nil, err
 	}
 	elapsed := time.Since(start)
-	after := readUsage()
+	after := r.usage()
 	bar.end()
 	res := &Result{Scenario: "latency", Concurrency: o.Concurrency, Workers: o.Workers, Sync: o.Sync}
 	measure(res, total, elapsed, before, after)
@@ -81,7 +81,7 @@ func Priority(ctx context.Context, o Options, backlog, rate int, duration time.D
 	}
 	total := int(float64(rate) * duration.Seconds())
 	bar = startProgress(o.Progress, "P0 tasks", total, urgentDone.load)
-	before, start := readUsage(), time.Now()
+	before, start := r.usage(), time.Now()
 	if err := pace(ctx, r.client, rate, total, func(int) scheduler.Task {
 		return scheduler.Task{Type: "noop", Priority: 0, Payload: stamp(make([]byte, o.Payload))}
 	}); err != nil {
@@ -91,7 +91,7 @@ func Priority(ctx context.Context, o Options, backlog, rate int, duration time.D
 		return nil, err
 	}
 	elapsed := time.Since(start)
-	after := readUsage()
+	after := r.usage()
 	bar.end()
 	res := &Result{Scenario: "priority", Concurrency: o.Concurrency, Workers: o.Workers, Sync: o.Sync}
 	measure(res, total, elapsed, before, after)

@@ -14,16 +14,27 @@ import (
 
 // Result is one scenario's figures. Durations are in milliseconds.
 type Result struct {
-	Scenario        string             `json:"scenario"`
-	Tasks           int                `json:"tasks"`
-	Workers         int                `json:"workers,omitempty"`
-	Concurrency     int                `json:"concurrency,omitempty"`
-	Sync            string             `json:"sync"`
-	ElapsedSeconds  float64            `json:"elapsed_s"`
-	SubmitPerSec    float64            `json:"submit_per_s,omitempty"`
-	CompletePerSec  float64            `json:"complete_per_s,omitempty"`
-	CPUSecPer1000   float64            `json:"cpu_s_per_1000,omitempty"`
-	CPUMicrosPer    float64            `json:"cpu_us_per_task,omitempty"`
+	Scenario    string `json:"scenario"`
+	Tasks       int    `json:"tasks"`
+	Workers     int    `json:"workers,omitempty"`
+	Concurrency int    `json:"concurrency,omitempty"`
+	Sync        string `json:"sync"`
+	// Transport is how the run reached its server: "tcp" (a server process
+	// of its own over loopback), "in-process" (embedded, no TCP) or
+	// "given" (--use-server).
+	Transport      string  `json:"transport"`
+	ElapsedSeconds float64 `json:"elapsed_s"`
+	SubmitPerSec   float64 `json:"submit_per_s,omitempty"`
+	CompletePerSec float64 `json:"complete_per_s,omitempty"`
+	CPUSecPer1000  float64 `json:"cpu_s_per_1000,omitempty"`
+	CPUMicrosPer   float64 `json:"cpu_us_per_task,omitempty"` // client + server
+	// ClientCPUMicros is this process's CPU per task (client and workers;
+	// in-process, the server's too); ServerCPUMicros the server process's.
+	ClientCPUMicros float64 `json:"client_cpu_us_per_task,omitempty"`
+	ServerCPUMicros float64 `json:"server_cpu_us_per_task,omitempty"`
+	// Ops are the server operations per task, from the server's own
+	// statistics (see [ops]).
+	Ops             map[string]float64 `json:"ops_per_task,omitempty"`
 	PeakRSSMiB      float64            `json:"peak_rss_mib,omitempty"`
 	LatencyP50Ms    float64            `json:"latency_p50_ms,omitempty"`
 	LatencyP99Ms    float64            `json:"latency_p99_ms,omitempty"`
@@ -45,7 +56,7 @@ func Print(w io.Writer, results []*Result, asJSON bool) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\ttasks\tsync\tsubmit/s\tcomplete/s\tvs baseline\tcpu µs/task\tpeak RSS MiB\tp50 ms\tp99 ms\tmax ms\t")
+	fmt.Fprintln(tw, "scenario\ttransport\ttasks\tsync\tsubmit/s\tcomplete/s\tvs baseline\tcpu µs/task\tclient\tserver\tpeak RSS MiB\tp50 ms\tp99 ms\tmax ms\t")
 	for _, r := range results {
 		ratio := "-"
 		if r.RatioToBaseline != nil {
@@ -55,11 +66,25 @@ func Print(w io.Writer, results []*Result, asJSON bool) error {
 		if sync == "" {
 			sync = "default"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%.0f\t%s\t%.1f\t%.0f\t%.2f\t%.2f\t%.2f\t\n", r.Scenario, r.Tasks, sync,
-			r.SubmitPerSec, r.CompletePerSec, ratio, r.CPUMicrosPer, r.PeakRSSMiB, r.LatencyP50Ms, r.LatencyP99Ms, r.LatencyMaxMs)
+		server := "-"
+		if r.Transport == "tcp" {
+			server = fmt.Sprintf("%.1f", r.ServerCPUMicros)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.0f\t%.0f\t%s\t%.1f\t%.1f\t%s\t%.0f\t%.2f\t%.2f\t%.2f\t\n", r.Scenario, r.Transport, r.Tasks, sync,
+			r.SubmitPerSec, r.CompletePerSec, ratio, r.CPUMicrosPer, r.ClientCPUMicros, server, r.PeakRSSMiB, r.LatencyP50Ms, r.LatencyP99Ms, r.LatencyMaxMs)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, r := range results {
+		if len(r.Ops) == 0 {
+			continue
+		}
+		var parts []string
+		for _, k := range opOrder {
+			parts = append(parts, fmt.Sprintf("%s=%.2f", k, r.Ops[k]))
+		}
+		fmt.Fprintf(w, "%s (%s) server ops per task: %s\n", r.Scenario, r.Transport, strings.Join(parts, " "))
 	}
 	for _, r := range results {
 		if len(r.Counts) == 0 && len(r.Extra) == 0 {
@@ -115,13 +140,27 @@ func (l *latencies) fill(r *Result) {
 	r.LatencyP50Ms, r.LatencyP99Ms, r.LatencyMaxMs = l.percentiles()
 }
 
-// measure fills the rate, CPU and RSS fields of r for n tasks.
+// opOrder is the order in which [Print] lists [Result.Ops].
+var opOrder = []string{"msg_writes", "kv_writes", "records", "acks", "deliveries", "requests", "api", "in_msgs", "out_msgs"}
+
+// measure fills the rate, CPU, RSS and server operation fields of r for n
+// tasks.
 func measure(r *Result, n int, elapsed time.Duration, before, after usage) {
 	r.Tasks = n
+	r.Transport = after.mode
 	r.ElapsedSeconds = elapsed.Seconds()
 	r.CompletePerSec = float64(n) / elapsed.Seconds()
-	cpu := after.cpu - before.cpu
+	client := after.cpu - before.cpu
+	var server time.Duration
+	if before.server != nil && after.server != nil {
+		server = after.server.cpu - before.server.cpu
+	}
+	cpu := client + server
+	perTask := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
 	r.CPUSecPer1000 = cpu.Seconds() / float64(n) * 1000
-	r.CPUMicrosPer = float64(cpu.Microseconds()) / float64(n)
+	r.CPUMicrosPer = perTask(cpu)
+	r.ClientCPUMicros = perTask(client)
+	r.ServerCPUMicros = perTask(server)
 	r.PeakRSSMiB = float64(after.peakRSS) / (1 << 20)
+	r.Ops = ops(before.server, after.server, n, after.bucket)
 }

@@ -66,7 +66,7 @@ func Baseline(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	bar := startProgress(o.Progress, "baseline", o.Tasks, done.load)
-	before, start := readUsage(), time.Now()
+	before, start := e.usage(), time.Now()
 	for range o.Tasks {
 		for {
 			_, err := e.js.PublishAsync("bench.baseline", stamp(make([]byte, o.Payload)))
@@ -91,7 +91,7 @@ func Baseline(ctx context.Context, o Options) (*Result, error) {
 		return nil, ctx.Err()
 	}
 	elapsed := time.Since(start)
-	after := readUsage()
+	after := e.usage()
 	bar.end()
 	cc.Stop()
 	close(work)
@@ -118,7 +118,7 @@ func Throughput(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	bar := startProgress(o.Progress, "throughput", o.Tasks, done.load)
-	before, start := readUsage(), time.Now()
+	before, start := r.usage(), time.Now()
 	const chunk = 5_000
 	tasks := make([]scheduler.Task, 0, chunk)
 	for i := 0; i < o.Tasks; i += chunk {
@@ -135,7 +135,7 @@ func Throughput(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	elapsed := time.Since(start)
-	after := readUsage()
+	after := r.usage()
 	bar.end()
 	res := &Result{Scenario: "throughput", Concurrency: o.Concurrency, Workers: o.Workers, Sync: o.Sync}
 	measure(res, o.Tasks, elapsed, before, after)

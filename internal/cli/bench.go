@@ -22,6 +22,7 @@ type benchFlags struct {
 	tenants   int
 	window    time.Duration
 	useServer bool
+	transport string // tcp, in-process or both
 	quiet     bool
 	profile   string // CPU profile file
 }
@@ -57,6 +58,12 @@ func (f *benchFlags) scenarios() map[string]benchScenario {
 			}
 			ratio := r.CompletePerSec / base.CompletePerSec
 			r.RatioToBaseline = &ratio
+			if r.CPUMicrosPer > 0 {
+				// The ratio by CPU cost (bare JetStream's CPU per message over ax's
+				// per task): the rate ratio when both are bound by CPU, and much
+				// steadier than the rates when other work shares the cores.
+				r.Extra = map[string]float64{"cpu_ratio_to_baseline": base.CPUMicrosPer / r.CPUMicrosPer}
+			}
 			return []*bench.Result{base, r}, nil
 		}},
 		"latency": {run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
@@ -85,12 +92,19 @@ func addBench(root *cobra.Command, e *env) {
 	cmd := &cobra.Command{
 		Use:   "bench SCENARIO",
 		Short: "Measure ax: " + strings.Join(names, ", "),
-		Long: `ax bench runs a load scenario against an embedded NATS server (default) or, with
---use-server, the one given by --server; it prints a progress bar while it runs
-and a table at the end (--json for machines). See docs/BENCHMARKS.md.
+		Long: `ax bench runs a load scenario against a NATS server of its own, started for the
+run: by default in its own process (ax server) reached over loopback TCP, as in a
+deployment; with --transport in-process embedded in the bench process; with
+--transport both, once each way. With --use-server it runs against the one given
+by --server. It prints a progress bar while it runs and a table at the end (--json
+for machines): the CPU per task of the bench process (client and workers) and of
+the server process apart and in total, and the server's operations per task
+(stream and KV writes, acks, deliveries, requests) from the server's own
+statistics. See docs/BENCHMARKS.md.
 
   throughput  N no-op tasks submitted with pipelined publishes while workers run
-              them; bare JetStream (baseline) runs first and the ratio is printed
+              them; bare JetStream (baseline) runs first and the ratios of the rates
+              and of the CPU per task are printed
   baseline    N messages through one WorkQueue stream and one pull consumer
   latency     a paced load (--rate for --duration): submit-to-start latency
   priority    a P4 backlog of N tasks, then P0 tasks at --rate: P0 latency
@@ -116,8 +130,13 @@ and a table at the end (--json for machines). See docs/BENCHMARKS.md.
 			if s.rate != 0 && !cmd.Flags().Changed("rate") {
 				f.rate = s.rate
 			}
+			modes := map[string][]string{"tcp": {"tcp"}, "in-process": {"in-process"}, "both": {"tcp", "in-process"}}[f.transport]
+			if modes == nil {
+				return fmt.Errorf("--transport %q: want tcp, in-process or both", f.transport)
+			}
 			if f.useServer {
 				o.Server = e.server
+				modes = []string{"given"}
 			}
 			if !f.quiet {
 				o.Progress = e.errOut
@@ -133,9 +152,21 @@ and a table at the end (--json for machines). See docs/BENCHMARKS.md.
 				}
 				defer pprof.StopCPUProfile()
 			}
-			results, err := s.run(cmd.Context(), o)
-			if err != nil {
-				return err
+			var results []*bench.Result
+			for _, mode := range modes {
+				o.ServerCommand = nil
+				if mode == "tcp" {
+					self, err := os.Executable()
+					if err != nil {
+						return err
+					}
+					o.ServerCommand = []string{self, "server"}
+				}
+				r, err := s.run(cmd.Context(), o)
+				if err != nil {
+					return err
+				}
+				results = append(results, r...)
 			}
 			return bench.Print(e.out, results, e.jsonOut)
 		},
@@ -145,14 +176,15 @@ and a table at the end (--json for machines). See docs/BENCHMARKS.md.
 	fs.IntVarP(&f.o.Concurrency, "concurrency", "c", 64, "handler slots per worker (article: default 16)")
 	fs.IntVar(&f.o.Workers, "workers", 1, "workers in this process (article: default 8)")
 	fs.IntVar(&f.o.Payload, "payload", 200, "payload bytes")
-	fs.StringVar(&f.o.Sync, "sync", "", `embedded server flush policy: "always" or an interval (default: the server's)`)
+	fs.StringVar(&f.o.Sync, "sync", "", `the run's server flush policy: "always" or an interval (default: the server's)`)
 	fs.IntVar(&f.rate, "rate", 2_000, "tasks per second of the paced scenarios (priority: P0 tasks, default 200)")
 	fs.DurationVar(&f.duration, "duration", 10*time.Second, "length of the paced scenarios")
 	fs.Float64Var(&f.timeScale, "time-scale", 0.01, "article: handler durations of 100 ms–2 s are multiplied by this")
 	fs.IntVar(&f.tenants, "tenants", 10, "article: tenants")
 	fs.DurationVar(&f.window, "window", time.Minute, "delay: tasks come due within this window (after 10 s of submitting)")
-	fs.BoolVar(&f.useServer, "use-server", false, "run against --server instead of an embedded server")
+	fs.BoolVar(&f.useServer, "use-server", false, "run against --server instead of a server of the run's own")
+	fs.StringVar(&f.transport, "transport", "tcp", "the run's own server: tcp (its own process, loopback TCP), in-process (embedded) or both")
 	fs.BoolVarP(&f.quiet, "quiet", "q", false, "no progress bar")
-	fs.StringVar(&f.profile, "cpuprofile", "", "write a CPU profile of the whole run (server included) to this file")
+	fs.StringVar(&f.profile, "cpuprofile", "", "write a CPU profile of the bench process (client and workers; the server too with --transport in-process) to this file")
 	root.AddCommand(cmd)
 }

@@ -50,6 +50,7 @@ ax provision --replicas 3 once the cluster is up.`,
 	f.StringVar(&o.Listen, "listen", "127.0.0.1:4222", "client address")
 	f.StringVar(&o.DataDir, "data", "./ax-data", "JetStream data directory")
 	f.StringVar(&o.Sync, "sync", "", `JetStream flush policy: "always" or an interval such as "1s" (default: the server's 2m)`)
+	f.StringVar(&o.Monitor, "monitor", "", "serve the HTTP monitoring endpoints (/varz, /jsz) on this host:port (default: none)")
 	f.Int32Var(&o.MaxPayload, "max-payload", 1<<20, "largest message the server accepts, in bytes")
 	f.StringVar(&cluster.Name, "cluster-name", "ax", "cluster name, the same on every node")
 	f.StringVar(&cluster.Listen, "cluster-listen", "", "route address of this node, host:port")

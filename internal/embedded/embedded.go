@@ -34,6 +34,9 @@ type Options struct {
 	Cluster *ClusterOptions
 	// Logger receives the server's log lines; nil disables them.
 	Logger *zap.Logger
+	// Monitor, when set, serves the server's HTTP monitoring endpoints
+	// (/varz, /jsz, …) on this host:port; `ax bench` reads them.
+	Monitor string
 }
 
 // ClusterOptions join the embedded server to a cluster.
@@ -129,6 +132,13 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	if err := applySync(opts, o.Sync); err != nil {
 		return nil, err
+	}
+	if o.Monitor != "" {
+		mhost, mport, err := splitHostPort(o.Monitor, "")
+		if err != nil {
+			return nil, fmt.Errorf("embedded server: monitor: %w", err)
+		}
+		opts.HTTPHost, opts.HTTPPort = mhost, mport
 	}
 	if c := o.Cluster; c != nil {
 		chost, cport, err := splitHostPort(c.Listen, "127.0.0.1:6222")

@@ -1,0 +1,54 @@
+package bench_test
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+	"testing"
+
+	"github.com/ax-mesh/ax/internal/bench"
+	"github.com/ax-mesh/ax/internal/cli"
+	"github.com/stretchr/testify/require"
+)
+
+// childEnv makes this test binary act as the ax binary, for the server
+// process a TCP run starts.
+const childEnv = "AX_BENCH_TEST_AX"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := cli.Execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+// Over TCP the server runs in its own process: its CPU is counted apart
+// and in the total, and the server's statistics count the baseline's one
+// write, one delivery and one ack per message, and ax's record writes.
+func TestThroughputOverTCP(t *testing.T) {
+	t.Setenv(childEnv, "1")
+	ctx := context.Background()
+	o := bench.Options{Tasks: 300, Concurrency: 8, Workers: 1, Payload: 64, ServerCommand: []string{os.Args[0], "server"}}
+
+	base, err := bench.Baseline(ctx, o)
+	require.NoError(t, err)
+	require.Equal(t, "tcp", base.Transport)
+	require.InDelta(t, base.ClientCPUMicros+base.ServerCPUMicros, base.CPUMicrosPer, 0.01)
+	require.Equal(t, 1.0, base.Ops["msg_writes"])
+	require.Equal(t, 1.0, base.Ops["acks"])
+	require.Equal(t, 1.0, base.Ops["deliveries"])
+	require.Zero(t, base.Ops["kv_writes"])
+
+	tp, err := bench.Throughput(ctx, o)
+	require.NoError(t, err)
+	require.Equal(t, "tcp", tp.Transport)
+	require.Positive(t, tp.ServerCPUMicros)
+	require.Positive(t, tp.ClientCPUMicros)
+	require.Equal(t, 1.0, tp.Ops["msg_writes"])
+	require.Equal(t, 1.0, tp.Ops["acks"])
+	require.GreaterOrEqual(t, tp.Ops["records"], 1.0, "at least the completion writes the record")
+}

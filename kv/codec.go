@@ -1,0 +1,501 @@
+package kv
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// The task path encodes and decodes a record several times per task; with
+// encoding/json's reflection that was about a quarter of a worker's CPU
+// (docs/BENCHMARKS.md). These functions write and read the same JSON by
+// hand. The reader takes only what the writer writes (keys in any order,
+// no escapes, no nulls); anything else is read by encoding/json, so every
+// record that encoding/json reads is still read, to the same value.
+
+// plainRecord has Record's fields and tags without its methods: what
+// encoding/json reads and writes when the hand-written path does not.
+type plainRecord Record
+
+// MarshalJSON writes r as the JSON of docs/WIRE.md.
+func (r *Record) MarshalJSON() ([]byte, error) { return encodeRecord(r), nil }
+
+// UnmarshalJSON reads a record written by [Record.MarshalJSON], or any JSON
+// that encoding/json reads into a Record's fields.
+func (r *Record) UnmarshalJSON(data []byte) error {
+	fast := *r
+	if err := fast.decode(data); err == nil {
+		*r = fast
+		return nil
+	}
+	return json.Unmarshal(data, (*plainRecord)(r))
+}
+
+// encodeRecord is [Record.MarshalJSON] without encoding/json's check of the
+// output.
+func encodeRecord(r *Record) []byte {
+	size := 480 + 240*len(r.Trail) + len(r.LastError) + len(r.Burying) // no growth for most records
+	return r.appendJSON(make([]byte, 0, size))
+}
+
+// decodeRecord is [Record.UnmarshalJSON] without encoding/json's scan of
+// the input.
+func decodeRecord(data []byte, r *Record) error {
+	if err := r.decode(data); err == nil {
+		return nil
+	}
+	*r = Record{}
+	return json.Unmarshal(data, (*plainRecord)(r))
+}
+
+func (r *Record) appendJSON(b []byte) []byte {
+	b = append(b, `{"id":`...)
+	b = appendString(b, r.ID)
+	b = appendStringField(b, "type", r.Type)
+	b = appendStringField(b, "tenant", r.Tenant)
+	b = appendStringField(b, "key", r.Key)
+	b = appendIntField(b, "priority", int64(r.Priority))
+	b = appendStringField(b, "state", string(r.State))
+	b = appendIntField(b, "attempt", int64(r.Attempt))
+	b = appendIntField(b, "max_attempts", int64(r.MaxAttempts))
+	b = appendStringField(b, "timeout", r.Timeout.String())
+	if r.Core {
+		b = append(b, `,"core":true`...)
+	}
+	b = appendTimePtr(b, "deadline", r.Deadline)
+	b = appendTimePtr(b, "run_at", r.RunAt)
+	b = append(b, `,"gen":`...)
+	b = strconv.AppendUint(b, r.Gen, 10)
+	if r.Worker != "" {
+		b = appendStringField(b, "worker", r.Worker)
+	}
+	if r.Delivery != 0 {
+		b = append(b, `,"delivery":`...)
+		b = strconv.AppendUint(b, r.Delivery, 10)
+	}
+	if r.Stream != "" {
+		b = appendStringField(b, "stream", r.Stream)
+	}
+	if r.StreamSeq != 0 {
+		b = append(b, `,"stream_seq":`...)
+		b = strconv.AppendUint(b, r.StreamSeq, 10)
+	}
+	if r.Lost != 0 {
+		b = appendIntField(b, "lost", int64(r.Lost))
+	}
+	if r.Burying != "" {
+		b = appendStringField(b, "burying", r.Burying)
+	}
+	b = appendTime(b, "created_at", r.CreatedAt)
+	b = appendTime(b, "updated_at", r.UpdatedAt)
+	b = appendTimePtr(b, "started_at", r.StartedAt)
+	b = appendTimePtr(b, "finished_at", r.FinishedAt)
+	if r.LastError != "" {
+		b = appendStringField(b, "last_error", r.LastError)
+	}
+	if r.DLQSeq != 0 {
+		b = append(b, `,"dlq_seq":`...)
+		b = strconv.AppendUint(b, r.DLQSeq, 10)
+	}
+	if r.Trail == nil {
+		return append(b, `,"trail":null}`...)
+	}
+	b = append(b, `,"trail":[`...)
+	for i := range r.Trail {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = r.Trail[i].appendJSON(b)
+	}
+	return append(b, "]}"...)
+}
+
+func (m *Move) appendJSON(b []byte) []byte {
+	b = append(b, `{"task":`...)
+	b = appendString(b, m.Task)
+	if m.From != "" {
+		b = appendStringField(b, "from", string(m.From))
+	}
+	b = appendStringField(b, "to", string(m.To))
+	if m.Worker != "" {
+		b = appendStringField(b, "worker", m.Worker)
+	}
+	b = appendTime(b, "at", m.At)
+	if m.Took != 0 {
+		b = appendStringField(b, "took", m.Took.String())
+	}
+	if m.Error != "" {
+		b = appendStringField(b, "error", m.Error)
+	}
+	if m.Action != "" {
+		b = appendStringField(b, "action", m.Action)
+	}
+	return append(b, '}')
+}
+
+func appendStringField(b []byte, name, s string) []byte {
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return appendString(b, s)
+}
+
+func appendIntField(b []byte, name string, v int64) []byte {
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return strconv.AppendInt(b, v, 10)
+}
+
+func appendTime(b []byte, name string, t time.Time) []byte {
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, `":"`...)
+	b = t.AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"')
+}
+
+func appendTimePtr(b []byte, name string, t *time.Time) []byte {
+	if t == nil {
+		return b
+	}
+	return appendTime(b, name, *t)
+}
+
+// appendString writes s quoted; strings that need escaping (quotes,
+// backslashes, control characters, HTML characters, non-ASCII) are written
+// by encoding/json, so the output is what it writes.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// errSlow sends a record to encoding/json.
+var errSlow = errors.New("record: not in the hand-written form")
+
+// scanner reads the JSON that appendJSON writes.
+type scanner struct {
+	b []byte
+	i int
+}
+
+func (s *scanner) skipSpace() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+func (s *scanner) consume(c byte) bool {
+	s.skipSpace()
+	if s.i < len(s.b) && s.b[s.i] == c {
+		s.i++
+		return true
+	}
+	return false
+}
+
+// str reads a string without escapes (a view into the input).
+func (s *scanner) str() ([]byte, error) {
+	if !s.consume('"') {
+		return nil, errSlow
+	}
+	start := s.i
+	for s.i < len(s.b) {
+		switch c := s.b[s.i]; {
+		case c == '"':
+			v := s.b[start:s.i]
+			s.i++
+			return v, nil
+		case c == '\\' || c < 0x20:
+			return nil, errSlow
+		}
+		s.i++
+	}
+	return nil, errSlow
+}
+
+func (s *scanner) text() (string, error) {
+	v, err := s.str()
+	if err != nil || !utf8.Valid(v) {
+		return "", errSlow
+	}
+	return string(v), nil
+}
+
+// state reads a state name; the known ones cost no allocation.
+func (s *scanner) state() (State, error) {
+	v, err := s.str()
+	if err != nil {
+		return "", err
+	}
+	for _, st := range knownStates {
+		if string(st) == string(v) {
+			return st, nil
+		}
+	}
+	if !utf8.Valid(v) {
+		return "", errSlow
+	}
+	return State(v), nil
+}
+
+var knownStates = States()
+
+func (s *scanner) uint() (uint64, error) {
+	s.skipSpace()
+	start := s.i
+	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
+		s.i++
+	}
+	if s.i == start || s.i-start > 19 || (s.b[start] == '0' && s.i-start > 1) {
+		return 0, errSlow
+	}
+	return strconv.ParseUint(string(s.b[start:s.i]), 10, 64)
+}
+
+func (s *scanner) int() (int, error) {
+	s.skipSpace()
+	neg := s.i < len(s.b) && s.b[s.i] == '-'
+	if neg {
+		s.i++
+	}
+	v, err := s.uint()
+	if err != nil || v > 1<<62 {
+		return 0, errSlow
+	}
+	if neg {
+		return -int(v), nil
+	}
+	return int(v), nil
+}
+
+func (s *scanner) bool() (bool, error) {
+	s.skipSpace()
+	switch {
+	case len(s.b)-s.i >= 4 && string(s.b[s.i:s.i+4]) == "true":
+		s.i += 4
+		return true, nil
+	case len(s.b)-s.i >= 5 && string(s.b[s.i:s.i+5]) == "false":
+		s.i += 5
+		return false, nil
+	}
+	return false, errSlow
+}
+
+func (s *scanner) time() (time.Time, error) {
+	v, err := s.str()
+	if err != nil {
+		return time.Time{}, err
+	}
+	t, err := time.Parse(time.RFC3339, string(v))
+	if err != nil {
+		return time.Time{}, errSlow
+	}
+	return t, nil
+}
+
+func (s *scanner) timePtr() (*time.Time, error) {
+	t, err := s.time()
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+func (s *scanner) duration() (Duration, error) {
+	v, err := s.str()
+	if err != nil {
+		return 0, err
+	}
+	d, err := time.ParseDuration(string(v))
+	if err != nil {
+		return 0, errSlow
+	}
+	return Duration(d), nil
+}
+
+// object calls field for each key of an object; field reads the value. A
+// key seen twice goes to encoding/json (keys holds one bit per known key).
+func (s *scanner) object(keys map[string]uint, field func(key []byte) error) error {
+	var seen uint32
+	if !s.consume('{') {
+		return errSlow
+	}
+	if s.consume('}') {
+		return nil
+	}
+	for {
+		key, err := s.str()
+		if err != nil {
+			return err
+		}
+		bit, ok := keys[string(key)]
+		if !ok || seen&(1<<bit) != 0 {
+			return errSlow
+		}
+		seen |= 1 << bit
+		if !s.consume(':') {
+			return errSlow
+		}
+		if err := field(key); err != nil {
+			return errSlow
+		}
+		if s.consume('}') {
+			return nil
+		}
+		if !s.consume(',') {
+			return errSlow
+		}
+	}
+}
+
+func (r *Record) decode(data []byte) error {
+	s := &scanner{b: data}
+	var err error
+	err = s.object(recordKeys, func(key []byte) error {
+		switch string(key) {
+		case "id":
+			r.ID, err = s.text()
+		case "type":
+			r.Type, err = s.text()
+		case "tenant":
+			r.Tenant, err = s.text()
+		case "key":
+			r.Key, err = s.text()
+		case "priority":
+			r.Priority, err = s.int()
+		case "state":
+			r.State, err = s.state()
+		case "attempt":
+			r.Attempt, err = s.int()
+		case "max_attempts":
+			r.MaxAttempts, err = s.int()
+		case "timeout":
+			r.Timeout, err = s.duration()
+		case "core":
+			r.Core, err = s.bool()
+		case "deadline":
+			r.Deadline, err = s.timePtr()
+		case "run_at":
+			r.RunAt, err = s.timePtr()
+		case "gen":
+			r.Gen, err = s.uint()
+		case "worker":
+			r.Worker, err = s.text()
+		case "delivery":
+			r.Delivery, err = s.uint()
+		case "stream":
+			r.Stream, err = s.text()
+		case "stream_seq":
+			r.StreamSeq, err = s.uint()
+		case "lost":
+			r.Lost, err = s.int()
+		case "burying":
+			r.Burying, err = s.text()
+		case "created_at":
+			r.CreatedAt, err = s.time()
+		case "updated_at":
+			r.UpdatedAt, err = s.time()
+		case "started_at":
+			r.StartedAt, err = s.timePtr()
+		case "finished_at":
+			r.FinishedAt, err = s.timePtr()
+		case "last_error":
+			r.LastError, err = s.text()
+		case "dlq_seq":
+			r.DLQSeq, err = s.uint()
+		case "trail":
+			r.Trail, err = s.trail()
+		default:
+			return errSlow
+		}
+		return err
+	})
+	if err != nil {
+		return errSlow
+	}
+	if s.skipSpace(); s.i != len(s.b) {
+		return errSlow
+	}
+	return nil
+}
+
+func keyBits(names ...string) map[string]uint {
+	m := make(map[string]uint, len(names))
+	for i, n := range names {
+		m[n] = uint(i)
+	}
+	return m
+}
+
+var (
+	recordKeys = keyBits("id", "type", "tenant", "key", "priority", "state", "attempt", "max_attempts", "timeout", "core",
+		"deadline", "run_at", "gen", "worker", "delivery", "stream", "stream_seq", "lost", "burying", "created_at",
+		"updated_at", "started_at", "finished_at", "last_error", "dlq_seq", "trail")
+	moveKeys = keyBits("task", "from", "to", "worker", "at", "took", "error", "action")
+)
+
+func (s *scanner) trail() ([]Move, error) {
+	if s.skipSpace(); len(s.b)-s.i >= 4 && string(s.b[s.i:s.i+4]) == "null" {
+		s.i += 4
+		return nil, nil
+	}
+	if !s.consume('[') {
+		return nil, errSlow
+	}
+	moves := make([]Move, 0, 4)
+	if s.consume(']') {
+		return moves, nil
+	}
+	for {
+		var m Move
+		var err error
+		err = s.object(moveKeys, func(key []byte) error {
+			switch string(key) {
+			case "task":
+				m.Task, err = s.text()
+			case "from":
+				m.From, err = s.state()
+			case "to":
+				m.To, err = s.state()
+			case "worker":
+				m.Worker, err = s.text()
+			case "at":
+				m.At, err = s.time()
+			case "took":
+				m.Took, err = s.duration()
+			case "error":
+				m.Error, err = s.text()
+			case "action":
+				m.Action, err = s.text()
+			default:
+				return errSlow
+			}
+			return err
+		})
+		if err != nil {
+			return nil, errSlow
+		}
+		moves = append(moves, m)
+		if s.consume(']') {
+			return moves, nil
+		}
+		if !s.consume(',') {
+			return nil, errSlow
+		}
+	}
+}
