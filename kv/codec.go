@@ -132,6 +132,9 @@ func (m *Move) appendJSON(b []byte) []byte {
 	if m.Action != "" {
 		b = appendStringField(b, "action", m.Action)
 	}
+	if m.TimedOut {
+		b = append(b, `,"timed_out":true`...)
+	}
 	return append(b, '}')
 }
 
@@ -446,7 +449,7 @@ var (
 	recordKeys = keyBits("id", "type", "tenant", "key", "priority", "state", "attempt", "max_attempts", "timeout", "core",
 		"deadline", "run_at", "gen", "worker", "delivery", "stream", "stream_seq", "lost", "burying", "created_at",
 		"updated_at", "started_at", "finished_at", "last_error", "dlq_seq", "trail")
-	moveKeys = keyBits("task", "from", "to", "worker", "at", "took", "error", "action")
+	moveKeys = keyBits("task", "from", "to", "worker", "at", "took", "error", "action", "timed_out")
 )
 
 func (s *scanner) trail() ([]Move, error) {
@@ -482,6 +485,8 @@ func (s *scanner) trail() ([]Move, error) {
 				m.Error, err = s.text()
 			case "action":
 				m.Action, err = s.text()
+			case "timed_out":
+				m.TimedOut, err = s.bool()
 			default:
 				return errSlow
 			}

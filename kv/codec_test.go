@@ -3,6 +3,7 @@ package kv
 import (
 	"encoding/json"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -37,7 +38,7 @@ func randomRecord(r *rand.Rand) *Record {
 		rec.Trail = []Move{}
 		for range n - 1 {
 			rec.Trail = append(rec.Trail, Move{Task: str(), From: State(str()), To: State(str()), Worker: str(), At: ts(),
-				Took: Duration(r.Int64N(1e10) - 1e9), Error: str(), Action: str()})
+				Took: Duration(r.Int64N(1e10) - 1e9), Error: str(), Action: str(), TimedOut: r.IntN(2) == 0})
 		}
 	}
 	return rec
@@ -119,4 +120,23 @@ func BenchmarkRecordCodec(b *testing.B) {
 		}
 	})
 	_ = data
+}
+
+// Every JSON key of Record and Move is one the hand-written codec writes
+// and reads: a field added to either without the codec would otherwise be
+// dropped on every write (trail moves lost their timed_out this way).
+func TestRecordCodecKnowsEveryField(t *testing.T) {
+	for _, c := range []struct {
+		typ  reflect.Type
+		keys map[string]uint
+	}{{reflect.TypeFor[Record](), recordKeys}, {reflect.TypeFor[Move](), moveKeys}} {
+		for f := range c.typ.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "-" || !f.IsExported() {
+				continue
+			}
+			_, ok := c.keys[name]
+			require.True(t, ok, "%s.%s (json %q) is not in the codec", c.typ.Name(), f.Name, name)
+		}
+	}
 }
