@@ -115,7 +115,7 @@ func (w *rejectWatch) run(ctx context.Context) error {
 			w.reject(m)
 		case <-tick.C:
 			w.second(subs)
-			if w.changed {
+			if w.changed || time.Since(w.report.UpdatedAt) > 10*time.Second {
 				if err := w.publish(ctx); err != nil && ctx.Err() == nil {
 					w.log.Warn("rejects_publish_failed", zap.Error(err))
 				}
