@@ -46,7 +46,12 @@ func setupRejects(t *testing.T) *rejectsBundle {
 	l, err := scheduler.NewLeader(ctx, b.js, &scheduler.LeaderConfig{Logger: zap.New(core),
 		OnReject: func(r scheduler.RejectedSubmit) { m.RejectedSubmit(r.Reason) }})
 	require.NoError(t, err)
-	go func() { _ = l.Run(ctx) }()
+	led := make(chan struct{})
+	go func() {
+		defer close(led)
+		_ = l.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-led })
 	require.Eventually(t, l.Leading, 10*time.Second, 5*time.Millisecond)
 	// The watch has subscribed once its first report is in AX_CONTROL.
 	require.Eventually(t, func() bool { return b.rejects(t) != nil }, 10*time.Second, 20*time.Millisecond)
