@@ -70,7 +70,9 @@ type SampledReject struct {
 // rejectsSample subscribes to every subject under the submit roots for the
 // requested time and reports the messages no priority stream captures.
 // While it runs, every valid submit is delivered once more (to it): the
-// cost the always-on watch avoids, paid only on demand.
+// cost the always-on watch avoids, paid only on demand; and a JetStream
+// publish to a subject no stream captures waits for its timeout instead
+// of getting "no responders" (the sample is a responder that stays silent).
 func (a *Admin) rejectsSample(ctx context.Context, data []byte) (any, error) {
 	var req RejectsSampleRequest
 	if err := decode(data, &req); err != nil {
@@ -135,7 +137,10 @@ func (a *Admin) rejectsSample(ctx context.Context, data []byte) (any, error) {
 		if r != nil {
 			r.Count++
 		}
-		if !streams.MatchesAny(watched, m.Subject) { // the leader's watch answers the others
+		// The leader's watch answers the watched subjects. An unbound one is
+		// left unanswered: it is a bucket refusing non-core tasks (or a
+		// missing stream), whose publishers expect "no responders".
+		if reason != streams.RejectUnbound && !streams.MatchesAny(watched, m.Subject) {
 			answerRejected(m, RejectedSubmit{Subject: m.Subject, Reason: reason, Detail: detail})
 		}
 	}

@@ -2,9 +2,11 @@ package scheduler_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -209,4 +211,44 @@ func TestRejectsSampleSeesEveryShape(t *testing.T) {
 		return err != nil && strings.Contains(err.Error(), `priority token "high" is not p0..p4`)
 	}, 5*time.Second, 10*time.Millisecond)
 	require.NoError(t, <-sampled)
+}
+
+// A subject of the right shape that no stream captures (as while a bucket
+// refuses non-core tasks) is reported "unbound" by a sample and left
+// unanswered: its publisher is not told it is mistyped. (No leader runs:
+// it would give the bucket its subject back.)
+func TestRejectsSampleUnbound(t *testing.T) {
+	t.Parallel()
+	b := setupAdmin(t)
+	ctx := context.Background()
+	s, err := b.js.Stream(ctx, "AX_P4")
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	names := streams.DefaultNames()
+	cfg.Subjects = slices.DeleteFunc(cfg.Subjects, func(f string) bool { return f == names.SubmitFilter(4) })
+	_, err = b.js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	publish := func() error { // the client retries "no responders" for 500ms
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, err := b.js.Publish(pctx, "ax.submit.p4.acme.echo.k1", nil)
+		return err
+	}
+	require.Eventually(t, func() bool { return errors.Is(publish(), jetstream.ErrNoStreamResponse) },
+		10*time.Second, 10*time.Millisecond, "without a sample: no responders")
+
+	sampled := make(chan error, 1)
+	var reply scheduler.RejectsSampleReply
+	go func() {
+		sampled <- b.call(t, scheduler.VerbRejectsSample, scheduler.RejectsSampleRequest{For: "4s"}, &reply)
+	}()
+	// While the sample runs, the publish is neither answered nor told "no
+	// responders": it waits for its timeout.
+	require.Eventually(t, func() bool { return errors.Is(publish(), context.DeadlineExceeded) },
+		4*time.Second, 10*time.Millisecond)
+	require.NoError(t, <-sampled)
+	require.Len(t, reply.Subjects, 1, "%+v", reply)
+	require.Equal(t, streams.RejectUnbound, reply.Subjects[0].Reason)
+	require.Equal(t, "ax.submit.p4.acme.echo.k1", reply.Subjects[0].Subject)
+	require.ErrorIs(t, publish(), jetstream.ErrNoStreamResponse, "no responders again")
 }
