@@ -180,3 +180,9 @@ sample:
 	}
 	return reply, nil
 }
+
+// SampleRejects samples the submit subjects and lists the messages no
+// bucket stores (rejects.sample).
+func (c *AdminClient) SampleRejects(ctx context.Context, req RejectsSampleRequest) (*RejectsSampleReply, error) {
+	return call[RejectsSampleReply](ctx, c, VerbRejectsSample, req)
+}

@@ -174,8 +174,9 @@ func TestRejectsSampleSeesEveryShape(t *testing.T) {
 			}
 		}
 	}()
-	var reply scheduler.RejectsSampleReply
-	require.NoError(t, b.call(t, scheduler.VerbRejectsSample, scheduler.RejectsSampleRequest{For: "1s"}, &reply))
+	sample, err := b.api.SampleRejects(ctx, scheduler.RejectsSampleRequest{For: "1s"}) // the typed method
+	require.NoError(t, err)
+	reply := *sample
 	close(stop)
 	<-published
 

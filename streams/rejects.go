@@ -28,7 +28,7 @@ const submitTokens = 6
 // tasks: "<prefix>.submit" and "<prefix>.core", each followed by
 // ".p<N>.<tenant>.<type>.<key>".
 func (n Names) SubmitRoots() []string {
-	return []string{n.prefix + ".submit", n.prefix + ".core"}
+	return []string{n.Prefix() + ".submit", n.Prefix() + ".core"}
 }
 
 // PriorityTypos are the wrong priority tokens that [Names.RejectWatchSubjects]

@@ -22,6 +22,7 @@ func TestRejectWatchSeesOnlyRejectedSubjects(t *testing.T) {
 	ctx := context.Background()
 	nc, js := natstest.RunServer(t)
 	names := streams.DefaultNames()
+	require.Equal(t, names.RejectWatchSubjects(), streams.Names{}.RejectWatchSubjects(), "the zero Names are the default's")
 	natstest.Provision(t, js, &streams.Config{})
 
 	got := make(chan string, 256)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -30,8 +31,10 @@ most 20s) and lists what no bucket captured, with the leader's watch report.
 While it runs, every valid submit is delivered once more, to the sample.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var reply scheduler.RejectsSampleReply
-			if err := e.call(cmd.Context(), scheduler.VerbRejectsSample, req, &reply); err != nil {
+			reply, err := admin(cmd.Context(), e, scheduler.VerbRejectsSample, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.RejectsSampleReply, error) {
+				return api.SampleRejects(ctx, req)
+			})
+			if err != nil {
 				return err
 			}
 			if e.jsonOut {
