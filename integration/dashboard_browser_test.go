@@ -14,6 +14,7 @@ import (
 
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
@@ -95,6 +96,14 @@ func TestDashboardInBrowser(t *testing.T) {
 	const id = "order-4711"
 	_, err = client.Submit(ctx, scheduler.Task{ID: id, Type: "charge", Tenant: "acme", Priority: 1})
 	require.NoError(t, err)
+	// A mistyped raw publish is lost, and the overview counts it, once the
+	// leader watches.
+	api := scheduler.NewAdminClient(dev.js.Conn(), streams.Names{})
+	require.Eventually(t, func() bool {
+		var reply scheduler.StatsReply
+		return api.Call(ctx, scheduler.VerbStats, scheduler.StatsRequest{}, &reply) == nil && reply.Rejects != nil
+	}, 30*time.Second, 50*time.Millisecond)
+	require.NoError(t, dev.js.Conn().Publish("ax.submit.p9.acme.work.k1", nil))
 	store := client.Store()
 	state := func() kv.State {
 		rec, _, err := store.Get(ctx, id)
@@ -137,7 +146,7 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// The overview shows the five buckets and, once the sampler has seen
 	// them, the finished tasks.
-	var mode, records, charge string
+	var mode, records, charge, rejected string
 	var axes []string
 	require.NoError(t, chromedp.Do(bctx,
 		chromedp.Navigate(base+"#token=browser-test-token"), // the URL ax dev prints
@@ -145,6 +154,8 @@ func TestDashboardInBrowser(t *testing.T) {
 		void(chromedp.Poll[bool](`Number(document.querySelector("#records")?.textContent) >= 21`, chromedp.WithPollingTimeout(30*time.Second))),
 		into(chromedp.Text(`#mode`), &mode),
 		into(chromedp.Text(`#records`), &records),
+		void(chromedp.Poll[bool](`document.querySelector("#rejected-submits")?.textContent === "1"`, chromedp.WithPollingTimeout(30*time.Second))),
+		into(chromedp.Evaluate[string](`document.querySelector("#rejected-submits")?.textContent ?? ""`), &rejected),
 		// The table is redrawn every second: wait for the row's counts and
 		// read it in one evaluation, not between two redraws.
 		void(chromedp.Poll[bool](`/^charge\s+0\s+1\s/.test(document.querySelector('#types tr[data-type="charge"]')?.innerText ?? "")`, chromedp.WithPollingTimeout(30*time.Second))),
@@ -164,6 +175,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	require.Equal(t, "actions allowed", mode)
 	require.Equal(t, "21", records)
+	require.Equal(t, "1", rejected)
 	require.Regexp(t, `^charge\s+0\s+1\s`, charge, "the type table counts the dead charge")
 
 	// Find the task by its id prefix: it is DEAD, and its trail says why.

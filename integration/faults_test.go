@@ -421,11 +421,20 @@ func TestBadInput(t *testing.T) {
 	}
 	goodIDs := <-good
 
-	// Subjects no bucket accepts are refused at publish, with a clear error.
-	for _, subject := range []string{"ax.submit.p9.acme.probe.k", "ax.submit.high.acme.probe.k", "ax.submit.p1.acme.probe"} {
-		_, err := js.Publish(ctx, subject, []byte("{}"))
-		require.ErrorIs(t, err, jetstream.ErrNoStreamResponse, subject)
+	// Subjects no bucket accepts are refused at publish: those the leader
+	// watches with an error naming the mistake, any other wrong priority
+	// with "no responders" (docs/OPERATIONS.md, "Mistyped subjects").
+	for subject, want := range map[string]string{
+		"ax.submit.p9.acme.probe.k": `priority token "p9" is not p0..p4`,
+		"ax.submit.p1.acme.probe":   "5 tokens, want 6",
+	} {
+		require.Eventually(t, func() bool { // once the leader watches
+			_, err := js.Publish(ctx, subject, []byte("{}"))
+			return err != nil && strings.Contains(err.Error(), want)
+		}, 30*time.Second, 100*time.Millisecond, subject)
 	}
+	_, err = js.Publish(ctx, "ax.submit.high.acme.probe.k", []byte("{}"))
+	require.ErrorIs(t, err, jetstream.ErrNoStreamResponse)
 
 	m.waitSucceeded(goodIDs, 5*time.Minute, nil)
 	dlq, err := js.Stream(ctx, "AX_DLQ")

@@ -61,9 +61,39 @@ func TestOperationsDocWithNatsCLI(t *testing.T) {
 		require.NoError(t, cmd.Run(), "%s:\n%s", line, out.String())
 		return out.String()
 	}
+	runFailing := func(line string) string {
+		t.Helper()
+		require.Contains(t, string(doc), "\n"+line+"\n", "the command is documented as written")
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "bash", "-c", line)
+		cmd.Env = append(os.Environ(), "NATS_URL="+dev.url, "HOME="+home,
+			"PATH="+filepath.Dir(nats)+string(os.PathListSeparator)+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		require.Error(t, err, "%s:\n%s", line, out)
+		return string(out)
+	}
 
 	require.Contains(t, run(`nats pub -J ax.submit.p2.acme.sleep.order-42 '{"ms":10}' -H Nats-Msg-Id:order-42`), "Stored in Stream: AX_P2")
 	require.Contains(t, run(`nats pub -J ax.submit.p2.acme.fail.report-7 '' -H Nats-Msg-Id:report-7`), "Stored in Stream: AX_P2")
+
+	// Mistyped subjects: once the leader watches, a plain publish is seen
+	// and a JetStream publish is answered with the mistake.
+	require.Eventually(t, func() bool {
+		return strings.Contains(ax(t, "stats", "--server", dev.url), "rejected submits (leader")
+	}, 30*time.Second, 200*time.Millisecond)
+	require.Contains(t, run(`nats pub ax.submit.p9.acme.sleep.k9 'lost'`), "Published")
+	refused := runFailing(`nats pub -J ax.submit.P2.acme.sleep.k9 'refused'`)
+	require.Contains(t, refused, `nats: error: ax: no priority bucket accepts subject "ax.submit.P2.acme.sleep.k9": priority token "P2" is not p0..p4; the message was not stored`)
+	require.Eventually(t, func() bool {
+		out := ax(t, "stats", "--server", dev.url)
+		return strings.Contains(out, "rejected submits (leader") && strings.Contains(out, ": 2 (priority 2)") &&
+			strings.Contains(out, "ax.submit.p9.acme.sleep.k9: priority token \"p9\" is not p0..p4")
+	}, 30*time.Second, 200*time.Millisecond)
+	require.Contains(t, string(doc), "\nax rejects --for 5s\n")
+	sample := ax(t, "rejects", "--for", "1s", "--server", dev.url)
+	require.Contains(t, sample, "rejected submits (leader")
+	require.Contains(t, sample, "sampled 1s on ax.submit ax.submit.> ax.core ax.core.>")
 
 	ls := run("nats stream ls")
 	for _, s := range []string{"AX_P0", "AX_P1", "AX_P2", "AX_P3", "AX_P4", "AX_DLQ", "AX_TRAIL"} {

@@ -3,7 +3,8 @@
 // times, retries, bucket depth and in-flight gauges read from JetStream at
 // scrape time, the dead-letter count, and the leader and pressure gauges
 // that the scheduler's leader loops set through [Metrics.SetLeader] and
-// [Metrics.SetPressure], and the reconciler's repairs ([Metrics.Repaired]).
+// [Metrics.SetPressure], the reconciler's repairs ([Metrics.Repaired]) and
+// the mistyped submits the leader saw ([Metrics.RejectedSubmit]).
 package metrics
 
 import (
@@ -45,6 +46,7 @@ type Metrics struct {
 	leader   prometheus.Gauge
 	pressure prometheus.Gauge
 	repairs  *prometheus.CounterVec
+	rejects  *prometheus.CounterVec
 }
 
 // New returns the metrics of one ax process.
@@ -71,8 +73,11 @@ func New(cfg *Config) *Metrics {
 		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_reconciler_repairs_total",
 			Help: "Lost tasks the leader's reconciler repaired, by the state they were found in and the action (republished, rescheduled, dead)."},
 			[]string{"state", "action"}),
+		rejects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_rejected_submits_total",
+			Help: "Messages published under a submit root that no priority bucket stored, seen by the leader's watch, by reason (tokens, priority)."},
+			[]string{"reason"}),
 	}
-	m.reg.MustRegister(m.tasks, m.retries, m.runTime, m.leader, m.pressure, m.repairs,
+	m.reg.MustRegister(m.tasks, m.retries, m.runTime, m.leader, m.pressure, m.repairs, m.rejects,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if cfg.JetStream != nil {
 		timeout := cfg.ScrapeTimeout
@@ -116,6 +121,10 @@ func (m *Metrics) SetPressure(level int) { m.pressure.Set(float64(level)) }
 // Repaired is the hook of the leader's reconciler: one lost task found in
 // state and acted on ("republished", "rescheduled" or "dead").
 func (m *Metrics) Repaired(state, action string) { m.repairs.WithLabelValues(state, action).Inc() }
+
+// RejectedSubmit is the hook of the leader's watch of mistyped submit
+// subjects: one message no bucket stored, for reason "tokens" or "priority".
+func (m *Metrics) RejectedSubmit(reason string) { m.rejects.WithLabelValues(reason).Inc() }
 
 // Handler serves the registry in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {

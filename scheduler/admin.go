@@ -120,6 +120,7 @@ func (a *Admin) Start(_ context.Context) error {
 		VerbTaskPause: a.taskPause, VerbTaskResume: a.taskResume, VerbTaskReprioritize: a.taskReprioritize,
 		VerbTasksCancel: a.tasksCancel, VerbDLQList: a.dlqList, VerbDLQReplay: a.dlqReplay,
 		VerbStats: a.stats, VerbWorkers: a.workers, VerbTasksList: a.tasksList, VerbControl: a.control,
+		VerbRejectsSample: a.rejectsSample,
 	}
 	for _, verb := range Verbs() {
 		name := strings.ReplaceAll(verb, ".", "_")

@@ -105,28 +105,41 @@ func (a *Admin) stats(ctx context.Context, data []byte) (any, error) {
 	if reply.Reconciler, err = a.reconcilerReport(ctx); err != nil {
 		return nil, err
 	}
+	if reply.Rejects, err = a.rejectsReport(ctx); err != nil {
+		return nil, err
+	}
 	return reply, nil
 }
 
 // reconcilerReport reads the leader reconciler's report from AX_CONTROL,
 // or nil when no leader wrote one yet.
 func (a *Admin) reconcilerReport(ctx context.Context) (*ReconcilerReport, error) {
-	control, err := a.js.KeyValue(ctx, a.cfg.Names.ControlBucket())
-	if err != nil {
-		return nil, fmt.Errorf("bind control bucket: %w", err)
-	}
-	entry, err := control.Get(ctx, ReconcilerKey)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read reconciler report: %w", err)
-	}
 	var r ReconcilerReport
-	if err := json.Unmarshal(entry.Value(), &r); err != nil {
-		return nil, fmt.Errorf("decode reconciler report: %w", err)
+	ok, err := a.controlReport(ctx, ReconcilerKey, &r)
+	if !ok || err != nil {
+		return nil, err
 	}
 	return &r, nil
+}
+
+// controlReport decodes the report under key in AX_CONTROL into v; false
+// when no leader wrote one yet.
+func (a *Admin) controlReport(ctx context.Context, key string, v any) (bool, error) {
+	control, err := a.js.KeyValue(ctx, a.cfg.Names.ControlBucket())
+	if err != nil {
+		return false, fmt.Errorf("bind control bucket: %w", err)
+	}
+	entry, err := control.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read %s report: %w", key, err)
+	}
+	if err := json.Unmarshal(entry.Value(), v); err != nil {
+		return false, fmt.Errorf("decode %s report: %w", key, err)
+	}
+	return true, nil
 }
 
 // typeTally accumulates the finished tasks of one type.

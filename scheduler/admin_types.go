@@ -21,13 +21,14 @@ const (
 	VerbWorkers          = "workers"
 	VerbTasksList        = "tasks.list"
 	VerbControl          = "control"
+	VerbRejectsSample    = "rejects.sample"
 )
 
 // Verbs returns every verb of the management API.
 func Verbs() []string {
 	return []string{VerbTaskGet, VerbTaskTrail, VerbTaskCancel, VerbTaskPause, VerbTaskResume,
 		VerbTaskReprioritize, VerbTasksCancel, VerbDLQList, VerbDLQReplay, VerbStats, VerbWorkers,
-		VerbTasksList, VerbControl}
+		VerbTasksList, VerbControl, VerbRejectsSample}
 }
 
 // TaskRequest names one task (task.get, task.trail, task.cancel, task.pause,
@@ -176,6 +177,9 @@ type StatsReply struct {
 	// Reconciler is the leader reconciler's last report: lost tasks found
 	// and repaired. Nil until a leader ran it.
 	Reconciler *ReconcilerReport `json:"reconciler,omitempty"`
+	// Rejects is the leader's report of mistyped submit subjects it saw
+	// (messages no bucket stored). Nil until a leader ran its watch.
+	Rejects *RejectsReport `json:"rejects,omitempty"`
 }
 
 // TypeStats describes the tasks of one type that finished in the window.

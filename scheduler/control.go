@@ -91,6 +91,10 @@ type LeaderConfig struct {
 	// OnRepair, when set, is called with every task the reconciler
 	// repaired: the hook of the repairs counter. It must not block.
 	OnRepair func(Repair)
+	// OnReject, when set, is called with every mistyped submit the
+	// leader's watch saw (a message no bucket stored): the hook of the
+	// rejected-submits counter. It must not block.
+	OnReject func(RejectedSubmit)
 	// MoverWorkers release due tasks concurrently. Default 32.
 	MoverWorkers int
 	// PausedRecheck is how often the mover looks again at a fired schedule
@@ -149,7 +153,8 @@ func (c *LeaderConfig) validate() error {
 
 // Leader runs ax's control loops in the one process that holds the leader
 // lease: the mover that releases due delayed tasks, cron, aging,
-// backpressure and the reconciler of lost tasks. Run it in every scheduler
+// backpressure, the reconciler of lost tasks and the watch of mistyped
+// submit subjects. Run it in every scheduler
 // process; one leads, the others wait to take over.
 //
 // Safety: the loops run only under the lease (see [Elector]), and every
@@ -227,6 +232,7 @@ func (l *Leader) lead(ctx context.Context) {
 		{"cron", newCronLoop(l).run},
 		{"pressure", newPressureLoop(l).run},
 		{"reconciler", newReconciler(l).run},
+		{"rejects", newRejectWatch(l).run},
 	}
 	if l.cfg.AgingThreshold > 0 {
 		loops = append(loops, struct {

@@ -147,6 +147,15 @@ function lostTitle(r) {
   return `re-published: ${list(r.republished)}; buried DEAD "message lost": ${list(r.dead)}; ${r.tracked} records tracked`;
 }
 
+// rejectedTitle explains the leader's count of mistyped submit subjects.
+function rejectedTitle(r) {
+  if (!r) return "no report yet (no leader has run the watch)";
+  const by = Object.entries(r.by_reason || {}).map(([k, v]) => `${k} ${v}`).join(", ") || "none";
+  const last = (r.recent || []).slice(-5).map((x) => x.subject).join(", ");
+  return `messages no bucket stored (a wrong token count or priority), by reason: ${by}` +
+    (last ? `; last: ${last}` : "") + "; `ax rejects` samples every shape";
+}
+
 function renderOverview() {
   const ov = state.overview;
   if (!ov) return;
@@ -158,6 +167,7 @@ function renderOverview() {
       h("div", { class: "card" }, "Task records", h("b", { id: "records" }, s.records)),
       h("div", { class: "card" }, "Dead letters", h("b", {}, h("a", { href: "#/dlq" }, s.dlq))),
       h("div", { class: "card", title: lostTitle(s.reconciler) }, "Lost tasks repaired", h("b", { id: "lost-repaired" }, lostCount(s.reconciler))),
+      h("div", { class: "card", title: rejectedTitle(s.rejects) }, "Rejected submits", h("b", { id: "rejected-submits" }, s.rejects ? s.rejects.total : "–")),
       ...Object.entries(s.states || {}).sort().map(([k, v]) => h("div", { class: "card" }, badge(k), h("b", {}, v)))));
     const levels = Object.fromEntries((ov.levels || []).map((l) => [l.priority, l]));
     out.push(h("h2", {}, `Priority buckets `, h("small", { class: "muted" },

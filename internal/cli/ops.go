@@ -55,7 +55,7 @@ func addOps(root *cobra.Command, e *env) {
 	fs.StringSliceVar(&states, "state", nil, "states (repeat or comma separate): PENDING, READY, RUNNING, RETRYING, PAUSED")
 	fs.BoolVar(&batch.DryRun, "dry-run", false, "count the matching tasks, cancel nothing")
 	tasks.AddCommand(cancel)
-	root.AddCommand(tasks, dlqCommand(e), statsCommand(e), workersCommand(e))
+	root.AddCommand(tasks, dlqCommand(e), statsCommand(e), workersCommand(e), rejectsCommand(e))
 }
 
 func dlqCommand(e *env) *cobra.Command {
@@ -172,6 +172,7 @@ func statsCommand(e *env) *cobra.Command {
 			fmt.Fprintf(e.out, "window %s; %d records (%s); %d dead letters; TIMEOUT = 1.5 x p99\n", reply.Window, reply.Records, strings.Join(states, ", "), reply.DLQ)
 			printUnreadable(e, reply.Unreadable)
 			printReconciler(e, reply.Reconciler)
+			printRejects(e, reply.Rejects)
 			return nil
 		},
 	}

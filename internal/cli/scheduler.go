@@ -100,7 +100,8 @@ Prometheus metrics.`,
 }
 
 // observeLeader feeds the leader's pressure reports to m (the highest
-// bucket level; only the leader reports) and counts its reconciler's repairs.
+// bucket level; only the leader reports) and counts its reconciler's repairs
+// and the mistyped submits its watch saw.
 func observeLeader(cfg *scheduler.LeaderConfig, m *metrics.Metrics) {
 	if m == nil {
 		return
@@ -113,6 +114,7 @@ func observeLeader(cfg *scheduler.LeaderConfig, m *metrics.Metrics) {
 		m.SetPressure(level)
 	}
 	cfg.OnRepair = func(r scheduler.Repair) { m.Repaired(string(r.State), r.Action) }
+	cfg.OnReject = func(r scheduler.RejectedSubmit) { m.RejectedSubmit(r.Reason) }
 }
 
 // reportLeading sets the leader gauge of m from l every second until ctx ends.
