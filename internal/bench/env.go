@@ -134,7 +134,7 @@ func (e *env) usage() usage {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	u := usage{cpu: cpu, peakRSS: ru.Maxrss * 1024, server: e.serverStats(), bucket: e.names.TasksBucket(), mode: "given"}
+	u := usage{cpu: cpu, peakRSS: ru.Maxrss * 1024, server: e.settledStats(), bucket: e.names.TasksBucket(), mode: "given"}
 	switch {
 	case e.child != nil:
 		u.mode = "tcp"

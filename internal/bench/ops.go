@@ -58,6 +58,47 @@ func (e *env) serverStats() *serverStats {
 	return s
 }
 
+// settleFor bounds how long [env.settledStats] waits for the server.
+const settleFor = 2 * time.Second
+
+// settledStats is [env.serverStats] once the server has applied what it
+// was sent: an ack is applied after the handler that sent it returned, so a
+// snapshot taken at once can miss the last acks (0.78 per message was
+// seen). It waits until the messages stored in the non-KV streams read the
+// same three times 20 ms apart, at most settleFor.
+func (e *env) settledStats() *serverStats {
+	s := e.serverStats()
+	if s == nil {
+		return nil
+	}
+	stable := 0
+	for deadline := time.Now().Add(settleFor); stable < 2 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		next := e.serverStats()
+		if next == nil {
+			return s
+		}
+		if stored(next) == stored(s) {
+			stable++
+		} else {
+			stable = 0
+		}
+		s = next
+	}
+	return s
+}
+
+// stored is the messages of the non-KV streams: tasks not yet acked.
+func stored(s *serverStats) uint64 {
+	var n uint64
+	for name, st := range s.streams {
+		if !strings.HasPrefix(name, "KV_") {
+			n += st.msgs
+		}
+	}
+	return n
+}
+
 // ops returns the server operations per task between two snapshots:
 //
 //   - msg_writes: messages stored in streams other than KV buckets (tasks,
