@@ -221,11 +221,7 @@ func TestServerRefusesNonCoreTasks(t *testing.T) {
 		_, err := js.Publish(ctx, subject, nil)
 		return err
 	}
-	refusing := func() bool {
-		s, err := js.Stream(ctx, "AX_P2")
-		require.NoError(t, err)
-		return names.Refusing(s.CachedInfo().Config)
-	}
+	refusing := refusingP2(t, js)
 	for i := range 16 { // 80%
 		require.NoError(t, raw(false, fmt.Sprintf("k%d", i)))
 	}
@@ -271,11 +267,7 @@ func TestStoppedLeaderEndsItsRefusal(t *testing.T) {
 	lb := setupLoops(t, 1, &streams.Config{Capacity: 20}, scheduler.LeaderConfig{PressureInterval: 20 * time.Millisecond})
 	js, ctx := lb.js, context.Background()
 	names := streams.DefaultNames()
-	refusing := func() bool {
-		s, err := js.Stream(ctx, "AX_P2")
-		require.NoError(t, err)
-		return names.Refusing(s.CachedInfo().Config)
-	}
+	refusing := refusingP2(t, js)
 	for i := range 16 { // 80%
 		_, err := js.Publish(ctx, names.SubmitSubject(2, "t", "x", fmt.Sprintf("k%d", i)), nil)
 		require.NoError(t, err)
@@ -308,11 +300,7 @@ func TestRefusalSurvivesFailover(t *testing.T) {
 	lb := setupLoops(t, 2, &streams.Config{Capacity: 20}, scheduler.LeaderConfig{PressureInterval: 20 * time.Millisecond})
 	js, ctx := lb.js, context.Background()
 	names := streams.DefaultNames()
-	refusing := func() bool {
-		s, err := js.Stream(ctx, "AX_P2")
-		require.NoError(t, err)
-		return names.Refusing(s.CachedInfo().Config)
-	}
+	refusing := refusingP2(t, js)
 	for i := range 16 { // 80%
 		_, err := js.Publish(ctx, names.SubmitSubject(2, "t", "x", fmt.Sprintf("k%d", i)), nil)
 		require.NoError(t, err)
@@ -344,11 +332,7 @@ func TestAgingWaitsForARefusingBucket(t *testing.T) {
 	lb := setupLoops(t, 1, &streams.Config{Capacity: 20}, scheduler.LeaderConfig{PressureInterval: 20 * time.Millisecond, AgingThreshold: 100 * time.Millisecond})
 	js, client, ctx := lb.js, lb.client, context.Background()
 	names := streams.DefaultNames()
-	refusing := func() bool {
-		s, err := js.Stream(ctx, "AX_P2")
-		require.NoError(t, err)
-		return names.Refusing(s.CachedInfo().Config)
-	}
+	refusing := refusingP2(t, js)
 	for i := range 16 { // 80% of P2
 		_, err := js.Publish(ctx, names.CoreSubject(2, "t", "x", fmt.Sprintf("k%d", i)), nil)
 		require.NoError(t, err)
@@ -409,4 +393,13 @@ func TestDelayedReleaseWaitsForARefusingBucket(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, stream.Purge(ctx, jetstream.WithPurgeKeep(11))) // 55%: admitted again
 	require.Eventually(t, func() bool { return state(plain.ID) == kv.StateReady }, 10*time.Second, 10*time.Millisecond, "released once the bucket admits")
+}
+
+// refusingP2 returns whether AX_P2's stream refuses non-core tasks now.
+func refusingP2(t *testing.T, js jetstream.JetStream) func() bool {
+	return func() bool {
+		s, err := js.Stream(context.Background(), "AX_P2")
+		require.NoError(t, err)
+		return streams.DefaultNames().Refusing(s.CachedInfo().Config)
+	}
 }
