@@ -55,11 +55,7 @@ func (a *aging) run(ctx context.Context) error {
 // into the room kept for core tasks. They rise once it admits again.
 func (a *aging) pass(ctx context.Context, prio int) error {
 	names := a.l.cfg.Names
-	above, err := a.l.js.Stream(ctx, names.PriorityStream(prio-1))
-	if err != nil {
-		return err
-	}
-	if names.Refusing(above.CachedInfo().Config) {
+	if a.l.refusing[prio-1].Load() { // the pressure loop's last reading
 		return nil
 	}
 	stream, err := a.l.js.Stream(ctx, names.PriorityStream(prio))

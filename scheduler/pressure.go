@@ -94,18 +94,23 @@ func (p *pressureLoop) endRefusals(ctx context.Context) {
 	defer cancel()
 	names := p.l.cfg.Names
 	for prio := range streams.Priorities {
-		stream, err := p.l.js.Stream(ctx, names.PriorityStream(prio))
-		if err != nil || !names.Refusing(stream.CachedInfo().Config) {
+		if !p.l.refusing[prio].Load() { // the last reading: nothing to lift
 			continue
 		}
 		if !p.l.held() {
 			return
 		}
-		if _, err := streams.SetAdmission(ctx, p.l.js, names, prio, false); err != nil {
+		// SetAdmission reads the stream itself and changes nothing if a
+		// reading since has already seen the bucket admit.
+		changed, err := streams.SetAdmission(ctx, p.l.js, names, prio, false)
+		if err != nil {
 			p.log.Warn("admission_failed", zap.String("stream", names.PriorityStream(prio)), zap.Bool("refuse", false), zap.Error(err))
 			continue
 		}
-		p.log.Info("bucket_admits_all", zap.String("stream", names.PriorityStream(prio)), zap.String("reason", "leader stopped"))
+		p.l.refusing[prio].Store(false)
+		if changed {
+			p.log.Info("bucket_admits_all", zap.String("stream", names.PriorityStream(prio)), zap.String("reason", "leader stopped"))
+		}
 	}
 }
 
