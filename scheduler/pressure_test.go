@@ -268,10 +268,7 @@ func TestStoppedLeaderEndsItsRefusal(t *testing.T) {
 	js, ctx := lb.js, context.Background()
 	names := streams.DefaultNames()
 	refusing := refusingP2(t, js)
-	for i := range 16 { // 80%
-		_, err := js.Publish(ctx, names.SubmitSubject(2, "t", "x", fmt.Sprintf("k%d", i)), nil)
-		require.NoError(t, err)
-	}
+	publishP2(t, js, 16, false, "k") // 80%
 	require.Eventually(t, refusing, 10*time.Second, 5*time.Millisecond, "the leader makes the server refuse at 80%")
 
 	lb.leader.stop()
@@ -284,10 +281,7 @@ func TestStoppedLeaderEndsItsRefusal(t *testing.T) {
 
 	next := startContender(t, lb.srv, scheduler.LeaderConfig{PressureInterval: 20 * time.Millisecond})
 	waitLeader(t, next)
-	for i := range 16 {
-		_, err := js.Publish(ctx, names.SubmitSubject(2, "t", "x", fmt.Sprintf("again%d", i)), nil)
-		require.NoError(t, err)
-	}
+	publishP2(t, js, 16, false, "again")
 	require.Eventually(t, refusing, 10*time.Second, 5*time.Millisecond, "a successor refuses again at 80%")
 }
 
@@ -301,10 +295,7 @@ func TestRefusalSurvivesFailover(t *testing.T) {
 	js, ctx := lb.js, context.Background()
 	names := streams.DefaultNames()
 	refusing := refusingP2(t, js)
-	for i := range 16 { // 80%
-		_, err := js.Publish(ctx, names.SubmitSubject(2, "t", "x", fmt.Sprintf("k%d", i)), nil)
-		require.NoError(t, err)
-	}
+	publishP2(t, js, 16, false, "k") // 80%
 	require.Eventually(t, refusing, 10*time.Second, 5*time.Millisecond, "the leader makes the server refuse at 80%")
 	stream, err := js.Stream(ctx, "AX_P2")
 	require.NoError(t, err)
@@ -331,12 +322,8 @@ func TestAgingWaitsForARefusingBucket(t *testing.T) {
 	t.Parallel()
 	lb := setupLoops(t, 1, &streams.Config{Capacity: 20}, scheduler.LeaderConfig{PressureInterval: 20 * time.Millisecond, AgingThreshold: 100 * time.Millisecond})
 	js, client, ctx := lb.js, lb.client, context.Background()
-	names := streams.DefaultNames()
 	refusing := refusingP2(t, js)
-	for i := range 16 { // 80% of P2
-		_, err := js.Publish(ctx, names.CoreSubject(2, "t", "x", fmt.Sprintf("k%d", i)), nil)
-		require.NoError(t, err)
-	}
+	publishP2(t, js, 16, true, "k") // 80%
 	require.Eventually(t, refusing, 10*time.Second, 5*time.Millisecond)
 	info, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 3})
 	require.NoError(t, err)
@@ -371,10 +358,7 @@ func TestDelayedReleaseWaitsForARefusingBucket(t *testing.T) {
 	require.NoError(t, err)
 	core, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2, Delay: 1500 * time.Millisecond, Core: true})
 	require.NoError(t, err)
-	for i := range 16 { // 80% of P2
-		_, err := js.Publish(ctx, names.CoreSubject(2, "t", "x", fmt.Sprintf("k%d", i)), nil)
-		require.NoError(t, err)
-	}
+	publishP2(t, js, 16, true, "k") // 80%
 	require.Eventually(t, func() bool {
 		s, err := js.Stream(ctx, "AX_P2")
 		return err == nil && names.Refusing(s.CachedInfo().Config)
@@ -401,5 +385,19 @@ func refusingP2(t *testing.T, js jetstream.JetStream) func() bool {
 		s, err := js.Stream(context.Background(), "AX_P2")
 		require.NoError(t, err)
 		return streams.DefaultNames().Refusing(s.CachedInfo().Config)
+	}
+}
+
+// publishP2 publishes n raw tasks to AX_P2 (keys prefix0..), on the core
+// subject if core.
+func publishP2(t *testing.T, js jetstream.JetStream, n int, core bool, prefix string) {
+	names := streams.DefaultNames()
+	for i := range n {
+		subject := names.SubmitSubject(2, "t", "x", fmt.Sprintf("%s%d", prefix, i))
+		if core {
+			subject = names.CoreSubject(2, "t", "x", fmt.Sprintf("%s%d", prefix, i))
+		}
+		_, err := js.Publish(context.Background(), subject, nil)
+		require.NoError(t, err)
 	}
 }
