@@ -249,6 +249,12 @@ func TestServerRefusesNonCoreTasks(t *testing.T) {
 		p := client.Pressure()
 		return p != nil && p.Buckets[2].Msgs == 13
 	}, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, scheduler.LevelRefuse, client.Pressure().Buckets[2].Level,
+		"the level in effect, which ax_pressure_level reports, stays refuse while the bucket refuses")
+	require.Eventually(t, func() bool {
+		p := client.Pressure()
+		return p != nil && p.Buckets[2].Msgs == 13
+	}, 10*time.Second, 5*time.Millisecond)
 	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2})
 	require.ErrorIs(t, err, scheduler.ErrOverloaded)
 	require.ErrorContains(t, err, "refuses non-core tasks until it is below 60% (now 65%", "the refusal is explained, not a depth at or above 80%")
