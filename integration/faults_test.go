@@ -231,6 +231,13 @@ func (m *mesh) readJournals() *journal {
 	for id, p := range m.all {
 		j.noteLogs(id, p.output())
 	}
+	for task, runs := range j.executions {
+		if len(runs) > 1 {
+			if rec := m.record(task); rec != nil {
+				j.noteTrail(rec)
+			}
+		}
+	}
 	return j
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/internal/builtin"
+	"github.com/ax-mesh/ax/kv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -61,6 +62,43 @@ type journal struct {
 	// outcome was not recorded, so the task runs again.
 	finalWriteFailed map[string]map[string]bool
 	logs             map[string][]string // the workers' log lines about each task, for failure reports
+	// deaths maps a worker id to when it was killed.
+	deaths map[string]time.Time
+	// settled holds, by task, the moves out of RUNNING its record's trail
+	// shows (see [journal.noteTrail]): the outcomes that were recorded.
+	settled map[string][]kv.Move
+}
+
+// noteTrail keeps the moves out of RUNNING in rec's trail: with them,
+// [journal.effects] tells an execution that finished but whose worker was
+// killed before recording its outcome (the task runs again: at least once)
+// from one whose outcome was recorded (it must not).
+func (j *journal) noteTrail(rec *kv.Record) {
+	j.settled[rec.ID] = []kv.Move{}
+	for _, m := range rec.Trail {
+		if m.From == kv.StateRunning {
+			j.settled[rec.ID] = append(j.settled[rec.ID], m)
+		}
+	}
+}
+
+// killedBeforeOutcome reports whether e finished, its worker was killed
+// after that and before next's effect, and the record's trail (noted with
+// [journal.noteTrail]) shows no outcome its worker recorded after it
+// started: the worker died between the handler's return and the write of
+// its outcome.
+func (j *journal) killedBeforeOutcome(e, next execution) bool {
+	death, killed := j.deaths[e.worker]
+	moves, noted := j.settled[e.task]
+	if !e.finished || !killed || !noted || death.Before(e.end) || death.After(next.effectAt) {
+		return false
+	}
+	for _, m := range moves {
+		if m.Worker == e.worker && !m.At.Before(e.start) {
+			return false
+		}
+	}
+	return true
 }
 
 // noteLogs reads the JSON log of worker (its output) for the tasks whose
@@ -90,7 +128,8 @@ func (j *journal) noteLogs(worker, output string) {
 // when it died; an execution without an end line ends there.
 func readJournals(t *testing.T, dir string, deaths map[string]time.Time) *journal {
 	t.Helper()
-	j := &journal{executions: map[string][]execution{}, finalWriteFailed: map[string]map[string]bool{}, logs: map[string][]string{}}
+	j := &journal{executions: map[string][]execution{}, finalWriteFailed: map[string]map[string]bool{}, logs: map[string][]string{},
+		deaths: deaths, settled: map[string][]kv.Move{}}
 	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	require.NoError(t, err)
 	type key struct {
@@ -180,9 +219,10 @@ type effectCounts struct {
 	// the previous attempt's execution was killed after its "effect" line
 	// (at least once delivery: the effect may or may not have landed), or
 	// its effect write failed, or it finished but its worker's write of the
-	// outcome failed (final_write_failed, see [journal.noteLogs]), so the
-	// task ran again.
-	afterKill, afterFailedEffect, afterFailedOutcome int
+	// outcome failed (final_write_failed, see [journal.noteLogs]), or it
+	// finished but its worker was killed before recording the outcome (see
+	// [journal.killedBeforeOutcome]), so the task ran again.
+	afterKill, afterFailedEffect, afterFailedOutcome, afterKillBeforeOutcome int
 	// unexplained names the tasks with an extra attempt whose previous
 	// attempt's execution completed its effect, is still running, or ended
 	// only after the extra attempt: two executions reached the effect of
@@ -192,8 +232,8 @@ type effectCounts struct {
 
 func (c effectCounts) String() string {
 	return fmt.Sprintf("%d effect attempts on %d tasks; extra attempts: %d after a worker killed past its effect line, %d after a failed effect write, "+
-		"%d after a failed outcome write, %d unexplained",
-		c.attempts, c.tasks, c.afterKill, c.afterFailedEffect, c.afterFailedOutcome, len(c.unexplained))
+		"%d after a failed outcome write, %d after a worker killed between its effect and its outcome, %d unexplained",
+		c.attempts, c.tasks, c.afterKill, c.afterFailedEffect, c.afterFailedOutcome, c.afterKillBeforeOutcome, len(c.unexplained))
 }
 
 // effects counts the effect attempts: at most one per task outside
@@ -225,6 +265,8 @@ func (j *journal) effects() effectCounts {
 				c.afterFailedEffect++
 			case prev.finished && j.finalWriteFailed[task][prev.worker]:
 				c.afterFailedOutcome++
+			case j.killedBeforeOutcome(prev, tried[i]):
+				c.afterKillBeforeOutcome++
 			default:
 				bad = true
 			}
@@ -286,3 +328,38 @@ func (j *journal) requireOneEffect(t *testing.T) effectCounts {
 
 // firstN returns the first n of s, for messages.
 func firstN[T any](s []T, n int) []T { return s[:min(n, len(s))] }
+
+// TestJournalExplainsAKillBeforeTheOutcome checks the journal's reading of
+// a second effect attempt after a finished execution whose worker was
+// killed: explained only when the record's trail shows no outcome that
+// worker recorded (it died between the handler's return and the outcome's
+// write), unexplained when the trail shows one or was not read.
+func TestJournalExplainsAKillBeforeTheOutcome(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	first := execution{task: "t", worker: "w1", attempt: 1, start: at(0), effect: true, effectAt: at(10), end: at(20), finished: true}
+	second := execution{task: "t", worker: "w2", attempt: 2, start: at(100), effect: true, effectAt: at(110), end: at(120), finished: true}
+	build := func(death time.Time, trail []kv.Move) *journal {
+		j := &journal{executions: map[string][]execution{"t": {first, second}}, deaths: map[string]time.Time{"w1": death},
+			settled: map[string][]kv.Move{}}
+		if trail != nil {
+			j.noteTrail(&kv.Record{ID: "t", Trail: trail})
+		}
+		return j
+	}
+	claim := kv.Move{From: kv.StateReady, To: kv.StateRunning, Worker: "w1", At: at(0)}
+	success := kv.Move{From: kv.StateRunning, To: kv.StateSucceeded, Worker: "w1", At: at(25)}
+
+	c := build(at(30), []kv.Move{claim}).effects()
+	require.Equal(t, 1, c.afterKillBeforeOutcome, "%s", c)
+	require.Empty(t, c.unexplained)
+
+	for name, j := range map[string]*journal{
+		"the trail shows its outcome":        build(at(30), []kv.Move{claim, success}),
+		"the trail was not read":             build(at(30), nil),
+		"its worker died after the rerun":    build(at(200), []kv.Move{claim}),
+		"its worker died before it finished": build(at(15), []kv.Move{claim}),
+	} {
+		require.Equal(t, []string{"t"}, j.effects().unexplained, name)
+	}
+}
