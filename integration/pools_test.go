@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -211,6 +212,12 @@ func TestPoolsUnservedTypeWaits(t *testing.T) {
 	r := m.spawnPool("report")
 	serves[r] = []string{"report"}
 	m.waitSucceeded(reports, 2*time.Minute, nil)
+	// ax workers lists each type's ring: the worker, its pool, its shards.
+	require.Eventually(t, func() bool {
+		out, err := axOutput("workers", "--server", m.url)
+		return err == nil && regexp.MustCompile(`(?m)^report\s+`+r+`\s+report\s+32\s+0-31\s*$`).MatchString(out) &&
+			regexp.MustCompile(`(?m)^email\s+`+a+`\s+email\s+32\s+0-31\s*$`).MatchString(out)
+	}, 30*time.Second, 200*time.Millisecond)
 	m.requireNoDeadLetters()
 	m.requireServedTypes(serves)
 	stats = scheduler.StatsReply{}
