@@ -78,3 +78,42 @@ func TestTypeConsumerName(t *testing.T) {
 	require.Regexp(t, `^p1-s03-t-h[0-9a-f]{24}$`, odd)
 	require.NotEqual(t, odd, n.TypeConsumerName(1, 3, "mail/out:y"))
 }
+
+// Why ax never changes a type's consumer (nats-server consumer.go
+// updateConfig): a consumer whose filters gain a subject does not go back
+// for the messages of that subject stored before its delivered sequence.
+// On a WorkQueue stream those would wait forever; so a type keeps its own
+// consumers, and moving it between pools changes no filter.
+func TestAddedFilterDoesNotRewind(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.RunServer(t)
+	ctx := context.Background()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "WQ", Subjects: []string{"wq.>"}, Retention: jetstream.WorkQueuePolicy})
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, "wq.b", []byte("b1"))
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, "wq.a", []byte("a1"))
+	require.NoError(t, err)
+	cons, err := js.CreateConsumer(ctx, "WQ", jetstream.ConsumerConfig{Durable: "pool", FilterSubjects: []string{"wq.a"}, AckPolicy: jetstream.AckExplicitPolicy})
+	require.NoError(t, err)
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+	require.NoError(t, err)
+	for msg := range batch.Messages() {
+		require.Equal(t, "a1", string(msg.Data()))
+		require.NoError(t, msg.DoubleAck(ctx))
+	}
+	cons, err = js.UpdateConsumer(ctx, "WQ", jetstream.ConsumerConfig{Durable: "pool", FilterSubjects: []string{"wq.a", "wq.b"}, AckPolicy: jetstream.AckExplicitPolicy})
+	require.NoError(t, err)
+	batch, err = cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+	require.NoError(t, err)
+	var got []string
+	for msg := range batch.Messages() {
+		got = append(got, string(msg.Data()))
+	}
+	require.Empty(t, got, "the consumer does not rewind to b1")
+	stream, err := js.Stream(ctx, "WQ")
+	require.NoError(t, err)
+	info, err := stream.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, info.State.Msgs, "b1 stays in the stream")
+}
