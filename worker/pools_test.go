@@ -113,3 +113,26 @@ func TestPoolsRouteByType(t *testing.T) {
 		return owned["email"] == streams.Shards && owned["resize"] == streams.Shards && owned["report"] == streams.Shards
 	}, 30*time.Second, 50*time.Millisecond)
 }
+
+// A worker narrowed to part of its types (Registry.Only, what `ax worker
+// --types` builds) refuses to start on the default layout, where it would
+// receive every type and dead-letter the others; a pools deployment routes
+// it only its types (TestPoolsRouteByType).
+func TestNarrowedWorkerRefusedOnDefaultLayout(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil) // the default layout
+	ctx := context.Background()
+	full := (&ranOn{ran: map[string][]string{}}).registry(t, "a", "b")
+	narrowed, err := full.Only("a")
+	require.NoError(t, err)
+	_, js := b.srv.Connect()
+	w, err := worker.New(ctx, js, &worker.Config{ID: "only-a", MemberTTL: memberTTL, Registry: narrowed})
+	require.NoError(t, err)
+	err = w.Start(ctx)
+	require.ErrorIs(t, err, worker.ErrConfigMismatch)
+	require.ErrorContains(t, err, "serves only a")
+	require.ErrorContains(t, err, "ax provision --pools")
+
+	// The full registry starts there as before.
+	b.startWorker(t, worker.Config{ID: "full", MemberTTL: memberTTL, Registry: full})
+}

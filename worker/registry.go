@@ -64,6 +64,9 @@ type handler struct {
 type Registry struct {
 	mu       sync.RWMutex
 	handlers map[string]handler
+	// narrowed is set by [Registry.Only]: the registry serves part of the
+	// types on purpose, which only a pools deployment routes.
+	narrowed bool
 }
 
 // NewRegistry returns an empty registry.
@@ -126,11 +129,14 @@ func (r *Registry) Types() []string {
 
 // Only returns a registry with the handlers of types alone, for a worker
 // that serves part of what a registry holds (a pool). A type not
-// registered here is an error.
+// registered here is an error. A worker with such a registry starts only on
+// a pools deployment: on the default layout every worker receives every
+// type, and it would dead-letter the others ([ErrConfigMismatch]).
 func (r *Registry) Only(types ...string) (*Registry, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	out := NewRegistry()
+	out.narrowed = true
 	for _, t := range types {
 		h, ok := r.handlers[t]
 		if !ok {

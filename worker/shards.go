@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,6 +82,10 @@ func (w *Worker) bindShards(ctx context.Context) error {
 		return err
 	}
 	if pools == nil {
+		if w.cfg.Registry.narrowed {
+			return fmt.Errorf("%w: the worker serves only %s (Registry.Only, ax worker --types), but the deployment routes every type to every worker "+
+				"and it would dead-letter the others; provision it with pools (ax provision --pools) or serve every type", ErrConfigMismatch, strings.Join(slices.Sorted(slices.Values(w.cfg.Registry.Types())), ", "))
+		}
 		w.sets = []*shardSet{{}}
 	} else {
 		types := w.cfg.Registry.Types()

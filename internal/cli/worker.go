@@ -40,7 +40,7 @@ func (f *workerFlags) add(cmd *cobra.Command) {
 	fs.DurationVar(&f.grace, "grace", worker.DefaultGracePeriod, "how long running tasks may finish on stop")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464")
 	fs.StringVar(&f.probe, "probe-journal", "", `register the "probe" test type, journaling executions to this file`)
-	fs.StringSliceVar(&f.types, "types", nil, `serve only these of the registered types, e.g. "echo,sleep" (default: all; on a pools deployment the worker receives only the types it serves)`)
+	fs.StringSliceVar(&f.types, "types", nil, `serve only these of the registered types, e.g. "echo,sleep" (default: all); only on a pools deployment (ax provision --pools), which routes the worker only these types`)
 	fs.StringSliceVar(&f.probeTypes, "probe-types", nil, `with --probe-journal, register the probe under these type names instead of "probe" (tests of worker pools)`)
 	fs.BoolVar(&f.faults, "fault-types", false, `register the fault suite's types "exit" (ends this process), "panic" and "bigerror" (never in production)`)
 }
