@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
@@ -33,8 +35,9 @@ func (a *aging) run(ctx context.Context) error {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
+		served := a.servedTypes()
 		for prio := 1; prio < streams.Priorities; prio++ {
-			if err := a.pass(ctx, prio); err != nil && ctx.Err() == nil {
+			if err := a.pass(ctx, prio, served); err != nil && ctx.Err() == nil {
 				a.log.Warn("aging_pass_failed", zap.Int("priority", prio), zap.Error(err))
 			}
 		}
@@ -53,7 +56,13 @@ func (a *aging) run(ctx context.Context) error {
 // (backpressure): a lift is a control-plane copy, which a refusing bucket
 // admits, so aging would carry a producer's tasks from the bucket below
 // into the room kept for core tasks. They rise once it admits again.
-func (a *aging) pass(ctx context.Context, prio int) error {
+//
+// On a pools deployment it scans each task type a live worker serves
+// (served) on its own and leaves the other types where they are: a task no
+// worker serves ages without end, and lifted it would take the room of the
+// buckets above, up to P0, from tasks that can run (and make them refuse
+// submits); it runs at its own priority once a worker for its type starts.
+func (a *aging) pass(ctx context.Context, prio int, served func(context.Context) ([]string, error)) error {
 	names := a.l.cfg.Names
 	if a.l.refusing[prio-1].Load() { // the pressure loop's last reading
 		return nil
@@ -62,14 +71,40 @@ func (a *aging) pass(ctx context.Context, prio int) error {
 	if err != nil {
 		return err
 	}
+	filters := []string{fmt.Sprintf("%s.p%d.>", names.Prefix(), prio)}
+	if streams.UsesPools(stream.CachedInfo().Config) {
+		types, err := served(ctx)
+		if err != nil {
+			return err
+		}
+		filters = filters[:0]
+		for _, t := range types {
+			filters = append(filters, fmt.Sprintf("%s.p%d.*.*.%s.>", names.Prefix(), prio, t))
+		}
+	}
+	// Bound a pass: lifts, and messages looked at (in-flight ones stay in
+	// a WorkQueue stream and are looked at again each pass).
+	budget := scanBudget{lifts: a.l.cfg.AgingBatch, scans: 10 * a.l.cfg.AgingBatch}
+	for _, filter := range filters {
+		if err := a.scan(ctx, stream, prio, filter, &budget); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanBudget bounds one aging pass: lifts, and messages looked at.
+type scanBudget struct{ lifts, scans int }
+
+// scan lifts the due tasks among the messages of bucket prio that match
+// filter, oldest first, stopping at the first message younger than half a
+// threshold or when budget runs out.
+func (a *aging) scan(ctx context.Context, stream jetstream.Stream, prio int, filter string, budget *scanBudget) error {
 	// A copy aged into this bucket is younger than the task's wait: look
 	// at messages older than half a threshold, and let the record decide.
 	cutoff := time.Now().Add(-a.l.cfg.AgingThreshold / 2)
-	filter := fmt.Sprintf("%s.p%d.>", names.Prefix(), prio)
 	seq := stream.CachedInfo().State.FirstSeq
-	// Bound a pass: lifts, and messages looked at (in-flight ones stay in
-	// a WorkQueue stream and are looked at again each pass).
-	for lifted, scanned := 0, 0; lifted < a.l.cfg.AgingBatch && scanned < 10*a.l.cfg.AgingBatch; scanned++ {
+	for ; budget.lifts > 0 && budget.scans > 0; budget.scans-- {
 		msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil // no more messages
@@ -87,10 +122,35 @@ func (a *aging) pass(ctx context.Context, prio int) error {
 			continue
 		}
 		if ok {
-			lifted++
+			budget.lifts--
 		}
 	}
 	return nil
+}
+
+// servedTypes returns a function that reads, once per aging round and only
+// when a pools deployment asks, the task types the live workers serve.
+func (a *aging) servedTypes() func(context.Context) ([]string, error) {
+	var types []string
+	var err error
+	read := false
+	return func(ctx context.Context) ([]string, error) {
+		if !read {
+			read = true
+			var members []kv.Member
+			if members, err = kv.ListMembers(ctx, a.l.js, a.l.cfg.Names); err != nil {
+				return nil, err
+			}
+			set := map[string]bool{}
+			for _, m := range members {
+				for _, t := range m.Types {
+					set[t] = true
+				}
+			}
+			types = slices.Sorted(maps.Keys(set))
+		}
+		return types, err
+	}
 }
 
 // waitingSince returns when the task became READY, not counting aging

@@ -5,9 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 )
 
 // On a pools deployment the pause level pauses the type consumers of the
@@ -36,4 +39,64 @@ func TestBackpressurePausesTypeConsumers(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return !consumerPaused("AX_P4", "p4-s00-t-x") && !consumerPaused("AX_P4", "p4-s31-t-y")
 	}, 10*time.Second, 10*time.Millisecond, "P4 resumes")
+}
+
+// On a pools deployment aging leaves the tasks of a type no live worker
+// serves in their bucket: they would age without end and, lifted, take the
+// room of the buckets above up to P0 from tasks that can run. A served
+// type's waiting tasks are lifted as before.
+func TestAgingLeavesUnservedTypesWhereTheyAre(t *testing.T) {
+	t.Parallel()
+	lb := setupLoops(t, 1, &streams.Config{Pools: true, Types: []string{"x", "report"}},
+		scheduler.LeaderConfig{AgingThreshold: 300 * time.Millisecond})
+	client, ctx := lb.client, context.Background()
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("x", func(ctx context.Context, _ *worker.Task) error {
+		<-ctx.Done() // holds the only slot: the other x tasks wait and age
+		return ctx.Err()
+	}, nil))
+	_, wjs := lb.srv.Connect()
+	w, err := worker.New(ctx, wjs, &worker.Config{Registry: reg, Concurrency: 1, PrefetchPerShard: 1, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, w.Stop(sctx))
+	})
+	blocker, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 0, Key: "blocker"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		rec, _, err := client.Store().Get(ctx, blocker.ID)
+		return err == nil && rec.State == kv.StateRunning
+	}, 10*time.Second, 10*time.Millisecond)
+
+	var unserved, served []string
+	for range 4 {
+		info, err := client.Submit(ctx, scheduler.Task{Type: "report", Priority: 4, Key: "k"})
+		require.NoError(t, err)
+		unserved = append(unserved, info.ID)
+	}
+	for range 4 {
+		info, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 4, Key: "k"})
+		require.NoError(t, err)
+		served = append(served, info.ID)
+	}
+	priority := func(id string) int {
+		rec, _, err := client.Store().Get(ctx, id)
+		require.NoError(t, err)
+		return rec.Priority
+	}
+	require.Eventually(t, func() bool {
+		lifted := 0
+		for _, id := range served {
+			if priority(id) <= 2 {
+				lifted++
+			}
+		}
+		return lifted >= 2 // two levels: two thresholds and more waited
+	}, 20*time.Second, 20*time.Millisecond, "the served type's waiting tasks are lifted")
+	for _, id := range unserved {
+		require.Equal(t, 4, priority(id), "task %s of the unserved type was lifted", id)
+	}
 }
