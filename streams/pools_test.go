@@ -117,3 +117,29 @@ func TestAddedFilterDoesNotRewind(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, info.State.Msgs, "b1 stays in the stream")
 }
+
+// Provisioning a pools deployment refuses, naming them, catch-all shard
+// consumers that a provision without pools (an older ax) added to its
+// buckets: they overlap every type's consumer, so no worker of a type could
+// start, and the deployment must not be reported unchanged.
+func TestPoolsProvisionRefusesShardConsumers(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.RunServer(t)
+	ctx := context.Background()
+	cfg := &streams.Config{Pools: true}
+	_, err := streams.Provision(ctx, js, cfg)
+	require.NoError(t, err)
+	// What a provision of the shard layout adds: p<N>-s<SS> filtering ax.p<N>.<SS>.>.
+	cc, err := streams.ConsumerConfig(&streams.Config{}, 3, 7)
+	require.NoError(t, err)
+	_, err = js.CreateConsumer(ctx, "AX_P3", cc)
+	require.NoError(t, err)
+
+	_, err = streams.Provision(ctx, js, cfg)
+	require.ErrorIs(t, err, streams.ErrLayoutChange)
+	require.ErrorContains(t, err, "nats consumer rm AX_P3 p3-s07")
+
+	require.NoError(t, js.DeleteConsumer(ctx, "AX_P3", "p3-s07"))
+	_, err = streams.Provision(ctx, js, cfg)
+	require.NoError(t, err, "provisioned again once they are removed")
+}

@@ -198,8 +198,11 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Repor
 		}
 	}
 	for p := range Priorities {
-		if cfg.Pools {
-			break // no catch-all consumers: one per type ([EnsureTypeConsumers])
+		if cfg.Pools { // no catch-all consumers: one per type ([EnsureTypeConsumers])
+			if err := refuseShardConsumers(ctx, js, cfg.Names, p); err != nil {
+				return report, err
+			}
+			continue
 		}
 		stream := cfg.Names.PriorityStream(p)
 		for shard := range Shards {
@@ -532,4 +535,37 @@ func checkFilter(filter, stream string) error {
 		return fmt.Errorf("%w: consumer filter %q names shard %q outside 0..%d", ErrLayoutChange, filter, tokens[2], Shards-1)
 	}
 	return nil
+}
+
+// refuseShardConsumers returns [ErrLayoutChange] if bucket p of a pools
+// deployment has catch-all shard consumers (p<N>-s<SS>), as a provision
+// without pools (an older ax) creates: they overlap every type's consumer,
+// so no worker of a type could start.
+func refuseShardConsumers(ctx context.Context, js jetstream.JetStream, names Names, p int) error {
+	stream, err := js.Stream(ctx, names.PriorityStream(p))
+	if err != nil {
+		return fmt.Errorf("look up stream %s: %w", names.PriorityStream(p), err)
+	}
+	shardConsumer := map[string]bool{}
+	for shard := range Shards {
+		shardConsumer[names.ConsumerName(p, shard)] = true
+	}
+	var found []string
+	lister := stream.ConsumerNames(ctx)
+	for name := range lister.Name() {
+		if shardConsumer[name] {
+			found = append(found, name)
+		}
+	}
+	if err := lister.Err(); err != nil {
+		return fmt.Errorf("list consumers of %s: %w", names.PriorityStream(p), err)
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	slices.Sort(found)
+	return fmt.Errorf("%w: stream %s routes by task type (pools) but has %d catch-all shard consumers (%s, …), "+
+		"created by a provision without pools (an older ax?); they overlap every type's consumer: once no worker of "+
+		"the shard layout runs, remove them (nats consumer rm %s %s, and the others) and provision again",
+		ErrLayoutChange, names.PriorityStream(p), len(found), found[0], names.PriorityStream(p), found[0])
 }
