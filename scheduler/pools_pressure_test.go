@@ -100,3 +100,36 @@ func TestAgingLeavesUnservedTypesWhereTheyAre(t *testing.T) {
 		require.Equal(t, 4, priority(id), "task %s of the unserved type was lifted", id)
 	}
 }
+
+// The consumers of a type created while backpressure pauses a bucket (a
+// worker of a new type starts) start paused as long as the bucket's
+// others, instead of delivering until the leader's next pause (30 s later).
+func TestTypeJoiningDuringPauseStartsPaused(t *testing.T) {
+	t.Parallel()
+	cfg := &streams.Config{Capacity: 20, Pools: true, Types: []string{"x"}}
+	lb := setupLoops(t, 1, cfg, scheduler.LeaderConfig{PressureInterval: 20 * time.Millisecond})
+	js, client, ctx := lb.js, lb.client, context.Background()
+	consumerPaused := func(stream, name string) bool {
+		cons, err := js.Consumer(ctx, stream, name)
+		require.NoError(t, err)
+		return cons.CachedInfo().Paused
+	}
+	for range 19 { // P3 at 95%
+		_, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 3, Core: true})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return consumerPaused("AX_P4", "p4-s00-t-x") },
+		10*time.Second, 10*time.Millisecond, "a full P3 pauses the type consumers of P4")
+
+	// A worker serving a new type starts: it creates the type's consumers
+	// as bindShards does.
+	stream, err := js.Stream(ctx, "AX_P0")
+	require.NoError(t, err)
+	poolsCfg, err := streams.PoolsConfig(streams.Names{}, stream.CachedInfo().Config)
+	require.NoError(t, err)
+	_, err = streams.EnsureTypeConsumers(ctx, js, poolsCfg, "z")
+	require.NoError(t, err)
+	require.True(t, consumerPaused("AX_P4", "p4-s00-t-z"), "the new type's P4 consumers start paused")
+	require.True(t, consumerPaused("AX_P4", "p4-s31-t-z"))
+	require.False(t, consumerPaused("AX_P3", "p3-s00-t-z"), "the full bucket's keep draining")
+}

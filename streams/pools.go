@@ -120,6 +120,8 @@ func EnsureTypeConsumers(ctx context.Context, js jetstream.JetStream, cfg *Confi
 	created := 0
 	for p := range Priorities {
 		stream := cfg.Names.PriorityStream(p)
+		var pause *time.Time
+		pauseRead := false
 		for shard := range Shards {
 			cc, err := TypeConsumerConfig(cfg, p, shard, taskType)
 			if err != nil {
@@ -132,6 +134,13 @@ func EnsureTypeConsumers(ctx context.Context, js jetstream.JetStream, cfg *Confi
 			if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 				return created, fmt.Errorf("look up consumer %s/%s: %w", stream, cc.Durable, err)
 			}
+			if !pauseRead {
+				if pause, err = bucketPause(ctx, js, stream); err != nil {
+					return created, err
+				}
+				pauseRead = true
+			}
+			cc.PauseUntil = pause
 			if _, err := js.CreateConsumer(ctx, stream, cc); err != nil {
 				return created, fmt.Errorf("create consumer %s/%s: %w", stream, cc.Durable, err)
 			}
@@ -139,4 +148,27 @@ func EnsureTypeConsumers(ctx context.Context, js jetstream.JetStream, cfg *Confi
 		}
 	}
 	return created, nil
+}
+
+// bucketPause returns until when the consumers of stream are paused, the
+// latest of their pauses, or nil: backpressure pauses every consumer of a
+// bucket, so a type's consumers created meanwhile start paused as long as
+// the others instead of delivering until the leader's next pause.
+func bucketPause(ctx context.Context, js jetstream.JetStream, stream string) (*time.Time, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, fmt.Errorf("look up stream %s: %w", stream, err)
+	}
+	var until *time.Time
+	lister := s.ListConsumers(ctx)
+	for info := range lister.Info() {
+		if pu := info.Config.PauseUntil; info.Paused && pu != nil && (until == nil || pu.After(*until)) {
+			u := *pu
+			until = &u
+		}
+	}
+	if err := lister.Err(); err != nil {
+		return nil, fmt.Errorf("list consumers of %s: %w", stream, err)
+	}
+	return until, nil
 }
