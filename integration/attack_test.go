@@ -81,7 +81,7 @@ func TestCancelledDelayedTaskNeverRunsAfterItsRecordExpires(t *testing.T) {
 // record and runs the cancelled task.
 func TestCancelledReadyTaskNeverRunsAfterItsRecordExpires(t *testing.T) {
 	b := setupMeshWith(t, kv.StoreConfig{Retention: time.Second})
-	id := b.submit(t, scheduler.Task{ID: "cx-ready", Priority: 3, Payload: payload(t, identityArgs{})})
+	id := b.submit(t, scheduler.Task{ID: "cx-ready", Priority: scheduler.P3, Payload: payload(t, identityArgs{})})
 	require.NoError(t, b.call(scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: id}, nil))
 	require.Eventually(t, func() bool { return b.gone(t, id) }, 10*time.Second, 50*time.Millisecond, "the CANCELLED record expires")
 	b.startWorker(t)
@@ -134,7 +134,7 @@ func TestLateAgingCASCannotNameADroppedOrphan(t *testing.T) {
 	b := setupMesh(t)
 	ctx := context.Background()
 	names := streams.DefaultNames()
-	id := b.submit(t, scheduler.Task{ID: "frozen-aging", Priority: 3, Payload: payload(t, identityArgs{})})
+	id := b.submit(t, scheduler.Task{ID: "frozen-aging", Priority: scheduler.P3, Payload: payload(t, identityArgs{})})
 	consumer := names.ConsumerName(3, streams.Shard(id))
 	_, err := b.js.PauseConsumer(ctx, "AX_P3", consumer, time.Now().Add(time.Hour))
 	require.NoError(t, err)
@@ -184,7 +184,7 @@ func TestHostileProducerCannotTouchTasksInAnyState(t *testing.T) {
 	evil := `{"sleep_ms":3}`
 	victims := map[string]*kv.Record{}
 	submit := func(id string, args identityArgs, delay time.Duration) {
-		b.submit(t, scheduler.Task{ID: id, Key: id, Priority: 3, Payload: payload(t, args), Delay: delay})
+		b.submit(t, scheduler.Task{ID: id, Key: id, Priority: scheduler.P3, Payload: payload(t, args), Delay: delay})
 		victims[id] = b.get(t, id)
 	}
 	attack := func(id string) {
@@ -282,7 +282,7 @@ func TestReleasedCopyFromBeforeReprioritizeIsNotAdopted(t *testing.T) {
 	b := setupMesh(t)
 	ctx := context.Background()
 	names := streams.DefaultNames()
-	id := b.submit(t, scheduler.Task{ID: "repri-release", Priority: 3, Payload: payload(t, identityArgs{}), Delay: 2 * time.Second})
+	id := b.submit(t, scheduler.Task{ID: "repri-release", Priority: scheduler.P3, Payload: payload(t, identityArgs{}), Delay: 2 * time.Second})
 	rec, rev, err := b.store.Get(ctx, id)
 	require.NoError(t, err)
 	// The mover: read (above), publish the released copy at the record's priority.
@@ -351,9 +351,9 @@ func TestMovesInterruptedAtEveryStepRunOnce(t *testing.T) {
 	ctx := context.Background()
 	ok := payload(t, identityArgs{})
 	for _, id := range []string{"amb-repri", "orph-repri", "amb-resume", "orph-resume"} {
-		b.submit(t, scheduler.Task{ID: id, Priority: 3, Payload: ok})
+		b.submit(t, scheduler.Task{ID: id, Priority: scheduler.P3, Payload: ok})
 	}
-	b.submit(t, scheduler.Task{ID: "orph-release", Priority: 3, Payload: ok, Delay: 2 * time.Second})
+	b.submit(t, scheduler.Task{ID: "orph-release", Priority: scheduler.P3, Payload: ok, Delay: 2 * time.Second})
 	b.handMove(t, "amb-repri", 1, kv.StateReady, true, false, nil)
 	b.handMove(t, "orph-repri", 1, kv.StateReady, false, false, nil)
 	for _, id := range []string{"amb-resume", "orph-resume"} {
@@ -367,7 +367,7 @@ func TestMovesInterruptedAtEveryStepRunOnce(t *testing.T) {
 	b.startWorker(t)
 	dead := payload(t, identityArgs{FailAttempt: 1, Permanent: true})
 	for _, id := range []string{"amb-replay", "orph-replay"} {
-		b.submit(t, scheduler.Task{ID: id, Priority: 3, Payload: dead})
+		b.submit(t, scheduler.Task{ID: id, Priority: scheduler.P3, Payload: dead})
 		b.waitState(t, id, 20*time.Second, kv.StateDead)
 	}
 	dlq, err := b.js.Stream(ctx, "AX_DLQ")
@@ -414,7 +414,7 @@ func TestMoversRacingOnTheSameTasks(t *testing.T) {
 		if i%4 == 0 {
 			delay = time.Duration(500+i*20) * time.Millisecond
 		}
-		b.submit(t, scheduler.Task{ID: ids[i], Priority: 3 + i%2, Payload: payload(t, identityArgs{SleepMS: 600}), Delay: delay})
+		b.submit(t, scheduler.Task{ID: ids[i], Priority: scheduler.PriorityOf(3 + i%2), Payload: payload(t, identityArgs{SleepMS: 600}), Delay: delay})
 	}
 	b.startWorker(t)
 	stop := time.Now().Add(10 * time.Second)
@@ -485,7 +485,7 @@ func TestPausedUnseenIDKeepsTheAcceptedTask(t *testing.T) {
 	require.NoError(t, err)
 	time.Sleep(500 * time.Millisecond) // a worker sees it and keeps it while the id is held
 	real := payload(t, identityArgs{})
-	info, err := b.client.Submit(ctx, scheduler.Task{ID: "held2", Type: "ident", Tenant: "owner", Priority: 3, Payload: real})
+	info, err := b.client.Submit(ctx, scheduler.Task{ID: "held2", Type: "ident", Tenant: "owner", Priority: scheduler.P3, Payload: real})
 	require.NoError(t, err)
 	require.NoError(t, b.call(scheduler.VerbTaskResume, scheduler.TaskRequest{ID: "held2"}, nil))
 	rec := b.waitState(t, "held2", 30*time.Second, kv.StateSucceeded, kv.StateDead, kv.StateCancelled)

@@ -126,7 +126,7 @@ func (m *mesh) submitProbeOn(owners worker.Assignment, id string, ms int) string
 func (m *mesh) submitProbes(n, minMS, maxMS int) []string {
 	tasks := make([]scheduler.Task, n)
 	for i := range tasks {
-		tasks[i] = scheduler.Task{Type: "probe", Priority: i % 5, Tenant: fmt.Sprintf("t%d", i%3),
+		tasks[i] = scheduler.Task{Type: "probe", Priority: scheduler.PriorityOf(i % 5), Tenant: fmt.Sprintf("t%d", i%3),
 			Payload: fmt.Appendf(nil, `{"ms":%d}`, minMS+rand.IntN(maxMS-minMS+1))}
 	}
 	infos, err := m.client.SubmitBatch(context.Background(), tasks)

@@ -300,7 +300,7 @@ func TestOperatorVerbsNeverStrandATask(t *testing.T) {
 			}
 			ids := map[string]string{}
 			for _, verb := range verbs {
-				ids[verb] = b.submit(t, scheduler.Task{ID: st.name + "-" + verb, Priority: 3, Payload: payload(t, st.args), Delay: st.delay})
+				ids[verb] = b.submit(t, scheduler.Task{ID: st.name + "-" + verb, Priority: scheduler.P3, Payload: payload(t, st.args), Delay: st.delay})
 			}
 			for _, verb := range verbs {
 				id := ids[verb]
@@ -344,7 +344,7 @@ func TestOperatorVerbsNeverStrandATask(t *testing.T) {
 func TestDeletedLosingCopyDoesNotStrandTask(t *testing.T) {
 	b := setupMesh(t)
 	ctx := context.Background()
-	id := b.submit(t, scheduler.Task{ID: "lost-cas", Priority: 3, Payload: payload(t, identityArgs{})})
+	id := b.submit(t, scheduler.Task{ID: "lost-cas", Priority: scheduler.P3, Payload: payload(t, identityArgs{})})
 	// What aging publishes before its compare-and-set (the old copy id).
 	msg := nats.NewMsg("ax.submit.p2.default.ident.lost-cas")
 	msg.Data = payload(t, identityArgs{})
@@ -370,10 +370,10 @@ func TestOneIDInTwoBucketsRunsOnce(t *testing.T) {
 	b := setupMesh(t)
 	ctx := context.Background()
 	args := payload(t, identityArgs{SleepMS: 1500})
-	first, err := b.client.Submit(ctx, scheduler.Task{ID: "d1", Type: "ident", Priority: 3, Payload: args})
+	first, err := b.client.Submit(ctx, scheduler.Task{ID: "d1", Type: "ident", Priority: scheduler.P3, Payload: args})
 	require.NoError(t, err)
 	require.False(t, first.Duplicate)
-	second, err := b.client.Submit(ctx, scheduler.Task{ID: "d1", Type: "ident", Priority: 1, Payload: args})
+	second, err := b.client.Submit(ctx, scheduler.Task{ID: "d1", Type: "ident", Priority: scheduler.P1, Payload: args})
 	require.NoError(t, err)
 	require.True(t, second.Duplicate, "a second submit of an id is a duplicate")
 	p1, err := b.js.Stream(ctx, "AX_P1")
@@ -452,7 +452,7 @@ func TestForeignMessageCannotReplaceTask(t *testing.T) {
 	b := setupMesh(t)
 	ctx := context.Background()
 	real := payload(t, identityArgs{})
-	_, err := b.client.Submit(ctx, scheduler.Task{ID: "victim", Type: "ident", Tenant: "tenantB", Priority: 3, Payload: real})
+	_, err := b.client.Submit(ctx, scheduler.Task{ID: "victim", Type: "ident", Tenant: "tenantB", Priority: scheduler.P3, Payload: real})
 	require.NoError(t, err)
 	msg := nats.NewMsg("ax.submit.p0.tenantA.ident.x")
 	msg.Data = []byte(`{"sleep_ms":1}`)

@@ -49,7 +49,7 @@ func TestLeaderFrozenAndResumed(t *testing.T) {
 	// A P4 backlog of ~10 s of work for 4 slots: aging lifts it meanwhile.
 	tasks := make([]scheduler.Task, 1000)
 	for i := range tasks {
-		tasks[i] = scheduler.Task{Type: "probe", Priority: 4, Payload: []byte(`{"ms":40}`)}
+		tasks[i] = scheduler.Task{Type: "probe", Priority: scheduler.P4, Payload: []byte(`{"ms":40}`)}
 	}
 	infos, err := client.SubmitBatch(ctx, tasks)
 	require.NoError(t, err)

@@ -33,7 +33,7 @@ func BenchmarkAdminStats(b *testing.B) {
 	const records = 5_000
 	tasks := make([]scheduler.Task, records)
 	for i := range tasks {
-		tasks[i] = scheduler.Task{ID: fmt.Sprintf("t-%d", i), Type: "email", Priority: i % 5}
+		tasks[i] = scheduler.Task{ID: fmt.Sprintf("t-%d", i), Type: "email", Priority: scheduler.PriorityOf(i % 5)}
 	}
 	if _, err := bundle.client.SubmitBatch(context.Background(), tasks); err != nil {
 		b.Fatal(err)

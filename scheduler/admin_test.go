@@ -86,7 +86,7 @@ func TestAdminIsAMicroServiceWithEveryVerb(t *testing.T) {
 func TestAdminGetAndTrail(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
-	id := b.submit(t, scheduler.Task{Type: "email", Tenant: "acme", Priority: 2})
+	id := b.submit(t, scheduler.Task{Type: "email", Tenant: "acme", Priority: scheduler.P2})
 	var got scheduler.TaskReply
 	require.NoError(t, b.call(t, scheduler.VerbTaskGet, scheduler.TaskRequest{ID: id}, &got))
 	require.Equal(t, kv.StateReady, got.Task.State)
@@ -161,7 +161,7 @@ func TestAdminCancelWaitingAndUnseen(t *testing.T) {
 func TestAdminPauseResumeRedispatches(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
-	id := b.submit(t, scheduler.Task{Type: "email", Payload: []byte("keep me"), Priority: 1, Headers: map[string]string{"Ax-Trace": "t1"}})
+	id := b.submit(t, scheduler.Task{Type: "email", Payload: []byte("keep me"), Priority: scheduler.P1, Headers: map[string]string{"Ax-Trace": "t1"}})
 	var paused scheduler.TaskReply
 	require.NoError(t, b.call(t, scheduler.VerbTaskPause, scheduler.TaskRequest{ID: id}, &paused))
 	require.Equal(t, kv.StatePaused, paused.Task.State)
@@ -194,7 +194,7 @@ func TestAdminPauseResumeRedispatches(t *testing.T) {
 func TestAdminReprioritizeMovesBucket(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
-	id := b.submit(t, scheduler.Task{Type: "email", Payload: []byte("p"), Priority: 4})
+	id := b.submit(t, scheduler.Task{Type: "email", Payload: []byte("p"), Priority: scheduler.P4})
 	var reply scheduler.TaskReply
 	require.NoError(t, b.call(t, scheduler.VerbTaskReprioritize, scheduler.ReprioritizeRequest{ID: id, Priority: 0}, &reply))
 	require.Equal(t, 0, reply.Task.Priority)
@@ -242,7 +242,7 @@ func TestAdminStatsAndWorkers(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
 	for range 3 {
-		b.submit(t, scheduler.Task{Type: "email", Priority: 2})
+		b.submit(t, scheduler.Task{Type: "email", Priority: scheduler.P2})
 	}
 	var stats scheduler.StatsReply
 	require.NoError(t, b.call(t, scheduler.VerbStats, scheduler.StatsRequest{Window: "1m"}, &stats))

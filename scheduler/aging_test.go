@@ -59,7 +59,7 @@ func agingRun(t *testing.T, threshold time.Duration, wait time.Duration) (*kv.Re
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.True(c, w.Stats().Started >= 5 && streamMsgs(c, js, "AX_P0") >= 10)
 	}, 10*time.Second, 5*time.Millisecond)
-	info, err := client.Submit(ctx, scheduler.Task{Type: "work", Priority: 4})
+	info, err := client.Submit(ctx, scheduler.Task{Type: "work", Priority: scheduler.P4})
 	require.NoError(t, err)
 	submitted := time.Now()
 	var rec *kv.Record
@@ -80,7 +80,7 @@ func agingRun(t *testing.T, threshold time.Duration, wait time.Duration) (*kv.Re
 func make10() []scheduler.Task {
 	tasks := make([]scheduler.Task, 10)
 	for i := range tasks {
-		tasks[i] = scheduler.Task{Type: "work"}
+		tasks[i] = scheduler.Task{Type: "work", Priority: scheduler.P0}
 	}
 	return tasks
 }

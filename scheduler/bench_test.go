@@ -27,7 +27,7 @@ func BenchmarkSubmitBatch(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		for i := range tasks {
-			tasks[i] = scheduler.Task{Type: "noop", Priority: i % 5, Payload: make([]byte, 200)}
+			tasks[i] = scheduler.Task{Type: "noop", Priority: scheduler.PriorityOf(i % 5), Payload: make([]byte, 200)}
 		}
 		if _, err := bundle.client.SubmitBatch(ctx, tasks); err != nil {
 			b.Fatal(err)

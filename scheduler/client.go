@@ -160,7 +160,7 @@ func (c *Client) Submit(ctx context.Context, task Task) (TaskInfo, error) {
 		return TaskInfo{ID: t.ID}, fmt.Errorf("submit task %s: stored, but its record was not written: %w", t.ID, err)
 	}
 	if !dup {
-		c.sent[t.Priority].Add(1)
+		c.sent[t.Priority.level()].Add(1)
 	}
 	return t.info(c.cfg.Names, ack.Sequence, dup), nil
 }
@@ -244,7 +244,7 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []Task) ([]TaskInfo, err
 		}
 		infos[i] = normalized[i].info(c.cfg.Names, ack.Sequence, dup)
 		if !dup {
-			c.sent[normalized[i].Priority].Add(1)
+			c.sent[normalized[i].Priority.level()].Add(1)
 		}
 	}
 	if len(failed) > 0 {
@@ -358,7 +358,7 @@ func (c *Client) existing(ctx context.Context, t Task, ack *jetstream.PubAck) (b
 			// would, so that the resume runs it. On a lost race, look again:
 			// a worker may have bound this very message, or another one.
 			_, _, err := c.store.Apply(ctx, rec, rev, kv.StatePaused, kv.Actor{Action: "bind"}, func(r *kv.Record) error {
-				r.Type, r.Tenant, r.Key, r.Priority = t.Type, t.Tenant, t.Key, t.Priority
+				r.Type, r.Tenant, r.Key, r.Priority = t.Type, t.Tenant, t.Key, t.Priority.level()
 				r.Gen, r.Stream, r.StreamSeq = 1, ack.Stream, ack.Sequence
 				return nil
 			})
@@ -394,14 +394,14 @@ func (c *Client) submitError(t Task, err error) error {
 	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
 		if p := c.pressure.Load(); p != nil && !t.Core {
 			for _, b := range p.Buckets {
-				if b.Priority == t.Priority && (b.Refusing || b.Level >= LevelRefuse) {
+				if b.Priority == t.Priority.level() && (b.Refusing || b.Level >= LevelRefuse) {
 					return fmt.Errorf("submit task %s: %w: bucket %s refuses non-core tasks (%.0f%% full)", t.ID, ErrOverloaded, b.Stream, 100*b.Depth)
 				}
 			}
 		}
-		subject := c.cfg.Names.SubmitSubject(t.Priority, t.Tenant, t.Type, t.Key)
+		subject := c.cfg.Names.SubmitSubject(t.Priority.level(), t.Tenant, t.Type, t.Key)
 		if t.Core {
-			subject = c.cfg.Names.CoreSubject(t.Priority, t.Tenant, t.Type, t.Key)
+			subject = c.cfg.Names.CoreSubject(t.Priority.level(), t.Tenant, t.Type, t.Key)
 		}
 		return fmt.Errorf("submit task %s: no stream stored %s (%w): the bucket refuses non-core tasks under backpressure, or JetStream or the bucket is not available", t.ID, subject, err)
 	}

@@ -51,7 +51,7 @@ func TestSubmitWritesReadyRecord(t *testing.T) {
 	b := setup(t, nil, nil)
 	ctx := context.Background()
 	deadline := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
-	info, err := b.client.Submit(ctx, scheduler.Task{Type: "email", Tenant: "acme", Key: "user-7", Priority: 3,
+	info, err := b.client.Submit(ctx, scheduler.Task{Type: "email", Tenant: "acme", Key: "user-7", Priority: scheduler.P3,
 		Payload: []byte("hi"), Timeout: 5 * time.Second, MaxAttempts: 4, Core: true, Deadline: deadline,
 		Headers: map[string]string{"Ax-Trace": "abc"}})
 	require.NoError(t, err)
@@ -93,16 +93,16 @@ func TestSubmitIsIdempotent(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, again.Duplicate)
 	require.Equal(t, first.Sequence, again.Sequence)
-	require.EqualValues(t, 1, streamMsgs(t, b.js, "AX_P0"))
+	require.EqualValues(t, 1, streamMsgs(t, b.js, "AX_P2"))
 
 	// The same id in another bucket is reported as a duplicate; the copy it
 	// stored is dropped by the worker that sees it.
-	other, err := b.client.Submit(ctx, scheduler.Task{ID: "order-1", Type: "ship", Priority: 3})
+	other, err := b.client.Submit(ctx, scheduler.Task{ID: "order-1", Type: "ship", Priority: scheduler.P3})
 	require.NoError(t, err)
 	require.True(t, other.Duplicate)
 	rec, _, err := b.client.Store().Get(ctx, "order-1")
 	require.NoError(t, err)
-	require.Equal(t, 0, rec.Priority)
+	require.Equal(t, 2, rec.Priority, "the record keeps the first bucket")
 }
 
 func TestSubmitValidation(t *testing.T) {
@@ -117,8 +117,8 @@ func TestSubmitValidation(t *testing.T) {
 		{"dotted type", scheduler.Task{Type: "a.b"}, "Type"},
 		{"tenant with space", scheduler.Task{Type: "x", Tenant: "a b"}, "Tenant"},
 		{"key wildcard", scheduler.Task{Type: "x", Key: "k*"}, "Key"},
-		{"priority high", scheduler.Task{Type: "x", Priority: 5}, "Priority"},
-		{"priority negative", scheduler.Task{Type: "x", Priority: -1}, "Priority"},
+		{"priority high", scheduler.Task{Type: "x", Priority: "p5"}, "Priority"},
+		{"priority not a name", scheduler.Task{Type: "x", Priority: "2"}, "Priority"},
 		{"timeout", scheduler.Task{Type: "x", Timeout: -time.Second}, "Timeout"},
 		{"attempts", scheduler.Task{Type: "x", MaxAttempts: -1}, "MaxAttempts"},
 		{"deadline", scheduler.Task{Type: "x", Deadline: time.Now().Add(-time.Hour)}, "Deadline"},
@@ -138,7 +138,7 @@ func TestSubmitValidation(t *testing.T) {
 			require.Contains(t, err.Error(), tc.field)
 		})
 	}
-	require.Zero(t, streamMsgs(t, b.js, "AX_P0"))
+	require.Zero(t, streamMsgs(t, b.js, "AX_P2"))
 }
 
 // A batch far larger than the async publish window lands every task once.
@@ -148,7 +148,7 @@ func TestSubmitBatchSurvivesStalls(t *testing.T) {
 	ctx := context.Background()
 	tasks := make([]scheduler.Task, 5000)
 	for i := range tasks {
-		tasks[i] = scheduler.Task{Type: "noop", Priority: i % 5}
+		tasks[i] = scheduler.Task{Type: "noop", Priority: scheduler.PriorityOf(i % 5)}
 	}
 	infos, err := b.client.SubmitBatch(ctx, tasks)
 	require.NoError(t, err)
@@ -191,7 +191,7 @@ func TestSubmitBatchFullBucket(t *testing.T) {
 	ctx := context.Background()
 	tasks := make([]scheduler.Task, 150)
 	for i := range tasks {
-		tasks[i] = scheduler.Task{Type: "noop", Priority: 2}
+		tasks[i] = scheduler.Task{Type: "noop", Priority: scheduler.P2}
 	}
 	infos, err := b.client.SubmitBatch(ctx, tasks)
 	var batchErr *scheduler.BatchError
@@ -208,7 +208,7 @@ func TestSubmitBatchFullBucket(t *testing.T) {
 			require.NoError(t, getErr)
 		}
 	}
-	_, err = b.client.Submit(ctx, scheduler.Task{Type: "noop", Priority: 2})
+	_, err = b.client.Submit(ctx, scheduler.Task{Type: "noop", Priority: scheduler.P2})
 	require.ErrorIs(t, err, scheduler.ErrOverloaded)
 	require.True(t, strings.Contains(err.Error(), "maximum messages"), err.Error())
 	require.False(t, errors.Is(err, scheduler.ErrInvalidTask))

@@ -21,7 +21,7 @@ func TestCronAcrossLeaderChange(t *testing.T) {
 	t.Parallel()
 	lb := setupLoops(t, 2, nil, scheduler.LeaderConfig{})
 	js, client, ctx, first := lb.js, lb.client, context.Background(), lb.leader
-	job, err := client.AddCron(ctx, scheduler.CronJob{Name: "tick", Spec: "@every 1s", Task: scheduler.Task{Type: "report", Priority: 1, Payload: []byte("p")}})
+	job, err := client.AddCron(ctx, scheduler.CronJob{Name: "tick", Spec: "@every 1s", Task: scheduler.Task{Type: "report", Priority: scheduler.P1, Payload: []byte("p")}})
 	require.NoError(t, err)
 	require.False(t, job.Next.IsZero())
 

@@ -33,7 +33,7 @@ func TestConstructorsAcceptNilConfig(t *testing.T) {
 	require.NotNil(t, metrics.New(nil))
 	info, err := client.Submit(ctx, scheduler.Task{Type: "email"})
 	require.NoError(t, err)
-	require.Equal(t, "AX_P0", info.Stream)
+	require.Equal(t, "AX_P2", info.Stream, "a task that names no priority is DefaultPriority (P2)")
 }
 
 // Two contenders of one process get distinct default ids: a shared id would

@@ -26,8 +26,9 @@ type Task struct {
 	Type string `json:"type"`
 	// Payload is passed to the handler as is.
 	Payload []byte `json:"payload,omitempty"`
-	// Priority 0 (P0, highest) to 4 (P4, lowest). The zero value is P0.
-	Priority int `json:"priority"`
+	// Priority names the bucket: [P0] (highest) to [P4] (lowest). The zero
+	// value is [DefaultPriority] (P2).
+	Priority Priority `json:"priority,omitempty"`
 	// Tenant owns the task. Default "default".
 	Tenant string `json:"tenant"`
 	// Key partitions tasks into shards (tasks of one key share a shard).
@@ -93,9 +94,12 @@ func (t Task) normalize(now time.Time) (Task, error) {
 			return bad("%s", err)
 		}
 	}
+	level, err := t.Priority.Level()
+	if err != nil {
+		return bad("Priority %q is not p0..p%d (empty: %s)", t.Priority, streams.Priorities-1, DefaultPriority)
+	}
+	t.Priority = PriorityOf(level)
 	switch {
-	case t.Priority < 0 || t.Priority >= streams.Priorities:
-		return bad("Priority %d is not 0..%d", t.Priority, streams.Priorities-1)
 	case t.Timeout < 0:
 		return bad("Timeout %s is negative", t.Timeout)
 	case t.MaxAttempts < 0 || t.MaxAttempts > streams.MaxAttemptsLimit:
@@ -137,9 +141,9 @@ func isOptionHeader(name string) bool {
 
 // message builds the wire message of a normalized task.
 func (t Task) message(names streams.Names) *nats.Msg {
-	subject := names.SubmitSubject(t.Priority, t.Tenant, t.Type, t.Key)
+	subject := names.SubmitSubject(t.Priority.level(), t.Tenant, t.Type, t.Key)
 	if t.Core {
-		subject = names.CoreSubject(t.Priority, t.Tenant, t.Type, t.Key)
+		subject = names.CoreSubject(t.Priority.level(), t.Tenant, t.Type, t.Key)
 	}
 	msg := nats.NewMsg(subject)
 	msg.Data = t.Payload
@@ -157,7 +161,7 @@ func (t Task) record(stream string, seq uint64) *kv.Record {
 		state = kv.StatePending
 	}
 	rec := &kv.Record{
-		ID: t.ID, Type: t.Type, Tenant: t.Tenant, Key: t.Key, Priority: t.Priority,
+		ID: t.ID, Type: t.Type, Tenant: t.Tenant, Key: t.Key, Priority: t.Priority.level(),
 		State: state, MaxAttempts: t.MaxAttempts, Timeout: kv.Duration(t.Timeout),
 		Core: t.Core, Gen: 1, Stream: stream, StreamSeq: seq,
 	}
@@ -174,7 +178,7 @@ func (t Task) record(stream string, seq uint64) *kv.Record {
 
 func (t Task) info(names streams.Names, seq uint64, dup bool) TaskInfo {
 	return TaskInfo{
-		ID: t.ID, Type: t.Type, Tenant: t.Tenant, Priority: t.Priority, Shard: streams.Shard(t.Key),
-		Stream: names.PriorityStream(t.Priority), Sequence: seq, Duplicate: dup, RunAt: t.RunAt,
+		ID: t.ID, Type: t.Type, Tenant: t.Tenant, Priority: t.Priority.level(), Shard: streams.Shard(t.Key),
+		Stream: names.PriorityStream(t.Priority.level()), Sequence: seq, Duplicate: dup, RunAt: t.RunAt,
 	}
 }

@@ -30,7 +30,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 			n := max(b.N, 1000)
 			tasks := make([]scheduler.Task, n)
 			for i := range tasks {
-				tasks[i] = scheduler.Task{Type: "noop", Priority: tc.priority(i), Payload: make([]byte, 200)}
+				tasks[i] = scheduler.Task{Type: "noop", Priority: scheduler.PriorityOf(tc.priority(i)), Payload: make([]byte, 200)}
 			}
 			if tc.raw {
 				for i := range tasks {

@@ -69,7 +69,7 @@ func TestHeartbeatCountsOnlyWhenConsumerAnswers(t *testing.T) {
 	const key = "k-beat"
 	shard := streams.Shard(key)
 	b.startWorker(t, worker.Config{Registry: reg, Shards: []int{shard}})
-	info, err := b.client.Submit(ctx, scheduler.Task{Type: "block", Key: key, Priority: 2})
+	info, err := b.client.Submit(ctx, scheduler.Task{Type: "block", Key: key, Priority: scheduler.P2})
 	require.NoError(t, err)
 	b.waitState(t, info.ID, kv.StateRunning)
 	names := streams.DefaultNames()

@@ -51,7 +51,7 @@ func TestBufferedPrefetchNeverRunsTwiceAtOnce(t *testing.T) {
 
 	tasks := make([]scheduler.Task, 200) // ~6 per shard: a backlog each worker buffers for seconds
 	for i := range tasks {
-		tasks[i] = scheduler.Task{Type: "work", Priority: 2}
+		tasks[i] = scheduler.Task{Type: "work", Priority: scheduler.P2}
 	}
 	infos, err := b.client.SubmitBatch(context.Background(), tasks)
 	require.NoError(t, err)

@@ -66,7 +66,7 @@ func TestRebalanceWithoutLoss(t *testing.T) {
 
 	tasks := make([]scheduler.Task, total)
 	for i := range tasks {
-		tasks[i] = scheduler.Task{Type: "job", Priority: i % 5}
+		tasks[i] = scheduler.Task{Type: "job", Priority: scheduler.PriorityOf(i % 5)}
 	}
 	infos, err := b.client.SubmitBatch(ctx, tasks)
 	require.NoError(t, err)

@@ -172,7 +172,7 @@ func testStrictPriority(t *testing.T, policy string) {
 	}, nil))
 	backlog := make([]scheduler.Task, 1000)
 	for i := range backlog {
-		backlog[i] = scheduler.Task{Type: "job", Priority: 4}
+		backlog[i] = scheduler.Task{Type: "job", Priority: scheduler.P4}
 	}
 	_, err := b.client.SubmitBatch(ctx, backlog)
 	require.NoError(t, err)
@@ -183,7 +183,7 @@ func testStrictPriority(t *testing.T, policy string) {
 
 	urgent := make([]scheduler.Task, 10)
 	for i := range urgent {
-		urgent[i] = scheduler.Task{Type: "job", Priority: 0}
+		urgent[i] = scheduler.Task{Type: "job", Priority: scheduler.P0}
 	}
 	mu.Lock()
 	before := len(starts)
@@ -301,14 +301,14 @@ func TestTimeoutThenDead(t *testing.T) {
 	require.Equal(t, info.ID, msg.Header.Get(streams.HeaderTaskID))
 	require.Equal(t, "2", msg.Header.Get(streams.HeaderAttempts))
 	require.Contains(t, msg.Header.Get(streams.HeaderError), "timed out")
-	require.Equal(t, "ax.submit.p0.acme.sleep."+info.ID, msg.Header.Get(streams.HeaderSubject))
+	require.Equal(t, "ax.submit.p2.acme.sleep."+info.ID, msg.Header.Get(streams.HeaderSubject))
 	require.JSONEq(t, `{"ms":60000}`, string(msg.Data))
 
 	// The message left its bucket.
-	p0, err := b.js.Stream(ctx, "AX_P0")
+	bucket, err := b.js.Stream(ctx, "AX_P2")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		i, err := p0.Info(ctx)
+		i, err := bucket.Info(ctx)
 		return err == nil && i.State.Msgs == 0
 	}, 5*time.Second, 20*time.Millisecond)
 }
@@ -382,7 +382,7 @@ func TestMalformedTasksAreDeadLettered(t *testing.T) {
 		require.NoError(t, err, c.name)
 		seqs = append(seqs, ack.Sequence)
 	}
-	good, err := b.client.Submit(ctx, scheduler.Task{Type: "echo", Priority: 1})
+	good, err := b.client.Submit(ctx, scheduler.Task{Type: "echo", Priority: scheduler.P1})
 	require.NoError(t, err)
 	b.waitState(t, good.ID, kv.StateSucceeded)
 

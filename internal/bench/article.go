@@ -109,7 +109,7 @@ func Article(ctx context.Context, o Options, a ArticleOptions) (*Result, error) 
 			d := time.Duration(float64(100*time.Millisecond+rand.N(1900*time.Millisecond)) * a.TimeScale)
 			binary.LittleEndian.PutUint32(payload[9:], uint32(d.Microseconds()))
 			batch[j] = scheduler.Task{Type: "article", Tenant: fmt.Sprintf("tenant%02d", (i+j)%a.Tenants),
-				Priority: rand.IntN(streams.Priorities), MaxAttempts: 3, Payload: payload}
+				Priority: scheduler.PriorityOf(rand.IntN(streams.Priorities)), MaxAttempts: 3, Payload: payload}
 		}
 		if _, err := run.client.SubmitBatch(ctx, batch); err != nil {
 			return nil, fmt.Errorf("article submit: %w", err)

@@ -26,7 +26,7 @@ func Latency(ctx context.Context, o Options, rate int, duration time.Duration) (
 	bar := startProgress(o.Progress, "latency", total, done.load)
 	before, start := r.usage(), time.Now()
 	if err := pace(ctx, r.client, rate, total, func(int) scheduler.Task {
-		return scheduler.Task{Type: "noop", Priority: 2, Payload: stamp(make([]byte, o.Payload))}
+		return scheduler.Task{Type: "noop", Priority: scheduler.P2, Payload: stamp(make([]byte, o.Payload))}
 	}); err != nil {
 		return nil, err
 	}
@@ -57,7 +57,7 @@ func Priority(ctx context.Context, o Options, backlog, rate int, duration time.D
 	for i := 0; i < backlog; i += chunk {
 		tasks := make([]scheduler.Task, min(chunk, backlog-i))
 		for j := range tasks {
-			tasks[j] = scheduler.Task{Type: "noop", Priority: 4, Payload: make([]byte, o.Payload)}
+			tasks[j] = scheduler.Task{Type: "noop", Priority: scheduler.P4, Payload: make([]byte, o.Payload)}
 		}
 		if _, err := r.client.SubmitBatch(ctx, tasks); err != nil {
 			return nil, fmt.Errorf("priority backlog: %w", err)
@@ -83,7 +83,7 @@ func Priority(ctx context.Context, o Options, backlog, rate int, duration time.D
 	bar = startProgress(o.Progress, "P0 tasks", total, urgentDone.load)
 	before, start := r.usage(), time.Now()
 	if err := pace(ctx, r.client, rate, total, func(int) scheduler.Task {
-		return scheduler.Task{Type: "noop", Priority: 0, Payload: stamp(make([]byte, o.Payload))}
+		return scheduler.Task{Type: "noop", Priority: scheduler.P0, Payload: stamp(make([]byte, o.Payload))}
 	}); err != nil {
 		return nil, err
 	}

@@ -124,7 +124,7 @@ func Throughput(ctx context.Context, o Options) (*Result, error) {
 	for i := 0; i < o.Tasks; i += chunk {
 		tasks = tasks[:0]
 		for range min(chunk, o.Tasks-i) {
-			tasks = append(tasks, scheduler.Task{Type: "noop", Priority: 2, Payload: stamp(make([]byte, o.Payload))})
+			tasks = append(tasks, scheduler.Task{Type: "noop", Priority: scheduler.P2, Payload: stamp(make([]byte, o.Payload))})
 		}
 		if _, err := r.client.SubmitBatch(ctx, tasks); err != nil {
 			return nil, fmt.Errorf("throughput submit: %w", err)

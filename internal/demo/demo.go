@@ -50,7 +50,7 @@ func Run(ctx context.Context, client *scheduler.Client, ws []*worker.Worker, o O
 	tasks := make([]scheduler.Task, o.Tasks)
 	tenants := []string{"acme", "globex", "initech"}
 	for i := range tasks {
-		t := scheduler.Task{Type: "sleep", Tenant: tenants[i%len(tenants)], Priority: rand.IntN(5)}
+		t := scheduler.Task{Type: "sleep", Tenant: tenants[i%len(tenants)], Priority: scheduler.PriorityOf(rand.IntN(5))}
 		fail := 0
 		switch r := rand.Float64(); {
 		case r < 0.005:
