@@ -107,3 +107,47 @@ func ExampleWorker_Run() {
 	// SUCCEEDED
 	// stopped: <nil>
 }
+
+// Welcome is the args of a "welcome" task: its kind and payload shape are
+// written once, for the producer and the handler.
+type Welcome struct {
+	To string `json:"to"`
+}
+
+// Kind names the task type of [Welcome] args.
+func (Welcome) Kind() string { return "welcome" }
+
+// The producer submits typed args with SubmitJSON and the worker handles
+// the same Go type with HandleArgs: neither writes the type string or the
+// payload's encoding.
+func ExampleHandleArgs() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	js, stop := exampleJetStream(ctx)
+	defer stop()
+
+	sent := make(chan string, 1)
+	reg := worker.NewRegistry()
+	_ = worker.HandleArgs(reg, func(ctx context.Context, task *worker.Task, args Welcome) error {
+		sent <- task.Type + " to " + args.To
+		return nil
+	}, nil)
+	w, _ := worker.New(ctx, js, &worker.Config{Registry: reg})
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+
+	client, _ := scheduler.NewClient(ctx, js, nil)
+	defer func() { _ = client.Close() }()
+	info, err := client.SubmitJSON(ctx, Welcome{To: "ada@example.com"}, &scheduler.Task{Tenant: "acme"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(<-sent)
+	fmt.Println(waitState(ctx, client.Store(), info.ID, kv.StateSucceeded))
+	cancel()
+	<-done
+	// Output:
+	// welcome to ada@example.com
+	// SUCCEEDED
+}
