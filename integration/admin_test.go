@@ -85,7 +85,7 @@ func TestCancelRunningTaskReachesHandler(t *testing.T) {
 		}
 	}, &worker.TypeConfig{Timeout: time.Minute}))
 	b := setupLive(t, reg)
-	info, err := b.client.Submit(context.Background(), scheduler.Task{Type: "long", Tenant: "acme"})
+	info, err := b.client.Submit(context.Background(), scheduler.TaskSpec{Type: "long", Tenant: "acme"})
 	require.NoError(t, err)
 	select {
 	case <-started:
@@ -133,7 +133,7 @@ func TestReplayFromDLQ(t *testing.T) {
 		return nil
 	}, nil))
 	b := setupLive(t, reg)
-	info, err := b.client.Submit(context.Background(), scheduler.Task{Type: "flaky", Tenant: "acme", Priority: scheduler.P3, Payload: []byte("order-42")})
+	info, err := b.client.Submit(context.Background(), scheduler.TaskSpec{Type: "flaky", Tenant: "acme", Priority: scheduler.P3, Payload: []byte("order-42")})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return b.state(t, info.ID) == kv.StateDead }, 30*time.Second, 50*time.Millisecond)
 
@@ -191,10 +191,10 @@ func TestPauseResumeWithWorker(t *testing.T) {
 	b := setupLive(t, reg)
 	// Occupy the worker's 4 slots so that the next task waits READY.
 	for range 4 {
-		_, err := b.client.Submit(context.Background(), scheduler.Task{Type: "gate", Priority: scheduler.P0})
+		_, err := b.client.Submit(context.Background(), scheduler.TaskSpec{Type: "gate", Priority: scheduler.P0})
 		require.NoError(t, err)
 	}
-	info, err := b.client.Submit(context.Background(), scheduler.Task{Type: "job", Priority: scheduler.P4})
+	info, err := b.client.Submit(context.Background(), scheduler.TaskSpec{Type: "job", Priority: scheduler.P4})
 	require.NoError(t, err)
 	var reply scheduler.TaskReply
 	require.NoError(t, b.call(t, scheduler.VerbTaskPause, scheduler.TaskRequest{ID: info.ID}, &reply))

@@ -46,7 +46,7 @@ func TestDelayedSubmitOfPausedUnseenIDRuns(t *testing.T) {
 	b.startWorker(t)
 	ctx := context.Background()
 	require.NoError(t, b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: "held", Unseen: true}, nil))
-	info, err := b.client.Submit(ctx, scheduler.Task{ID: "held", Type: "ident", Payload: payload(t, identityArgs{}), Delay: time.Second})
+	info, err := b.client.Submit(ctx, scheduler.TaskSpec{ID: "held", Type: "ident", Payload: payload(t, identityArgs{}), Delay: time.Second})
 	require.NoError(t, err)
 	require.False(t, info.Duplicate, "the first message of a held id is not a duplicate")
 	require.NoError(t, b.call(scheduler.VerbTaskResume, scheduler.TaskRequest{ID: "held"}, nil))
@@ -64,7 +64,7 @@ func TestDelayedSubmitOfPausedUnseenIDRuns(t *testing.T) {
 func TestCancelledDelayedTaskNeverRunsAfterItsRecordExpires(t *testing.T) {
 	b := setupMeshWith(t, kv.StoreConfig{Retention: time.Second})
 	b.startWorker(t)
-	id := b.submit(t, scheduler.Task{ID: "cx-delayed", Payload: payload(t, identityArgs{}), Delay: 4 * time.Second})
+	id := b.submit(t, scheduler.TaskSpec{ID: "cx-delayed", Payload: payload(t, identityArgs{}), Delay: 4 * time.Second})
 	require.NoError(t, b.call(scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: id}, nil))
 	require.Eventually(t, func() bool { return b.gone(t, id) }, 10*time.Second, 50*time.Millisecond, "the CANCELLED record expires")
 	// Past the run time, with the mover and a worker running.
@@ -81,7 +81,7 @@ func TestCancelledDelayedTaskNeverRunsAfterItsRecordExpires(t *testing.T) {
 // record and runs the cancelled task.
 func TestCancelledReadyTaskNeverRunsAfterItsRecordExpires(t *testing.T) {
 	b := setupMeshWith(t, kv.StoreConfig{Retention: time.Second})
-	id := b.submit(t, scheduler.Task{ID: "cx-ready", Priority: scheduler.P3, Payload: payload(t, identityArgs{})})
+	id := b.submit(t, scheduler.TaskSpec{ID: "cx-ready", Priority: scheduler.P3, Payload: payload(t, identityArgs{})})
 	require.NoError(t, b.call(scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: id}, nil))
 	require.Eventually(t, func() bool { return b.gone(t, id) }, 10*time.Second, 50*time.Millisecond, "the CANCELLED record expires")
 	b.startWorker(t)
@@ -106,7 +106,7 @@ func (b *meshBundle) bucketEmpty(t *testing.T, name string) bool {
 func TestCancelledPausedDelayedTaskNeverRuns(t *testing.T) {
 	b := setupMeshWith(t, kv.StoreConfig{Retention: time.Second})
 	b.startWorker(t)
-	id := b.submit(t, scheduler.Task{ID: "cx-paused", Payload: payload(t, identityArgs{}), Delay: 1500 * time.Millisecond})
+	id := b.submit(t, scheduler.TaskSpec{ID: "cx-paused", Payload: payload(t, identityArgs{}), Delay: 1500 * time.Millisecond})
 	require.NoError(t, b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: id}, nil))
 	time.Sleep(2 * time.Second) // past its run time: the schedule fired, the mover holds it
 	require.Equal(t, kv.StatePaused, b.get(t, id).State)
@@ -134,7 +134,7 @@ func TestLateAgingCASCannotNameADroppedOrphan(t *testing.T) {
 	b := setupMesh(t)
 	ctx := context.Background()
 	names := streams.DefaultNames()
-	id := b.submit(t, scheduler.Task{ID: "frozen-aging", Priority: scheduler.P3, Payload: payload(t, identityArgs{})})
+	id := b.submit(t, scheduler.TaskSpec{ID: "frozen-aging", Priority: scheduler.P3, Payload: payload(t, identityArgs{})})
 	consumer := names.ConsumerName(3, streams.Shard(id))
 	_, err := b.js.PauseConsumer(ctx, "AX_P3", consumer, time.Now().Add(time.Hour))
 	require.NoError(t, err)
@@ -184,7 +184,7 @@ func TestHostileProducerCannotTouchTasksInAnyState(t *testing.T) {
 	evil := `{"sleep_ms":3}`
 	victims := map[string]*kv.Record{}
 	submit := func(id string, args identityArgs, delay time.Duration) {
-		b.submit(t, scheduler.Task{ID: id, Key: id, Priority: scheduler.P3, Payload: payload(t, args), Delay: delay})
+		b.submit(t, scheduler.TaskSpec{ID: id, Key: id, Priority: scheduler.P3, Payload: payload(t, args), Delay: delay})
 		victims[id] = b.get(t, id)
 	}
 	attack := func(id string) {
@@ -282,7 +282,7 @@ func TestReleasedCopyFromBeforeReprioritizeIsNotAdopted(t *testing.T) {
 	b := setupMesh(t)
 	ctx := context.Background()
 	names := streams.DefaultNames()
-	id := b.submit(t, scheduler.Task{ID: "repri-release", Priority: scheduler.P3, Payload: payload(t, identityArgs{}), Delay: 2 * time.Second})
+	id := b.submit(t, scheduler.TaskSpec{ID: "repri-release", Priority: scheduler.P3, Payload: payload(t, identityArgs{}), Delay: 2 * time.Second})
 	rec, rev, err := b.store.Get(ctx, id)
 	require.NoError(t, err)
 	// The mover: read (above), publish the released copy at the record's priority.
@@ -351,9 +351,9 @@ func TestMovesInterruptedAtEveryStepRunOnce(t *testing.T) {
 	ctx := context.Background()
 	ok := payload(t, identityArgs{})
 	for _, id := range []string{"amb-repri", "orph-repri", "amb-resume", "orph-resume"} {
-		b.submit(t, scheduler.Task{ID: id, Priority: scheduler.P3, Payload: ok})
+		b.submit(t, scheduler.TaskSpec{ID: id, Priority: scheduler.P3, Payload: ok})
 	}
-	b.submit(t, scheduler.Task{ID: "orph-release", Priority: scheduler.P3, Payload: ok, Delay: 2 * time.Second})
+	b.submit(t, scheduler.TaskSpec{ID: "orph-release", Priority: scheduler.P3, Payload: ok, Delay: 2 * time.Second})
 	b.handMove(t, "amb-repri", 1, kv.StateReady, true, false, nil)
 	b.handMove(t, "orph-repri", 1, kv.StateReady, false, false, nil)
 	for _, id := range []string{"amb-resume", "orph-resume"} {
@@ -367,7 +367,7 @@ func TestMovesInterruptedAtEveryStepRunOnce(t *testing.T) {
 	b.startWorker(t)
 	dead := payload(t, identityArgs{FailAttempt: 1, Permanent: true})
 	for _, id := range []string{"amb-replay", "orph-replay"} {
-		b.submit(t, scheduler.Task{ID: id, Priority: scheduler.P3, Payload: dead})
+		b.submit(t, scheduler.TaskSpec{ID: id, Priority: scheduler.P3, Payload: dead})
 		b.waitState(t, id, 20*time.Second, kv.StateDead)
 	}
 	dlq, err := b.js.Stream(ctx, "AX_DLQ")
@@ -414,7 +414,7 @@ func TestMoversRacingOnTheSameTasks(t *testing.T) {
 		if i%4 == 0 {
 			delay = time.Duration(500+i*20) * time.Millisecond
 		}
-		b.submit(t, scheduler.Task{ID: ids[i], Priority: scheduler.PriorityOf(3 + i%2), Payload: payload(t, identityArgs{SleepMS: 600}), Delay: delay})
+		b.submit(t, scheduler.TaskSpec{ID: ids[i], Priority: scheduler.PriorityOf(3 + i%2), Payload: payload(t, identityArgs{SleepMS: 600}), Delay: delay})
 	}
 	b.startWorker(t)
 	stop := time.Now().Add(10 * time.Second)
@@ -485,7 +485,7 @@ func TestPausedUnseenIDKeepsTheAcceptedTask(t *testing.T) {
 	require.NoError(t, err)
 	time.Sleep(500 * time.Millisecond) // a worker sees it and keeps it while the id is held
 	real := payload(t, identityArgs{})
-	info, err := b.client.Submit(ctx, scheduler.Task{ID: "held2", Type: "ident", Tenant: "owner", Priority: scheduler.P3, Payload: real})
+	info, err := b.client.Submit(ctx, scheduler.TaskSpec{ID: "held2", Type: "ident", Tenant: "owner", Priority: scheduler.P3, Payload: real})
 	require.NoError(t, err)
 	require.NoError(t, b.call(scheduler.VerbTaskResume, scheduler.TaskRequest{ID: "held2"}, nil))
 	rec := b.waitState(t, "held2", 30*time.Second, kv.StateSucceeded, kv.StateDead, kv.StateCancelled)

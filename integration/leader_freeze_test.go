@@ -41,15 +41,15 @@ func TestLeaderFrozenAndResumed(t *testing.T) {
 	start := time.Now()
 	var delayed, backlog []string
 	for i := range 100 {
-		info, err := client.Submit(ctx, scheduler.Task{Type: "probe", Payload: []byte(`{"ms":1}`),
+		info, err := client.Submit(ctx, scheduler.TaskSpec{Type: "probe", Payload: []byte(`{"ms":1}`),
 			RunAt: start.Add(3*time.Second + time.Duration(i)*60*time.Millisecond)})
 		require.NoError(t, err)
 		delayed = append(delayed, info.ID)
 	}
 	// A P4 backlog of ~10 s of work for 4 slots: aging lifts it meanwhile.
-	tasks := make([]scheduler.Task, 1000)
+	tasks := make([]scheduler.TaskSpec, 1000)
 	for i := range tasks {
-		tasks[i] = scheduler.Task{Type: "probe", Priority: scheduler.P4, Payload: []byte(`{"ms":40}`)}
+		tasks[i] = scheduler.TaskSpec{Type: "probe", Priority: scheduler.P4, Payload: []byte(`{"ms":40}`)}
 	}
 	infos, err := client.SubmitBatch(ctx, tasks)
 	require.NoError(t, err)

@@ -34,7 +34,7 @@ func TestLeaderDeath(t *testing.T) {
 	var delayed []string
 	start := time.Now()
 	for i := range 200 {
-		info, err := client.Submit(ctx, scheduler.Task{Type: "probe", Payload: []byte(`{"ms":1}`),
+		info, err := client.Submit(ctx, scheduler.TaskSpec{Type: "probe", Payload: []byte(`{"ms":1}`),
 			RunAt: start.Add(3*time.Second + time.Duration(i)*50*time.Millisecond)})
 		require.NoError(t, err)
 		delayed = append(delayed, info.ID)

@@ -15,11 +15,11 @@ type Args interface {
 	Kind() string
 }
 
-// JSONTask returns the task of args: type args.Kind(), payload args' JSON
+// SpecOf returns the task of args: type args.Kind(), payload args' JSON
 // form, every other field from opts (nil: the defaults). opts must name no
 // other Type and no Payload.
-func JSONTask(args Args, opts *Task) (Task, error) {
-	var t Task
+func SpecOf(args Args, opts *TaskSpec) (TaskSpec, error) {
+	var t TaskSpec
 	if opts != nil {
 		t = *opts
 	}
@@ -39,10 +39,10 @@ func JSONTask(args Args, opts *Task) (Task, error) {
 }
 
 // SubmitJSON submits args as a task of type args.Kind() with args' JSON form
-// as its payload (see [JSONTask]); opts sets the other fields, nil for the
+// as its payload (see [SpecOf]); opts sets the other fields, nil for the
 // defaults. It is [Client.Submit] otherwise.
-func (c *Client) SubmitJSON(ctx context.Context, args Args, opts *Task) (TaskInfo, error) {
-	t, err := JSONTask(args, opts)
+func (c *Client) SubmitJSON(ctx context.Context, args Args, opts *TaskSpec) (TaskInfo, error) {
+	t, err := SpecOf(args, opts)
 	if err != nil {
 		return TaskInfo{ID: t.ID}, fmt.Errorf("submit %s: %w", args.Kind(), err)
 	}

@@ -19,7 +19,7 @@ func TestSubmitJSONWritesKindAndPayloadOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil, nil)
 	ctx := context.Background()
-	info, err := b.client.SubmitJSON(ctx, welcome{To: "ada@example.com"}, &scheduler.Task{Tenant: "acme", Priority: scheduler.P1})
+	info, err := b.client.SubmitJSON(ctx, welcome{To: "ada@example.com"}, &scheduler.TaskSpec{Tenant: "acme", Priority: scheduler.P1})
 	require.NoError(t, err)
 	require.Equal(t, "welcome", info.Type)
 	require.Equal(t, "AX_P1", info.Stream)
@@ -33,20 +33,20 @@ func TestSubmitJSONWritesKindAndPayloadOnce(t *testing.T) {
 	require.Equal(t, "AX_P2", info.Stream)
 }
 
-func TestJSONTask(t *testing.T) {
+func TestSpecOf(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		opts *scheduler.Task
+		opts *scheduler.TaskSpec
 		want string // error text; empty: none
 	}{
 		{"nil options", nil, ""},
-		{"same type", &scheduler.Task{Type: "welcome"}, ""},
-		{"other type", &scheduler.Task{Type: "email"}, `Type "email" is not the args' kind "welcome"`},
-		{"payload", &scheduler.Task{Payload: []byte("x")}, "Payload is set"},
+		{"same type", &scheduler.TaskSpec{Type: "welcome"}, ""},
+		{"other type", &scheduler.TaskSpec{Type: "email"}, `Type "email" is not the args' kind "welcome"`},
+		{"payload", &scheduler.TaskSpec{Payload: []byte("x")}, "Payload is set"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			task, err := scheduler.JSONTask(welcome{To: "ada@example.com"}, tc.opts)
+			task, err := scheduler.SpecOf(welcome{To: "ada@example.com"}, tc.opts)
 			if tc.want != "" {
 				require.ErrorIs(t, err, scheduler.ErrInvalidTask)
 				require.ErrorContains(t, err, tc.want)

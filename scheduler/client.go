@@ -123,7 +123,7 @@ func (c *Client) Store() *kv.Store { return c.store }
 // Submit validates task, publishes it to its priority bucket and writes its
 // READY record. On [ErrOverloaded] nothing was stored; on another error the
 // task may or may not be stored, and retrying with the returned id is safe.
-func (c *Client) Submit(ctx context.Context, task Task) (TaskInfo, error) {
+func (c *Client) Submit(ctx context.Context, task TaskSpec) (TaskInfo, error) {
 	now := time.Now()
 	t, err := task.normalize(now)
 	if err == nil {
@@ -171,11 +171,11 @@ func (c *Client) Submit(ctx context.Context, task Task) (TaskInfo, error) {
 // infos line up with tasks and carry every id; on partial failure the error
 // is a [*BatchError] naming the tasks that were not accepted (retrying
 // exactly those, with their ids, is safe).
-func (c *Client) SubmitBatch(ctx context.Context, tasks []Task) ([]TaskInfo, error) {
+func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec) ([]TaskInfo, error) {
 	now := time.Now()
 	infos := make([]TaskInfo, len(tasks))
 	failed := map[int]error{}
-	normalized := make([]Task, len(tasks))
+	normalized := make([]TaskSpec, len(tasks))
 	msgs := make([]*nats.Msg, len(tasks))
 	for i, task := range tasks {
 		t, err := task.normalize(now)
@@ -281,7 +281,7 @@ func (c *Client) publishAll(ctx context.Context, msgs []*nats.Msg, indexes []int
 
 // writeRecords creates the READY records of the accepted tasks, pipelined,
 // and returns the tasks whose record existed already (see [Client.existing]).
-func (c *Client) writeRecords(ctx context.Context, tasks []Task, acks []*jetstream.PubAck, failed map[int]error) map[int]bool {
+func (c *Client) writeRecords(ctx context.Context, tasks []TaskSpec, acks []*jetstream.PubAck, failed map[int]error) map[int]bool {
 	futures := map[int]jetstream.PubAckFuture{}
 	existed := map[int]bool{}
 	for i, ack := range acks {
@@ -323,7 +323,7 @@ func (c *Client) writeRecords(ctx context.Context, tasks []Task, acks []*jetstre
 
 // bounds refuses a task whose timeout or run time is above the client's
 // bounds.
-func (c *Client) bounds(t Task, now time.Time) error {
+func (c *Client) bounds(t TaskSpec, now time.Time) error {
 	if t.Timeout > c.cfg.MaxTimeout {
 		return fmt.Errorf("%w: Timeout %s is above the limit %s (Config.MaxTimeout)", ErrInvalidTask, t.Timeout, c.cfg.MaxTimeout)
 	}
@@ -341,7 +341,7 @@ func (c *Client) bounds(t Task, now time.Time) error {
 // the de-duplication window. Then this message is a second one for the same
 // task; it is deleted, so that one id never has two messages (workers would
 // drop it anyway: a record names the one message that runs its task).
-func (c *Client) existing(ctx context.Context, t Task, ack *jetstream.PubAck) (bool, error) {
+func (c *Client) existing(ctx context.Context, t TaskSpec, ack *jetstream.PubAck) (bool, error) {
 	for range maxMoveTries {
 		rec, rev, err := c.store.Get(ctx, t.ID)
 		if err != nil {
@@ -386,7 +386,7 @@ func retryable(err error) bool {
 // submitError explains a failed publish of t: a full bucket, or a bucket
 // that refuses non-core tasks (its stream no longer has the submit subject,
 // so no stream answers) is [ErrOverloaded].
-func (c *Client) submitError(t Task, err error) error {
+func (c *Client) submitError(t TaskSpec, err error) error {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeMaxMsgs {
 		return fmt.Errorf("submit task %s: %w (%s)", t.ID, ErrOverloaded, apiErr.Description)

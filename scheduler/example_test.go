@@ -46,7 +46,7 @@ func ExampleClient_Submit() {
 		return
 	}
 	defer func() { _ = client.Close() }()
-	info, err := client.Submit(ctx, scheduler.Task{ID: "welcome-42", Type: "email", Tenant: "acme",
+	info, err := client.Submit(ctx, scheduler.TaskSpec{ID: "welcome-42", Type: "email", Tenant: "acme",
 		Priority: scheduler.P1, Payload: []byte(`{"to":"ada@example.com"}`), Timeout: 10 * time.Second})
 	if err != nil {
 		fmt.Println(err)

@@ -155,7 +155,7 @@ func (c *Client) Pressure() *Pressure { return c.pressure.Load() }
 // waiting in AX_DELAYED (of every priority: their schedules do not name
 // one) count toward its bucket's capacity: otherwise any number of them
 // would be accepted and then released into a full bucket.
-func (c *Client) admit(t Task, now time.Time) error {
+func (c *Client) admit(t TaskSpec, now time.Time) error {
 	p := c.pressure.Load()
 	if t.Core || p == nil || now.After(p.UpdatedAt.Add(p.ValidFor)) {
 		return nil

@@ -27,7 +27,7 @@ func TestZeroPriorityIsTheDefault(t *testing.T) {
 		{"P4", scheduler.P4, "AX_P4", 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			info, err := b.client.Submit(ctx, scheduler.Task{Type: "email", Priority: tc.priority})
+			info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "email", Priority: tc.priority})
 			require.NoError(t, err)
 			require.Equal(t, tc.stream, info.Stream)
 			require.Equal(t, tc.level, info.Priority)
@@ -36,7 +36,7 @@ func TestZeroPriorityIsTheDefault(t *testing.T) {
 			require.Equal(t, tc.level, rec.Priority)
 		})
 	}
-	_, err := b.client.Submit(ctx, scheduler.Task{Type: "email", Priority: "P0"})
+	_, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "email", Priority: "P0"})
 	require.ErrorIs(t, err, scheduler.ErrInvalidTask, "names are lower-case, as on the wire")
 }
 
@@ -53,11 +53,11 @@ func TestPriorityJSON(t *testing.T) {
 		{`{"type":"x","priority":4}`, scheduler.P4},
 		{`{"type":"x"}`, ""},
 	} {
-		var task scheduler.Task
+		var task scheduler.TaskSpec
 		require.NoError(t, json.Unmarshal([]byte(tc.json), &task), tc.json)
 		require.Equal(t, tc.want, task.Priority, tc.json)
 	}
-	data, err := json.Marshal(scheduler.Task{Type: "x", Priority: scheduler.P1})
+	data, err := json.Marshal(scheduler.TaskSpec{Type: "x", Priority: scheduler.P1})
 	require.NoError(t, err)
 	require.JSONEq(t, `{"type":"x","tenant":"","priority":"p1"}`, string(data))
 	level, err := scheduler.Priority("").Level()

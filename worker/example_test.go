@@ -97,7 +97,7 @@ func ExampleWorker_Run() {
 
 	client, _ := scheduler.NewClient(ctx, js, nil)
 	defer func() { _ = client.Close() }()
-	info, _ := client.Submit(ctx, scheduler.Task{Type: "email", Payload: []byte(`{"to":"ada@example.com"}`)})
+	info, _ := client.Submit(ctx, scheduler.TaskSpec{Type: "email", Payload: []byte(`{"to":"ada@example.com"}`)})
 	fmt.Println("sent to", <-sent)
 	fmt.Println(waitState(ctx, client.Store(), info.ID, kv.StateSucceeded))
 	cancel()
@@ -138,7 +138,7 @@ func ExampleHandleArgs() {
 
 	client, _ := scheduler.NewClient(ctx, js, nil)
 	defer func() { _ = client.Close() }()
-	info, err := client.SubmitJSON(ctx, Welcome{To: "ada@example.com"}, &scheduler.Task{Tenant: "acme"})
+	info, err := client.SubmitJSON(ctx, Welcome{To: "ada@example.com"}, &scheduler.TaskSpec{Tenant: "acme"})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -14,7 +14,7 @@ import (
 
 func addCron(root *cobra.Command, e *env) {
 	group := &cobra.Command{Use: "cron", Short: "Manage periodic tasks (the leader submits one task per scheduled time)"}
-	var t scheduler.Task
+	var t scheduler.TaskSpec
 	var payload, priority string
 	add := &cobra.Command{
 		Use:   "add NAME SPEC",

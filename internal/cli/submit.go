@@ -11,7 +11,7 @@ import (
 )
 
 func addSubmit(root *cobra.Command, e *env) {
-	var t scheduler.Task
+	var t scheduler.TaskSpec
 	var payload, payloadFile string
 	var priority string
 	var deadline string
