@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -24,7 +25,7 @@ import (
 // outlive or precede their messages.
 
 // gone reports whether task id has no record.
-func (b *meshBundle) gone(t *testing.T, id string) bool {
+func (b *meshBundle) gone(t tb, id string) bool {
 	t.Helper()
 	_, _, err := b.store.Get(context.Background(), id)
 	if errors.Is(err, kv.ErrNotFound) {
@@ -32,6 +33,14 @@ func (b *meshBundle) gone(t *testing.T, id string) bool {
 	}
 	require.NoError(t, err)
 	return false
+}
+
+// nothingWaits fails the attempt of c while a schedule or a fired schedule
+// waits in AX_DELAYED or a message in a priority bucket.
+func (b *meshBundle) nothingWaits(c *assert.CollectT) {
+	for _, name := range []string{"AX_DELAYED", "AX_P0", "AX_P1", "AX_P2", "AX_P3", "AX_P4"} {
+		assert.True(c, b.bucketEmpty(c, name), "%s is empty", name)
+	}
 }
 
 // A delayed submit of an id an operator paused before any message named
@@ -66,9 +75,10 @@ func TestCancelledDelayedTaskNeverRunsAfterItsRecordExpires(t *testing.T) {
 	b.startWorker(t)
 	id := b.submit(t, scheduler.TaskSpec{ID: "cx-delayed", Payload: payload(t, identityArgs{}), Delay: 4 * time.Second})
 	require.NoError(t, b.call(scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: id}, nil))
-	require.Eventually(t, func() bool { return b.gone(t, id) }, 10*time.Second, 50*time.Millisecond, "the CANCELLED record expires")
-	// Past the run time, with the mover and a worker running.
-	time.Sleep(6 * time.Second)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, b.gone(c, id)) }, 10*time.Second, 50*time.Millisecond, "the CANCELLED record expires")
+	// Nothing of it is left to fire or run (with the mover and a worker
+	// running): no schedule, no copy in a bucket.
+	require.EventuallyWithT(t, b.nothingWaits, 20*time.Second, 50*time.Millisecond)
 	require.Zero(t, b.log.count(id), "a cancelled task ran")
 	require.True(t, b.gone(t, id), "a cancelled task was re-created")
 }
@@ -83,14 +93,14 @@ func TestCancelledReadyTaskNeverRunsAfterItsRecordExpires(t *testing.T) {
 	b := setupMeshWith(t, kv.StoreConfig{Retention: time.Second})
 	id := b.submit(t, scheduler.TaskSpec{ID: "cx-ready", Priority: scheduler.P3, Payload: payload(t, identityArgs{})})
 	require.NoError(t, b.call(scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: id}, nil))
-	require.Eventually(t, func() bool { return b.gone(t, id) }, 10*time.Second, 50*time.Millisecond, "the CANCELLED record expires")
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, b.gone(c, id)) }, 10*time.Second, 50*time.Millisecond, "the CANCELLED record expires")
 	b.startWorker(t)
-	require.Eventually(t, func() bool { return b.bucketEmpty(t, "AX_P3") }, 20*time.Second, 50*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, b.bucketEmpty(c, "AX_P3")) }, 20*time.Second, 50*time.Millisecond)
 	require.Zero(t, b.log.count(id), "a cancelled task ran")
 }
 
 // bucketEmpty reports whether stream name holds no message.
-func (b *meshBundle) bucketEmpty(t *testing.T, name string) bool {
+func (b *meshBundle) bucketEmpty(t tb, name string) bool {
 	t.Helper()
 	s, err := b.js.Stream(context.Background(), name)
 	require.NoError(t, err)
@@ -108,11 +118,19 @@ func TestCancelledPausedDelayedTaskNeverRuns(t *testing.T) {
 	b.startWorker(t)
 	id := b.submit(t, scheduler.TaskSpec{ID: "cx-paused", Payload: payload(t, identityArgs{}), Delay: 1500 * time.Millisecond})
 	require.NoError(t, b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: id}, nil))
-	time.Sleep(2 * time.Second) // past its run time: the schedule fired, the mover holds it
+	require.EventuallyWithT(t, func(c *assert.CollectT) { // past its run time: the schedule fired, the mover holds it
+		s, err := b.js.Stream(context.Background(), "AX_DELAYED")
+		if assert.NoError(c, err) {
+			_, err = s.GetLastMsgForSubject(context.Background(), streams.Names{}.DueSubject(id))
+			assert.NoError(c, err, "the schedule fired")
+		}
+	}, 10*time.Second, 50*time.Millisecond)
 	require.Equal(t, kv.StatePaused, b.get(t, id).State)
 	require.NoError(t, b.call(scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: id}, nil))
-	require.Eventually(t, func() bool { return b.gone(t, id) }, 10*time.Second, 50*time.Millisecond, "the CANCELLED record expires")
-	time.Sleep(3 * time.Second) // the mover looks again (every 200 ms here)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, b.gone(c, id)) }, 10*time.Second, 50*time.Millisecond, "the CANCELLED record expires")
+	// The mover looks again (every 200 ms here) and drops the fired
+	// schedule; had it released it, a copy would wait or have run.
+	require.EventuallyWithT(t, b.nothingWaits, 20*time.Second, 50*time.Millisecond)
 	require.Zero(t, b.log.count(id), "a cancelled task ran")
 	require.True(t, b.gone(t, id), "a cancelled task was re-created")
 }
@@ -153,7 +171,7 @@ func TestLateAgingCASCannotNameADroppedOrphan(t *testing.T) {
 	// The leader freezes; a worker meets the copy and, no move naming it,
 	// drops it as an orphan after its grace.
 	b.startWorker(t)
-	require.Eventually(t, func() bool { return b.bucketEmpty(t, "AX_P2") }, 60*time.Second, 100*time.Millisecond, "the orphan copy is dropped")
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, b.bucketEmpty(c, "AX_P2")) }, 60*time.Second, 100*time.Millisecond, "the orphan copy is dropped")
 
 	// The leader wakes and finishes aging's steps.
 	_, _, err = b.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: "aging"}, func(r *kv.Record) error {
@@ -234,13 +252,10 @@ func TestHostileProducerCannotTouchTasksInAnyState(t *testing.T) {
 		require.Equal(t, state, rec.State, "%s: trail %s", id, trailOf(rec))
 		require.Equal(t, victims[id].Tenant, rec.Tenant, id)
 	}
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, name := range []string{"AX_P0", "AX_P1", "AX_P2", "AX_P3", "AX_P4"} {
-			if !b.bucketEmpty(t, name) {
-				return false
-			}
+			assert.True(c, b.bucketEmpty(c, name), name)
 		}
-		return true
 	}, 60*time.Second, 100*time.Millisecond, "every hostile message is settled")
 	b.log.mu.Lock()
 	defer b.log.mu.Unlock()
@@ -383,13 +398,10 @@ func TestMovesInterruptedAtEveryStepRunOnce(t *testing.T) {
 		rec := b.settled(t, id, 30*time.Second)
 		require.Equal(t, runs, b.log.count(id), "%s: trail %s", id, trailOf(rec))
 	}
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, name := range []string{"AX_P0", "AX_P1", "AX_P2", "AX_P3", "AX_P4"} {
-			if !b.bucketEmpty(t, name) {
-				return false
-			}
+			assert.True(c, b.bucketEmpty(c, name), name)
 		}
-		return true
 	}, 60*time.Second, 100*time.Millisecond, "every copy is settled")
 	for id := range want {
 		require.True(t, b.get(t, id).State.Terminal(), id)
@@ -453,13 +465,10 @@ func TestMoversRacingOnTheSameTasks(t *testing.T) {
 		}
 	}
 	t.Logf("outcomes: %v", counts)
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, name := range []string{"AX_P0", "AX_P1", "AX_P2", "AX_P3", "AX_P4"} {
-			if !b.bucketEmpty(t, name) {
-				return false
-			}
+			assert.True(c, b.bucketEmpty(c, name), name)
 		}
-		return true
 	}, 60*time.Second, 100*time.Millisecond, "every message is settled")
 	b.log.mu.Lock()
 	defer b.log.mu.Unlock()

@@ -125,8 +125,16 @@ func startDev(t testing.TB, extra ...string) *devServer {
 	return &devServer{url: url, nc: nc, js: js}
 }
 
+// tb is what a helper fails through: a test, or the collector of an
+// EventuallyWithT condition, which runs off the test goroutine (a require
+// there must fail the attempt, not the test from another goroutine).
+type tb interface {
+	require.TestingT
+	Helper()
+}
+
 // ax runs one ax command to completion and returns its stdout.
-func ax(t testing.TB, args ...string) string {
+func ax(t tb, args ...string) string {
 	t.Helper()
 	out, err := axOutput(args...)
 	require.NoError(t, err)
