@@ -137,6 +137,17 @@ func (a *Admin) dlqDepth(ctx context.Context) (uint64, error) {
 	return info.State.Msgs, nil
 }
 
+// rejectsReport reads the leader's rejected-submit report from AX_CONTROL,
+// or nil when no leader wrote one yet.
+func (a *Admin) rejectsReport(ctx context.Context) (*RejectsReport, error) {
+	var r RejectsReport
+	ok, err := a.controlReport(ctx, RejectsKey, &r)
+	if !ok || err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
 // reconcilerReport reads the leader reconciler's report from AX_CONTROL,
 // or nil when no leader wrote one yet.
 func (a *Admin) reconcilerReport(ctx context.Context) (*ReconcilerReport, error) {

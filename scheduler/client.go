@@ -21,6 +21,9 @@ const errCodeMaxMsgs jetstream.ErrorCode = 10077
 // asyncAckTimeout bounds the wait for one async publish ack.
 const asyncAckTimeout = 10 * time.Second
 
+// maxMoveTries bounds the re-reads of an action that loses a compare-and-set.
+const maxMoveTries = 8
+
 // Defaults of [Config].
 const (
 	DefaultMaxPending     = 4_000

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -94,6 +95,48 @@ type Pressure struct {
 	// ValidFor is how long the report holds; a client ignores an older one
 	// (the leader may be gone).
 	ValidFor time.Duration `json:"valid_for"`
+}
+
+// PressureThresholds are the backpressure thresholds, as fractions of a
+// bucket's capacity.
+type PressureThresholds struct {
+	Alert  float64 `json:"alert"`  // log, event, metric. Default 0.60
+	Refuse float64 `json:"refuse"` // refuse non-core submissions. Default 0.80
+	Pause  float64 `json:"pause"`  // pause P3 and P4 dispatch. Default 0.95
+	Resume float64 `json:"resume"` // resume P3 and P4 below this. Default 0.40
+}
+
+// DefaultPressureThresholds returns the wire contract's thresholds (docs/WIRE.md): alert at 60 %,
+// refuse at 80 %, pause at 95 %, resume below 40 %.
+func DefaultPressureThresholds() PressureThresholds { return PressureThresholds{}.withDefaults() }
+
+func (p PressureThresholds) withDefaults() PressureThresholds {
+	p.Alert = cmp.Or(p.Alert, 0.60)
+	p.Refuse = cmp.Or(p.Refuse, 0.80)
+	p.Pause = cmp.Or(p.Pause, 0.95)
+	p.Resume = cmp.Or(p.Resume, 0.40)
+	return p
+}
+
+func (p PressureThresholds) validate() error {
+	if !(0 < p.Resume && p.Resume < p.Pause && p.Alert <= p.Refuse && p.Refuse <= p.Pause && p.Pause <= 1) {
+		return fmt.Errorf("pressure thresholds: want 0 < Resume < Pause, Alert <= Refuse <= Pause <= 1; have %+v", p)
+	}
+	return nil
+}
+
+// Level returns the pressure level of a bucket at depth (stored messages
+// over capacity, 0..1).
+func (th PressureThresholds) Level(depth float64) Level {
+	switch {
+	case depth >= th.Pause:
+		return LevelPause
+	case depth >= th.Refuse:
+		return LevelRefuse
+	case depth >= th.Alert:
+		return LevelAlert
+	}
+	return LevelOK
 }
 
 // pressureWatch keeps the client's view of the pressure report, from a

@@ -87,3 +87,11 @@ func SalvageStored(subject string, priority int) Stored {
 	}
 	return s
 }
+
+// DeadLetterHeaders returns the headers a dead letter adds to its task's
+// message (and the copy headers it may carry), which a re-dispatched copy
+// of the letter (replay, recovery) drops.
+func DeadLetterHeaders() []string {
+	return []string{HeaderError, HeaderAttempts, HeaderFailedAt, HeaderSubject, HeaderTaskID, HeaderGen,
+		HeaderWaitingSince, HeaderPayloadTruncated}
+}
