@@ -68,7 +68,12 @@ func ExampleOpen() {
 		return
 	}
 	fmt.Println("ack wait:", d.AckWait())
-	fmt.Println("sent to", <-sent)
+	select {
+	case to := <-sent:
+		fmt.Println("sent to", to)
+	case <-time.After(10 * time.Second):
+		fmt.Println("not handled")
+	}
 	cancel()
 	<-done
 	// Output:

@@ -143,11 +143,16 @@ func ExampleHandleArgs() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(<-sent)
 	fmt.Println(waitState(ctx, client.Store(), info.ID, kv.StateSucceeded))
+	select {
+	case handled := <-sent:
+		fmt.Println(handled)
+	default:
+		fmt.Println("not handled")
+	}
 	cancel()
 	<-done
 	// Output:
-	// welcome to ada@example.com
 	// SUCCEEDED
+	// welcome to ada@example.com
 }
