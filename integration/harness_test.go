@@ -16,8 +16,10 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -123,6 +125,23 @@ func startDev(t testing.TB, extra ...string) *devServer {
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	return &devServer{url: url, nc: nc, js: js}
+}
+
+// waitCronFires waits until the one cron job fired n more times, as its
+// record's Last (written by the leader at each fire) tells: a job firing
+// every period must move Last on by n periods.
+func waitCronFires(t *testing.T, client *scheduler.Client, period time.Duration, n int) {
+	t.Helper()
+	jobs, err := client.ListCron(context.Background())
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	from := jobs[0].Last
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		jobs, err := client.ListCron(context.Background())
+		if assert.NoError(c, err) && assert.Len(c, jobs, 1) {
+			assert.GreaterOrEqual(c, jobs[0].Last.Sub(from), time.Duration(n)*period, "%d more fires after %s", n, from)
+		}
+	}, 30*time.Second, 100*time.Millisecond)
 }
 
 // tb is what a helper fails through: a test, or the collector of an

@@ -93,7 +93,7 @@ func TestLeaderFrozenAndResumed(t *testing.T) {
 	m := &mesh{t: t, js: js, client: client}
 	all := append(slices.Clone(delayed), backlog...)
 	m.waitSucceeded(all, 3*time.Minute, nil) // lost 0: every task SUCCEEDED
-	time.Sleep(3 * time.Second)              // a few cron fires after the resume
+	waitCronFires(t, client, time.Second, 3) // a few cron fires after the resume
 	// Once the new leader has reported, the resumed one writes nothing:
 	// every leader write is preceded by a synchronous lease check.
 	// (Without that check the resumed leader's expired ticker could beat the

@@ -53,7 +53,7 @@ func TestLeaderDeath(t *testing.T) {
 
 	m := &mesh{t: t, js: js, client: client}
 	m.waitSucceeded(delayed, 2*time.Minute, nil)
-	time.Sleep(3 * time.Second) // a few cron fires under the new leader
+	waitCronFires(t, client, time.Second, 3) // a few cron fires under the new leader
 	ax(t, "cron", "rm", "tick", "--server", url)
 
 	// Every cron time between the first and the last fire has exactly one task.
