@@ -91,7 +91,7 @@ func TestNATSNodeLoss(t *testing.T) {
 	m := &mesh{t: t, js: c.js, client: client}
 	m.waitSucceeded(ids, 5*time.Minute, nil)
 	m.requireEffects(ids)
-	effects := (&mesh{t: t, js: c.js, client: client, journal: journal, all: workers}).readJournals().requireOneEffect(t)
+	effects := (&mesh{t: t, journal: journal, all: workers, client: client}).readJournals().requireOneEffect(t)
 	t.Logf("node loss: %d tasks accepted, lost 0, %d batch retries, %d duplicates reported on retry; first batch after the kill accepted in %s; overlapping executions 0; %s",
 		len(ids), retried, duplicates, recovered.Round(time.Millisecond), effects)
 

@@ -6,6 +6,7 @@ import "time"
 
 // CI-friendly sizes; `go test -tags soak ./integration/` runs the full ones.
 const (
+	poolTasks    = 10_000
 	crashTasks   = 5_000
 	restartTasks = 3_000
 	goodTasks    = 10_000

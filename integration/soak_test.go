@@ -6,6 +6,7 @@ import "time"
 
 // Full sizes of the fault scenarios.
 const (
+	poolTasks    = 10_000
 	crashTasks   = 50_000
 	restartTasks = 30_000
 	goodTasks    = 10_000

@@ -16,13 +16,19 @@ import (
 // Member is what a worker announces in the AX_WORKERS bucket: the data of
 // its membership lease (key: the worker id, with a per-key TTL).
 type Member struct {
-	ID          string    `json:"id"`
-	Host        string    `json:"host"`
-	Concurrency int       `json:"concurrency"`
-	Version     string    `json:"version"`
-	Shards      []int     `json:"shards"`    // shards the worker owns
-	InFlight    int       `json:"in_flight"` // tasks running when it last renewed
-	StartedAt   time.Time `json:"started_at"`
+	ID          string `json:"id"`
+	Host        string `json:"host"`
+	Concurrency int    `json:"concurrency"`
+	Version     string `json:"version"`
+	Shards      []int  `json:"shards"` // shards the worker owns
+	// Types the worker serves on a pools deployment (its pool); empty on
+	// a deployment whose workers share every shard.
+	Types []string `json:"types,omitempty"`
+	// Pools maps each type of Types to the shards the worker owns in that
+	// type's ring.
+	Pools     map[string][]int `json:"pools,omitempty"`
+	InFlight  int              `json:"in_flight"` // tasks running when it last renewed
+	StartedAt time.Time        `json:"started_at"`
 	// RenewedAt is when the membership lease was last renewed.
 	RenewedAt time.Time `json:"renewed_at"`
 }

@@ -84,7 +84,7 @@ func New(cfg *Config) *Metrics {
 		if timeout <= 0 {
 			timeout = 5 * time.Second
 		}
-		m.reg.MustRegister(newStreamCollector(cfg.JetStream, names, timeout))
+		m.reg.MustRegister(newStreamCollector(cfg.JetStream, names, timeout), newUnservedCollector(cfg.JetStream, names, timeout))
 	}
 	return m
 }

@@ -47,6 +47,9 @@ func (a *Admin) stats(ctx context.Context, data []byte) (any, error) {
 	if reply.Rejects, err = a.rejectsReport(ctx); err != nil {
 		return nil, err
 	}
+	if reply.Unserved, err = kv.UnservedTypes(ctx, a.js, a.cfg.Names); err != nil {
+		return nil, err
+	}
 	return reply, nil
 }
 

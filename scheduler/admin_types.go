@@ -180,6 +180,10 @@ type StatsReply struct {
 	// Rejects is the leader's report of mistyped submit subjects it saw
 	// (messages no bucket stored). Nil until a leader ran its watch.
 	Rejects *RejectsReport `json:"rejects,omitempty"`
+	// Unserved lists, on a pools deployment, the task types waiting in the
+	// buckets that no live worker serves, with their depth and the store
+	// time of their oldest message ([kv.UnservedTypes]). Nil otherwise.
+	Unserved []kv.Unserved `json:"unserved,omitempty"`
 }
 
 // TypeStats describes the tasks of one type that finished in the window.

@@ -263,7 +263,7 @@ func (p *pressureLoop) alert(report Pressure, data []byte) {
 func (p *pressureLoop) pause(ctx context.Context, prio int) error {
 	until := time.Now().Add(pauseFor)
 	var errs []error
-	p.eachConsumer(prio, func(stream, consumer string) {
+	p.eachConsumer(ctx, prio, &errs, func(stream, consumer string) {
 		if _, err := p.l.js.PauseConsumer(ctx, stream, consumer, until); err != nil {
 			errs = append(errs, fmt.Errorf("pause %s/%s: %w", stream, consumer, err))
 		}
@@ -277,7 +277,7 @@ func (p *pressureLoop) pause(ctx context.Context, prio int) error {
 // resume resumes the shard consumers of bucket prio.
 func (p *pressureLoop) resume(ctx context.Context, prio int) error {
 	var errs []error
-	p.eachConsumer(prio, func(stream, consumer string) {
+	p.eachConsumer(ctx, prio, &errs, func(stream, consumer string) {
 		if _, err := p.l.js.ResumeConsumer(ctx, stream, consumer); err != nil {
 			errs = append(errs, fmt.Errorf("resume %s/%s: %w", stream, consumer, err))
 		}
@@ -286,9 +286,15 @@ func (p *pressureLoop) resume(ctx context.Context, prio int) error {
 	return errors.Join(errs...)
 }
 
-func (p *pressureLoop) eachConsumer(prio int, fn func(stream, consumer string)) {
-	names := p.l.cfg.Names
-	for shard := range streams.Shards {
-		fn(names.PriorityStream(prio), names.ConsumerName(prio, shard))
+// eachConsumer calls fn for each consumer of bucket prio
+// ([bucketConsumers]); a failed listing is added to errs.
+func (p *pressureLoop) eachConsumer(ctx context.Context, prio int, errs *[]error, fn func(stream, consumer string)) {
+	consumers, err := bucketConsumers(ctx, p.l.js, p.l.cfg.Names, prio)
+	if err != nil {
+		*errs = append(*errs, err)
+		return
+	}
+	for _, consumer := range consumers {
+		fn(p.l.cfg.Names.PriorityStream(prio), consumer)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -86,6 +87,15 @@ type Config struct {
 	// AX_DELAYED take [HeaderRoom] more. Default 1 MiB; -1 means only the
 	// server's max_payload applies.
 	MaxMsgSize int32
+	// Pools provisions the priority buckets for worker pools (routing by
+	// task type): no catch-all shard consumer; each task type gets its
+	// own consumer per (priority, shard) when a worker that registers it
+	// starts ([EnsureTypeConsumers]) or from Types. A deployment keeps the
+	// layout it was created with: Provision refuses to switch it.
+	Pools bool
+	// Types whose consumers Provision creates up front on a pools
+	// deployment (for workers not allowed to create consumers).
+	Types []string
 }
 
 func (c *Config) withDefaults() *Config {
@@ -123,6 +133,14 @@ func (c *Config) validate() error {
 	}
 	if _, err := c.priorityPolicy(); err != nil {
 		return err
+	}
+	if len(c.Types) > 0 && !c.Pools {
+		return fmt.Errorf("streams config: Types %v need Pools", c.Types)
+	}
+	for _, t := range c.Types {
+		if err := ValidateToken("task type", t); err != nil {
+			return fmt.Errorf("streams config: %w", err)
+		}
 	}
 	return nil
 }
@@ -180,6 +198,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Repor
 		}
 	}
 	for p := range Priorities {
+		if cfg.Pools {
+			break // no catch-all consumers: one per type ([EnsureTypeConsumers])
+		}
 		stream := cfg.Names.PriorityStream(p)
 		for shard := range Shards {
 			cc, err := ConsumerConfig(cfg, p, shard)
@@ -189,6 +210,15 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Repor
 			if err := ensureConsumer(ctx, js, stream, cc, report); err != nil {
 				return report, err
 			}
+		}
+	}
+	for _, t := range cfg.Types {
+		n, err := EnsureTypeConsumers(ctx, js, cfg, t)
+		if n > 0 {
+			report.Created = append(report.Created, fmt.Sprintf("%d consumers of type %s", n, t))
+		}
+		if err != nil {
+			return report, err
 		}
 	}
 	if err := recheckStreams(ctx, js, cfg.Names, updated); err != nil {
@@ -229,19 +259,26 @@ func StreamConfigs(cfg *Config) []jetstream.StreamConfig {
 	n := cfg.Names
 	var out []jetstream.StreamConfig
 	for p := range Priorities {
+		var metadata map[string]string
+		maxConsumers := 0
+		if cfg.Pools {
+			metadata, maxConsumers = poolsMetadata(cfg), poolsMaxConsumers
+		}
 		out = append(out, jetstream.StreamConfig{
-			Name:        n.PriorityStream(p),
-			Description: fmt.Sprintf("ax priority bucket P%d (WorkQueue, %d shards)", p, Shards),
-			Subjects:    []string{n.SubmitFilter(p), n.CoreFilter(p), n.CopyFilter(p)},
-			Retention:   jetstream.WorkQueuePolicy,
-			Storage:     jetstream.FileStorage,
-			Replicas:    cfg.Replicas,
-			MaxMsgs:     cfg.Capacity,
-			MaxBytes:    cfg.BucketMaxBytes,
-			MaxMsgSize:  cfg.MaxMsgSize,
-			Discard:     jetstream.DiscardNew,
-			Duplicates:  cfg.Duplicates,
-			AllowDirect: true,
+			Name:         n.PriorityStream(p),
+			Description:  fmt.Sprintf("ax priority bucket P%d (WorkQueue, %d shards)", p, Shards),
+			Subjects:     []string{n.SubmitFilter(p), n.CoreFilter(p), n.CopyFilter(p)},
+			Retention:    jetstream.WorkQueuePolicy,
+			Storage:      jetstream.FileStorage,
+			Replicas:     cfg.Replicas,
+			MaxMsgs:      cfg.Capacity,
+			MaxBytes:     cfg.BucketMaxBytes,
+			MaxMsgSize:   cfg.MaxMsgSize,
+			Discard:      jetstream.DiscardNew,
+			Duplicates:   cfg.Duplicates,
+			AllowDirect:  true,
+			Metadata:     metadata,
+			MaxConsumers: maxConsumers,
 			SubjectTransform: &jetstream.SubjectTransformConfig{
 				Source:      n.IngestFilter(p),
 				Destination: n.ShardTransform(p),
@@ -369,6 +406,10 @@ func checkLayout(n Names, have, want jetstream.StreamConfig) error {
 		return fmt.Errorf("%w: stream %s has shard transform %q, want %q (the shard count is part of the data layout; drain and recreate the stream to change it)",
 			ErrLayoutChange, want.Name, transform(have.SubjectTransform), transform(want.SubjectTransform))
 	}
+	if _, ok := n.PriorityOf(want.Name); ok && UsesPools(have) != UsesPools(want) {
+		return fmt.Errorf("%w: stream %s routes by %s, want %s (a deployment keeps the layout it was created with: drain and recreate the stream to change it)",
+			ErrLayoutChange, want.Name, routing(have), routing(want))
+	}
 	if have.Retention != want.Retention {
 		return fmt.Errorf("%w: stream %s has retention %s, want %s", ErrImmutable, want.Name, have.Retention, want.Retention)
 	}
@@ -406,7 +447,27 @@ func streamChanges(have, want jetstream.StreamConfig) []string {
 	check("Duplicates", have.Duplicates != want.Duplicates)
 	check("AllowDirect", have.AllowDirect != want.AllowDirect)
 	check("Description", have.Description != want.Description)
+	check("Metadata", !maps.Equal(axMetadata(have.Metadata), axMetadata(want.Metadata)))
 	return changed
+}
+
+// axMetadata returns the ax_ keys of a stream's metadata (the server adds
+// keys of its own).
+func axMetadata(md map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range md {
+		if strings.HasPrefix(k, "ax_") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func routing(sc jetstream.StreamConfig) string {
+	if UsesPools(sc) {
+		return "task type (pools)"
+	}
+	return "shard (one consumer per priority and shard)"
 }
 
 func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, want jetstream.ConsumerConfig, report *Report) error {

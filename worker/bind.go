@@ -5,15 +5,46 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )
 
-// bindConsumer looks up the consumer of (priority, shard), retrying with
-// backoff while the server cannot answer (a cluster electing leaders, a
-// node restarting), until ctx ends.
-func (w *Worker) bindConsumer(ctx context.Context, priority, shard int) (jetstream.Consumer, error) {
-	stream, name := w.cfg.Names.PriorityStream(priority), w.cfg.Names.ConsumerName(priority, shard)
+// deploymentPools reads the first priority bucket's configuration, retrying
+// like [Worker.bindConsumer]: on a pools deployment it returns the type
+// consumers' settings ([streams.PoolsConfig]), otherwise nil.
+func (w *Worker) deploymentPools(ctx context.Context) (*streams.Config, error) {
+	name := w.cfg.Names.PriorityStream(0)
+	wait := 100 * time.Millisecond
+	for {
+		stream, err := w.js.Stream(ctx, name)
+		if err == nil {
+			sc := stream.CachedInfo().Config
+			if !streams.UsesPools(sc) {
+				return nil, nil
+			}
+			return streams.PoolsConfig(w.cfg.Names, sc)
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("look up stream %s: %w", name, err)
+		}
+		w.log.Warn("bind_stream_retry", zap.String("stream", name), zap.Error(err))
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("look up stream %s: %w", name, err)
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// bindConsumer looks up the consumer of (priority, shard) of set s,
+// retrying with backoff while the server cannot answer (a cluster electing
+// leaders, a node restarting), until ctx ends.
+func (w *Worker) bindConsumer(ctx context.Context, s *shardSet, priority, shard int) (jetstream.Consumer, error) {
+	stream, name := w.cfg.Names.PriorityStream(priority), w.consumerName(s, priority, shard)
 	wait := 100 * time.Millisecond
 	for {
 		cons, err := w.js.Consumer(ctx, stream, name)

@@ -32,7 +32,8 @@ const (
 
 // Config configures a [Worker].
 type Config struct {
-	// Registry of handlers. Required.
+	// Registry of handlers. Required. On a pools deployment the worker
+	// receives only the types registered when it starts, and at least one.
 	Registry *Registry
 	// Names of the deployment. Zero means [streams.DefaultNames].
 	Names streams.Names

@@ -12,6 +12,14 @@
 // the table gives it and, under the overflow policy, steals from the
 // backlog of the others.
 //
+// Pools: on a deployment provisioned with [streams.Config.Pools] each task
+// type has its own consumers, and a worker consumes only those of the types
+// its [Registry] holds when it starts (creating them if they do not exist).
+// The workers of a type form its ring and split its shards as above, with
+// one table per type in AX_CONTROL ([PoolTable]). A task whose type no live
+// worker serves waits in its bucket. Safety and liveness are as below, per
+// type: a type's consumers never change, whichever workers serve it.
+//
 // Safety: a task runs only after this worker moved its record to RUNNING at
 // the revision it read, so two workers never both start one delivery. A
 // worker whose claim lapsed (its message was redelivered, or its record moved

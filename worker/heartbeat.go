@@ -12,6 +12,7 @@ import (
 type delivery struct {
 	msg      jetstream.Msg
 	meta     *jetstream.MsgMetadata // parsed once on receipt; nil if unreadable
+	set      *shardSet              // the consumers it came from
 	priority int
 	shard    int
 	since    time.Time     // when the task began to wait: the dispatch order

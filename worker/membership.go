@@ -42,7 +42,10 @@ func (w *Worker) newMember(ctx context.Context) (*member, error) {
 // announce sets the member record the next renewal writes: the shards the
 // worker owns and the tasks it runs now.
 func (w *Worker) announce(m *member) {
-	m.record.Shards = w.shards.ownedShards()
+	m.record.Shards, m.record.Pools = w.ownedShards()
+	if w.typed {
+		m.record.Types = w.types()
+	}
 	m.record.InFlight = w.inFlight()
 	data, err := json.Marshal(m.record)
 	if err != nil {
@@ -74,7 +77,7 @@ func (w *Worker) runMesh(ctx context.Context, m *member) {
 		case <-retry.C:
 		}
 		err := w.serveMesh(ctx, m)
-		if err := w.serveShards(context.WithoutCancel(ctx), nil); err != nil {
+		if err := w.serveNone(context.WithoutCancel(ctx)); err != nil {
 			w.log.Warn("shards_stop_failed", zap.Error(err))
 		}
 		if ctx.Err() != nil {

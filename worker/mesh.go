@@ -42,13 +42,15 @@ func (w *Worker) awaitServing(ctx context.Context) {
 
 // meshView is what a member knows of the mesh (owned by the mesh loop).
 type meshView struct {
-	live        map[string]bool // member ids with a live lease
-	liveReady   bool            // the initial member listing was read
-	table       ShardTable
-	tableRev    uint64
-	tableReady  bool // the initial table was read
-	lastApplied Assignment
-	applied     bool
+	live         map[string][]string // member ids with a live lease: the types they serve (pools)
+	liveReady    bool                // the initial member listing was read
+	table        ShardTable          // without pools
+	pools        PoolTable           // with pools
+	tableRev     uint64              // of table or pools
+	tableReady   bool                // the initial table was read
+	lastApplied  Assignment
+	appliedPools map[string]Assignment
+	applied      bool
 }
 
 // serveMesh joins the mesh and serves until ctx ends (nil) or the
@@ -73,13 +75,17 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) error {
 		return fmt.Errorf("watch members: %w", err)
 	}
 	defer func() { _ = memberWatch.Stop() }()
-	tableWatch, err := control.Watch(guarded, ShardTableKey)
+	tableKey := ShardTableKey
+	if w.typed {
+		tableKey = PoolTableKey
+	}
+	tableWatch, err := control.Watch(guarded, tableKey)
 	if err != nil {
 		return fmt.Errorf("watch shard table: %w", err)
 	}
 	defer func() { _ = tableWatch.Stop() }()
 
-	v := &meshView{live: map[string]bool{}}
+	v := &meshView{live: map[string][]string{}}
 	refresh := time.NewTicker(time.Second) // in-flight counts for the next renewal
 	defer refresh.Stop()
 	for {
@@ -93,16 +99,20 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) error {
 			if !ok {
 				return fmt.Errorf("watch members: closed")
 			}
-			v.member(e)
+			v.member(e, w.log)
 		case e, ok := <-tableWatch.Updates():
 			if !ok {
 				return fmt.Errorf("watch shard table: closed")
 			}
-			v.tableEntry(e, w.log)
+			if w.typed {
+				v.poolEntry(e, w.log)
+			} else {
+				v.tableEntry(e, w.log)
+			}
 		case <-refresh.C: // also retries a failed switch
 			w.announce(m) // the next renewal carries the in-flight count of now
 		}
-		if v.liveReady && v.tableReady && w.reconcile(guarded, control, v) {
+		if v.liveReady && v.tableReady && w.reconcileAny(guarded, control, v) {
 			// Announce the new shards now rather than at the next renewal.
 			w.announce(m)
 			if _, err := m.lease.Renew(guarded); err != nil && guarded.Err() == nil {
@@ -112,13 +122,22 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) error {
 	}
 }
 
-func (v *meshView) member(e jetstream.KeyValueEntry) {
+func (v *meshView) member(e jetstream.KeyValueEntry, log *zap.Logger) {
 	if e == nil {
 		v.liveReady = true
 		return
 	}
 	if e.Operation() == jetstream.KeyValuePut {
-		v.live[e.Key()] = true
+		var lease kv.LeaseRecord
+		var rec kv.Member
+		err := json.Unmarshal(e.Value(), &lease)
+		if err == nil && len(lease.Data) > 0 {
+			err = json.Unmarshal(lease.Data, &rec)
+		}
+		if err != nil {
+			log.Debug("member_decode", zap.String("member", e.Key()), zap.Error(err))
+		}
+		v.live[e.Key()] = rec.Types
 	} else {
 		delete(v.live, e.Key())
 	}
@@ -140,6 +159,15 @@ func (v *meshView) tableEntry(e jetstream.KeyValueEntry, log *zap.Logger) {
 			v.table = ShardTable{}
 		}
 	}
+}
+
+// reconcileAny reconciles the worker's shards with the table of its
+// deployment: the catch-all [ShardTable] or the per-type [PoolTable].
+func (w *Worker) reconcileAny(ctx context.Context, control jetstream.KeyValue, v *meshView) bool {
+	if w.typed {
+		return w.reconcilePools(ctx, control, v)
+	}
+	return w.reconcile(ctx, control, v)
 }
 
 // reconcile writes a new table if the live members differ from the table's,
@@ -176,17 +204,13 @@ func (w *Worker) reconcile(ctx context.Context, control jetstream.KeyValue, v *m
 		return false
 	}
 	mine := v.table.Owners.Shards(w.cfg.ID)
-	if err := w.serveShards(ctx, mine); err != nil {
+	if err := w.serveShards(ctx, w.sets[0], mine); err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn("serve_shards_failed", zap.Error(err))
 		}
 		return false // try again on the next event or tick
 	}
-	select {
-	case <-w.serving:
-	default:
-		close(w.serving) // only this loop closes it
-	}
+	w.markServing()
 	v.lastApplied, v.applied = v.table.Owners, true
 	w.log.Info("shards_served", zap.Ints("owned", mine), zap.Uint64("table_revision", v.tableRev))
 	return true

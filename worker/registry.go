@@ -124,6 +124,23 @@ func (r *Registry) Types() []string {
 	return out
 }
 
+// Only returns a registry with the handlers of types alone, for a worker
+// that serves part of what a registry holds (a pool). A type not
+// registered here is an error.
+func (r *Registry) Only(types ...string) (*Registry, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := NewRegistry()
+	for _, t := range types {
+		h, ok := r.handlers[t]
+		if !ok {
+			return nil, fmt.Errorf("%w: %q", ErrNoHandler, t)
+		}
+		out.handlers[t] = h
+	}
+	return out, nil
+}
+
 // Args is the payload of one task type: Kind names the type and the value's
 // JSON form is the payload (the producer's scheduler.Args). Kind is called
 // on the zero value: it must not read the value's fields.

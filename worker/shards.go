@@ -24,12 +24,13 @@ const (
 )
 
 // shardSet holds the consumers of the shards a worker serves, five per shard
-// (one per priority), and switches them when ownership changes.
+// (one per priority), and switches them when ownership changes. A worker
+// has one set for the catch-all shard consumers, or on a pools deployment
+// one per task type it registers.
 type shardSet struct {
+	typ    string        // the task type of a pools deployment; "" for the catch-all consumers
 	accept atomic.Uint32 // bit s set: deliveries of shard s may start here
 	owned  atomic.Uint32 // bit s set: the worker owns shard s
-
-	policy jetstream.PriorityPolicy // set by bindShards before any switch, read-only after
 
 	locks   [streams.Shards]sync.Mutex // locks[s] serializes switches of shard s and guards modes[s], ccs[s], handles[s]
 	modes   [streams.Shards]shardMode
@@ -52,28 +53,71 @@ func (s *shardSet) ownedShards() []int {
 	return out
 }
 
+// consumerName returns the name of the consumer of (p, shard) in set s.
+func (w *Worker) consumerName(s *shardSet, p, shard int) string {
+	if s.typ == "" {
+		return w.cfg.Names.ConsumerName(p, shard)
+	}
+	return w.cfg.Names.TypeConsumerName(p, shard, s.typ)
+}
+
+// consumerFilter returns the filter subject of the consumer of (p, shard)
+// in set s.
+func (w *Worker) consumerFilter(s *shardSet, p, shard int) string {
+	if s.typ == "" {
+		return w.cfg.Names.ShardFilter(p, shard)
+	}
+	return w.cfg.Names.TypeFilter(p, shard, s.typ)
+}
+
 // bindShards learns the ack wait and priority policy of the shard
 // consumers (provisioning gives every consumer the same), retrying while
 // the server cannot answer, and refuses a worker config that disagrees
-// ([Worker.adoptConsumer]).
+// ([Worker.adoptConsumer]). On a pools deployment it first creates the
+// consumers of the types the worker registers that do not exist yet.
 func (w *Worker) bindShards(ctx context.Context) error {
-	cons, err := w.bindConsumer(ctx, 0, 0)
+	pools, err := w.deploymentPools(ctx)
 	if err != nil {
 		return err
 	}
-	return w.adoptConsumer(cons.CachedInfo())
+	if pools == nil {
+		w.sets = []*shardSet{{}}
+	} else {
+		types := w.cfg.Registry.Types()
+		slices.Sort(types)
+		if len(types) == 0 {
+			return fmt.Errorf("%w: a worker of a pools deployment must register at least one task type", ErrConfigMismatch)
+		}
+		for _, t := range types {
+			n, err := streams.EnsureTypeConsumers(ctx, w.js, pools, t)
+			if err != nil {
+				return fmt.Errorf("consumers of type %s: %w", t, err)
+			}
+			if n > 0 {
+				w.log.Info("type_consumers_created", zap.String("type", t), zap.Int("consumers", n))
+			}
+			w.sets = append(w.sets, &shardSet{typ: t})
+		}
+		w.typed = true
+	}
+	cons, err := w.bindConsumer(ctx, w.sets[0], 0, 0)
+	if err != nil {
+		return err
+	}
+	return w.adoptConsumer(w.sets[0], cons.CachedInfo())
 }
 
 // canSteal reports whether the worker pulls from shards it does not own:
 // only a mesh member, under the overflow policy, with stealing enabled.
 func (w *Worker) canSteal() bool {
-	return w.cfg.mesh && w.shards.policy == jetstream.PriorityPolicyOverflow && w.cfg.StealThreshold > 0
+	return w.cfg.mesh && w.policy == jetstream.PriorityPolicyOverflow && w.cfg.StealThreshold > 0
 }
 
-// serveShards switches every shard to its mode: the shards in mine are
-// owned, the others are stolen from (overflow policy) or left alone. Shards
-// switch in parallel, each taking a few round trips to the server.
-func (w *Worker) serveShards(ctx context.Context, mine []int) error {
+// serveShards switches every shard of set s to its mode: the shards in
+// mine are owned, the others are stolen from (overflow policy) or left
+// alone. Shards switch in parallel, each taking a few round trips to the
+// server.
+func (w *Worker) serveShards(ctx context.Context, s *shardSet, mine []int) error {
 	errs := make([]error, streams.Shards)
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -87,7 +131,7 @@ func (w *Worker) serveShards(ctx context.Context, mine []int) error {
 				case w.canSteal():
 					mode = shardSteal
 				}
-				errs[shard] = w.setShard(ctx, shard, mode)
+				errs[shard] = w.setShard(ctx, s, shard, mode)
 			}
 		})
 	}
@@ -102,8 +146,7 @@ func (w *Worker) serveShards(ctx context.Context, mine []int) error {
 // setShard stops the shard's consumers if its mode changes and starts the
 // new mode's. Deliveries already held keep their claim; those not started
 // when the shard is left are handed back by the slots (see [Worker.slot]).
-func (w *Worker) setShard(ctx context.Context, shard int, mode shardMode) error {
-	s := &w.shards
+func (w *Worker) setShard(ctx context.Context, s *shardSet, shard int, mode shardMode) error {
 	s.locks[shard].Lock()
 	defer s.locks[shard].Unlock()
 	if s.modes[shard] == mode {
@@ -126,7 +169,7 @@ func (w *Worker) setShard(ctx context.Context, shard int, mode shardMode) error 
 	s.accept.Or(bit)
 	for p := range streams.Priorities {
 		for range w.cfg.PrefetchPerShard {
-			cc, err := w.consumeShard(ctx, p, shard, mode)
+			cc, err := w.consumeShard(ctx, s, p, shard, mode)
 			if err != nil {
 				drain(s.ccs[shard])
 				s.ccs[shard] = nil
@@ -150,20 +193,20 @@ const (
 	pullHeartbeat = time.Second
 )
 
-// consumeShard starts the consumer of (p, shard) in mode.
-func (w *Worker) consumeShard(ctx context.Context, p, shard int, mode shardMode) (jetstream.ConsumeContext, error) {
-	name := w.cfg.Names.ConsumerName(p, shard)
+// consumeShard starts the consumer of (p, shard) of set s in mode.
+func (w *Worker) consumeShard(ctx context.Context, s *shardSet, p, shard int, mode shardMode) (jetstream.ConsumeContext, error) {
+	name := w.consumerName(s, p, shard)
 	// Binding costs a consumer info request (a replicated one in a
 	// cluster), so handles are reused; except under pinned_client, where
 	// nats.go keeps the pin id on the handle and each start needs a fresh
 	// one. (locks[shard] is held.)
-	cons := w.shards.handles[shard][p]
-	if cons == nil || w.shards.policy == jetstream.PriorityPolicyPinned {
+	cons := s.handles[shard][p]
+	if cons == nil || w.policy == jetstream.PriorityPolicyPinned {
 		var err error
-		if cons, err = w.bindConsumer(ctx, p, shard); err != nil {
+		if cons, err = w.bindConsumer(ctx, s, p, shard); err != nil {
 			return nil, err
 		}
-		w.shards.handles[shard][p] = cons
+		s.handles[shard][p] = cons
 	}
 	// One message at a time: a second one would wait in the client's
 	// buffer behind a callback that waits for a busy slot, unheartbeated,
@@ -180,7 +223,7 @@ func (w *Worker) consumeShard(ctx context.Context, p, shard int, mode shardMode)
 	}
 	expiry := pullExpiry
 	info := cons.CachedInfo()
-	if err := w.checkConsumer(p, shard, info); err != nil {
+	if err := w.checkConsumer(s, p, shard, info); err != nil {
 		return nil, err
 	}
 	cfg := info.Config
@@ -204,7 +247,7 @@ func (w *Worker) consumeShard(ctx context.Context, p, shard int, mode shardMode)
 	if mode == shardSteal {
 		opts = append(opts, jetstream.PullMinPending(w.cfg.StealThreshold))
 	}
-	cc, err := cons.Consume(w.receiver(p, shard), opts...)
+	cc, err := cons.Consume(w.receiver(s, p, shard), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("consume %s: %w", name, err)
 	}
@@ -231,17 +274,44 @@ func pinned(info *jetstream.ConsumerInfo) bool {
 
 // stopShards stops every shard's consumers.
 func (w *Worker) stopShards() {
-	s := &w.shards
-	s.accept.Store(0)
-	s.owned.Store(0)
 	var all []jetstream.ConsumeContext
-	for shard := range s.ccs {
-		s.locks[shard].Lock()
-		all = append(all, s.ccs[shard]...)
-		s.ccs[shard], s.modes[shard] = nil, shardIdle
-		s.locks[shard].Unlock()
+	for _, s := range w.sets {
+		s.accept.Store(0)
+		s.owned.Store(0)
+		for shard := range s.ccs {
+			s.locks[shard].Lock()
+			all = append(all, s.ccs[shard]...)
+			s.ccs[shard], s.modes[shard] = nil, shardIdle
+			s.locks[shard].Unlock()
+		}
 	}
 	drain(all)
+}
+
+// serveNone stops consuming every set's shards.
+func (w *Worker) serveNone(ctx context.Context) error {
+	var errs []error
+	for _, s := range w.sets {
+		errs = append(errs, w.serveShards(ctx, s, nil))
+	}
+	return errors.Join(errs...)
+}
+
+// ownedShards lists the shards the worker owns in any set, and per task
+// type on a pools deployment (nil otherwise).
+func (w *Worker) ownedShards() ([]int, map[string][]int) {
+	if !w.typed {
+		return w.sets[0].ownedShards(), nil
+	}
+	var all []int
+	per := make(map[string][]int, len(w.sets))
+	for _, s := range w.sets {
+		mine := s.ownedShards()
+		per[s.typ] = mine
+		all = append(all, mine...)
+	}
+	slices.Sort(all)
+	return slices.Compact(all), per
 }
 
 // drain stops pulling on ccs and waits until their buffered messages have

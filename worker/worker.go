@@ -26,7 +26,9 @@ type Worker struct {
 	running    sync.Map                 // *delivery -> execution: the handlers running now
 	processing inFlight                 // task ids between claim and settled outcome here
 	cancels    cancelNotes              // operator cancel notices
-	shards     shardSet                 // consumers of the shards served
+	sets       []*shardSet              // consumers of the shards served: one set, or one per task type (pools); fixed by bindShards
+	typed      bool                     // a pools deployment: the sets are per task type
+	policy     jetstream.PriorityPolicy // of the consumers: set by bindShards before any switch, read-only after
 	stopMesh   context.CancelFunc       // nil with fixed shards
 	lease      atomic.Pointer[kv.Lease] // the membership lease; nil with fixed shards
 	// memberEpoch counts the memberships lost: an execution started in an
@@ -99,7 +101,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.meshDone, w.serving = make(chan struct{}), make(chan struct{})
 		go func() { defer close(w.meshDone); w.runMesh(meshCtx, m) }()
 		w.awaitServing(ctx)
-	} else if err := w.serveShards(ctx, w.cfg.Shards); err != nil {
+	} else if err := w.serveFixed(ctx); err != nil {
 		return errors.Join(fmt.Errorf("start worker: %w", err), w.Stop(context.WithoutCancel(ctx)))
 	}
 	w.log.Info("worker_started", zap.Int("concurrency", w.cfg.Concurrency), zap.Bool("mesh", w.cfg.mesh), zap.Ints("shards", w.cfg.Shards))
@@ -170,20 +172,20 @@ func (w *Worker) consumeError(_ jetstream.ConsumeContext, err error) {
 	w.log.Debug("consume_error", zap.Error(err))
 }
 
-// receiver returns the consume callback of (p, shard): it queues each
+// receiver returns the consume callback of (p, shard) of set s: it queues each
 // message for the slots and waits until a slot takes it, so that the
 // consume context, which pulls one message at a time, pulls no further
 // ahead. Nothing waits unheartbeated in the client's buffer: a message
 // reaches this callback as soon as it arrives.
-func (w *Worker) receiver(p, shard int) jetstream.MessageHandler {
+func (w *Worker) receiver(s *shardSet, p, shard int) jetstream.MessageHandler {
 	return func(msg jetstream.Msg) {
-		if w.stopping.Load() || !w.shards.accepts(shard) {
+		if w.stopping.Load() || !s.accepts(shard) {
 			_ = msg.Nak()
 			return
 		}
 		now := time.Now()
 		meta, _ := msg.Metadata() // nil if unreadable: process terms the message
-		d := &delivery{msg: msg, meta: meta, priority: p, shard: shard, lastBeat: now,
+		d := &delivery{msg: msg, meta: meta, set: s, priority: p, shard: shard, lastBeat: now,
 			since: waitingSince(msg, meta, now), taken: make(chan struct{})}
 		w.held.add(d)
 		if !w.dispatch.push(d) {
@@ -227,7 +229,7 @@ func (w *Worker) slot() {
 		if d == nil {
 			return
 		}
-		if !w.shards.accepts(d.shard) {
+		if !d.set.accepts(d.shard) {
 			w.release(d) // the shard moved to another worker before it started
 			continue
 		}

@@ -199,6 +199,14 @@ function renderOverview() {
           h("td", {}, t.timeout ? fmtDur(t.timeout) : "–"),
           h("td", {}, t.samples ? fmtDur(t.recommended_timeout) : "–")))));
     }
+    if ((s.unserved || []).length) {
+      out.push(h("h2", {}, "Unserved types ", h("small", { class: "muted" },
+        "waiting in the buckets: no live worker serves them (pools)")));
+      out.push(h("table", { id: "unserved" },
+        h("tr", {}, ["type", "waiting", "oldest since"].map((c, i) => h("th", { class: i === 1 ? "num" : null }, c))),
+        s.unserved.map((u) => h("tr", { "data-type": u.type, class: "warn" },
+          h("td", {}, u.type), h("td", { class: "num" }, u.depth), h("td", {}, fmtTime(u.oldest))))));
+    }
   }
   const hist = state.history;
   const times = hist.map((x) => x.at);
@@ -239,7 +247,24 @@ async function pageWorkers() {
     r.workers.map((w) => h("tr", { "data-worker": w.id }, h("td", {}, w.id), h("td", {}, w.host), h("td", {}, w.version),
       h("td", { class: "num" }, w.concurrency), h("td", { class: "num" }, w.in_flight),
       h("td", {}, h("div", { class: "shards" }, (w.shards || []).map((s) => h("span", {}, s)))),
-      h("td", {}, fmtTime(w.started_at)), h("td", {}, fmtTime(w.renewed_at))))));
+      h("td", {}, fmtTime(w.started_at)), h("td", {}, fmtTime(w.renewed_at))))),
+    ...poolTables(r.workers));
+}
+
+// poolTables groups the workers of a pools deployment by task type: each
+// type's workers, their pool (the types they serve) and the shards each owns
+// in the type's ring. Nothing on a deployment without pools.
+function poolTables(workers) {
+  const byType = {};
+  for (const w of workers) for (const t of w.types || []) (byType[t] = byType[t] || []).push(w);
+  const types = Object.keys(byType).sort();
+  if (!types.length) return [];
+  return [h("h2", {}, "Pools ", h("small", { class: "muted" }, "each task type's workers and the shards they own in its ring")),
+    h("table", { id: "pools" },
+      h("tr", {}, ["type", "worker", "pool", "shards"].map((c) => h("th", {}, c))),
+      types.flatMap((t) => byType[t].map((w) => h("tr", { "data-type": t, "data-worker": w.id },
+        h("td", {}, t), h("td", {}, w.id), h("td", {}, (w.types || []).join(", ")),
+        h("td", {}, h("div", { class: "shards" }, ((w.pools || {})[t] || []).map((s) => h("span", {}, s))))))))];
 }
 
 const STATES = ["", "PENDING", "READY", "RUNNING", "RETRYING", "SUCCEEDED", "DEAD", "CANCELLED", "PAUSED"];

@@ -37,6 +37,9 @@ type Options struct {
 	Workers       int       // workers in this process
 	Payload       int       // payload bytes
 	Progress      io.Writer // progress bar; nil for none
+	// Pools provisions a pools deployment (routing by task type,
+	// [streams.Config.Pools]) instead of catch-all shard consumers.
+	Pools bool
 }
 
 // env is one scenario's NATS server, connection and provisioned ax.
@@ -94,7 +97,7 @@ func newEnv(ctx context.Context, o Options, prefix string, capacity int64) (*env
 		e.close()
 		return nil, err
 	}
-	if _, err := streams.Provision(ctx, e.js, &streams.Config{Names: e.names, Capacity: capacity}); err != nil {
+	if _, err := streams.Provision(ctx, e.js, &streams.Config{Names: e.names, Capacity: capacity, Pools: o.Pools && prefix != "axbase"}); err != nil {
 		e.close()
 		return nil, err
 	}
@@ -153,7 +156,11 @@ type run struct {
 
 // newRun provisions ax (see [newEnv]) and opens a submit client.
 func newRun(ctx context.Context, o Options) (*run, error) {
-	e, err := newEnv(ctx, o, "axbench", 0)
+	prefix := "axbench"
+	if o.Pools {
+		prefix = "axpools" // a shared server keeps the two layouts apart
+	}
+	e, err := newEnv(ctx, o, prefix, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -31,6 +31,7 @@ type ProbeEvent struct {
 	// or it no longer held its task, before the effect).
 	Event    string `json:"ev"`
 	Task     string `json:"task"`
+	Type     string `json:"type,omitempty"` // the task's type, when the probe is registered under other names
 	Worker   string `json:"worker"`
 	Exec     uint64 `json:"exec"` // the execution's number in this probe: with the journal, it names one execution
 	Attempt  int    `json:"attempt"`
@@ -78,9 +79,18 @@ func NewProbe(ctx context.Context, js jetstream.JetStream, path, bucket string) 
 	return &Probe{journal: f, effects: kv}, nil
 }
 
-// Register adds the "probe" type to reg.
-func (p *Probe) Register(reg *worker.Registry) error {
-	return worker.HandleJSON(reg, "probe", p.handle, nil)
+// Register adds the "probe" type to reg, or the probe under each of types
+// instead when some are given (the pools tests' "email" and "resize").
+func (p *Probe) Register(reg *worker.Registry, types ...string) error {
+	if len(types) == 0 {
+		types = []string{"probe"}
+	}
+	for _, t := range types {
+		if err := worker.HandleJSON(reg, t, p.handle, nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Close closes the journal.
@@ -130,7 +140,7 @@ func (p *Probe) handle(ctx context.Context, task *worker.Task, args ProbeArgs) e
 
 // write journals ev about execution exec of task.
 func (p *Probe) write(ev ProbeEvent, task *worker.Task, exec uint64) {
-	ev.Task, ev.Worker, ev.Exec, ev.Attempt, ev.Delivery, ev.At = task.ID, task.Worker, exec, task.Attempt, task.Fence().Delivery, time.Now().UnixNano()
+	ev.Task, ev.Type, ev.Worker, ev.Exec, ev.Attempt, ev.Delivery, ev.At = task.ID, task.Type, task.Worker, exec, task.Attempt, task.Fence().Delivery, time.Now().UnixNano()
 	ev.Revision = task.Fence().Revision
 	line, _ := json.Marshal(ev)
 	p.mu.Lock()

@@ -66,6 +66,34 @@ func (f *benchFlags) scenarios() map[string]benchScenario {
 			}
 			return []*bench.Result{base, r}, nil
 		}},
+		// pools runs baseline, then throughput without and with pools (one
+		// pool serving the one task type), and reports the ratios.
+		"pools": {run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
+			base, err := bench.Baseline(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			o.Pools = false
+			shared, err := bench.Throughput(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			o.Pools = true
+			pools, err := bench.Throughput(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			pools.Scenario = "throughput-pools"
+			for _, r := range []*bench.Result{shared, pools} {
+				ratio := r.CompletePerSec / base.CompletePerSec
+				r.RatioToBaseline = &ratio
+			}
+			pools.Extra = map[string]float64{"ratio_to_shared": pools.CompletePerSec / shared.CompletePerSec}
+			if pools.CPUMicrosPer > 0 {
+				pools.Extra["cpu_ratio_to_shared"] = shared.CPUMicrosPer / pools.CPUMicrosPer
+			}
+			return []*bench.Result{base, shared, pools}, nil
+		}},
 		"latency": {run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
 			return single(bench.Latency(ctx, o, f.rate, f.duration))
 		}},
@@ -105,6 +133,8 @@ statistics. See docs/BENCHMARKS.md.
   throughput  N no-op tasks submitted with pipelined publishes while workers run
               them; bare JetStream (baseline) runs first and the ratios of the rates
               and of the CPU per task are printed
+  pools       throughput without pools, then with one pool (a pools deployment
+              whose workers serve the one task type), against the same baseline
   baseline    N messages through one WorkQueue stream and one pull consumer
   latency     a paced load (--rate for --duration): submit-to-start latency
   priority    a P4 backlog of N tasks, then P0 tasks at --rate: P0 latency

@@ -29,6 +29,7 @@ type devFlags struct {
 	exit     bool
 	capacity int64
 	policy   string
+	pools    bool
 	payload  int32
 	wf       workerFlags
 	lf       leaderFlags
@@ -58,6 +59,7 @@ with --exit), so that other ax commands can use it with --server.`,
 	fs.BoolVar(&f.exit, "exit", false, "exit after the demo instead of serving until Ctrl-C")
 	fs.Int64Var(&f.capacity, "capacity", streams.DefaultCapacity, "capacity of each priority bucket, in tasks")
 	fs.StringVar(&f.policy, "priority-policy", streams.DefaultPriorityPolicy, "priority policy of the shard consumers: overflow (work stealing), pinned_client or none")
+	fs.BoolVar(&f.pools, "pools", false, "route by task type (worker pools): a worker receives only the types it serves (see ax worker --types)")
 	fs.Int32Var(&f.payload, "max-payload", 1<<20, "largest message the embedded server accepts, in bytes")
 	fs.StringVar(&f.dash.listen, "dashboard", "", `serve the web dashboard on this address, e.g. "127.0.0.1:8080" (default: none)`)
 	fs.BoolVar(&f.dash.allowActions, "allow-actions", false, "allow actions (cancel, pause, resume, reprioritize, replay) in the dashboard")
@@ -98,7 +100,7 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 	if err != nil {
 		return err
 	}
-	if err := provision(ctx, js, &streams.Config{Names: names, Capacity: f.capacity, AckWait: f.wf.ackWait, PriorityPolicy: f.policy}, e); err != nil {
+	if err := provision(ctx, js, &streams.Config{Names: names, Capacity: f.capacity, AckWait: f.wf.ackWait, PriorityPolicy: f.policy, Pools: f.pools}, e); err != nil {
 		return err
 	}
 	m := metrics.New(&metrics.Config{JetStream: js, Names: names})

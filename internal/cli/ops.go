@@ -173,6 +173,7 @@ func statsCommand(e *env) *cobra.Command {
 			printUnreadable(e, reply.Unreadable)
 			printReconciler(e, reply.Reconciler)
 			printRejects(e, reply.Rejects)
+			printUnserved(e, reply.Unserved)
 			return nil
 		},
 	}
@@ -234,5 +235,13 @@ func workersCommand(e *env) *cobra.Command {
 			printMembers(e.out, reply.Workers, time.Now())
 			return nil
 		},
+	}
+}
+
+// printUnserved lists the task types no live worker serves (pools).
+func printUnserved(e *env, unserved []kv.Unserved) {
+	for _, u := range unserved {
+		fmt.Fprintf(e.out, "unserved type %s: %d tasks waiting, oldest since %s (no live worker serves it)\n",
+			u.Type, u.Depth, u.Oldest.Format(time.RFC3339))
 	}
 }

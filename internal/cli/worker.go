@@ -26,6 +26,8 @@ type workerFlags struct {
 	metricsAddr string
 	probe       string // journal of the "probe" test type; empty: not registered
 	faults      bool   // register the fault-injection test types
+	types       []string
+	probeTypes  []string // names the probe is registered under instead of "probe"
 }
 
 func (f *workerFlags) add(cmd *cobra.Command) {
@@ -38,6 +40,8 @@ func (f *workerFlags) add(cmd *cobra.Command) {
 	fs.DurationVar(&f.grace, "grace", worker.DefaultGracePeriod, "how long running tasks may finish on stop")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464")
 	fs.StringVar(&f.probe, "probe-journal", "", `register the "probe" test type, journaling executions to this file`)
+	fs.StringSliceVar(&f.types, "types", nil, `serve only these of the registered types, e.g. "echo,sleep" (default: all; on a pools deployment the worker receives only the types it serves)`)
+	fs.StringSliceVar(&f.probeTypes, "probe-types", nil, `with --probe-journal, register the probe under these type names instead of "probe" (tests of worker pools)`)
 	fs.BoolVar(&f.faults, "fault-types", false, `register the fault suite's types "exit" (ends this process), "panic" and "bigerror" (never in production)`)
 }
 
@@ -54,17 +58,34 @@ func (f *workerFlags) registry(ctx context.Context, js jetstream.JetStream, name
 		}
 	}
 	if f.probe == "" {
-		return reg, func() {}, nil
+		reg, err := f.only(reg)
+		return reg, func() {}, err
 	}
 	probe, err := builtin.NewProbe(ctx, js, f.probe, strings.ToUpper(names.Prefix())+"_PROBE")
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := probe.Register(reg); err != nil {
+	if err := probe.Register(reg, f.probeTypes...); err != nil {
+		_ = probe.Close()
+		return nil, nil, err
+	}
+	if reg, err = f.only(reg); err != nil {
 		_ = probe.Close()
 		return nil, nil, err
 	}
 	return reg, func() { _ = probe.Close() }, nil
+}
+
+// only narrows reg to --types, if given.
+func (f *workerFlags) only(reg *worker.Registry) (*worker.Registry, error) {
+	if len(f.types) == 0 {
+		return reg, nil
+	}
+	out, err := reg.Only(f.types...)
+	if err != nil {
+		return nil, fmt.Errorf("--types: %w (registered: %s)", err, strings.Join(reg.Types(), ", "))
+	}
+	return out, nil
 }
 
 func (f *workerFlags) config(names streams.Names, reg *worker.Registry, log *zap.Logger) *worker.Config {

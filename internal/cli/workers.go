@@ -3,6 +3,8 @@ package cli
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -29,7 +31,40 @@ func printMembers(w io.Writer, members []kv.Member, now time.Time) {
 		shards += len(m.Shards)
 	}
 	_ = tw.Flush()
+	if printPools(w, members) {
+		fmt.Fprintf(w, "%d workers, %d tasks in flight\n", len(members), inFlight)
+		return
+	}
 	fmt.Fprintf(w, "%d workers, %d tasks in flight, %d of %d shards owned\n", len(members), inFlight, shards, streams.Shards)
+}
+
+// printPools lists, on a pools deployment, each task type's workers and the
+// shards each owns in the type's ring; it reports whether there were any.
+func printPools(w io.Writer, members []kv.Member) bool {
+	byType := map[string][]kv.Member{}
+	for _, m := range members {
+		for _, t := range m.Types {
+			byType[t] = append(byType[t], m)
+		}
+	}
+	if len(byType) == 0 {
+		return false
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TYPE\tWORKER\tPOOL\tSHARDS\tOWNED")
+	for _, t := range slices.Sorted(maps.Keys(byType)) {
+		owned := 0
+		for _, m := range byType[t] {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", t, m.ID, strings.Join(m.Types, ","), len(m.Pools[t]), dash(shardRanges(m.Pools[t])))
+			owned += len(m.Pools[t])
+		}
+		if owned < streams.Shards {
+			fmt.Fprintf(tw, "%s\t(%d of %d shards owned)\t\t\t\n", t, owned, streams.Shards)
+		}
+	}
+	_ = tw.Flush()
+	return true
 }
 
 // shardRanges formats sorted shards compactly: "0-3,7,9-10".

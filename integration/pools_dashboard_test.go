@@ -1,0 +1,57 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/worker"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+)
+
+// On a pools deployment the dashboard lists the unserved types on its
+// overview and groups the workers by type on the workers page.
+func TestPoolsDashboardInBrowser(t *testing.T) {
+	t.Parallel()
+	browser := chromium(t)
+	dashAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	dev := startDev(t, "--pools", "--workers", "0", "--dashboard", dashAddr)
+	ctx := context.Background()
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("email", func(context.Context, *worker.Task) error { return nil }, nil))
+	w, err := worker.New(ctx, dev.js, &worker.Config{ID: "mailer", Registry: reg, Concurrency: 4, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	client, err := scheduler.NewClient(ctx, dev.js, nil)
+	require.NoError(t, err)
+	for i := range 3 {
+		_, err := client.Submit(ctx, scheduler.TaskSpec{Type: "report", Tenant: "acme", Priority: scheduler.PriorityOf(i)})
+		require.NoError(t, err)
+	}
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1300, 1000),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
+	defer cancelBrowser()
+	bctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
+	defer cancelTimeout()
+	var unserved, pool string
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate("http://"+dashAddr+"/"),
+		chromedp.WaitVisible(`#unserved tr[data-type="report"]`),
+		into(chromedp.Text(`#unserved tr[data-type="report"]`), &unserved),
+		chromedp.Click(`nav a[data-page="workers"]`),
+		chromedp.WaitVisible(`#pools tr[data-type="email"]`),
+		into(chromedp.Text(`#pools tr[data-type="email"]`), &pool),
+	))
+	require.Regexp(t, `^report\s+3\s`, unserved)
+	require.Regexp(t, `^email\s+mailer\s+email\s+0\s*1\s*2`, pool, "the type's ring: its worker, pool and shards")
+}

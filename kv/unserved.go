@@ -1,0 +1,91 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Unserved is a task type with messages waiting in the priority buckets of
+// a pools deployment and no live worker that serves it.
+type Unserved struct {
+	Type   string    `json:"type"`
+	Depth  uint64    `json:"depth"`  // messages of the type in all buckets
+	Oldest time.Time `json:"oldest"` // store time of its oldest message
+}
+
+// UnservedTypes lists the task types that wait in the priority buckets of
+// a pools deployment with no live member serving them, by type. It is nil
+// on a deployment without pools, where every worker serves every type.
+//
+// It reads each bucket's subject counts (one stream info request with a
+// subject filter, whose answer grows with the distinct subjects stored:
+// tenants × types × keys) and, per unserved type and bucket, the first
+// message of the type (a direct get by subject).
+func UnservedTypes(ctx context.Context, js jetstream.JetStream, names streams.Names) ([]Unserved, error) {
+	first, err := js.Stream(ctx, names.PriorityStream(0))
+	if err != nil {
+		return nil, fmt.Errorf("unserved types: %w", err)
+	}
+	if !streams.UsesPools(first.CachedInfo().Config) {
+		return nil, nil
+	}
+	members, err := ListMembers(ctx, js, names)
+	if err != nil {
+		return nil, fmt.Errorf("unserved types: %w", err)
+	}
+	served := map[string]bool{}
+	for _, m := range members {
+		for _, t := range m.Types {
+			served[t] = true
+		}
+	}
+	byType := map[string]*Unserved{}
+	for p := range streams.Priorities {
+		stream, err := js.Stream(ctx, names.PriorityStream(p))
+		if err != nil {
+			return nil, fmt.Errorf("unserved types: %w", err)
+		}
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(fmt.Sprintf("%s.p%d.>", names.Prefix(), p)))
+		if err != nil {
+			return nil, fmt.Errorf("unserved types: info %s: %w", names.PriorityStream(p), err)
+		}
+		waiting := map[string]bool{}
+		for subject, n := range info.State.Subjects {
+			tokens := strings.Split(subject, ".")
+			if len(tokens) < 6 || served[tokens[4]] {
+				continue
+			}
+			t := tokens[4]
+			if byType[t] == nil {
+				byType[t] = &Unserved{Type: t}
+			}
+			byType[t].Depth += n
+			waiting[t] = true
+		}
+		for t := range waiting {
+			msg, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(fmt.Sprintf("%s.p%d.*.*.%s.>", names.Prefix(), p, t)))
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue // acked since
+			}
+			if err != nil {
+				return nil, fmt.Errorf("unserved types: oldest %s in %s: %w", t, names.PriorityStream(p), err)
+			}
+			if u := byType[t]; u.Oldest.IsZero() || msg.Time.Before(u.Oldest) {
+				u.Oldest = msg.Time
+			}
+		}
+	}
+	out := make([]Unserved, 0, len(byType))
+	for _, u := range byType {
+		out = append(out, *u)
+	}
+	slices.SortFunc(out, func(a, b Unserved) int { return strings.Compare(a.Type, b.Type) })
+	return out, nil
+}

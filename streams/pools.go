@@ -1,0 +1,142 @@
+package streams
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Worker pools (issue 15). A deployment provisioned with [Config.Pools]
+// routes by task type: instead of one catch-all consumer per (priority,
+// shard), each task type has its own consumer per (priority, shard),
+// created when a worker that registers the type starts
+// ([EnsureTypeConsumers]). A WorkQueue stream refuses consumers whose
+// filters overlap (nats-server consumer.go, partitionUnique), so the two
+// layouts cannot coexist on one stream. A message whose type has no
+// consumer stays in its bucket (WorkQueue retention removes a message
+// only when a consumer acks it) until one is created.
+
+// Stream metadata keys of a priority bucket provisioned for pools. The
+// type consumers' settings are kept there so that a worker creates them as
+// provisioning would.
+const (
+	MetaRouting        = "ax_routing"          // RoutingTypes on a pools deployment
+	metaAckWait        = "ax_ack_wait"         // Go duration
+	metaMaxAckPending  = "ax_max_ack_pending"  // integer
+	metaPriorityPolicy = "ax_priority_policy"  // none, overflow, pinned_client
+	metaPinnedTTL      = "ax_pinned_ttl"       // Go duration
+	RoutingTypes       = "types"               // value of MetaRouting
+	poolsMaxConsumers  = 32 * Priorities * 320 // room for 320 types per bucket
+)
+
+// TypeFilter returns the filter subject of the consumer of (priority,
+// shard, task type): its submits and its control-plane copies.
+func (n Names) TypeFilter(p, shard int, taskType string) string {
+	return fmt.Sprintf("%s.p%d.%d.*.%s.>", n.Prefix(), p, shard, taskType)
+}
+
+// TypeConsumerName returns the durable name of the consumer of (priority,
+// shard, task type), e.g. "p0-s07-t-email". A type that is not made of
+// letters, digits, '-' and '_' (at most 64) is named by a hash of it.
+func (n Names) TypeConsumerName(p, shard int, taskType string) string {
+	return fmt.Sprintf("p%d-s%02d-t-%s", p, shard, typeNameToken(taskType))
+}
+
+var plainType = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+func typeNameToken(taskType string) string {
+	if plainType.MatchString(taskType) {
+		return taskType
+	}
+	sum := sha256.Sum256([]byte(taskType))
+	return "h" + hex.EncodeToString(sum[:12])
+}
+
+// UsesPools reports whether a priority bucket's configuration marks a
+// pools deployment.
+func UsesPools(sc jetstream.StreamConfig) bool { return sc.Metadata[MetaRouting] == RoutingTypes }
+
+func poolsMetadata(cfg *Config) map[string]string {
+	return map[string]string{
+		MetaRouting:        RoutingTypes,
+		metaAckWait:        cfg.AckWait.String(),
+		metaMaxAckPending:  strconv.Itoa(cfg.MaxAckPending),
+		metaPriorityPolicy: cfg.PriorityPolicy,
+		metaPinnedTTL:      cfg.PinnedTTL.String(),
+	}
+}
+
+// PoolsConfig reads back the consumer settings a pools deployment was
+// provisioned with from a priority bucket's configuration.
+func PoolsConfig(n Names, sc jetstream.StreamConfig) (*Config, error) {
+	if !UsesPools(sc) {
+		return nil, fmt.Errorf("stream %s is not provisioned for pools", sc.Name)
+	}
+	md := sc.Metadata
+	ackWait, err1 := time.ParseDuration(md[metaAckWait])
+	pinned, err2 := time.ParseDuration(md[metaPinnedTTL])
+	pending, err3 := strconv.Atoi(md[metaMaxAckPending])
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, fmt.Errorf("stream %s: pools metadata: %w", sc.Name, err)
+	}
+	cfg := (&Config{Names: n, Replicas: sc.Replicas, AckWait: ackWait, MaxAckPending: pending,
+		PriorityPolicy: md[metaPriorityPolicy], PinnedTTL: pinned, Pools: true}).withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// TypeConsumerConfig returns the configuration of the durable pull consumer
+// of (priority, shard, task type): that of the shard's catch-all consumer
+// ([ConsumerConfig]) with the type's filter.
+func TypeConsumerConfig(cfg *Config, priority, shard int, taskType string) (jetstream.ConsumerConfig, error) {
+	if err := ValidateToken("task type", taskType); err != nil {
+		return jetstream.ConsumerConfig{}, err
+	}
+	cc, err := ConsumerConfig(cfg, priority, shard)
+	if err != nil {
+		return cc, err
+	}
+	cc.Durable = cfg.Names.TypeConsumerName(priority, shard, taskType)
+	cc.Description = fmt.Sprintf("ax shard %d of P%d, type %s", shard, priority, taskType)
+	cc.FilterSubject = cfg.Names.TypeFilter(priority, shard, taskType)
+	return cc, nil
+}
+
+// EnsureTypeConsumers creates the consumers of taskType on every (priority,
+// shard) of a pools deployment, as [PoolsConfig] of its buckets says, and
+// leaves those that exist (a type's consumers are the same whichever
+// workers serve it, so moving a type between pools changes no consumer).
+// It returns how many it created.
+func EnsureTypeConsumers(ctx context.Context, js jetstream.JetStream, cfg *Config, taskType string) (int, error) {
+	created := 0
+	for p := range Priorities {
+		stream := cfg.Names.PriorityStream(p)
+		for shard := range Shards {
+			cc, err := TypeConsumerConfig(cfg, p, shard, taskType)
+			if err != nil {
+				return created, err
+			}
+			_, err = js.Consumer(ctx, stream, cc.Durable)
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return created, fmt.Errorf("look up consumer %s/%s: %w", stream, cc.Durable, err)
+			}
+			if _, err := js.CreateConsumer(ctx, stream, cc); err != nil {
+				return created, fmt.Errorf("create consumer %s/%s: %w", stream, cc.Durable, err)
+			}
+			created++
+		}
+	}
+	return created, nil
+}

@@ -1,0 +1,145 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// PoolTableKey is the key of the per-type shard tables of a pools
+// deployment in the control bucket (AX_CONTROL), as [PoolTable] JSON.
+const PoolTableKey = "pools"
+
+// PoolTable holds one [ShardTable] per task type on a pools deployment:
+// the workers that register a type form its ring and split its 32 shards by
+// [Rebalance], as the workers of a deployment without pools split the
+// catch-all shards. A worker serving several types is a member of each of
+// their rings. Any member that sees a type's live members differ from its
+// table's writes the whole PoolTable by compare-and-set on its revision.
+type PoolTable struct {
+	Types map[string]ShardTable `json:"types"`
+}
+
+// types returns the task types the worker serves (the types of its sets).
+func (w *Worker) types() []string {
+	out := make([]string, 0, len(w.sets))
+	for _, s := range w.sets {
+		out = append(out, s.typ)
+	}
+	return out
+}
+
+// serveFixed serves the fixed [Config.Shards] in every set.
+func (w *Worker) serveFixed(ctx context.Context) error {
+	var errs []error
+	for _, s := range w.sets {
+		errs = append(errs, w.serveShards(ctx, s, w.cfg.Shards))
+	}
+	return errors.Join(errs...)
+}
+
+// membersOf returns the sorted ids of the live members that serve
+// taskType.
+func (v *meshView) membersOf(taskType string) []string {
+	var out []string
+	for id, types := range v.live {
+		if slices.Contains(types, taskType) {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (v *meshView) poolEntry(e jetstream.KeyValueEntry, log *zap.Logger) {
+	if e == nil {
+		v.tableReady = true
+		return
+	}
+	if e.Revision() < v.tableRev {
+		return // our own write, already applied
+	}
+	v.tableRev = e.Revision()
+	v.pools = PoolTable{}
+	if e.Operation() == jetstream.KeyValuePut {
+		if err := json.Unmarshal(e.Value(), &v.pools); err != nil {
+			log.Error("pool_table_decode", zap.Uint64("revision", e.Revision()), zap.Error(err))
+			v.pools = PoolTable{}
+		}
+	}
+}
+
+// reconcilePools writes new tables for the worker's types whose live
+// members differ from their table's, then serves the shards each type's
+// table gives this worker. It reports whether the shards it serves changed.
+func (w *Worker) reconcilePools(ctx context.Context, control jetstream.KeyValue, v *meshView) bool {
+	next := PoolTable{Types: maps.Clone(v.pools.Types)}
+	if next.Types == nil {
+		next.Types = map[string]ShardTable{}
+	}
+	changed := false
+	for _, s := range w.sets {
+		live := v.membersOf(s.typ)
+		cur := next.Types[s.typ]
+		if !slices.Equal(live, cur.Members) {
+			next.Types[s.typ] = ShardTable{Members: live, Owners: Rebalance(cur.Owners, live), At: time.Now().UTC()}
+			changed = true
+		}
+	}
+	if changed {
+		data, err := json.Marshal(next)
+		if err != nil {
+			w.log.Error("pool_table_encode", zap.Error(err))
+			return false
+		}
+		wctx, cancel := context.WithTimeout(ctx, opTimeout)
+		rev, err := control.Update(wctx, PoolTableKey, data, v.tableRev)
+		cancel()
+		switch {
+		case err == nil:
+			w.log.Info("pool_table_written", zap.Strings("types", w.types()), zap.Uint64("revision", rev))
+			v.pools, v.tableRev = next, rev
+		case kv.IsRevisionMismatch(err), ctx.Err() != nil:
+			// Another member wrote first (its table arrives on the watch),
+			// or the worker is leaving.
+		default:
+			w.log.Warn("pool_table_write_failed", zap.Error(err))
+		}
+	}
+	owners := make(map[string]Assignment, len(w.sets))
+	for _, s := range w.sets {
+		owners[s.typ] = v.pools.Types[s.typ].Owners
+	}
+	if v.applied && maps.Equal(v.appliedPools, owners) {
+		return false
+	}
+	for _, s := range w.sets {
+		mine := owners[s.typ].Shards(w.cfg.ID)
+		if err := w.serveShards(ctx, s, mine); err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("serve_shards_failed", zap.String("type", s.typ), zap.Error(err))
+			}
+			return false // try again on the next event or tick
+		}
+		w.log.Info("shards_served", zap.String("type", s.typ), zap.Ints("owned", mine), zap.Uint64("table_revision", v.tableRev))
+	}
+	w.markServing()
+	v.appliedPools, v.applied = owners, true
+	return true
+}
+
+// markServing closes w.serving once (only the mesh loop calls it).
+func (w *Worker) markServing() {
+	select {
+	case <-w.serving:
+	default:
+		close(w.serving)
+	}
+}
