@@ -59,7 +59,8 @@ type Deployment struct {
 }
 
 // Open provisions the deployment when opts.Provision is set, then reads
-// the shard consumers' ack wait and priority policy from the server and
+// the shard consumers' ack wait and priority policy from the server (from
+// the bucket's metadata on a pools deployment) and
 // checks that the record, lock, worker and control buckets exist. A nil
 // opts means the default deployment, verified only.
 func Open(ctx context.Context, js jetstream.JetStream, opts *Options) (*Deployment, error) {
@@ -87,22 +88,49 @@ func Open(ctx context.Context, js jetstream.JetStream, opts *Options) (*Deployme
 	}
 	d := &Deployment{js: js, names: o.Names, store: o.Store}
 	d.store.Names = o.Names
-	stream, name := o.Names.PriorityStream(0), o.Names.ConsumerName(0, 0)
-	consumer, err := js.Consumer(ctx, stream, name)
-	if err != nil {
-		return nil, fmt.Errorf("open deployment: shard consumer %s/%s (provision the deployment first): %w", stream, name, err)
+	if err := d.readConsumerSettings(ctx, o.Names); err != nil {
+		return nil, fmt.Errorf("open deployment: %w", err)
 	}
-	info, err := consumer.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("open deployment: shard consumer %s/%s: %w", stream, name, err)
-	}
-	d.ackWait, d.policy = info.Config.AckWait, info.Config.PriorityPolicy
 	for _, bucket := range []string{o.Names.TasksBucket(), o.Names.LocksBucket(), o.Names.WorkersBucket(), o.Names.ControlBucket()} {
 		if _, err := js.KeyValue(ctx, bucket); err != nil {
 			return nil, fmt.Errorf("open deployment: bucket %s (provision the deployment first): %w", bucket, err)
 		}
 	}
 	return d, nil
+}
+
+// readConsumerSettings reads the shard consumers' ack wait and priority
+// policy: from the consumer of (P0, shard 0), or on a pools deployment
+// (no catch-all consumer) from the settings kept in the bucket's metadata.
+func (d *Deployment) readConsumerSettings(ctx context.Context, names streams.Names) error {
+	name := names.PriorityStream(0)
+	stream, err := d.js.Stream(ctx, name)
+	if err != nil {
+		return fmt.Errorf("priority bucket %s (provision the deployment first): %w", name, err)
+	}
+	if sc := stream.CachedInfo().Config; streams.UsesPools(sc) {
+		cfg, err := streams.PoolsConfig(names, sc)
+		if err != nil {
+			return err
+		}
+		cc, err := streams.ConsumerConfig(cfg, 0, 0)
+		if err != nil {
+			return err
+		}
+		d.ackWait, d.policy = cc.AckWait, cc.PriorityPolicy
+		return nil
+	}
+	consumerName := names.ConsumerName(0, 0)
+	consumer, err := stream.Consumer(ctx, consumerName)
+	if err != nil {
+		return fmt.Errorf("shard consumer %s/%s (provision the deployment first): %w", name, consumerName, err)
+	}
+	info, err := consumer.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("shard consumer %s/%s: %w", name, consumerName, err)
+	}
+	d.ackWait, d.policy = info.Config.AckWait, info.Config.PriorityPolicy
+	return nil
 }
 
 // Names returns the deployment's names.

@@ -79,5 +79,18 @@ func TestOpenVerifiesTheDeploymentExists(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.RunServer(t)
 	_, err := deploy.Open(context.Background(), js, nil)
-	require.ErrorContains(t, err, "shard consumer AX_P0/p0-s00 (provision the deployment first)")
+	require.ErrorContains(t, err, "priority bucket AX_P0 (provision the deployment first)")
+}
+
+// On a pools deployment (no catch-all consumer) the ack wait is read from
+// the settings the buckets were provisioned with.
+func TestOpenReadsAPoolsDeployment(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.RunServer(t)
+	ctx := context.Background()
+	_, err := deploy.Open(ctx, js, &deploy.Options{Provision: true, Streams: &streams.Config{Pools: true, AckWait: 4 * time.Second}})
+	require.NoError(t, err)
+	d, err := deploy.Open(ctx, js, nil)
+	require.NoError(t, err)
+	require.Equal(t, 4*time.Second, d.AckWait())
 }
