@@ -62,7 +62,8 @@ func cronSchedule(name string, value json.RawMessage, now time.Time) CronSchedul
 		out.Error = "unreadable record: " + err.Error()
 		return out
 	}
-	out.Spec, out.Type, out.Tenant, out.Priority = job.Spec, job.Task.Type, job.Task.Tenant, job.Task.Priority
+	out.Spec, out.Type, out.Tenant = job.Spec, job.Task.Type, job.Task.Tenant
+	out.Priority, _ = job.Task.Priority.Level()
 	if !job.Last.IsZero() {
 		out.Last = &job.Last
 	}

@@ -92,7 +92,7 @@ func (b *testBundle) act(t *testing.T, verb, body string, headers map[string]str
 	return res.StatusCode
 }
 
-func (b *testBundle) submit(t *testing.T, task scheduler.Task) string {
+func (b *testBundle) submit(t *testing.T, task scheduler.TaskSpec) string {
 	t.Helper()
 	info, err := b.client.Submit(context.Background(), task)
 	require.NoError(t, err)
@@ -140,7 +140,7 @@ func TestOverview(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Config{Interval: 100 * time.Millisecond, Version: "9.9.9"})
 	for range 3 {
-		b.submit(t, scheduler.Task{Type: "email", Tenant: "acme", Priority: 1})
+		b.submit(t, scheduler.TaskSpec{Type: "email", Tenant: "acme", Priority: scheduler.P1})
 	}
 	var ov dashboard.Overview
 	require.Equal(t, http.StatusOK, b.get(t, "/api/overview", &ov))
@@ -172,7 +172,7 @@ func TestPressureLevels(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Config{})
 	for range 2 {
-		b.submit(t, scheduler.Task{Type: "email", Tenant: "acme", Priority: 3})
+		b.submit(t, scheduler.TaskSpec{Type: "email", Tenant: "acme", Priority: scheduler.P3})
 	}
 	// One in 1,000,000 is ok with the defaults; a leader's report with an
 	// alert threshold below that makes it "alert".

@@ -40,7 +40,7 @@ func (b *testBundle) do(t *testing.T, method, path, host, body string, headers m
 func TestHostAllowList(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Config{AllowActions: true, AllowedHosts: []string{"ax.internal.example"}})
-	id := b.submit(t, scheduler.Task{Type: "email", Tenant: "acme"})
+	id := b.submit(t, scheduler.TaskSpec{Type: "email", Tenant: "acme"})
 	port := b.srv.Listener.Addr().(*net.TCPAddr).Port
 	rebound := "attacker.example:" + strconv.Itoa(port)
 	action := map[string]string{"Content-Type": "application/json", "X-Ax-Confirm": "yes",

@@ -24,9 +24,9 @@ import (
 func TestTaskSearchAndDetail(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Config{AllowActions: true})
-	b.submit(t, scheduler.Task{ID: "inv-1", Type: "invoice", Tenant: "acme"})
-	b.submit(t, scheduler.Task{ID: "inv-2", Type: "invoice", Tenant: "globex"})
-	b.submit(t, scheduler.Task{ID: "mail-1", Type: "email", Tenant: "acme"})
+	b.submit(t, scheduler.TaskSpec{ID: "inv-1", Type: "invoice", Tenant: "acme"})
+	b.submit(t, scheduler.TaskSpec{ID: "inv-2", Type: "invoice", Tenant: "globex"})
+	b.submit(t, scheduler.TaskSpec{ID: "mail-1", Type: "email", Tenant: "acme"})
 	var paused map[string]any
 	require.Equal(t, http.StatusOK, b.act(t, "task.pause", `{"id":"inv-2"}`, nil, &paused))
 
@@ -72,7 +72,7 @@ func TestTaskSearchAndDetail(t *testing.T) {
 func TestActionsGuarded(t *testing.T) {
 	t.Parallel()
 	ro := setup(t, dashboard.Config{})
-	id := ro.submit(t, scheduler.Task{Type: "email", Tenant: "acme"})
+	id := ro.submit(t, scheduler.TaskSpec{Type: "email", Tenant: "acme"})
 	for _, verb := range []string{"task.cancel", "task.pause", "task.resume", "task.reprioritize", "dlq.replay"} {
 		var refused apiError
 		require.Equal(t, http.StatusForbidden, ro.act(t, verb, `{"id":"`+id+`"}`, nil, &refused), verb)
@@ -135,9 +135,9 @@ func TestDLQListAndReplay(t *testing.T) {
 	t.Cleanup(func() { _ = w.Stop(context.Background()) })
 
 	ids := []string{
-		b.submit(t, scheduler.Task{ID: "c-1", Type: "charge", Tenant: "acme"}),
-		b.submit(t, scheduler.Task{ID: "c-2", Type: "charge", Tenant: "acme"}),
-		b.submit(t, scheduler.Task{ID: "c-3", Type: "charge", Tenant: "globex"}),
+		b.submit(t, scheduler.TaskSpec{ID: "c-1", Type: "charge", Tenant: "acme"}),
+		b.submit(t, scheduler.TaskSpec{ID: "c-2", Type: "charge", Tenant: "acme"}),
+		b.submit(t, scheduler.TaskSpec{ID: "c-3", Type: "charge", Tenant: "globex"}),
 	}
 	var list scheduler.DLQListReply
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

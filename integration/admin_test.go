@@ -14,6 +14,7 @@ import (
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 )
@@ -58,7 +59,7 @@ func (b *liveBundle) call(t *testing.T, verb string, req, resp any) error {
 	return b.api.Call(ctx, verb, req, resp)
 }
 
-func (b *liveBundle) state(t *testing.T, id string) kv.State {
+func (b *liveBundle) state(t tb, id string) kv.State {
 	t.Helper()
 	rec, _, err := b.store.Get(context.Background(), id)
 	require.NoError(t, err)
@@ -85,7 +86,7 @@ func TestCancelRunningTaskReachesHandler(t *testing.T) {
 		}
 	}, &worker.TypeConfig{Timeout: time.Minute}))
 	b := setupLive(t, reg)
-	info, err := b.client.Submit(context.Background(), scheduler.Task{Type: "long", Tenant: "acme"})
+	info, err := b.client.Submit(context.Background(), scheduler.TaskSpec{Type: "long", Tenant: "acme"})
 	require.NoError(t, err)
 	select {
 	case <-started:
@@ -110,10 +111,8 @@ func TestCancelRunningTaskReachesHandler(t *testing.T) {
 	// Longer than the 5 s ack wait: a redelivery would have run it again.
 	require.Never(t, func() bool { return runs.Load() > 1 }, 7*time.Second, 100*time.Millisecond)
 	require.Equal(t, kv.StateCancelled, b.state(t, info.ID))
-	require.Eventually(t, func() bool {
-		return b.taskCount(t, "long", "acme", "cancelled") == 1
-	}, 10*time.Second, 50*time.Millisecond)
-	require.Eventually(t, func() bool { return streamDepth(t, b.js, "AX_P0") == 0 }, 10*time.Second, 50*time.Millisecond,
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 1.0, b.taskCount(c, "long", "acme", "cancelled")) }, 10*time.Second, 50*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, uint64(0), streamDepth(c, b.js, "AX_P2")) }, 10*time.Second, 50*time.Millisecond,
 		"the cancelled task's message is acked")
 }
 
@@ -133,9 +132,9 @@ func TestReplayFromDLQ(t *testing.T) {
 		return nil
 	}, nil))
 	b := setupLive(t, reg)
-	info, err := b.client.Submit(context.Background(), scheduler.Task{Type: "flaky", Tenant: "acme", Priority: 3, Payload: []byte("order-42")})
+	info, err := b.client.Submit(context.Background(), scheduler.TaskSpec{Type: "flaky", Tenant: "acme", Priority: scheduler.P3, Payload: []byte("order-42")})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return b.state(t, info.ID) == kv.StateDead }, 30*time.Second, 50*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, kv.StateDead, b.state(c, info.ID)) }, 30*time.Second, 50*time.Millisecond)
 
 	var list scheduler.DLQListReply
 	require.NoError(t, b.call(t, scheduler.VerbDLQList, scheduler.DLQListRequest{Filter: scheduler.Filter{Type: "flaky"}}, &list))
@@ -159,7 +158,7 @@ func TestReplayFromDLQ(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the replayed task did not run")
 	}
-	require.Eventually(t, func() bool { return b.state(t, info.ID) == kv.StateSucceeded }, 30*time.Second, 50*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, kv.StateSucceeded, b.state(c, info.ID)) }, 30*time.Second, 50*time.Millisecond)
 	rec, _, err := b.store.Get(context.Background(), info.ID)
 	require.NoError(t, err)
 	require.Equal(t, 1, rec.Attempt, "attempts start over")
@@ -191,10 +190,10 @@ func TestPauseResumeWithWorker(t *testing.T) {
 	b := setupLive(t, reg)
 	// Occupy the worker's 4 slots so that the next task waits READY.
 	for range 4 {
-		_, err := b.client.Submit(context.Background(), scheduler.Task{Type: "gate", Priority: 0})
+		_, err := b.client.Submit(context.Background(), scheduler.TaskSpec{Type: "gate", Priority: scheduler.P0})
 		require.NoError(t, err)
 	}
-	info, err := b.client.Submit(context.Background(), scheduler.Task{Type: "job", Priority: 4})
+	info, err := b.client.Submit(context.Background(), scheduler.TaskSpec{Type: "job", Priority: scheduler.P4})
 	require.NoError(t, err)
 	var reply scheduler.TaskReply
 	require.NoError(t, b.call(t, scheduler.VerbTaskPause, scheduler.TaskRequest{ID: info.ID}, &reply))
@@ -202,12 +201,12 @@ func TestPauseResumeWithWorker(t *testing.T) {
 	require.Never(t, func() bool { return runs.Load() > 0 }, 2*time.Second, 50*time.Millisecond)
 	require.Equal(t, kv.StatePaused, b.state(t, info.ID))
 	require.NoError(t, b.call(t, scheduler.VerbTaskResume, scheduler.TaskRequest{ID: info.ID}, &reply))
-	require.Eventually(t, func() bool { return b.state(t, info.ID) == kv.StateSucceeded }, 30*time.Second, 50*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, kv.StateSucceeded, b.state(c, info.ID)) }, 30*time.Second, 50*time.Millisecond)
 	require.Never(t, func() bool { return runs.Load() > 1 }, 7*time.Second, 100*time.Millisecond)
 }
 
 // taskCount reads ax_tasks_total for a type, tenant and outcome (all priorities).
-func (b *liveBundle) taskCount(t *testing.T, taskType, tenant, outcome string) float64 {
+func (b *liveBundle) taskCount(t tb, taskType, tenant, outcome string) float64 {
 	t.Helper()
 	families, err := b.metrics.Registry().Gather()
 	require.NoError(t, err)
@@ -229,7 +228,7 @@ func (b *liveBundle) taskCount(t *testing.T, taskType, tenant, outcome string) f
 	return n
 }
 
-func streamDepth(t *testing.T, js jetstream.JetStream, name string) uint64 {
+func streamDepth(t tb, js jetstream.JetStream, name string) uint64 {
 	t.Helper()
 	s, err := js.Stream(context.Background(), name)
 	require.NoError(t, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -24,7 +25,7 @@ import (
 // outlive or precede their messages.
 
 // gone reports whether task id has no record.
-func (b *meshBundle) gone(t *testing.T, id string) bool {
+func (b *meshBundle) gone(t tb, id string) bool {
 	t.Helper()
 	_, _, err := b.store.Get(context.Background(), id)
 	if errors.Is(err, kv.ErrNotFound) {
@@ -32,6 +33,14 @@ func (b *meshBundle) gone(t *testing.T, id string) bool {
 	}
 	require.NoError(t, err)
 	return false
+}
+
+// nothingWaits fails the attempt of c while a schedule or a fired schedule
+// waits in AX_DELAYED or a message in a priority bucket.
+func (b *meshBundle) nothingWaits(c *assert.CollectT) {
+	for _, name := range []string{"AX_DELAYED", "AX_P0", "AX_P1", "AX_P2", "AX_P3", "AX_P4"} {
+		assert.True(c, b.bucketEmpty(c, name), "%s is empty", name)
+	}
 }
 
 // A delayed submit of an id an operator paused before any message named
@@ -46,7 +55,7 @@ func TestDelayedSubmitOfPausedUnseenIDRuns(t *testing.T) {
 	b.startWorker(t)
 	ctx := context.Background()
 	require.NoError(t, b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: "held", Unseen: true}, nil))
-	info, err := b.client.Submit(ctx, scheduler.Task{ID: "held", Type: "ident", Payload: payload(t, identityArgs{}), Delay: time.Second})
+	info, err := b.client.Submit(ctx, scheduler.TaskSpec{ID: "held", Type: "ident", Payload: payload(t, identityArgs{}), Delay: time.Second})
 	require.NoError(t, err)
 	require.False(t, info.Duplicate, "the first message of a held id is not a duplicate")
 	require.NoError(t, b.call(scheduler.VerbTaskResume, scheduler.TaskRequest{ID: "held"}, nil))
@@ -64,11 +73,12 @@ func TestDelayedSubmitOfPausedUnseenIDRuns(t *testing.T) {
 func TestCancelledDelayedTaskNeverRunsAfterItsRecordExpires(t *testing.T) {
 	b := setupMeshWith(t, kv.StoreConfig{Retention: time.Second})
 	b.startWorker(t)
-	id := b.submit(t, scheduler.Task{ID: "cx-delayed", Payload: payload(t, identityArgs{}), Delay: 4 * time.Second})
+	id := b.submit(t, scheduler.TaskSpec{ID: "cx-delayed", Payload: payload(t, identityArgs{}), Delay: 4 * time.Second})
 	require.NoError(t, b.call(scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: id}, nil))
-	require.Eventually(t, func() bool { return b.gone(t, id) }, 10*time.Second, 50*time.Millisecond, "the CANCELLED record expires")
-	// Past the run time, with the mover and a worker running.
-	time.Sleep(6 * time.Second)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, b.gone(c, id)) }, 10*time.Second, 50*time.Millisecond, "the CANCELLED record expires")
+	// Nothing of it is left to fire or run (with the mover and a worker
+	// running): no schedule, no copy in a bucket.
+	require.EventuallyWithT(t, b.nothingWaits, 20*time.Second, 50*time.Millisecond)
 	require.Zero(t, b.log.count(id), "a cancelled task ran")
 	require.True(t, b.gone(t, id), "a cancelled task was re-created")
 }
@@ -81,16 +91,16 @@ func TestCancelledDelayedTaskNeverRunsAfterItsRecordExpires(t *testing.T) {
 // record and runs the cancelled task.
 func TestCancelledReadyTaskNeverRunsAfterItsRecordExpires(t *testing.T) {
 	b := setupMeshWith(t, kv.StoreConfig{Retention: time.Second})
-	id := b.submit(t, scheduler.Task{ID: "cx-ready", Priority: 3, Payload: payload(t, identityArgs{})})
+	id := b.submit(t, scheduler.TaskSpec{ID: "cx-ready", Priority: scheduler.P3, Payload: payload(t, identityArgs{})})
 	require.NoError(t, b.call(scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: id}, nil))
-	require.Eventually(t, func() bool { return b.gone(t, id) }, 10*time.Second, 50*time.Millisecond, "the CANCELLED record expires")
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, b.gone(c, id)) }, 10*time.Second, 50*time.Millisecond, "the CANCELLED record expires")
 	b.startWorker(t)
-	require.Eventually(t, func() bool { return b.bucketEmpty(t, "AX_P3") }, 20*time.Second, 50*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, b.bucketEmpty(c, "AX_P3")) }, 20*time.Second, 50*time.Millisecond)
 	require.Zero(t, b.log.count(id), "a cancelled task ran")
 }
 
 // bucketEmpty reports whether stream name holds no message.
-func (b *meshBundle) bucketEmpty(t *testing.T, name string) bool {
+func (b *meshBundle) bucketEmpty(t tb, name string) bool {
 	t.Helper()
 	s, err := b.js.Stream(context.Background(), name)
 	require.NoError(t, err)
@@ -106,13 +116,21 @@ func (b *meshBundle) bucketEmpty(t *testing.T, name string) bool {
 func TestCancelledPausedDelayedTaskNeverRuns(t *testing.T) {
 	b := setupMeshWith(t, kv.StoreConfig{Retention: time.Second})
 	b.startWorker(t)
-	id := b.submit(t, scheduler.Task{ID: "cx-paused", Payload: payload(t, identityArgs{}), Delay: 1500 * time.Millisecond})
+	id := b.submit(t, scheduler.TaskSpec{ID: "cx-paused", Payload: payload(t, identityArgs{}), Delay: 1500 * time.Millisecond})
 	require.NoError(t, b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: id}, nil))
-	time.Sleep(2 * time.Second) // past its run time: the schedule fired, the mover holds it
+	require.EventuallyWithT(t, func(c *assert.CollectT) { // past its run time: the schedule fired, the mover holds it
+		s, err := b.js.Stream(context.Background(), "AX_DELAYED")
+		if assert.NoError(c, err) {
+			_, err = s.GetLastMsgForSubject(context.Background(), streams.Names{}.DueSubject(id))
+			assert.NoError(c, err, "the schedule fired")
+		}
+	}, 10*time.Second, 50*time.Millisecond)
 	require.Equal(t, kv.StatePaused, b.get(t, id).State)
 	require.NoError(t, b.call(scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: id}, nil))
-	require.Eventually(t, func() bool { return b.gone(t, id) }, 10*time.Second, 50*time.Millisecond, "the CANCELLED record expires")
-	time.Sleep(3 * time.Second) // the mover looks again (every 200 ms here)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, b.gone(c, id)) }, 10*time.Second, 50*time.Millisecond, "the CANCELLED record expires")
+	// The mover looks again (every 200 ms here) and drops the fired
+	// schedule; had it released it, a copy would wait or have run.
+	require.EventuallyWithT(t, b.nothingWaits, 20*time.Second, 50*time.Millisecond)
 	require.Zero(t, b.log.count(id), "a cancelled task ran")
 	require.True(t, b.gone(t, id), "a cancelled task was re-created")
 }
@@ -134,7 +152,7 @@ func TestLateAgingCASCannotNameADroppedOrphan(t *testing.T) {
 	b := setupMesh(t)
 	ctx := context.Background()
 	names := streams.DefaultNames()
-	id := b.submit(t, scheduler.Task{ID: "frozen-aging", Priority: 3, Payload: payload(t, identityArgs{})})
+	id := b.submit(t, scheduler.TaskSpec{ID: "frozen-aging", Priority: scheduler.P3, Payload: payload(t, identityArgs{})})
 	consumer := names.ConsumerName(3, streams.Shard(id))
 	_, err := b.js.PauseConsumer(ctx, "AX_P3", consumer, time.Now().Add(time.Hour))
 	require.NoError(t, err)
@@ -153,7 +171,7 @@ func TestLateAgingCASCannotNameADroppedOrphan(t *testing.T) {
 	// The leader freezes; a worker meets the copy and, no move naming it,
 	// drops it as an orphan after its grace.
 	b.startWorker(t)
-	require.Eventually(t, func() bool { return b.bucketEmpty(t, "AX_P2") }, 60*time.Second, 100*time.Millisecond, "the orphan copy is dropped")
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, b.bucketEmpty(c, "AX_P2")) }, 60*time.Second, 100*time.Millisecond, "the orphan copy is dropped")
 
 	// The leader wakes and finishes aging's steps.
 	_, _, err = b.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: "aging"}, func(r *kv.Record) error {
@@ -184,7 +202,7 @@ func TestHostileProducerCannotTouchTasksInAnyState(t *testing.T) {
 	evil := `{"sleep_ms":3}`
 	victims := map[string]*kv.Record{}
 	submit := func(id string, args identityArgs, delay time.Duration) {
-		b.submit(t, scheduler.Task{ID: id, Key: id, Priority: 3, Payload: payload(t, args), Delay: delay})
+		b.submit(t, scheduler.TaskSpec{ID: id, Key: id, Priority: scheduler.P3, Payload: payload(t, args), Delay: delay})
 		victims[id] = b.get(t, id)
 	}
 	attack := func(id string) {
@@ -234,13 +252,10 @@ func TestHostileProducerCannotTouchTasksInAnyState(t *testing.T) {
 		require.Equal(t, state, rec.State, "%s: trail %s", id, trailOf(rec))
 		require.Equal(t, victims[id].Tenant, rec.Tenant, id)
 	}
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, name := range []string{"AX_P0", "AX_P1", "AX_P2", "AX_P3", "AX_P4"} {
-			if !b.bucketEmpty(t, name) {
-				return false
-			}
+			assert.True(c, b.bucketEmpty(c, name), name)
 		}
-		return true
 	}, 60*time.Second, 100*time.Millisecond, "every hostile message is settled")
 	b.log.mu.Lock()
 	defer b.log.mu.Unlock()
@@ -282,7 +297,7 @@ func TestReleasedCopyFromBeforeReprioritizeIsNotAdopted(t *testing.T) {
 	b := setupMesh(t)
 	ctx := context.Background()
 	names := streams.DefaultNames()
-	id := b.submit(t, scheduler.Task{ID: "repri-release", Priority: 3, Payload: payload(t, identityArgs{}), Delay: 2 * time.Second})
+	id := b.submit(t, scheduler.TaskSpec{ID: "repri-release", Priority: scheduler.P3, Payload: payload(t, identityArgs{}), Delay: 2 * time.Second})
 	rec, rev, err := b.store.Get(ctx, id)
 	require.NoError(t, err)
 	// The mover: read (above), publish the released copy at the record's priority.
@@ -351,9 +366,9 @@ func TestMovesInterruptedAtEveryStepRunOnce(t *testing.T) {
 	ctx := context.Background()
 	ok := payload(t, identityArgs{})
 	for _, id := range []string{"amb-repri", "orph-repri", "amb-resume", "orph-resume"} {
-		b.submit(t, scheduler.Task{ID: id, Priority: 3, Payload: ok})
+		b.submit(t, scheduler.TaskSpec{ID: id, Priority: scheduler.P3, Payload: ok})
 	}
-	b.submit(t, scheduler.Task{ID: "orph-release", Priority: 3, Payload: ok, Delay: 2 * time.Second})
+	b.submit(t, scheduler.TaskSpec{ID: "orph-release", Priority: scheduler.P3, Payload: ok, Delay: 2 * time.Second})
 	b.handMove(t, "amb-repri", 1, kv.StateReady, true, false, nil)
 	b.handMove(t, "orph-repri", 1, kv.StateReady, false, false, nil)
 	for _, id := range []string{"amb-resume", "orph-resume"} {
@@ -367,7 +382,7 @@ func TestMovesInterruptedAtEveryStepRunOnce(t *testing.T) {
 	b.startWorker(t)
 	dead := payload(t, identityArgs{FailAttempt: 1, Permanent: true})
 	for _, id := range []string{"amb-replay", "orph-replay"} {
-		b.submit(t, scheduler.Task{ID: id, Priority: 3, Payload: dead})
+		b.submit(t, scheduler.TaskSpec{ID: id, Priority: scheduler.P3, Payload: dead})
 		b.waitState(t, id, 20*time.Second, kv.StateDead)
 	}
 	dlq, err := b.js.Stream(ctx, "AX_DLQ")
@@ -383,13 +398,10 @@ func TestMovesInterruptedAtEveryStepRunOnce(t *testing.T) {
 		rec := b.settled(t, id, 30*time.Second)
 		require.Equal(t, runs, b.log.count(id), "%s: trail %s", id, trailOf(rec))
 	}
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, name := range []string{"AX_P0", "AX_P1", "AX_P2", "AX_P3", "AX_P4"} {
-			if !b.bucketEmpty(t, name) {
-				return false
-			}
+			assert.True(c, b.bucketEmpty(c, name), name)
 		}
-		return true
 	}, 60*time.Second, 100*time.Millisecond, "every copy is settled")
 	for id := range want {
 		require.True(t, b.get(t, id).State.Terminal(), id)
@@ -414,7 +426,7 @@ func TestMoversRacingOnTheSameTasks(t *testing.T) {
 		if i%4 == 0 {
 			delay = time.Duration(500+i*20) * time.Millisecond
 		}
-		b.submit(t, scheduler.Task{ID: ids[i], Priority: 3 + i%2, Payload: payload(t, identityArgs{SleepMS: 600}), Delay: delay})
+		b.submit(t, scheduler.TaskSpec{ID: ids[i], Priority: scheduler.PriorityOf(3 + i%2), Payload: payload(t, identityArgs{SleepMS: 600}), Delay: delay})
 	}
 	b.startWorker(t)
 	stop := time.Now().Add(10 * time.Second)
@@ -453,13 +465,10 @@ func TestMoversRacingOnTheSameTasks(t *testing.T) {
 		}
 	}
 	t.Logf("outcomes: %v", counts)
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, name := range []string{"AX_P0", "AX_P1", "AX_P2", "AX_P3", "AX_P4"} {
-			if !b.bucketEmpty(t, name) {
-				return false
-			}
+			assert.True(c, b.bucketEmpty(c, name), name)
 		}
-		return true
 	}, 60*time.Second, 100*time.Millisecond, "every message is settled")
 	b.log.mu.Lock()
 	defer b.log.mu.Unlock()
@@ -485,7 +494,7 @@ func TestPausedUnseenIDKeepsTheAcceptedTask(t *testing.T) {
 	require.NoError(t, err)
 	time.Sleep(500 * time.Millisecond) // a worker sees it and keeps it while the id is held
 	real := payload(t, identityArgs{})
-	info, err := b.client.Submit(ctx, scheduler.Task{ID: "held2", Type: "ident", Tenant: "owner", Priority: 3, Payload: real})
+	info, err := b.client.Submit(ctx, scheduler.TaskSpec{ID: "held2", Type: "ident", Tenant: "owner", Priority: scheduler.P3, Payload: real})
 	require.NoError(t, err)
 	require.NoError(t, b.call(scheduler.VerbTaskResume, scheduler.TaskRequest{ID: "held2"}, nil))
 	rec := b.waitState(t, "held2", 30*time.Second, kv.StateSucceeded, kv.StateDead, kv.StateCancelled)

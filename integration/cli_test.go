@@ -12,6 +12,7 @@ import (
 
 	"github.com/ax-mesh/ax/kv"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -45,9 +46,11 @@ func TestPlainPublishThroughTheCLI(t *testing.T) {
 		return id != ""
 	}, 30*time.Second, 100*time.Millisecond)
 	var rec kv.Record
-	require.Eventually(t, func() bool {
-		out := ax(t, "task", "get", id, "--server", dev.url, "--json")
-		return json.Unmarshal([]byte(out), &rec) == nil && rec.State == kv.StateSucceeded
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		out := ax(c, "task", "get", id, "--server", dev.url, "--json")
+		if assert.NoError(c, json.Unmarshal([]byte(out), &rec)) {
+			assert.Equal(c, kv.StateSucceeded, rec.State)
+		}
 	}, 30*time.Second, 100*time.Millisecond)
 	require.Equal(t, 1, rec.Attempt)
 
@@ -70,8 +73,8 @@ func TestSubmitThenGet(t *testing.T) {
 	out := ax(t, "task", "get", id, "--server", dev.url)
 	require.Contains(t, out, "acme")
 	require.Regexp(t, `State\s+(READY|RUNNING|SUCCEEDED)`, out)
-	require.Eventually(t, func() bool {
-		return strings.Contains(ax(t, "task", "get", id, "--server", dev.url), "SUCCEEDED")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, ax(c, "task", "get", id, "--server", dev.url), "SUCCEEDED")
 	}, 30*time.Second, 100*time.Millisecond)
 
 	again := strings.TrimSpace(ax(t, "submit", "sleep", "--id", id, "--priority", "p1", "--server", dev.url))

@@ -90,11 +90,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	client, err := scheduler.NewClient(ctx, dev.js, nil)
 	require.NoError(t, err)
 	for i := range 20 {
-		_, err := client.Submit(ctx, scheduler.Task{Type: "work", Tenant: "acme", Priority: i % 3})
+		_, err := client.Submit(ctx, scheduler.TaskSpec{Type: "work", Tenant: "acme", Priority: scheduler.PriorityOf(i % 3)})
 		require.NoError(t, err)
 	}
 	const id = "order-4711"
-	_, err = client.Submit(ctx, scheduler.Task{ID: id, Type: "charge", Tenant: "acme", Priority: 1})
+	_, err = client.Submit(ctx, scheduler.TaskSpec{ID: id, Type: "charge", Tenant: "acme", Priority: scheduler.P1})
 	require.NoError(t, err)
 	// A mistyped raw publish is lost, and the overview counts it, once the
 	// leader watches.

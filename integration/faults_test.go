@@ -117,16 +117,16 @@ func (m *mesh) submitProbeOn(owners worker.Assignment, id string, ms int) string
 			key = k
 		}
 	}
-	info, err := m.client.Submit(context.Background(), scheduler.Task{Type: "probe", Key: key, Payload: fmt.Appendf(nil, `{"ms":%d}`, ms)})
+	info, err := m.client.Submit(context.Background(), scheduler.TaskSpec{Type: "probe", Key: key, Payload: fmt.Appendf(nil, `{"ms":%d}`, ms)})
 	require.NoError(m.t, err)
 	return info.ID
 }
 
 // submitProbes submits n probe tasks lasting minMS..maxMS each.
 func (m *mesh) submitProbes(n, minMS, maxMS int) []string {
-	tasks := make([]scheduler.Task, n)
+	tasks := make([]scheduler.TaskSpec, n)
 	for i := range tasks {
-		tasks[i] = scheduler.Task{Type: "probe", Priority: i % 5, Tenant: fmt.Sprintf("t%d", i%3),
+		tasks[i] = scheduler.TaskSpec{Type: "probe", Priority: scheduler.PriorityOf(i % 5), Tenant: fmt.Sprintf("t%d", i%3),
 			Payload: fmt.Appendf(nil, `{"ms":%d}`, minMS+rand.IntN(maxMS-minMS+1))}
 	}
 	infos, err := m.client.SubmitBatch(context.Background(), tasks)

@@ -59,7 +59,7 @@ func TestHandlerExits(t *testing.T) {
 	m.spawn()
 	const attempts = 2
 	ctx := context.Background()
-	info, err := m.client.Submit(ctx, scheduler.Task{Type: "exit", MaxAttempts: attempts, Payload: []byte(`{"code":3}`)})
+	info, err := m.client.Submit(ctx, scheduler.TaskSpec{Type: "exit", MaxAttempts: attempts, Payload: []byte(`{"code":3}`)})
 	require.NoError(t, err)
 
 	deaths := 0
@@ -139,7 +139,7 @@ func TestHandlerPanics(t *testing.T) {
 	ctx := context.Background()
 	var ids []string
 	for range 3 {
-		info, err := m.client.Submit(ctx, scheduler.Task{Type: "panic"})
+		info, err := m.client.Submit(ctx, scheduler.TaskSpec{Type: "panic"})
 		require.NoError(t, err)
 		ids = append(ids, info.ID)
 	}
@@ -193,7 +193,7 @@ func TestHugeErrors(t *testing.T) {
 	ids := map[string]string{}
 	deadline := time.Now().Add(90 * time.Second) // for all of them
 	for _, c := range cases {
-		info, err := m.client.Submit(ctx, scheduler.Task{Type: "bigerror", MaxAttempts: c.attempts, Payload: []byte(c.payload)})
+		info, err := m.client.Submit(ctx, scheduler.TaskSpec{Type: "bigerror", MaxAttempts: c.attempts, Payload: []byte(c.payload)})
 		require.NoError(t, err)
 		ids[c.name] = info.ID
 	}
@@ -248,7 +248,7 @@ func TestDLQOutage(t *testing.T) {
 	ctx := context.Background()
 	dlq := streams.DefaultNames().DLQStream()
 	require.NoError(t, m.js.DeleteStream(ctx, dlq))
-	info, err := m.client.Submit(ctx, scheduler.Task{Type: "probe", MaxAttempts: 3, Payload: []byte(`{"ms":10,"fail":99,"permanent":true}`)})
+	info, err := m.client.Submit(ctx, scheduler.TaskSpec{Type: "probe", MaxAttempts: 3, Payload: []byte(`{"ms":10,"fail":99,"permanent":true}`)})
 	require.NoError(t, err)
 	runs := func() int { return len(readJournals(t, m.journal, nil).executions[info.ID]) }
 	require.Eventually(t, func() bool { return runs() > 0 }, 30*time.Second, 50*time.Millisecond, "the task did not run")

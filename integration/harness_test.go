@@ -16,8 +16,10 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -125,8 +127,33 @@ func startDev(t testing.TB, extra ...string) *devServer {
 	return &devServer{url: url, nc: nc, js: js}
 }
 
+// waitCronFires waits until the one cron job fired n more times, as its
+// record's Last (written by the leader at each fire) tells: a job firing
+// every period must move Last on by n periods.
+func waitCronFires(t *testing.T, client *scheduler.Client, period time.Duration, n int) {
+	t.Helper()
+	jobs, err := client.ListCron(context.Background())
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	from := jobs[0].Last
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		jobs, err := client.ListCron(context.Background())
+		if assert.NoError(c, err) && assert.Len(c, jobs, 1) {
+			assert.GreaterOrEqual(c, jobs[0].Last.Sub(from), time.Duration(n)*period, "%d more fires after %s", n, from)
+		}
+	}, 30*time.Second, 100*time.Millisecond)
+}
+
+// tb is what a helper fails through: a test, or the collector of an
+// EventuallyWithT condition, which runs off the test goroutine (a require
+// there must fail the attempt, not the test from another goroutine).
+type tb interface {
+	require.TestingT
+	Helper()
+}
+
 // ax runs one ax command to completion and returns its stdout.
-func ax(t testing.TB, args ...string) string {
+func ax(t tb, args ...string) string {
 	t.Helper()
 	out, err := axOutput(args...)
 	require.NoError(t, err)

@@ -165,7 +165,7 @@ func (b *meshBundle) startWorker(t *testing.T) (stop func()) {
 	return stop
 }
 
-func (b *meshBundle) submit(t *testing.T, task scheduler.Task) string {
+func (b *meshBundle) submit(t *testing.T, task scheduler.TaskSpec) string {
 	t.Helper()
 	if task.Type == "" {
 		task.Type = "ident"
@@ -247,7 +247,7 @@ func payload(t *testing.T, args identityArgs) []byte {
 func TestResumedDelayedTaskRuns(t *testing.T) {
 	b := setupMesh(t)
 	b.startWorker(t)
-	id := b.submit(t, scheduler.Task{ID: "v", Payload: payload(t, identityArgs{}), Delay: 1500 * time.Millisecond})
+	id := b.submit(t, scheduler.TaskSpec{ID: "v", Payload: payload(t, identityArgs{}), Delay: 1500 * time.Millisecond})
 	require.NoError(t, b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: id}, nil))
 	require.NoError(t, b.call(scheduler.VerbTaskResume, scheduler.TaskRequest{ID: id}, nil))
 	rec := b.waitState(t, id, 20*time.Second, kv.StateSucceeded)
@@ -300,7 +300,7 @@ func TestOperatorVerbsNeverStrandATask(t *testing.T) {
 			}
 			ids := map[string]string{}
 			for _, verb := range verbs {
-				ids[verb] = b.submit(t, scheduler.Task{ID: st.name + "-" + verb, Priority: 3, Payload: payload(t, st.args), Delay: st.delay})
+				ids[verb] = b.submit(t, scheduler.TaskSpec{ID: st.name + "-" + verb, Priority: scheduler.P3, Payload: payload(t, st.args), Delay: st.delay})
 			}
 			for _, verb := range verbs {
 				id := ids[verb]
@@ -344,7 +344,7 @@ func TestOperatorVerbsNeverStrandATask(t *testing.T) {
 func TestDeletedLosingCopyDoesNotStrandTask(t *testing.T) {
 	b := setupMesh(t)
 	ctx := context.Background()
-	id := b.submit(t, scheduler.Task{ID: "lost-cas", Priority: 3, Payload: payload(t, identityArgs{})})
+	id := b.submit(t, scheduler.TaskSpec{ID: "lost-cas", Priority: scheduler.P3, Payload: payload(t, identityArgs{})})
 	// What aging publishes before its compare-and-set (the old copy id).
 	msg := nats.NewMsg("ax.submit.p2.default.ident.lost-cas")
 	msg.Data = payload(t, identityArgs{})
@@ -370,10 +370,10 @@ func TestOneIDInTwoBucketsRunsOnce(t *testing.T) {
 	b := setupMesh(t)
 	ctx := context.Background()
 	args := payload(t, identityArgs{SleepMS: 1500})
-	first, err := b.client.Submit(ctx, scheduler.Task{ID: "d1", Type: "ident", Priority: 3, Payload: args})
+	first, err := b.client.Submit(ctx, scheduler.TaskSpec{ID: "d1", Type: "ident", Priority: scheduler.P3, Payload: args})
 	require.NoError(t, err)
 	require.False(t, first.Duplicate)
-	second, err := b.client.Submit(ctx, scheduler.Task{ID: "d1", Type: "ident", Priority: 1, Payload: args})
+	second, err := b.client.Submit(ctx, scheduler.TaskSpec{ID: "d1", Type: "ident", Priority: scheduler.P1, Payload: args})
 	require.NoError(t, err)
 	require.True(t, second.Duplicate, "a second submit of an id is a duplicate")
 	p1, err := b.js.Stream(ctx, "AX_P1")
@@ -452,7 +452,7 @@ func TestForeignMessageCannotReplaceTask(t *testing.T) {
 	b := setupMesh(t)
 	ctx := context.Background()
 	real := payload(t, identityArgs{})
-	_, err := b.client.Submit(ctx, scheduler.Task{ID: "victim", Type: "ident", Tenant: "tenantB", Priority: 3, Payload: real})
+	_, err := b.client.Submit(ctx, scheduler.TaskSpec{ID: "victim", Type: "ident", Tenant: "tenantB", Priority: scheduler.P3, Payload: real})
 	require.NoError(t, err)
 	msg := nats.NewMsg("ax.submit.p0.tenantA.ident.x")
 	msg.Data = []byte(`{"sleep_ms":1}`)
@@ -485,7 +485,7 @@ func TestBatchCancelCoversUnseenTasks(t *testing.T) {
 		_, err := b.js.PublishMsg(ctx, msg)
 		require.NoError(t, err)
 	}
-	other := b.submit(t, scheduler.Task{ID: "other-tenant", Tenant: "globex", Payload: payload(t, identityArgs{})})
+	other := b.submit(t, scheduler.TaskSpec{ID: "other-tenant", Tenant: "globex", Payload: payload(t, identityArgs{})})
 	var reply scheduler.BatchCancelReply
 	require.NoError(t, b.call(scheduler.VerbTasksCancel, scheduler.BatchCancelRequest{Filter: scheduler.Filter{Tenant: "acme"}}, &reply))
 	require.Equal(t, 3, reply.Matched, "%+v", reply)
@@ -512,7 +512,7 @@ func TestCronFiresCannotBePrePublished(t *testing.T) {
 	b := setupMesh(t)
 	ctx := context.Background()
 	real := payload(t, identityArgs{SleepMS: 1})
-	_, err := b.client.AddCron(ctx, scheduler.CronJob{Name: "c1", Spec: "@every 1s", Task: scheduler.Task{Type: "ident", Payload: real}})
+	_, err := b.client.AddCron(ctx, scheduler.CronJob{Name: "c1", Spec: "@every 1s", Task: scheduler.TaskSpec{Type: "ident", Payload: real}})
 	require.NoError(t, err)
 	now := time.Now().Unix()
 	for sec := now; sec < now+6; sec++ {
@@ -541,7 +541,7 @@ func TestCronFiresCannotBePrePublished(t *testing.T) {
 		return fires >= 3
 	}, 30*time.Second, 100*time.Millisecond)
 	require.Empty(t, replaced, "cron tasks that ran with the producer's payload")
-	_, err = b.client.AddCron(ctx, scheduler.CronJob{Name: "c1", Spec: "@every 1s", Task: scheduler.Task{Type: "ident", Payload: real}})
+	_, err = b.client.AddCron(ctx, scheduler.CronJob{Name: "c1", Spec: "@every 1s", Task: scheduler.TaskSpec{Type: "ident", Payload: real}})
 	require.NoError(t, err)
 	jobs, err := b.client.ListCron(ctx)
 	require.NoError(t, err)

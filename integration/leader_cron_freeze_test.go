@@ -86,7 +86,7 @@ func TestFrozenLeaderFiresNoRemovedCronJob(t *testing.T) {
 	addJob := func(round int) string {
 		name := fmt.Sprintf("gone_%d", round)
 		_, err := client.AddCron(ctx, scheduler.CronJob{Name: name, Spec: "@every 3s",
-			Task: scheduler.Task{Type: "probe", Payload: []byte(`{"ms":1}`)}})
+			Task: scheduler.TaskSpec{Type: "probe", Payload: []byte(`{"ms":1}`)}})
 		require.NoError(t, err)
 		return name
 	}

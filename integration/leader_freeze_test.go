@@ -41,15 +41,15 @@ func TestLeaderFrozenAndResumed(t *testing.T) {
 	start := time.Now()
 	var delayed, backlog []string
 	for i := range 100 {
-		info, err := client.Submit(ctx, scheduler.Task{Type: "probe", Payload: []byte(`{"ms":1}`),
+		info, err := client.Submit(ctx, scheduler.TaskSpec{Type: "probe", Payload: []byte(`{"ms":1}`),
 			RunAt: start.Add(3*time.Second + time.Duration(i)*60*time.Millisecond)})
 		require.NoError(t, err)
 		delayed = append(delayed, info.ID)
 	}
 	// A P4 backlog of ~10 s of work for 4 slots: aging lifts it meanwhile.
-	tasks := make([]scheduler.Task, 1000)
+	tasks := make([]scheduler.TaskSpec, 1000)
 	for i := range tasks {
-		tasks[i] = scheduler.Task{Type: "probe", Priority: 4, Payload: []byte(`{"ms":40}`)}
+		tasks[i] = scheduler.TaskSpec{Type: "probe", Priority: scheduler.P4, Payload: []byte(`{"ms":40}`)}
 	}
 	infos, err := client.SubmitBatch(ctx, tasks)
 	require.NoError(t, err)
@@ -93,7 +93,7 @@ func TestLeaderFrozenAndResumed(t *testing.T) {
 	m := &mesh{t: t, js: js, client: client}
 	all := append(slices.Clone(delayed), backlog...)
 	m.waitSucceeded(all, 3*time.Minute, nil) // lost 0: every task SUCCEEDED
-	time.Sleep(3 * time.Second)              // a few cron fires after the resume
+	waitCronFires(t, client, time.Second, 3) // a few cron fires after the resume
 	// Once the new leader has reported, the resumed one writes nothing:
 	// every leader write is preceded by a synchronous lease check.
 	// (Without that check the resumed leader's expired ticker could beat the

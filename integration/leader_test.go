@@ -34,7 +34,7 @@ func TestLeaderDeath(t *testing.T) {
 	var delayed []string
 	start := time.Now()
 	for i := range 200 {
-		info, err := client.Submit(ctx, scheduler.Task{Type: "probe", Payload: []byte(`{"ms":1}`),
+		info, err := client.Submit(ctx, scheduler.TaskSpec{Type: "probe", Payload: []byte(`{"ms":1}`),
 			RunAt: start.Add(3*time.Second + time.Duration(i)*50*time.Millisecond)})
 		require.NoError(t, err)
 		delayed = append(delayed, info.ID)
@@ -53,7 +53,7 @@ func TestLeaderDeath(t *testing.T) {
 
 	m := &mesh{t: t, js: js, client: client}
 	m.waitSucceeded(delayed, 2*time.Minute, nil)
-	time.Sleep(3 * time.Second) // a few cron fires under the new leader
+	waitCronFires(t, client, time.Second, 3) // a few cron fires under the new leader
 	ax(t, "cron", "rm", "tick", "--server", url)
 
 	// Every cron time between the first and the last fire has exactly one task.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -48,7 +49,9 @@ func TestOperationsDocWithNatsCLI(t *testing.T) {
 	doc, err := os.ReadFile("../docs/OPERATIONS.md")
 	require.NoError(t, err)
 	home := t.TempDir() // no nats contexts of the machine's user
-	run := func(line string) string {
+	// runBy runs a documented command line, failing through t: the test,
+	// or the collector of an EventuallyWithT condition.
+	runBy := func(t tb, line string) string {
 		t.Helper()
 		require.Contains(t, string(doc), "\n"+line+"\n", "the command is documented as written")
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -60,6 +63,10 @@ func TestOperationsDocWithNatsCLI(t *testing.T) {
 		cmd.Stdout, cmd.Stderr = &out, &out
 		require.NoError(t, cmd.Run(), "%s:\n%s", line, out.String())
 		return out.String()
+	}
+	run := func(line string) string {
+		t.Helper()
+		return runBy(t, line)
 	}
 	runFailing := func(line string) string {
 		t.Helper()
@@ -79,16 +86,17 @@ func TestOperationsDocWithNatsCLI(t *testing.T) {
 
 	// Mistyped subjects: once the leader watches, a plain publish is seen
 	// and a JetStream publish is answered with the mistake.
-	require.Eventually(t, func() bool {
-		return strings.Contains(ax(t, "stats", "--server", dev.url), "rejected submits (leader")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, ax(c, "stats", "--server", dev.url), "rejected submits (leader")
 	}, 30*time.Second, 200*time.Millisecond)
 	require.Contains(t, run(`nats pub ax.submit.p9.acme.sleep.k9 'lost'`), "Published")
 	refused := runFailing(`nats pub -J ax.submit.P2.acme.sleep.k9 'refused'`)
 	require.Contains(t, refused, `nats: error: ax: no priority bucket accepts subject "ax.submit.P2.acme.sleep.k9": priority token "P2" is not p0..p4; the message was not stored`)
-	require.Eventually(t, func() bool {
-		out := ax(t, "stats", "--server", dev.url)
-		return strings.Contains(out, "rejected submits (leader") && strings.Contains(out, ": 2 (priority 2)") &&
-			strings.Contains(out, "ax.submit.p9.acme.sleep.k9: priority token \"p9\" is not p0..p4")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		out := ax(c, "stats", "--server", dev.url)
+		assert.Contains(c, out, "rejected submits (leader")
+		assert.Contains(c, out, ": 2 (priority 2)")
+		assert.Contains(c, out, "ax.submit.p9.acme.sleep.k9: priority token \"p9\" is not p0..p4")
 	}, 30*time.Second, 200*time.Millisecond)
 	require.Contains(t, string(doc), "\nax rejects --for 5s\n")
 	sample := ax(t, "rejects", "--for", "1s", "--server", dev.url)
@@ -109,16 +117,16 @@ func TestOperationsDocWithNatsCLI(t *testing.T) {
 	require.Contains(t, consumers, "p2-s31")
 	require.Contains(t, run("nats consumer info AX_P2 p2-s07"), "ax.p2.7.>")
 
-	require.Eventually(t, func() bool {
-		return strings.Contains(run("nats kv get AX_TASKS order-42 --raw"), `"state":"SUCCEEDED"`)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, runBy(c, "nats kv get AX_TASKS order-42 --raw"), `"state":"SUCCEEDED"`)
 	}, 30*time.Second, 100*time.Millisecond)
 	record := run("nats kv get AX_TASKS order-42 --raw")
 	require.Contains(t, record, `"action":"claim"`)
 	require.Contains(t, record, `"action":"complete"`)
 	require.Contains(t, run("nats kv history AX_TASKS order-42"), "order-42")
 
-	require.Eventually(t, func() bool {
-		return strings.Contains(run("nats stream subjects AX_DLQ"), "ax.dlq.acme.fail")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, runBy(c, "nats stream subjects AX_DLQ"), "ax.dlq.acme.fail")
 	}, 30*time.Second, 100*time.Millisecond)
 	letter := run("nats stream get AX_DLQ 1")
 	require.Contains(t, letter, "Ax-Task-Id: report-7")

@@ -56,13 +56,13 @@ func TestNATSNodeLoss(t *testing.T) {
 			c.nodes[c.node(leader)].kill(t)
 			killedAt = time.Now()
 		}
-		tasks := make([]scheduler.Task, perBatch)
+		tasks := make([]scheduler.TaskSpec, perBatch)
 		for i := range tasks {
 			// The probe's effect is a write to a replicated bucket, which
 			// fails while its raft group elects a leader: enough attempts
 			// (backoff 0.2 s doubling, capped at 30 s) to outlast that, as
 			// a service would configure for its own dependencies.
-			tasks[i] = scheduler.Task{Type: "probe", Priority: 2, Payload: []byte(`{"ms":5}`), MaxAttempts: 12}
+			tasks[i] = scheduler.TaskSpec{Type: "probe", Priority: scheduler.P2, Payload: []byte(`{"ms":5}`), MaxAttempts: 12}
 		}
 		for attempt := 0; ; attempt++ {
 			infos, err := client.SubmitBatch(ctx, tasks)

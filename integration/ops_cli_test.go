@@ -42,7 +42,7 @@ func TestOperatorCLIWithWorkers(t *testing.T) {
 	s := dev.url
 
 	long := submitCLI(t, s, "sleep", "--payload", `{"ms":30000}`, "--tenant", "acme")
-	require.Eventually(t, func() bool { return strings.Contains(ax(t, "task", "get", long, "--server", s), "RUNNING") },
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Contains(c, ax(c, "task", "get", long, "--server", s), "RUNNING") },
 		30*time.Second, 50*time.Millisecond)
 	out := ax(t, "task", "cancel", long, "--server", s)
 	require.Contains(t, out, long+": RUNNING -> CANCELLED (cancel")
@@ -51,7 +51,7 @@ func TestOperatorCLIWithWorkers(t *testing.T) {
 	require.Contains(t, axFail(t, "task", "cancel", long, "--server", s), "409: task "+long+" is CANCELLED")
 
 	dead := submitCLI(t, s, "fail", "--tenant", "acme")
-	require.Eventually(t, func() bool { return strings.Contains(ax(t, "task", "get", dead, "--server", s), "DEAD") },
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Contains(c, ax(c, "task", "get", dead, "--server", s), "DEAD") },
 		30*time.Second, 50*time.Millisecond)
 	ls := ax(t, "dlq", "ls", "--server", s, "--type", "fail")
 	require.Contains(t, ls, dead)
@@ -62,9 +62,9 @@ func TestOperatorCLIWithWorkers(t *testing.T) {
 	require.Len(t, list.Letters, 1)
 	require.Contains(t, ax(t, "dlq", "replay", dead, "--server", s), "replayed 1: "+dead)
 	// It fails by design again: a new dead letter, and the trail keeps both deaths.
-	require.Eventually(t, func() bool {
-		return strings.Count(ax(t, "task", "trail", dead, "--server", s), "replay") == 1 &&
-			strings.Contains(ax(t, "task", "get", dead, "--server", s), "DEAD")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, 1, strings.Count(ax(c, "task", "trail", dead, "--server", s), "replay"))
+		assert.Contains(c, ax(c, "task", "get", dead, "--server", s), "DEAD")
 	}, 30*time.Second, 50*time.Millisecond)
 	require.Contains(t, ax(t, "dlq", "replay", "--tenant", "acme", "--dry-run", "--server", s), "would replay (dry run) 1: "+dead)
 
@@ -153,7 +153,9 @@ func TestSchedulerAndWorkerProcesses(t *testing.T) {
 	require.Equal(t, 2, infos, "ax dev and ax scheduler both serve the API")
 
 	id := submitCLI(t, dev.url, "echo", "--payload", "hi", "--tenant", "acme")
-	require.Eventually(t, func() bool { return strings.Contains(ax(t, "task", "get", id, "--server", dev.url), "SUCCEEDED") },
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, ax(c, "task", "get", id, "--server", dev.url), "SUCCEEDED")
+	},
 		30*time.Second, 50*time.Millisecond)
 	require.Contains(t, scrape(t, workerMetrics), `ax_tasks_total{outcome="succeeded",priority="p2",tenant="acme",type="echo"} 1`)
 	require.Contains(t, scrape(t, schedMetrics), "ax_leader 0")

@@ -30,7 +30,7 @@ func TestPoolsDashboardInBrowser(t *testing.T) {
 	client, err := scheduler.NewClient(ctx, dev.js, nil)
 	require.NoError(t, err)
 	for i := range 3 {
-		_, err := client.Submit(ctx, scheduler.Task{Type: "report", Tenant: "acme", Priority: i})
+		_, err := client.Submit(ctx, scheduler.TaskSpec{Type: "report", Tenant: "acme", Priority: scheduler.PriorityOf(i)})
 		require.NoError(t, err)
 	}
 

@@ -34,9 +34,9 @@ func (m *mesh) spawnPool(types ...string) string {
 // given in turn, on every priority.
 func (m *mesh) submitTyped(n, maxMS int, types ...string) []string {
 	m.t.Helper()
-	tasks := make([]scheduler.Task, n)
+	tasks := make([]scheduler.TaskSpec, n)
 	for i := range tasks {
-		tasks[i] = scheduler.Task{Type: types[i%len(types)], Priority: i % 5, Tenant: fmt.Sprintf("t%d", i%3),
+		tasks[i] = scheduler.TaskSpec{Type: types[i%len(types)], Priority: scheduler.PriorityOf(i % 5), Tenant: fmt.Sprintf("t%d", i%3),
 			Payload: fmt.Appendf(nil, `{"ms":%d}`, rand.IntN(maxMS+1))}
 	}
 	var ids []string

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -23,7 +24,9 @@ func TestReadmeTour(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(dev.output(), "serving") }, 60*time.Second, 50*time.Millisecond,
 		"ax dev did not start:\n%s", dev.output())
 	env := append(os.Environ(), "NATS_URL="+url)
-	run := func(args ...string) string {
+	// runBy runs one ax command, failing through t: the test, or the
+	// collector of an EventuallyWithT condition.
+	runBy := func(t tb, args ...string) string {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
@@ -34,11 +37,15 @@ func TestReadmeTour(t *testing.T) {
 		require.NoError(t, cmd.Run(), "ax %s\n%s", strings.Join(args, " "), errOut.String())
 		return out.String()
 	}
+	run := func(args ...string) string {
+		t.Helper()
+		return runBy(t, args...)
+	}
 	eventually := func(want string, args ...string) string {
 		t.Helper()
 		var out string
-		require.Eventually(t, func() bool { out = run(args...); return strings.Contains(out, want) }, 30*time.Second, 200*time.Millisecond,
-			"ax %s never showed %q; last:\n%s", strings.Join(args, " "), want, out)
+		require.EventuallyWithT(t, func(c *assert.CollectT) { out = runBy(c, args...); assert.Contains(c, out, want) }, 30*time.Second, 200*time.Millisecond,
+			"ax %s never showed %q", strings.Join(args, " "), want)
 		return out
 	}
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -20,23 +21,29 @@ func TestDelayedAndCronThroughTheCLI(t *testing.T) {
 	id := strings.TrimSpace(ax(t, "submit", "echo", "--payload", "later", "--delay", "2s", "--server", dev.url))
 	require.Regexp(t, `State\s+PENDING`, ax(t, "task", "get", id, "--server", dev.url))
 	var rec kv.Record
-	require.Eventually(t, func() bool {
-		out := ax(t, "task", "get", id, "--server", dev.url, "--json")
-		return json.Unmarshal([]byte(out), &rec) == nil && rec.State == kv.StateSucceeded
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		out := ax(c, "task", "get", id, "--server", dev.url, "--json")
+		if assert.NoError(c, json.Unmarshal([]byte(out), &rec)) {
+			assert.Equal(c, kv.StateSucceeded, rec.State)
+		}
 	}, 30*time.Second, 100*time.Millisecond)
 	require.Equal(t, kv.StatePending, rec.Trail[0].To)
 	require.False(t, rec.StartedAt.Before(*rec.RunAt), "started before its run time")
 
 	require.Contains(t, ax(t, "cron", "add", "tick", "@every 1s", "--type", "echo", "--payload", "tick", "--server", dev.url), "cron tick added")
 	var jobs []scheduler.CronJob
-	require.Eventually(t, func() bool {
-		out := ax(t, "cron", "ls", "--server", dev.url, "--json")
-		return json.Unmarshal([]byte(out), &jobs) == nil && len(jobs) == 1 && !jobs[0].Last.IsZero()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		out := ax(c, "cron", "ls", "--server", dev.url, "--json")
+		if assert.NoError(c, json.Unmarshal([]byte(out), &jobs)) && assert.Len(c, jobs, 1) {
+			assert.False(c, jobs[0].Last.IsZero(), "the job has fired")
+		}
 	}, 30*time.Second, 100*time.Millisecond)
 	last := jobs[0].Last
-	require.Eventually(t, func() bool {
-		out := ax(t, "task", "get", jobs[0].TaskID(last), "--server", dev.url, "--json")
-		return json.Unmarshal([]byte(out), &rec) == nil && rec.State == kv.StateSucceeded
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		out := ax(c, "task", "get", jobs[0].TaskID(last), "--server", dev.url, "--json")
+		if assert.NoError(c, json.Unmarshal([]byte(out), &rec)) {
+			assert.Equal(c, kv.StateSucceeded, rec.State)
+		}
 	}, 30*time.Second, 100*time.Millisecond)
 	require.Contains(t, ax(t, "cron", "ls", "--server", dev.url), "@every 1s")
 	require.Contains(t, ax(t, "cron", "rm", "tick", "--server", dev.url), "removed")

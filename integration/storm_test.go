@@ -111,12 +111,12 @@ func (s *storm) leader() string { return leaderOf(s.js) }
 func (s *storm) submit(n int) (ids, doomed []string) {
 	s.t.Helper()
 	now := time.Now()
-	tasks := make([]scheduler.Task, n)
+	tasks := make([]scheduler.TaskSpec, n)
 	fails := make([]bool, n)
 	for i := range tasks {
 		ms := 200 + rand.IntN(1301)
 		payload := fmt.Sprintf(`{"ms":%d}`, ms)
-		task := scheduler.Task{Type: "probe", Priority: rand.IntN(5), Tenant: fmt.Sprintf("t%d", i%3), MaxAttempts: 3}
+		task := scheduler.TaskSpec{Type: "probe", Priority: scheduler.PriorityOf(rand.IntN(5)), Tenant: fmt.Sprintf("t%d", i%3), MaxAttempts: 3}
 		switch r := rand.IntN(20); {
 		case r < 4:
 			task.RunAt = now.Add(time.Duration(1+rand.IntN(15)) * time.Second)

@@ -12,7 +12,7 @@ import (
 // service (request, KV get, JSON reply).
 func BenchmarkAdminTaskGet(b *testing.B) {
 	bundle := setupAdminTB(b)
-	info, err := bundle.client.Submit(context.Background(), scheduler.Task{Type: "email"})
+	info, err := bundle.client.Submit(context.Background(), scheduler.TaskSpec{Type: "email"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -31,9 +31,9 @@ func BenchmarkAdminTaskGet(b *testing.B) {
 func BenchmarkAdminStats(b *testing.B) {
 	bundle := setupAdminTB(b)
 	const records = 5_000
-	tasks := make([]scheduler.Task, records)
+	tasks := make([]scheduler.TaskSpec, records)
 	for i := range tasks {
-		tasks[i] = scheduler.Task{ID: fmt.Sprintf("t-%d", i), Type: "email", Priority: i % 5}
+		tasks[i] = scheduler.TaskSpec{ID: fmt.Sprintf("t-%d", i), Type: "email", Priority: scheduler.PriorityOf(i % 5)}
 	}
 	if _, err := bundle.client.SubmitBatch(context.Background(), tasks); err != nil {
 		b.Fatal(err)

@@ -17,7 +17,7 @@ func TestAdminClientTypedMethods(t *testing.T) {
 	b := setupAdmin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	id := b.submit(t, scheduler.Task{Type: "email", Tenant: "acme", Priority: 3})
+	id := b.submit(t, scheduler.TaskSpec{Type: "email", Tenant: "acme", Priority: scheduler.P3})
 
 	got, err := b.api.Get(ctx, id)
 	require.NoError(t, err)

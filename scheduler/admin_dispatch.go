@@ -19,10 +19,6 @@ type source struct {
 	seq    uint64
 }
 
-// deadLetterHeaders are dropped from a re-dispatched copy.
-var deadLetterHeaders = []string{streams.HeaderError, streams.HeaderAttempts, streams.HeaderFailedAt,
-	streams.HeaderSubject, streams.HeaderTaskID, streams.HeaderGen, streams.HeaderWaitingSince, streams.HeaderPayloadTruncated}
-
 // redispatch publishes a copy of src's message to bucket priority with the
 // next generation, then moves rec (read at rev) to READY by compare-and-set
 // with the copy as its current message, then deletes src. A worker runs a
@@ -42,7 +38,7 @@ func (a *Admin) redispatch(ctx context.Context, rec *kv.Record, rev uint64, src 
 	}
 	gen := rec.Gen + 1
 	msg := streams.TaskCopy(a.cfg.Names.CopySubject(priority, rec.Tenant, rec.Type, rec.Key), raw.Data, raw.Header,
-		rec.ID, gen, nuid.Next(), deadLetterHeaders...)
+		rec.ID, gen, nuid.Next(), streams.DeadLetterHeaders()...)
 	ack, err := a.js.PublishMsg(ctx, msg)
 	if err != nil {
 		var apiErr *jetstream.APIError

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
@@ -96,15 +93,9 @@ func orStar(s string) string {
 }
 
 func letterOf(raw *jetstream.RawStreamMsg) DeadLetter {
-	tokens := strings.Split(raw.Subject, ".")
-	l := DeadLetter{Seq: raw.Sequence, TaskID: raw.Header.Get(streams.HeaderTaskID), Subject: raw.Header.Get(streams.HeaderSubject),
-		Error: raw.Header.Get(streams.HeaderError), Size: len(raw.Data)}
-	if len(tokens) == 4 {
-		l.Tenant, l.Type = tokens[2], tokens[3]
-	}
-	l.Attempts, _ = strconv.Atoi(raw.Header.Get(streams.HeaderAttempts))
-	l.FailedAt, _ = time.Parse(time.RFC3339Nano, raw.Header.Get(streams.HeaderFailedAt))
-	return l
+	l := streams.ParseDeadLetter(raw.Subject, raw.Header)
+	return DeadLetter{Seq: raw.Sequence, TaskID: l.TaskID, Tenant: l.Tenant, Type: l.Type, Subject: l.Subject,
+		Error: l.Error, Attempts: l.Attempts, FailedAt: l.FailedAt, Size: len(raw.Data)}
 }
 
 func (a *Admin) dlqReplay(ctx context.Context, data []byte) (any, error) {
@@ -208,7 +199,7 @@ func (a *Admin) replay(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		priority, err := a.submitPriority(raw.Header.Get(streams.HeaderSubject))
+		priority, err := a.cfg.Names.ParseReplaySubject(raw.Header.Get(streams.HeaderSubject))
 		if err != nil {
 			return conflict("task %s cannot be replayed: %s; fix the publisher and resubmit", id, err.Error())
 		}
@@ -225,14 +216,4 @@ func (a *Admin) replay(ctx context.Context, id string) error {
 		return err
 	}
 	return fmt.Errorf("replay task %s: %w", id, kv.ErrConflict)
-}
-
-// submitPriority checks that a dead letter's subject is a submit subject
-// and returns its priority.
-func (a *Admin) submitPriority(subject string) (int, error) {
-	tokens := strings.Split(subject, ".")
-	if len(tokens) != 6 || tokens[0] != a.cfg.Names.Prefix() || tokens[1] != "submit" {
-		return 0, fmt.Errorf("its subject %q is not %s.submit.<priority>.<tenant>.<type>.<key>", subject, a.cfg.Names.Prefix())
-	}
-	return streams.ParsePriority(tokens[2])
 }

@@ -15,7 +15,7 @@ import (
 func TestTasksList(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
-	for _, task := range []scheduler.Task{
+	for _, task := range []scheduler.TaskSpec{
 		{ID: "a-1", Type: "email", Tenant: "acme"},
 		{ID: "a-2", Type: "email", Tenant: "acme"},
 		{ID: "b-1", Type: "email", Tenant: "globex"},

@@ -141,7 +141,7 @@ func (a *Admin) rejectsSample(ctx context.Context, data []byte) (any, error) {
 		// left unanswered: it is a bucket refusing non-core tasks (or a
 		// missing stream), whose publishers expect "no responders".
 		if reason != streams.RejectUnbound && !streams.MatchesAny(watched, m.Subject) {
-			answerRejected(m, RejectedSubmit{Subject: m.Subject, Reason: reason, Detail: detail})
+			streams.AnswerRejected(m, m.Subject, detail)
 		}
 	}
 	timer := time.NewTimer(d)

@@ -23,13 +23,9 @@ func (a *Admin) stats(ctx context.Context, data []byte) (any, error) {
 	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
-	window := DefaultStatsWindow
-	if req.Window != "" {
-		d, err := time.ParseDuration(req.Window)
-		if err != nil || d < time.Second {
-			return nil, badRequest(`"window" %q is not a Go duration of at least 1s, such as "5m"`, req.Window)
-		}
-		window = d
+	window, err := statsWindow(req.Window)
+	if err != nil {
+		return nil, err
 	}
 	reply := &StatsReply{Window: kv.Duration(window), States: map[kv.State]int{}}
 	for p := range streams.Priorities {
@@ -39,6 +35,41 @@ func (a *Admin) stats(ctx context.Context, data []byte) (any, error) {
 		}
 		reply.Buckets = append(reply.Buckets, b)
 	}
+	if err := a.tallyRecords(ctx, reply, window); err != nil {
+		return nil, err
+	}
+	if reply.DLQ, err = a.dlqDepth(ctx); err != nil {
+		return nil, err
+	}
+	if reply.Reconciler, err = a.reconcilerReport(ctx); err != nil {
+		return nil, err
+	}
+	if reply.Rejects, err = a.rejectsReport(ctx); err != nil {
+		return nil, err
+	}
+	if reply.Unserved, err = kv.UnservedTypes(ctx, a.js, a.cfg.Names); err != nil {
+		return nil, err
+	}
+	return reply, nil
+}
+
+// statsWindow parses the window of a stats request; empty is
+// [DefaultStatsWindow].
+func statsWindow(raw string) (time.Duration, error) {
+	if raw == "" {
+		return DefaultStatsWindow, nil
+	}
+	d, err := time.ParseDuration(raw)
+	if err != nil || d < time.Second {
+		return 0, badRequest(`"window" %q is not a Go duration of at least 1s, such as "5m"`, raw)
+	}
+	return d, nil
+}
+
+// tallyRecords scans every record into reply: the count per state, and per
+// bucket and per type the rates and run times of the tasks submitted or
+// finished within window.
+func (a *Admin) tallyRecords(ctx context.Context, reply *StatsReply, window time.Duration) error {
 	runTimes := make([][]time.Duration, streams.Priorities)
 	types := map[string]*typeTally{}
 	since := time.Now().Add(-window)
@@ -75,7 +106,7 @@ func (a *Admin) stats(ctx context.Context, data []byte) (any, error) {
 		}
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	secs := window.Seconds()
 	for p := range reply.Buckets {
@@ -93,25 +124,31 @@ func (a *Admin) stats(ctx context.Context, data []byte) (any, error) {
 		reply.Types = append(reply.Types, t.stats)
 	}
 	slices.SortFunc(reply.Types, func(x, y TypeStats) int { return strings.Compare(x.Type, y.Type) })
+	return nil
+}
+
+// dlqDepth returns the number of dead letters.
+func (a *Admin) dlqDepth(ctx context.Context) (uint64, error) {
 	dlq, err := a.js.Stream(ctx, a.cfg.Names.DLQStream())
 	if err != nil {
-		return nil, fmt.Errorf("bind dead-letter stream: %w", err)
+		return 0, fmt.Errorf("bind dead-letter stream: %w", err)
 	}
 	info, err := dlq.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("dead-letter stream info: %w", err)
+		return 0, fmt.Errorf("dead-letter stream info: %w", err)
 	}
-	reply.DLQ = info.State.Msgs
-	if reply.Reconciler, err = a.reconcilerReport(ctx); err != nil {
+	return info.State.Msgs, nil
+}
+
+// rejectsReport reads the leader's rejected-submit report from AX_CONTROL,
+// or nil when no leader wrote one yet.
+func (a *Admin) rejectsReport(ctx context.Context) (*RejectsReport, error) {
+	var r RejectsReport
+	ok, err := a.controlReport(ctx, RejectsKey, &r)
+	if !ok || err != nil {
 		return nil, err
 	}
-	if reply.Rejects, err = a.rejectsReport(ctx); err != nil {
-		return nil, err
-	}
-	if reply.Unserved, err = kv.UnservedTypes(ctx, a.js, a.cfg.Names); err != nil {
-		return nil, err
-	}
-	return reply, nil
+	return &r, nil
 }
 
 // reconcilerReport reads the leader reconciler's report from AX_CONTROL,

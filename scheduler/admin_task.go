@@ -10,9 +10,6 @@ import (
 	"github.com/ax-mesh/ax/streams"
 )
 
-// maxMoveTries bounds the re-reads of an action that loses a compare-and-set.
-const maxMoveTries = 8
-
 func (a *Admin) taskGet(ctx context.Context, data []byte) (any, error) {
 	var req TaskRequest
 	if err := decodeID(data, &req); err != nil {

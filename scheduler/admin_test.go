@@ -50,7 +50,7 @@ func (b *adminBundle) call(t *testing.T, verb string, req, resp any) error {
 	return b.api.Call(ctx, verb, req, resp)
 }
 
-func (b *adminBundle) submit(t *testing.T, task scheduler.Task) string {
+func (b *adminBundle) submit(t *testing.T, task scheduler.TaskSpec) string {
 	t.Helper()
 	info, err := b.client.Submit(context.Background(), task)
 	require.NoError(t, err)
@@ -86,7 +86,7 @@ func TestAdminIsAMicroServiceWithEveryVerb(t *testing.T) {
 func TestAdminGetAndTrail(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
-	id := b.submit(t, scheduler.Task{Type: "email", Tenant: "acme", Priority: 2})
+	id := b.submit(t, scheduler.TaskSpec{Type: "email", Tenant: "acme", Priority: scheduler.P2})
 	var got scheduler.TaskReply
 	require.NoError(t, b.call(t, scheduler.VerbTaskGet, scheduler.TaskRequest{ID: id}, &got))
 	require.Equal(t, kv.StateReady, got.Task.State)
@@ -100,7 +100,7 @@ func TestAdminGetAndTrail(t *testing.T) {
 func TestAdminBadRequests(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
-	done := b.submit(t, scheduler.Task{Type: "email"})
+	done := b.submit(t, scheduler.TaskSpec{Type: "email"})
 	_, err := kvCancel(b, t, done)
 	require.NoError(t, err)
 	for _, tc := range []struct {
@@ -145,7 +145,7 @@ func kvCancel(b *adminBundle, t *testing.T, id string) (*scheduler.TaskReply, er
 func TestAdminCancelWaitingAndUnseen(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
-	id := b.submit(t, scheduler.Task{Type: "email"})
+	id := b.submit(t, scheduler.TaskSpec{Type: "email"})
 	reply, err := kvCancel(b, t, id)
 	require.NoError(t, err)
 	require.Equal(t, kv.StateCancelled, reply.Task.State)
@@ -161,7 +161,7 @@ func TestAdminCancelWaitingAndUnseen(t *testing.T) {
 func TestAdminPauseResumeRedispatches(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
-	id := b.submit(t, scheduler.Task{Type: "email", Payload: []byte("keep me"), Priority: 1, Headers: map[string]string{"Ax-Trace": "t1"}})
+	id := b.submit(t, scheduler.TaskSpec{Type: "email", Payload: []byte("keep me"), Priority: scheduler.P1, Headers: map[string]string{"Ax-Trace": "t1"}})
 	var paused scheduler.TaskReply
 	require.NoError(t, b.call(t, scheduler.VerbTaskPause, scheduler.TaskRequest{ID: id}, &paused))
 	require.Equal(t, kv.StatePaused, paused.Task.State)
@@ -194,7 +194,7 @@ func TestAdminPauseResumeRedispatches(t *testing.T) {
 func TestAdminReprioritizeMovesBucket(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
-	id := b.submit(t, scheduler.Task{Type: "email", Payload: []byte("p"), Priority: 4})
+	id := b.submit(t, scheduler.TaskSpec{Type: "email", Payload: []byte("p"), Priority: scheduler.P4})
 	var reply scheduler.TaskReply
 	require.NoError(t, b.call(t, scheduler.VerbTaskReprioritize, scheduler.ReprioritizeRequest{ID: id, Priority: 0}, &reply))
 	require.Equal(t, 0, reply.Task.Priority)
@@ -210,10 +210,10 @@ func TestAdminBatchCancel(t *testing.T) {
 	b := setupAdmin(t)
 	var acme []string
 	for i := range 5 {
-		acme = append(acme, b.submit(t, scheduler.Task{ID: fmt.Sprintf("acme-%d", i), Type: "email", Tenant: "acme"}))
+		acme = append(acme, b.submit(t, scheduler.TaskSpec{ID: fmt.Sprintf("acme-%d", i), Type: "email", Tenant: "acme"}))
 	}
-	other := b.submit(t, scheduler.Task{Type: "email", Tenant: "globex"})
-	report := b.submit(t, scheduler.Task{Type: "report", Tenant: "acme"})
+	other := b.submit(t, scheduler.TaskSpec{Type: "email", Tenant: "globex"})
+	report := b.submit(t, scheduler.TaskSpec{Type: "report", Tenant: "acme"})
 
 	var dry scheduler.BatchCancelReply
 	req := scheduler.BatchCancelRequest{Filter: scheduler.Filter{Type: "email", Tenant: "acme", States: []kv.State{kv.StateReady}}, DryRun: true}
@@ -242,7 +242,7 @@ func TestAdminStatsAndWorkers(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
 	for range 3 {
-		b.submit(t, scheduler.Task{Type: "email", Priority: 2})
+		b.submit(t, scheduler.TaskSpec{Type: "email", Priority: scheduler.P2})
 	}
 	var stats scheduler.StatsReply
 	require.NoError(t, b.call(t, scheduler.VerbStats, scheduler.StatsRequest{Window: "1m"}, &stats))
@@ -286,7 +286,7 @@ func (b *adminBundle) finished(t *testing.T, typ string, took time.Duration, sta
 	t.Helper()
 	ctx := context.Background()
 	store := b.client.Store()
-	id := b.submit(t, scheduler.Task{Type: typ, Timeout: 10 * time.Second})
+	id := b.submit(t, scheduler.TaskSpec{Type: typ, Timeout: 10 * time.Second})
 	rec, rev, err := store.Get(ctx, id)
 	require.NoError(t, err)
 	started := time.Now().Add(-took)
@@ -325,7 +325,7 @@ func TestAdminStatsPerType(t *testing.T) {
 	}
 	b.finished(t, "email", 50*time.Millisecond, kv.StateSucceeded, 2, true)
 	b.finished(t, "email", 80*time.Millisecond, kv.StateDead, 3, false)
-	b.submit(t, scheduler.Task{Type: "waiting"}) // not finished: not in the types
+	b.submit(t, scheduler.TaskSpec{Type: "waiting"}) // not finished: not in the types
 
 	var stats scheduler.StatsReply
 	require.NoError(t, b.call(t, scheduler.VerbStats, scheduler.StatsRequest{Window: "1m"}, &stats))

@@ -18,7 +18,7 @@ func TestAdminStatsCountLegacyTimeouts(t *testing.T) {
 	b := setupAdmin(t)
 	ctx := context.Background()
 	store := b.client.Store()
-	id := b.submit(t, scheduler.Task{Type: "legacy"})
+	id := b.submit(t, scheduler.TaskSpec{Type: "legacy"})
 	rec, rev, err := store.Get(ctx, id)
 	require.NoError(t, err)
 	started := time.Now()

@@ -16,7 +16,7 @@ func TestAdminReportsUnreadableRecords(t *testing.T) {
 	b := setupAdmin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	good := b.submit(t, scheduler.Task{Type: "email"})
+	good := b.submit(t, scheduler.TaskSpec{Type: "email"})
 	tasks, err := b.js.KeyValue(ctx, "AX_TASKS")
 	require.NoError(t, err)
 	_, err = tasks.Put(ctx, "garbled", []byte("{not json"))

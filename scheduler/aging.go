@@ -182,7 +182,7 @@ func (a *aging) lift(ctx context.Context, stream jetstream.Stream, prio int, raw
 	if err != nil {
 		return false, err
 	}
-	if cur, ok := current(names, rec); rec.State != kv.StateReady || !ok || cur != (source{stream: names.PriorityStream(prio), seq: raw.Sequence}) {
+	if rec.State != kv.StateReady || rec.StreamSeq != raw.Sequence || rec.MessageStream(names) != names.PriorityStream(prio) {
 		return false, nil // running, retrying, or not the task's current message
 	}
 	since, lifts := waitingSince(rec)

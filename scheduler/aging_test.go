@@ -59,7 +59,7 @@ func agingRun(t *testing.T, threshold time.Duration, wait time.Duration) (*kv.Re
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.True(c, w.Stats().Started >= 5 && streamMsgs(c, js, "AX_P0") >= 10)
 	}, 10*time.Second, 5*time.Millisecond)
-	info, err := client.Submit(ctx, scheduler.Task{Type: "work", Priority: 4})
+	info, err := client.Submit(ctx, scheduler.TaskSpec{Type: "work", Priority: scheduler.P4})
 	require.NoError(t, err)
 	submitted := time.Now()
 	var rec *kv.Record
@@ -77,10 +77,10 @@ func agingRun(t *testing.T, threshold time.Duration, wait time.Duration) (*kv.Re
 	return rec, submitted
 }
 
-func make10() []scheduler.Task {
-	tasks := make([]scheduler.Task, 10)
+func make10() []scheduler.TaskSpec {
+	tasks := make([]scheduler.TaskSpec, 10)
 	for i := range tasks {
-		tasks[i] = scheduler.Task{Type: "work"}
+		tasks[i] = scheduler.TaskSpec{Type: "work", Priority: scheduler.P0}
 	}
 	return tasks
 }

@@ -12,7 +12,7 @@ func BenchmarkSubmit(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := bundle.client.Submit(ctx, scheduler.Task{Type: "noop", Payload: make([]byte, 200)}); err != nil {
+		if _, err := bundle.client.Submit(ctx, scheduler.TaskSpec{Type: "noop", Payload: make([]byte, 200)}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -23,11 +23,11 @@ func BenchmarkSubmitBatch(b *testing.B) {
 	bundle := setup(b, nil, nil)
 	ctx := context.Background()
 	const batch = 1000
-	tasks := make([]scheduler.Task, batch)
+	tasks := make([]scheduler.TaskSpec, batch)
 	b.ReportAllocs()
 	for b.Loop() {
 		for i := range tasks {
-			tasks[i] = scheduler.Task{Type: "noop", Priority: i % 5, Payload: make([]byte, 200)}
+			tasks[i] = scheduler.TaskSpec{Type: "noop", Priority: scheduler.PriorityOf(i % 5), Payload: make([]byte, 200)}
 		}
 		if _, err := bundle.client.SubmitBatch(ctx, tasks); err != nil {
 			b.Fatal(err)

@@ -21,6 +21,9 @@ const errCodeMaxMsgs jetstream.ErrorCode = 10077
 // asyncAckTimeout bounds the wait for one async publish ack.
 const asyncAckTimeout = 10 * time.Second
 
+// maxMoveTries bounds the re-reads of an action that loses a compare-and-set.
+const maxMoveTries = 8
+
 // Defaults of [Config].
 const (
 	DefaultMaxPending     = 4_000
@@ -123,7 +126,7 @@ func (c *Client) Store() *kv.Store { return c.store }
 // Submit validates task, publishes it to its priority bucket and writes its
 // READY record. On [ErrOverloaded] nothing was stored; on another error the
 // task may or may not be stored, and retrying with the returned id is safe.
-func (c *Client) Submit(ctx context.Context, task Task) (TaskInfo, error) {
+func (c *Client) Submit(ctx context.Context, task TaskSpec) (TaskInfo, error) {
 	now := time.Now()
 	t, err := task.normalize(now)
 	if err == nil {
@@ -160,7 +163,7 @@ func (c *Client) Submit(ctx context.Context, task Task) (TaskInfo, error) {
 		return TaskInfo{ID: t.ID}, fmt.Errorf("submit task %s: stored, but its record was not written: %w", t.ID, err)
 	}
 	if !dup {
-		c.sent[t.Priority].Add(1)
+		c.sent[t.Priority.level()].Add(1)
 	}
 	return t.info(c.cfg.Names, ack.Sequence, dup), nil
 }
@@ -171,11 +174,11 @@ func (c *Client) Submit(ctx context.Context, task Task) (TaskInfo, error) {
 // infos line up with tasks and carry every id; on partial failure the error
 // is a [*BatchError] naming the tasks that were not accepted (retrying
 // exactly those, with their ids, is safe).
-func (c *Client) SubmitBatch(ctx context.Context, tasks []Task) ([]TaskInfo, error) {
+func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec) ([]TaskInfo, error) {
 	now := time.Now()
 	infos := make([]TaskInfo, len(tasks))
 	failed := map[int]error{}
-	normalized := make([]Task, len(tasks))
+	normalized := make([]TaskSpec, len(tasks))
 	msgs := make([]*nats.Msg, len(tasks))
 	for i, task := range tasks {
 		t, err := task.normalize(now)
@@ -244,7 +247,7 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []Task) ([]TaskInfo, err
 		}
 		infos[i] = normalized[i].info(c.cfg.Names, ack.Sequence, dup)
 		if !dup {
-			c.sent[normalized[i].Priority].Add(1)
+			c.sent[normalized[i].Priority.level()].Add(1)
 		}
 	}
 	if len(failed) > 0 {
@@ -281,7 +284,7 @@ func (c *Client) publishAll(ctx context.Context, msgs []*nats.Msg, indexes []int
 
 // writeRecords creates the READY records of the accepted tasks, pipelined,
 // and returns the tasks whose record existed already (see [Client.existing]).
-func (c *Client) writeRecords(ctx context.Context, tasks []Task, acks []*jetstream.PubAck, failed map[int]error) map[int]bool {
+func (c *Client) writeRecords(ctx context.Context, tasks []TaskSpec, acks []*jetstream.PubAck, failed map[int]error) map[int]bool {
 	futures := map[int]jetstream.PubAckFuture{}
 	existed := map[int]bool{}
 	for i, ack := range acks {
@@ -323,7 +326,7 @@ func (c *Client) writeRecords(ctx context.Context, tasks []Task, acks []*jetstre
 
 // bounds refuses a task whose timeout or run time is above the client's
 // bounds.
-func (c *Client) bounds(t Task, now time.Time) error {
+func (c *Client) bounds(t TaskSpec, now time.Time) error {
 	if t.Timeout > c.cfg.MaxTimeout {
 		return fmt.Errorf("%w: Timeout %s is above the limit %s (Config.MaxTimeout)", ErrInvalidTask, t.Timeout, c.cfg.MaxTimeout)
 	}
@@ -341,7 +344,7 @@ func (c *Client) bounds(t Task, now time.Time) error {
 // the de-duplication window. Then this message is a second one for the same
 // task; it is deleted, so that one id never has two messages (workers would
 // drop it anyway: a record names the one message that runs its task).
-func (c *Client) existing(ctx context.Context, t Task, ack *jetstream.PubAck) (bool, error) {
+func (c *Client) existing(ctx context.Context, t TaskSpec, ack *jetstream.PubAck) (bool, error) {
 	for range maxMoveTries {
 		rec, rev, err := c.store.Get(ctx, t.ID)
 		if err != nil {
@@ -358,7 +361,7 @@ func (c *Client) existing(ctx context.Context, t Task, ack *jetstream.PubAck) (b
 			// would, so that the resume runs it. On a lost race, look again:
 			// a worker may have bound this very message, or another one.
 			_, _, err := c.store.Apply(ctx, rec, rev, kv.StatePaused, kv.Actor{Action: "bind"}, func(r *kv.Record) error {
-				r.Type, r.Tenant, r.Key, r.Priority = t.Type, t.Tenant, t.Key, t.Priority
+				r.Type, r.Tenant, r.Key, r.Priority = t.Type, t.Tenant, t.Key, t.Priority.level()
 				r.Gen, r.Stream, r.StreamSeq = 1, ack.Stream, ack.Sequence
 				return nil
 			})
@@ -386,7 +389,7 @@ func retryable(err error) bool {
 // submitError explains a failed publish of t: a full bucket, or a bucket
 // that refuses non-core tasks (its stream no longer has the submit subject,
 // so no stream answers) is [ErrOverloaded].
-func (c *Client) submitError(t Task, err error) error {
+func (c *Client) submitError(t TaskSpec, err error) error {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeMaxMsgs {
 		return fmt.Errorf("submit task %s: %w (%s)", t.ID, ErrOverloaded, apiErr.Description)
@@ -394,14 +397,14 @@ func (c *Client) submitError(t Task, err error) error {
 	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
 		if p := c.pressure.Load(); p != nil && !t.Core {
 			for _, b := range p.Buckets {
-				if b.Priority == t.Priority && (b.Refusing || b.Level >= LevelRefuse) {
+				if b.Priority == t.Priority.level() && (b.Refusing || b.Level >= LevelRefuse) {
 					return fmt.Errorf("submit task %s: %w: bucket %s refuses non-core tasks (%.0f%% full)", t.ID, ErrOverloaded, b.Stream, 100*b.Depth)
 				}
 			}
 		}
-		subject := c.cfg.Names.SubmitSubject(t.Priority, t.Tenant, t.Type, t.Key)
+		subject := c.cfg.Names.SubmitSubject(t.Priority.level(), t.Tenant, t.Type, t.Key)
 		if t.Core {
-			subject = c.cfg.Names.CoreSubject(t.Priority, t.Tenant, t.Type, t.Key)
+			subject = c.cfg.Names.CoreSubject(t.Priority.level(), t.Tenant, t.Type, t.Key)
 		}
 		return fmt.Errorf("submit task %s: no stream stored %s (%w): the bucket refuses non-core tasks under backpressure, or JetStream or the bucket is not available", t.ID, subject, err)
 	}

@@ -51,7 +51,7 @@ func TestSubmitWritesReadyRecord(t *testing.T) {
 	b := setup(t, nil, nil)
 	ctx := context.Background()
 	deadline := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
-	info, err := b.client.Submit(ctx, scheduler.Task{Type: "email", Tenant: "acme", Key: "user-7", Priority: 3,
+	info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "email", Tenant: "acme", Key: "user-7", Priority: scheduler.P3,
 		Payload: []byte("hi"), Timeout: 5 * time.Second, MaxAttempts: 4, Core: true, Deadline: deadline,
 		Headers: map[string]string{"Ax-Trace": "abc"}})
 	require.NoError(t, err)
@@ -87,22 +87,22 @@ func TestSubmitIsIdempotent(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil, nil)
 	ctx := context.Background()
-	first, err := b.client.Submit(ctx, scheduler.Task{ID: "order-1", Type: "ship"})
+	first, err := b.client.Submit(ctx, scheduler.TaskSpec{ID: "order-1", Type: "ship"})
 	require.NoError(t, err)
-	again, err := b.client.Submit(ctx, scheduler.Task{ID: "order-1", Type: "ship"})
+	again, err := b.client.Submit(ctx, scheduler.TaskSpec{ID: "order-1", Type: "ship"})
 	require.NoError(t, err)
 	require.True(t, again.Duplicate)
 	require.Equal(t, first.Sequence, again.Sequence)
-	require.EqualValues(t, 1, streamMsgs(t, b.js, "AX_P0"))
+	require.EqualValues(t, 1, streamMsgs(t, b.js, "AX_P2"))
 
 	// The same id in another bucket is reported as a duplicate; the copy it
 	// stored is dropped by the worker that sees it.
-	other, err := b.client.Submit(ctx, scheduler.Task{ID: "order-1", Type: "ship", Priority: 3})
+	other, err := b.client.Submit(ctx, scheduler.TaskSpec{ID: "order-1", Type: "ship", Priority: scheduler.P3})
 	require.NoError(t, err)
 	require.True(t, other.Duplicate)
 	rec, _, err := b.client.Store().Get(ctx, "order-1")
 	require.NoError(t, err)
-	require.Equal(t, 0, rec.Priority)
+	require.Equal(t, 2, rec.Priority, "the record keeps the first bucket")
 }
 
 func TestSubmitValidation(t *testing.T) {
@@ -110,27 +110,27 @@ func TestSubmitValidation(t *testing.T) {
 	b := setup(t, nil, nil)
 	for _, tc := range []struct {
 		name  string
-		task  scheduler.Task
+		task  scheduler.TaskSpec
 		field string
 	}{
-		{"no type", scheduler.Task{}, "Type"},
-		{"dotted type", scheduler.Task{Type: "a.b"}, "Type"},
-		{"tenant with space", scheduler.Task{Type: "x", Tenant: "a b"}, "Tenant"},
-		{"key wildcard", scheduler.Task{Type: "x", Key: "k*"}, "Key"},
-		{"priority high", scheduler.Task{Type: "x", Priority: 5}, "Priority"},
-		{"priority negative", scheduler.Task{Type: "x", Priority: -1}, "Priority"},
-		{"timeout", scheduler.Task{Type: "x", Timeout: -time.Second}, "Timeout"},
-		{"attempts", scheduler.Task{Type: "x", MaxAttempts: -1}, "MaxAttempts"},
-		{"deadline", scheduler.Task{Type: "x", Deadline: time.Now().Add(-time.Hour)}, "Deadline"},
-		{"id", scheduler.Task{Type: "x", ID: "a.b"}, "ID"},
-		{"header", scheduler.Task{Type: "x", Headers: map[string]string{"X-Foo": "1"}}, "header"},
+		{"no type", scheduler.TaskSpec{}, "Type"},
+		{"dotted type", scheduler.TaskSpec{Type: "a.b"}, "Type"},
+		{"tenant with space", scheduler.TaskSpec{Type: "x", Tenant: "a b"}, "Tenant"},
+		{"key wildcard", scheduler.TaskSpec{Type: "x", Key: "k*"}, "Key"},
+		{"priority high", scheduler.TaskSpec{Type: "x", Priority: "p5"}, "Priority"},
+		{"priority not a name", scheduler.TaskSpec{Type: "x", Priority: "2"}, "Priority"},
+		{"timeout", scheduler.TaskSpec{Type: "x", Timeout: -time.Second}, "Timeout"},
+		{"attempts", scheduler.TaskSpec{Type: "x", MaxAttempts: -1}, "MaxAttempts"},
+		{"deadline", scheduler.TaskSpec{Type: "x", Deadline: time.Now().Add(-time.Hour)}, "Deadline"},
+		{"id", scheduler.TaskSpec{Type: "x", ID: "a.b"}, "ID"},
+		{"header", scheduler.TaskSpec{Type: "x", Headers: map[string]string{"X-Foo": "1"}}, "header"},
 		// Issue 13.1: at 54cd21a any "Ax-" header passed, internal ones included.
-		{"internal header", scheduler.Task{Type: "x", Headers: map[string]string{"Ax-Task-Id": "victim"}}, "set by ax"},
-		{"internal header, other case", scheduler.Task{Type: "x", Headers: map[string]string{"ax-gen": "7"}}, "set by ax"},
-		{"option header", scheduler.Task{Type: "x", Headers: map[string]string{"Ax-Core": "true"}}, "set by ax"},
+		{"internal header", scheduler.TaskSpec{Type: "x", Headers: map[string]string{"Ax-Task-Id": "victim"}}, "set by ax"},
+		{"internal header, other case", scheduler.TaskSpec{Type: "x", Headers: map[string]string{"ax-gen": "7"}}, "set by ax"},
+		{"option header", scheduler.TaskSpec{Type: "x", Headers: map[string]string{"Ax-Core": "true"}}, "set by ax"},
 		// Issue 17.12: at 54cd21a 1000 h and the year 2099 were accepted.
-		{"timeout above the bound", scheduler.Task{Type: "x", Timeout: 1000 * time.Hour}, "above the limit"},
-		{"run time too far ahead", scheduler.Task{Type: "x", RunAt: time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)}, "ahead"},
+		{"timeout above the bound", scheduler.TaskSpec{Type: "x", Timeout: 1000 * time.Hour}, "above the limit"},
+		{"run time too far ahead", scheduler.TaskSpec{Type: "x", RunAt: time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)}, "ahead"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := b.client.Submit(context.Background(), tc.task)
@@ -138,7 +138,7 @@ func TestSubmitValidation(t *testing.T) {
 			require.Contains(t, err.Error(), tc.field)
 		})
 	}
-	require.Zero(t, streamMsgs(t, b.js, "AX_P0"))
+	require.Zero(t, streamMsgs(t, b.js, "AX_P2"))
 }
 
 // A batch far larger than the async publish window lands every task once.
@@ -146,9 +146,9 @@ func TestSubmitBatchSurvivesStalls(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil, &scheduler.Config{MaxPending: 16})
 	ctx := context.Background()
-	tasks := make([]scheduler.Task, 5000)
+	tasks := make([]scheduler.TaskSpec, 5000)
 	for i := range tasks {
-		tasks[i] = scheduler.Task{Type: "noop", Priority: i % 5}
+		tasks[i] = scheduler.TaskSpec{Type: "noop", Priority: scheduler.PriorityOf(i % 5)}
 	}
 	infos, err := b.client.SubmitBatch(ctx, tasks)
 	require.NoError(t, err)
@@ -189,9 +189,9 @@ func TestSubmitBatchFullBucket(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{Capacity: 100}, &scheduler.Config{MaxPending: 32})
 	ctx := context.Background()
-	tasks := make([]scheduler.Task, 150)
+	tasks := make([]scheduler.TaskSpec, 150)
 	for i := range tasks {
-		tasks[i] = scheduler.Task{Type: "noop", Priority: 2}
+		tasks[i] = scheduler.TaskSpec{Type: "noop", Priority: scheduler.P2}
 	}
 	infos, err := b.client.SubmitBatch(ctx, tasks)
 	var batchErr *scheduler.BatchError
@@ -208,7 +208,7 @@ func TestSubmitBatchFullBucket(t *testing.T) {
 			require.NoError(t, getErr)
 		}
 	}
-	_, err = b.client.Submit(ctx, scheduler.Task{Type: "noop", Priority: 2})
+	_, err = b.client.Submit(ctx, scheduler.TaskSpec{Type: "noop", Priority: scheduler.P2})
 	require.ErrorIs(t, err, scheduler.ErrOverloaded)
 	require.True(t, strings.Contains(err.Error(), "maximum messages"), err.Error())
 	require.False(t, errors.Is(err, scheduler.ErrInvalidTask))

@@ -22,34 +22,6 @@ const (
 	DefaultMoverWorkers     = 32
 )
 
-// PressureThresholds are the backpressure thresholds, as fractions of a
-// bucket's capacity.
-type PressureThresholds struct {
-	Alert  float64 `json:"alert"`  // log, event, metric. Default 0.60
-	Refuse float64 `json:"refuse"` // refuse non-core submissions. Default 0.80
-	Pause  float64 `json:"pause"`  // pause P3 and P4 dispatch. Default 0.95
-	Resume float64 `json:"resume"` // resume P3 and P4 below this. Default 0.40
-}
-
-// DefaultPressureThresholds returns the wire contract's thresholds (docs/WIRE.md): alert at 60 %,
-// refuse at 80 %, pause at 95 %, resume below 40 %.
-func DefaultPressureThresholds() PressureThresholds { return PressureThresholds{}.withDefaults() }
-
-func (p PressureThresholds) withDefaults() PressureThresholds {
-	p.Alert = cmp.Or(p.Alert, 0.60)
-	p.Refuse = cmp.Or(p.Refuse, 0.80)
-	p.Pause = cmp.Or(p.Pause, 0.95)
-	p.Resume = cmp.Or(p.Resume, 0.40)
-	return p
-}
-
-func (p PressureThresholds) validate() error {
-	if !(0 < p.Resume && p.Resume < p.Pause && p.Alert <= p.Refuse && p.Refuse <= p.Pause && p.Pause <= 1) {
-		return fmt.Errorf("pressure thresholds: want 0 < Resume < Pause, Alert <= Refuse <= Pause <= 1; have %+v", p)
-	}
-	return nil
-}
-
 // LeaderConfig configures a [Leader].
 type LeaderConfig struct {
 	// Names of the deployment. Zero means [streams.DefaultNames].

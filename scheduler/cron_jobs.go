@@ -35,7 +35,7 @@ type CronJob struct {
 	Spec string `json:"spec"`
 	// Task to submit at each time; its ID, Key, RunAt and Delay are ignored
 	// (the id derives from the name and time; the key is the id).
-	Task Task `json:"task"`
+	Task TaskSpec `json:"task"`
 	// CreatedAt is when the job was first added.
 	CreatedAt time.Time `json:"created_at"`
 	// Last is the last scheduled time submitted (zero: none yet).

@@ -21,7 +21,7 @@ func TestCronAcrossLeaderChange(t *testing.T) {
 	t.Parallel()
 	lb := setupLoops(t, 2, nil, scheduler.LeaderConfig{})
 	js, client, ctx, first := lb.js, lb.client, context.Background(), lb.leader
-	job, err := client.AddCron(ctx, scheduler.CronJob{Name: "tick", Spec: "@every 1s", Task: scheduler.Task{Type: "report", Priority: 1, Payload: []byte("p")}})
+	job, err := client.AddCron(ctx, scheduler.CronJob{Name: "tick", Spec: "@every 1s", Task: scheduler.TaskSpec{Type: "report", Priority: scheduler.P1, Payload: []byte("p")}})
 	require.NoError(t, err)
 	require.False(t, job.Next.IsZero())
 
@@ -74,8 +74,8 @@ func TestCronValidation(t *testing.T) {
 		job  scheduler.CronJob
 		want string
 	}{
-		{"bad spec", scheduler.CronJob{Name: "a", Spec: "every second", Task: scheduler.Task{Type: "x"}}, "cron spec"},
-		{"bad name", scheduler.CronJob{Name: "a.b", Spec: "@hourly", Task: scheduler.Task{Type: "x"}}, "cron name"},
+		{"bad spec", scheduler.CronJob{Name: "a", Spec: "every second", Task: scheduler.TaskSpec{Type: "x"}}, "cron spec"},
+		{"bad name", scheduler.CronJob{Name: "a.b", Spec: "@hourly", Task: scheduler.TaskSpec{Type: "x"}}, "cron name"},
 		{"no type", scheduler.CronJob{Name: "a", Spec: "@hourly"}, "Type"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -86,7 +86,7 @@ func TestCronValidation(t *testing.T) {
 	}
 	// 5 fields (minute first), 6 fields (second first) and descriptors.
 	for i, spec := range []string{"*/5 * * * *", "*/10 * * * * *", "@daily", "@every 90s"} {
-		job, err := b.client.AddCron(ctx, scheduler.CronJob{Name: fmt.Sprintf("ok%d", i), Spec: spec, Task: scheduler.Task{Type: "x"}})
+		job, err := b.client.AddCron(ctx, scheduler.CronJob{Name: fmt.Sprintf("ok%d", i), Spec: spec, Task: scheduler.TaskSpec{Type: "x"}})
 		require.NoError(t, err, spec)
 		require.True(t, job.Next.After(time.Now()), spec)
 	}

@@ -20,7 +20,7 @@ const DefaultEarly = streams.DefaultScheduleEarly
 // its run time. The record comes first so that a submit never replaces the
 // schedule of another task with the same id: an id that exists is a
 // duplicate, unless its record is this very task's (a retried submit).
-func (c *Client) submitDelayed(ctx context.Context, t Task) (TaskInfo, error) {
+func (c *Client) submitDelayed(ctx context.Context, t TaskSpec) (TaskInfo, error) {
 	info := t.info(c.cfg.Names, 0, false)
 	want := t.record("", 0)
 	_, rev, err := c.store.Create(ctx, want, kv.Actor{Action: "submit"})

@@ -44,7 +44,7 @@ func TestDelayedTaskIsReleasedAtItsTime(t *testing.T) {
 	lb := setupLoops(t, 1, nil, scheduler.LeaderConfig{})
 	js, client, ctx := lb.js, lb.client, context.Background()
 
-	info, err := client.Submit(ctx, scheduler.Task{Type: "email", Priority: 2, Delay: 1500 * time.Millisecond, Payload: []byte("hi"),
+	info, err := client.Submit(ctx, scheduler.TaskSpec{Type: "email", Priority: scheduler.P2, Delay: 1500 * time.Millisecond, Payload: []byte("hi"),
 		Headers: map[string]string{"Ax-Trace": "t1"}})
 	require.NoError(t, err)
 	require.False(t, info.RunAt.IsZero())
@@ -83,9 +83,9 @@ func TestCancelDelayedTask(t *testing.T) {
 	t.Parallel()
 	lb := setupLoops(t, 1, nil, scheduler.LeaderConfig{})
 	js, client, ctx := lb.js, lb.client, context.Background()
-	keep, err := client.Submit(ctx, scheduler.Task{Type: "x", Delay: 1500 * time.Millisecond})
+	keep, err := client.Submit(ctx, scheduler.TaskSpec{Type: "x", Delay: 1500 * time.Millisecond})
 	require.NoError(t, err)
-	drop, err := client.Submit(ctx, scheduler.Task{Type: "x", Delay: 1500 * time.Millisecond})
+	drop, err := client.Submit(ctx, scheduler.TaskSpec{Type: "x", Delay: 1500 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, client.CancelDelayed(ctx, drop.ID))
 	rec, _, err := client.Store().Get(ctx, drop.ID)
@@ -95,23 +95,23 @@ func TestCancelDelayedTask(t *testing.T) {
 		rec, _, err := client.Store().Get(ctx, keep.ID)
 		return err == nil && rec.State == kv.StateReady
 	}, 10*time.Second, 10*time.Millisecond)
-	require.EqualValues(t, 1, streamMsgs(t, js, "AX_P0"), "only the task not cancelled runs")
+	require.EqualValues(t, 1, streamMsgs(t, js, "AX_P2"), "only the task not cancelled runs")
 	require.ErrorIs(t, client.CancelDelayed(ctx, keep.ID), kv.ErrWrongState)
 }
 
 func TestDelayedValidation(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil, nil)
-	_, err := b.client.Submit(context.Background(), scheduler.Task{Type: "x", Delay: -time.Second})
+	_, err := b.client.Submit(context.Background(), scheduler.TaskSpec{Type: "x", Delay: -time.Second})
 	require.ErrorIs(t, err, scheduler.ErrInvalidTask)
 	require.Contains(t, err.Error(), "Delay")
-	_, err = b.client.Submit(context.Background(), scheduler.Task{Type: "x", Delay: time.Second, RunAt: time.Now().Add(time.Hour)})
+	_, err = b.client.Submit(context.Background(), scheduler.TaskSpec{Type: "x", Delay: time.Second, RunAt: time.Now().Add(time.Hour)})
 	require.ErrorIs(t, err, scheduler.ErrInvalidTask)
 	// A run time in the past runs at once.
-	info, err := b.client.Submit(context.Background(), scheduler.Task{Type: "x", RunAt: time.Now().Add(-time.Hour)})
+	info, err := b.client.Submit(context.Background(), scheduler.TaskSpec{Type: "x", RunAt: time.Now().Add(-time.Hour)})
 	require.NoError(t, err)
 	require.True(t, info.RunAt.IsZero())
-	require.EqualValues(t, 1, streamMsgs(t, b.js, "AX_P0"))
+	require.EqualValues(t, 1, streamMsgs(t, b.js, "AX_P2"))
 }
 
 // The leader dies while delayed tasks are due: the next leader releases
@@ -123,7 +123,7 @@ func TestDelayedTasksSurviveLeaderChange(t *testing.T) {
 	const n = 40
 	ids := map[string]bool{}
 	for i := range n {
-		info, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 1, Delay: time.Duration(1000+100*i) * time.Millisecond})
+		info, err := client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P1, Delay: time.Duration(1000+100*i) * time.Millisecond})
 		require.NoError(t, err)
 		ids[info.ID] = true
 	}

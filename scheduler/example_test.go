@@ -46,8 +46,8 @@ func ExampleClient_Submit() {
 		return
 	}
 	defer func() { _ = client.Close() }()
-	info, err := client.Submit(ctx, scheduler.Task{ID: "welcome-42", Type: "email", Tenant: "acme",
-		Priority: 1, Payload: []byte(`{"to":"ada@example.com"}`), Timeout: 10 * time.Second})
+	info, err := client.Submit(ctx, scheduler.TaskSpec{ID: "welcome-42", Type: "email", Tenant: "acme",
+		Priority: scheduler.P1, Payload: []byte(`{"to":"ada@example.com"}`), Timeout: 10 * time.Second})
 	if err != nil {
 		fmt.Println(err)
 		return

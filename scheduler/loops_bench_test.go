@@ -60,7 +60,7 @@ func BenchmarkDelayedLateness(b *testing.B) {
 			wg.Go(func() {
 				for i := s; i < tasks; i += submitters {
 					runAt := start.Add(time.Duration(rand.Int64N(int64(window - lead))))
-					if _, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 1, RunAt: runAt}); err != nil {
+					if _, err := client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P1, RunAt: runAt}); err != nil {
 						b.Error(err)
 						return
 					}

@@ -31,9 +31,9 @@ func TestConstructorsAcceptNilConfig(t *testing.T) {
 	_, err = worker.New(ctx, js, nil)
 	require.ErrorContains(t, err, "a Registry is required", "refused with a reason, not a panic")
 	require.NotNil(t, metrics.New(nil))
-	info, err := client.Submit(ctx, scheduler.Task{Type: "email"})
+	info, err := client.Submit(ctx, scheduler.TaskSpec{Type: "email"})
 	require.NoError(t, err)
-	require.Equal(t, "AX_P0", info.Stream)
+	require.Equal(t, "AX_P2", info.Stream, "a task that names no priority is DefaultPriority (P2)")
 }
 
 // Two contenders of one process get distinct default ids: a shared id would

@@ -26,7 +26,7 @@ func TestBackpressurePausesTypeConsumers(t *testing.T) {
 		return cons.CachedInfo().Paused
 	}
 	for range 19 { // P3 at 95%
-		_, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 3, Core: true})
+		_, err := client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P3, Core: true})
 		require.NoError(t, err)
 	}
 	require.Eventually(t, func() bool {

@@ -233,20 +233,6 @@ func (p *pressureLoop) admit(ctx context.Context, prio int, b BucketPressure, cf
 	return refuse, nil
 }
 
-// Level returns the pressure level of a bucket at depth (stored messages
-// over capacity, 0..1).
-func (th PressureThresholds) Level(depth float64) Level {
-	switch {
-	case depth >= th.Pause:
-		return LevelPause
-	case depth >= th.Refuse:
-		return LevelRefuse
-	case depth >= th.Alert:
-		return LevelAlert
-	}
-	return LevelOK
-}
-
 // alert logs a bucket whose level changed and publishes the report on
 // ax.events.pressure while any bucket is at the alert level or above.
 func (p *pressureLoop) alert(report Pressure, data []byte) {

@@ -46,7 +46,7 @@ func TestBackpressureThresholds(t *testing.T) {
 	defer func() { _ = sub.Unsubscribe() }()
 	fill := func(n int, core bool) {
 		for range n {
-			_, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2, Core: core})
+			_, err := client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P2, Core: core})
 			require.NoError(t, err)
 		}
 	}
@@ -82,11 +82,11 @@ func TestBackpressureThresholds(t *testing.T) {
 
 	fill(4, false) // 16/20 = 80%
 	require.Eventually(t, func() bool { return level() == scheduler.LevelRefuse }, 10*time.Second, 5*time.Millisecond)
-	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2})
+	_, err = client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P2})
 	require.ErrorIs(t, err, scheduler.ErrOverloaded)
 	require.Contains(t, err.Error(), "AX_P2")
 	require.Contains(t, err.Error(), "80%")
-	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 1})
+	_, err = client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P1})
 	require.NoError(t, err, "other buckets still accept")
 	require.False(t, consumerPaused("AX_P3", "p3-s00"))
 
@@ -94,7 +94,7 @@ func TestBackpressureThresholds(t *testing.T) {
 	require.Eventually(t, func() bool { return consumerPaused("AX_P3", "p3-s00") && consumerPaused("AX_P4", "p4-s31") }, 10*time.Second, 10*time.Millisecond)
 	require.False(t, consumerPaused("AX_P2", "p2-s00"), "only P3 and P4 pause")
 	fill(1, true) // 20/20: the stream itself refuses now
-	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2, Core: true})
+	_, err = client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P2, Core: true})
 	require.ErrorIs(t, err, scheduler.ErrOverloaded)
 	require.Contains(t, err.Error(), "maximum messages")
 
@@ -110,7 +110,7 @@ func TestBackpressureThresholds(t *testing.T) {
 	drainTo(7)
 	require.Eventually(t, func() bool { return !consumerPaused("AX_P3", "p3-s00") && !consumerPaused("AX_P4", "p4-s31") }, 10*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool { return level() == scheduler.LevelOK }, 10*time.Second, 5*time.Millisecond)
-	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2})
+	_, err = client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P2})
 	require.NoError(t, err)
 }
 
@@ -128,7 +128,7 @@ func TestBackpressurePauseLetsTheFullBucketDrain(t *testing.T) {
 	}
 	fill := func(prio, n int) {
 		for range n {
-			_, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: prio, Core: true})
+			_, err := client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.PriorityOf(prio), Core: true})
 			require.NoError(t, err)
 		}
 	}
@@ -168,16 +168,16 @@ func TestBackpressureCountsDelayedTasks(t *testing.T) {
 	lb := setupLoops(t, 1, &streams.Config{Capacity: 20}, scheduler.LeaderConfig{PressureInterval: 20 * time.Millisecond})
 	client, ctx := lb.client, context.Background()
 	for range 16 { // 16 of 20 = 80 %
-		_, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2, Delay: time.Hour})
+		_, err := client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P2, Delay: time.Hour})
 		require.NoError(t, err)
 	}
 	require.Eventually(t, func() bool { p := client.Pressure(); return p != nil && p.Delayed == 16 }, 10*time.Second, 10*time.Millisecond)
-	_, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2, Delay: time.Hour})
+	_, err := client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P2, Delay: time.Hour})
 	require.ErrorIs(t, err, scheduler.ErrOverloaded)
 	require.Contains(t, err.Error(), "16 delayed tasks wait")
-	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2, Delay: time.Hour, Core: true})
+	_, err = client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P2, Delay: time.Hour, Core: true})
 	require.NoError(t, err, "core tasks still enter")
-	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2})
+	_, err = client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P2})
 	require.NoError(t, err, "an immediate task enters: the bucket itself is empty")
 }
 
@@ -192,7 +192,7 @@ func TestBurstIsRefusedNearTheThreshold(t *testing.T) {
 	require.Eventually(t, func() bool { return client.Pressure() != nil }, 10*time.Second, 10*time.Millisecond)
 	accepted := 0
 	for range 100 {
-		_, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 1})
+		_, err := client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P1})
 		if errors.Is(err, scheduler.ErrOverloaded) {
 			break
 		}
@@ -229,9 +229,9 @@ func TestServerRefusesNonCoreTasks(t *testing.T) {
 	err := raw(false, "ignores-the-report")
 	require.ErrorIs(t, err, jetstream.ErrNoStreamResponse, "a raw submit is refused by the server")
 	require.NoError(t, raw(true, "core"), "a core submit is admitted")
-	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2})
+	_, err = client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P2})
 	require.ErrorIs(t, err, scheduler.ErrOverloaded)
-	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2, Core: true})
+	_, err = client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P2, Core: true})
 	require.NoError(t, err, "the Go client submits core tasks on the core subject")
 	_, err = js.Publish(ctx, names.SubmitSubject(1, "t", "x", "p1"), nil)
 	require.NoError(t, err, "another bucket still admits")
@@ -255,7 +255,7 @@ func TestServerRefusesNonCoreTasks(t *testing.T) {
 		p := client.Pressure()
 		return p != nil && p.Buckets[2].Msgs == 13
 	}, 10*time.Second, 5*time.Millisecond)
-	_, err = client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2})
+	_, err = client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P2})
 	require.ErrorIs(t, err, scheduler.ErrOverloaded)
 	require.ErrorContains(t, err, "refuses non-core tasks until it is below 60% (now 65%", "the refusal is explained, not a depth at or above 80%")
 	require.NoError(t, stream.Purge(ctx, jetstream.WithPurgeKeep(11))) // 55%
@@ -331,7 +331,7 @@ func TestAgingWaitsForARefusingBucket(t *testing.T) {
 	refusing := refusingP2(t, js)
 	publishP2(t, js, 16, true, "k") // 80%
 	require.Eventually(t, refusing, 10*time.Second, 5*time.Millisecond)
-	info, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 3})
+	info, err := client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P3})
 	require.NoError(t, err)
 
 	time.Sleep(time.Second) // ten thresholds
@@ -360,9 +360,9 @@ func TestDelayedReleaseWaitsForARefusingBucket(t *testing.T) {
 	lb := setupLoops(t, 1, &streams.Config{Capacity: 20}, scheduler.LeaderConfig{PressureInterval: 20 * time.Millisecond})
 	js, client, ctx := lb.js, lb.client, context.Background()
 	names := streams.DefaultNames()
-	plain, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2, Delay: 1500 * time.Millisecond})
+	plain, err := client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P2, Delay: 1500 * time.Millisecond})
 	require.NoError(t, err)
-	core, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 2, Delay: 1500 * time.Millisecond, Core: true})
+	core, err := client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P2, Delay: 1500 * time.Millisecond, Core: true})
 	require.NoError(t, err)
 	publishP2(t, js, 16, true, "k") // 80%
 	require.Eventually(t, func() bool {

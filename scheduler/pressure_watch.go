@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -96,6 +97,48 @@ type Pressure struct {
 	ValidFor time.Duration `json:"valid_for"`
 }
 
+// PressureThresholds are the backpressure thresholds, as fractions of a
+// bucket's capacity.
+type PressureThresholds struct {
+	Alert  float64 `json:"alert"`  // log, event, metric. Default 0.60
+	Refuse float64 `json:"refuse"` // refuse non-core submissions. Default 0.80
+	Pause  float64 `json:"pause"`  // pause P3 and P4 dispatch. Default 0.95
+	Resume float64 `json:"resume"` // resume P3 and P4 below this. Default 0.40
+}
+
+// DefaultPressureThresholds returns the wire contract's thresholds (docs/WIRE.md): alert at 60 %,
+// refuse at 80 %, pause at 95 %, resume below 40 %.
+func DefaultPressureThresholds() PressureThresholds { return PressureThresholds{}.withDefaults() }
+
+func (p PressureThresholds) withDefaults() PressureThresholds {
+	p.Alert = cmp.Or(p.Alert, 0.60)
+	p.Refuse = cmp.Or(p.Refuse, 0.80)
+	p.Pause = cmp.Or(p.Pause, 0.95)
+	p.Resume = cmp.Or(p.Resume, 0.40)
+	return p
+}
+
+func (p PressureThresholds) validate() error {
+	if !(0 < p.Resume && p.Resume < p.Pause && p.Alert <= p.Refuse && p.Refuse <= p.Pause && p.Pause <= 1) {
+		return fmt.Errorf("pressure thresholds: want 0 < Resume < Pause, Alert <= Refuse <= Pause <= 1; have %+v", p)
+	}
+	return nil
+}
+
+// Level returns the pressure level of a bucket at depth (stored messages
+// over capacity, 0..1).
+func (th PressureThresholds) Level(depth float64) Level {
+	switch {
+	case depth >= th.Pause:
+		return LevelPause
+	case depth >= th.Refuse:
+		return LevelRefuse
+	case depth >= th.Alert:
+		return LevelAlert
+	}
+	return LevelOK
+}
+
 // pressureWatch keeps the client's view of the pressure report, from a
 // subscription to the report's KV subject (no goroutine of ours: the
 // connection delivers) and one initial read.
@@ -155,13 +198,13 @@ func (c *Client) Pressure() *Pressure { return c.pressure.Load() }
 // waiting in AX_DELAYED (of every priority: their schedules do not name
 // one) count toward its bucket's capacity: otherwise any number of them
 // would be accepted and then released into a full bucket.
-func (c *Client) admit(t Task, now time.Time) error {
+func (c *Client) admit(t TaskSpec, now time.Time) error {
 	p := c.pressure.Load()
 	if t.Core || p == nil || now.After(p.UpdatedAt.Add(p.ValidFor)) {
 		return nil
 	}
 	for _, b := range p.Buckets {
-		if b.Priority != t.Priority {
+		if b.Priority != t.Priority.level() {
 			continue
 		}
 		// A refusing bucket's level is raised to the refuse level until it
@@ -176,7 +219,7 @@ func (c *Client) admit(t Task, now time.Time) error {
 		}
 		// What this client stored since the report counts too (a burst
 		// would otherwise overshoot by a report interval's worth).
-		if sent := uint64(max(c.sent[t.Priority].Load(), 0)); b.Capacity > 0 && sent > 0 {
+		if sent := uint64(max(c.sent[t.Priority.level()].Load(), 0)); b.Capacity > 0 && sent > 0 {
 			if depth := float64(b.Msgs+sent) / float64(b.Capacity); depth >= p.Thresholds.Refuse {
 				return fmt.Errorf("submit task %s: %w: bucket %s holds about %d of %d (%d at the last report, %d sent since): %.0f%%, at or above %.0f%%: only core tasks are accepted",
 					t.ID, ErrOverloaded, b.Stream, b.Msgs+sent, b.Capacity, b.Msgs, sent, 100*depth, 100*p.Thresholds.Refuse)

@@ -14,9 +14,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// ReconcilerKey is the key of the reconciler's report in AX_CONTROL.
-const ReconcilerKey = "reconciler"
-
 // Defaults of the reconciler's settings in [LeaderConfig].
 const (
 	// DefaultReconcileGrace is how long a record must have kept its
@@ -31,51 +28,6 @@ const (
 	// record found healthy; the wait doubles from the grace up to it.
 	DefaultReconcileRecheck = 10 * time.Minute
 )
-
-// Repair is one task the reconciler found lost and acted on.
-type Repair struct {
-	TaskID string   `json:"task_id"`
-	State  kv.State `json:"state"` // the state it was found in
-	// Action is "republished" (a copy of its payload now waits in its
-	// bucket), "rescheduled" (its payload waits in AX_DELAYED for a future
-	// run time: PENDING again) or "dead" (no payload left: DEAD with the
-	// reason).
-	Action string    `json:"action"`
-	Reason string    `json:"reason"`
-	At     time.Time `json:"at"`
-}
-
-// ReconcilerReport is what the reconciler publishes in AX_CONTROL under
-// [ReconcilerKey]; `ax stats` and the dashboard show it. Counts are totals
-// since the first leader ran it (each leader carries them on).
-type ReconcilerReport struct {
-	Leader    string    `json:"leader"`
-	UpdatedAt time.Time `json:"updated_at"`
-	// Tracked is the non-terminal records the leader watches.
-	Tracked int `json:"tracked"`
-	// Checked counts the checks made; Republished and Dead the repairs,
-	// by the state the task was found in (PENDING, READY, RETRYING, RUNNING).
-	Checked     uint64              `json:"checked"`
-	Republished map[kv.State]uint64 `json:"republished"`
-	Dead        map[kv.State]uint64 `json:"dead"`
-	// LastPass is how long the last pass took; LastPassChecked how many
-	// records it checked.
-	LastPass        kv.Duration `json:"last_pass"`
-	LastPassChecked int         `json:"last_pass_checked"`
-	// Recent lists the last repairs, newest last (at most 20).
-	Recent []Repair `json:"recent"`
-}
-
-// Repairs returns the total of repairs of both kinds.
-func (r *ReconcilerReport) Repairs() uint64 {
-	var n uint64
-	for _, m := range []map[kv.State]uint64{r.Republished, r.Dead} {
-		for _, v := range m {
-			n += v
-		}
-	}
-	return n
-}
 
 const maxRecentRepairs = 20
 

@@ -178,7 +178,7 @@ func (r *reconciler) republish(ctx context.Context, rec *kv.Record, rev uint64, 
 	names := r.l.cfg.Names
 	gen := rec.Gen + 1
 	msg := streams.TaskCopy(names.CopySubject(rec.Priority, rec.Tenant, rec.Type, rec.Key), src.msg.Data, src.msg.Header,
-		rec.ID, gen, nuid.Next(), deadLetterHeaders...)
+		rec.ID, gen, nuid.Next(), streams.DeadLetterHeaders()...)
 	msg.Header.Set(streams.HeaderReleasedAt, time.Now().UTC().Format(time.RFC3339Nano)) // due: no deferring again
 	ack, err := r.l.js.PublishMsg(ctx, msg)
 	if err != nil {

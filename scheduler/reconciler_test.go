@@ -71,9 +71,9 @@ func TestReconcilerBuriesLostReadyTask(t *testing.T) {
 	t.Parallel()
 	b := setupReconcile(t)
 	ctx := context.Background()
-	lost, err := b.client.Submit(ctx, scheduler.Task{ID: "lost", Type: "x", Priority: 2})
+	lost, err := b.client.Submit(ctx, scheduler.TaskSpec{ID: "lost", Type: "x", Priority: scheduler.P2})
 	require.NoError(t, err)
-	healthy, err := b.client.Submit(ctx, scheduler.Task{ID: "healthy", Type: "x", Priority: 2})
+	healthy, err := b.client.Submit(ctx, scheduler.TaskSpec{ID: "healthy", Type: "x", Priority: scheduler.P2})
 	require.NoError(t, err)
 	_, healthyRev, err := b.store.Get(ctx, healthy.ID)
 	require.NoError(t, err)
@@ -125,7 +125,7 @@ func TestReconcilerBuriesPendingWithoutSchedule(t *testing.T) {
 	t.Parallel()
 	b := setupReconcile(t)
 	ctx := context.Background()
-	_, err := b.client.Submit(ctx, scheduler.Task{ID: "later", Type: "x", Delay: time.Hour})
+	_, err := b.client.Submit(ctx, scheduler.TaskSpec{ID: "later", Type: "x", Delay: time.Hour})
 	require.NoError(t, err)
 	delayed, err := b.js.Stream(ctx, "AX_DELAYED")
 	require.NoError(t, err)
@@ -170,7 +170,7 @@ func TestReconcilerRepublishesRetryFromStaleCopy(t *testing.T) {
 	t.Parallel()
 	b := setupReconcile(t)
 	ctx := context.Background()
-	info, err := b.client.Submit(ctx, scheduler.Task{ID: "retry", Type: "x", Priority: 3, Payload: []byte("p")})
+	info, err := b.client.Submit(ctx, scheduler.TaskSpec{ID: "retry", Type: "x", Priority: scheduler.P3, Payload: []byte("p")})
 	require.NoError(t, err)
 	_, _, err = b.store.Transition(ctx, "retry", kv.StateReady, kv.StateRunning, kv.Actor{Worker: "w"}, func(r *kv.Record) error {
 		r.Gen, r.StreamSeq, r.Worker = 2, info.Sequence+50, "w" // its generation-2 message, since deleted
@@ -224,9 +224,9 @@ func TestReconcilerLeavesAgedTasksAlone(t *testing.T) {
 	cfg.AgingThreshold = 200 * time.Millisecond
 	lb := setupLoops(t, 1, nil, cfg)
 	ctx := context.Background()
-	tasks := make([]scheduler.Task, 50)
+	tasks := make([]scheduler.TaskSpec, 50)
 	for i := range tasks {
-		tasks[i] = scheduler.Task{Type: "x", Priority: 4}
+		tasks[i] = scheduler.TaskSpec{Type: "x", Priority: scheduler.P4}
 	}
 	infos, err := lb.client.SubmitBatch(ctx, tasks)
 	require.NoError(t, err)

@@ -8,13 +8,11 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )
-
-// RejectsKey is the key of the rejected-submit report in AX_CONTROL.
-const RejectsKey = "rejects"
 
 // Limits of the rejected-submit watch.
 const (
@@ -24,37 +22,6 @@ const (
 	maxRejectLogsPerSecond = 10
 	rejectBuffer           = 4096
 )
-
-// RejectedSubmit is one message published under a submit root that no
-// priority bucket accepts: it was not stored and no task exists for it.
-type RejectedSubmit struct {
-	Subject string `json:"subject"`
-	// Reason is streams.RejectTokens, streams.RejectPriority or
-	// streams.RejectUnbound; Detail says it in a sentence.
-	Reason string    `json:"reason"`
-	Detail string    `json:"detail"`
-	At     time.Time `json:"at"`
-}
-
-// RejectsReport is what the leader's watch of mistyped submit subjects
-// publishes in AX_CONTROL under [RejectsKey]; `ax stats`, `ax rejects` and
-// the dashboard show it. It counts only the subjects of
-// [streams.Names.RejectWatchSubjects] (listed in Watching); a sample
-// (`ax rejects --sample`) sees every shape. Counts are totals since the
-// first leader ran the watch (each leader carries them on).
-type RejectsReport struct {
-	Leader    string    `json:"leader"`
-	UpdatedAt time.Time `json:"updated_at"`
-	// Total counts the rejected messages seen; ByReason splits it.
-	Total    uint64            `json:"total"`
-	ByReason map[string]uint64 `json:"by_reason"`
-	// Dropped counts the messages the watch could not keep up with (its
-	// buffer was full): they were rejected but are not in Total.
-	Dropped  uint64   `json:"dropped"`
-	Watching []string `json:"watching"`
-	// Recent lists the last rejected messages, newest last (at most 20).
-	Recent []RejectedSubmit `json:"recent"`
-}
 
 // rejectWatch is the leader loop that subscribes (core NATS) to the
 // subjects under a submit root that no priority bucket accepts and that no
@@ -131,7 +98,7 @@ func (w *rejectWatch) reject(m *nats.Msg) {
 		return
 	}
 	r := RejectedSubmit{Subject: m.Subject, Reason: reason, Detail: detail, At: time.Now().UTC()}
-	answerRejected(m, r)
+	streams.AnswerRejected(m, r.Subject, r.Detail)
 	w.report.Total++
 	w.report.ByReason[reason]++
 	w.report.Recent = append(w.report.Recent, r)
@@ -197,36 +164,6 @@ func (w *rejectWatch) publish(ctx context.Context) error {
 	}
 	w.changed = false
 	return nil
-}
-
-// answerRejected answers a request published on a rejected subject (a
-// JetStream publish waiting for its ack) with a JetStream API error, which
-// JetStream clients return as the publish error.
-func answerRejected(m *nats.Msg, r RejectedSubmit) {
-	if m.Reply == "" {
-		return
-	}
-	var body struct {
-		Error struct {
-			Code        int    `json:"code"`
-			Description string `json:"description"`
-		} `json:"error"`
-	}
-	body.Error.Code = 400
-	body.Error.Description = fmt.Sprintf("ax: no priority bucket accepts subject %q: %s; the message was not stored (docs/WIRE.md)", r.Subject, r.Detail)
-	data, _ := json.Marshal(&body)
-	_ = m.Respond(data)
-}
-
-// rejectsReport reads the leader's rejected-submit report from AX_CONTROL,
-// or nil when no leader wrote one yet.
-func (a *Admin) rejectsReport(ctx context.Context) (*RejectsReport, error) {
-	var r RejectsReport
-	ok, err := a.controlReport(ctx, RejectsKey, &r)
-	if !ok || err != nil {
-		return nil, err
-	}
-	return &r, nil
 }
 
 // flush waits for the server to have the subscriptions of nc, at most 10s.

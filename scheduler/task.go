@@ -14,10 +14,11 @@ import (
 // DefaultTenant is the tenant of a task that names none.
 const DefaultTenant = "default"
 
-// Task is what a service submits. Its JSON form (a cron job stores one)
+// TaskSpec is what a producer builds: the task a service submits (a
+// handler receives it as a worker.Task). Its JSON form (a cron job stores one)
 // has snake_case keys, with Timeout and Delay in nanoseconds; the Go field
 // names of records written before are read too.
-type Task struct {
+type TaskSpec struct {
 	// ID identifies the task; empty means a new nuid. Letters, digits, '-',
 	// '_', '=' and '/' only. Re-submitting an id within the de-duplication
 	// window is a no-op.
@@ -26,8 +27,9 @@ type Task struct {
 	Type string `json:"type"`
 	// Payload is passed to the handler as is.
 	Payload []byte `json:"payload,omitempty"`
-	// Priority 0 (P0, highest) to 4 (P4, lowest). The zero value is P0.
-	Priority int `json:"priority"`
+	// Priority names the bucket: [P0] (highest) to [P4] (lowest). The zero
+	// value is [DefaultPriority] (P2).
+	Priority Priority `json:"priority,omitempty"`
 	// Tenant owns the task. Default "default".
 	Tenant string `json:"tenant"`
 	// Key partitions tasks into shards (tasks of one key share a shard).
@@ -72,7 +74,7 @@ type TaskInfo struct {
 }
 
 // normalize fills defaults and validates the task, naming the bad field.
-func (t Task) normalize(now time.Time) (Task, error) {
+func (t TaskSpec) normalize(now time.Time) (TaskSpec, error) {
 	if t.ID == "" {
 		t.ID = nuid.Next()
 	}
@@ -82,7 +84,7 @@ func (t Task) normalize(now time.Time) (Task, error) {
 	if t.Key == "" {
 		t.Key = t.ID
 	}
-	bad := func(format string, args ...any) (Task, error) {
+	bad := func(format string, args ...any) (TaskSpec, error) {
 		return t, fmt.Errorf("%w: %s", ErrInvalidTask, fmt.Sprintf(format, args...))
 	}
 	if err := streams.ValidateTaskID(t.ID); err != nil {
@@ -93,9 +95,12 @@ func (t Task) normalize(now time.Time) (Task, error) {
 			return bad("%s", err)
 		}
 	}
+	level, err := t.Priority.Level()
+	if err != nil {
+		return bad("Priority %q is not p0..p%d (empty: %s)", t.Priority, streams.Priorities-1, DefaultPriority)
+	}
+	t.Priority = PriorityOf(level)
 	switch {
-	case t.Priority < 0 || t.Priority >= streams.Priorities:
-		return bad("Priority %d is not 0..%d", t.Priority, streams.Priorities-1)
 	case t.Timeout < 0:
 		return bad("Timeout %s is negative", t.Timeout)
 	case t.MaxAttempts < 0 || t.MaxAttempts > streams.MaxAttemptsLimit:
@@ -125,7 +130,7 @@ func (t Task) normalize(now time.Time) (Task, error) {
 }
 
 // isOptionHeader reports whether name carries a task option that a
-// [Task] field sets (a header would silently fight the field).
+// [TaskSpec] field sets (a header would silently fight the field).
 func isOptionHeader(name string) bool {
 	for _, h := range []string{streams.HeaderTimeout, streams.HeaderMaxAttempts, streams.HeaderCore, streams.HeaderDeadline, streams.HeaderRunAt, streams.HeaderMsgID} {
 		if strings.EqualFold(h, name) {
@@ -136,10 +141,10 @@ func isOptionHeader(name string) bool {
 }
 
 // message builds the wire message of a normalized task.
-func (t Task) message(names streams.Names) *nats.Msg {
-	subject := names.SubmitSubject(t.Priority, t.Tenant, t.Type, t.Key)
+func (t TaskSpec) message(names streams.Names) *nats.Msg {
+	subject := names.SubmitSubject(t.Priority.level(), t.Tenant, t.Type, t.Key)
 	if t.Core {
-		subject = names.CoreSubject(t.Priority, t.Tenant, t.Type, t.Key)
+		subject = names.CoreSubject(t.Priority.level(), t.Tenant, t.Type, t.Key)
 	}
 	msg := nats.NewMsg(subject)
 	msg.Data = t.Payload
@@ -151,13 +156,13 @@ func (t Task) message(names streams.Names) *nats.Msg {
 }
 
 // record is the READY record of a normalized task (PENDING if delayed).
-func (t Task) record(stream string, seq uint64) *kv.Record {
+func (t TaskSpec) record(stream string, seq uint64) *kv.Record {
 	state := kv.StateReady
 	if !t.RunAt.IsZero() {
 		state = kv.StatePending
 	}
 	rec := &kv.Record{
-		ID: t.ID, Type: t.Type, Tenant: t.Tenant, Key: t.Key, Priority: t.Priority,
+		ID: t.ID, Type: t.Type, Tenant: t.Tenant, Key: t.Key, Priority: t.Priority.level(),
 		State: state, MaxAttempts: t.MaxAttempts, Timeout: kv.Duration(t.Timeout),
 		Core: t.Core, Gen: 1, Stream: stream, StreamSeq: seq,
 	}
@@ -172,9 +177,9 @@ func (t Task) record(stream string, seq uint64) *kv.Record {
 	return rec
 }
 
-func (t Task) info(names streams.Names, seq uint64, dup bool) TaskInfo {
+func (t TaskSpec) info(names streams.Names, seq uint64, dup bool) TaskInfo {
 	return TaskInfo{
-		ID: t.ID, Type: t.Type, Tenant: t.Tenant, Priority: t.Priority, Shard: streams.Shard(t.Key),
-		Stream: names.PriorityStream(t.Priority), Sequence: seq, Duplicate: dup, RunAt: t.RunAt,
+		ID: t.ID, Type: t.Type, Tenant: t.Tenant, Priority: t.Priority.level(), Shard: streams.Shard(t.Key),
+		Stream: names.PriorityStream(t.Priority.level()), Sequence: seq, Duplicate: dup, RunAt: t.RunAt,
 	}
 }

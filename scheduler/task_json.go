@@ -5,12 +5,12 @@ import (
 	"time"
 )
 
-// UnmarshalJSON reads a [Task] in its JSON form, and also in the form of
+// UnmarshalJSON reads a [TaskSpec] in its JSON form, and also in the form of
 // records written before Task had JSON tags (Go field names as keys): a
 // cron job stored then keeps its MaxAttempts and RunAt. The other old keys
 // match the new ones case-insensitively, as encoding/json does.
-func (t *Task) UnmarshalJSON(data []byte) error {
-	type plain Task // no methods: no recursion
+func (t *TaskSpec) UnmarshalJSON(data []byte) error {
+	type plain TaskSpec // no methods: no recursion
 	var legacy struct {
 		MaxAttempts *int       `json:"MaxAttempts"`
 		RunAt       *time.Time `json:"RunAt"`

@@ -36,7 +36,7 @@ func TestCronJobInTheOldFormat(t *testing.T) {
 	jobs, err := lb.client.ListCron(ctx)
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
-	want := scheduler.Task{Type: "report", Payload: []byte("p"), Priority: 3, Tenant: "acme",
+	want := scheduler.TaskSpec{Type: "report", Payload: []byte("p"), Priority: scheduler.P3, Tenant: "acme",
 		Timeout: 5 * time.Second, MaxAttempts: 7, Core: true, Headers: map[string]string{"Ax-Trace": "t1"}}
 	require.Equal(t, want, jobs[0].Task)
 
@@ -63,7 +63,7 @@ func TestCronJobInTheOldFormat(t *testing.T) {
 // to itself.
 func TestTaskJSONKeys(t *testing.T) {
 	t.Parallel()
-	task := scheduler.Task{ID: "a", Type: "report", Payload: []byte("p"), Priority: 2, Tenant: "acme", Key: "k",
+	task := scheduler.TaskSpec{ID: "a", Type: "report", Payload: []byte("p"), Priority: scheduler.P2, Tenant: "acme", Key: "k",
 		Timeout: time.Second, MaxAttempts: 3, Core: true, Deadline: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC),
 		Headers: map[string]string{"Ax-Trace": "t"}, RunAt: time.Date(2029, 1, 1, 0, 0, 0, 0, time.UTC), Delay: time.Minute}
 	data, err := json.Marshal(task)
@@ -73,7 +73,7 @@ func TestTaskJSONKeys(t *testing.T) {
 	for _, k := range []string{"id", "type", "payload", "priority", "tenant", "key", "timeout", "max_attempts", "core", "deadline", "headers", "run_at", "delay"} {
 		require.Contains(t, keys, k)
 	}
-	var back scheduler.Task
+	var back scheduler.TaskSpec
 	require.NoError(t, json.Unmarshal(data, &back))
 	require.Equal(t, task, back)
 }

@@ -28,9 +28,9 @@ func BenchmarkEndToEnd(b *testing.B) {
 			bundle := setupB(b)
 			ctx := context.Background()
 			n := max(b.N, 1000)
-			tasks := make([]scheduler.Task, n)
+			tasks := make([]scheduler.TaskSpec, n)
 			for i := range tasks {
-				tasks[i] = scheduler.Task{Type: "noop", Priority: tc.priority(i), Payload: make([]byte, 200)}
+				tasks[i] = scheduler.TaskSpec{Type: "noop", Priority: scheduler.PriorityOf(tc.priority(i)), Payload: make([]byte, 200)}
 			}
 			if tc.raw {
 				for i := range tasks {

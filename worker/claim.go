@@ -43,7 +43,7 @@ func (w *Worker) parse(d *delivery, meta *jetstream.MsgMetadata) *envelope {
 	stored, err := w.cfg.Names.ParseStored(d.msg.Subject())
 	if err != nil {
 		env.bad = fmt.Errorf("%w: %w", ErrMalformed, err)
-		stored = bestEffortStored(d.msg.Subject(), d.priority)
+		stored = streams.SalvageStored(d.msg.Subject(), d.priority)
 	}
 	env.stored = stored
 	parse := streams.ParseHeaders // a producer's message: internal headers are ignored
@@ -70,19 +70,6 @@ func (w *Worker) parse(d *delivery, meta *jetstream.MsgMetadata) *envelope {
 	}
 	env.handler = h
 	return env
-}
-
-func bestEffortStored(subject string, priority int) streams.Stored {
-	s := streams.Stored{Priority: priority, Tenant: "_invalid", Type: "_invalid", Key: "_invalid"}
-	tokens := strings.Split(subject, ".")
-	if len(tokens) == 6 {
-		for i, dst := range []*string{&s.Tenant, &s.Type, &s.Key} {
-			if streams.ValidateToken("token", tokens[3+i]) == nil {
-				*dst = tokens[3+i]
-			}
-		}
-	}
-	return s
 }
 
 // claim moves the task to RUNNING for this delivery. It returns false when

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
@@ -23,20 +22,9 @@ import (
 // A retried bury may so leave an orphan letter (it names its task; the
 // record's dlq_seq names the one that counts), never a dangling dlq_seq.
 func (w *Worker) deadLetter(ctx context.Context, d *delivery, env *envelope, rec *kv.Record, cause error) (uint64, error) {
-	msg := nats.NewMsg(w.cfg.Names.DLQSubject(env.stored.Tenant, env.stored.Type))
-	msg.Data = d.msg.Data()
-	for name, values := range d.msg.Headers() {
-		if strings.HasPrefix(name, "Nats-") {
-			continue
-		}
-		msg.Header[name] = values
-	}
-	msg.Header.Set(streams.HeaderError, kv.CutError(cause.Error()))
-	msg.Header.Set(streams.HeaderAttempts, strconv.Itoa(rec.Attempt))
-	msg.Header.Set(streams.HeaderFailedAt, time.Now().UTC().Format(time.RFC3339Nano))
-	msg.Header.Set(streams.HeaderTaskID, rec.ID)
-	msg.Header.Set(streams.HeaderSubject, w.replaySubject(d, env))
-	msg.Header.Set(streams.HeaderMsgID, fmt.Sprintf("%s:%d:%d:%s", rec.ID, rec.Gen, rec.Attempt, nuid.Next()))
+	letter := streams.Letter{TaskID: rec.ID, Tenant: env.stored.Tenant, Type: env.stored.Type, Subject: w.replaySubject(d, env),
+		Error: kv.CutError(cause.Error()), Attempts: rec.Attempt, FailedAt: time.Now()}
+	msg := w.cfg.Names.DeadLetterMsg(letter, d.msg.Data(), d.msg.Headers(), fmt.Sprintf("%s:%d:%d:%s", rec.ID, rec.Gen, rec.Attempt, nuid.Next()))
 	ack, err := w.js.PublishMsg(ctx, msg)
 	if errors.Is(err, nats.ErrMaxPayload) || isTooLarge(err) {
 		msg.Header.Set(streams.HeaderPayloadTruncated, strconv.Itoa(len(msg.Data)))

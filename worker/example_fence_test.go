@@ -92,7 +92,7 @@ func ExampleTask_Fence() {
 	defer func() { _ = w.Stop(ctx) }()
 
 	client, _ := scheduler.NewClient(ctx, js, nil)
-	_, _ = client.Submit(ctx, scheduler.Task{ID: "order-1", Type: "charge", Key: "order-1", Payload: []byte("42")})
+	_, _ = client.Submit(ctx, scheduler.TaskSpec{ID: "order-1", Type: "charge", Key: "order-1", Payload: []byte("42")})
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if rec, _, err := client.Store().Get(ctx, "order-1"); err == nil && rec.State == kv.StateSucceeded {
 			break

@@ -97,7 +97,7 @@ func ExampleWorker_Run() {
 
 	client, _ := scheduler.NewClient(ctx, js, nil)
 	defer func() { _ = client.Close() }()
-	info, _ := client.Submit(ctx, scheduler.Task{Type: "email", Payload: []byte(`{"to":"ada@example.com"}`)})
+	info, _ := client.Submit(ctx, scheduler.TaskSpec{Type: "email", Payload: []byte(`{"to":"ada@example.com"}`)})
 	fmt.Println("sent to", <-sent)
 	fmt.Println(waitState(ctx, client.Store(), info.ID, kv.StateSucceeded))
 	cancel()
@@ -106,4 +106,53 @@ func ExampleWorker_Run() {
 	// sent to ada@example.com
 	// SUCCEEDED
 	// stopped: <nil>
+}
+
+// Welcome is the args of a "welcome" task: its kind and payload shape are
+// written once, for the producer and the handler.
+type Welcome struct {
+	To string `json:"to"`
+}
+
+// Kind names the task type of [Welcome] args.
+func (Welcome) Kind() string { return "welcome" }
+
+// The producer submits typed args with SubmitJSON and the worker handles
+// the same Go type with HandleArgs: neither writes the type string or the
+// payload's encoding.
+func ExampleHandleArgs() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	js, stop := exampleJetStream(ctx)
+	defer stop()
+
+	sent := make(chan string, 1)
+	reg := worker.NewRegistry()
+	_ = worker.HandleArgs(reg, func(ctx context.Context, task *worker.Task, args Welcome) error {
+		sent <- task.Type + " to " + args.To
+		return nil
+	}, nil)
+	w, _ := worker.New(ctx, js, &worker.Config{Registry: reg})
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+
+	client, _ := scheduler.NewClient(ctx, js, nil)
+	defer func() { _ = client.Close() }()
+	info, err := client.SubmitJSON(ctx, Welcome{To: "ada@example.com"}, &scheduler.TaskSpec{Tenant: "acme"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(waitState(ctx, client.Store(), info.ID, kv.StateSucceeded))
+	select {
+	case handled := <-sent:
+		fmt.Println(handled)
+	default:
+		fmt.Println("not handled")
+	}
+	cancel()
+	<-done
+	// Output:
+	// SUCCEEDED
+	// welcome to ada@example.com
 }

@@ -64,7 +64,7 @@ func TestFrozenWorkerIsFenced(t *testing.T) {
 			key = k
 		}
 	}
-	info, err := b.client.Submit(ctx, scheduler.Task{Type: "charge", Key: key})
+	info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "charge", Key: key})
 	require.NoError(t, err)
 	require.Equal(t, info.ID, <-frozen)
 
@@ -124,7 +124,7 @@ func TestLostMembershipStopsWork(t *testing.T) {
 	}, nil))
 	b.startWorker(t, worker.Config{ID: "A", Registry: reg, MemberTTL: memberTTL})
 	waitMembers(t, b.js, "A")
-	info, err := b.client.Submit(ctx, scheduler.Task{Type: "job"})
+	info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "job"})
 	require.NoError(t, err)
 	b.waitState(t, info.ID, kv.StateRunning)
 

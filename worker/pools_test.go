@@ -56,7 +56,7 @@ func TestPoolsRouteByType(t *testing.T) {
 	var ids []string
 	submit := func(typ string, n int) {
 		for i := range n {
-			info, err := b.client.Submit(ctx, scheduler.Task{Type: typ, Tenant: "acme", Priority: i % streams.Priorities,
+			info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: typ, Tenant: "acme", Priority: scheduler.PriorityOf(i % streams.Priorities),
 				ID: fmt.Sprintf("%s-%d", typ, i), Key: fmt.Sprintf("k%d", i)})
 			require.NoError(t, err)
 			ids = append(ids, info.ID)

@@ -49,9 +49,9 @@ func TestBufferedPrefetchNeverRunsTwiceAtOnce(t *testing.T) {
 		workers = append(workers, w)
 	}
 
-	tasks := make([]scheduler.Task, 200) // ~6 per shard: a backlog each worker buffers for seconds
+	tasks := make([]scheduler.TaskSpec, 200) // ~6 per shard: a backlog each worker buffers for seconds
 	for i := range tasks {
-		tasks[i] = scheduler.Task{Type: "work", Priority: 2}
+		tasks[i] = scheduler.TaskSpec{Type: "work", Priority: scheduler.P2}
 	}
 	infos, err := b.client.SubmitBatch(context.Background(), tasks)
 	require.NoError(t, err)
@@ -113,9 +113,9 @@ func TestPrefetchRunsAShardsTasksInParallel(t *testing.T) {
 			}, nil))
 			b.startWorker(t, worker.Config{Registry: reg, Concurrency: 4, PrefetchPerShard: 4, Shards: []int{7}})
 			key := keyOnShard(t, 7)
-			tasks := make([]scheduler.Task, 8)
+			tasks := make([]scheduler.TaskSpec, 8)
 			for i := range tasks {
-				tasks[i] = scheduler.Task{Type: "work", Key: key}
+				tasks[i] = scheduler.TaskSpec{Type: "work", Key: key}
 			}
 			infos, err := b.client.SubmitBatch(context.Background(), tasks)
 			require.NoError(t, err)

@@ -68,13 +68,13 @@ func TestPriorityIsPerWorker(t *testing.T) {
 	keyA, keyB := keyIn(t, shards["wa"]), keyIn(t, shards["wb"])
 
 	// wb's only slot is busy; a P0 task waits in wb's hands.
-	hold, err := b.client.Submit(ctx, scheduler.Task{Type: "hold", Key: keyB, Priority: 0})
+	hold, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "hold", Key: keyB, Priority: scheduler.P0})
 	require.NoError(t, err)
 	b.waitState(t, hold.ID, kv.StateRunning)
-	_, err = b.client.Submit(ctx, scheduler.Task{Type: "job", Key: keyB, Priority: 0})
+	_, err = b.client.Submit(ctx, scheduler.TaskSpec{Type: "job", Key: keyB, Priority: scheduler.P0})
 	require.NoError(t, err)
 	// wa, with no higher task, starts a P4 task at once.
-	_, err = b.client.Submit(ctx, scheduler.Task{Type: "job", Key: keyA, Priority: 4})
+	_, err = b.client.Submit(ctx, scheduler.TaskSpec{Type: "job", Key: keyA, Priority: scheduler.P4})
 	require.NoError(t, err)
 	var low start
 	select {

@@ -64,9 +64,9 @@ func TestRebalanceWithoutLoss(t *testing.T) {
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("job", rec.handler, nil))
 
-	tasks := make([]scheduler.Task, total)
+	tasks := make([]scheduler.TaskSpec, total)
 	for i := range tasks {
-		tasks[i] = scheduler.Task{Type: "job", Priority: i % 5}
+		tasks[i] = scheduler.TaskSpec{Type: "job", Priority: scheduler.PriorityOf(i % 5)}
 	}
 	infos, err := b.client.SubmitBatch(ctx, tasks)
 	require.NoError(t, err)

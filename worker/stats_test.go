@@ -22,7 +22,7 @@ func TestStatsIsASnapshot(t *testing.T) {
 	w, _ := b.startWorker(t, worker.Config{ID: "A", Registry: reg})
 	before := w.Stats()
 	require.Equal(t, worker.Stats{}, before)
-	info, err := b.client.Submit(context.Background(), scheduler.Task{Type: "job"})
+	info, err := b.client.Submit(context.Background(), scheduler.TaskSpec{Type: "job"})
 	require.NoError(t, err)
 	b.waitState(t, info.ID, kv.StateSucceeded)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

@@ -170,9 +170,9 @@ func testStrictPriority(t *testing.T, policy string) {
 		time.Sleep(20 * time.Millisecond)
 		return nil
 	}, nil))
-	backlog := make([]scheduler.Task, 1000)
+	backlog := make([]scheduler.TaskSpec, 1000)
 	for i := range backlog {
-		backlog[i] = scheduler.Task{Type: "job", Priority: 4}
+		backlog[i] = scheduler.TaskSpec{Type: "job", Priority: scheduler.P4}
 	}
 	_, err := b.client.SubmitBatch(ctx, backlog)
 	require.NoError(t, err)
@@ -181,9 +181,9 @@ func testStrictPriority(t *testing.T, policy string) {
 	b.startWorker(t, worker.Config{Registry: reg, Concurrency: concurrency})
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(starts) >= 20 }, 30*time.Second, 5*time.Millisecond)
 
-	urgent := make([]scheduler.Task, 10)
+	urgent := make([]scheduler.TaskSpec, 10)
 	for i := range urgent {
-		urgent[i] = scheduler.Task{Type: "job", Priority: 0}
+		urgent[i] = scheduler.TaskSpec{Type: "job", Priority: scheduler.P0}
 	}
 	mu.Lock()
 	before := len(starts)
@@ -237,7 +237,7 @@ func TestRetryBackoff(t *testing.T) {
 	}, &worker.TypeConfig{Backoff: worker.Backoff{Base: base}}))
 	b.startWorker(t, worker.Config{Registry: reg})
 
-	info, err := b.client.Submit(context.Background(), scheduler.Task{Type: "sleep", Payload: []byte(`{"fail":2}`)})
+	info, err := b.client.Submit(context.Background(), scheduler.TaskSpec{Type: "sleep", Payload: []byte(`{"fail":2}`)})
 	require.NoError(t, err)
 	rec := b.waitState(t, info.ID, kv.StateSucceeded)
 	require.Equal(t, 3, rec.Attempt)
@@ -272,7 +272,7 @@ func TestTimeoutThenDead(t *testing.T) {
 	}, &worker.TypeConfig{Backoff: worker.Backoff{Base: 10 * time.Millisecond}}))
 	b.startWorker(t, worker.Config{Registry: reg})
 
-	info, err := b.client.Submit(ctx, scheduler.Task{Type: "sleep", Tenant: "acme", Payload: []byte(`{"ms":60000}`),
+	info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "sleep", Tenant: "acme", Payload: []byte(`{"ms":60000}`),
 		Timeout: 100 * time.Millisecond, MaxAttempts: 2})
 	require.NoError(t, err)
 	rec := b.waitState(t, info.ID, kv.StateDead)
@@ -301,14 +301,14 @@ func TestTimeoutThenDead(t *testing.T) {
 	require.Equal(t, info.ID, msg.Header.Get(streams.HeaderTaskID))
 	require.Equal(t, "2", msg.Header.Get(streams.HeaderAttempts))
 	require.Contains(t, msg.Header.Get(streams.HeaderError), "timed out")
-	require.Equal(t, "ax.submit.p0.acme.sleep."+info.ID, msg.Header.Get(streams.HeaderSubject))
+	require.Equal(t, "ax.submit.p2.acme.sleep."+info.ID, msg.Header.Get(streams.HeaderSubject))
 	require.JSONEq(t, `{"ms":60000}`, string(msg.Data))
 
 	// The message left its bucket.
-	p0, err := b.js.Stream(ctx, "AX_P0")
+	bucket, err := b.js.Stream(ctx, "AX_P2")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		i, err := p0.Info(ctx)
+		i, err := bucket.Info(ctx)
 		return err == nil && i.State.Msgs == 0
 	}, 5*time.Second, 20*time.Millisecond)
 }
@@ -329,7 +329,7 @@ func TestDeadWorkerTaskIsTakenOver(t *testing.T) {
 	}, nil))
 	_, ncA := b.startWorker(t, worker.Config{ID: "A", Registry: blocked, AckWait: time.Second, GracePeriod: 100 * time.Millisecond})
 
-	info, err := b.client.Submit(ctx, scheduler.Task{Type: "job"})
+	info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "job"})
 	require.NoError(t, err)
 	require.Equal(t, "A", <-started)
 	ncA.Close() // A dies: no ack, no heartbeat
@@ -382,7 +382,7 @@ func TestMalformedTasksAreDeadLettered(t *testing.T) {
 		require.NoError(t, err, c.name)
 		seqs = append(seqs, ack.Sequence)
 	}
-	good, err := b.client.Submit(ctx, scheduler.Task{Type: "echo", Priority: 1})
+	good, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "echo", Priority: scheduler.P1})
 	require.NoError(t, err)
 	b.waitState(t, good.ID, kv.StateSucceeded)
 
@@ -417,7 +417,7 @@ func TestStopPutsRunningTaskBack(t *testing.T) {
 	w, err := worker.New(ctx, js, &worker.Config{ID: "A", Registry: slow, GracePeriod: 200 * time.Millisecond, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
-	info, err := b.client.Submit(ctx, scheduler.Task{Type: "job"})
+	info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "job"})
 	require.NoError(t, err)
 	<-started
 	require.NoError(t, w.Stop(ctx))
@@ -444,9 +444,9 @@ func TestPermanentAndPanic(t *testing.T) {
 	require.NoError(t, builtin.Register(reg, nil))
 	require.NoError(t, reg.Handle("boom", func(context.Context, *worker.Task) error { panic("kaboom") }, nil))
 	b.startWorker(t, worker.Config{Registry: reg})
-	fail, err := b.client.Submit(ctx, scheduler.Task{Type: "fail", MaxAttempts: 5})
+	fail, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "fail", MaxAttempts: 5})
 	require.NoError(t, err)
-	boom, err := b.client.Submit(ctx, scheduler.Task{Type: "boom", MaxAttempts: 5})
+	boom, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "boom", MaxAttempts: 5})
 	require.NoError(t, err)
 	rec := b.waitState(t, fail.ID, kv.StateDead)
 	require.Equal(t, 1, rec.Attempt)

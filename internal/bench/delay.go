@@ -45,7 +45,7 @@ func Delay(ctx context.Context, o Options, window time.Duration) (*Result, error
 		wg.Go(func() {
 			for i := s; i < o.Tasks; i += 8 {
 				runAt := first.Add(rand.N(window - lead))
-				if _, err := client.Submit(ctx, scheduler.Task{Type: "noop", Priority: 1, RunAt: runAt}); err != nil {
+				if _, err := client.Submit(ctx, scheduler.TaskSpec{Type: "noop", Priority: scheduler.P1, RunAt: runAt}); err != nil {
 					errs <- err
 					return
 				}

@@ -25,8 +25,8 @@ func Latency(ctx context.Context, o Options, rate int, duration time.Duration) (
 	total := int(float64(rate) * duration.Seconds())
 	bar := startProgress(o.Progress, "latency", total, done.load)
 	before, start := r.usage(), time.Now()
-	if err := pace(ctx, r.client, rate, total, func(int) scheduler.Task {
-		return scheduler.Task{Type: "noop", Priority: 2, Payload: stamp(make([]byte, o.Payload))}
+	if err := pace(ctx, r.client, rate, total, func(int) scheduler.TaskSpec {
+		return scheduler.TaskSpec{Type: "noop", Priority: scheduler.P2, Payload: stamp(make([]byte, o.Payload))}
 	}); err != nil {
 		return nil, err
 	}
@@ -55,9 +55,9 @@ func Priority(ctx context.Context, o Options, backlog, rate int, duration time.D
 	bar := startProgress(o.Progress, "backlog", backlog, filled.load)
 	const chunk = 5_000
 	for i := 0; i < backlog; i += chunk {
-		tasks := make([]scheduler.Task, min(chunk, backlog-i))
+		tasks := make([]scheduler.TaskSpec, min(chunk, backlog-i))
 		for j := range tasks {
-			tasks[j] = scheduler.Task{Type: "noop", Priority: 4, Payload: make([]byte, o.Payload)}
+			tasks[j] = scheduler.TaskSpec{Type: "noop", Priority: scheduler.P4, Payload: make([]byte, o.Payload)}
 		}
 		if _, err := r.client.SubmitBatch(ctx, tasks); err != nil {
 			return nil, fmt.Errorf("priority backlog: %w", err)
@@ -82,8 +82,8 @@ func Priority(ctx context.Context, o Options, backlog, rate int, duration time.D
 	total := int(float64(rate) * duration.Seconds())
 	bar = startProgress(o.Progress, "P0 tasks", total, urgentDone.load)
 	before, start := r.usage(), time.Now()
-	if err := pace(ctx, r.client, rate, total, func(int) scheduler.Task {
-		return scheduler.Task{Type: "noop", Priority: 0, Payload: stamp(make([]byte, o.Payload))}
+	if err := pace(ctx, r.client, rate, total, func(int) scheduler.TaskSpec {
+		return scheduler.TaskSpec{Type: "noop", Priority: scheduler.P0, Payload: stamp(make([]byte, o.Payload))}
 	}); err != nil {
 		return nil, err
 	}
@@ -103,7 +103,7 @@ func Priority(ctx context.Context, o Options, backlog, rate int, duration time.D
 
 // pace submits total tasks at rate per second, in small batches every
 // millisecond tick, catching up when it falls behind.
-func pace(ctx context.Context, client *scheduler.Client, rate, total int, task func(i int) scheduler.Task) error {
+func pace(ctx context.Context, client *scheduler.Client, rate, total int, task func(i int) scheduler.TaskSpec) error {
 	start := time.Now()
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
@@ -118,7 +118,7 @@ func pace(ctx context.Context, client *scheduler.Client, rate, total int, task f
 		if due <= sent {
 			continue
 		}
-		batch := make([]scheduler.Task, 0, due-sent)
+		batch := make([]scheduler.TaskSpec, 0, due-sent)
 		for i := sent; i < due; i++ {
 			batch = append(batch, task(i))
 		}

@@ -120,11 +120,11 @@ func Throughput(ctx context.Context, o Options) (*Result, error) {
 	bar := startProgress(o.Progress, "throughput", o.Tasks, done.load)
 	before, start := r.usage(), time.Now()
 	const chunk = 5_000
-	tasks := make([]scheduler.Task, 0, chunk)
+	tasks := make([]scheduler.TaskSpec, 0, chunk)
 	for i := 0; i < o.Tasks; i += chunk {
 		tasks = tasks[:0]
 		for range min(chunk, o.Tasks-i) {
-			tasks = append(tasks, scheduler.Task{Type: "noop", Priority: 2, Payload: stamp(make([]byte, o.Payload))})
+			tasks = append(tasks, scheduler.TaskSpec{Type: "noop", Priority: scheduler.P2, Payload: stamp(make([]byte, o.Payload))})
 		}
 		if _, err := r.client.SubmitBatch(ctx, tasks); err != nil {
 			return nil, fmt.Errorf("throughput submit: %w", err)

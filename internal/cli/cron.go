@@ -14,7 +14,7 @@ import (
 
 func addCron(root *cobra.Command, e *env) {
 	group := &cobra.Command{Use: "cron", Short: "Manage periodic tasks (the leader submits one task per scheduled time)"}
-	var t scheduler.Task
+	var t scheduler.TaskSpec
 	var payload, priority string
 	add := &cobra.Command{
 		Use:   "add NAME SPEC",
@@ -31,7 +31,7 @@ cron-<NAME>-<unix seconds>, across leader changes.`,
 			if err != nil {
 				return err
 			}
-			t.Priority, t.Payload = p, []byte(payload)
+			t.Priority, t.Payload = scheduler.PriorityOf(p), []byte(payload)
 			client, done, err := e.client(cmd, "ax cron")
 			if err != nil {
 				return err
@@ -51,7 +51,7 @@ cron-<NAME>-<unix seconds>, across leader changes.`,
 	f := add.Flags()
 	f.StringVar(&t.Type, "type", "", "task type (handler name); required")
 	f.StringVar(&payload, "payload", "", "task payload")
-	f.StringVarP(&priority, "priority", "p", "p2", "priority p0 (highest) .. p4")
+	f.StringVarP(&priority, "priority", "p", string(scheduler.DefaultPriority), "priority p0 (highest) .. p4")
 	f.StringVar(&t.Tenant, "tenant", scheduler.DefaultTenant, "tenant")
 	f.DurationVar(&t.Timeout, "timeout", 0, "timeout of one attempt (default: the worker's)")
 	f.IntVar(&t.MaxAttempts, "max-attempts", 0, "attempts before a task is dead (default: the worker's)")
@@ -82,7 +82,8 @@ cron-<NAME>-<unix seconds>, across leader changes.`,
 				if !j.Last.IsZero() {
 					last = j.Last.Format(time.RFC3339)
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\tp%d\t%s\t%s\n", j.Name, j.Spec, j.Task.Type, j.Task.Priority, last, j.Next.Format(time.RFC3339))
+				level, _ := j.Task.Priority.Level()
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Spec, j.Task.Type, scheduler.PriorityOf(level), last, j.Next.Format(time.RFC3339))
 			}
 			return w.Flush()
 		},

@@ -11,7 +11,7 @@ import (
 )
 
 func addSubmit(root *cobra.Command, e *env) {
-	var t scheduler.Task
+	var t scheduler.TaskSpec
 	var payload, payloadFile string
 	var priority string
 	var deadline string
@@ -40,7 +40,7 @@ func addSubmit(root *cobra.Command, e *env) {
 			if err != nil {
 				return err
 			}
-			t.Priority = p
+			t.Priority = scheduler.PriorityOf(p)
 			if deadline != "" {
 				d, err := time.Parse(time.RFC3339, deadline)
 				if err != nil {
@@ -87,7 +87,7 @@ func addSubmit(root *cobra.Command, e *env) {
 	f.StringVar(&t.ID, "id", "", "task id (default: a new nuid)")
 	f.StringVar(&payload, "payload", "", "task payload")
 	f.StringVar(&payloadFile, "payload-file", "", `read the payload from this file ("-": standard input), for payloads beyond a command line's limit`)
-	f.StringVarP(&priority, "priority", "p", "p2", "priority p0 (highest) .. p4")
+	f.StringVarP(&priority, "priority", "p", string(scheduler.DefaultPriority), "priority p0 (highest) .. p4")
 	f.StringVar(&t.Tenant, "tenant", scheduler.DefaultTenant, "tenant")
 	f.StringVar(&t.Key, "key", "", "partition key (default: the task id)")
 	f.DurationVar(&t.Timeout, "timeout", 0, "timeout of one attempt (default: the worker's)")

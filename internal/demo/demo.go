@@ -47,10 +47,10 @@ func (s *Summary) Print(w io.Writer) {
 // waits until the workers have settled every one.
 func Run(ctx context.Context, client *scheduler.Client, ws []*worker.Worker, o Options) (*Summary, error) {
 	base := totals(ws)
-	tasks := make([]scheduler.Task, o.Tasks)
+	tasks := make([]scheduler.TaskSpec, o.Tasks)
 	tenants := []string{"acme", "globex", "initech"}
 	for i := range tasks {
-		t := scheduler.Task{Type: "sleep", Tenant: tenants[i%len(tenants)], Priority: rand.IntN(5)}
+		t := scheduler.TaskSpec{Type: "sleep", Tenant: tenants[i%len(tenants)], Priority: scheduler.PriorityOf(rand.IntN(5))}
 		fail := 0
 		switch r := rand.Float64(); {
 		case r < 0.005:

@@ -1,0 +1,96 @@
+package deploy_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax/deploy"
+	"github.com/ax-mesh/ax/internal/natstest"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/worker"
+	"github.com/stretchr/testify/require"
+)
+
+// A deployment provisioned with a 3 s ack wait is read back as such by a
+// process that only verifies it, and every part it builds takes that ack
+// wait, its names and its record store; a config naming others is refused.
+func TestOpenReadsWhatProcessesMustAgreeOn(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.RunServer(t)
+	ctx := context.Background()
+	store := kv.StoreConfig{Retention: time.Hour}
+	_, err := deploy.Open(ctx, js, &deploy.Options{Provision: true, Streams: &streams.Config{AckWait: 3 * time.Second}, Store: store})
+	require.NoError(t, err)
+
+	d, err := deploy.Open(ctx, js, &deploy.Options{Store: store})
+	require.NoError(t, err)
+	require.Equal(t, 3*time.Second, d.AckWait(), "read from the shard consumers, not a default")
+	require.Equal(t, "ax", d.Names().Prefix())
+
+	client, err := d.Client(ctx, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+	leader, err := d.Leader(ctx, nil)
+	require.NoError(t, err)
+	_ = leader
+	admin, err := d.Admin(ctx, nil)
+	require.NoError(t, err)
+	_ = admin
+	w, err := d.Worker(ctx, &worker.Config{Registry: worker.NewRegistry()})
+	require.NoError(t, err)
+	_ = w
+
+	for _, tc := range []struct {
+		name string
+		open func() error
+		want string
+	}{
+		{"leader ack wait", func() error { _, err := d.Leader(ctx, &scheduler.LeaderConfig{AckWait: 30 * time.Second}); return err },
+			"AckWait 30s, the shard consumers' is 3s"},
+		{"worker ack wait", func() error {
+			_, err := d.Worker(ctx, &worker.Config{Registry: worker.NewRegistry(), AckWait: time.Minute})
+			return err
+		}, "AckWait 1m0s, the shard consumers' is 3s"},
+		{"client names", func() error {
+			names, err := streams.NewNames("other")
+			require.NoError(t, err)
+			_, err = d.Client(ctx, &scheduler.Config{Names: names})
+			return err
+		}, `prefix "other", the deployment's is "ax"`},
+		{"admin store", func() error {
+			_, err := d.Admin(ctx, &scheduler.AdminConfig{Store: kv.StoreConfig{Retention: 2 * time.Hour}})
+			return err
+		}, "record store"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.open()
+			require.ErrorIs(t, err, deploy.ErrMismatch)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+// Opening a deployment that was never provisioned, without provisioning
+// it, fails and says so.
+func TestOpenVerifiesTheDeploymentExists(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.RunServer(t)
+	_, err := deploy.Open(context.Background(), js, nil)
+	require.ErrorContains(t, err, "priority bucket AX_P0 (provision the deployment first)")
+}
+
+// On a pools deployment (no catch-all consumer) the ack wait is read from
+// the settings the buckets were provisioned with.
+func TestOpenReadsAPoolsDeployment(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.RunServer(t)
+	ctx := context.Background()
+	_, err := deploy.Open(ctx, js, &deploy.Options{Provision: true, Streams: &streams.Config{Pools: true, AckWait: 4 * time.Second}})
+	require.NoError(t, err)
+	d, err := deploy.Open(ctx, js, nil)
+	require.NoError(t, err)
+	require.Equal(t, 4*time.Second, d.AckWait())
+}

@@ -1,0 +1,92 @@
+package scheduler
+
+import (
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+)
+
+// The reports the leader publishes in AX_CONTROL and the management API,
+// `ax stats` and the dashboard read.
+
+// ReconcilerKey is the key of the reconciler's report in AX_CONTROL.
+const ReconcilerKey = "reconciler"
+
+// Repair is one task the reconciler found lost and acted on.
+type Repair struct {
+	TaskID string   `json:"task_id"`
+	State  kv.State `json:"state"` // the state it was found in
+	// Action is "republished" (a copy of its payload now waits in its
+	// bucket), "rescheduled" (its payload waits in AX_DELAYED for a future
+	// run time: PENDING again) or "dead" (no payload left: DEAD with the
+	// reason).
+	Action string    `json:"action"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
+// ReconcilerReport is what the reconciler publishes in AX_CONTROL under
+// [ReconcilerKey]; `ax stats` and the dashboard show it. Counts are totals
+// since the first leader ran it (each leader carries them on).
+type ReconcilerReport struct {
+	Leader    string    `json:"leader"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// Tracked is the non-terminal records the leader watches.
+	Tracked int `json:"tracked"`
+	// Checked counts the checks made; Republished and Dead the repairs,
+	// by the state the task was found in (PENDING, READY, RETRYING, RUNNING).
+	Checked     uint64              `json:"checked"`
+	Republished map[kv.State]uint64 `json:"republished"`
+	Dead        map[kv.State]uint64 `json:"dead"`
+	// LastPass is how long the last pass took; LastPassChecked how many
+	// records it checked.
+	LastPass        kv.Duration `json:"last_pass"`
+	LastPassChecked int         `json:"last_pass_checked"`
+	// Recent lists the last repairs, newest last (at most 20).
+	Recent []Repair `json:"recent"`
+}
+
+// Repairs returns the total of repairs of both kinds.
+func (r *ReconcilerReport) Repairs() uint64 {
+	var n uint64
+	for _, m := range []map[kv.State]uint64{r.Republished, r.Dead} {
+		for _, v := range m {
+			n += v
+		}
+	}
+	return n
+}
+
+// RejectsKey is the key of the rejected-submit report in AX_CONTROL.
+const RejectsKey = "rejects"
+
+// RejectedSubmit is one message published under a submit root that no
+// priority bucket accepts: it was not stored and no task exists for it.
+type RejectedSubmit struct {
+	Subject string `json:"subject"`
+	// Reason is streams.RejectTokens, streams.RejectPriority or
+	// streams.RejectUnbound; Detail says it in a sentence.
+	Reason string    `json:"reason"`
+	Detail string    `json:"detail"`
+	At     time.Time `json:"at"`
+}
+
+// RejectsReport is what the leader's watch of mistyped submit subjects
+// publishes in AX_CONTROL under [RejectsKey]; `ax stats`, `ax rejects` and
+// the dashboard show it. It counts only the subjects of
+// [streams.Names.RejectWatchSubjects] (listed in Watching); a sample
+// (`ax rejects --sample`) sees every shape. Counts are totals since the
+// first leader ran the watch (each leader carries them on).
+type RejectsReport struct {
+	Leader    string    `json:"leader"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// Total counts the rejected messages seen; ByReason splits it.
+	Total    uint64            `json:"total"`
+	ByReason map[string]uint64 `json:"by_reason"`
+	// Dropped counts the messages the watch could not keep up with (its
+	// buffer was full): they were rejected but are not in Total.
+	Dropped  uint64   `json:"dropped"`
+	Watching []string `json:"watching"`
+	// Recent lists the last rejected messages, newest last (at most 20).
+	Recent []RejectedSubmit `json:"recent"`
+}
