@@ -64,7 +64,7 @@ func TestAgingLeavesUnservedTypesWhereTheyAre(t *testing.T) {
 		defer cancel()
 		require.NoError(t, w.Stop(sctx))
 	})
-	blocker, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 0, Key: "blocker"})
+	blocker, err := client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P0, Key: "blocker"})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		rec, _, err := client.Store().Get(ctx, blocker.ID)
@@ -73,12 +73,12 @@ func TestAgingLeavesUnservedTypesWhereTheyAre(t *testing.T) {
 
 	var unserved, served []string
 	for range 4 {
-		info, err := client.Submit(ctx, scheduler.Task{Type: "report", Priority: 4, Key: "k"})
+		info, err := client.Submit(ctx, scheduler.TaskSpec{Type: "report", Priority: scheduler.P4, Key: "k"})
 		require.NoError(t, err)
 		unserved = append(unserved, info.ID)
 	}
 	for range 4 {
-		info, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 4, Key: "k"})
+		info, err := client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P4, Key: "k"})
 		require.NoError(t, err)
 		served = append(served, info.ID)
 	}
@@ -115,7 +115,7 @@ func TestTypeJoiningDuringPauseStartsPaused(t *testing.T) {
 		return cons.CachedInfo().Paused
 	}
 	for range 19 { // P3 at 95%
-		_, err := client.Submit(ctx, scheduler.Task{Type: "x", Priority: 3, Core: true})
+		_, err := client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P3, Core: true})
 		require.NoError(t, err)
 	}
 	require.Eventually(t, func() bool { return consumerPaused("AX_P4", "p4-s00-t-x") },
