@@ -222,7 +222,12 @@ func (p *pressureLoop) admit(ctx context.Context, prio int, b BucketPressure, cf
 	}
 	if _, err := streams.SetAdmission(ctx, p.l.js, names, prio, refuse); err != nil {
 		p.log.Warn("admission_failed", zap.String("stream", b.Stream), zap.Bool("refuse", refuse), zap.Error(err))
-		return refusing, nil
+		// The update may have been applied all the same (a timeout, or a
+		// leader stopping mid-request): until the next reading, take the
+		// bucket as refusing, so that aging and the mover hold and a
+		// stopping leader lifts the refusal (SetAdmission reads the stream
+		// and changes nothing if it admits).
+		return true, nil
 	}
 	fields := []zap.Field{zap.String("stream", b.Stream), zap.Float64("depth", b.Depth), zap.Uint64("msgs", b.Msgs), zap.Int64("capacity", b.Capacity)}
 	if refuse {
