@@ -163,20 +163,22 @@ func TestPoolsMoveType(t *testing.T) {
 	b := m.spawnPool("resize")
 	serves[b] = []string{"resize"}
 	m.waitPools(map[string][]string{"email": {a}, "resize": {b}})
-	ids := m.submitTyped(poolTasks/2, 200, "email", "resize")
-	moved, doneAtMove := false, 0
-	m.waitSucceeded(ids, 8*time.Minute, func() {
-		if !moved && m.states(ids[:len(ids)/10])[kv.StateSucceeded] > len(ids)/100 {
-			a2 := m.spawnPool("email", "resize")
-			serves[a2] = []string{"email", "resize"}
-			m.waitPools(map[string][]string{"email": {a, a2}, "resize": {b, a2}})
-			m.stop(b)
-			m.stop(a)
-			moved, doneAtMove = true, m.states(ids)[kv.StateSucceeded]
-		}
-	})
-	require.True(t, moved, "the move must happen during the run")
+	// The move starts once some of the first half ran, and the second half
+	// is submitted once A2 serves both types, before A and B stop: the
+	// stops come while tasks of both types wait and run (a move timed by
+	// waitSucceeded's poll came after most tasks on a quiet machine).
+	ids := m.submitTyped(poolTasks/4, 200, "email", "resize")
+	require.Eventually(t, func() bool { return m.states(ids[:len(ids)/10])[kv.StateSucceeded] > len(ids)/100 },
+		2*time.Minute, 20*time.Millisecond)
+	a2 := m.spawnPool("email", "resize")
+	serves[a2] = []string{"email", "resize"}
+	m.waitPools(map[string][]string{"email": {a, a2}, "resize": {b, a2}})
+	ids = append(ids, m.submitTyped(poolTasks/4, 200, "email", "resize")...)
+	m.stop(b)
+	m.stop(a)
+	doneAtMove := m.states(ids)[kv.StateSucceeded]
 	require.Less(t, doneAtMove, len(ids)*3/4, "most tasks must run after the move")
+	m.waitSucceeded(ids, 8*time.Minute, nil)
 	m.requireNoDeadLetters()
 	m.requireServedTypes(serves)
 	m.requireEffects(ids)
