@@ -105,9 +105,9 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) error {
 				return fmt.Errorf("watch shard table: closed")
 			}
 			if w.typed {
-				v.poolEntry(e, w.log)
+				tableEntry(v, e, &v.pools, w.log)
 			} else {
-				v.tableEntry(e, w.log)
+				tableEntry(v, e, &v.table, w.log)
 			}
 		case <-refresh.C: // also retries a failed switch
 			w.announce(m) // the next renewal carries the in-flight count of now
@@ -143,7 +143,10 @@ func (v *meshView) member(e jetstream.KeyValueEntry, log *zap.Logger) {
 	}
 }
 
-func (v *meshView) tableEntry(e jetstream.KeyValueEntry, log *zap.Logger) {
+// tableEntry applies an update of the watched table key to dst: the
+// catch-all [ShardTable], or the [PoolTable] of a pools deployment. A
+// deleted or undecodable table reads as empty.
+func tableEntry[T any](v *meshView, e jetstream.KeyValueEntry, dst *T, log *zap.Logger) {
 	if e == nil {
 		v.tableReady = true
 		return
@@ -152,13 +155,37 @@ func (v *meshView) tableEntry(e jetstream.KeyValueEntry, log *zap.Logger) {
 		return // our own write, already applied
 	}
 	v.tableRev = e.Revision()
-	v.table = ShardTable{}
+	var empty T
+	*dst = empty
 	if e.Operation() == jetstream.KeyValuePut {
-		if err := json.Unmarshal(e.Value(), &v.table); err != nil {
-			log.Error("shard_table_decode", zap.Uint64("revision", e.Revision()), zap.Error(err))
-			v.table = ShardTable{}
+		if err := json.Unmarshal(e.Value(), dst); err != nil {
+			log.Error("table_decode", zap.String("key", e.Key()), zap.Uint64("revision", e.Revision()), zap.Error(err))
+			*dst = empty
 		}
 	}
+}
+
+// writeTable writes table under key by compare-and-set on the revision the
+// worker last saw and reports its new revision, or false if another member
+// wrote first (its table arrives on the watch), the worker is leaving, or
+// the write failed (logged; the next event or tick tries again).
+func (w *Worker) writeTable(ctx context.Context, control jetstream.KeyValue, key string, table any, rev uint64) (uint64, bool) {
+	data, err := json.Marshal(table)
+	if err != nil {
+		w.log.Error("table_encode", zap.String("key", key), zap.Error(err))
+		return 0, false
+	}
+	wctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	next, err := control.Update(wctx, key, data, rev)
+	switch {
+	case err == nil:
+		return next, true
+	case kv.IsRevisionMismatch(err), ctx.Err() != nil:
+	default:
+		w.log.Warn("table_write_failed", zap.String("key", key), zap.Error(err))
+	}
+	return 0, false
 }
 
 // reconcileAny reconciles the worker's shards with the table of its
@@ -181,23 +208,9 @@ func (w *Worker) reconcile(ctx context.Context, control jetstream.KeyValue, v *m
 	slices.Sort(live)
 	if !slices.Equal(live, v.table.Members) {
 		next := ShardTable{Members: live, Owners: Rebalance(v.table.Owners, live), At: time.Now().UTC()}
-		data, err := json.Marshal(next)
-		if err != nil {
-			w.log.Error("shard_table_encode", zap.Error(err))
-			return false
-		}
-		wctx, cancel := context.WithTimeout(ctx, opTimeout)
-		rev, err := control.Update(wctx, ShardTableKey, data, v.tableRev)
-		cancel()
-		switch {
-		case err == nil:
+		if rev, ok := w.writeTable(ctx, control, ShardTableKey, next, v.tableRev); ok {
 			w.log.Info("shard_table_written", zap.Strings("members", live), zap.Int("moved", v.table.Owners.Moved(next.Owners)), zap.Uint64("revision", rev))
 			v.table, v.tableRev = next, rev
-		case kv.IsRevisionMismatch(err), ctx.Err() != nil:
-			// Another member wrote first (its table arrives on the watch),
-			// or the worker is leaving.
-		default:
-			w.log.Warn("shard_table_write_failed", zap.Error(err))
 		}
 	}
 	if v.applied && v.lastApplied == v.table.Owners {

@@ -2,13 +2,11 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"maps"
 	"slices"
 	"time"
 
-	"github.com/ax-mesh/ax/kv"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )
@@ -58,24 +56,6 @@ func (v *meshView) membersOf(taskType string) []string {
 	return out
 }
 
-func (v *meshView) poolEntry(e jetstream.KeyValueEntry, log *zap.Logger) {
-	if e == nil {
-		v.tableReady = true
-		return
-	}
-	if e.Revision() < v.tableRev {
-		return // our own write, already applied
-	}
-	v.tableRev = e.Revision()
-	v.pools = PoolTable{}
-	if e.Operation() == jetstream.KeyValuePut {
-		if err := json.Unmarshal(e.Value(), &v.pools); err != nil {
-			log.Error("pool_table_decode", zap.Uint64("revision", e.Revision()), zap.Error(err))
-			v.pools = PoolTable{}
-		}
-	}
-}
-
 // reconcilePools writes new tables for the worker's types whose live
 // members differ from their table's, then serves the shards each type's
 // table gives this worker. It reports whether the shards it serves changed.
@@ -94,23 +74,9 @@ func (w *Worker) reconcilePools(ctx context.Context, control jetstream.KeyValue,
 		}
 	}
 	if changed {
-		data, err := json.Marshal(next)
-		if err != nil {
-			w.log.Error("pool_table_encode", zap.Error(err))
-			return false
-		}
-		wctx, cancel := context.WithTimeout(ctx, opTimeout)
-		rev, err := control.Update(wctx, PoolTableKey, data, v.tableRev)
-		cancel()
-		switch {
-		case err == nil:
+		if rev, ok := w.writeTable(ctx, control, PoolTableKey, next, v.tableRev); ok {
 			w.log.Info("pool_table_written", zap.Strings("types", w.types()), zap.Uint64("revision", rev))
 			v.pools, v.tableRev = next, rev
-		case kv.IsRevisionMismatch(err), ctx.Err() != nil:
-			// Another member wrote first (its table arrives on the watch),
-			// or the worker is leaving.
-		default:
-			w.log.Warn("pool_table_write_failed", zap.Error(err))
 		}
 	}
 	owners := make(map[string]Assignment, len(w.sets))
