@@ -9,6 +9,7 @@ import (
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 )
@@ -20,24 +21,19 @@ func TestBackpressurePausesTypeConsumers(t *testing.T) {
 	lb := setupLoops(t, 1, &streams.Config{Capacity: 20, Pools: true, Types: []string{"x", "y"}},
 		scheduler.LeaderConfig{PressureInterval: 20 * time.Millisecond})
 	js, client, ctx := lb.js, lb.client, context.Background()
-	consumerPaused := func(stream, name string) bool {
-		cons, err := js.Consumer(ctx, stream, name)
-		require.NoError(t, err)
-		return cons.CachedInfo().Paused
-	}
 	for range 19 { // P3 at 95%
 		_, err := client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P3, Core: true})
 		require.NoError(t, err)
 	}
 	require.Eventually(t, func() bool {
-		return consumerPaused("AX_P4", "p4-s00-t-x") && consumerPaused("AX_P4", "p4-s31-t-y")
+		return consumerPaused(t, js, "AX_P4", "p4-s00-t-x") && consumerPaused(t, js, "AX_P4", "p4-s31-t-y")
 	}, 10*time.Second, 10*time.Millisecond, "a full P3 pauses the type consumers of P4")
-	require.False(t, consumerPaused("AX_P3", "p3-s00-t-x"), "the full bucket keeps draining")
+	require.False(t, consumerPaused(t, js, "AX_P3", "p3-s00-t-x"), "the full bucket keeps draining")
 	stream, err := js.Stream(ctx, "AX_P3")
 	require.NoError(t, err)
 	require.NoError(t, stream.Purge(ctx))
 	require.Eventually(t, func() bool {
-		return !consumerPaused("AX_P4", "p4-s00-t-x") && !consumerPaused("AX_P4", "p4-s31-t-y")
+		return !consumerPaused(t, js, "AX_P4", "p4-s00-t-x") && !consumerPaused(t, js, "AX_P4", "p4-s31-t-y")
 	}, 10*time.Second, 10*time.Millisecond, "P4 resumes")
 }
 
@@ -109,16 +105,11 @@ func TestTypeJoiningDuringPauseStartsPaused(t *testing.T) {
 	cfg := &streams.Config{Capacity: 20, Pools: true, Types: []string{"x"}}
 	lb := setupLoops(t, 1, cfg, scheduler.LeaderConfig{PressureInterval: 20 * time.Millisecond})
 	js, client, ctx := lb.js, lb.client, context.Background()
-	consumerPaused := func(stream, name string) bool {
-		cons, err := js.Consumer(ctx, stream, name)
-		require.NoError(t, err)
-		return cons.CachedInfo().Paused
-	}
 	for range 19 { // P3 at 95%
 		_, err := client.Submit(ctx, scheduler.TaskSpec{Type: "x", Priority: scheduler.P3, Core: true})
 		require.NoError(t, err)
 	}
-	require.Eventually(t, func() bool { return consumerPaused("AX_P4", "p4-s00-t-x") },
+	require.Eventually(t, func() bool { return consumerPaused(t, js, "AX_P4", "p4-s00-t-x") },
 		10*time.Second, 10*time.Millisecond, "a full P3 pauses the type consumers of P4")
 
 	// A worker serving a new type starts: it creates the type's consumers
@@ -129,7 +120,15 @@ func TestTypeJoiningDuringPauseStartsPaused(t *testing.T) {
 	require.NoError(t, err)
 	_, err = streams.EnsureTypeConsumers(ctx, js, poolsCfg, "z")
 	require.NoError(t, err)
-	require.True(t, consumerPaused("AX_P4", "p4-s00-t-z"), "the new type's P4 consumers start paused")
-	require.True(t, consumerPaused("AX_P4", "p4-s31-t-z"))
-	require.False(t, consumerPaused("AX_P3", "p3-s00-t-z"), "the full bucket's keep draining")
+	require.True(t, consumerPaused(t, js, "AX_P4", "p4-s00-t-z"), "the new type's P4 consumers start paused")
+	require.True(t, consumerPaused(t, js, "AX_P4", "p4-s31-t-z"))
+	require.False(t, consumerPaused(t, js, "AX_P3", "p3-s00-t-z"), "the full bucket's keep draining")
+}
+
+// consumerPaused reports whether consumer name of stream is paused.
+func consumerPaused(t *testing.T, js jetstream.JetStream, stream, name string) bool {
+	t.Helper()
+	cons, err := js.Consumer(context.Background(), stream, name)
+	require.NoError(t, err)
+	return cons.CachedInfo().Paused
 }
