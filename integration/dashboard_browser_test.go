@@ -114,15 +114,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return state() == kv.StateDead }, 30*time.Second, 50*time.Millisecond)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1300, 1000),
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true))
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
-	defer cancelBrowser()
-	bctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
-	defer cancelTimeout()
+	bctx := browserContext(t, ctx, browser)
 	dir := artifactsDir(t)
 	shot := func(name string) chromedp.Action[chromedp.Void] {
 		return func(ctx context.Context, target *chromedp.Target) (chromedp.Void, error) {
@@ -237,4 +229,20 @@ func into[T any](a chromedp.Action[T], dst *T) chromedp.Action[chromedp.Void] {
 func void[T any](a chromedp.Action[T]) chromedp.Action[chromedp.Void] {
 	var drop T
 	return into(a, &drop)
+}
+
+// browserContext starts a headless browser for t (the binary at browser)
+// and returns its context, ended at cleanup and after 90 s at most.
+func browserContext(t *testing.T, ctx context.Context, browser string) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1300, 1000),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancelBrowser)
+	bctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
+	t.Cleanup(cancelTimeout)
+	return bctx
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/worker"
@@ -34,15 +33,7 @@ func TestPoolsDashboardInBrowser(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1300, 1000),
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true))
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
-	defer cancelBrowser()
-	bctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
-	defer cancelTimeout()
+	bctx := browserContext(t, ctx, browser)
 	var unserved, pool string
 	require.NoError(t, chromedp.Do(bctx,
 		chromedp.Navigate("http://"+dashAddr+"/"),
