@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -49,20 +48,26 @@ func TestOperationsDocWithNatsCLI(t *testing.T) {
 	doc, err := os.ReadFile("../docs/OPERATIONS.md")
 	require.NoError(t, err)
 	home := t.TempDir() // no nats contexts of the machine's user
+	// command builds a documented command line, failing through t if the
+	// doc does not have it as written.
+	command := func(t tb, line string) (*exec.Cmd, context.CancelFunc) {
+		t.Helper()
+		require.Contains(t, string(doc), "\n"+line+"\n", "the command is documented as written")
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		cmd := exec.CommandContext(ctx, "bash", "-c", line)
+		cmd.Env = append(os.Environ(), "NATS_URL="+dev.url, "HOME="+home,
+			"PATH="+filepath.Dir(nats)+string(os.PathListSeparator)+os.Getenv("PATH"))
+		return cmd, cancel
+	}
 	// runBy runs a documented command line, failing through t: the test,
 	// or the collector of an EventuallyWithT condition.
 	runBy := func(t tb, line string) string {
 		t.Helper()
-		require.Contains(t, string(doc), "\n"+line+"\n", "the command is documented as written")
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		cmd, cancel := command(t, line)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, "bash", "-c", line)
-		cmd.Env = append(os.Environ(), "NATS_URL="+dev.url, "HOME="+home,
-			"PATH="+filepath.Dir(nats)+string(os.PathListSeparator)+os.Getenv("PATH"))
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		require.NoError(t, cmd.Run(), "%s:\n%s", line, out.String())
-		return out.String()
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s:\n%s", line, out)
+		return string(out)
 	}
 	run := func(line string) string {
 		t.Helper()
@@ -70,12 +75,8 @@ func TestOperationsDocWithNatsCLI(t *testing.T) {
 	}
 	runFailing := func(line string) string {
 		t.Helper()
-		require.Contains(t, string(doc), "\n"+line+"\n", "the command is documented as written")
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		cmd, cancel := command(t, line)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, "bash", "-c", line)
-		cmd.Env = append(os.Environ(), "NATS_URL="+dev.url, "HOME="+home,
-			"PATH="+filepath.Dir(nats)+string(os.PathListSeparator)+os.Getenv("PATH"))
 		out, err := cmd.CombinedOutput()
 		require.Error(t, err, "%s:\n%s", line, out)
 		return string(out)
