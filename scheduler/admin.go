@@ -98,8 +98,13 @@ func NewAdmin(ctx context.Context, js jetstream.JetStream, cfg *AdminConfig) (*A
 	return &Admin{cfg: cfg, js: js, store: store, log: cfg.Logger.Named("scheduler.admin")}, nil
 }
 
-// Start registers the micro service and its endpoints.
-func (a *Admin) Start(_ context.Context) error {
+// startFlushTimeout bounds Start's wait for the server to confirm the
+// endpoints' subscriptions.
+const startFlushTimeout = 10 * time.Second
+
+// Start registers the micro service and its endpoints; when it returns
+// without error, the server routes requests to them.
+func (a *Admin) Start(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.svc != nil {
@@ -128,6 +133,14 @@ func (a *Admin) Start(_ context.Context) error {
 			_ = svc.Stop()
 			return fmt.Errorf("start admin: endpoint %s: %w", verb, err)
 		}
+	}
+	// The subscriptions are on the server once a flush returns, so a request
+	// sent by anyone after Start returns finds a responder.
+	flushCtx, cancel := context.WithTimeout(ctx, startFlushTimeout)
+	defer cancel()
+	if err := a.js.Conn().FlushWithContext(flushCtx); err != nil {
+		_ = svc.Stop()
+		return fmt.Errorf("start admin: register subscriptions: %w", err)
 	}
 	a.svc = svc
 	a.log.Info("admin_started", zap.String("service", a.cfg.Names.Prefix()), zap.String("subjects", a.cfg.Names.AdminSubject(">")))
