@@ -115,7 +115,7 @@ func TestBirths(t *testing.T) {
 			require.ErrorIs(t, err, kv.ErrIllegalTransition, s)
 		}
 	}
-	require.ElementsMatch(t, []kv.State{kv.StatePending, kv.StateReady, kv.StateRunning, kv.StateCancelled, kv.StatePaused},
+	require.ElementsMatch(t, []kv.State{kv.StatePending, kv.StateReady, kv.StateRunning, kv.StateCancelled, kv.StatePaused, kv.StateDead},
 		slices.DeleteFunc(kv.States(), func(s kv.State) bool { return !kv.CanBeBornAs(s) }))
 	_, _, err := b.store.Create(ctx, &kv.Record{ID: "born-READY", Type: "x", State: kv.StateReady}, kv.Actor{})
 	require.ErrorIs(t, err, kv.ErrExists)

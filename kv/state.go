@@ -45,8 +45,10 @@ var transitions = map[State][]State{
 
 // births are the states a record may be created in: PENDING (delayed), READY
 // (a Go submit), RUNNING (a worker's first sight of a raw publish), CANCELLED
-// or PAUSED (an operator acting on a task no worker has seen).
-var births = []State{StatePending, StateReady, StateRunning, StateCancelled, StatePaused}
+// or PAUSED (an operator acting on a task no worker has seen), DEAD (the
+// leader dead-lettering a raw publish no worker has seen, whose type no live
+// worker served within the operator's deadline, on a pools deployment).
+var births = []State{StatePending, StateReady, StateRunning, StateCancelled, StatePaused, StateDead}
 
 // States returns every state, in the order of docs/WIRE.md.
 func States() []State {

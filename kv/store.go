@@ -123,7 +123,7 @@ func (s *Store) CreateMsg(rec *Record, actor Actor) (*nats.Msg, error) {
 
 func (s *Store) birth(rec *Record, actor Actor) (*Record, []byte, error) {
 	if !CanBeBornAs(rec.State) {
-		return nil, nil, fmt.Errorf("create task %s in %s: %w (a record is born PENDING, READY, RUNNING, CANCELLED or PAUSED)", rec.ID, rec.State, ErrIllegalTransition)
+		return nil, nil, fmt.Errorf("create task %s in %s: %w (a record is born PENDING, READY, RUNNING, CANCELLED, PAUSED or DEAD)", rec.ID, rec.State, ErrIllegalTransition)
 	}
 	if err := streams.ValidateTaskID(rec.ID); err != nil {
 		return nil, nil, fmt.Errorf("create task: %w", err)

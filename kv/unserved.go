@@ -18,6 +18,11 @@ type Unserved struct {
 	Type   string    `json:"type"`
 	Depth  uint64    `json:"depth"`  // messages of the type in all buckets
 	Oldest time.Time `json:"oldest"` // store time of its oldest message
+	// Deadline is the operator's deadline for the type (AX_CONTROL
+	// "unserved-deadlines"), after which its waiting tasks are
+	// dead-lettered; zero when none is set. UnservedTypes leaves it zero:
+	// the management API's stats fill it in.
+	Deadline Duration `json:"deadline,omitempty"`
 }
 
 // UnservedTypes lists the task types that wait in the priority buckets of

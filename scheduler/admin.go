@@ -125,7 +125,7 @@ func (a *Admin) Start(ctx context.Context) error {
 		VerbTaskPause: a.taskPause, VerbTaskResume: a.taskResume, VerbTaskReprioritize: a.taskReprioritize,
 		VerbTasksCancel: a.tasksCancel, VerbDLQList: a.dlqList, VerbDLQReplay: a.dlqReplay,
 		VerbStats: a.stats, VerbWorkers: a.workers, VerbTasksList: a.tasksList, VerbControl: a.control,
-		VerbRejectsSample: a.rejectsSample,
+		VerbRejectsSample: a.rejectsSample, VerbUnservedDeadline: a.unservedDeadline,
 	}
 	for _, verb := range Verbs() {
 		name := strings.ReplaceAll(verb, ".", "_")

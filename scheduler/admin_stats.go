@@ -50,6 +50,11 @@ func (a *Admin) stats(ctx context.Context, data []byte) (any, error) {
 	if reply.Unserved, err = kv.UnservedTypes(ctx, a.js, a.cfg.Names); err != nil {
 		return nil, err
 	}
+	if len(reply.Unserved) > 0 {
+		if err := a.unservedDeadlines(ctx, reply.Unserved); err != nil {
+			return nil, err
+		}
+	}
 	return reply, nil
 }
 

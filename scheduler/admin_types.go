@@ -22,13 +22,14 @@ const (
 	VerbTasksList        = "tasks.list"
 	VerbControl          = "control"
 	VerbRejectsSample    = "rejects.sample"
+	VerbUnservedDeadline = "unserved.deadline"
 )
 
 // Verbs returns every verb of the management API.
 func Verbs() []string {
 	return []string{VerbTaskGet, VerbTaskTrail, VerbTaskCancel, VerbTaskPause, VerbTaskResume,
 		VerbTaskReprioritize, VerbTasksCancel, VerbDLQList, VerbDLQReplay, VerbStats, VerbWorkers,
-		VerbTasksList, VerbControl, VerbRejectsSample}
+		VerbTasksList, VerbControl, VerbRejectsSample, VerbUnservedDeadline}
 }
 
 // TaskRequest names one task (task.get, task.trail, task.cancel, task.pause,

@@ -20,6 +20,7 @@ const (
 	DefaultAgingThreshold   = 30 * time.Second
 	DefaultPressureInterval = time.Second
 	DefaultMoverWorkers     = 32
+	DefaultUnservedInterval = 5 * time.Second
 )
 
 // LeaderConfig configures a [Leader].
@@ -69,6 +70,10 @@ type LeaderConfig struct {
 	OnReject func(RejectedSubmit)
 	// MoverWorkers release due tasks concurrently. Default 32.
 	MoverWorkers int
+	// UnservedInterval is how often, on a pools deployment, the leader
+	// looks for tasks of types past their unserved deadline
+	// ([UnservedDeadlines]). Default 5s.
+	UnservedInterval time.Duration
 	// PausedRecheck is how often the mover looks again at a fired schedule
 	// whose task is PAUSED, so that it is released once resumed. Default 2s.
 	PausedRecheck time.Duration
@@ -94,6 +99,7 @@ func (c *LeaderConfig) withDefaults() *LeaderConfig {
 	out.ReconcileRecheck = cmp.Or(out.ReconcileRecheck, DefaultReconcileRecheck)
 	out.MoverWorkers = cmp.Or(out.MoverWorkers, DefaultMoverWorkers)
 	out.PausedRecheck = cmp.Or(out.PausedRecheck, 2*time.Second)
+	out.UnservedInterval = cmp.Or(out.UnservedInterval, DefaultUnservedInterval)
 	if out.Logger == nil {
 		out.Logger = zap.NewNop()
 	}
@@ -106,8 +112,9 @@ func (c *LeaderConfig) validate() error {
 	if c.AgingThreshold != -1 && c.AgingThreshold < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("AgingThreshold %s must be at least 10ms, or -1", c.AgingThreshold))
 	}
-	if c.PressureInterval < 10*time.Millisecond || c.SweepInterval < 10*time.Millisecond {
-		errs = append(errs, fmt.Errorf("PressureInterval %s and SweepInterval %s must be at least 10ms", c.PressureInterval, c.SweepInterval))
+	if c.PressureInterval < 10*time.Millisecond || c.SweepInterval < 10*time.Millisecond || c.UnservedInterval < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("PressureInterval %s, SweepInterval %s and UnservedInterval %s must be at least 10ms",
+			c.PressureInterval, c.SweepInterval, c.UnservedInterval))
 	}
 	if c.ReconcileGrace < 10*time.Millisecond || c.ReconcileRecheck < c.ReconcileGrace || c.ReconcileBatch < 1 {
 		errs = append(errs, fmt.Errorf("ReconcileGrace %s must be at least 10ms, ReconcileRecheck %s at least the grace, ReconcileBatch %d positive",
@@ -125,8 +132,9 @@ func (c *LeaderConfig) validate() error {
 
 // Leader runs ax's control loops in the one process that holds the leader
 // lease: the mover that releases due delayed tasks, cron, aging,
-// backpressure, the reconciler of lost tasks and the watch of mistyped
-// submit subjects. Run it in every scheduler
+// backpressure, the reconciler of lost tasks, the watch of mistyped
+// submit subjects and, on a pools deployment, the deadlines of unserved
+// task types. Run it in every scheduler
 // process; one leads, the others wait to take over.
 //
 // Safety: the loops run only under the lease (see [Elector]), and every
@@ -205,6 +213,7 @@ func (l *Leader) lead(ctx context.Context) {
 		{"pressure", newPressureLoop(l).run},
 		{"reconciler", newReconciler(l).run},
 		{"rejects", newRejectWatch(l).run},
+		{"unserved", newUnservedExpiry(l).run},
 	}
 	if l.cfg.AgingThreshold > 0 {
 		loops = append(loops, struct {

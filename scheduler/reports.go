@@ -90,3 +90,22 @@ type RejectsReport struct {
 	// Recent lists the last rejected messages, newest last (at most 20).
 	Recent []RejectedSubmit `json:"recent"`
 }
+
+// UnservedDeadlinesKey is the key in AX_CONTROL of the deadlines an
+// operator sets for unserved task types (`ax pools deadline`).
+const UnservedDeadlinesKey = "unserved-deadlines"
+
+// Bounds of an unserved deadline.
+const (
+	MinUnservedDeadline = time.Second
+	MaxUnservedDeadline = 366 * 24 * time.Hour
+)
+
+// UnservedDeadlines is what AX_CONTROL holds under [UnservedDeadlinesKey]:
+// per task type, how long its tasks may wait on a pools deployment while no
+// live worker serves the type. Past it the leader dead-letters them with
+// the reason, where `ax dlq replay` finds them. A type without a deadline
+// waits as long as it takes.
+type UnservedDeadlines struct {
+	Deadlines map[string]kv.Duration `json:"deadlines"`
+}

@@ -1,12 +1,15 @@
 package streams
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Letter is what a dead letter says of its task, besides the payload: its
@@ -94,4 +97,27 @@ func SalvageStored(subject string, priority int) Stored {
 func DeadLetterHeaders() []string {
 	return []string{HeaderError, HeaderAttempts, HeaderFailedAt, HeaderSubject, HeaderTaskID, HeaderGen,
 		HeaderWaitingSince, HeaderPayloadTruncated}
+}
+
+// PublishDeadLetter publishes a dead letter built by [Names.DeadLetterMsg]
+// and returns its sequence in AX_DLQ. A letter too large for the server or
+// the stream (the payload plus the letter's headers) is published again
+// without its payload, marked with [HeaderPayloadTruncated] and the size
+// it had, so that the task is dead-lettered rather than stuck.
+func PublishDeadLetter(ctx context.Context, js jetstream.JetStream, msg *nats.Msg) (uint64, error) {
+	ack, err := js.PublishMsg(ctx, msg)
+	if errors.Is(err, nats.ErrMaxPayload) || isTooLarge(err) {
+		msg.Header.Set(HeaderPayloadTruncated, strconv.Itoa(len(msg.Data)))
+		msg.Data = nil
+		ack, err = js.PublishMsg(ctx, msg)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
+
+func isTooLarge(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
 }

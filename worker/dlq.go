@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"go.uber.org/zap"
 )
@@ -25,16 +22,11 @@ func (w *Worker) deadLetter(ctx context.Context, d *delivery, env *envelope, rec
 	letter := streams.Letter{TaskID: rec.ID, Tenant: env.stored.Tenant, Type: env.stored.Type, Subject: w.replaySubject(d, env),
 		Error: kv.CutError(cause.Error()), Attempts: rec.Attempt, FailedAt: time.Now()}
 	msg := w.cfg.Names.DeadLetterMsg(letter, d.msg.Data(), d.msg.Headers(), fmt.Sprintf("%s:%d:%d:%s", rec.ID, rec.Gen, rec.Attempt, nuid.Next()))
-	ack, err := w.js.PublishMsg(ctx, msg)
-	if errors.Is(err, nats.ErrMaxPayload) || isTooLarge(err) {
-		msg.Header.Set(streams.HeaderPayloadTruncated, strconv.Itoa(len(msg.Data)))
-		msg.Data = nil
-		ack, err = w.js.PublishMsg(ctx, msg)
-	}
+	seq, err := streams.PublishDeadLetter(ctx, w.js, msg)
 	if err != nil {
 		return 0, fmt.Errorf("dead-letter task %s: %w", rec.ID, err)
 	}
-	return ack.Sequence, nil
+	return seq, nil
 }
 
 // replaySubject is the submit subject a replay publishes to.
@@ -44,11 +36,6 @@ func (w *Worker) replaySubject(d *delivery, env *envelope) string {
 		return d.msg.Subject()
 	}
 	return w.cfg.Names.SubmitSubject(s.Priority, s.Tenant, s.Type, s.Key)
-}
-
-func isTooLarge(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
 }
 
 // orphanDeadLetter notes a dead letter written by a bury that then lost

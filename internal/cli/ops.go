@@ -241,7 +241,11 @@ func workersCommand(e *env) *cobra.Command {
 // printUnserved lists the task types no live worker serves (pools).
 func printUnserved(e *env, unserved []kv.Unserved) {
 	for _, u := range unserved {
-		fmt.Fprintf(e.out, "unserved type %s: %d tasks waiting, oldest since %s (no live worker serves it)\n",
-			u.Type, u.Depth, u.Oldest.Format(time.RFC3339))
+		then := "no deadline: they wait"
+		if u.Deadline > 0 {
+			then = fmt.Sprintf("dead-lettered after %s unserved", time.Duration(u.Deadline))
+		}
+		fmt.Fprintf(e.out, "unserved type %s: %d tasks waiting, oldest since %s (no live worker serves it; %s)\n",
+			u.Type, u.Depth, u.Oldest.Format(time.RFC3339), then)
 	}
 }

@@ -1,0 +1,69 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/spf13/cobra"
+)
+
+func addPools(root *cobra.Command, e *env) {
+	pools := &cobra.Command{Use: "pools", Short: "Worker pools: deadlines of task types no live worker serves"}
+	pools.AddCommand(&cobra.Command{
+		Use:   "deadline [TYPE DURATION]",
+		Short: "Show, set or remove (DURATION 0) how long a type's tasks may wait unserved",
+		Long: `On a pools deployment (ax dev --pools, ax provision --pools) a task whose type no live
+worker serves waits in its bucket. With a deadline, the leader dead-letters such tasks once no
+live worker has served the type for DURATION and the task has waited DURATION: DEAD with the
+reason "unserved: …", in the dead-letter stream, from which ax dlq replay brings them back.
+Without arguments, lists the deadlines. DURATION 0 removes the type's deadline.`,
+		Example: `  ax pools deadline report 1h
+  ax pools deadline report 0
+  ax pools deadline`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 0 && len(args) != 2 {
+				return fmt.Errorf("want no arguments (list) or TYPE DURATION, got %d arguments", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var d time.Duration
+			if len(args) == 2 {
+				var err error
+				if d, err = time.ParseDuration(args[1]); err != nil {
+					return fmt.Errorf("DURATION %q: %w (e.g. 90s, 30m, 24h; 0 removes)", args[1], err)
+				}
+			}
+			reply, err := admin(cmd.Context(), e, scheduler.VerbUnservedDeadline, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.UnservedDeadlines, error) {
+				if len(args) == 0 {
+					return api.UnservedDeadlines(ctx)
+				}
+				return api.SetUnservedDeadline(ctx, args[0], d)
+			})
+			if err != nil {
+				return err
+			}
+			if e.jsonOut {
+				return writeJSON(e.out, reply)
+			}
+			printDeadlines(e.out, reply)
+			return nil
+		},
+	})
+	root.AddCommand(pools)
+}
+
+func printDeadlines(out io.Writer, table *scheduler.UnservedDeadlines) {
+	if len(table.Deadlines) == 0 {
+		fmt.Fprintln(out, "no deadlines: tasks of an unserved type wait until a worker serves it")
+		return
+	}
+	for _, t := range slices.Sorted(maps.Keys(table.Deadlines)) {
+		fmt.Fprintf(out, "%s: dead-lettered after %s unserved\n", t, time.Duration(table.Deadlines[t]))
+	}
+}
