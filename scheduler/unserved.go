@@ -164,10 +164,13 @@ func (u *unservedExpiry) bury(ctx context.Context, stream jetstream.Stream, prio
 	rec, rev, err := u.l.store.Get(ctx, id)
 	switch {
 	case errors.Is(err, kv.ErrNotFound):
-		if stored.Copy || raw.Header.Get(streams.HeaderGen) != "" {
-			return false, nil // a copy whose record expired, or a Go submit whose record is still being written
+		if stored.Copy {
+			return false, nil // a control-plane copy whose record expired: a worker drops it
 		}
-		rec = nil // a raw publish no worker has seen
+		// A raw publish no worker has seen (or a Go submit whose record
+		// write never came: the client died in between; its Ax-Gen header
+		// is a hint a producer can forge, so it buys no exemption).
+		rec = nil
 	case err != nil:
 		return false, err
 	case !rec.Names(names, bucket, raw.Sequence) || (rec.State != kv.StateReady && rec.State != kv.StateRetrying):
