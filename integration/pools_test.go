@@ -18,6 +18,7 @@ import (
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/worker"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -226,4 +227,45 @@ func TestPoolsUnservedTypeWaits(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(ax(t, "stats", "--json", "--server", m.url)), &stats))
 	require.Empty(t, stats.Unserved)
 	require.NotContains(t, scrape(t, metricsAddr), "ax_unserved_tasks{")
+}
+
+// An operator's deadline for an unserved type, end to end with the real
+// binaries: `ax pools deadline report 2s`; `ax stats` says what happens to
+// the waiting tasks; the leader of `ax dev` dead-letters every one of them
+// (DEAD with the reason, in the dead-letter stream) and leaves the served
+// type alone; once a worker for the type starts, `ax dlq replay --type
+// report` runs each of them.
+func TestPoolsUnservedDeadline(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t, "--pools")
+	a := m.spawnPool("email")
+	m.waitPools(map[string][]string{"email": {a}})
+	reports := m.submitTyped(50, 5, "report")
+	require.Contains(t, ax(t, "pools", "deadline", "--server", m.url), "no deadlines")
+	require.Contains(t, ax(t, "pools", "deadline", "report", "2s", "--server", m.url), "report: dead-lettered after 2s unserved")
+	emails := m.submitTyped(100, 5, "email")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		out, err := axOutput("stats", "--server", m.url)
+		assert.NoError(c, err)
+		assert.Contains(c, out, "no live worker serves it; dead-lettered after 2s unserved")
+	}, 30*time.Second, 100*time.Millisecond)
+	m.waitSucceeded(emails, 2*time.Minute, nil)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, map[kv.State]int{kv.StateDead: len(reports)}, m.states(reports))
+	}, time.Minute, 200*time.Millisecond, "every unserved report task is dead-lettered")
+	var letters scheduler.DLQListReply
+	require.NoError(t, json.Unmarshal([]byte(ax(t, "dlq", "ls", "--type", "report", "--json", "--server", m.url)), &letters))
+	require.Len(t, letters.Letters, len(reports))
+	for _, l := range letters.Letters {
+		require.Contains(t, l.Error, `unserved: no live worker served task type "report"`)
+	}
+
+	serves := map[string][]string{a: {"email"}}
+	r := m.spawnPool("report")
+	serves[r] = []string{"report"}
+	m.waitPools(map[string][]string{"email": {a}, "report": {r}})
+	ax(t, "pools", "deadline", "report", "0", "--server", m.url)
+	ax(t, "dlq", "replay", "--type", "report", "--server", m.url)
+	m.waitSucceeded(reports, 2*time.Minute, nil)
+	m.requireServedTypes(serves)
 }
