@@ -14,8 +14,9 @@ import (
 )
 
 // UnservedDeadlineRequest sets, changes or removes (Deadline 0) the
-// deadline of one task type ([UnservedDeadlines]); with no Type it only
-// reads the table.
+// deadline of one task type, or with Type [AnyUnservedType] of every type
+// without its own ([UnservedDeadlines]); with no Type it only reads the
+// table.
 type UnservedDeadlineRequest struct {
 	Type     string      `json:"type,omitempty"`
 	Deadline kv.Duration `json:"deadline,omitempty"`
@@ -30,15 +31,16 @@ func (a *Admin) unservedDeadline(ctx context.Context, data []byte) (any, error) 
 		return nil, err
 	}
 	d := time.Duration(req.Deadline)
-	if req.Type != "" {
+	switch {
+	case req.Type == "" && d != 0:
+		return nil, badRequest("a deadline needs the task type it applies to (or %q for every type)", AnyUnservedType)
+	case req.Type != "" && req.Type != AnyUnservedType:
 		if err := streams.ValidateToken("type", req.Type); err != nil {
 			return nil, badRequest("%s", err.Error())
 		}
-		if d != 0 && (d < MinUnservedDeadline || d > MaxUnservedDeadline) {
-			return nil, badRequest("deadline %s: want 0 (none) or between %s and %s", d, MinUnservedDeadline, MaxUnservedDeadline)
-		}
-	} else if d != 0 {
-		return nil, badRequest("a deadline needs the task type it applies to")
+	}
+	if d != 0 && (d < MinUnservedDeadline || d > MaxUnservedDeadline) {
+		return nil, badRequest("deadline %s: want 0 (none) or between %s and %s", d, MinUnservedDeadline, MaxUnservedDeadline)
 	}
 	control, err := a.js.KeyValue(ctx, a.cfg.Names.ControlBucket())
 	if err != nil {
@@ -86,7 +88,11 @@ func (a *Admin) unservedDeadlines(ctx context.Context, unserved []kv.Unserved) e
 		return err
 	}
 	for i := range unserved {
-		unserved[i].Deadline = table.Deadlines[unserved[i].Type]
+		d, ok := table.Deadlines[unserved[i].Type]
+		if !ok {
+			d = table.Deadlines[AnyUnservedType]
+		}
+		unserved[i].Deadline = d
 	}
 	return nil
 }

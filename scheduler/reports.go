@@ -101,11 +101,15 @@ const (
 	MaxUnservedDeadline = 366 * 24 * time.Hour
 )
 
+// AnyUnservedType is the key of [UnservedDeadlines] whose deadline applies to
+// every type without one of its own, including types a producer made up.
+const AnyUnservedType = "*"
+
 // UnservedDeadlines is what AX_CONTROL holds under [UnservedDeadlinesKey]:
 // per task type, how long its tasks may wait on a pools deployment while no
 // live worker serves the type. Past it the leader dead-letters them with
 // the reason, where `ax dlq replay` finds them. A type without a deadline
-// waits as long as it takes.
+// (its own or [AnyUnservedType]'s) waits as long as it takes.
 type UnservedDeadlines struct {
 	Deadlines map[string]kv.Duration `json:"deadlines"`
 }

@@ -89,9 +89,25 @@ func (u *unservedExpiry) pass(ctx context.Context) error {
 			u.servedAt[t] = now
 		}
 	}
+	expiring := maps.Clone(deadlines.Deadlines)
+	delete(expiring, AnyUnservedType)
+	if fallback, ok := deadlines.Deadlines[AnyUnservedType]; ok {
+		// Every type waiting unserved, as the operators' stats list them
+		// (the buckets' subject counts): a type without a deadline of its
+		// own takes this one.
+		waiting, err := kv.UnservedTypes(ctx, u.l.js, names)
+		if err != nil {
+			return err
+		}
+		for _, w := range waiting {
+			if _, own := expiring[w.Type]; !own {
+				expiring[w.Type] = fallback
+			}
+		}
+	}
 	budget := scanBudget{lifts: u.l.cfg.AgingBatch, scans: 10 * u.l.cfg.AgingBatch}
-	for _, t := range slices.Sorted(maps.Keys(deadlines.Deadlines)) {
-		deadline := time.Duration(deadlines.Deadlines[t])
+	for _, t := range slices.Sorted(maps.Keys(expiring)) {
+		deadline := time.Duration(expiring[t])
 		since, ok := u.servedAt[t]
 		if !ok {
 			since = u.start

@@ -260,3 +260,38 @@ func TestUnservedDeadlineVerb(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[string]kv.Duration{"resize": kv.Duration(time.Minute)}, table.Deadlines)
 }
+
+// The deadline of "*" applies to every unserved type without its own,
+// types a producer made up included (a flood of a typo no worker will ever
+// serve leaves the bucket); a type's own deadline wins over it.
+func TestUnservedDeadlineForAnyType(t *testing.T) {
+	t.Parallel()
+	b := setupUnserved(t)
+	ctx := context.Background()
+	var typos []string
+	for range 5 {
+		ack, err := b.js.Publish(ctx, "ax.submit.p2.acme.rpeort.k", []byte("typo"))
+		require.NoError(t, err)
+		typos = append(typos, streams.FallbackID("AX_P2", ack.Sequence, getMsg(t, b.js, "AX_P2", ack.Sequence).Time))
+	}
+	report, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "report", Key: "k"})
+	require.NoError(t, err)
+	_, err = b.api.SetUnservedDeadline(ctx, "report", time.Hour)
+	require.NoError(t, err)
+	table, err := b.api.SetUnservedDeadline(ctx, scheduler.AnyUnservedType, time.Second)
+	require.NoError(t, err)
+	require.Equal(t, map[string]kv.Duration{"report": kv.Duration(time.Hour), "*": kv.Duration(time.Second)}, table.Deadlines)
+	stats, err := b.api.Stats(ctx, scheduler.StatsRequest{})
+	require.NoError(t, err)
+	deadlines := map[string]kv.Duration{}
+	for _, u := range stats.Unserved {
+		deadlines[u.Type] = u.Deadline
+	}
+	require.Equal(t, map[string]kv.Duration{"report": kv.Duration(time.Hour), "rpeort": kv.Duration(time.Second)}, deadlines)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, id := range typos {
+			assert.Equal(c, kv.StateDead, b.record(t, id).State, id)
+		}
+	}, 20*time.Second, 50*time.Millisecond)
+	require.Equal(t, kv.StateReady, b.record(t, report.ID).State, "report keeps its own deadline of an hour")
+}

@@ -21,8 +21,10 @@ func addPools(root *cobra.Command, e *env) {
 worker serves waits in its bucket. With a deadline, the leader dead-letters such tasks once no
 live worker has served the type for DURATION and the task has waited DURATION: DEAD with the
 reason "unserved: …", in the dead-letter stream, from which ax dlq replay brings them back.
-Without arguments, lists the deadlines. DURATION 0 removes the type's deadline.`,
+TYPE '*' sets the deadline of every type without one of its own, types a producer made up
+included. Without arguments, lists the deadlines. DURATION 0 removes the type's deadline.`,
 		Example: `  ax pools deadline report 1h
+  ax pools deadline '*' 24h
   ax pools deadline report 0
   ax pools deadline`,
 		Args: func(_ *cobra.Command, args []string) error {
@@ -64,6 +66,10 @@ func printDeadlines(out io.Writer, table *scheduler.UnservedDeadlines) {
 		return
 	}
 	for _, t := range slices.Sorted(maps.Keys(table.Deadlines)) {
-		fmt.Fprintf(out, "%s: dead-lettered after %s unserved\n", t, time.Duration(table.Deadlines[t]))
+		name := t
+		if t == scheduler.AnyUnservedType {
+			name = "* (every type without its own)"
+		}
+		fmt.Fprintf(out, "%s: dead-lettered after %s unserved\n", name, time.Duration(table.Deadlines[t]))
 	}
 }
