@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
@@ -13,7 +15,7 @@ import (
 )
 
 // On a pools deployment the dashboard lists the unserved types on its
-// overview and groups the workers by type on the workers page.
+// overview, with the deadline an operator set, and groups the workers by type on the workers page.
 func TestPoolsDashboardInBrowser(t *testing.T) {
 	t.Parallel()
 	browser := chromium(t)
@@ -32,6 +34,8 @@ func TestPoolsDashboardInBrowser(t *testing.T) {
 		_, err := client.Submit(ctx, scheduler.TaskSpec{Type: "report", Tenant: "acme", Priority: scheduler.PriorityOf(i)})
 		require.NoError(t, err)
 	}
+	_, err = scheduler.NewAdminClient(dev.js.Conn(), streams.Names{}).SetUnservedDeadline(ctx, "report", time.Hour)
+	require.NoError(t, err)
 
 	bctx := browserContext(t, ctx, browser)
 	var unserved, pool string
@@ -43,6 +47,6 @@ func TestPoolsDashboardInBrowser(t *testing.T) {
 		chromedp.WaitVisible(`#pools tr[data-type="email"]`),
 		into(chromedp.Text(`#pools tr[data-type="email"]`), &pool),
 	))
-	require.Regexp(t, `^report\s+3\s`, unserved)
+	require.Regexp(t, `^report\s+3\s.*1h0m0s unserved$`, unserved, "its depth and its deadline")
 	require.Regexp(t, `^email\s+mailer\s+email\s+0\s*1\s*2`, pool, "the type's ring: its worker, pool and shards")
 }

@@ -203,9 +203,10 @@ function renderOverview() {
       out.push(h("h2", {}, "Unserved types ", h("small", { class: "muted" },
         "waiting in the buckets: no live worker serves them (pools)")));
       out.push(h("table", { id: "unserved" },
-        h("tr", {}, ["type", "waiting", "oldest since"].map((c, i) => h("th", { class: i === 1 ? "num" : null }, c))),
+        h("tr", {}, ["type", "waiting", "oldest since", "dead-lettered after"].map((c, i) => h("th", { class: i === 1 ? "num" : null }, c))),
         s.unserved.map((u) => h("tr", { "data-type": u.type, class: "warn" },
-          h("td", {}, u.type), h("td", { class: "num" }, u.depth), h("td", {}, fmtTime(u.oldest))))));
+          h("td", {}, u.type), h("td", { class: "num" }, u.depth), h("td", {}, fmtTime(u.oldest)),
+          h("td", {}, u.deadline ? u.deadline + " unserved" : "never (no deadline)")))));
     }
   }
   const hist = state.history;
