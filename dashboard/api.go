@@ -11,14 +11,14 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"go.uber.org/zap"
 )
 
 // actionVerbs are the admin verbs POST /api/actions/{verb} may call.
-var actionVerbs = []string{scheduler.VerbTaskCancel, scheduler.VerbTaskPause, scheduler.VerbTaskResume,
-	scheduler.VerbTaskReprioritize, scheduler.VerbDLQReplay}
+var actionVerbs = []string{admin.VerbTaskCancel, admin.VerbTaskPause, admin.VerbTaskResume,
+	admin.VerbTaskReprioritize, admin.VerbDLQReplay}
 
 // maxActionBody bounds an action request's body.
 const maxActionBody = 64 << 10
@@ -30,19 +30,19 @@ func (d *Dashboard) bounded(ctx context.Context) (context.Context, context.Cance
 
 // call makes one admin call through the typed client, bounded by the
 // configured timeout.
-func call[R any](ctx context.Context, d *Dashboard, do func(context.Context, *scheduler.AdminClient) (*R, error)) (*R, error) {
+func call[R any](ctx context.Context, d *Dashboard, do func(context.Context, *admin.Client) (*R, error)) (*R, error) {
 	ctx, cancel := d.bounded(ctx)
 	defer cancel()
 	return do(ctx, d.api)
 }
 
 // controlOf reads the control bucket's entries.
-func controlOf(ctx context.Context, api *scheduler.AdminClient) (*scheduler.ControlReply, error) {
+func controlOf(ctx context.Context, api *admin.Client) (*admin.ControlReply, error) {
 	return api.Control(ctx)
 }
 
 // proxy answers the reply of one admin call of verb, or its error.
-func proxy[R any](d *Dashboard, w http.ResponseWriter, r *http.Request, verb string, do func(context.Context, *scheduler.AdminClient) (*R, error)) {
+func proxy[R any](d *Dashboard, w http.ResponseWriter, r *http.Request, verb string, do func(context.Context, *admin.Client) (*R, error)) {
 	resp, err := call(r.Context(), d, do)
 	if err != nil {
 		d.writeCallError(w, verb, err)
@@ -52,7 +52,7 @@ func proxy[R any](d *Dashboard, w http.ResponseWriter, r *http.Request, verb str
 }
 
 func (d *Dashboard) handleWorkers(w http.ResponseWriter, r *http.Request) {
-	proxy(d, w, r, scheduler.VerbWorkers, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.WorkersReply, error) {
+	proxy(d, w, r, admin.VerbWorkers, func(ctx context.Context, api *admin.Client) (*admin.WorkersReply, error) {
 		return api.Workers(ctx)
 	})
 }
@@ -78,14 +78,14 @@ func (d *Dashboard) handleTasks(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	req := scheduler.TasksListRequest{IDPrefix: strings.TrimSpace(q.Get("id")), Limit: n,
-		Filter: scheduler.Filter{Type: q.Get("type"), Tenant: q.Get("tenant")}}
+	req := admin.TasksListRequest{IDPrefix: strings.TrimSpace(q.Get("id")), Limit: n,
+		Filter: admin.Filter{Type: q.Get("type"), Tenant: q.Get("tenant")}}
 	for s := range strings.SplitSeq(q.Get("state"), ",") {
 		if s = strings.ToUpper(strings.TrimSpace(s)); s != "" {
 			req.States = append(req.States, kv.State(s))
 		}
 	}
-	proxy(d, w, r, scheduler.VerbTasksList, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.TasksListReply, error) {
+	proxy(d, w, r, admin.VerbTasksList, func(ctx context.Context, api *admin.Client) (*admin.TasksListReply, error) {
 		return api.List(ctx, req)
 	})
 }
@@ -99,18 +99,18 @@ type TaskDetail struct {
 
 func (d *Dashboard) handleTask(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	got, err := call(r.Context(), d, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.TaskReply, error) {
+	got, err := call(r.Context(), d, func(ctx context.Context, api *admin.Client) (*admin.TaskReply, error) {
 		return api.Get(ctx, id)
 	})
 	if err != nil {
-		d.writeCallError(w, scheduler.VerbTaskGet, err)
+		d.writeCallError(w, admin.VerbTaskGet, err)
 		return
 	}
-	trail, err := call(r.Context(), d, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.TrailReply, error) {
+	trail, err := call(r.Context(), d, func(ctx context.Context, api *admin.Client) (*admin.TrailReply, error) {
 		return api.Trail(ctx, id)
 	})
 	if err != nil {
-		d.writeCallError(w, scheduler.VerbTaskTrail, err)
+		d.writeCallError(w, admin.VerbTaskTrail, err)
 		return
 	}
 	got.Task.Trail = nil
@@ -125,8 +125,8 @@ func (d *Dashboard) handleDLQ(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	req := scheduler.DLQListRequest{Filter: scheduler.Filter{Type: q.Get("type"), Tenant: q.Get("tenant")}, Limit: n}
-	proxy(d, w, r, scheduler.VerbDLQList, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.DLQListReply, error) {
+	req := admin.DLQListRequest{Filter: admin.Filter{Type: q.Get("type"), Tenant: q.Get("tenant")}, Limit: n}
+	proxy(d, w, r, admin.VerbDLQList, func(ctx context.Context, api *admin.Client) (*admin.DLQListReply, error) {
 		return api.ListDLQ(ctx, req)
 	})
 }
@@ -159,7 +159,7 @@ func (d *Dashboard) handleAction(w http.ResponseWriter, r *http.Request) {
 	}
 	d.log.Info("dashboard_action", zap.String("verb", verb), zap.ByteString("request", body), zap.String("remote", r.RemoteAddr))
 	// The body passes as is: any verb of actionVerbs, untyped.
-	proxy(d, w, r, verb, func(ctx context.Context, api *scheduler.AdminClient) (*json.RawMessage, error) {
+	proxy(d, w, r, verb, func(ctx context.Context, api *admin.Client) (*json.RawMessage, error) {
 		var reply json.RawMessage
 		return &reply, api.Call(ctx, verb, json.RawMessage(body), &reply)
 	})

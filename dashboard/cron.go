@@ -5,7 +5,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
 )
 
 // upcomingRuns is how many next runs the cron page lists per job.
@@ -41,13 +42,13 @@ type CronReply struct {
 func (d *Dashboard) handleCron(w http.ResponseWriter, r *http.Request) {
 	control, err := call(r.Context(), d, controlOf)
 	if err != nil {
-		d.writeCallError(w, scheduler.VerbControl, err)
+		d.writeCallError(w, admin.VerbControl, err)
 		return
 	}
 	now := time.Now().UTC()
 	reply := &CronReply{Jobs: []CronSchedule{}, Now: now}
 	for _, e := range control.Entries {
-		if name, ok := scheduler.CronJobName(e.Key); ok {
+		if name, ok := ax.CronJobName(e.Key); ok {
 			reply.Jobs = append(reply.Jobs, cronSchedule(name, e.Value, now))
 		}
 	}
@@ -57,7 +58,7 @@ func (d *Dashboard) handleCron(w http.ResponseWriter, r *http.Request) {
 // cronSchedule reads one job's record and lists its next runs.
 func cronSchedule(name string, value json.RawMessage, now time.Time) CronSchedule {
 	out := CronSchedule{Name: name, Record: value, Upcoming: []time.Time{}}
-	var job scheduler.CronJob
+	var job ax.CronJob
 	if err := json.Unmarshal(value, &job); err != nil {
 		out.Error = "unreadable record: " + err.Error()
 		return out

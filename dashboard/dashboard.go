@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
@@ -98,7 +98,7 @@ func (c *Config) validate() error {
 // or mount [Dashboard.Handler] and run [Dashboard.Run] yourself.
 type Dashboard struct {
 	cfg   *Config
-	api   *scheduler.AdminClient
+	api   *admin.Client
 	names streams.Names
 	log   *zap.Logger
 	perms permissions
@@ -119,7 +119,7 @@ func New(cfg *Config) (*Dashboard, error) {
 		return nil, err
 	}
 	var err error
-	d := &Dashboard{cfg: cfg, api: scheduler.NewAdminClient(cfg.Conn, cfg.Names), names: cfg.Names,
+	d := &Dashboard{cfg: cfg, api: admin.NewClient(cfg.Conn, cfg.Names), names: cfg.Names,
 		log: cfg.Logger.Named("dashboard"), changed: make(chan struct{})}
 	if cfg.AllowActions {
 		d.token = cfg.ActionToken

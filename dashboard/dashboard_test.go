@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/dashboard"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) {
 type testBundle struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
-	client *scheduler.Client
+	client *ax.Client
 	dash   *dashboard.Dashboard
 	srv    *httptest.Server
 }
@@ -43,11 +44,11 @@ func setup(t *testing.T, cfg dashboard.Config) *testBundle {
 	nc, js := natstest.RunServer(t)
 	natstest.Provision(t, js, nil)
 	ctx := context.Background()
-	admin, err := scheduler.NewAdmin(ctx, js, &scheduler.AdminConfig{Logger: zaptest.NewLogger(t)})
+	svc, err := admin.New(ctx, js, &admin.Config{Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
-	require.NoError(t, admin.Start(ctx))
-	t.Cleanup(func() { _ = admin.Stop(ctx) })
-	client, err := scheduler.NewClient(ctx, js, nil)
+	require.NoError(t, svc.Start(ctx))
+	t.Cleanup(func() { _ = svc.Stop(ctx) })
+	client, err := ax.NewClient(ctx, js, nil)
 	require.NoError(t, err)
 	cfg.Conn, cfg.Logger = nc, zaptest.NewLogger(t)
 	d, err := dashboard.New(&cfg)
@@ -65,7 +66,7 @@ type tb interface {
 	Helper()
 }
 
-func (b *testBundle) get(t tb, path string, out any) int {
+func (b *testBundle) get(t natstest.TB, path string, out any) int {
 	t.Helper()
 	res, err := http.Get(b.srv.URL + path)
 	require.NoError(t, err)
@@ -92,14 +93,14 @@ func (b *testBundle) act(t *testing.T, verb, body string, headers map[string]str
 	return res.StatusCode
 }
 
-func (b *testBundle) submit(t *testing.T, task scheduler.TaskSpec) string {
+func (b *testBundle) submit(t *testing.T, task ax.TaskSpec) string {
 	t.Helper()
 	info, err := b.client.Submit(context.Background(), task)
 	require.NoError(t, err)
 	return info.ID
 }
 
-func (b *testBundle) state(t tb, id string) kv.State {
+func (b *testBundle) state(t natstest.TB, id string) kv.State {
 	t.Helper()
 	rec, _, err := b.client.Store().Get(context.Background(), id)
 	require.NoError(t, err)
@@ -140,7 +141,7 @@ func TestOverview(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Config{Interval: 100 * time.Millisecond, Version: "9.9.9"})
 	for range 3 {
-		b.submit(t, scheduler.TaskSpec{Type: "email", Tenant: "acme", Priority: scheduler.P1})
+		b.submit(t, ax.TaskSpec{Type: "email", Tenant: "acme", Priority: ax.P1})
 	}
 	var ov dashboard.Overview
 	require.Equal(t, http.StatusOK, b.get(t, "/api/overview", &ov))
@@ -151,7 +152,7 @@ func TestOverview(t *testing.T) {
 	require.EqualValues(t, 3, ov.Stats.Buckets[1].Depth)
 	require.Equal(t, 3, ov.Stats.States[kv.StateReady])
 	require.Len(t, ov.Levels, 5)
-	require.Equal(t, scheduler.LevelOK.String(), ov.Levels[1].Level)
+	require.Equal(t, ax.LevelOK.String(), ov.Levels[1].Level)
 	require.False(t, ov.Leader, "no leader pressure report: levels from depth / capacity")
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -172,13 +173,13 @@ func TestPressureLevels(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Config{})
 	for range 2 {
-		b.submit(t, scheduler.TaskSpec{Type: "email", Tenant: "acme", Priority: scheduler.P3})
+		b.submit(t, ax.TaskSpec{Type: "email", Tenant: "acme", Priority: ax.P3})
 	}
 	// One in 1,000,000 is ok with the defaults; a leader's report with an
 	// alert threshold below that makes it "alert".
 	var ov dashboard.Overview
 	b.get(t, "/api/overview", &ov)
-	require.Equal(t, scheduler.LevelOK.String(), ov.Levels[3].Level)
+	require.Equal(t, ax.LevelOK.String(), ov.Levels[3].Level)
 
 	bucket, err := b.js.KeyValue(context.Background(), "AX_CONTROL")
 	require.NoError(t, err)
@@ -189,8 +190,8 @@ func TestPressureLevels(t *testing.T) {
 	fresh.get(t, "/api/overview", &ov)
 	require.True(t, ov.Leader)
 	require.True(t, ov.DispatchPaused)
-	require.Equal(t, scheduler.LevelAlert.String(), ov.Levels[3].Level)
-	require.Equal(t, scheduler.LevelOK.String(), ov.Levels[0].Level)
+	require.Equal(t, ax.LevelAlert.String(), ov.Levels[3].Level)
+	require.Equal(t, ax.LevelOK.String(), ov.Levels[0].Level)
 
 	// A bucket the server still refuses (down to the alert level) is shown
 	// at the refuse level, whatever its fill.
@@ -200,8 +201,8 @@ func TestPressureLevels(t *testing.T) {
 	require.NoError(t, err)
 	fresh = setupDashboardOn(t, b, dashboard.Config{})
 	fresh.get(t, "/api/overview", &ov)
-	require.Equal(t, scheduler.LevelRefuse.String(), ov.Levels[3].Level, "refusing at 2 in 1,000,000")
-	require.Equal(t, scheduler.LevelOK.String(), ov.Levels[0].Level)
+	require.Equal(t, ax.LevelRefuse.String(), ov.Levels[3].Level, "refusing at 2 in 1,000,000")
+	require.Equal(t, ax.LevelOK.String(), ov.Levels[0].Level)
 }
 
 // setupDashboardOn starts another dashboard on b's deployment.
@@ -263,10 +264,10 @@ func TestPermissionDenied(t *testing.T) {
 	_, sjs := srv.Connect(nats.UserInfo("scheduler", "scheduler-secret"), nats.CustomInboxPrefix("_INBOX.scheduler"))
 	natstest.Provision(t, sjs, nil)
 	ctx := context.Background()
-	admin, err := scheduler.NewAdmin(ctx, sjs, &scheduler.AdminConfig{Logger: zaptest.NewLogger(t)})
+	svc, err := admin.New(ctx, sjs, &admin.Config{Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
-	require.NoError(t, admin.Start(ctx))
-	t.Cleanup(func() { _ = admin.Stop(ctx) })
+	require.NoError(t, svc.Start(ctx))
+	t.Cleanup(func() { _ = svc.Stop(ctx) })
 
 	for _, tc := range []struct {
 		user string

@@ -4,7 +4,7 @@
 // dead letters and cron schedules, and offer the operator actions.
 //
 // The server is a client of the management API (the NATS micro service
-// "ax" on "<prefix>.admin.<verb>", see [scheduler.AdminClient]): every page
+// "ax" on "<prefix>.admin.<verb>", see [admin.Client]): every page
 // and action is one or more admin calls made with the dashboard's own NATS
 // connection, so the browser never talks NATS and the connection's NATS
 // permissions apply to everything the dashboard shows or does. It is

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/admin"
 	"github.com/nats-io/nats.go"
 )
 
@@ -53,7 +53,7 @@ func writeError(w http.ResponseWriter, code int, err error) {
 // management API's own codes (400, 404, 409, 500) pass through; a NATS
 // permission violation is 403; no answer is 502 or 504.
 func (d *Dashboard) writeCallError(w http.ResponseWriter, verb string, err error) {
-	var ae *scheduler.AdminError
+	var ae *admin.Error
 	switch {
 	case errors.As(err, &ae):
 		writeJSON(w, ae.Code, apiError{Code: ae.Code, Message: ae.Message})

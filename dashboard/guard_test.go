@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/dashboard"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 )
@@ -40,7 +40,7 @@ func (b *testBundle) do(t *testing.T, method, path, host, body string, headers m
 func TestHostAllowList(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Config{AllowActions: true, AllowedHosts: []string{"ax.internal.example"}})
-	id := b.submit(t, scheduler.TaskSpec{Type: "email", Tenant: "acme"})
+	id := b.submit(t, ax.TaskSpec{Type: "email", Tenant: "acme"})
 	port := b.srv.Listener.Addr().(*net.TCPAddr).Port
 	rebound := "attacker.example:" + strconv.Itoa(port)
 	action := map[string]string{"Content-Type": "application/json", "X-Ax-Confirm": "yes",

@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/dashboard"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -24,9 +25,9 @@ import (
 func TestTaskSearchAndDetail(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Config{AllowActions: true})
-	b.submit(t, scheduler.TaskSpec{ID: "inv-1", Type: "invoice", Tenant: "acme"})
-	b.submit(t, scheduler.TaskSpec{ID: "inv-2", Type: "invoice", Tenant: "globex"})
-	b.submit(t, scheduler.TaskSpec{ID: "mail-1", Type: "email", Tenant: "acme"})
+	b.submit(t, ax.TaskSpec{ID: "inv-1", Type: "invoice", Tenant: "acme"})
+	b.submit(t, ax.TaskSpec{ID: "inv-2", Type: "invoice", Tenant: "globex"})
+	b.submit(t, ax.TaskSpec{ID: "mail-1", Type: "email", Tenant: "acme"})
 	var paused map[string]any
 	require.Equal(t, http.StatusOK, b.act(t, "task.pause", `{"id":"inv-2"}`, nil, &paused))
 
@@ -41,7 +42,7 @@ func TestTaskSearchAndDetail(t *testing.T) {
 		{"none", "tenant=initech", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var reply scheduler.TasksListReply
+			var reply admin.TasksListReply
 			require.Equal(t, http.StatusOK, b.get(t, "/api/tasks?"+tc.query, &reply))
 			var ids []string
 			for _, rec := range reply.Tasks {
@@ -72,7 +73,7 @@ func TestTaskSearchAndDetail(t *testing.T) {
 func TestActionsGuarded(t *testing.T) {
 	t.Parallel()
 	ro := setup(t, dashboard.Config{})
-	id := ro.submit(t, scheduler.TaskSpec{Type: "email", Tenant: "acme"})
+	id := ro.submit(t, ax.TaskSpec{Type: "email", Tenant: "acme"})
 	for _, verb := range []string{"task.cancel", "task.pause", "task.resume", "task.reprioritize", "dlq.replay"} {
 		var refused apiError
 		require.Equal(t, http.StatusForbidden, ro.act(t, verb, `{"id":"`+id+`"}`, nil, &refused), verb)
@@ -104,7 +105,7 @@ func TestActionsGuarded(t *testing.T) {
 	}
 	require.Equal(t, kv.StateReady, rw.state(t, id), "no refused action changed the task")
 
-	var reply scheduler.TaskReply
+	var reply admin.TaskReply
 	require.Equal(t, http.StatusOK, rw.act(t, "task.reprioritize", `{"id":"`+id+`","priority":3}`, nil, &reply))
 	require.Equal(t, 3, reply.Task.Priority)
 	require.Equal(t, http.StatusOK, rw.act(t, "task.pause", `{"id":"`+id+`"}`, nil, &reply))
@@ -135,11 +136,11 @@ func TestDLQListAndReplay(t *testing.T) {
 	t.Cleanup(func() { _ = w.Stop(context.Background()) })
 
 	ids := []string{
-		b.submit(t, scheduler.TaskSpec{ID: "c-1", Type: "charge", Tenant: "acme"}),
-		b.submit(t, scheduler.TaskSpec{ID: "c-2", Type: "charge", Tenant: "acme"}),
-		b.submit(t, scheduler.TaskSpec{ID: "c-3", Type: "charge", Tenant: "globex"}),
+		b.submit(t, ax.TaskSpec{ID: "c-1", Type: "charge", Tenant: "acme"}),
+		b.submit(t, ax.TaskSpec{ID: "c-2", Type: "charge", Tenant: "acme"}),
+		b.submit(t, ax.TaskSpec{ID: "c-3", Type: "charge", Tenant: "globex"}),
 	}
-	var list scheduler.DLQListReply
+	var list admin.DLQListReply
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		b.get(c, "/api/dlq", &list)
 		assert.EqualValues(c, 3, list.Total)
@@ -149,10 +150,10 @@ func TestDLQListAndReplay(t *testing.T) {
 	require.EqualValues(t, 2, list.Total)
 
 	broken.Store(false)
-	var one scheduler.DLQReplayReply
+	var one admin.DLQReplayReply
 	require.Equal(t, http.StatusOK, b.act(t, "dlq.replay", `{"id":"c-3"}`, nil, &one))
 	require.Equal(t, []string{"c-3"}, one.Replayed)
-	var bulk scheduler.DLQReplayReply
+	var bulk admin.DLQReplayReply
 	require.Equal(t, http.StatusOK, b.act(t, "dlq.replay", `{"tenant":"acme","limit":100}`, nil, &bulk))
 	require.ElementsMatch(t, []string{"c-1", "c-2"}, bulk.Replayed)
 	for _, id := range ids {
@@ -217,7 +218,7 @@ func TestWorkers(t *testing.T) {
 		_, err = bucket.Put(ctx, fmt.Sprintf("w-%d", i), lease)
 		require.NoError(t, err)
 	}
-	var reply scheduler.WorkersReply
+	var reply admin.WorkersReply
 	require.Equal(t, http.StatusOK, b.get(t, "/api/workers", &reply))
 	require.Len(t, reply.Workers, 2)
 	require.Equal(t, "w-0", reply.Workers[0].ID)

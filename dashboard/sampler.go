@@ -7,14 +7,15 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
 )
 
 // Level is the pressure of one bucket.
 type Level struct {
 	Priority int     `json:"priority"`
 	Fill     float64 `json:"fill"` // depth / capacity
-	// Level is the name of the bucket's [scheduler.Level] at this fill:
+	// Level is the name of the bucket's [ax.Level] at this fill:
 	// "ok", "alert", "refuse" or "pause".
 	Level string `json:"level"`
 }
@@ -31,13 +32,13 @@ type Sample struct {
 // Overview is what the overview page shows: the last stats, the pressure
 // of each bucket and the chart history.
 type Overview struct {
-	At           time.Time                    `json:"at"`
-	Version      string                       `json:"version"`
-	Prefix       string                       `json:"prefix"`
-	AllowActions bool                         `json:"allow_actions"`
-	Stats        *scheduler.StatsReply        `json:"stats,omitempty"`
-	Levels       []Level                      `json:"levels"`
-	Thresholds   scheduler.PressureThresholds `json:"thresholds"`
+	At           time.Time             `json:"at"`
+	Version      string                `json:"version"`
+	Prefix       string                `json:"prefix"`
+	AllowActions bool                  `json:"allow_actions"`
+	Stats        *admin.StatsReply     `json:"stats,omitempty"`
+	Levels       []Level               `json:"levels"`
+	Thresholds   ax.PressureThresholds `json:"thresholds"`
 	// Leader is true when the thresholds and DispatchPaused come from the
 	// leader's pressure report in the control bucket; false when the
 	// levels are computed here from the default thresholds (docs/SCHEDULER.md).
@@ -58,9 +59,9 @@ type leaderPressure struct {
 		Priority int  `json:"priority"`
 		Refusing bool `json:"refusing"`
 	} `json:"buckets"`
-	Thresholds scheduler.PressureThresholds `json:"thresholds"`
-	UpdatedAt  time.Time                    `json:"updated_at"`
-	ValidFor   int64                        `json:"valid_for"` // nanoseconds
+	Thresholds ax.PressureThresholds `json:"thresholds"`
+	UpdatedAt  time.Time             `json:"updated_at"`
+	ValidFor   int64                 `json:"valid_for"` // nanoseconds
 }
 
 // Run samples the stats until ctx ends. After each sample it waits
@@ -101,9 +102,9 @@ func (d *Dashboard) sample(ctx context.Context) *Overview {
 
 func (d *Dashboard) takeOverview(ctx context.Context) *Overview {
 	ov := &Overview{At: time.Now().UTC(), Version: d.cfg.Version, Prefix: d.names.Prefix(),
-		AllowActions: d.cfg.AllowActions, Thresholds: scheduler.DefaultPressureThresholds(), Levels: []Level{}}
-	stats, err := call(ctx, d, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.StatsReply, error) {
-		return api.Stats(ctx, scheduler.StatsRequest{Window: d.cfg.RateWindow.String()})
+		AllowActions: d.cfg.AllowActions, Thresholds: ax.DefaultPressureThresholds(), Levels: []Level{}}
+	stats, err := call(ctx, d, func(ctx context.Context, api *admin.Client) (*admin.StatsReply, error) {
+		return api.Stats(ctx, admin.StatsRequest{Window: d.cfg.RateWindow.String()})
 	})
 	if err != nil {
 		ov.Error = fmt.Sprintf("stats: %s", err.Error())
@@ -135,7 +136,7 @@ func (d *Dashboard) takeOverview(ctx context.Context) *Overview {
 		}
 		level := ov.Thresholds.Level(fill)
 		if refusing[b.Priority] {
-			level = max(level, scheduler.LevelRefuse)
+			level = max(level, ax.LevelRefuse)
 		}
 		ov.Levels = append(ov.Levels, Level{Priority: b.Priority, Fill: fill, Level: level.String()})
 		s.Depth = append(s.Depth, b.Depth)

@@ -17,8 +17,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/leader"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go/jetstream"
@@ -146,8 +148,8 @@ func (d *Deployment) PriorityPolicy() jetstream.PriorityPolicy { return d.policy
 // Client returns a submit client of the deployment. cfg may be nil; its
 // Names and Store are the deployment's (a cfg naming others is
 // [ErrMismatch]).
-func (d *Deployment) Client(ctx context.Context, cfg *scheduler.Config) (*scheduler.Client, error) {
-	var c scheduler.Config
+func (d *Deployment) Client(ctx context.Context, cfg *ax.Config) (*ax.Client, error) {
+	var c ax.Config
 	if cfg != nil {
 		c = *cfg
 	}
@@ -155,7 +157,7 @@ func (d *Deployment) Client(ctx context.Context, cfg *scheduler.Config) (*schedu
 		return nil, err
 	}
 	c.Names, c.Store = d.names, d.store
-	return scheduler.NewClient(ctx, d.js, &c)
+	return ax.NewClient(ctx, d.js, &c)
 }
 
 // Worker returns a worker of the deployment; cfg needs a Registry. Its
@@ -176,8 +178,8 @@ func (d *Deployment) Worker(ctx context.Context, cfg *worker.Config) (*worker.Wo
 // Leader returns a leader contender of the deployment. cfg may be nil; its
 // Names, Store and AckWait are the deployment's (a cfg naming others is
 // [ErrMismatch]).
-func (d *Deployment) Leader(ctx context.Context, cfg *scheduler.LeaderConfig) (*scheduler.Leader, error) {
-	var c scheduler.LeaderConfig
+func (d *Deployment) Leader(ctx context.Context, cfg *leader.Config) (*leader.Leader, error) {
+	var c leader.Config
 	if cfg != nil {
 		c = *cfg
 	}
@@ -185,14 +187,14 @@ func (d *Deployment) Leader(ctx context.Context, cfg *scheduler.LeaderConfig) (*
 		return nil, err
 	}
 	c.Names, c.Store, c.AckWait = d.names, d.store, d.ackWait
-	return scheduler.NewLeader(ctx, d.js, &c)
+	return leader.New(ctx, d.js, &c)
 }
 
 // Admin returns the management API of the deployment (not started). cfg
 // may be nil; its Names and Store are the deployment's (a cfg naming
 // others is [ErrMismatch]).
-func (d *Deployment) Admin(ctx context.Context, cfg *scheduler.AdminConfig) (*scheduler.Admin, error) {
-	var c scheduler.AdminConfig
+func (d *Deployment) Admin(ctx context.Context, cfg *admin.Config) (*admin.Service, error) {
+	var c admin.Config
 	if cfg != nil {
 		c = *cfg
 	}
@@ -200,7 +202,7 @@ func (d *Deployment) Admin(ctx context.Context, cfg *scheduler.AdminConfig) (*sc
 		return nil, err
 	}
 	c.Names, c.Store = d.names, d.store
-	return scheduler.NewAdmin(ctx, d.js, &c)
+	return admin.New(ctx, d.js, &c)
 }
 
 // agree checks the values a config names (zero: none) against the

@@ -5,10 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/deploy"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/leader"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
@@ -33,12 +35,12 @@ func TestOpenReadsWhatProcessesMustAgreeOn(t *testing.T) {
 	client, err := d.Client(ctx, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = client.Close() })
-	leader, err := d.Leader(ctx, nil)
+	ldr, err := d.Leader(ctx, nil)
 	require.NoError(t, err)
-	_ = leader
-	admin, err := d.Admin(ctx, nil)
+	_ = ldr
+	svc, err := d.Admin(ctx, nil)
 	require.NoError(t, err)
-	_ = admin
+	_ = svc
 	w, err := d.Worker(ctx, &worker.Config{Registry: worker.NewRegistry()})
 	require.NoError(t, err)
 	_ = w
@@ -48,7 +50,7 @@ func TestOpenReadsWhatProcessesMustAgreeOn(t *testing.T) {
 		open func() error
 		want string
 	}{
-		{"leader ack wait", func() error { _, err := d.Leader(ctx, &scheduler.LeaderConfig{AckWait: 30 * time.Second}); return err },
+		{"leader ack wait", func() error { _, err := d.Leader(ctx, &leader.Config{AckWait: 30 * time.Second}); return err },
 			"AckWait 30s, the shard consumers' is 3s"},
 		{"worker ack wait", func() error {
 			_, err := d.Worker(ctx, &worker.Config{Registry: worker.NewRegistry(), AckWait: time.Minute})
@@ -57,11 +59,11 @@ func TestOpenReadsWhatProcessesMustAgreeOn(t *testing.T) {
 		{"client names", func() error {
 			names, err := streams.NewNames("other")
 			require.NoError(t, err)
-			_, err = d.Client(ctx, &scheduler.Config{Names: names})
+			_, err = d.Client(ctx, &ax.Config{Names: names})
 			return err
 		}, `prefix "other", the deployment's is "ax"`},
 		{"admin store", func() error {
-			_, err := d.Admin(ctx, &scheduler.AdminConfig{Store: kv.StoreConfig{Retention: 2 * time.Hour}})
+			_, err := d.Admin(ctx, &admin.Config{Store: kv.StoreConfig{Retention: 2 * time.Hour}})
 			return err
 		}, "record store"},
 	} {

@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/metrics"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go/jetstream"
@@ -25,8 +26,8 @@ import (
 
 type liveBundle struct {
 	js      jetstream.JetStream
-	client  *scheduler.Client
-	api     *scheduler.AdminClient
+	client  *ax.Client
+	api     *admin.Client
 	store   *kv.Store
 	metrics *metrics.Metrics
 }
@@ -37,19 +38,19 @@ func setupLive(t *testing.T, reg *worker.Registry) *liveBundle {
 	nc, js := natstest.RunServer(t)
 	natstest.Provision(t, js, &streams.Config{AckWait: 5 * time.Second})
 	ctx := context.Background()
-	admin, err := scheduler.NewAdmin(ctx, js, &scheduler.AdminConfig{Logger: zaptest.NewLogger(t)})
+	svc, err := admin.New(ctx, js, &admin.Config{Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
-	require.NoError(t, admin.Start(ctx))
-	t.Cleanup(func() { _ = admin.Stop(ctx) })
+	require.NoError(t, svc.Start(ctx))
+	t.Cleanup(func() { _ = svc.Stop(ctx) })
 	m := metrics.New(&metrics.Config{JetStream: js})
 	w, err := worker.New(ctx, js, &worker.Config{Registry: reg, Concurrency: 4, AckWait: 5 * time.Second,
 		GracePeriod: time.Second, DefaultMaxAttempts: 2, Observer: m, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() { _ = w.Stop(context.Background()) })
-	client, err := scheduler.NewClient(ctx, js, nil)
+	client, err := ax.NewClient(ctx, js, nil)
 	require.NoError(t, err)
-	return &liveBundle{js: js, client: client, api: scheduler.NewAdminClient(nc, streams.Names{}), store: client.Store(), metrics: m}
+	return &liveBundle{js: js, client: client, api: admin.NewClient(nc, streams.Names{}), store: client.Store(), metrics: m}
 }
 
 func (b *liveBundle) call(t *testing.T, verb string, req, resp any) error {
@@ -86,7 +87,7 @@ func TestCancelRunningTaskReachesHandler(t *testing.T) {
 		}
 	}, &worker.TypeConfig{Timeout: time.Minute}))
 	b := setupLive(t, reg)
-	info, err := b.client.Submit(context.Background(), scheduler.TaskSpec{Type: "long", Tenant: "acme"})
+	info, err := b.client.Submit(context.Background(), ax.TaskSpec{Type: "long", Tenant: "acme"})
 	require.NoError(t, err)
 	select {
 	case <-started:
@@ -95,8 +96,8 @@ func TestCancelRunningTaskReachesHandler(t *testing.T) {
 	}
 
 	sent := time.Now()
-	var reply scheduler.TaskReply
-	require.NoError(t, b.call(t, scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: info.ID}, &reply))
+	var reply admin.TaskReply
+	require.NoError(t, b.call(t, admin.VerbTaskCancel, admin.TaskRequest{ID: info.ID}, &reply))
 	require.Equal(t, kv.StateCancelled, reply.Task.State)
 	require.True(t, reply.Notified, "the running worker confirms the notice")
 	select {
@@ -132,25 +133,25 @@ func TestReplayFromDLQ(t *testing.T) {
 		return nil
 	}, nil))
 	b := setupLive(t, reg)
-	info, err := b.client.Submit(context.Background(), scheduler.TaskSpec{Type: "flaky", Tenant: "acme", Priority: scheduler.P3, Payload: []byte("order-42")})
+	info, err := b.client.Submit(context.Background(), ax.TaskSpec{Type: "flaky", Tenant: "acme", Priority: ax.P3, Payload: []byte("order-42")})
 	require.NoError(t, err)
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, kv.StateDead, b.state(c, info.ID)) }, 30*time.Second, 50*time.Millisecond)
 
-	var list scheduler.DLQListReply
-	require.NoError(t, b.call(t, scheduler.VerbDLQList, scheduler.DLQListRequest{Filter: scheduler.Filter{Type: "flaky"}}, &list))
+	var list admin.DLQListReply
+	require.NoError(t, b.call(t, admin.VerbDLQList, admin.DLQListRequest{Filter: admin.Filter{Type: "flaky"}}, &list))
 	require.Len(t, list.Letters, 1)
 	require.Equal(t, info.ID, list.Letters[0].TaskID)
 	require.Contains(t, list.Letters[0].Error, "downstream said no")
 	require.Equal(t, "ax.submit.p3.acme.flaky."+info.ID, list.Letters[0].Subject)
 
-	var dry scheduler.DLQReplayReply
-	require.NoError(t, b.call(t, scheduler.VerbDLQReplay, scheduler.DLQReplayRequest{Filter: scheduler.Filter{Tenant: "acme"}, DryRun: true}, &dry))
+	var dry admin.DLQReplayReply
+	require.NoError(t, b.call(t, admin.VerbDLQReplay, admin.DLQReplayRequest{Filter: admin.Filter{Tenant: "acme"}, DryRun: true}, &dry))
 	require.Equal(t, []string{info.ID}, dry.Replayed)
 	require.Equal(t, kv.StateDead, b.state(t, info.ID), "a dry run changes nothing")
 
 	fail.Store(false)
-	var replay scheduler.DLQReplayReply
-	require.NoError(t, b.call(t, scheduler.VerbDLQReplay, scheduler.DLQReplayRequest{ID: info.ID}, &replay))
+	var replay admin.DLQReplayReply
+	require.NoError(t, b.call(t, admin.VerbDLQReplay, admin.DLQReplayRequest{ID: info.ID}, &replay))
 	require.Equal(t, []string{info.ID}, replay.Replayed)
 	select {
 	case p := <-payloads:
@@ -167,7 +168,7 @@ func TestReplayFromDLQ(t *testing.T) {
 		actions = append(actions, string(m.To)+":"+m.Action)
 	}
 	require.Equal(t, []string{"RUNNING:claim", "DEAD:dead", "READY:replay", "RUNNING:claim", "SUCCEEDED:complete"}, actions[1:])
-	require.NoError(t, b.call(t, scheduler.VerbDLQList, scheduler.DLQListRequest{}, &list))
+	require.NoError(t, b.call(t, admin.VerbDLQList, admin.DLQListRequest{}, &list))
 	require.Zero(t, list.Total, "the replayed dead letter is removed")
 	require.Equal(t, 1.0, b.taskCount(t, "flaky", "acme", "dead"))
 	require.Equal(t, 1.0, b.taskCount(t, "flaky", "acme", "succeeded"))
@@ -190,17 +191,17 @@ func TestPauseResumeWithWorker(t *testing.T) {
 	b := setupLive(t, reg)
 	// Occupy the worker's 4 slots so that the next task waits READY.
 	for range 4 {
-		_, err := b.client.Submit(context.Background(), scheduler.TaskSpec{Type: "gate", Priority: scheduler.P0})
+		_, err := b.client.Submit(context.Background(), ax.TaskSpec{Type: "gate", Priority: ax.P0})
 		require.NoError(t, err)
 	}
-	info, err := b.client.Submit(context.Background(), scheduler.TaskSpec{Type: "job", Priority: scheduler.P4})
+	info, err := b.client.Submit(context.Background(), ax.TaskSpec{Type: "job", Priority: ax.P4})
 	require.NoError(t, err)
-	var reply scheduler.TaskReply
-	require.NoError(t, b.call(t, scheduler.VerbTaskPause, scheduler.TaskRequest{ID: info.ID}, &reply))
+	var reply admin.TaskReply
+	require.NoError(t, b.call(t, admin.VerbTaskPause, admin.TaskRequest{ID: info.ID}, &reply))
 	close(gate)
 	require.Never(t, func() bool { return runs.Load() > 0 }, 2*time.Second, 50*time.Millisecond)
 	require.Equal(t, kv.StatePaused, b.state(t, info.ID))
-	require.NoError(t, b.call(t, scheduler.VerbTaskResume, scheduler.TaskRequest{ID: info.ID}, &reply))
+	require.NoError(t, b.call(t, admin.VerbTaskResume, admin.TaskRequest{ID: info.ID}, &reply))
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, kv.StateSucceeded, b.state(c, info.ID)) }, 30*time.Second, 50*time.Millisecond)
 	require.Never(t, func() bool { return runs.Load() > 1 }, 7*time.Second, 100*time.Millisecond)
 }

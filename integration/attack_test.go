@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -54,11 +55,11 @@ func TestDelayedSubmitOfPausedUnseenIDRuns(t *testing.T) {
 	b := setupMesh(t)
 	b.startWorker(t)
 	ctx := context.Background()
-	require.NoError(t, b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: "held", Unseen: true}, nil))
-	info, err := b.client.Submit(ctx, scheduler.TaskSpec{ID: "held", Type: "ident", Payload: payload(t, identityArgs{}), Delay: time.Second})
+	require.NoError(t, b.call(admin.VerbTaskPause, admin.TaskRequest{ID: "held", Unseen: true}, nil))
+	info, err := b.client.Submit(ctx, ax.TaskSpec{ID: "held", Type: "ident", Payload: payload(t, identityArgs{}), Delay: time.Second})
 	require.NoError(t, err)
 	require.False(t, info.Duplicate, "the first message of a held id is not a duplicate")
-	require.NoError(t, b.call(scheduler.VerbTaskResume, scheduler.TaskRequest{ID: "held"}, nil))
+	require.NoError(t, b.call(admin.VerbTaskResume, admin.TaskRequest{ID: "held"}, nil))
 	b.waitState(t, "held", 20*time.Second, kv.StateSucceeded)
 	require.Equal(t, 1, b.log.count("held"))
 }
@@ -73,8 +74,8 @@ func TestDelayedSubmitOfPausedUnseenIDRuns(t *testing.T) {
 func TestCancelledDelayedTaskNeverRunsAfterItsRecordExpires(t *testing.T) {
 	b := setupMeshWith(t, kv.StoreConfig{Retention: time.Second})
 	b.startWorker(t)
-	id := b.submit(t, scheduler.TaskSpec{ID: "cx-delayed", Payload: payload(t, identityArgs{}), Delay: 4 * time.Second})
-	require.NoError(t, b.call(scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: id}, nil))
+	id := b.submit(t, ax.TaskSpec{ID: "cx-delayed", Payload: payload(t, identityArgs{}), Delay: 4 * time.Second})
+	require.NoError(t, b.call(admin.VerbTaskCancel, admin.TaskRequest{ID: id}, nil))
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, b.gone(c, id)) }, 10*time.Second, 50*time.Millisecond, "the CANCELLED record expires")
 	// Nothing of it is left to fire or run (with the mover and a worker
 	// running): no schedule, no copy in a bucket.
@@ -91,8 +92,8 @@ func TestCancelledDelayedTaskNeverRunsAfterItsRecordExpires(t *testing.T) {
 // record and runs the cancelled task.
 func TestCancelledReadyTaskNeverRunsAfterItsRecordExpires(t *testing.T) {
 	b := setupMeshWith(t, kv.StoreConfig{Retention: time.Second})
-	id := b.submit(t, scheduler.TaskSpec{ID: "cx-ready", Priority: scheduler.P3, Payload: payload(t, identityArgs{})})
-	require.NoError(t, b.call(scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: id}, nil))
+	id := b.submit(t, ax.TaskSpec{ID: "cx-ready", Priority: ax.P3, Payload: payload(t, identityArgs{})})
+	require.NoError(t, b.call(admin.VerbTaskCancel, admin.TaskRequest{ID: id}, nil))
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, b.gone(c, id)) }, 10*time.Second, 50*time.Millisecond, "the CANCELLED record expires")
 	b.startWorker(t)
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, b.bucketEmpty(c, "AX_P3")) }, 20*time.Second, 50*time.Millisecond)
@@ -116,8 +117,8 @@ func (b *meshBundle) bucketEmpty(t tb, name string) bool {
 func TestCancelledPausedDelayedTaskNeverRuns(t *testing.T) {
 	b := setupMeshWith(t, kv.StoreConfig{Retention: time.Second})
 	b.startWorker(t)
-	id := b.submit(t, scheduler.TaskSpec{ID: "cx-paused", Payload: payload(t, identityArgs{}), Delay: 1500 * time.Millisecond})
-	require.NoError(t, b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: id}, nil))
+	id := b.submit(t, ax.TaskSpec{ID: "cx-paused", Payload: payload(t, identityArgs{}), Delay: 1500 * time.Millisecond})
+	require.NoError(t, b.call(admin.VerbTaskPause, admin.TaskRequest{ID: id}, nil))
 	require.EventuallyWithT(t, func(c *assert.CollectT) { // past its run time: the schedule fired, the mover holds it
 		s, err := b.js.Stream(context.Background(), "AX_DELAYED")
 		if assert.NoError(c, err) {
@@ -126,7 +127,7 @@ func TestCancelledPausedDelayedTaskNeverRuns(t *testing.T) {
 		}
 	}, 10*time.Second, 50*time.Millisecond)
 	require.Equal(t, kv.StatePaused, b.get(t, id).State)
-	require.NoError(t, b.call(scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: id}, nil))
+	require.NoError(t, b.call(admin.VerbTaskCancel, admin.TaskRequest{ID: id}, nil))
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, b.gone(c, id)) }, 10*time.Second, 50*time.Millisecond, "the CANCELLED record expires")
 	// The mover looks again (every 200 ms here) and drops the fired
 	// schedule; had it released it, a copy would wait or have run.
@@ -152,7 +153,7 @@ func TestLateAgingCASCannotNameADroppedOrphan(t *testing.T) {
 	b := setupMesh(t)
 	ctx := context.Background()
 	names := streams.DefaultNames()
-	id := b.submit(t, scheduler.TaskSpec{ID: "frozen-aging", Priority: scheduler.P3, Payload: payload(t, identityArgs{})})
+	id := b.submit(t, ax.TaskSpec{ID: "frozen-aging", Priority: ax.P3, Payload: payload(t, identityArgs{})})
 	consumer := names.ConsumerName(3, streams.Shard(id))
 	_, err := b.js.PauseConsumer(ctx, "AX_P3", consumer, time.Now().Add(time.Hour))
 	require.NoError(t, err)
@@ -202,7 +203,7 @@ func TestHostileProducerCannotTouchTasksInAnyState(t *testing.T) {
 	evil := `{"sleep_ms":3}`
 	victims := map[string]*kv.Record{}
 	submit := func(id string, args identityArgs, delay time.Duration) {
-		b.submit(t, scheduler.TaskSpec{ID: id, Key: id, Priority: scheduler.P3, Payload: payload(t, args), Delay: delay})
+		b.submit(t, ax.TaskSpec{ID: id, Key: id, Priority: ax.P3, Payload: payload(t, args), Delay: delay})
 		victims[id] = b.get(t, id)
 	}
 	attack := func(id string) {
@@ -225,10 +226,10 @@ func TestHostileProducerCannotTouchTasksInAnyState(t *testing.T) {
 	submit("h-pending", identityArgs{}, 3*time.Second)
 	submit("h-ready", identityArgs{}, 0)
 	submit("h-paused", identityArgs{}, 0)
-	require.NoError(t, b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: "h-paused"}, nil))
+	require.NoError(t, b.call(admin.VerbTaskPause, admin.TaskRequest{ID: "h-paused"}, nil))
 	submit("h-cancelled", identityArgs{}, 0)
-	require.NoError(t, b.call(scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: "h-cancelled"}, nil))
-	require.NoError(t, b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: "h-unseen", Unseen: true}, nil))
+	require.NoError(t, b.call(admin.VerbTaskCancel, admin.TaskRequest{ID: "h-cancelled"}, nil))
+	require.NoError(t, b.call(admin.VerbTaskPause, admin.TaskRequest{ID: "h-unseen", Unseen: true}, nil))
 	for _, id := range []string{"h-pending", "h-ready", "h-paused", "h-cancelled"} {
 		attack(id)
 	}
@@ -243,7 +244,7 @@ func TestHostileProducerCannotTouchTasksInAnyState(t *testing.T) {
 	for _, id := range []string{"h-running", "h-retrying", "h-dead"} {
 		attack(id)
 	}
-	require.NoError(t, b.call(scheduler.VerbTaskResume, scheduler.TaskRequest{ID: "h-paused"}, nil))
+	require.NoError(t, b.call(admin.VerbTaskResume, admin.TaskRequest{ID: "h-paused"}, nil))
 
 	want := map[string]kv.State{"h-pending": kv.StateSucceeded, "h-ready": kv.StateSucceeded, "h-paused": kv.StateSucceeded,
 		"h-cancelled": kv.StateCancelled, "h-running": kv.StateSucceeded, "h-retrying": kv.StateSucceeded, "h-dead": kv.StateDead}
@@ -297,7 +298,7 @@ func TestReleasedCopyFromBeforeReprioritizeIsNotAdopted(t *testing.T) {
 	b := setupMesh(t)
 	ctx := context.Background()
 	names := streams.DefaultNames()
-	id := b.submit(t, scheduler.TaskSpec{ID: "repri-release", Priority: scheduler.P3, Payload: payload(t, identityArgs{}), Delay: 2 * time.Second})
+	id := b.submit(t, ax.TaskSpec{ID: "repri-release", Priority: ax.P3, Payload: payload(t, identityArgs{}), Delay: 2 * time.Second})
 	rec, rev, err := b.store.Get(ctx, id)
 	require.NoError(t, err)
 	// The mover: read (above), publish the released copy at the record's priority.
@@ -306,7 +307,7 @@ func TestReleasedCopyFromBeforeReprioritizeIsNotAdopted(t *testing.T) {
 	ack, err := b.js.PublishMsg(ctx, released)
 	require.NoError(t, err)
 	// The operator reprioritizes the PENDING task meanwhile.
-	require.NoError(t, b.call(scheduler.VerbTaskReprioritize, scheduler.ReprioritizeRequest{ID: id, Priority: 1}, nil))
+	require.NoError(t, b.call(admin.VerbTaskReprioritize, admin.ReprioritizeRequest{ID: id, Priority: 1}, nil))
 	// The mover's compare-and-set loses; it will release again (its schedule stays).
 	_, _, err = b.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: "due"}, func(r *kv.Record) error {
 		r.Gen, r.Stream, r.StreamSeq = rec.Gen+1, ack.Stream, ack.Sequence
@@ -366,13 +367,13 @@ func TestMovesInterruptedAtEveryStepRunOnce(t *testing.T) {
 	ctx := context.Background()
 	ok := payload(t, identityArgs{})
 	for _, id := range []string{"amb-repri", "orph-repri", "amb-resume", "orph-resume"} {
-		b.submit(t, scheduler.TaskSpec{ID: id, Priority: scheduler.P3, Payload: ok})
+		b.submit(t, ax.TaskSpec{ID: id, Priority: ax.P3, Payload: ok})
 	}
-	b.submit(t, scheduler.TaskSpec{ID: "orph-release", Priority: scheduler.P3, Payload: ok, Delay: 2 * time.Second})
+	b.submit(t, ax.TaskSpec{ID: "orph-release", Priority: ax.P3, Payload: ok, Delay: 2 * time.Second})
 	b.handMove(t, "amb-repri", 1, kv.StateReady, true, false, nil)
 	b.handMove(t, "orph-repri", 1, kv.StateReady, false, false, nil)
 	for _, id := range []string{"amb-resume", "orph-resume"} {
-		require.NoError(t, b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: id}, nil))
+		require.NoError(t, b.call(admin.VerbTaskPause, admin.TaskRequest{ID: id}, nil))
 	}
 	b.handMove(t, "amb-resume", 3, kv.StateReady, true, false, nil)
 	b.handMove(t, "orph-resume", 3, kv.StateReady, false, false, nil)
@@ -382,7 +383,7 @@ func TestMovesInterruptedAtEveryStepRunOnce(t *testing.T) {
 	b.startWorker(t)
 	dead := payload(t, identityArgs{FailAttempt: 1, Permanent: true})
 	for _, id := range []string{"amb-replay", "orph-replay"} {
-		b.submit(t, scheduler.TaskSpec{ID: id, Priority: scheduler.P3, Payload: dead})
+		b.submit(t, ax.TaskSpec{ID: id, Priority: ax.P3, Payload: dead})
 		b.waitState(t, id, 20*time.Second, kv.StateDead)
 	}
 	dlq, err := b.js.Stream(ctx, "AX_DLQ")
@@ -426,7 +427,7 @@ func TestMoversRacingOnTheSameTasks(t *testing.T) {
 		if i%4 == 0 {
 			delay = time.Duration(500+i*20) * time.Millisecond
 		}
-		b.submit(t, scheduler.TaskSpec{ID: ids[i], Priority: scheduler.PriorityOf(3 + i%2), Payload: payload(t, identityArgs{SleepMS: 600}), Delay: delay})
+		b.submit(t, ax.TaskSpec{ID: ids[i], Priority: ax.PriorityOf(3 + i%2), Payload: payload(t, identityArgs{SleepMS: 600}), Delay: delay})
 	}
 	b.startWorker(t)
 	stop := time.Now().Add(10 * time.Second)
@@ -438,13 +439,13 @@ func TestMoversRacingOnTheSameTasks(t *testing.T) {
 				id := ids[rng.IntN(n)]
 				switch r := rng.IntN(20); {
 				case r < 6:
-					_ = b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: id}, nil)
+					_ = b.call(admin.VerbTaskPause, admin.TaskRequest{ID: id}, nil)
 				case r < 13:
-					_ = b.call(scheduler.VerbTaskResume, scheduler.TaskRequest{ID: id}, nil)
+					_ = b.call(admin.VerbTaskResume, admin.TaskRequest{ID: id}, nil)
 				case r < 19:
-					_ = b.call(scheduler.VerbTaskReprioritize, scheduler.ReprioritizeRequest{ID: id, Priority: rng.IntN(5)}, nil)
+					_ = b.call(admin.VerbTaskReprioritize, admin.ReprioritizeRequest{ID: id, Priority: rng.IntN(5)}, nil)
 				default:
-					_ = b.call(scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: id}, nil)
+					_ = b.call(admin.VerbTaskCancel, admin.TaskRequest{ID: id}, nil)
 				}
 			}
 		})
@@ -489,14 +490,14 @@ func TestPausedUnseenIDKeepsTheAcceptedTask(t *testing.T) {
 	b := setupMesh(t)
 	ctx := context.Background()
 	b.startWorker(t)
-	require.NoError(t, b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: "held2", Unseen: true}, nil))
+	require.NoError(t, b.call(admin.VerbTaskPause, admin.TaskRequest{ID: "held2", Unseen: true}, nil))
 	_, err := b.js.PublishMsg(ctx, hostile("ax.submit.p0.evil.ident.x", `{"sleep_ms":3}`, streams.HeaderMsgID, "held2"))
 	require.NoError(t, err)
 	time.Sleep(500 * time.Millisecond) // a worker sees it and keeps it while the id is held
 	real := payload(t, identityArgs{})
-	info, err := b.client.Submit(ctx, scheduler.TaskSpec{ID: "held2", Type: "ident", Tenant: "owner", Priority: scheduler.P3, Payload: real})
+	info, err := b.client.Submit(ctx, ax.TaskSpec{ID: "held2", Type: "ident", Tenant: "owner", Priority: ax.P3, Payload: real})
 	require.NoError(t, err)
-	require.NoError(t, b.call(scheduler.VerbTaskResume, scheduler.TaskRequest{ID: "held2"}, nil))
+	require.NoError(t, b.call(admin.VerbTaskResume, admin.TaskRequest{ID: "held2"}, nil))
 	rec := b.waitState(t, "held2", 30*time.Second, kv.StateSucceeded, kv.StateDead, kv.StateCancelled)
 	b.log.mu.Lock()
 	defer b.log.mu.Unlock()

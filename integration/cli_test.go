@@ -47,14 +47,14 @@ func TestPlainPublishThroughTheCLI(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond)
 	var rec kv.Record
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		out := ax(c, "task", "get", id, "--server", dev.url, "--json")
+		out := runAx(c, "task", "get", id, "--server", dev.url, "--json")
 		if assert.NoError(c, json.Unmarshal([]byte(out), &rec)) {
 			assert.Equal(c, kv.StateSucceeded, rec.State)
 		}
 	}, 30*time.Second, 100*time.Millisecond)
 	require.Equal(t, 1, rec.Attempt)
 
-	trail := ax(t, "task", "trail", id, "--server", dev.url)
+	trail := runAx(t, "task", "trail", id, "--server", dev.url)
 	lines := strings.Split(strings.TrimSpace(trail), "\n")
 	require.Len(t, lines, 4, trail) // header + 3 moves
 	for i, want := range [][2]string{{"-", "READY"}, {"READY", "RUNNING"}, {"RUNNING", "SUCCEEDED"}} {
@@ -68,16 +68,16 @@ func TestPlainPublishThroughTheCLI(t *testing.T) {
 func TestSubmitThenGet(t *testing.T) {
 	t.Parallel()
 	dev := startDev(t)
-	id := strings.TrimSpace(ax(t, "submit", "sleep", "--payload", `{"ms":1}`, "--priority", "p1", "--tenant", "acme", "--server", dev.url))
+	id := strings.TrimSpace(runAx(t, "submit", "sleep", "--payload", `{"ms":1}`, "--priority", "p1", "--tenant", "acme", "--server", dev.url))
 	require.NotEmpty(t, id)
-	out := ax(t, "task", "get", id, "--server", dev.url)
+	out := runAx(t, "task", "get", id, "--server", dev.url)
 	require.Contains(t, out, "acme")
 	require.Regexp(t, `State\s+(READY|RUNNING|SUCCEEDED)`, out)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Contains(c, ax(c, "task", "get", id, "--server", dev.url), "SUCCEEDED")
+		assert.Contains(c, runAx(c, "task", "get", id, "--server", dev.url), "SUCCEEDED")
 	}, 30*time.Second, 100*time.Millisecond)
 
-	again := strings.TrimSpace(ax(t, "submit", "sleep", "--id", id, "--priority", "p1", "--server", dev.url))
+	again := strings.TrimSpace(runAx(t, "submit", "sleep", "--id", id, "--priority", "p1", "--server", dev.url))
 	require.Equal(t, id+" (duplicate: already submitted)", again)
 }
 
@@ -90,7 +90,7 @@ func TestSubmitPayloadFileAndPendingGet(t *testing.T) {
 	big := strings.Repeat("x", 300<<10) // above the ~128 KB of one command-line argument
 	path := filepath.Join(t.TempDir(), "payload")
 	require.NoError(t, os.WriteFile(path, []byte(big), 0o600))
-	id := strings.TrimSpace(ax(t, "submit", "echo", "--payload-file", path, "--server", dev.url))
+	id := strings.TrimSpace(runAx(t, "submit", "echo", "--payload-file", path, "--server", dev.url))
 	js, err := jetstream.New(dev.nc)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
@@ -106,7 +106,7 @@ func TestSubmitPayloadFileAndPendingGet(t *testing.T) {
 	cmd.Stdin = strings.NewReader("hello from stdin")
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, string(out))
-	get := ax(t, "task", "get", "from-stdin", "--server", dev.url)
+	get := runAx(t, "task", "get", "from-stdin", "--server", dev.url)
 	require.Contains(t, get, "Run at")
 	require.Contains(t, get, "not started")
 	require.NotContains(t, get, "0 of 0")

@@ -65,7 +65,7 @@ func startCluster(t *testing.T, o ClusterOptions) *cluster {
 		_, err := c.js.AccountInfo(ctx)
 		return err == nil
 	}, 60*time.Second, 200*time.Millisecond, "the cluster elected no JetStream leader")
-	ax(t, "provision", "--server", c.allURL, "--replicas", fmt.Sprint(o.Replicas), "--ack-wait", faultAckWait)
+	runAx(t, "provision", "--server", c.allURL, "--replicas", fmt.Sprint(o.Replicas), "--ack-wait", faultAckWait)
 	return c
 }
 

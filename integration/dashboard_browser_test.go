@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/chromedp/chromedp"
@@ -87,21 +88,21 @@ func TestDashboardInBrowser(t *testing.T) {
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() { _ = w.Stop(context.Background()) })
 
-	client, err := scheduler.NewClient(ctx, dev.js, nil)
+	client, err := ax.NewClient(ctx, dev.js, nil)
 	require.NoError(t, err)
 	for i := range 20 {
-		_, err := client.Submit(ctx, scheduler.TaskSpec{Type: "work", Tenant: "acme", Priority: scheduler.PriorityOf(i % 3)})
+		_, err := client.Submit(ctx, ax.TaskSpec{Type: "work", Tenant: "acme", Priority: ax.PriorityOf(i % 3)})
 		require.NoError(t, err)
 	}
 	const id = "order-4711"
-	_, err = client.Submit(ctx, scheduler.TaskSpec{ID: id, Type: "charge", Tenant: "acme", Priority: scheduler.P1})
+	_, err = client.Submit(ctx, ax.TaskSpec{ID: id, Type: "charge", Tenant: "acme", Priority: ax.P1})
 	require.NoError(t, err)
 	// A mistyped raw publish is lost, and the overview counts it, once the
 	// leader watches.
-	api := scheduler.NewAdminClient(dev.js.Conn(), streams.Names{})
+	api := admin.NewClient(dev.js.Conn(), streams.Names{})
 	require.Eventually(t, func() bool {
-		var reply scheduler.StatsReply
-		return api.Call(ctx, scheduler.VerbStats, scheduler.StatsRequest{}, &reply) == nil && reply.Rejects != nil
+		var reply admin.StatsReply
+		return api.Call(ctx, admin.VerbStats, admin.StatsRequest{}, &reply) == nil && reply.Rejects != nil
 	}, 30*time.Second, 50*time.Millisecond)
 	require.NoError(t, dev.js.Conn().Publish("ax.submit.p9.acme.work.k1", nil))
 	store := client.Store()

@@ -17,7 +17,7 @@ import (
 func TestDashboardCommandReadOnly(t *testing.T) {
 	t.Parallel()
 	dev := startDev(t)
-	id := strings.TrimSpace(ax(t, "submit", "fail", "--server", dev.url))
+	id := strings.TrimSpace(runAx(t, "submit", "fail", "--server", dev.url))
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	p := startAx(t, "dashboard", "--listen", addr, "--server", dev.url)
 	require.Eventually(t, func() bool { return strings.Contains(p.output(), "dashboard on http://"+addr) }, 30*time.Second, 50*time.Millisecond,
@@ -56,7 +56,7 @@ func TestDashboardCommandReadOnly(t *testing.T) {
 func TestDashboardCommandActionToken(t *testing.T) {
 	t.Parallel()
 	dev := startDev(t)
-	id := strings.TrimSpace(ax(t, "submit", "block", "--server", dev.url, "--run-at", time.Now().Add(time.Hour).Format(time.RFC3339)))
+	id := strings.TrimSpace(runAx(t, "submit", "block", "--server", dev.url, "--run-at", time.Now().Add(time.Hour).Format(time.RFC3339)))
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	p := startAx(t, "dashboard", "--listen", addr, "--server", dev.url, "--allow-actions")
 	prefix := "open http://" + addr + "/#token="

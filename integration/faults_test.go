@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,7 +31,7 @@ type mesh struct {
 	journal string // directory of the workers' probe journals
 	dev     *process
 	js      jetstream.JetStream
-	client  *scheduler.Client
+	client  *ax.Client
 	workers map[string]*process
 	all     map[string]*process // every worker started, for its log
 	deaths  map[string]time.Time
@@ -46,7 +46,7 @@ func newMesh(t *testing.T, devArgs ...string) *mesh {
 	m.dev = devAt(t, m.url, m.data, append([]string{"--ack-wait", faultAckWait}, devArgs...)...)
 	_, m.js = connect(t, m.url)
 	var err error
-	m.client, err = scheduler.NewClient(context.Background(), m.js, nil)
+	m.client, err = ax.NewClient(context.Background(), m.js, nil)
 	require.NoError(t, err)
 	return m
 }
@@ -117,16 +117,16 @@ func (m *mesh) submitProbeOn(owners worker.Assignment, id string, ms int) string
 			key = k
 		}
 	}
-	info, err := m.client.Submit(context.Background(), scheduler.TaskSpec{Type: "probe", Key: key, Payload: fmt.Appendf(nil, `{"ms":%d}`, ms)})
+	info, err := m.client.Submit(context.Background(), ax.TaskSpec{Type: "probe", Key: key, Payload: fmt.Appendf(nil, `{"ms":%d}`, ms)})
 	require.NoError(m.t, err)
 	return info.ID
 }
 
 // submitProbes submits n probe tasks lasting minMS..maxMS each.
 func (m *mesh) submitProbes(n, minMS, maxMS int) []string {
-	tasks := make([]scheduler.TaskSpec, n)
+	tasks := make([]ax.TaskSpec, n)
 	for i := range tasks {
-		tasks[i] = scheduler.TaskSpec{Type: "probe", Priority: scheduler.PriorityOf(i % 5), Tenant: fmt.Sprintf("t%d", i%3),
+		tasks[i] = ax.TaskSpec{Type: "probe", Priority: ax.PriorityOf(i % 5), Tenant: fmt.Sprintf("t%d", i%3),
 			Payload: fmt.Appendf(nil, `{"ms":%d}`, minMS+rand.IntN(maxMS-minMS+1))}
 	}
 	infos, err := m.client.SubmitBatch(context.Background(), tasks)
@@ -369,7 +369,7 @@ func TestFullRestart(t *testing.T) {
 	m.dev = devAt(t, m.url, m.data, "--ack-wait", faultAckWait)
 	_, m.js = connect(t, m.url)
 	var err error
-	m.client, err = scheduler.NewClient(context.Background(), m.js, nil)
+	m.client, err = ax.NewClient(context.Background(), m.js, nil)
 	require.NoError(t, err)
 	before := m.states(ids)
 	t.Logf("after the restart, before workers: %v", before)

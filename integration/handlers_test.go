@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/stretchr/testify/require"
 )
@@ -59,7 +59,7 @@ func TestHandlerExits(t *testing.T) {
 	m.spawn()
 	const attempts = 2
 	ctx := context.Background()
-	info, err := m.client.Submit(ctx, scheduler.TaskSpec{Type: "exit", MaxAttempts: attempts, Payload: []byte(`{"code":3}`)})
+	info, err := m.client.Submit(ctx, ax.TaskSpec{Type: "exit", MaxAttempts: attempts, Payload: []byte(`{"code":3}`)})
 	require.NoError(t, err)
 
 	deaths := 0
@@ -139,7 +139,7 @@ func TestHandlerPanics(t *testing.T) {
 	ctx := context.Background()
 	var ids []string
 	for range 3 {
-		info, err := m.client.Submit(ctx, scheduler.TaskSpec{Type: "panic"})
+		info, err := m.client.Submit(ctx, ax.TaskSpec{Type: "panic"})
 		require.NoError(t, err)
 		ids = append(ids, info.ID)
 	}
@@ -193,7 +193,7 @@ func TestHugeErrors(t *testing.T) {
 	ids := map[string]string{}
 	deadline := time.Now().Add(90 * time.Second) // for all of them
 	for _, c := range cases {
-		info, err := m.client.Submit(ctx, scheduler.TaskSpec{Type: "bigerror", MaxAttempts: c.attempts, Payload: []byte(c.payload)})
+		info, err := m.client.Submit(ctx, ax.TaskSpec{Type: "bigerror", MaxAttempts: c.attempts, Payload: []byte(c.payload)})
 		require.NoError(t, err)
 		ids[c.name] = info.ID
 	}
@@ -248,7 +248,7 @@ func TestDLQOutage(t *testing.T) {
 	ctx := context.Background()
 	dlq := streams.DefaultNames().DLQStream()
 	require.NoError(t, m.js.DeleteStream(ctx, dlq))
-	info, err := m.client.Submit(ctx, scheduler.TaskSpec{Type: "probe", MaxAttempts: 3, Payload: []byte(`{"ms":10,"fail":99,"permanent":true}`)})
+	info, err := m.client.Submit(ctx, ax.TaskSpec{Type: "probe", MaxAttempts: 3, Payload: []byte(`{"ms":10,"fail":99,"permanent":true}`)})
 	require.NoError(t, err)
 	runs := func() int { return len(readJournals(t, m.journal, nil).executions[info.ID]) }
 	require.Eventually(t, func() bool { return runs() > 0 }, 30*time.Second, 50*time.Millisecond, "the task did not run")
@@ -262,7 +262,7 @@ func TestDLQOutage(t *testing.T) {
 	rec := m.record(info.ID)
 	require.Equal(t, 1, during, "the handler ran %d times in %s without AX_DLQ, the task %s", during, outage, describe(rec))
 
-	ax(t, "provision", "--server", m.url, "--ack-wait", faultAckWait)
+	runAx(t, "provision", "--server", m.url, "--ack-wait", faultAckWait)
 	restored := time.Now()
 	require.Eventually(t, func() bool {
 		rec = m.record(info.ID)

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -130,7 +130,7 @@ func startDev(t testing.TB, extra ...string) *devServer {
 // waitCronFires waits until the one cron job fired n more times, as its
 // record's Last (written by the leader at each fire) tells: a job firing
 // every period must move Last on by n periods.
-func waitCronFires(t *testing.T, client *scheduler.Client, period time.Duration, n int) {
+func waitCronFires(t *testing.T, client *ax.Client, period time.Duration, n int) {
 	t.Helper()
 	jobs, err := client.ListCron(context.Background())
 	require.NoError(t, err)
@@ -152,8 +152,8 @@ type tb interface {
 	Helper()
 }
 
-// ax runs one ax command to completion and returns its stdout.
-func ax(t tb, args ...string) string {
+// runAx runs one ax command to completion and returns its stdout.
+func runAx(t tb, args ...string) string {
 	t.Helper()
 	out, err := axOutput(args...)
 	require.NoError(t, err)
@@ -233,7 +233,7 @@ func startSchedulers(t testing.TB, extra ...string) (url string, js jetstream.Je
 	srv := startAx(t, "server", "--name", "solo", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--data", t.TempDir())
 	_, js = connect(t, url)
 	require.Eventually(t, func() bool { return strings.Contains(srv.output(), "serving") }, 30*time.Second, 50*time.Millisecond)
-	ax(t, "provision", "--server", url, "--ack-wait", faultAckWait)
+	runAx(t, "provision", "--server", url, "--ack-wait", faultAckWait)
 	schedulers = map[string]*process{}
 	for _, id := range []string{"s1", "s2"} {
 		args := []string{"scheduler", "--server", url, "--scheduler-id", id, "--lease-ttl", leaderTTL.String(), "--ack-wait", faultAckWait}

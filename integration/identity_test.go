@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/leader"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
@@ -81,8 +83,8 @@ type meshBundle struct {
 	srv    *natstest.Server
 	js     jetstream.JetStream
 	nc     *nats.Conn
-	client *scheduler.Client
-	api    *scheduler.AdminClient
+	client *ax.Client
+	api    *admin.Client
 	store  *kv.Store
 	log    *runLog
 	reg    *worker.Registry
@@ -115,21 +117,21 @@ func setupMeshAging(t *testing.T, store kv.StoreConfig, aging time.Duration) *me
 	}
 	natstest.Provision(t, js, scfg)
 	ctx := context.Background()
-	admin, err := scheduler.NewAdmin(ctx, js, &scheduler.AdminConfig{Logger: zaptest.NewLogger(t), Store: store})
+	svc, err := admin.New(ctx, js, &admin.Config{Logger: zaptest.NewLogger(t), Store: store})
 	require.NoError(t, err)
-	require.NoError(t, admin.Start(ctx))
-	t.Cleanup(func() { _ = admin.Stop(ctx) })
+	require.NoError(t, svc.Start(ctx))
+	t.Cleanup(func() { _ = svc.Stop(ctx) })
 	_, ljs := srv.Connect()
-	leader, err := scheduler.NewLeader(ctx, ljs, &scheduler.LeaderConfig{LeaseTTL: 2 * time.Second, AgingThreshold: aging,
+	leader, err := leader.New(ctx, ljs, &leader.Config{LeaseTTL: 2 * time.Second, AgingThreshold: aging,
 		AckWait: 5 * time.Second, PausedRecheck: 200 * time.Millisecond, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	lctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = leader.Run(lctx) }()
 	t.Cleanup(func() { stop(); <-done })
-	client, err := scheduler.NewClient(ctx, js, nil)
+	client, err := ax.NewClient(ctx, js, nil)
 	require.NoError(t, err)
-	b := &meshBundle{srv: srv, js: js, nc: nc, client: client, api: scheduler.NewAdminClient(nc, streams.Names{}),
+	b := &meshBundle{srv: srv, js: js, nc: nc, client: client, api: admin.NewClient(nc, streams.Names{}),
 		store: client.Store(), log: newRunLog(), reg: worker.NewRegistry()}
 	require.NoError(t, worker.HandleJSON(b.reg, "ident", func(ctx context.Context, task *worker.Task, args identityArgs) (err error) {
 		b.log.begin(task)
@@ -165,7 +167,7 @@ func (b *meshBundle) startWorker(t *testing.T) (stop func()) {
 	return stop
 }
 
-func (b *meshBundle) submit(t *testing.T, task scheduler.TaskSpec) string {
+func (b *meshBundle) submit(t *testing.T, task ax.TaskSpec) string {
 	t.Helper()
 	if task.Type == "" {
 		task.Type = "ident"
@@ -221,7 +223,7 @@ func (b *meshBundle) settled(t *testing.T, id string, within time.Duration) *kv.
 		case rec.State.Terminal():
 			return rec
 		case rec.State == kv.StatePaused:
-			_ = b.call(scheduler.VerbTaskResume, scheduler.TaskRequest{ID: id}, nil)
+			_ = b.call(admin.VerbTaskResume, admin.TaskRequest{ID: id}, nil)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("task %s stuck in %s after %s; trail: %s", id, rec.State, within, trailOf(rec))
@@ -247,9 +249,9 @@ func payload(t *testing.T, args identityArgs) []byte {
 func TestResumedDelayedTaskRuns(t *testing.T) {
 	b := setupMesh(t)
 	b.startWorker(t)
-	id := b.submit(t, scheduler.TaskSpec{ID: "v", Payload: payload(t, identityArgs{}), Delay: 1500 * time.Millisecond})
-	require.NoError(t, b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: id}, nil))
-	require.NoError(t, b.call(scheduler.VerbTaskResume, scheduler.TaskRequest{ID: id}, nil))
+	id := b.submit(t, ax.TaskSpec{ID: "v", Payload: payload(t, identityArgs{}), Delay: 1500 * time.Millisecond})
+	require.NoError(t, b.call(admin.VerbTaskPause, admin.TaskRequest{ID: id}, nil))
+	require.NoError(t, b.call(admin.VerbTaskResume, admin.TaskRequest{ID: id}, nil))
 	rec := b.waitState(t, id, 20*time.Second, kv.StateSucceeded)
 	require.Equal(t, 1, b.log.count(id))
 	require.Equal(t, 1, rec.Attempt)
@@ -263,15 +265,15 @@ func TestOperatorVerbsNeverStrandATask(t *testing.T) {
 	act := func(b *meshBundle, verb, id string) error {
 		switch verb {
 		case "pause":
-			return b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: id}, nil)
+			return b.call(admin.VerbTaskPause, admin.TaskRequest{ID: id}, nil)
 		case "resume":
-			return b.call(scheduler.VerbTaskResume, scheduler.TaskRequest{ID: id}, nil)
+			return b.call(admin.VerbTaskResume, admin.TaskRequest{ID: id}, nil)
 		case "reprioritize":
-			return b.call(scheduler.VerbTaskReprioritize, scheduler.ReprioritizeRequest{ID: id, Priority: 1}, nil)
+			return b.call(admin.VerbTaskReprioritize, admin.ReprioritizeRequest{ID: id, Priority: 1}, nil)
 		case "cancel":
-			return b.call(scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: id}, nil)
+			return b.call(admin.VerbTaskCancel, admin.TaskRequest{ID: id}, nil)
 		default:
-			return b.call(scheduler.VerbDLQReplay, scheduler.DLQReplayRequest{ID: id}, nil)
+			return b.call(admin.VerbDLQReplay, admin.DLQReplayRequest{ID: id}, nil)
 		}
 	}
 	type state struct {
@@ -285,7 +287,7 @@ func TestOperatorVerbsNeverStrandATask(t *testing.T) {
 		{name: "PENDING", delay: 2 * time.Second},
 		{name: "READY"},
 		{name: "PAUSED", prepare: func(t *testing.T, b *meshBundle, id string) {
-			require.NoError(t, b.call(scheduler.VerbTaskPause, scheduler.TaskRequest{ID: id}, nil))
+			require.NoError(t, b.call(admin.VerbTaskPause, admin.TaskRequest{ID: id}, nil))
 		}},
 		{name: "RETRYING", workerFirst: true, args: identityArgs{FailAttempt: 1, RetryMS: 3000}},
 		{name: "RUNNING", workerFirst: true, args: identityArgs{SleepMS: 2000}},
@@ -300,7 +302,7 @@ func TestOperatorVerbsNeverStrandATask(t *testing.T) {
 			}
 			ids := map[string]string{}
 			for _, verb := range verbs {
-				ids[verb] = b.submit(t, scheduler.TaskSpec{ID: st.name + "-" + verb, Priority: scheduler.P3, Payload: payload(t, st.args), Delay: st.delay})
+				ids[verb] = b.submit(t, ax.TaskSpec{ID: st.name + "-" + verb, Priority: ax.P3, Payload: payload(t, st.args), Delay: st.delay})
 			}
 			for _, verb := range verbs {
 				id := ids[verb]
@@ -344,7 +346,7 @@ func TestOperatorVerbsNeverStrandATask(t *testing.T) {
 func TestDeletedLosingCopyDoesNotStrandTask(t *testing.T) {
 	b := setupMesh(t)
 	ctx := context.Background()
-	id := b.submit(t, scheduler.TaskSpec{ID: "lost-cas", Priority: scheduler.P3, Payload: payload(t, identityArgs{})})
+	id := b.submit(t, ax.TaskSpec{ID: "lost-cas", Priority: ax.P3, Payload: payload(t, identityArgs{})})
 	// What aging publishes before its compare-and-set (the old copy id).
 	msg := nats.NewMsg("ax.submit.p2.default.ident.lost-cas")
 	msg.Data = payload(t, identityArgs{})
@@ -353,7 +355,7 @@ func TestDeletedLosingCopyDoesNotStrandTask(t *testing.T) {
 	msg.Header.Set(streams.HeaderMsgID, id+":g2")
 	agingCopy, err := b.js.PublishMsg(ctx, msg)
 	require.NoError(t, err)
-	require.NoError(t, b.call(scheduler.VerbTaskReprioritize, scheduler.ReprioritizeRequest{ID: id, Priority: 2}, nil))
+	require.NoError(t, b.call(admin.VerbTaskReprioritize, admin.ReprioritizeRequest{ID: id, Priority: 2}, nil))
 	// Aging lost its compare-and-set and deletes its copy.
 	p2, err := b.js.Stream(ctx, "AX_P2")
 	require.NoError(t, err)
@@ -370,10 +372,10 @@ func TestOneIDInTwoBucketsRunsOnce(t *testing.T) {
 	b := setupMesh(t)
 	ctx := context.Background()
 	args := payload(t, identityArgs{SleepMS: 1500})
-	first, err := b.client.Submit(ctx, scheduler.TaskSpec{ID: "d1", Type: "ident", Priority: scheduler.P3, Payload: args})
+	first, err := b.client.Submit(ctx, ax.TaskSpec{ID: "d1", Type: "ident", Priority: ax.P3, Payload: args})
 	require.NoError(t, err)
 	require.False(t, first.Duplicate)
-	second, err := b.client.Submit(ctx, scheduler.TaskSpec{ID: "d1", Type: "ident", Priority: scheduler.P1, Payload: args})
+	second, err := b.client.Submit(ctx, ax.TaskSpec{ID: "d1", Type: "ident", Priority: ax.P1, Payload: args})
 	require.NoError(t, err)
 	require.True(t, second.Duplicate, "a second submit of an id is a duplicate")
 	p1, err := b.js.Stream(ctx, "AX_P1")
@@ -452,7 +454,7 @@ func TestForeignMessageCannotReplaceTask(t *testing.T) {
 	b := setupMesh(t)
 	ctx := context.Background()
 	real := payload(t, identityArgs{})
-	_, err := b.client.Submit(ctx, scheduler.TaskSpec{ID: "victim", Type: "ident", Tenant: "tenantB", Priority: scheduler.P3, Payload: real})
+	_, err := b.client.Submit(ctx, ax.TaskSpec{ID: "victim", Type: "ident", Tenant: "tenantB", Priority: ax.P3, Payload: real})
 	require.NoError(t, err)
 	msg := nats.NewMsg("ax.submit.p0.tenantA.ident.x")
 	msg.Data = []byte(`{"sleep_ms":1}`)
@@ -485,9 +487,9 @@ func TestBatchCancelCoversUnseenTasks(t *testing.T) {
 		_, err := b.js.PublishMsg(ctx, msg)
 		require.NoError(t, err)
 	}
-	other := b.submit(t, scheduler.TaskSpec{ID: "other-tenant", Tenant: "globex", Payload: payload(t, identityArgs{})})
-	var reply scheduler.BatchCancelReply
-	require.NoError(t, b.call(scheduler.VerbTasksCancel, scheduler.BatchCancelRequest{Filter: scheduler.Filter{Tenant: "acme"}}, &reply))
+	other := b.submit(t, ax.TaskSpec{ID: "other-tenant", Tenant: "globex", Payload: payload(t, identityArgs{})})
+	var reply admin.BatchCancelReply
+	require.NoError(t, b.call(admin.VerbTasksCancel, admin.BatchCancelRequest{Filter: admin.Filter{Tenant: "acme"}}, &reply))
 	require.Equal(t, 3, reply.Matched, "%+v", reply)
 	require.Equal(t, 3, reply.Cancelled, "%+v", reply)
 	b.startWorker(t)
@@ -512,7 +514,7 @@ func TestCronFiresCannotBePrePublished(t *testing.T) {
 	b := setupMesh(t)
 	ctx := context.Background()
 	real := payload(t, identityArgs{SleepMS: 1})
-	_, err := b.client.AddCron(ctx, scheduler.CronJob{Name: "c1", Spec: "@every 1s", Task: scheduler.TaskSpec{Type: "ident", Payload: real}})
+	_, err := b.client.AddCron(ctx, ax.CronJob{Name: "c1", Spec: "@every 1s", Task: ax.TaskSpec{Type: "ident", Payload: real}})
 	require.NoError(t, err)
 	now := time.Now().Unix()
 	for sec := now; sec < now+6; sec++ {
@@ -541,7 +543,7 @@ func TestCronFiresCannotBePrePublished(t *testing.T) {
 		return fires >= 3
 	}, 30*time.Second, 100*time.Millisecond)
 	require.Empty(t, replaced, "cron tasks that ran with the producer's payload")
-	_, err = b.client.AddCron(ctx, scheduler.CronJob{Name: "c1", Spec: "@every 1s", Task: scheduler.TaskSpec{Type: "ident", Payload: real}})
+	_, err = b.client.AddCron(ctx, ax.CronJob{Name: "c1", Spec: "@every 1s", Task: ax.TaskSpec{Type: "ident", Payload: real}})
 	require.NoError(t, err)
 	jobs, err := b.client.ListCron(ctx)
 	require.NoError(t, err)

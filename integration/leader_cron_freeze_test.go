@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
@@ -37,7 +37,7 @@ func TestFrozenLeaderFiresNoRemovedCronJob(t *testing.T) {
 		"--probe-journal", filepath.Join(t.TempDir(), "w1.jsonl"))
 	ctx := context.Background()
 	leader := func() string { return leaderOf(js) }
-	client, err := scheduler.NewClient(ctx, js, nil)
+	client, err := ax.NewClient(ctx, js, nil)
 	require.NoError(t, err)
 
 	// Every cron task submitted, by job: the scheduled times (unix seconds)
@@ -85,8 +85,8 @@ func TestFrozenLeaderFiresNoRemovedCronJob(t *testing.T) {
 
 	addJob := func(round int) string {
 		name := fmt.Sprintf("gone_%d", round)
-		_, err := client.AddCron(ctx, scheduler.CronJob{Name: name, Spec: "@every 3s",
-			Task: scheduler.TaskSpec{Type: "probe", Payload: []byte(`{"ms":1}`)}})
+		_, err := client.AddCron(ctx, ax.CronJob{Name: name, Spec: "@every 3s",
+			Task: ax.TaskSpec{Type: "probe", Payload: []byte(`{"ms":1}`)}})
 		require.NoError(t, err)
 		return name
 	}

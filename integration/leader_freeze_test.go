@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"github.com/nats-io/nats.go/jetstream"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -13,7 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-mesh/ax"
 	"github.com/stretchr/testify/require"
 )
 
@@ -35,21 +36,21 @@ func TestLeaderFrozenAndResumed(t *testing.T) {
 	leader := func() string { return leaderOf(js) }
 	require.Eventually(t, func() bool { return leader() != "" }, 30*time.Second, 50*time.Millisecond)
 
-	ax(t, "cron", "add", "tick", "@every 1s", "--type", "probe", "--payload", `{"ms":1}`, "--server", url)
-	client, err := scheduler.NewClient(ctx, js, nil)
+	runAx(t, "cron", "add", "tick", "@every 1s", "--type", "probe", "--payload", `{"ms":1}`, "--server", url)
+	client, err := ax.NewClient(ctx, js, nil)
 	require.NoError(t, err)
 	start := time.Now()
 	var delayed, backlog []string
 	for i := range 100 {
-		info, err := client.Submit(ctx, scheduler.TaskSpec{Type: "probe", Payload: []byte(`{"ms":1}`),
+		info, err := client.Submit(ctx, ax.TaskSpec{Type: "probe", Payload: []byte(`{"ms":1}`),
 			RunAt: start.Add(3*time.Second + time.Duration(i)*60*time.Millisecond)})
 		require.NoError(t, err)
 		delayed = append(delayed, info.ID)
 	}
 	// A P4 backlog of ~10 s of work for 4 slots: aging lifts it meanwhile.
-	tasks := make([]scheduler.TaskSpec, 1000)
+	tasks := make([]ax.TaskSpec, 1000)
 	for i := range tasks {
-		tasks[i] = scheduler.TaskSpec{Type: "probe", Priority: scheduler.P4, Payload: []byte(`{"ms":40}`)}
+		tasks[i] = ax.TaskSpec{Type: "probe", Priority: ax.P4, Payload: []byte(`{"ms":40}`)}
 	}
 	infos, err := client.SubmitBatch(ctx, tasks)
 	require.NoError(t, err)
@@ -61,14 +62,14 @@ func TestLeaderFrozenAndResumed(t *testing.T) {
 	// resumed leader that still wrote one would show here.
 	control, err := js.KeyValue(ctx, "AX_CONTROL")
 	require.NoError(t, err)
-	watch, err := control.Watch(ctx, scheduler.PressureKey, jetstream.UpdatesOnly())
+	watch, err := control.Watch(ctx, ax.PressureKey, jetstream.UpdatesOnly())
 	require.NoError(t, err)
 	defer func() { _ = watch.Stop() }()
 	var writersMu sync.Mutex
 	var writers []string
 	go func() {
 		for e := range watch.Updates() {
-			var p scheduler.Pressure
+			var p ax.Pressure
 			if e != nil && json.Unmarshal(e.Value(), &p) == nil {
 				writersMu.Lock()
 				writers = append(writers, p.Leader)
@@ -113,7 +114,7 @@ func TestLeaderFrozenAndResumed(t *testing.T) {
 	require.Zero(t, stale, "reports written by the resumed leader %s after %s took over: %v", old, next, writers)
 	writersMu.Unlock()
 
-	ax(t, "cron", "rm", "tick", "--server", url)
+	runAx(t, "cron", "rm", "tick", "--server", url)
 
 	bucket, err := js.KeyValue(ctx, "AX_TASKS")
 	require.NoError(t, err)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,13 +28,13 @@ func TestLeaderDeath(t *testing.T) {
 	leader := func() string { return leaderOf(js) }
 	require.Eventually(t, func() bool { return leader() != "" }, 30*time.Second, 50*time.Millisecond)
 
-	ax(t, "cron", "add", "tick", "@every 1s", "--type", "probe", "--payload", `{"ms":1}`, "--server", url)
-	client, err := scheduler.NewClient(ctx, js, nil)
+	runAx(t, "cron", "add", "tick", "@every 1s", "--type", "probe", "--payload", `{"ms":1}`, "--server", url)
+	client, err := ax.NewClient(ctx, js, nil)
 	require.NoError(t, err)
 	var delayed []string
 	start := time.Now()
 	for i := range 200 {
-		info, err := client.Submit(ctx, scheduler.TaskSpec{Type: "probe", Payload: []byte(`{"ms":1}`),
+		info, err := client.Submit(ctx, ax.TaskSpec{Type: "probe", Payload: []byte(`{"ms":1}`),
 			RunAt: start.Add(3*time.Second + time.Duration(i)*50*time.Millisecond)})
 		require.NoError(t, err)
 		delayed = append(delayed, info.ID)
@@ -54,7 +54,7 @@ func TestLeaderDeath(t *testing.T) {
 	m := &mesh{t: t, js: js, client: client}
 	m.waitSucceeded(delayed, 2*time.Minute, nil)
 	waitCronFires(t, client, time.Second, 3) // a few cron fires under the new leader
-	ax(t, "cron", "rm", "tick", "--server", url)
+	runAx(t, "cron", "rm", "tick", "--server", url)
 
 	// Every cron time between the first and the last fire has exactly one task.
 	bucket, err := js.KeyValue(ctx, "AX_TASKS")

@@ -88,19 +88,19 @@ func TestOperationsDocWithNatsCLI(t *testing.T) {
 	// Mistyped subjects: once the leader watches, a plain publish is seen
 	// and a JetStream publish is answered with the mistake.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Contains(c, ax(c, "stats", "--server", dev.url), "rejected submits (leader")
+		assert.Contains(c, runAx(c, "stats", "--server", dev.url), "rejected submits (leader")
 	}, 30*time.Second, 200*time.Millisecond)
 	require.Contains(t, run(`nats pub ax.submit.p9.acme.sleep.k9 'lost'`), "Published")
 	refused := runFailing(`nats pub -J ax.submit.P2.acme.sleep.k9 'refused'`)
 	require.Contains(t, refused, `nats: error: ax: no priority bucket accepts subject "ax.submit.P2.acme.sleep.k9": priority token "P2" is not p0..p4; the message was not stored`)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		out := ax(c, "stats", "--server", dev.url)
+		out := runAx(c, "stats", "--server", dev.url)
 		assert.Contains(c, out, "rejected submits (leader")
 		assert.Contains(c, out, ": 2 (priority 2)")
 		assert.Contains(c, out, "ax.submit.p9.acme.sleep.k9: priority token \"p9\" is not p0..p4")
 	}, 30*time.Second, 200*time.Millisecond)
 	require.Contains(t, string(doc), "\nax rejects --for 5s\n")
-	sample := ax(t, "rejects", "--for", "1s", "--server", dev.url)
+	sample := runAx(t, "rejects", "--for", "1s", "--server", dev.url)
 	require.Contains(t, sample, "rejected submits (leader")
 	require.Contains(t, sample, "sampled 1s on ax.submit ax.submit.> ax.core ax.core.>")
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
@@ -41,7 +41,7 @@ func TestNATSNodeLoss(t *testing.T) {
 			"--grace", "1s", "--probe-journal", filepath.Join(journal, id+".jsonl"))
 	}
 	ctx := context.Background()
-	client, err := scheduler.NewClient(ctx, c.js, nil)
+	client, err := ax.NewClient(ctx, c.js, nil)
 	require.NoError(t, err)
 
 	// Submit in batches while the leader of AX_P2 dies.
@@ -56,20 +56,20 @@ func TestNATSNodeLoss(t *testing.T) {
 			c.nodes[c.node(leader)].kill(t)
 			killedAt = time.Now()
 		}
-		tasks := make([]scheduler.TaskSpec, perBatch)
+		tasks := make([]ax.TaskSpec, perBatch)
 		for i := range tasks {
 			// The probe's effect is a write to a replicated bucket, which
 			// fails while its raft group elects a leader: enough attempts
 			// (backoff 0.2 s doubling, capped at 30 s) to outlast that, as
 			// a service would configure for its own dependencies.
-			tasks[i] = scheduler.TaskSpec{Type: "probe", Priority: scheduler.P2, Payload: []byte(`{"ms":5}`), MaxAttempts: 12}
+			tasks[i] = ax.TaskSpec{Type: "probe", Priority: ax.P2, Payload: []byte(`{"ms":5}`), MaxAttempts: 12}
 		}
 		for attempt := 0; ; attempt++ {
 			infos, err := client.SubmitBatch(ctx, tasks)
 			for i, info := range infos {
 				tasks[i].ID = info.ID // a retry keeps the ids
 			}
-			var batchErr *scheduler.BatchError
+			var batchErr *ax.BatchError
 			if err == nil {
 				if b == batches/3 {
 					recovered = time.Since(killedAt)

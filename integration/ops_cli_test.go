@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -32,7 +32,7 @@ func axFail(t testing.TB, args ...string) string {
 
 func submitCLI(t *testing.T, url string, args ...string) string {
 	t.Helper()
-	return strings.TrimSpace(ax(t, append([]string{"submit", "--server", url}, args...)...))
+	return strings.TrimSpace(runAx(t, append([]string{"submit", "--server", url}, args...)...))
 }
 
 // With workers: cancel a running task, dead letters, stats, workers, metrics.
@@ -42,36 +42,36 @@ func TestOperatorCLIWithWorkers(t *testing.T) {
 	s := dev.url
 
 	long := submitCLI(t, s, "sleep", "--payload", `{"ms":30000}`, "--tenant", "acme")
-	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Contains(c, ax(c, "task", "get", long, "--server", s), "RUNNING") },
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Contains(c, runAx(c, "task", "get", long, "--server", s), "RUNNING") },
 		30*time.Second, 50*time.Millisecond)
-	out := ax(t, "task", "cancel", long, "--server", s)
+	out := runAx(t, "task", "cancel", long, "--server", s)
 	require.Contains(t, out, long+": RUNNING -> CANCELLED (cancel")
 	require.Contains(t, out, "worker notified")
-	require.Contains(t, ax(t, "task", "trail", long, "--server", s), "cancel")
+	require.Contains(t, runAx(t, "task", "trail", long, "--server", s), "cancel")
 	require.Contains(t, axFail(t, "task", "cancel", long, "--server", s), "409: task "+long+" is CANCELLED")
 
 	dead := submitCLI(t, s, "fail", "--tenant", "acme")
-	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Contains(c, ax(c, "task", "get", dead, "--server", s), "DEAD") },
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Contains(c, runAx(c, "task", "get", dead, "--server", s), "DEAD") },
 		30*time.Second, 50*time.Millisecond)
-	ls := ax(t, "dlq", "ls", "--server", s, "--type", "fail")
+	ls := runAx(t, "dlq", "ls", "--server", s, "--type", "fail")
 	require.Contains(t, ls, dead)
 	require.Contains(t, ls, "fails by design")
 	require.Contains(t, ls, "1 of 1 dead letters")
-	var list scheduler.DLQListReply
-	require.NoError(t, json.Unmarshal([]byte(ax(t, "dlq", "ls", "--server", s, "--json")), &list))
+	var list admin.DLQListReply
+	require.NoError(t, json.Unmarshal([]byte(runAx(t, "dlq", "ls", "--server", s, "--json")), &list))
 	require.Len(t, list.Letters, 1)
-	require.Contains(t, ax(t, "dlq", "replay", dead, "--server", s), "replayed 1: "+dead)
+	require.Contains(t, runAx(t, "dlq", "replay", dead, "--server", s), "replayed 1: "+dead)
 	// It fails by design again: a new dead letter, and the trail keeps both deaths.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, 1, strings.Count(ax(c, "task", "trail", dead, "--server", s), "replay"))
-		assert.Contains(c, ax(c, "task", "get", dead, "--server", s), "DEAD")
+		assert.Equal(c, 1, strings.Count(runAx(c, "task", "trail", dead, "--server", s), "replay"))
+		assert.Contains(c, runAx(c, "task", "get", dead, "--server", s), "DEAD")
 	}, 30*time.Second, 50*time.Millisecond)
-	require.Contains(t, ax(t, "dlq", "replay", "--tenant", "acme", "--dry-run", "--server", s), "would replay (dry run) 1: "+dead)
+	require.Contains(t, runAx(t, "dlq", "replay", "--tenant", "acme", "--dry-run", "--server", s), "would replay (dry run) 1: "+dead)
 
 	for range 5 {
 		submitCLI(t, s, "echo", "--payload", "hi", "--priority", "p1")
 	}
-	var stats scheduler.StatsReply
+	var stats admin.StatsReply
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		out, err := axOutput("stats", "--server", s, "--json")
 		if assert.NoError(c, err) && assert.NoError(c, json.Unmarshal([]byte(out), &stats)) {
@@ -80,7 +80,7 @@ func TestOperatorCLIWithWorkers(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond)
 	require.Equal(t, 5, stats.Buckets[1].Samples)
 	require.GreaterOrEqual(t, stats.Buckets[1].RecommendedTimeout, kv.Duration(time.Second))
-	table := ax(t, "stats", "--server", s)
+	table := runAx(t, "stats", "--server", s)
 	require.Regexp(t, `(?m)^BUCKET\s+DEPTH\s+CAPACITY\s+IN FLIGHT`, table)
 	require.Regexp(t, `(?m)^P1\s+0\s+\d+\s+0\s`, table)
 	require.Contains(t, table, "1 dead letters")
@@ -88,7 +88,7 @@ func TestOperatorCLIWithWorkers(t *testing.T) {
 	require.Regexp(t, `(?m)^echo\s+5\s+0\s+0\s+0\s.*\s1s$`, table)
 	require.Equal(t, "echo", stats.Types[0].Type)
 	require.Equal(t, 5, stats.Types[0].Succeeded)
-	require.Contains(t, ax(t, "workers", "--server", s), "workers")
+	require.Contains(t, runAx(t, "workers", "--server", s), "workers")
 
 	body := scrape(t, metricsAddr)
 	require.Contains(t, string(body), `ax_tasks_total{outcome="succeeded",priority="p1",tenant="default",type="echo"} 5`)
@@ -107,23 +107,23 @@ func TestOperatorCLIOnWaitingTasks(t *testing.T) {
 	b := submitCLI(t, s, "echo", "--tenant", "acme", "--priority", "p3")
 	c := submitCLI(t, s, "sleep", "--tenant", "globex")
 
-	require.Contains(t, ax(t, "task", "pause", a, "--server", s), a+": READY -> PAUSED (pause")
-	require.Contains(t, ax(t, "task", "resume", a, "--server", s), "READY (resume, generation 2, P3); message re-dispatched")
-	require.Contains(t, ax(t, "task", "reprioritize", a, "p0", "--server", s), "READY (reprioritize, generation 3, P0)")
+	require.Contains(t, runAx(t, "task", "pause", a, "--server", s), a+": READY -> PAUSED (pause")
+	require.Contains(t, runAx(t, "task", "resume", a, "--server", s), "READY (resume, generation 2, P3); message re-dispatched")
+	require.Contains(t, runAx(t, "task", "reprioritize", a, "p0", "--server", s), "READY (reprioritize, generation 3, P0)")
 	var rec kv.Record
-	require.NoError(t, json.Unmarshal([]byte(ax(t, "task", "get", a, "--server", s, "--json")), &rec))
+	require.NoError(t, json.Unmarshal([]byte(runAx(t, "task", "get", a, "--server", s, "--json")), &rec))
 	require.Equal(t, 0, rec.Priority)
 	require.Contains(t, axFail(t, "task", "reprioritize", a, "p9", "--server", s), "p0..p4")
 	require.Contains(t, axFail(t, "task", "get", "no-such-task", "--server", s), "404: get task no-such-task: unknown task")
 	require.Contains(t, axFail(t, "tasks", "cancel", "--server", s), "400: tasks.cancel needs a filter")
 	require.Contains(t, axFail(t, "tasks", "cancel", "--state", "done", "--server", s), "unknown state")
 
-	require.Contains(t, ax(t, "tasks", "cancel", "--tenant", "acme", "--dry-run", "--server", s), "2 tasks match (dry run: nothing cancelled)")
-	require.Contains(t, ax(t, "tasks", "cancel", "--tenant", "acme", "--state", "ready", "--server", s), "2 tasks match, 2 cancelled")
-	require.Contains(t, ax(t, "task", "get", b, "--server", s), "CANCELLED")
-	require.Contains(t, ax(t, "task", "get", c, "--server", s), "READY")
+	require.Contains(t, runAx(t, "tasks", "cancel", "--tenant", "acme", "--dry-run", "--server", s), "2 tasks match (dry run: nothing cancelled)")
+	require.Contains(t, runAx(t, "tasks", "cancel", "--tenant", "acme", "--state", "ready", "--server", s), "2 tasks match, 2 cancelled")
+	require.Contains(t, runAx(t, "task", "get", b, "--server", s), "CANCELLED")
+	require.Contains(t, runAx(t, "task", "get", c, "--server", s), "READY")
 
-	require.Contains(t, ax(t, "task", "pause", "raw-7", "--unseen", "--server", s), "raw-7: (new record) -> PAUSED (pause")
+	require.Contains(t, runAx(t, "task", "pause", "raw-7", "--unseen", "--server", s), "raw-7: (new record) -> PAUSED (pause")
 }
 
 // ax scheduler serves the management API and metrics; ax worker and ax
@@ -154,7 +154,7 @@ func TestSchedulerAndWorkerProcesses(t *testing.T) {
 
 	id := submitCLI(t, dev.url, "echo", "--payload", "hi", "--tenant", "acme")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Contains(c, ax(c, "task", "get", id, "--server", dev.url), "SUCCEEDED")
+		assert.Contains(c, runAx(c, "task", "get", id, "--server", dev.url), "SUCCEEDED")
 	},
 		30*time.Second, 50*time.Millisecond)
 	require.Contains(t, scrape(t, workerMetrics), `ax_tasks_total{outcome="succeeded",priority="p2",tenant="acme",type="echo"} 1`)

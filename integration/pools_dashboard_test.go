@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/chromedp/chromedp"
@@ -28,13 +29,13 @@ func TestPoolsDashboardInBrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() { _ = w.Stop(context.Background()) })
-	client, err := scheduler.NewClient(ctx, dev.js, nil)
+	client, err := ax.NewClient(ctx, dev.js, nil)
 	require.NoError(t, err)
 	for i := range 3 {
-		_, err := client.Submit(ctx, scheduler.TaskSpec{Type: "report", Tenant: "acme", Priority: scheduler.PriorityOf(i)})
+		_, err := client.Submit(ctx, ax.TaskSpec{Type: "report", Tenant: "acme", Priority: ax.PriorityOf(i)})
 		require.NoError(t, err)
 	}
-	_, err = scheduler.NewAdminClient(dev.js.Conn(), streams.Names{}).SetUnservedDeadline(ctx, "report", time.Hour)
+	_, err = admin.NewClient(dev.js.Conn(), streams.Names{}).SetUnservedDeadline(ctx, "report", time.Hour)
 	require.NoError(t, err)
 
 	bctx := browserContext(t, ctx, browser)

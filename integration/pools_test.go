@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/internal/builtin"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -35,9 +36,9 @@ func (m *mesh) spawnPool(types ...string) string {
 // given in turn, on every priority.
 func (m *mesh) submitTyped(n, maxMS int, types ...string) []string {
 	m.t.Helper()
-	tasks := make([]scheduler.TaskSpec, n)
+	tasks := make([]ax.TaskSpec, n)
 	for i := range tasks {
-		tasks[i] = scheduler.TaskSpec{Type: types[i%len(types)], Priority: scheduler.PriorityOf(i % 5), Tenant: fmt.Sprintf("t%d", i%3),
+		tasks[i] = ax.TaskSpec{Type: types[i%len(types)], Priority: ax.PriorityOf(i % 5), Tenant: fmt.Sprintf("t%d", i%3),
 			Payload: fmt.Appendf(nil, `{"ms":%d}`, rand.IntN(maxMS+1))}
 	}
 	var ids []string
@@ -203,8 +204,8 @@ func TestPoolsUnservedTypeWaits(t *testing.T) {
 	m.waitSucceeded(emails, 2*time.Minute, nil)
 	require.Equal(t, map[kv.State]int{kv.StateReady: len(reports)}, m.states(reports), "report tasks wait, READY")
 
-	var stats scheduler.StatsReply
-	require.NoError(t, json.Unmarshal([]byte(ax(t, "stats", "--json", "--server", m.url)), &stats))
+	var stats admin.StatsReply
+	require.NoError(t, json.Unmarshal([]byte(runAx(t, "stats", "--json", "--server", m.url)), &stats))
 	require.Len(t, stats.Unserved, 1, "unserved: %+v", stats.Unserved)
 	require.Equal(t, "report", stats.Unserved[0].Type)
 	require.EqualValues(t, len(reports), stats.Unserved[0].Depth)
@@ -223,8 +224,8 @@ func TestPoolsUnservedTypeWaits(t *testing.T) {
 	}, 30*time.Second, 200*time.Millisecond)
 	m.requireNoDeadLetters()
 	m.requireServedTypes(serves)
-	stats = scheduler.StatsReply{}
-	require.NoError(t, json.Unmarshal([]byte(ax(t, "stats", "--json", "--server", m.url)), &stats))
+	stats = admin.StatsReply{}
+	require.NoError(t, json.Unmarshal([]byte(runAx(t, "stats", "--json", "--server", m.url)), &stats))
 	require.Empty(t, stats.Unserved)
 	require.NotContains(t, scrape(t, metricsAddr), "ax_unserved_tasks{")
 }
@@ -241,8 +242,8 @@ func TestPoolsUnservedDeadline(t *testing.T) {
 	a := m.spawnPool("email")
 	m.waitPools(map[string][]string{"email": {a}})
 	reports := m.submitTyped(50, 5, "report")
-	require.Contains(t, ax(t, "pools", "deadline", "--server", m.url), "no deadlines")
-	require.Contains(t, ax(t, "pools", "deadline", "report", "2s", "--server", m.url), "report: dead-lettered after 2s unserved")
+	require.Contains(t, runAx(t, "pools", "deadline", "--server", m.url), "no deadlines")
+	require.Contains(t, runAx(t, "pools", "deadline", "report", "2s", "--server", m.url), "report: dead-lettered after 2s unserved")
 	emails := m.submitTyped(100, 5, "email")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		out, err := axOutput("stats", "--server", m.url)
@@ -253,8 +254,8 @@ func TestPoolsUnservedDeadline(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, map[kv.State]int{kv.StateDead: len(reports)}, m.states(reports))
 	}, time.Minute, 200*time.Millisecond, "every unserved report task is dead-lettered")
-	var letters scheduler.DLQListReply
-	require.NoError(t, json.Unmarshal([]byte(ax(t, "dlq", "ls", "--type", "report", "--json", "--server", m.url)), &letters))
+	var letters admin.DLQListReply
+	require.NoError(t, json.Unmarshal([]byte(runAx(t, "dlq", "ls", "--type", "report", "--json", "--server", m.url)), &letters))
 	require.Len(t, letters.Letters, len(reports))
 	for _, l := range letters.Letters {
 		require.Contains(t, l.Error, `unserved: no live worker served task type "report"`)
@@ -264,8 +265,8 @@ func TestPoolsUnservedDeadline(t *testing.T) {
 	r := m.spawnPool("report")
 	serves[r] = []string{"report"}
 	m.waitPools(map[string][]string{"email": {a}, "report": {r}})
-	ax(t, "pools", "deadline", "report", "0", "--server", m.url)
-	ax(t, "dlq", "replay", "--type", "report", "--server", m.url)
+	runAx(t, "pools", "deadline", "report", "0", "--server", m.url)
+	runAx(t, "dlq", "replay", "--type", "report", "--server", m.url)
 	m.waitSucceeded(reports, 2*time.Minute, nil)
 	m.requireServedTypes(serves)
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/leader"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,7 +24,7 @@ import (
 func TestCoreIsAPermission(t *testing.T) {
 	m := startSecureMesh(t, &streams.Config{Capacity: 20})
 	ctx := context.Background()
-	leader, err := scheduler.NewLeader(ctx, m.control.js, &scheduler.LeaderConfig{
+	leader, err := leader.New(ctx, m.control.js, &leader.Config{
 		PressureInterval: 50 * time.Millisecond, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	lctx, stop := context.WithCancel(ctx)

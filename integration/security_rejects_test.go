@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/leader"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -19,7 +21,7 @@ func TestMistypedSubmitSeenUnderPermissions(t *testing.T) {
 	t.Parallel()
 	m := startSecureMesh(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	l, err := scheduler.NewLeader(ctx, m.control.js, &scheduler.LeaderConfig{Logger: zaptest.NewLogger(t)})
+	l, err := leader.New(ctx, m.control.js, &leader.Config{Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	done := make(chan struct{})
 	go func() {
@@ -28,9 +30,9 @@ func TestMistypedSubmitSeenUnderPermissions(t *testing.T) {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	operator := connectAs(t, m.srv, "operator", "operator")
-	rejects := func() *scheduler.RejectsReport {
-		var reply scheduler.StatsReply
-		if callAdmin(operator, scheduler.VerbStats, scheduler.StatsRequest{}, &reply) != nil {
+	rejects := func() *ax.RejectsReport {
+		var reply admin.StatsReply
+		if callAdmin(operator, admin.VerbStats, admin.StatsRequest{}, &reply) != nil {
 			return nil
 		}
 		return reply.Rejects
@@ -48,11 +50,11 @@ func TestMistypedSubmitSeenUnderPermissions(t *testing.T) {
 		return r != nil && r.Total == 2
 	}, 10*time.Second, 50*time.Millisecond)
 
-	var sample scheduler.RejectsSampleReply
+	var sample admin.RejectsSampleReply
 	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
 	defer scancel()
-	require.NoError(t, scheduler.NewAdminClient(operator.nc, streams.Names{}).Call(sctx, scheduler.VerbRejectsSample,
-		scheduler.RejectsSampleRequest{For: "200ms"}, &sample))
+	require.NoError(t, admin.NewClient(operator.nc, streams.Names{}).Call(sctx, admin.VerbRejectsSample,
+		admin.RejectsSampleRequest{For: "200ms"}, &sample))
 	for _, rc := range []*roleConn{m.control, service, operator} {
 		select {
 		case err := <-rc.errs:

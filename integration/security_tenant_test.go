@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -43,16 +43,16 @@ func TestTenantIsolation(t *testing.T) {
 		_, err = acme.nc.Request("$JS.API.DIRECT.GET.KV_AX_TASKS.$KV.AX_TASKS.t-globex", nil, time.Second)
 		require.Error(t, err)
 		acme.requireViolation(t, "Publish", "$JS.API.DIRECT.GET.KV_AX_TASKS.$KV.AX_TASKS.t-globex")
-		var reply scheduler.TaskReply
-		require.Error(t, callAdmin(acme, scheduler.VerbTaskGet, scheduler.TaskRequest{ID: "t-globex"}, &reply))
+		var reply admin.TaskReply
+		require.Error(t, callAdmin(acme, admin.VerbTaskGet, admin.TaskRequest{ID: "t-globex"}, &reply))
 		acme.requireViolation(t, "Publish", "ax.admin.task.get")
 	})
 	t.Run("cannot cancel the other tenant's tasks", func(t *testing.T) {
 		later := time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)
 		submit(t, globex, "ax.submit.p1.globex.echo.t-globex-later", "t-globex-later", nil, map[string]string{streams.HeaderRunAt: later})
 		waitState(t, operator, "t-globex-later", kv.StatePending)
-		var reply scheduler.TaskReply
-		require.Error(t, callAdmin(acme, scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: "t-globex-later"}, &reply))
+		var reply admin.TaskReply
+		require.Error(t, callAdmin(acme, admin.VerbTaskCancel, admin.TaskRequest{ID: "t-globex-later"}, &reply))
 		acme.requireViolation(t, "Publish", "ax.admin.task.cancel")
 		require.NoError(t, acme.nc.Publish("$KV.AX_TASKS.t-globex-later", []byte(`{"state":"CANCELLED"}`)))
 		acme.requireViolation(t, "Publish", "$KV.AX_TASKS.t-globex-later")
@@ -76,8 +76,8 @@ func TestTenantIsolation(t *testing.T) {
 		}, 30*time.Second, 100*time.Millisecond)
 		// ...but never as globex's task: the victim waits for its time with
 		// its own tenant, and no handler ran EVIL as the victim.
-		var reply scheduler.TaskReply
-		require.NoError(t, callAdmin(operator, scheduler.VerbTaskGet, scheduler.TaskRequest{ID: "victim"}, &reply))
+		var reply admin.TaskReply
+		require.NoError(t, callAdmin(operator, admin.VerbTaskGet, admin.TaskRequest{ID: "victim"}, &reply))
 		require.Equal(t, kv.StatePending, reply.Task.State)
 		require.Equal(t, "globex", reply.Task.Tenant)
 		for {

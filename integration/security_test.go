@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
@@ -75,7 +75,7 @@ func (rc *roleConn) requireSubscribeRefused(t *testing.T, subject string) *nats.
 func callAdmin(rc *roleConn, verb string, req, resp any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	return scheduler.NewAdminClient(rc.nc, streams.Names{}).Call(ctx, verb, req, resp)
+	return admin.NewClient(rc.nc, streams.Names{}).Call(ctx, verb, req, resp)
 }
 
 // secureMesh is a server started from docs/ax-permissions.conf with the
@@ -100,10 +100,10 @@ func startSecureMesh(t *testing.T, cfg *streams.Config) *secureMesh {
 	}
 	cfg.AckWait = 5 * time.Second
 	natstest.Provision(t, m.control.js, cfg)
-	admin, err := scheduler.NewAdmin(ctx, m.control.js, &scheduler.AdminConfig{Logger: zaptest.NewLogger(t)})
+	svc, err := admin.New(ctx, m.control.js, &admin.Config{Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
-	require.NoError(t, admin.Start(ctx))
-	t.Cleanup(func() { _ = admin.Stop(ctx) })
+	require.NoError(t, svc.Start(ctx))
+	t.Cleanup(func() { _ = svc.Stop(ctx) })
 
 	m.worker = connectAs(t, m.srv, "worker-1", "worker")
 	reg := worker.NewRegistry()
@@ -156,8 +156,8 @@ func waitState(t *testing.T, operator *roleConn, id string, state kv.State) *kv.
 	t.Helper()
 	var rec *kv.Record
 	require.Eventually(t, func() bool {
-		var reply scheduler.TaskReply
-		if callAdmin(operator, scheduler.VerbTaskGet, scheduler.TaskRequest{ID: id}, &reply) != nil {
+		var reply admin.TaskReply
+		if callAdmin(operator, admin.VerbTaskGet, admin.TaskRequest{ID: id}, &reply) != nil {
 			return false
 		}
 		rec = reply.Task
@@ -185,8 +185,8 @@ func TestPermissionsOfEachRole(t *testing.T) {
 	waitState(t, operator, "sec-echo", kv.StateSucceeded)
 	// The operator cancels a running task and the worker hears the notice.
 	waitState(t, operator, "sec-block", kv.StateRunning)
-	var reply scheduler.TaskReply
-	require.NoError(t, callAdmin(operator, scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: "sec-block"}, &reply))
+	var reply admin.TaskReply
+	require.NoError(t, callAdmin(operator, admin.VerbTaskCancel, admin.TaskRequest{ID: "sec-block"}, &reply))
 	require.True(t, reply.Notified)
 	select {
 	case cause := <-m.cancelled:
@@ -199,7 +199,7 @@ func TestPermissionsOfEachRole(t *testing.T) {
 	require.NoError(t, err)
 
 	t.Run("the ax CLI connects as a user with its role's inbox", func(t *testing.T) {
-		out := ax(t, "task", "get", "sec-echo", "--server", srv.ClientURL(), "--user", "operator", "--password", "operator-secret")
+		out := runAx(t, "task", "get", "sec-echo", "--server", srv.ClientURL(), "--user", "operator", "--password", "operator-secret")
 		require.Contains(t, out, "SUCCEEDED")
 		require.Contains(t, axFail(t, "task", "get", "sec-echo", "--server", srv.ClientURL(), "--user", "operator", "--password", "wrong"),
 			"Authorization Violation")
@@ -212,7 +212,7 @@ func TestPermissionsOfEachRole(t *testing.T) {
 		require.Contains(t, out, "nats://operator:xxxxx@")
 	})
 	t.Run("service cannot call the admin API", func(t *testing.T) {
-		require.Error(t, callAdmin(service, scheduler.VerbTaskGet, scheduler.TaskRequest{ID: "sec-echo"}, &reply))
+		require.Error(t, callAdmin(service, admin.VerbTaskGet, admin.TaskRequest{ID: "sec-echo"}, &reply))
 		service.requireViolation(t, "Publish", "ax.admin.task.get")
 	})
 	t.Run("service and worker cannot publish a control-plane copy", func(t *testing.T) {
@@ -245,7 +245,7 @@ func TestPermissionsOfEachRole(t *testing.T) {
 		}
 	})
 	t.Run("worker cannot call the admin API or submit", func(t *testing.T) {
-		require.Error(t, callAdmin(wc, scheduler.VerbTaskCancel, scheduler.TaskRequest{ID: "sec-echo"}, &reply))
+		require.Error(t, callAdmin(wc, admin.VerbTaskCancel, admin.TaskRequest{ID: "sec-echo"}, &reply))
 		wc.requireViolation(t, "Publish", "ax.admin.task.cancel")
 		require.NoError(t, wc.nc.Publish("ax.submit.p0.acme.echo.x", nil))
 		wc.requireViolation(t, "Publish", "ax.submit.p0.acme.echo.x")

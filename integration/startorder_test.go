@@ -50,8 +50,8 @@ func TestWorkerStartedFirstWaits(t *testing.T) {
 		"the worker says it waits for AX_WORKERS:\n%s", w.output())
 	require.False(t, w.exited(), "the worker exited:\n%s", w.output())
 
-	ax(t, "provision", "--server", url)
-	out := ax(t, "submit", "echo", "--id", "early-task", "--server", url)
+	runAx(t, "provision", "--server", url)
+	out := runAx(t, "submit", "echo", "--id", "early-task", "--server", url)
 	require.Contains(t, out, "early-task")
 	require.Eventually(t, func() bool {
 		bucket, err := js.KeyValue(context.Background(), "AX_TASKS")

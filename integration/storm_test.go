@@ -16,8 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
@@ -29,7 +30,7 @@ import (
 type storm struct {
 	*mesh
 	nc         *nats.Conn
-	api        *scheduler.AdminClient
+	api        *admin.Client
 	schedulers map[string]*process
 
 	mu      sync.Mutex
@@ -81,7 +82,7 @@ func startStorm(t *testing.T) *storm {
 		workers: map[string]*process{}, deaths: map[string]time.Time{}}
 	srv := startAx(t, "server", "--name", "storm", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--data", m.data)
 	require.Eventually(t, func() bool { return strings.Contains(srv.output(), "serving") }, 30*time.Second, 50*time.Millisecond)
-	ax(t, "provision", "--server", m.url, "--ack-wait", faultAckWait)
+	runAx(t, "provision", "--server", m.url, "--ack-wait", faultAckWait)
 	s := &storm{mesh: m, schedulers: map[string]*process{}, actions: map[string]map[string]int{}}
 	for _, id := range []string{"s1", "s2"} {
 		s.schedulers[id] = startAx(t, "scheduler", "--server", m.url, "--scheduler-id", id, "--lease-ttl", "2s",
@@ -89,9 +90,9 @@ func startStorm(t *testing.T) *storm {
 	}
 	s.nc, m.js = connect(t, m.url)
 	var err error
-	m.client, err = scheduler.NewClient(context.Background(), m.js, nil)
+	m.client, err = ax.NewClient(context.Background(), m.js, nil)
 	require.NoError(t, err)
-	s.api = scheduler.NewAdminClient(s.nc, streams.Names{})
+	s.api = admin.NewClient(s.nc, streams.Names{})
 	require.Eventually(t, func() bool { return s.leader() != "" }, 30*time.Second, 50*time.Millisecond, "no leader")
 	for range 3 {
 		m.spawn()
@@ -111,12 +112,12 @@ func (s *storm) leader() string { return leaderOf(s.js) }
 func (s *storm) submit(n int) (ids, doomed []string) {
 	s.t.Helper()
 	now := time.Now()
-	tasks := make([]scheduler.TaskSpec, n)
+	tasks := make([]ax.TaskSpec, n)
 	fails := make([]bool, n)
 	for i := range tasks {
 		ms := 200 + rand.IntN(1301)
 		payload := fmt.Sprintf(`{"ms":%d}`, ms)
-		task := scheduler.TaskSpec{Type: "probe", Priority: scheduler.PriorityOf(rand.IntN(5)), Tenant: fmt.Sprintf("t%d", i%3), MaxAttempts: 3}
+		task := ax.TaskSpec{Type: "probe", Priority: ax.PriorityOf(rand.IntN(5)), Tenant: fmt.Sprintf("t%d", i%3), MaxAttempts: 3}
 		switch r := rand.IntN(20); {
 		case r < 4:
 			task.RunAt = now.Add(time.Duration(1+rand.IntN(15)) * time.Second)
@@ -160,20 +161,20 @@ func (s *storm) operate(ctx context.Context, ids, doomed []string, script int) {
 			id = doomed[rand.IntN(len(doomed))]
 		}
 		var verb string
-		var req any = scheduler.TaskRequest{ID: id}
+		var req any = admin.TaskRequest{ID: id}
 		var cli []string
 		switch {
 		case r < 28:
-			verb, cli = scheduler.VerbTaskPause, []string{"task", "pause", id}
+			verb, cli = admin.VerbTaskPause, []string{"task", "pause", id}
 		case r < 56:
-			verb, cli = scheduler.VerbTaskResume, []string{"task", "resume", id}
+			verb, cli = admin.VerbTaskResume, []string{"task", "resume", id}
 		case r < 80:
 			p := rand.IntN(5)
-			verb, req, cli = scheduler.VerbTaskReprioritize, scheduler.ReprioritizeRequest{ID: id, Priority: p}, []string{"task", "reprioritize", id, fmt.Sprint(p)}
+			verb, req, cli = admin.VerbTaskReprioritize, admin.ReprioritizeRequest{ID: id, Priority: p}, []string{"task", "reprioritize", id, fmt.Sprint(p)}
 		case r < 85:
-			verb, cli = scheduler.VerbTaskCancel, []string{"task", "cancel", id}
+			verb, cli = admin.VerbTaskCancel, []string{"task", "cancel", id}
 		default:
-			verb, req, cli = scheduler.VerbDLQReplay, scheduler.DLQReplayRequest{ID: id}, []string{"dlq", "replay", id}
+			verb, req, cli = admin.VerbDLQReplay, admin.DLQReplayRequest{ID: id}, []string{"dlq", "replay", id}
 		}
 		var err error
 		if (n+script)%10 == 0 {
@@ -187,7 +188,7 @@ func (s *storm) operate(ctx context.Context, ids, doomed []string, script int) {
 			return
 		}
 		s.count(verb, err)
-		if verb == scheduler.VerbTaskPause && err == nil {
+		if verb == admin.VerbTaskPause && err == nil {
 			paused = append(paused, id)
 		}
 		select {
@@ -216,7 +217,7 @@ func (s *storm) cli(ctx context.Context, args ...string) error {
 // count records the outcome of one action.
 func (s *storm) count(verb string, err error) {
 	outcome := "ok"
-	var ae *scheduler.AdminError
+	var ae *admin.Error
 	switch {
 	case err == nil:
 	case errors.As(err, &ae):
@@ -293,7 +294,7 @@ func (s *storm) settle(ids []string, d time.Duration) (map[string]*kv.Record, in
 			case kv.StatePaused:
 				done = false
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				if s.api.Call(ctx, scheduler.VerbTaskResume, scheduler.TaskRequest{ID: id}, &json.RawMessage{}) == nil {
+				if s.api.Call(ctx, admin.VerbTaskResume, admin.TaskRequest{ID: id}, &json.RawMessage{}) == nil {
 					resumed++
 				}
 				cancel()

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/stretchr/testify/require"
 )
 
@@ -19,8 +19,8 @@ func TestWorkerJoinsTheMesh(t *testing.T) {
 	t.Parallel()
 	dev := startDev(t, "--workers", "2")
 	members := func() []kv.Member {
-		var reply scheduler.WorkersReply
-		require.NoError(t, json.Unmarshal([]byte(ax(t, "workers", "--json", "--server", dev.url)), &reply))
+		var reply admin.WorkersReply
+		require.NoError(t, json.Unmarshal([]byte(runAx(t, "workers", "--json", "--server", dev.url)), &reply))
 		return reply.Workers
 	}
 	split := func(ms []kv.Member, n int) bool {
@@ -44,7 +44,7 @@ func TestWorkerJoinsTheMesh(t *testing.T) {
 		i++
 	}
 	require.Equal(t, 4, ms[i].Concurrency)
-	table := ax(t, "workers", "--server", dev.url)
+	table := runAx(t, "workers", "--server", dev.url)
 	require.Contains(t, table, "ext-1")
 	require.Contains(t, table, "3 workers, 0 tasks in flight, 32 of 32 shards owned")
 
@@ -52,5 +52,5 @@ func TestWorkerJoinsTheMesh(t *testing.T) {
 	<-w.done
 	require.Eventually(t, func() bool { return split(members(), 2) }, 5*time.Second, 100*time.Millisecond,
 		"a stopped worker leaves at once, not after its lease TTL")
-	require.False(t, strings.Contains(ax(t, "workers", "--server", dev.url), "ext-1"))
+	require.False(t, strings.Contains(runAx(t, "workers", "--server", dev.url), "ext-1"))
 }

@@ -1,6 +1,14 @@
 package streams
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrCodeBucketFull is the server's err_code for a publish that a full bucket
+// refuses: the stream holds its MaxMsgs and discards new messages.
+const ErrCodeBucketFull jetstream.ErrorCode = 10077
 
 var (
 	// ErrInvalidToken means a value cannot be used as a subject token.

@@ -74,7 +74,7 @@ func IsInternalHeader(name string) bool {
 }
 
 // Default upper bounds of a task's options; workers and clients take their
-// own (worker.Config and scheduler.Config MaxTimeout, MaxDelay).
+// own (worker.Config and ax.Config MaxTimeout, MaxDelay).
 const (
 	// DefaultMaxTimeout bounds Ax-Timeout: 24 hours.
 	DefaultMaxTimeout = 24 * time.Hour

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -28,9 +28,9 @@ func BenchmarkEndToEnd(b *testing.B) {
 			bundle := setupB(b)
 			ctx := context.Background()
 			n := max(b.N, 1000)
-			tasks := make([]scheduler.TaskSpec, n)
+			tasks := make([]ax.TaskSpec, n)
 			for i := range tasks {
-				tasks[i] = scheduler.TaskSpec{Type: "noop", Priority: scheduler.PriorityOf(tc.priority(i)), Payload: make([]byte, 200)}
+				tasks[i] = ax.TaskSpec{Type: "noop", Priority: ax.PriorityOf(tc.priority(i)), Payload: make([]byte, 200)}
 			}
 			if tc.raw {
 				for i := range tasks {

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
@@ -47,7 +47,7 @@ func TestCancelNoticeCancelsRunningHandler(t *testing.T) {
 	b := setup(t, nil)
 	reg, causes := blocking(t)
 	_, nc := b.startWorker(t, worker.Config{ID: "w-run", Registry: reg})
-	info, err := b.client.Submit(context.Background(), scheduler.TaskSpec{Type: "block"})
+	info, err := b.client.Submit(context.Background(), ax.TaskSpec{Type: "block"})
 	require.NoError(t, err)
 	b.waitState(t, info.ID, kv.StateRunning)
 	_, _, err = b.store.Transition(context.Background(), info.ID, kv.StateRunning, kv.StateCancelled, kv.Actor{Action: "cancel"}, nil)
@@ -70,7 +70,7 @@ func TestCancelNoticeBeforeStart(t *testing.T) {
 	reply, err := nc.Request(streams.DefaultNames().WorkerCancelSubject("w-early"), []byte("t-early"), 5*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, worker.CancelReplyNoted, string(reply.Data))
-	_, err = b.client.Submit(context.Background(), scheduler.TaskSpec{ID: "t-early", Type: "block"})
+	_, err = b.client.Submit(context.Background(), ax.TaskSpec{ID: "t-early", Type: "block"})
 	require.NoError(t, err)
 	requireCause(t, causes, worker.ErrCancelled)
 	b.waitState(t, "t-early", kv.StateCancelled)

@@ -8,8 +8,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats-server/v2/server"
@@ -91,8 +91,8 @@ func ExampleTask_Fence() {
 	_ = w.Start(ctx)
 	defer func() { _ = w.Stop(ctx) }()
 
-	client, _ := scheduler.NewClient(ctx, js, nil)
-	_, _ = client.Submit(ctx, scheduler.TaskSpec{ID: "order-1", Type: "charge", Key: "order-1", Payload: []byte("42")})
+	client, _ := ax.NewClient(ctx, js, nil)
+	_, _ = client.Submit(ctx, ax.TaskSpec{ID: "order-1", Type: "charge", Key: "order-1", Payload: []byte("42")})
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if rec, _, err := client.Store().Get(ctx, "order-1"); err == nil && rec.State == kv.StateSucceeded {
 			break

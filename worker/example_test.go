@@ -7,8 +7,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats-server/v2/server"
@@ -95,9 +95,9 @@ func ExampleWorker_Run() {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 
-	client, _ := scheduler.NewClient(ctx, js, nil)
+	client, _ := ax.NewClient(ctx, js, nil)
 	defer func() { _ = client.Close() }()
-	info, _ := client.Submit(ctx, scheduler.TaskSpec{Type: "email", Payload: []byte(`{"to":"ada@example.com"}`)})
+	info, _ := client.Submit(ctx, ax.TaskSpec{Type: "email", Payload: []byte(`{"to":"ada@example.com"}`)})
 	fmt.Println("sent to", <-sent)
 	fmt.Println(waitState(ctx, client.Store(), info.ID, kv.StateSucceeded))
 	cancel()
@@ -136,9 +136,9 @@ func ExampleHandleArgs() {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 
-	client, _ := scheduler.NewClient(ctx, js, nil)
+	client, _ := ax.NewClient(ctx, js, nil)
 	defer func() { _ = client.Close() }()
-	info, err := client.SubmitJSON(ctx, Welcome{To: "ada@example.com"}, &scheduler.TaskSpec{Tenant: "acme"})
+	info, err := client.SubmitJSON(ctx, Welcome{To: "ada@example.com"}, &ax.TaskSpec{Tenant: "acme"})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/internal/builtin"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
@@ -49,7 +49,7 @@ func TestWorkerAdoptsConsumersAckWait(t *testing.T) {
 	require.ErrorContains(t, err, "AckWait is 30s here but 3s on consumer AX_P0/p0-s00")
 
 	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL})
-	info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "slow"})
+	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "slow"})
 	require.NoError(t, err)
 	rec := b.waitState(t, info.ID, kv.StateSucceeded)
 	require.Equal(t, int32(1), runs.Load())
@@ -69,7 +69,7 @@ func TestHeartbeatCountsOnlyWhenConsumerAnswers(t *testing.T) {
 	const key = "k-beat"
 	shard := streams.Shard(key)
 	b.startWorker(t, worker.Config{Registry: reg, Shards: []int{shard}})
-	info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "block", Key: key, Priority: scheduler.P2})
+	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "block", Key: key, Priority: ax.P2})
 	require.NoError(t, err)
 	b.waitState(t, info.ID, kv.StateRunning)
 	names := streams.DefaultNames()
@@ -107,7 +107,7 @@ func TestHandlerFenceAndHeld(t *testing.T) {
 		return nil
 	}, &worker.TypeConfig{Timeout: time.Second, Backoff: worker.Backoff{Base: 10 * time.Millisecond, Cap: 10 * time.Millisecond}}))
 	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL})
-	info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "fenced"})
+	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "fenced"})
 	require.NoError(t, err)
 	b.waitState(t, info.ID, kv.StateSucceeded)
 	first, second := <-runs, <-runs
@@ -151,10 +151,10 @@ func TestStuckHandlerHoldsClaimAndSlot(t *testing.T) {
 	w, _ := b.startWorker(t, worker.Config{Registry: reg, Concurrency: 1, AbandonAfter: 4 * time.Second, MemberTTL: memberTTL})
 	t.Cleanup(func() { close(release) }) // runs before the worker's Stop
 
-	stuck, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "stuck"})
+	stuck, err := b.client.Submit(ctx, ax.TaskSpec{Type: "stuck"})
 	require.NoError(t, err)
 	b.waitState(t, stuck.ID, kv.StateRunning)
-	next, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "quick"})
+	next, err := b.client.Submit(ctx, ax.TaskSpec{Type: "quick"})
 	require.NoError(t, err)
 
 	rec := b.waitState(t, stuck.ID, kv.StateDead)
@@ -196,7 +196,7 @@ func TestCancelReachesEveryExecution(t *testing.T) {
 	}, nil))
 	w, nc := b.startWorker(t, worker.Config{ID: "w-two", Registry: reg, Concurrency: 2, MemberTTL: memberTTL,
 		Test: worker.TestConfig{SkipHeartbeat: func(delivered uint64) bool { return delivered == 1 }}})
-	info, err := b.client.Submit(ctx, scheduler.TaskSpec{ID: "t-two", Type: "twice"})
+	info, err := b.client.Submit(ctx, ax.TaskSpec{ID: "t-two", Type: "twice"})
 	require.NoError(t, err)
 	<-first
 	select {
@@ -249,7 +249,7 @@ func TestDeadLetterKeptWhenDeadWriteFails(t *testing.T) {
 	}, nil))
 	core, logs := observer.New(zapcore.WarnLevel)
 	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL, Logger: zap.New(core)})
-	info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "doomed"})
+	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "doomed"})
 	close(submitted)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return logs.FilterMessage("final_write_failed").Len() > 0 },
@@ -282,7 +282,7 @@ func TestDeadLetterOutageBuriesWithoutRerun(t *testing.T) {
 		return worker.Permanent(errors.New("card declined"))
 	}, nil))
 	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL})
-	info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "doomed"})
+	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "doomed"})
 	require.NoError(t, err)
 
 	burying := func(rec *kv.Record) []kv.Move {
@@ -331,7 +331,7 @@ func TestHugeErrorIsCut(t *testing.T) {
 		return worker.Permanent(errors.New(huge))
 	}, nil))
 	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL})
-	info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "loud"})
+	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "loud"})
 	require.NoError(t, err)
 	rec := b.waitState(t, info.ID, kv.StateDead)
 	require.LessOrEqual(t, len(rec.LastError), kv.MaxErrorLen)
@@ -359,7 +359,7 @@ func TestLostAttemptsAreBuried(t *testing.T) {
 		runs.Add(1)
 		return nil
 	}, nil))
-	info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "crasher", MaxAttempts: 3})
+	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "crasher", MaxAttempts: 3})
 	require.NoError(t, err)
 	// As three takeovers of lost attempts leave it (no worker runs yet).
 	_, _, err = b.store.Transition(ctx, info.ID, kv.StateReady, kv.StateReady,
@@ -391,7 +391,7 @@ func TestProbeJournalsFencedAttempt(t *testing.T) {
 	reg := worker.NewRegistry()
 	require.NoError(t, probe.Register(reg))
 	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL})
-	info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "probe", Payload: []byte(`{"ms":10}`)})
+	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "probe", Payload: []byte(`{"ms":10}`)})
 	require.NoError(t, err)
 	b.waitState(t, info.ID, kv.StateSucceeded)
 	data, err := os.ReadFile(path)
@@ -419,7 +419,7 @@ func TestLostClaimReplyRunsOnce(t *testing.T) {
 	require.NoError(t, reg.Handle("once", func(context.Context, *worker.Task) error { runs.Add(1); return nil }, nil))
 	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL,
 		Test: worker.TestConfig{LoseClaimReply: func(delivered uint64) bool { return delivered == 1 }}})
-	info, err := b.client.Submit(context.Background(), scheduler.TaskSpec{Type: "once", MaxAttempts: 1})
+	info, err := b.client.Submit(context.Background(), ax.TaskSpec{Type: "once", MaxAttempts: 1})
 	require.NoError(t, err)
 	rec := b.waitState(t, info.ID, kv.StateSucceeded)
 	require.Equal(t, 1, rec.Attempt)

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go/jetstream"
@@ -64,7 +64,7 @@ func TestFrozenWorkerIsFenced(t *testing.T) {
 			key = k
 		}
 	}
-	info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "charge", Key: key})
+	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "charge", Key: key})
 	require.NoError(t, err)
 	require.Equal(t, info.ID, <-frozen)
 
@@ -124,7 +124,7 @@ func TestLostMembershipStopsWork(t *testing.T) {
 	}, nil))
 	b.startWorker(t, worker.Config{ID: "A", Registry: reg, MemberTTL: memberTTL})
 	waitMembers(t, b.js, "A")
-	info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "job"})
+	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "job"})
 	require.NoError(t, err)
 	b.waitState(t, info.ID, kv.StateRunning)
 

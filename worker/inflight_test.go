@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
@@ -37,7 +37,7 @@ func TestMemberInFlightFollowsHandlers(t *testing.T) {
 		return members[0].InFlight
 	}
 	for range 3 {
-		_, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "hold"})
+		_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "hold"})
 		require.NoError(t, err)
 	}
 	require.Eventually(t, func() bool { return inFlight() == 3 }, 15*time.Second, 50*time.Millisecond, "in flight: %d", inFlight())

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
@@ -77,7 +77,7 @@ func TestAttackPoolsOverlappingChurn(t *testing.T) {
 	var ids []string
 	for i := range 300 {
 		for _, typ := range []string{"a", "b"} {
-			info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: typ, Tenant: "acme", Priority: scheduler.PriorityOf(i % streams.Priorities),
+			info, err := b.client.Submit(ctx, ax.TaskSpec{Type: typ, Tenant: "acme", Priority: ax.PriorityOf(i % streams.Priorities),
 				ID: fmt.Sprintf("%s-%d", typ, i), Key: fmt.Sprintf("k%d", i)})
 			require.NoError(t, err)
 			ids = append(ids, info.ID)
@@ -135,7 +135,7 @@ func TestAttackPoolsConcurrentFirstWorkers(t *testing.T) {
 	}
 	var ids []string
 	for i := range 50 {
-		info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "fresh", Tenant: "acme", Priority: scheduler.PriorityOf(i % streams.Priorities), Key: fmt.Sprintf("k%d", i)})
+		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "fresh", Tenant: "acme", Priority: ax.PriorityOf(i % streams.Priorities), Key: fmt.Sprintf("k%d", i)})
 		require.NoError(t, err)
 		ids = append(ids, info.ID)
 	}

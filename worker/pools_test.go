@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
@@ -56,7 +56,7 @@ func TestPoolsRouteByType(t *testing.T) {
 	var ids []string
 	submit := func(typ string, n int) {
 		for i := range n {
-			info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: typ, Tenant: "acme", Priority: scheduler.PriorityOf(i % streams.Priorities),
+			info, err := b.client.Submit(ctx, ax.TaskSpec{Type: typ, Tenant: "acme", Priority: ax.PriorityOf(i % streams.Priorities),
 				ID: fmt.Sprintf("%s-%d", typ, i), Key: fmt.Sprintf("k%d", i)})
 			require.NoError(t, err)
 			ids = append(ids, info.ID)

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/assert"
@@ -49,9 +49,9 @@ func TestBufferedPrefetchNeverRunsTwiceAtOnce(t *testing.T) {
 		workers = append(workers, w)
 	}
 
-	tasks := make([]scheduler.TaskSpec, 200) // ~6 per shard: a backlog each worker buffers for seconds
+	tasks := make([]ax.TaskSpec, 200) // ~6 per shard: a backlog each worker buffers for seconds
 	for i := range tasks {
-		tasks[i] = scheduler.TaskSpec{Type: "work", Priority: scheduler.P2}
+		tasks[i] = ax.TaskSpec{Type: "work", Priority: ax.P2}
 	}
 	infos, err := b.client.SubmitBatch(context.Background(), tasks)
 	require.NoError(t, err)
@@ -113,9 +113,9 @@ func TestPrefetchRunsAShardsTasksInParallel(t *testing.T) {
 			}, nil))
 			b.startWorker(t, worker.Config{Registry: reg, Concurrency: 4, PrefetchPerShard: 4, Shards: []int{7}})
 			key := keyOnShard(t, 7)
-			tasks := make([]scheduler.TaskSpec, 8)
+			tasks := make([]ax.TaskSpec, 8)
 			for i := range tasks {
-				tasks[i] = scheduler.TaskSpec{Type: "work", Key: key}
+				tasks[i] = ax.TaskSpec{Type: "work", Key: key}
 			}
 			infos, err := b.client.SubmitBatch(context.Background(), tasks)
 			require.NoError(t, err)

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
@@ -68,13 +68,13 @@ func TestPriorityIsPerWorker(t *testing.T) {
 	keyA, keyB := keyIn(t, shards["wa"]), keyIn(t, shards["wb"])
 
 	// wb's only slot is busy; a P0 task waits in wb's hands.
-	hold, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "hold", Key: keyB, Priority: scheduler.P0})
+	hold, err := b.client.Submit(ctx, ax.TaskSpec{Type: "hold", Key: keyB, Priority: ax.P0})
 	require.NoError(t, err)
 	b.waitState(t, hold.ID, kv.StateRunning)
-	_, err = b.client.Submit(ctx, scheduler.TaskSpec{Type: "job", Key: keyB, Priority: scheduler.P0})
+	_, err = b.client.Submit(ctx, ax.TaskSpec{Type: "job", Key: keyB, Priority: ax.P0})
 	require.NoError(t, err)
 	// wa, with no higher task, starts a P4 task at once.
-	_, err = b.client.Submit(ctx, scheduler.TaskSpec{Type: "job", Key: keyA, Priority: scheduler.P4})
+	_, err = b.client.Submit(ctx, ax.TaskSpec{Type: "job", Key: keyA, Priority: ax.P4})
 	require.NoError(t, err)
 	var low start
 	select {

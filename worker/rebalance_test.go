@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -64,9 +64,9 @@ func TestRebalanceWithoutLoss(t *testing.T) {
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("job", rec.handler, nil))
 
-	tasks := make([]scheduler.TaskSpec, total)
+	tasks := make([]ax.TaskSpec, total)
 	for i := range tasks {
-		tasks[i] = scheduler.TaskSpec{Type: "job", Priority: scheduler.PriorityOf(i % 5)}
+		tasks[i] = ax.TaskSpec{Type: "job", Priority: ax.PriorityOf(i % 5)}
 	}
 	infos, err := b.client.SubmitBatch(ctx, tasks)
 	require.NoError(t, err)
@@ -92,7 +92,7 @@ func TestRebalanceWithoutLoss(t *testing.T) {
 	waitDone(total)
 
 	// Every task SUCCEEDED, exactly once.
-	check := func(info scheduler.TaskInfo) error {
+	check := func(info ax.TaskInfo) error {
 		ctx := context.Background()
 		var r *kv.Record
 		var err error
@@ -117,7 +117,7 @@ func TestRebalanceWithoutLoss(t *testing.T) {
 		return nil
 	}
 	errs := make(chan error, len(infos))
-	next := make(chan scheduler.TaskInfo)
+	next := make(chan ax.TaskInfo)
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {

@@ -148,7 +148,7 @@ func (r *Registry) Only(types ...string) (*Registry, error) {
 }
 
 // Args is the payload of one task type: Kind names the type and the value's
-// JSON form is the payload (the producer's scheduler.Args). Kind is called
+// JSON form is the payload (the producer's ax.Args). Kind is called
 // on the zero value: it must not read the value's fields.
 type Args interface {
 	Kind() string
@@ -156,7 +156,7 @@ type Args interface {
 
 // HandleArgs registers a typed handler for the task type T.Kind(): the
 // payload is decoded as JSON into T, as by [HandleJSON]. The producer
-// submits the same T with scheduler's Client.SubmitJSON, so the type string
+// submits the same T with ax's Client.SubmitJSON, so the type string
 // and the payload's shape are written once.
 func HandleArgs[T Args](r *Registry, fn func(ctx context.Context, task *Task, args T) error, cfg *TypeConfig) error {
 	var zero T

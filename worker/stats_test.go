@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -22,7 +22,7 @@ func TestStatsIsASnapshot(t *testing.T) {
 	w, _ := b.startWorker(t, worker.Config{ID: "A", Registry: reg})
 	before := w.Stats()
 	require.Equal(t, worker.Stats{}, before)
-	info, err := b.client.Submit(context.Background(), scheduler.TaskSpec{Type: "job"})
+	info, err := b.client.Submit(context.Background(), ax.TaskSpec{Type: "job"})
 	require.NoError(t, err)
 	b.waitState(t, info.ID, kv.StateSucceeded)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

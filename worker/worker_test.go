@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/internal/builtin"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 type testBundle struct {
 	srv    *natstest.Server
 	js     jetstream.JetStream
-	client *scheduler.Client
+	client *ax.Client
 	store  *kv.Store
 }
 
@@ -47,7 +47,7 @@ func setupTB(t testing.TB, cfg *streams.Config) *testBundle {
 	srv := natstest.Start(t, natstest.Options{})
 	_, js := srv.Connect()
 	natstest.Provision(t, js, cfg)
-	client, err := scheduler.NewClient(context.Background(), js, nil)
+	client, err := ax.NewClient(context.Background(), js, nil)
 	require.NoError(t, err)
 	return &testBundle{srv: srv, js: js, client: client, store: client.Store()}
 }
@@ -170,9 +170,9 @@ func testStrictPriority(t *testing.T, policy string) {
 		time.Sleep(20 * time.Millisecond)
 		return nil
 	}, nil))
-	backlog := make([]scheduler.TaskSpec, 1000)
+	backlog := make([]ax.TaskSpec, 1000)
 	for i := range backlog {
-		backlog[i] = scheduler.TaskSpec{Type: "job", Priority: scheduler.P4}
+		backlog[i] = ax.TaskSpec{Type: "job", Priority: ax.P4}
 	}
 	_, err := b.client.SubmitBatch(ctx, backlog)
 	require.NoError(t, err)
@@ -181,9 +181,9 @@ func testStrictPriority(t *testing.T, policy string) {
 	b.startWorker(t, worker.Config{Registry: reg, Concurrency: concurrency})
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(starts) >= 20 }, 30*time.Second, 5*time.Millisecond)
 
-	urgent := make([]scheduler.TaskSpec, 10)
+	urgent := make([]ax.TaskSpec, 10)
 	for i := range urgent {
-		urgent[i] = scheduler.TaskSpec{Type: "job", Priority: scheduler.P0}
+		urgent[i] = ax.TaskSpec{Type: "job", Priority: ax.P0}
 	}
 	mu.Lock()
 	before := len(starts)
@@ -237,7 +237,7 @@ func TestRetryBackoff(t *testing.T) {
 	}, &worker.TypeConfig{Backoff: worker.Backoff{Base: base}}))
 	b.startWorker(t, worker.Config{Registry: reg})
 
-	info, err := b.client.Submit(context.Background(), scheduler.TaskSpec{Type: "sleep", Payload: []byte(`{"fail":2}`)})
+	info, err := b.client.Submit(context.Background(), ax.TaskSpec{Type: "sleep", Payload: []byte(`{"fail":2}`)})
 	require.NoError(t, err)
 	rec := b.waitState(t, info.ID, kv.StateSucceeded)
 	require.Equal(t, 3, rec.Attempt)
@@ -272,7 +272,7 @@ func TestTimeoutThenDead(t *testing.T) {
 	}, &worker.TypeConfig{Backoff: worker.Backoff{Base: 10 * time.Millisecond}}))
 	b.startWorker(t, worker.Config{Registry: reg})
 
-	info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "sleep", Tenant: "acme", Payload: []byte(`{"ms":60000}`),
+	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "sleep", Tenant: "acme", Payload: []byte(`{"ms":60000}`),
 		Timeout: 100 * time.Millisecond, MaxAttempts: 2})
 	require.NoError(t, err)
 	rec := b.waitState(t, info.ID, kv.StateDead)
@@ -329,7 +329,7 @@ func TestDeadWorkerTaskIsTakenOver(t *testing.T) {
 	}, nil))
 	_, ncA := b.startWorker(t, worker.Config{ID: "A", Registry: blocked, AckWait: time.Second, GracePeriod: 100 * time.Millisecond})
 
-	info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "job"})
+	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "job"})
 	require.NoError(t, err)
 	require.Equal(t, "A", <-started)
 	ncA.Close() // A dies: no ack, no heartbeat
@@ -382,7 +382,7 @@ func TestMalformedTasksAreDeadLettered(t *testing.T) {
 		require.NoError(t, err, c.name)
 		seqs = append(seqs, ack.Sequence)
 	}
-	good, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "echo", Priority: scheduler.P1})
+	good, err := b.client.Submit(ctx, ax.TaskSpec{Type: "echo", Priority: ax.P1})
 	require.NoError(t, err)
 	b.waitState(t, good.ID, kv.StateSucceeded)
 
@@ -417,7 +417,7 @@ func TestStopPutsRunningTaskBack(t *testing.T) {
 	w, err := worker.New(ctx, js, &worker.Config{ID: "A", Registry: slow, GracePeriod: 200 * time.Millisecond, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
-	info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "job"})
+	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "job"})
 	require.NoError(t, err)
 	<-started
 	require.NoError(t, w.Stop(ctx))
@@ -444,9 +444,9 @@ func TestPermanentAndPanic(t *testing.T) {
 	require.NoError(t, builtin.Register(reg, nil))
 	require.NoError(t, reg.Handle("boom", func(context.Context, *worker.Task) error { panic("kaboom") }, nil))
 	b.startWorker(t, worker.Config{Registry: reg})
-	fail, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "fail", MaxAttempts: 5})
+	fail, err := b.client.Submit(ctx, ax.TaskSpec{Type: "fail", MaxAttempts: 5})
 	require.NoError(t, err)
-	boom, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "boom", MaxAttempts: 5})
+	boom, err := b.client.Submit(ctx, ax.TaskSpec{Type: "boom", MaxAttempts: 5})
 	require.NoError(t, err)
 	rec := b.waitState(t, fail.ID, kv.StateDead)
 	require.Equal(t, 1, rec.Attempt)

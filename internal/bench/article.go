@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 )
@@ -164,7 +164,7 @@ func submitArticle(ctx context.Context, env *run, o Options, a ArticleOptions) (
 	var planned [3]int64
 	const chunk = 5_000
 	for i := 0; i < o.Tasks; i += chunk {
-		batch := make([]scheduler.TaskSpec, min(chunk, o.Tasks-i))
+		batch := make([]ax.TaskSpec, min(chunk, o.Tasks-i))
 		for j := range batch {
 			payload := stamp(make([]byte, max(o.Payload, articlePayload)))
 			switch r := rand.Float64(); {
@@ -176,8 +176,8 @@ func submitArticle(ctx context.Context, env *run, o Options, a ArticleOptions) (
 			planned[payload[8]]++
 			d := time.Duration(float64(100*time.Millisecond+rand.N(1900*time.Millisecond)) * a.TimeScale)
 			binary.LittleEndian.PutUint32(payload[9:], uint32(d.Microseconds()))
-			batch[j] = scheduler.TaskSpec{Type: "article", Tenant: fmt.Sprintf("tenant%02d", (i+j)%a.Tenants),
-				Priority: scheduler.PriorityOf(rand.IntN(streams.Priorities)), MaxAttempts: 3, Payload: payload}
+			batch[j] = ax.TaskSpec{Type: "article", Tenant: fmt.Sprintf("tenant%02d", (i+j)%a.Tenants),
+				Priority: ax.PriorityOf(rand.IntN(streams.Priorities)), MaxAttempts: 3, Payload: payload}
 		}
 		if _, err := env.client.SubmitBatch(ctx, batch); err != nil {
 			return planned, fmt.Errorf("article submit: %w", err)

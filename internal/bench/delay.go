@@ -8,7 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/leader"
 	"github.com/ax-mesh/ax/streams"
 	"go.uber.org/zap"
 )
@@ -23,7 +24,7 @@ func Delay(ctx context.Context, o Options, window time.Duration) (*Result, error
 		return nil, err
 	}
 	defer e.close()
-	l, err := scheduler.NewLeader(ctx, e.js, &scheduler.LeaderConfig{Names: e.names, Logger: zap.NewNop(), AgingThreshold: -1})
+	l, err := leader.New(ctx, e.js, &leader.Config{Names: e.names, Logger: zap.NewNop(), AgingThreshold: -1})
 	if err != nil {
 		return nil, err
 	}
@@ -31,7 +32,7 @@ func Delay(ctx context.Context, o Options, window time.Duration) (*Result, error
 	var lwg sync.WaitGroup
 	lwg.Go(func() { _ = l.Run(lctx) })
 	defer func() { stopLeader(); lwg.Wait() }()
-	client, err := scheduler.NewClient(ctx, e.js, &scheduler.Config{Names: e.names})
+	client, err := ax.NewClient(ctx, e.js, &ax.Config{Names: e.names})
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +46,7 @@ func Delay(ctx context.Context, o Options, window time.Duration) (*Result, error
 		wg.Go(func() {
 			for i := s; i < o.Tasks; i += 8 {
 				runAt := first.Add(rand.N(window - lead))
-				if _, err := client.Submit(ctx, scheduler.TaskSpec{Type: "noop", Priority: scheduler.P1, RunAt: runAt}); err != nil {
+				if _, err := client.Submit(ctx, ax.TaskSpec{Type: "noop", Priority: ax.P1, RunAt: runAt}); err != nil {
 					errs <- err
 					return
 				}

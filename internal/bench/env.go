@@ -12,9 +12,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/internal/embedded"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
@@ -150,7 +150,7 @@ func (e *env) usage() usage {
 // run is a scenario's ax: its environment, a submit client and the workers.
 type run struct {
 	*env
-	client  *scheduler.Client
+	client  *ax.Client
 	workers []*worker.Worker
 }
 
@@ -164,7 +164,7 @@ func newRun(ctx context.Context, o Options) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := scheduler.NewClient(ctx, e.js, &scheduler.Config{Names: e.names})
+	client, err := ax.NewClient(ctx, e.js, &ax.Config{Names: e.names})
 	if err != nil {
 		e.close()
 		return nil, err

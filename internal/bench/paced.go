@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/worker"
 )
 
@@ -25,8 +25,8 @@ func Latency(ctx context.Context, o Options, rate int, duration time.Duration) (
 	total := int(float64(rate) * duration.Seconds())
 	bar := startProgress(o.Progress, "latency", total, done.load)
 	before, start := r.usage(), time.Now()
-	if err := pace(ctx, r.client, rate, total, func(int) scheduler.TaskSpec {
-		return scheduler.TaskSpec{Type: "noop", Priority: scheduler.P2, Payload: stamp(make([]byte, o.Payload))}
+	if err := pace(ctx, r.client, rate, total, func(int) ax.TaskSpec {
+		return ax.TaskSpec{Type: "noop", Priority: ax.P2, Payload: stamp(make([]byte, o.Payload))}
 	}); err != nil {
 		return nil, err
 	}
@@ -55,9 +55,9 @@ func Priority(ctx context.Context, o Options, backlog, rate int, duration time.D
 	bar := startProgress(o.Progress, "backlog", backlog, filled.load)
 	const chunk = 5_000
 	for i := 0; i < backlog; i += chunk {
-		tasks := make([]scheduler.TaskSpec, min(chunk, backlog-i))
+		tasks := make([]ax.TaskSpec, min(chunk, backlog-i))
 		for j := range tasks {
-			tasks[j] = scheduler.TaskSpec{Type: "noop", Priority: scheduler.P4, Payload: make([]byte, o.Payload)}
+			tasks[j] = ax.TaskSpec{Type: "noop", Priority: ax.P4, Payload: make([]byte, o.Payload)}
 		}
 		if _, err := r.client.SubmitBatch(ctx, tasks); err != nil {
 			return nil, fmt.Errorf("priority backlog: %w", err)
@@ -82,8 +82,8 @@ func Priority(ctx context.Context, o Options, backlog, rate int, duration time.D
 	total := int(float64(rate) * duration.Seconds())
 	bar = startProgress(o.Progress, "P0 tasks", total, urgentDone.load)
 	before, start := r.usage(), time.Now()
-	if err := pace(ctx, r.client, rate, total, func(int) scheduler.TaskSpec {
-		return scheduler.TaskSpec{Type: "noop", Priority: scheduler.P0, Payload: stamp(make([]byte, o.Payload))}
+	if err := pace(ctx, r.client, rate, total, func(int) ax.TaskSpec {
+		return ax.TaskSpec{Type: "noop", Priority: ax.P0, Payload: stamp(make([]byte, o.Payload))}
 	}); err != nil {
 		return nil, err
 	}
@@ -103,7 +103,7 @@ func Priority(ctx context.Context, o Options, backlog, rate int, duration time.D
 
 // pace submits total tasks at rate per second, in small batches every
 // millisecond tick, catching up when it falls behind.
-func pace(ctx context.Context, client *scheduler.Client, rate, total int, task func(i int) scheduler.TaskSpec) error {
+func pace(ctx context.Context, client *ax.Client, rate, total int, task func(i int) ax.TaskSpec) error {
 	start := time.Now()
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
@@ -118,7 +118,7 @@ func pace(ctx context.Context, client *scheduler.Client, rate, total int, task f
 		if due <= sent {
 			continue
 		}
-		batch := make([]scheduler.TaskSpec, 0, due-sent)
+		batch := make([]ax.TaskSpec, 0, due-sent)
 		for i := sent; i < due; i++ {
 			batch = append(batch, task(i))
 		}

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -120,11 +120,11 @@ func Throughput(ctx context.Context, o Options) (*Result, error) {
 	bar := startProgress(o.Progress, "throughput", o.Tasks, done.load)
 	before, start := r.usage(), time.Now()
 	const chunk = 5_000
-	tasks := make([]scheduler.TaskSpec, 0, chunk)
+	tasks := make([]ax.TaskSpec, 0, chunk)
 	for i := 0; i < o.Tasks; i += chunk {
 		tasks = tasks[:0]
 		for range min(chunk, o.Tasks-i) {
-			tasks = append(tasks, scheduler.TaskSpec{Type: "noop", Priority: scheduler.P2, Payload: stamp(make([]byte, o.Payload))})
+			tasks = append(tasks, ax.TaskSpec{Type: "noop", Priority: ax.P2, Payload: stamp(make([]byte, o.Payload))})
 		}
 		if _, err := r.client.SubmitBatch(ctx, tasks); err != nil {
 			return nil, fmt.Errorf("throughput submit: %w", err)

@@ -5,7 +5,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,7 +14,7 @@ import (
 
 func addCron(root *cobra.Command, e *env) {
 	group := &cobra.Command{Use: "cron", Short: "Manage periodic tasks (the leader submits one task per scheduled time)"}
-	var t scheduler.TaskSpec
+	var t ax.TaskSpec
 	var payload, priority string
 	add := &cobra.Command{
 		Use:   "add NAME SPEC",
@@ -31,13 +31,13 @@ cron-<NAME>-<unix seconds>, across leader changes.`,
 			if err != nil {
 				return err
 			}
-			t.Priority, t.Payload = scheduler.PriorityOf(p), []byte(payload)
+			t.Priority, t.Payload = ax.PriorityOf(p), []byte(payload)
 			client, done, err := e.client(cmd, "ax cron")
 			if err != nil {
 				return err
 			}
 			defer done()
-			job, err := client.AddCron(cmd.Context(), scheduler.CronJob{Name: args[0], Spec: args[1], Task: t})
+			job, err := client.AddCron(cmd.Context(), ax.CronJob{Name: args[0], Spec: args[1], Task: t})
 			if err != nil {
 				return err
 			}
@@ -51,8 +51,8 @@ cron-<NAME>-<unix seconds>, across leader changes.`,
 	f := add.Flags()
 	f.StringVar(&t.Type, "type", "", "task type (handler name); required")
 	f.StringVar(&payload, "payload", "", "task payload")
-	f.StringVarP(&priority, "priority", "p", string(scheduler.DefaultPriority), "priority p0 (highest) .. p4")
-	f.StringVar(&t.Tenant, "tenant", scheduler.DefaultTenant, "tenant")
+	f.StringVarP(&priority, "priority", "p", string(ax.DefaultPriority), "priority p0 (highest) .. p4")
+	f.StringVar(&t.Tenant, "tenant", ax.DefaultTenant, "tenant")
 	f.DurationVar(&t.Timeout, "timeout", 0, "timeout of one attempt (default: the worker's)")
 	f.IntVar(&t.MaxAttempts, "max-attempts", 0, "attempts before a task is dead (default: the worker's)")
 	f.BoolVar(&t.Core, "core", false, "core tasks, published on ax.core.p<N>.… (needs that permission): accepted while the bucket refuses others")
@@ -83,7 +83,7 @@ cron-<NAME>-<unix seconds>, across leader changes.`,
 					last = j.Last.Format(time.RFC3339)
 				}
 				level, _ := j.Task.Priority.Level()
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Spec, j.Task.Type, scheduler.PriorityOf(level), last, j.Next.Format(time.RFC3339))
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Spec, j.Task.Type, ax.PriorityOf(level), last, j.Next.Format(time.RFC3339))
 			}
 			return w.Flush()
 		},
@@ -111,12 +111,12 @@ cron-<NAME>-<unix seconds>, across leader changes.`,
 
 // client connects and returns a scheduler client and a function that
 // closes both.
-func (e *env) client(cmd *cobra.Command, name string) (*scheduler.Client, func(), error) {
+func (e *env) client(cmd *cobra.Command, name string) (*ax.Client, func(), error) {
 	nc, js, names, err := e.session(name)
 	if err != nil {
 		return nil, nil, err
 	}
-	client, err := scheduler.NewClient(cmd.Context(), js, &scheduler.Config{Names: names})
+	client, err := ax.NewClient(cmd.Context(), js, &ax.Config{Names: names})
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/dashboard"
 	"github.com/ax-mesh/ax/internal/demo"
 	"github.com/ax-mesh/ax/internal/embedded"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/metrics"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -147,7 +147,7 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 	fmt.Fprintf(e.errOut, "%d workers x %d slots running; try: ax task get <id> --server %s\n", len(ws), f.wf.concurrency, srv.ClientURL())
 
 	if f.demo > 0 {
-		client, err := scheduler.NewClient(ctx, js, &scheduler.Config{Names: names})
+		client, err := ax.NewClient(ctx, js, &ax.Config{Names: names})
 		if err != nil {
 			return err
 		}

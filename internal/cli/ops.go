@@ -9,14 +9,15 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/spf13/cobra"
 )
 
 // addOps adds the operator commands on many tasks: tasks, dlq, stats, workers.
 func addOps(root *cobra.Command, e *env) {
-	var batch scheduler.BatchCancelRequest
+	var batch admin.BatchCancelRequest
 	var states []string
 	tasks := &cobra.Command{Use: "tasks", Short: "Act on many tasks at once"}
 	cancel := &cobra.Command{
@@ -28,7 +29,7 @@ func addOps(root *cobra.Command, e *env) {
 			for _, s := range states {
 				batch.States = append(batch.States, kv.State(strings.ToUpper(s)))
 			}
-			reply, err := admin(cmd.Context(), e, scheduler.VerbTasksCancel, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.BatchCancelReply, error) {
+			reply, err := callAdmin(cmd.Context(), e, admin.VerbTasksCancel, func(ctx context.Context, api *admin.Client) (*admin.BatchCancelReply, error) {
 				return api.CancelMatching(ctx, batch)
 			})
 			if err != nil {
@@ -60,13 +61,13 @@ func addOps(root *cobra.Command, e *env) {
 
 func dlqCommand(e *env) *cobra.Command {
 	dlq := &cobra.Command{Use: "dlq", Short: "List and replay dead letters"}
-	var list scheduler.DLQListRequest
+	var list admin.DLQListRequest
 	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List dead letters, oldest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			reply, err := admin(cmd.Context(), e, scheduler.VerbDLQList, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.DLQListReply, error) {
+			reply, err := callAdmin(cmd.Context(), e, admin.VerbDLQList, func(ctx context.Context, api *admin.Client) (*admin.DLQListReply, error) {
 				return api.ListDLQ(ctx, list)
 			})
 			if err != nil {
@@ -87,8 +88,8 @@ func dlqCommand(e *env) *cobra.Command {
 	}
 	ls.Flags().StringVar(&list.Type, "type", "", "task type")
 	ls.Flags().StringVar(&list.Tenant, "tenant", "", "tenant")
-	ls.Flags().IntVar(&list.Limit, "limit", scheduler.DefaultDLQLimit, "letters to list")
-	var replay scheduler.DLQReplayRequest
+	ls.Flags().IntVar(&list.Limit, "limit", admin.DefaultDLQLimit, "letters to list")
+	var replay admin.DLQReplayRequest
 	rp := &cobra.Command{
 		Use:   "replay [ID]",
 		Short: "Put DEAD tasks back as READY: one by id, or those matching --type/--tenant up to --limit",
@@ -97,7 +98,7 @@ func dlqCommand(e *env) *cobra.Command {
 			if len(args) == 1 {
 				replay.ID = args[0]
 			}
-			reply, err := admin(cmd.Context(), e, scheduler.VerbDLQReplay, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.DLQReplayReply, error) {
+			reply, err := callAdmin(cmd.Context(), e, admin.VerbDLQReplay, func(ctx context.Context, api *admin.Client) (*admin.DLQReplayReply, error) {
 				return api.Replay(ctx, replay)
 			})
 			if err != nil {
@@ -119,20 +120,20 @@ func dlqCommand(e *env) *cobra.Command {
 	}
 	rp.Flags().StringVar(&replay.Type, "type", "", "task type")
 	rp.Flags().StringVar(&replay.Tenant, "tenant", "", "tenant")
-	rp.Flags().IntVar(&replay.Limit, "limit", scheduler.DefaultDLQLimit, "most tasks to replay")
+	rp.Flags().IntVar(&replay.Limit, "limit", admin.DefaultDLQLimit, "most tasks to replay")
 	rp.Flags().BoolVar(&replay.DryRun, "dry-run", false, "say what would be replayed, replay nothing")
 	dlq.AddCommand(ls, rp)
 	return dlq
 }
 
 func statsCommand(e *env) *cobra.Command {
-	var req scheduler.StatsRequest
+	var req admin.StatsRequest
 	cmd := &cobra.Command{
 		Use:   "stats",
 		Short: "Per bucket and per task type: depth, in flight, rates, p50/p99 run time and the timeout they recommend",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			reply, err := admin(cmd.Context(), e, scheduler.VerbStats, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.StatsReply, error) {
+			reply, err := callAdmin(cmd.Context(), e, admin.VerbStats, func(ctx context.Context, api *admin.Client) (*admin.StatsReply, error) {
 				return api.Stats(ctx, req)
 			})
 			if err != nil {
@@ -182,7 +183,7 @@ func statsCommand(e *env) *cobra.Command {
 }
 
 // printUnreadable names the task records a scan could not decode.
-func printUnreadable(e *env, u *scheduler.Unreadable) {
+func printUnreadable(e *env, u *admin.Unreadable) {
 	if u == nil {
 		return
 	}
@@ -194,7 +195,7 @@ func printUnreadable(e *env, u *scheduler.Unreadable) {
 }
 
 // printReconciler prints the leader reconciler's counts of lost tasks.
-func printReconciler(e *env, r *scheduler.ReconcilerReport) {
+func printReconciler(e *env, r *ax.ReconcilerReport) {
 	if r == nil {
 		fmt.Fprintln(e.out, "reconciler: no report yet (no leader has run it)")
 		return
@@ -223,7 +224,7 @@ func workersCommand(e *env) *cobra.Command {
 		Short: "List the live workers of the mesh: their shards and in-flight tasks",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			reply, err := admin(cmd.Context(), e, scheduler.VerbWorkers, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.WorkersReply, error) {
+			reply, err := callAdmin(cmd.Context(), e, admin.VerbWorkers, func(ctx context.Context, api *admin.Client) (*admin.WorkersReply, error) {
 				return api.Workers(ctx)
 			})
 			if err != nil {

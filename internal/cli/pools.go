@@ -8,7 +8,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
 	"github.com/spf13/cobra"
 )
 
@@ -41,7 +42,7 @@ included. Without arguments, lists the deadlines. DURATION 0 removes the type's 
 					return fmt.Errorf("DURATION %q: %w (e.g. 90s, 30m, 24h; 0 removes)", args[1], err)
 				}
 			}
-			reply, err := admin(cmd.Context(), e, scheduler.VerbUnservedDeadline, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.UnservedDeadlines, error) {
+			reply, err := callAdmin(cmd.Context(), e, admin.VerbUnservedDeadline, func(ctx context.Context, api *admin.Client) (*ax.UnservedDeadlines, error) {
 				if len(args) == 0 {
 					return api.UnservedDeadlines(ctx)
 				}
@@ -60,14 +61,14 @@ included. Without arguments, lists the deadlines. DURATION 0 removes the type's 
 	root.AddCommand(pools)
 }
 
-func printDeadlines(out io.Writer, table *scheduler.UnservedDeadlines) {
+func printDeadlines(out io.Writer, table *ax.UnservedDeadlines) {
 	if len(table.Deadlines) == 0 {
 		fmt.Fprintln(out, "no deadlines: tasks of an unserved type wait until a worker serves it")
 		return
 	}
 	for _, t := range slices.Sorted(maps.Keys(table.Deadlines)) {
 		name := t
-		if t == scheduler.AnyUnservedType {
+		if t == ax.AnyUnservedType {
 			name = "* (every type without its own)"
 		}
 		fmt.Fprintf(out, "%s: dead-lettered after %s unserved\n", name, time.Duration(table.Deadlines[t]))

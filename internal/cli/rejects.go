@@ -8,12 +8,13 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
 	"github.com/spf13/cobra"
 )
 
 func rejectsCommand(e *env) *cobra.Command {
-	var req scheduler.RejectsSampleRequest
+	var req admin.RejectsSampleRequest
 	cmd := &cobra.Command{
 		Use:   "rejects",
 		Short: "Sample the submit subjects for a while and list the messages no priority bucket stores",
@@ -31,7 +32,7 @@ most 20s) and lists what no bucket captured, with the leader's watch report.
 While it runs, every valid submit is delivered once more, to the sample.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			reply, err := admin(cmd.Context(), e, scheduler.VerbRejectsSample, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.RejectsSampleReply, error) {
+			reply, err := callAdmin(cmd.Context(), e, admin.VerbRejectsSample, func(ctx context.Context, api *admin.Client) (*admin.RejectsSampleReply, error) {
 				return api.SampleRejects(ctx, req)
 			})
 			if err != nil {
@@ -66,7 +67,7 @@ While it runs, every valid submit is delivered once more, to the sample.`,
 }
 
 // printRejects prints the leader watch's counts of mistyped submits.
-func printRejects(e *env, r *scheduler.RejectsReport) {
+func printRejects(e *env, r *ax.RejectsReport) {
 	if r == nil {
 		fmt.Fprintln(e.out, "rejected submits: no report yet (no leader has run the watch)")
 		return

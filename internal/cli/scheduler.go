@@ -6,9 +6,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/leader"
 	"github.com/ax-mesh/ax/metrics"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -32,8 +33,8 @@ func (f *leaderFlags) add(cmd *cobra.Command, withAckWait bool) {
 	fs := cmd.Flags()
 	fs.StringVar(&f.id, "scheduler-id", "", "id of this scheduler in the leader lease (default: <hostname>-<random>)")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", kv.DefaultLeaseTTL, "TTL of the leader lease (whole seconds); a new leader takes over within it")
-	fs.DurationVar(&f.agingThreshold, "aging-threshold", scheduler.DefaultAgingThreshold, "lift a task waiting this long one priority level (-1ns: off)")
-	def := scheduler.DefaultPressureThresholds()
+	fs.DurationVar(&f.agingThreshold, "aging-threshold", leader.DefaultAgingThreshold, "lift a task waiting this long one priority level (-1ns: off)")
+	def := ax.DefaultPressureThresholds()
 	fs.Float64Var(&f.alert, "pressure-alert", def.Alert, "bucket depth that raises an alert, and below which a refusing bucket admits non-core tasks again")
 	fs.Float64Var(&f.refuse, "pressure-refuse", def.Refuse, "bucket depth from which the server refuses non-core tasks (until the depth is below --pressure-alert)")
 	fs.Float64Var(&f.pause, "pressure-pause", def.Pause, "bucket depth at which P3/P4 dispatch pauses")
@@ -44,14 +45,14 @@ func (f *leaderFlags) add(cmd *cobra.Command, withAckWait bool) {
 	}
 }
 
-func (f *leaderFlags) config(names streams.Names, ackWait time.Duration, log *zap.Logger) *scheduler.LeaderConfig {
+func (f *leaderFlags) config(names streams.Names, ackWait time.Duration, log *zap.Logger) *leader.Config {
 	aging := f.agingThreshold
 	if aging < 0 {
 		aging = -1
 	}
-	return &scheduler.LeaderConfig{
+	return &leader.Config{
 		Names: names, ID: f.id, LeaseTTL: f.leaseTTL, AgingThreshold: aging,
-		Pressure: scheduler.PressureThresholds{Alert: f.alert, Refuse: f.refuse, Pause: f.pause, Resume: f.resume},
+		Pressure: ax.PressureThresholds{Alert: f.alert, Refuse: f.refuse, Pause: f.pause, Resume: f.resume},
 		AckWait:  ackWait, SweepInterval: f.sweepEvery, Logger: log,
 	}
 }
@@ -83,7 +84,7 @@ Prometheus metrics.`,
 			defer func() { _ = admin.Stop(context.WithoutCancel(ctx)) }()
 			cfg := f.config(d.names, f.ackWait, d.log)
 			observeLeader(cfg, d.metrics)
-			l, err := scheduler.NewLeader(ctx, d.js, cfg)
+			l, err := leader.New(ctx, d.js, cfg)
 			if err != nil {
 				return err
 			}
@@ -102,23 +103,23 @@ Prometheus metrics.`,
 // observeLeader feeds the leader's pressure reports to m (the highest
 // bucket level; only the leader reports) and counts its reconciler's repairs
 // and the mistyped submits its watch saw.
-func observeLeader(cfg *scheduler.LeaderConfig, m *metrics.Metrics) {
+func observeLeader(cfg *leader.Config, m *metrics.Metrics) {
 	if m == nil {
 		return
 	}
-	cfg.OnPressure = func(p scheduler.Pressure) {
+	cfg.OnPressure = func(p ax.Pressure) {
 		level := 0
 		for _, b := range p.Buckets {
 			level = max(level, int(b.Level))
 		}
 		m.SetPressure(level)
 	}
-	cfg.OnRepair = func(r scheduler.Repair) { m.Repaired(string(r.State), r.Action) }
-	cfg.OnReject = func(r scheduler.RejectedSubmit) { m.RejectedSubmit(r.Reason) }
+	cfg.OnRepair = func(r ax.Repair) { m.Repaired(string(r.State), r.Action) }
+	cfg.OnReject = func(r ax.RejectedSubmit) { m.RejectedSubmit(r.Reason) }
 }
 
 // reportLeading sets the leader gauge of m from l every second until ctx ends.
-func reportLeading(ctx context.Context, l *scheduler.Leader, m *metrics.Metrics) {
+func reportLeading(ctx context.Context, l *leader.Leader, m *metrics.Metrics) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -134,8 +135,8 @@ func reportLeading(ctx context.Context, l *scheduler.Leader, m *metrics.Metrics)
 
 // startLeader runs a leader contender in the background; the returned
 // function stops it and waits.
-func startLeader(ctx context.Context, js jetstream.JetStream, cfg *scheduler.LeaderConfig, m *metrics.Metrics) (func(), error) {
-	l, err := scheduler.NewLeader(ctx, js, cfg)
+func startLeader(ctx context.Context, js jetstream.JetStream, cfg *leader.Config, m *metrics.Metrics) (func(), error) {
+	l, err := leader.New(ctx, js, cfg)
 	if err != nil {
 		return nil, err
 	}

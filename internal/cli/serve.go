@@ -7,8 +7,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/metrics"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,15 +36,15 @@ func (e *env) startMetrics(ctx context.Context, addr string, m *metrics.Metrics,
 }
 
 // startAdmin starts the management API on js.
-func startAdmin(ctx context.Context, js jetstream.JetStream, names streams.Names, log *zap.Logger) (*scheduler.Admin, error) {
-	admin, err := scheduler.NewAdmin(ctx, js, &scheduler.AdminConfig{Names: names, Version: Version, Logger: log})
+func startAdmin(ctx context.Context, js jetstream.JetStream, names streams.Names, log *zap.Logger) (*admin.Service, error) {
+	svc, err := admin.New(ctx, js, &admin.Config{Names: names, Version: Version, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	if err := admin.Start(ctx); err != nil {
+	if err := svc.Start(ctx); err != nil {
 		return nil, err
 	}
-	return admin, nil
+	return svc, nil
 }
 
 // daemon is what a long-running command (ax worker, ax scheduler) holds: a

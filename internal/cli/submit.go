@@ -6,12 +6,12 @@ import (
 	"os"
 	"time"
 
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax"
 	"github.com/spf13/cobra"
 )
 
 func addSubmit(root *cobra.Command, e *env) {
-	var t scheduler.TaskSpec
+	var t ax.TaskSpec
 	var payload, payloadFile string
 	var priority string
 	var deadline string
@@ -40,7 +40,7 @@ func addSubmit(root *cobra.Command, e *env) {
 			if err != nil {
 				return err
 			}
-			t.Priority = scheduler.PriorityOf(p)
+			t.Priority = ax.PriorityOf(p)
 			if deadline != "" {
 				d, err := time.Parse(time.RFC3339, deadline)
 				if err != nil {
@@ -64,7 +64,7 @@ func addSubmit(root *cobra.Command, e *env) {
 			if err != nil {
 				return err
 			}
-			client, err := scheduler.NewClient(cmd.Context(), js, &scheduler.Config{Names: names})
+			client, err := ax.NewClient(cmd.Context(), js, &ax.Config{Names: names})
 			if err != nil {
 				return err
 			}
@@ -87,8 +87,8 @@ func addSubmit(root *cobra.Command, e *env) {
 	f.StringVar(&t.ID, "id", "", "task id (default: a new nuid)")
 	f.StringVar(&payload, "payload", "", "task payload")
 	f.StringVar(&payloadFile, "payload-file", "", `read the payload from this file ("-": standard input), for payloads beyond a command line's limit`)
-	f.StringVarP(&priority, "priority", "p", string(scheduler.DefaultPriority), "priority p0 (highest) .. p4")
-	f.StringVar(&t.Tenant, "tenant", scheduler.DefaultTenant, "tenant")
+	f.StringVarP(&priority, "priority", "p", string(ax.DefaultPriority), "priority p0 (highest) .. p4")
+	f.StringVar(&t.Tenant, "tenant", ax.DefaultTenant, "tenant")
 	f.StringVar(&t.Key, "key", "", "partition key (default: the task id)")
 	f.DurationVar(&t.Timeout, "timeout", 0, "timeout of one attempt (default: the worker's)")
 	f.IntVar(&t.MaxAttempts, "max-attempts", 0, "attempts before the task is dead (default: the worker's)")

@@ -11,8 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/spf13/cobra"
 )
@@ -24,7 +24,7 @@ func addTask(root *cobra.Command, e *env) {
 		Short: "Show a task's record",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			reply, err := admin(cmd.Context(), e, scheduler.VerbTaskGet, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.TaskReply, error) {
+			reply, err := callAdmin(cmd.Context(), e, admin.VerbTaskGet, func(ctx context.Context, api *admin.Client) (*admin.TaskReply, error) {
 				return api.Get(ctx, args[0])
 			})
 			if err != nil {
@@ -41,7 +41,7 @@ func addTask(root *cobra.Command, e *env) {
 		Short: "Show every state change of a task",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			reply, err := admin(cmd.Context(), e, scheduler.VerbTaskTrail, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.TrailReply, error) {
+			reply, err := callAdmin(cmd.Context(), e, admin.VerbTaskTrail, func(ctx context.Context, api *admin.Client) (*admin.TrailReply, error) {
 				return api.Trail(ctx, args[0])
 			})
 			if err != nil {
@@ -54,16 +54,16 @@ func addTask(root *cobra.Command, e *env) {
 			return nil
 		},
 	})
-	resume := func(api *scheduler.AdminClient, ctx context.Context, req scheduler.TaskRequest) (*scheduler.TaskReply, error) {
+	resume := func(api *admin.Client, ctx context.Context, req admin.TaskRequest) (*admin.TaskReply, error) {
 		return api.Resume(ctx, req.ID)
 	}
 	for _, a := range []struct {
 		verb, use, short string
-		do               func(*scheduler.AdminClient, context.Context, scheduler.TaskRequest) (*scheduler.TaskReply, error)
+		do               func(*admin.Client, context.Context, admin.TaskRequest) (*admin.TaskReply, error)
 	}{
-		{scheduler.VerbTaskCancel, "cancel ID", "Cancel a task: it never starts, or its running handler's context is cancelled; never retried", (*scheduler.AdminClient).Cancel},
-		{scheduler.VerbTaskPause, "pause ID", "Hold a waiting task (PENDING, READY, RETRYING) with its payload until resumed", (*scheduler.AdminClient).Pause},
-		{scheduler.VerbTaskResume, "resume ID", "Put a PAUSED task back in its bucket", resume},
+		{admin.VerbTaskCancel, "cancel ID", "Cancel a task: it never starts, or its running handler's context is cancelled; never retried", (*admin.Client).Cancel},
+		{admin.VerbTaskPause, "pause ID", "Hold a waiting task (PENDING, READY, RETRYING) with its payload until resumed", (*admin.Client).Pause},
+		{admin.VerbTaskResume, "resume ID", "Put a PAUSED task back in its bucket", resume},
 	} {
 		var unseen bool
 		cmd := &cobra.Command{
@@ -71,8 +71,8 @@ func addTask(root *cobra.Command, e *env) {
 			Short: a.short,
 			Args:  cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				reply, err := admin(cmd.Context(), e, a.verb, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.TaskReply, error) {
-					return a.do(api, ctx, scheduler.TaskRequest{ID: args[0], Unseen: unseen})
+				reply, err := callAdmin(cmd.Context(), e, a.verb, func(ctx context.Context, api *admin.Client) (*admin.TaskReply, error) {
+					return a.do(api, ctx, admin.TaskRequest{ID: args[0], Unseen: unseen})
 				})
 				if err != nil {
 					return err
@@ -80,7 +80,7 @@ func addTask(root *cobra.Command, e *env) {
 				return e.printAction(reply)
 			},
 		}
-		if a.verb != scheduler.VerbTaskResume {
+		if a.verb != admin.VerbTaskResume {
 			cmd.Flags().BoolVar(&unseen, "unseen", false, "the task was published but no worker has seen it: write its record first")
 		}
 		task.AddCommand(cmd)
@@ -94,7 +94,7 @@ func addTask(root *cobra.Command, e *env) {
 			if err != nil {
 				return err
 			}
-			reply, err := admin(cmd.Context(), e, scheduler.VerbTaskReprioritize, func(ctx context.Context, api *scheduler.AdminClient) (*scheduler.TaskReply, error) {
+			reply, err := callAdmin(cmd.Context(), e, admin.VerbTaskReprioritize, func(ctx context.Context, api *admin.Client) (*admin.TaskReply, error) {
 				return api.Reprioritize(ctx, args[0], p)
 			})
 			if err != nil {
@@ -117,9 +117,9 @@ func parsePriority(s string) (int, error) {
 // adminCallTimeout bounds one management API call of the CLI.
 const adminCallTimeout = 60 * time.Second
 
-// admin makes one management API call (verb names the connection) with the
+// callAdmin makes one management API call (verb names the connection) with the
 // connection flags: do gets a client of the deployment and a context bounded by [adminCallTimeout].
-func admin[R any](ctx context.Context, e *env, verb string, do func(context.Context, *scheduler.AdminClient) (*R, error)) (*R, error) {
+func callAdmin[R any](ctx context.Context, e *env, verb string, do func(context.Context, *admin.Client) (*R, error)) (*R, error) {
 	names, err := e.names()
 	if err != nil {
 		return nil, err
@@ -131,10 +131,10 @@ func admin[R any](ctx context.Context, e *env, verb string, do func(context.Cont
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(ctx, adminCallTimeout)
 	defer cancel()
-	return do(ctx, scheduler.NewAdminClient(nc, names))
+	return do(ctx, admin.NewClient(nc, names))
 }
 
-func (e *env) printAction(reply *scheduler.TaskReply) error {
+func (e *env) printAction(reply *admin.TaskReply) error {
 	if e.jsonOut {
 		return writeJSON(e.out, reply)
 	}

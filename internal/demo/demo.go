@@ -9,7 +9,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/worker"
 )
 
@@ -45,12 +45,12 @@ func (s *Summary) Print(w io.Writer) {
 // Run submits a mixed load of built-in "sleep" and "fail" tasks (5 % fail
 // once, 0.5 % fail for good) over three tenants and all priorities, and
 // waits until the workers have settled every one.
-func Run(ctx context.Context, client *scheduler.Client, ws []*worker.Worker, o Options) (*Summary, error) {
+func Run(ctx context.Context, client *ax.Client, ws []*worker.Worker, o Options) (*Summary, error) {
 	base := totals(ws)
-	tasks := make([]scheduler.TaskSpec, o.Tasks)
+	tasks := make([]ax.TaskSpec, o.Tasks)
 	tenants := []string{"acme", "globex", "initech"}
 	for i := range tasks {
-		t := scheduler.TaskSpec{Type: "sleep", Tenant: tenants[i%len(tenants)], Priority: scheduler.PriorityOf(rand.IntN(5))}
+		t := ax.TaskSpec{Type: "sleep", Tenant: tenants[i%len(tenants)], Priority: ax.PriorityOf(rand.IntN(5))}
 		fail := 0
 		switch r := rand.Float64(); {
 		case r < 0.005:
@@ -97,7 +97,7 @@ func Run(ctx context.Context, client *scheduler.Client, ws []*worker.Worker, o O
 }
 
 // latencies reads enqueue-to-first-start times from the records' trails.
-func latencies(ctx context.Context, client *scheduler.Client, infos []scheduler.TaskInfo) []time.Duration {
+func latencies(ctx context.Context, client *ax.Client, infos []ax.TaskInfo) []time.Duration {
 	var out []time.Duration
 	for _, info := range infos {
 		rec, _, err := client.Store().Get(ctx, info.ID)

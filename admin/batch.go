@@ -1,0 +1,152 @@
+package admin
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+func (a *Service) tasksCancel(ctx context.Context, data []byte) (any, error) {
+	var req BatchCancelRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	if req.Type == "" && req.Tenant == "" && len(req.States) == 0 {
+		return nil, badRequest(`tasks.cancel needs a filter: at least one of "type", "tenant", "states"`)
+	}
+	if err := req.Filter.validate(); err != nil {
+		return nil, err
+	}
+	for _, s := range req.States {
+		if !kv.CanTransition(s, kv.StateCancelled) {
+			return nil, badRequest("state %s cannot be cancelled; filter on states that can: PENDING, READY, RUNNING, RETRYING, PAUSED", s)
+		}
+	}
+	reply := &BatchCancelReply{DryRun: req.DryRun, IDs: []string{}}
+	var matched []string
+	var err error
+	reply.Unreadable, err = a.scan(ctx, func(rec *kv.Record) {
+		if kv.CanTransition(rec.State, kv.StateCancelled) && req.Filter.matches(rec) {
+			matched = append(matched, rec.ID)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(req.States) == 0 || slices.Contains(req.States, kv.StateReady) {
+		// Tasks published raw that no worker has taken yet have no record:
+		// find them in their buckets (an unseen task counts as READY).
+		unseen, err := a.unseen(ctx, req.Filter)
+		if err != nil {
+			return nil, err
+		}
+		matched = append(matched, unseen...)
+	}
+	slices.Sort(matched)
+	matched = slices.Compact(matched)
+	reply.Matched = len(matched)
+	reply.IDs = matched[:min(len(matched), MaxListedIDs)]
+	if req.DryRun {
+		return reply, nil
+	}
+	for _, id := range matched {
+		if _, err := a.cancel(ctx, id, true); err != nil {
+			if reply.Failed == nil {
+				reply.Failed = map[string]string{}
+			}
+			reply.Failed[id] = toError(err).Message
+			continue
+		}
+		reply.Cancelled++
+	}
+	return reply, nil
+}
+
+// unseen returns the ids of the messages waiting in the priority buckets
+// that match f's tenant and type and whose task has no record: raw
+// publishes no worker has taken yet. It reads every matching message once
+// (direct gets, by subject filter).
+func (a *Service) unseen(ctx context.Context, f Filter) ([]string, error) {
+	names := a.cfg.Names
+	tenant, taskType := cmp.Or(f.Tenant, "*"), cmp.Or(f.Type, "*")
+	var out []string
+	for p := range streams.Priorities {
+		stream, err := a.js.Stream(ctx, names.PriorityStream(p))
+		if err != nil {
+			return nil, fmt.Errorf("find unseen tasks: %w", err)
+		}
+		filter := fmt.Sprintf("%s.p%d.*.%s.%s.*", names.Prefix(), p, tenant, taskType)
+		for seq := stream.CachedInfo().State.FirstSeq; ; {
+			msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("find unseen tasks in %s: %w", names.PriorityStream(p), err)
+			}
+			seq = msg.Sequence + 1
+			_, opts, err := names.ParseMessage(msg.Subject, msg.Header)
+			id := opts.ID
+			if id == "" && err == nil {
+				id = streams.FallbackID(names.PriorityStream(p), msg.Sequence, msg.Time)
+			}
+			if id == "" {
+				continue // malformed: a worker dead-letters it
+			}
+			if _, _, err := a.store.Get(ctx, id); errors.Is(err, kv.ErrNotFound) {
+				out = append(out, id)
+			}
+		}
+	}
+	return out, nil
+}
+
+// validate checks a filter's tokens and states, naming what is wrong.
+func (f *Filter) validate() error {
+	for _, field := range []struct{ name, value string }{{"type", f.Type}, {"tenant", f.Tenant}} {
+		if field.value == "" {
+			continue
+		}
+		if err := streams.ValidateToken(field.name, field.value); err != nil {
+			return badRequest("bad filter: %s", err.Error())
+		}
+	}
+	for _, s := range f.States {
+		if !s.Valid() {
+			return badRequest("bad filter: unknown state %q (want one of %v)", s, kv.States())
+		}
+	}
+	return nil
+}
+
+func (f *Filter) matches(rec *kv.Record) bool {
+	return (f.Type == "" || rec.Type == f.Type) && (f.Tenant == "" || rec.Tenant == f.Tenant) &&
+		(len(f.States) == 0 || slices.Contains(f.States, rec.State))
+}
+
+// scan calls fn with every task record, in one pass over the bucket, and
+// reports the records that do not decode (each is also logged).
+func (a *Service) scan(ctx context.Context, fn func(*kv.Record)) (*Unreadable, error) {
+	var bad *Unreadable
+	err := a.store.Scan(ctx, func(rec *kv.Record, _ uint64) error {
+		fn(rec)
+		return nil
+	}, func(e *kv.UnreadableError) {
+		a.log.Warn("admin_unreadable_record", zap.String("task_id", e.Key), zap.Error(e))
+		if bad == nil {
+			bad = &Unreadable{Errors: map[string]string{}}
+		}
+		bad.Count++
+		if len(bad.Errors) < MaxListedIDs {
+			bad.Errors[e.Key] = e.Error()
+		}
+	})
+	return bad, err
+}

@@ -1,0 +1,131 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// Client calls the management API over NATS request/reply.
+type Client struct {
+	nc    *nats.Conn
+	names streams.Names
+}
+
+// NewClient returns a client of the management API of the deployment
+// names (zero: the default "ax").
+func NewClient(nc *nats.Conn, names streams.Names) *Client {
+	return &Client{nc: nc, names: names}
+}
+
+// Call sends req as JSON to verb and decodes the reply into resp. An error
+// reply is returned as an [*Error] with its code and message.
+func (c *Client) Call(ctx context.Context, verb string, req, resp any) error {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encode %s request: %w", verb, err)
+	}
+	subject := c.names.AdminSubject(verb)
+	msg, err := c.nc.RequestWithContext(ctx, subject, data)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("no ax management API answers on %s: start `ax dev` or `ax scheduler`, and check --server and --prefix: %w", subject, err)
+	}
+	if err != nil {
+		return fmt.Errorf("call %s: %w", subject, err)
+	}
+	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
+		n, _ := strconv.Atoi(code)
+		return &Error{Code: n, Message: msg.Header.Get(micro.ErrorHeader)}
+	}
+	if err := json.Unmarshal(msg.Data, resp); err != nil {
+		return fmt.Errorf("decode %s reply: %w", verb, err)
+	}
+	return nil
+}
+
+// call sends req to verb and decodes the reply into a new R.
+func call[R any](ctx context.Context, c *Client, verb string, req any) (*R, error) {
+	var resp R
+	if err := c.Call(ctx, verb, req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// Get reads a task's record (task.get).
+func (c *Client) Get(ctx context.Context, id string) (*TaskReply, error) {
+	return call[TaskReply](ctx, c, VerbTaskGet, TaskRequest{ID: id})
+}
+
+// Trail reads a task's moves, oldest first (task.trail).
+func (c *Client) Trail(ctx context.Context, id string) (*TrailReply, error) {
+	return call[TrailReply](ctx, c, VerbTaskTrail, TaskRequest{ID: id})
+}
+
+// Cancel cancels a task (task.cancel); req.Unseen acts on a task that has no
+// record yet.
+func (c *Client) Cancel(ctx context.Context, req TaskRequest) (*TaskReply, error) {
+	return call[TaskReply](ctx, c, VerbTaskCancel, req)
+}
+
+// Pause holds a waiting task (task.pause); req.Unseen acts on a task that
+// has no record yet.
+func (c *Client) Pause(ctx context.Context, req TaskRequest) (*TaskReply, error) {
+	return call[TaskReply](ctx, c, VerbTaskPause, req)
+}
+
+// Resume puts a PAUSED task back in its bucket (task.resume).
+func (c *Client) Resume(ctx context.Context, id string) (*TaskReply, error) {
+	return call[TaskReply](ctx, c, VerbTaskResume, TaskRequest{ID: id})
+}
+
+// Reprioritize moves a READY task to another priority bucket
+// (task.reprioritize).
+func (c *Client) Reprioritize(ctx context.Context, id string, priority int) (*TaskReply, error) {
+	return call[TaskReply](ctx, c, VerbTaskReprioritize, ReprioritizeRequest{ID: id, Priority: priority})
+}
+
+// CancelMatching cancels, or with req.DryRun counts, every task that matches
+// a filter (tasks.cancel).
+func (c *Client) CancelMatching(ctx context.Context, req BatchCancelRequest) (*BatchCancelReply, error) {
+	return call[BatchCancelReply](ctx, c, VerbTasksCancel, req)
+}
+
+// List lists task records matching a filter, most recently updated first
+// (tasks.list).
+func (c *Client) List(ctx context.Context, req TasksListRequest) (*TasksListReply, error) {
+	return call[TasksListReply](ctx, c, VerbTasksList, req)
+}
+
+// ListDLQ lists dead letters, oldest first (dlq.list).
+func (c *Client) ListDLQ(ctx context.Context, req DLQListRequest) (*DLQListReply, error) {
+	return call[DLQListReply](ctx, c, VerbDLQList, req)
+}
+
+// Replay puts one dead task (req.ID) or the dead letters matching a filter
+// back to READY (dlq.replay).
+func (c *Client) Replay(ctx context.Context, req DLQReplayRequest) (*DLQReplayReply, error) {
+	return call[DLQReplayReply](ctx, c, VerbDLQReplay, req)
+}
+
+// Stats describes every priority bucket and the dead-letter stream (stats).
+func (c *Client) Stats(ctx context.Context, req StatsRequest) (*StatsReply, error) {
+	return call[StatsReply](ctx, c, VerbStats, req)
+}
+
+// Workers lists the live workers (workers).
+func (c *Client) Workers(ctx context.Context) (*WorkersReply, error) {
+	return call[WorkersReply](ctx, c, VerbWorkers, struct{}{})
+}
+
+// Control lists the control bucket's entries: backpressure, cron jobs and
+// paused types (control).
+func (c *Client) Control(ctx context.Context) (*ControlReply, error) {
+	return call[ControlReply](ctx, c, VerbControl, struct{}{})
+}

@@ -1,0 +1,42 @@
+package admin_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/stretchr/testify/require"
+)
+
+// The deadline verb refuses what it cannot apply, with the reason, and
+// changes one type without undoing another's.
+func TestUnservedDeadlineVerb(t *testing.T) {
+	t.Parallel()
+	b := setupAdmin(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		req  admin.UnservedDeadlineRequest
+		want string
+	}{
+		{admin.UnservedDeadlineRequest{Type: "a.b", Deadline: kv.Duration(time.Hour)}, "type"},
+		{admin.UnservedDeadlineRequest{Type: "report", Deadline: kv.Duration(time.Millisecond)}, "between 1s and"},
+		{admin.UnservedDeadlineRequest{Type: "report", Deadline: kv.Duration(400 * 24 * time.Hour)}, "between 1s and"},
+		{admin.UnservedDeadlineRequest{Deadline: kv.Duration(time.Hour)}, "needs the task type"},
+	} {
+		var reply ax.UnservedDeadlines
+		requireCode(t, b.call(t, admin.VerbUnservedDeadline, tc.req, &reply), admin.CodeBadRequest, tc.want)
+	}
+	table, err := b.api.UnservedDeadlines(ctx)
+	require.NoError(t, err)
+	require.Empty(t, table.Deadlines)
+	_, err = b.api.SetUnservedDeadline(ctx, "report", time.Hour)
+	require.NoError(t, err)
+	_, err = b.api.SetUnservedDeadline(ctx, "resize", time.Minute)
+	require.NoError(t, err)
+	table, err = b.api.SetUnservedDeadline(ctx, "report", 0)
+	require.NoError(t, err)
+	require.Equal(t, map[string]kv.Duration{"resize": kv.Duration(time.Minute)}, table.Deadlines)
+}

@@ -1,0 +1,267 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultStatsWindow is the window of stats when the request names none.
+const DefaultStatsWindow = 5 * time.Minute
+
+func (a *Service) stats(ctx context.Context, data []byte) (any, error) {
+	var req StatsRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	window, err := statsWindow(req.Window)
+	if err != nil {
+		return nil, err
+	}
+	reply := &StatsReply{Window: kv.Duration(window), States: map[kv.State]int{}}
+	for p := range streams.Priorities {
+		b, err := a.bucketState(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		reply.Buckets = append(reply.Buckets, b)
+	}
+	if err := a.tallyRecords(ctx, reply, window); err != nil {
+		return nil, err
+	}
+	if reply.DLQ, err = a.dlqDepth(ctx); err != nil {
+		return nil, err
+	}
+	if reply.Reconciler, err = a.reconcilerReport(ctx); err != nil {
+		return nil, err
+	}
+	if reply.Rejects, err = a.rejectsReport(ctx); err != nil {
+		return nil, err
+	}
+	if reply.Unserved, err = kv.UnservedTypes(ctx, a.js, a.cfg.Names); err != nil {
+		return nil, err
+	}
+	if len(reply.Unserved) > 0 {
+		if err := a.unservedDeadlines(ctx, reply.Unserved); err != nil {
+			return nil, err
+		}
+	}
+	return reply, nil
+}
+
+// statsWindow parses the window of a stats request; empty is
+// [DefaultStatsWindow].
+func statsWindow(raw string) (time.Duration, error) {
+	if raw == "" {
+		return DefaultStatsWindow, nil
+	}
+	d, err := time.ParseDuration(raw)
+	if err != nil || d < time.Second {
+		return 0, badRequest(`"window" %q is not a Go duration of at least 1s, such as "5m"`, raw)
+	}
+	return d, nil
+}
+
+// tallyRecords scans every record into reply: the count per state, and per
+// bucket and per type the rates and run times of the tasks submitted or
+// finished within window.
+func (a *Service) tallyRecords(ctx context.Context, reply *StatsReply, window time.Duration) error {
+	runTimes := make([][]time.Duration, streams.Priorities)
+	types := map[string]*typeTally{}
+	since := time.Now().Add(-window)
+	var err error
+	reply.Unreadable, err = a.scan(ctx, func(r *kv.Record) {
+		reply.Records++
+		reply.States[r.State]++
+		if r.Priority < 0 || r.Priority >= streams.Priorities {
+			return
+		}
+		b := &reply.Buckets[r.Priority]
+		if r.CreatedAt.After(since) {
+			b.SubmittedRate++
+		}
+		if r.FinishedAt == nil || r.FinishedAt.Before(since) {
+			return
+		}
+		switch r.State {
+		case kv.StateSucceeded:
+			b.SucceededRate++
+		case kv.StateDead:
+			b.DeadRate++
+		default:
+			return
+		}
+		t := types[r.Type]
+		if t == nil {
+			t = &typeTally{stats: TypeStats{Type: r.Type}}
+			types[r.Type] = t
+		}
+		t.add(r)
+		if r.StartedAt != nil {
+			runTimes[r.Priority] = append(runTimes[r.Priority], r.FinishedAt.Sub(*r.StartedAt))
+		}
+	})
+	if err != nil {
+		return err
+	}
+	secs := window.Seconds()
+	for p := range reply.Buckets {
+		b := &reply.Buckets[p]
+		b.SubmittedRate /= secs
+		b.SucceededRate /= secs
+		b.DeadRate /= secs
+		b.Samples = len(runTimes[p])
+		b.P50, b.P99, b.RecommendedTimeout = percentiles(runTimes[p])
+	}
+	reply.Types = make([]TypeStats, 0, len(types))
+	for _, t := range types {
+		t.stats.Samples = len(t.runTimes)
+		t.stats.P50, t.stats.P99, t.stats.RecommendedTimeout = percentiles(t.runTimes)
+		reply.Types = append(reply.Types, t.stats)
+	}
+	slices.SortFunc(reply.Types, func(x, y TypeStats) int { return strings.Compare(x.Type, y.Type) })
+	return nil
+}
+
+// dlqDepth returns the number of dead letters.
+func (a *Service) dlqDepth(ctx context.Context) (uint64, error) {
+	dlq, err := a.js.Stream(ctx, a.cfg.Names.DLQStream())
+	if err != nil {
+		return 0, fmt.Errorf("bind dead-letter stream: %w", err)
+	}
+	info, err := dlq.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("dead-letter stream info: %w", err)
+	}
+	return info.State.Msgs, nil
+}
+
+// rejectsReport reads the leader's rejected-submit report from AX_CONTROL,
+// or nil when no leader wrote one yet.
+func (a *Service) rejectsReport(ctx context.Context) (*ax.RejectsReport, error) {
+	var r ax.RejectsReport
+	ok, err := a.controlReport(ctx, ax.RejectsKey, &r)
+	if !ok || err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// reconcilerReport reads the leader reconciler's report from AX_CONTROL,
+// or nil when no leader wrote one yet.
+func (a *Service) reconcilerReport(ctx context.Context) (*ax.ReconcilerReport, error) {
+	var r ax.ReconcilerReport
+	ok, err := a.controlReport(ctx, ax.ReconcilerKey, &r)
+	if !ok || err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// controlReport decodes the report under key in AX_CONTROL into v; false
+// when no leader wrote one yet.
+func (a *Service) controlReport(ctx context.Context, key string, v any) (bool, error) {
+	control, err := a.js.KeyValue(ctx, a.cfg.Names.ControlBucket())
+	if err != nil {
+		return false, fmt.Errorf("bind control bucket: %w", err)
+	}
+	entry, err := control.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read %s report: %w", key, err)
+	}
+	if err := json.Unmarshal(entry.Value(), v); err != nil {
+		return false, fmt.Errorf("decode %s report: %w", key, err)
+	}
+	return true, nil
+}
+
+// typeTally accumulates the finished tasks of one type.
+type typeTally struct {
+	stats    TypeStats
+	runTimes []time.Duration
+}
+
+// legacyTimedOutPrefix starts the error of an attempt ended by its timeout
+// in moves written before [kv.Move.TimedOut] (the text of
+// worker.ErrTimeout): such records still count until they expire.
+const legacyTimedOutPrefix = "task timed out"
+
+func (t *typeTally) add(r *kv.Record) {
+	if r.State == kv.StateSucceeded {
+		t.stats.Succeeded++
+	} else {
+		t.stats.Dead++
+	}
+	if r.Attempt > 1 {
+		t.stats.Retried++
+	}
+	for _, m := range r.Trail {
+		if m.TimedOut || strings.HasPrefix(m.Error, legacyTimedOutPrefix) {
+			t.stats.TimedOut++
+			break
+		}
+	}
+	t.stats.Timeout = max(t.stats.Timeout, r.Timeout)
+	if r.StartedAt != nil {
+		t.runTimes = append(t.runTimes, r.FinishedAt.Sub(*r.StartedAt))
+	}
+}
+
+// bucketState reads a bucket's depth, capacity and in-flight count.
+func (a *Service) bucketState(ctx context.Context, p int) (BucketStats, error) {
+	name := a.cfg.Names.PriorityStream(p)
+	b := BucketStats{Priority: p, Stream: name}
+	stream, err := a.js.Stream(ctx, name)
+	if err != nil {
+		return b, fmt.Errorf("bind stream %s: %w", name, err)
+	}
+	info := stream.CachedInfo()
+	b.Depth, b.Capacity = info.State.Msgs, info.Config.MaxMsgs
+	consumers := stream.ListConsumers(ctx)
+	for c := range consumers.Info() {
+		b.InFlight += c.NumAckPending
+	}
+	if err := consumers.Err(); err != nil {
+		return b, fmt.Errorf("list consumers of %s: %w", name, err)
+	}
+	return b, nil
+}
+
+// percentiles returns p50, p99 and the timeout they recommend: 1.5 x p99
+// rounded up to the second.
+func percentiles(d []time.Duration) (p50, p99, recommended kv.Duration) {
+	if len(d) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(d)
+	at := func(q float64) time.Duration { return d[min(len(d)-1, int(math.Ceil(q*float64(len(d))))-1)] }
+	rec := time.Duration(math.Ceil(1.5*at(0.99).Seconds())) * time.Second
+	return kv.Duration(at(0.50)), kv.Duration(at(0.99)), kv.Duration(max(rec, time.Second))
+}
+
+func (a *Service) workers(ctx context.Context, data []byte) (any, error) {
+	if err := decode(data, &struct{}{}); err != nil {
+		return nil, err
+	}
+	members, err := kv.ListMembers(ctx, a.js, a.cfg.Names)
+	if err != nil {
+		return nil, err
+	}
+	if members == nil {
+		members = []kv.Member{}
+	}
+	return &WorkersReply{Workers: members}, nil
+}

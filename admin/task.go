@@ -1,0 +1,235 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+)
+
+func (a *Service) taskGet(ctx context.Context, data []byte) (any, error) {
+	var req TaskRequest
+	if err := decodeID(data, &req); err != nil {
+		return nil, err
+	}
+	rec, rev, err := a.store.Get(ctx, req.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &TaskReply{Task: rec, Revision: rev}, nil
+}
+
+func (a *Service) taskTrail(ctx context.Context, data []byte) (any, error) {
+	var req TaskRequest
+	if err := decodeID(data, &req); err != nil {
+		return nil, err
+	}
+	trail, err := a.store.Trail(ctx, req.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &TrailReply{ID: req.ID, Trail: trail}, nil
+}
+
+func (a *Service) taskCancel(ctx context.Context, data []byte) (any, error) {
+	var req TaskRequest
+	if err := decodeID(data, &req); err != nil {
+		return nil, err
+	}
+	return a.cancel(ctx, req.ID, req.Unseen)
+}
+
+func (a *Service) taskPause(ctx context.Context, data []byte) (any, error) {
+	var req TaskRequest
+	if err := decodeID(data, &req); err != nil {
+		return nil, err
+	}
+	return a.hold(ctx, req.ID, kv.StatePaused, "pause", req.Unseen)
+}
+
+func decodeID(data []byte, req *TaskRequest) error {
+	if err := decode(data, req); err != nil {
+		return err
+	}
+	return validID(req.ID)
+}
+
+// cancel moves a task to CANCELLED; a RUNNING task's worker is then told,
+// so that its handler's context ends with worker.ErrCancelled.
+func (a *Service) cancel(ctx context.Context, id string, unseen bool) (*TaskReply, error) {
+	reply, from, err := a.holdFrom(ctx, id, kv.StateCancelled, "cancel", unseen)
+	if err != nil {
+		return nil, err
+	}
+	if from == kv.StateRunning && reply.Task.Worker != "" {
+		reply.Notified = a.notify(reply.Task.Worker, id)
+	}
+	return reply, nil
+}
+
+func (a *Service) hold(ctx context.Context, id string, to kv.State, action string, unseen bool) (*TaskReply, error) {
+	reply, _, err := a.holdFrom(ctx, id, to, action, unseen)
+	return reply, err
+}
+
+// holdFrom moves a task to CANCELLED or PAUSED by compare-and-set, or writes
+// its first record in that state when unseen allows it. It returns the
+// state the task left.
+func (a *Service) holdFrom(ctx context.Context, id string, to kv.State, action string, unseen bool) (*TaskReply, kv.State, error) {
+	actor := kv.Actor{Action: action}
+	for range maxMoveTries {
+		rec, rev, err := a.store.Get(ctx, id)
+		if errors.Is(err, kv.ErrNotFound) && unseen {
+			created, createdRev, err := a.store.Create(ctx, &kv.Record{ID: id, State: to}, actor)
+			if errors.Is(err, kv.ErrExists) {
+				continue // a worker saw it meanwhile
+			}
+			if err != nil {
+				return nil, "", err
+			}
+			return &TaskReply{Task: created, Revision: createdRev, Created: true}, "", nil
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		if rec.State == to || !kv.CanTransition(rec.State, to) { // PAUSED -> PAUSED only binds a message
+			return nil, "", illegal(id, action, rec.State, to)
+		}
+		next, nextRev, err := a.store.Apply(ctx, rec, rev, to, actor, func(r *kv.Record) error {
+			if to == kv.StateCancelled {
+				now := time.Now().UTC()
+				r.FinishedAt = &now
+			}
+			return nil
+		})
+		if errors.Is(err, kv.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		a.log.Info("task_"+action, zapTask(id), zapFrom(rec.State))
+		if to == kv.StateCancelled {
+			a.dropCancelled(ctx, rec)
+		}
+		return &TaskReply{Task: next, Revision: nextRev}, rec.State, nil
+	}
+	return nil, "", fmt.Errorf("%s task %s: %w", action, id, kv.ErrConflict)
+}
+
+// notify tells the worker running a cancelled task, and reports whether it
+// answered. A worker that does not answer (it died) never finishes the task:
+// its message is redelivered after the ack wait and dropped as CANCELLED.
+func (a *Service) notify(workerID, id string) bool {
+	msg, err := a.js.Conn().Request(a.cfg.Names.WorkerCancelSubject(workerID), []byte(id), a.cfg.NoticeTimeout)
+	if err != nil {
+		a.log.Warn("cancel_notice_unanswered", zapTask(id), zapWorker(workerID), zapErr(err))
+		return false
+	}
+	return len(msg.Data) > 0
+}
+
+func (a *Service) taskResume(ctx context.Context, data []byte) (any, error) {
+	var req TaskRequest
+	if err := decodeID(data, &req); err != nil {
+		return nil, err
+	}
+	for range maxMoveTries {
+		rec, rev, err := a.store.Get(ctx, req.ID)
+		if err != nil {
+			return nil, err
+		}
+		if rec.State != kv.StatePaused {
+			return nil, illegal(req.ID, "resume", rec.State, kv.StateReady, kv.StatePaused)
+		}
+		reply, err := a.resumeFrom(ctx, rec, rev)
+		if errors.Is(err, kv.ErrConflict) {
+			continue
+		}
+		return reply, err
+	}
+	return nil, fmt.Errorf("resume task %s: %w", req.ID, kv.ErrConflict)
+}
+
+// resumeFrom resumes a PAUSED task, read at rev, to where something moves
+// it on: a copy of its current message in its bucket; back to PENDING when
+// it was paused before its delayed release (the mover releases it); or, when
+// it was paused before any message of it was seen, back to unseen (its
+// record is deleted, so that its first message creates it as usual).
+func (a *Service) resumeFrom(ctx context.Context, rec *kv.Record, rev uint64) (*TaskReply, error) {
+	if src, ok := current(a.cfg.Names, rec); ok {
+		return a.redispatch(ctx, rec, rev, src, rec.Priority, "resume", nil)
+	}
+	switch {
+	case rec.RunAt != nil:
+		next, nextRev, err := a.store.Apply(ctx, rec, rev, kv.StatePending, kv.Actor{Action: "resume"}, nil)
+		if err != nil {
+			return nil, err
+		}
+		return &TaskReply{Task: next, Revision: nextRev}, nil
+	case rec.Type == "":
+		if err := a.store.Delete(ctx, rec.ID, rev); err != nil {
+			return nil, err
+		}
+		return &TaskReply{Task: rec, Revision: rev, Deleted: true}, nil
+	default:
+		// No message bound yet: the first one that arrives binds it.
+		next, nextRev, err := a.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: "resume"}, nil)
+		if err != nil {
+			return nil, err
+		}
+		return &TaskReply{Task: next, Revision: nextRev}, nil
+	}
+}
+
+func (a *Service) taskReprioritize(ctx context.Context, data []byte) (any, error) {
+	var req ReprioritizeRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	if err := validID(req.ID); err != nil {
+		return nil, err
+	}
+	if req.Priority < 0 || req.Priority >= streams.Priorities {
+		return nil, badRequest(`"priority" %d is not 0..%d (0 is P0, the highest)`, req.Priority, streams.Priorities-1)
+	}
+	for range maxMoveTries {
+		rec, rev, err := a.store.Get(ctx, req.ID)
+		if err != nil {
+			return nil, err
+		}
+		if rec.Priority == req.Priority {
+			return nil, badRequest("task %s is already P%d", req.ID, req.Priority)
+		}
+		src, bound := current(a.cfg.Names, rec)
+		if rec.State == kv.StatePending {
+			// Not in a bucket yet: the mover releases it at its new priority.
+			next, nextRev, err := a.store.Apply(ctx, rec, rev, kv.StatePending, kv.Actor{Action: "reprioritize"}, func(r *kv.Record) error {
+				r.Priority = req.Priority
+				return nil
+			})
+			if errors.Is(err, kv.ErrConflict) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			return &TaskReply{Task: next, Revision: nextRev}, nil
+		}
+		if rec.State != kv.StateReady {
+			return nil, conflict("task %s is %s: only a READY or PENDING task can move to another bucket (pause or cancel it otherwise)", req.ID, rec.State)
+		}
+		if !bound {
+			return nil, conflict("task %s has no message bound yet; it cannot be moved", req.ID)
+		}
+		reply, err := a.redispatch(ctx, rec, rev, src, req.Priority, "reprioritize", nil)
+		if errors.Is(err, kv.ErrConflict) {
+			continue
+		}
+		return reply, err
+	}
+	return nil, fmt.Errorf("reprioritize task %s: %w", req.ID, kv.ErrConflict)
+}

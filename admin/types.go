@@ -1,0 +1,237 @@
+package admin
+
+import (
+	"time"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/kv"
+)
+
+// Verbs of the management API; each is served on "<prefix>.admin.<verb>".
+const (
+	VerbTaskGet          = "task.get"
+	VerbTaskTrail        = "task.trail"
+	VerbTaskCancel       = "task.cancel"
+	VerbTaskPause        = "task.pause"
+	VerbTaskResume       = "task.resume"
+	VerbTaskReprioritize = "task.reprioritize"
+	VerbTasksCancel      = "tasks.cancel"
+	VerbDLQList          = "dlq.list"
+	VerbDLQReplay        = "dlq.replay"
+	VerbStats            = "stats"
+	VerbWorkers          = "workers"
+	VerbTasksList        = "tasks.list"
+	VerbControl          = "control"
+	VerbRejectsSample    = "rejects.sample"
+	VerbUnservedDeadline = "unserved.deadline"
+)
+
+// Verbs returns every verb of the management API.
+func Verbs() []string {
+	return []string{VerbTaskGet, VerbTaskTrail, VerbTaskCancel, VerbTaskPause, VerbTaskResume,
+		VerbTaskReprioritize, VerbTasksCancel, VerbDLQList, VerbDLQReplay, VerbStats, VerbWorkers,
+		VerbTasksList, VerbControl, VerbRejectsSample, VerbUnservedDeadline}
+}
+
+// TaskRequest names one task (task.get, task.trail, task.cancel, task.pause,
+// task.resume).
+type TaskRequest struct {
+	ID string `json:"id"`
+	// Unseen lets task.cancel and task.pause act on a task that has no
+	// record yet (published raw, not seen by any worker): the record is
+	// written first, and the worker that later sees the task obeys it.
+	Unseen bool `json:"unseen,omitempty"`
+}
+
+// ReprioritizeRequest moves a READY task to another priority bucket.
+type ReprioritizeRequest struct {
+	ID       string `json:"id"`
+	Priority int    `json:"priority"` // 0 (P0, highest) .. 4 (P4)
+}
+
+// TaskReply is the record after an action, or as read by task.get.
+type TaskReply struct {
+	Task     *kv.Record `json:"task"`
+	Revision uint64     `json:"revision"`
+	// Created is true when the action wrote the task's first record.
+	Created bool `json:"created,omitempty"`
+	// Notified is true when the worker running a cancelled task confirmed
+	// that its handler's context was cancelled.
+	Notified bool `json:"notified,omitempty"`
+	// Redispatched is true when a new copy of the task's message (the next
+	// generation) was published to its bucket.
+	Redispatched bool `json:"redispatched,omitempty"`
+	// Deleted is true when the action removed the task's record: a task
+	// paused before any message of it was seen is unseen again once resumed.
+	Deleted bool `json:"deleted,omitempty"`
+}
+
+// TrailReply lists a task's moves, oldest first.
+type TrailReply struct {
+	ID    string    `json:"id"`
+	Trail []kv.Move `json:"trail"`
+}
+
+// Filter selects tasks or dead letters; empty fields match everything.
+type Filter struct {
+	Type   string     `json:"type,omitempty"`
+	Tenant string     `json:"tenant,omitempty"`
+	States []kv.State `json:"states,omitempty"` // tasks.cancel only
+}
+
+// BatchCancelRequest cancels every task that matches a filter. At least one
+// filter field is required.
+type BatchCancelRequest struct {
+	Filter
+	// DryRun counts and lists the matching tasks without cancelling them.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// BatchCancelReply says what tasks.cancel matched and did.
+type BatchCancelReply struct {
+	DryRun    bool `json:"dry_run"`
+	Matched   int  `json:"matched"`
+	Cancelled int  `json:"cancelled"`
+	// IDs of the matched tasks, at most [MaxListedIDs].
+	IDs []string `json:"ids"`
+	// Failed maps a task id to why it was not cancelled (it moved on, e.g.
+	// finished, between the scan and the write).
+	Failed map[string]string `json:"failed,omitempty"`
+	// Unreadable reports the records the scan could not decode: whether
+	// they match is unknown, and they were not cancelled (nil: none).
+	Unreadable *Unreadable `json:"unreadable,omitempty"`
+}
+
+// Unreadable reports the task records a scan met but could not decode.
+type Unreadable struct {
+	Count int `json:"count"`
+	// Errors maps a task id to why its record does not decode, for at most
+	// [MaxListedIDs] records.
+	Errors map[string]string `json:"errors"`
+}
+
+// MaxListedIDs bounds the ids a batch reply lists.
+const MaxListedIDs = 1000
+
+// DLQListRequest lists dead letters, oldest first.
+type DLQListRequest struct {
+	Filter
+	Limit int `json:"limit,omitempty"` // default 100, at most 10,000
+}
+
+// DeadLetter is one message in AX_DLQ.
+type DeadLetter struct {
+	Seq      uint64    `json:"seq"`
+	TaskID   string    `json:"task_id"`
+	Tenant   string    `json:"tenant"`
+	Type     string    `json:"type"`
+	Subject  string    `json:"subject"` // the submit subject a replay publishes to
+	Error    string    `json:"error"`
+	Attempts int       `json:"attempts"`
+	FailedAt time.Time `json:"failed_at"`
+	Size     int       `json:"size"` // payload bytes
+}
+
+// DLQListReply lists dead letters.
+type DLQListReply struct {
+	Letters []DeadLetter `json:"letters"`
+	// Total is how many dead letters match the filter.
+	Total uint64 `json:"total"`
+}
+
+// DLQReplayRequest replays one task (ID) or the dead letters matching a
+// filter, up to Limit.
+type DLQReplayRequest struct {
+	ID string `json:"id,omitempty"`
+	Filter
+	Limit  int  `json:"limit,omitempty"` // default 100, at most 10,000
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// DLQReplayReply says which tasks went back to READY.
+type DLQReplayReply struct {
+	DryRun   bool              `json:"dry_run"`
+	Replayed []string          `json:"replayed"`
+	Skipped  map[string]string `json:"skipped,omitempty"` // task id -> reason
+}
+
+// StatsRequest asks for bucket statistics over a window of recent records.
+type StatsRequest struct {
+	// Window of finished tasks the rates and run times cover, as a Go
+	// duration. Default "5m".
+	Window string `json:"window,omitempty"`
+}
+
+// StatsReply describes every priority bucket and the dead-letter stream.
+type StatsReply struct {
+	Window  kv.Duration      `json:"window"`
+	Buckets []BucketStats    `json:"buckets"`
+	States  map[kv.State]int `json:"states"` // records per state, all buckets
+	DLQ     uint64           `json:"dlq"`    // dead letters stored
+	Records int              `json:"records"`
+	// Types describes each task type with tasks finished in the window,
+	// sorted by type: timeouts are set per type, so this is where to read
+	// the recommended one.
+	Types []TypeStats `json:"types"`
+	// Unreadable reports the records the scan could not decode; they are
+	// in no count (nil: none).
+	Unreadable *Unreadable `json:"unreadable,omitempty"`
+	// Reconciler is the leader reconciler's last report: lost tasks found
+	// and repaired. Nil until a leader ran it.
+	Reconciler *ax.ReconcilerReport `json:"reconciler,omitempty"`
+	// Rejects is the leader's report of mistyped submit subjects it saw
+	// (messages no bucket stored). Nil until a leader ran its watch.
+	Rejects *ax.RejectsReport `json:"rejects,omitempty"`
+	// Unserved lists, on a pools deployment, the task types waiting in the
+	// buckets that no live worker serves, with their depth and the store
+	// time of their oldest message ([kv.UnservedTypes]). Nil otherwise.
+	Unserved []kv.Unserved `json:"unserved,omitempty"`
+}
+
+// TypeStats describes the tasks of one type that finished in the window.
+type TypeStats struct {
+	Type      string `json:"type"`
+	Succeeded int    `json:"succeeded"`
+	Dead      int    `json:"dead"`
+	// Retried counts finished tasks that needed more than one attempt;
+	// TimedOut counts those with an attempt that ran into its timeout.
+	Retried  int `json:"retried"`
+	TimedOut int `json:"timed_out"`
+	// Run time of the last attempt, as for [BucketStats].
+	Samples int         `json:"samples"`
+	P50     kv.Duration `json:"p50"`
+	P99     kv.Duration `json:"p99"`
+	// Timeout is the longest timeout the tasks ran under (a claim writes
+	// the effective one into the record); RecommendedTimeout is 1.5 x p99
+	// rounded up to the second.
+	Timeout            kv.Duration `json:"timeout"`
+	RecommendedTimeout kv.Duration `json:"recommended_timeout"`
+}
+
+// BucketStats describes one priority bucket.
+type BucketStats struct {
+	Priority int    `json:"priority"`
+	Stream   string `json:"stream"`
+	// Depth is the messages stored (waiting and in flight: a WorkQueue keeps
+	// a message until it is acked); Capacity is the bucket's MaxMsgs.
+	Depth    uint64 `json:"depth"`
+	Capacity int64  `json:"capacity"`
+	// InFlight is the messages delivered and not yet acknowledged.
+	InFlight int `json:"in_flight"`
+	// Rates per second over the window: submitted (records created),
+	// succeeded and dead.
+	SubmittedRate float64 `json:"submitted_per_s"`
+	SucceededRate float64 `json:"succeeded_per_s"`
+	DeadRate      float64 `json:"dead_per_s"`
+	// Run time of the last attempt of the tasks finished in the window.
+	Samples int         `json:"samples"`
+	P50     kv.Duration `json:"p50"`
+	P99     kv.Duration `json:"p99"`
+	// RecommendedTimeout is 1.5 x p99 rounded up to the second (0: no data).
+	RecommendedTimeout kv.Duration `json:"recommended_timeout"`
+}
+
+// WorkersReply lists the live workers.
+type WorkersReply struct {
+	Workers []kv.Member `json:"workers"`
+}

@@ -1,0 +1,409 @@
+package ax
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// asyncAckTimeout bounds the wait for one async publish ack.
+const asyncAckTimeout = 10 * time.Second
+
+// maxMoveTries bounds the re-reads of an action that loses a compare-and-set.
+const maxMoveTries = 8
+
+// Defaults of [Config].
+const (
+	DefaultMaxPending     = 4_000
+	DefaultPublishRetries = 5
+)
+
+// Config configures a [Client].
+type Config struct {
+	// Names of the deployment. Zero means [streams.DefaultNames].
+	Names streams.Names
+	// Logger; default zap.NewNop().
+	Logger *zap.Logger
+	// MaxPending bounds the unacknowledged async publishes of SubmitBatch.
+	// Default 4,000.
+	MaxPending int
+	// PublishRetries is how often a publish that timed out or found no
+	// responder is retried, with the same Nats-Msg-Id. Default 5.
+	PublishRetries int
+	// Store configures the task record store (retention, trail stream).
+	Store kv.StoreConfig
+	// MaxTimeout bounds a task's Timeout; a task asking for more is refused
+	// (ErrInvalidTask). Default 24h ([streams.DefaultMaxTimeout]).
+	MaxTimeout time.Duration
+	// MaxDelay bounds how far ahead a task's run time may be; a task asking
+	// for more is refused. Default 366 days ([streams.DefaultMaxDelay]).
+	MaxDelay time.Duration
+	// Early is how long before its run time a delayed task's server-side
+	// schedule fires (the leader releases it at the exact time). Default 1s.
+	Early time.Duration
+}
+
+func (c *Config) withDefaults() *Config {
+	if c == nil {
+		c = &Config{}
+	}
+	out := *c
+	if out.Logger == nil {
+		out.Logger = zap.NewNop()
+	}
+	out.MaxPending = cmp.Or(out.MaxPending, DefaultMaxPending)
+	out.PublishRetries = cmp.Or(out.PublishRetries, DefaultPublishRetries)
+	out.Early = cmp.Or(out.Early, DefaultEarly)
+	out.MaxTimeout = cmp.Or(out.MaxTimeout, streams.DefaultMaxTimeout)
+	out.MaxDelay = cmp.Or(out.MaxDelay, streams.DefaultMaxDelay)
+	out.Store.Names = out.Names
+	return &out
+}
+
+func (c *Config) validate() error {
+	if c.MaxPending < 1 {
+		return fmt.Errorf("client config: MaxPending %d must be positive", c.MaxPending)
+	}
+	if c.PublishRetries < 0 {
+		return fmt.Errorf("client config: PublishRetries %d must not be negative", c.PublishRetries)
+	}
+	return nil
+}
+
+// Client submits tasks. It is safe for concurrent use.
+type Client struct {
+	cfg      *Config
+	js       jetstream.JetStream // own handle: its async publish window is ours
+	store    *kv.Store
+	pressure atomic.Pointer[Pressure] // last backpressure report seen
+	// sent counts, per priority, the tasks this client stored since that
+	// report: admission adds them to the report's depth, so a burst is
+	// refused near the threshold rather than a report interval later.
+	sent  [streams.Priorities]atomic.Int64
+	watch pressureWatch
+}
+
+// NewClient returns a client on the connection of js. The streams and
+// buckets must be provisioned ([streams.Provision], [kv.Provision]).
+func NewClient(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Client, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	// An async publish whose ack never comes (a reply dropped under load)
+	// times out and is retried with its id, instead of blocking forever.
+	own, err := jetstream.New(js.Conn(), jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
+		jetstream.WithPublishAsyncTimeout(asyncAckTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("new client: %w", err)
+	}
+	store, err := kv.NewStore(ctx, own, &cfg.Store)
+	if err != nil {
+		return nil, fmt.Errorf("new client: %w", err)
+	}
+	c := &Client{cfg: cfg, js: own, store: store}
+	if err := c.watchPressure(ctx); err != nil {
+		return nil, fmt.Errorf("new client: %w", err)
+	}
+	return c, nil
+}
+
+// Store returns the client's task record store.
+func (c *Client) Store() *kv.Store { return c.store }
+
+// Submit validates task, publishes it to its priority bucket and writes its
+// READY record. On [ErrOverloaded] nothing was stored; on another error the
+// task may or may not be stored, and retrying with the returned id is safe.
+func (c *Client) Submit(ctx context.Context, task TaskSpec) (TaskInfo, error) {
+	now := time.Now()
+	t, err := task.normalize(now)
+	if err == nil {
+		err = c.bounds(t, now)
+	}
+	if err == nil {
+		err = c.admit(t, now)
+	}
+	if err != nil {
+		return TaskInfo{ID: t.ID}, err
+	}
+	if !t.RunAt.IsZero() {
+		return c.submitDelayed(ctx, t)
+	}
+	msg := t.message(c.cfg.Names)
+	var ack *jetstream.PubAck
+	for attempt := 0; ; attempt++ {
+		ack, err = c.js.PublishMsg(ctx, msg)
+		if err == nil || !retryable(err) || attempt >= c.cfg.PublishRetries || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		return TaskInfo{ID: t.ID}, c.submitError(t, err)
+	}
+	dup := ack.Duplicate
+	_, _, err = c.store.Create(ctx, t.record(ack.Stream, ack.Sequence), kv.Actor{Action: "submit"})
+	if errors.Is(err, kv.ErrExists) {
+		var existing bool
+		existing, err = c.existing(ctx, t, ack)
+		dup = dup || existing
+	}
+	if err != nil {
+		return TaskInfo{ID: t.ID}, fmt.Errorf("submit task %s: stored, but its record was not written: %w", t.ID, err)
+	}
+	if !dup {
+		c.sent[t.Priority.level()].Add(1)
+	}
+	return t.info(c.cfg.Names, ack.Sequence, dup), nil
+}
+
+// SubmitBatch submits many tasks with pipelined asynchronous publishes. It
+// waits out a full publish window (ErrTooManyStalledMsgs) and retries
+// timeouts with the same ids, so no task is lost or doubled. The returned
+// infos line up with tasks and carry every id; on partial failure the error
+// is a [*BatchError] naming the tasks that were not accepted (retrying
+// exactly those, with their ids, is safe).
+func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec) ([]TaskInfo, error) {
+	now := time.Now()
+	infos := make([]TaskInfo, len(tasks))
+	failed := map[int]error{}
+	normalized := make([]TaskSpec, len(tasks))
+	msgs := make([]*nats.Msg, len(tasks))
+	for i, task := range tasks {
+		t, err := task.normalize(now)
+		if err == nil {
+			err = c.bounds(t, now)
+		}
+		if err == nil {
+			err = c.admit(t, now)
+		}
+		infos[i].ID = t.ID
+		if err != nil {
+			failed[i] = err
+			continue
+		}
+		if !t.RunAt.IsZero() { // delayed: one schedule each
+			if infos[i], err = c.submitDelayed(ctx, t); err != nil {
+				failed[i] = err
+			}
+			continue
+		}
+		normalized[i] = t
+		msgs[i] = t.message(c.cfg.Names)
+	}
+	pending := make([]int, 0, len(tasks))
+	for i, msg := range msgs {
+		if msg != nil {
+			pending = append(pending, i)
+		}
+	}
+	acks := make([]*jetstream.PubAck, len(tasks))
+	for attempt := 0; len(pending) > 0; attempt++ {
+		futures := c.publishAll(ctx, msgs, pending, failed)
+		var again []int
+		for i, f := range futures {
+			if f == nil {
+				continue
+			}
+			select {
+			case ack := <-f.Ok():
+				acks[i] = ack
+			case err := <-f.Err():
+				if retryable(err) && attempt < c.cfg.PublishRetries && ctx.Err() == nil {
+					again = append(again, i)
+				} else {
+					failed[i] = c.submitError(normalized[i], err)
+				}
+			case <-ctx.Done():
+				failed[i] = fmt.Errorf("submit task %s: %w", infos[i].ID, ctx.Err())
+			}
+		}
+		pending = again
+	}
+	existed := c.writeRecords(ctx, normalized, acks, failed)
+	for i, ack := range acks {
+		if ack == nil || failed[i] != nil {
+			continue
+		}
+		dup := ack.Duplicate
+		if existed[i] {
+			other, err := c.existing(ctx, normalized[i], ack)
+			if err != nil {
+				failed[i] = fmt.Errorf("submit task %s: stored, but its record was not read: %w", normalized[i].ID, err)
+				continue
+			}
+			dup = dup || other
+		}
+		infos[i] = normalized[i].info(c.cfg.Names, ack.Sequence, dup)
+		if !dup {
+			c.sent[normalized[i].Priority.level()].Add(1)
+		}
+	}
+	if len(failed) > 0 {
+		return infos, &BatchError{Failed: failed}
+	}
+	return infos, nil
+}
+
+// publishAll publishes msgs[i] for every i in indexes asynchronously. When
+// the window is full it waits until the outstanding acks are in and tries
+// again. (It must not receive from a future's Ok or Err channel: each
+// carries its result once, and the caller reads it.)
+func (c *Client) publishAll(ctx context.Context, msgs []*nats.Msg, indexes []int, failed map[int]error) map[int]jetstream.PubAckFuture {
+	futures := make(map[int]jetstream.PubAckFuture, len(indexes))
+	for _, i := range indexes {
+		for {
+			f, err := c.js.PublishMsgAsync(msgs[i])
+			if err == nil {
+				futures[i] = f
+				break
+			}
+			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) || ctx.Err() != nil {
+				failed[i] = fmt.Errorf("submit task %s: %w", msgs[i].Header.Get(streams.HeaderMsgID), err)
+				break
+			}
+			select { // wait for the window to drain, then retry
+			case <-c.js.PublishAsyncComplete():
+			case <-ctx.Done():
+			}
+		}
+	}
+	return futures
+}
+
+// writeRecords creates the READY records of the accepted tasks, pipelined,
+// and returns the tasks whose record existed already (see [Client.existing]).
+func (c *Client) writeRecords(ctx context.Context, tasks []TaskSpec, acks []*jetstream.PubAck, failed map[int]error) map[int]bool {
+	futures := map[int]jetstream.PubAckFuture{}
+	existed := map[int]bool{}
+	for i, ack := range acks {
+		if ack == nil {
+			continue
+		}
+		msg, err := c.store.CreateMsg(tasks[i].record(ack.Stream, ack.Sequence), kv.Actor{Action: "submit"})
+		if err == nil {
+			futures[i], err = c.js.PublishMsgAsync(msg)
+		}
+		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			_, _, err = c.store.Create(ctx, tasks[i].record(ack.Stream, ack.Sequence), kv.Actor{Action: "submit"})
+			delete(futures, i)
+		}
+		if errors.Is(err, kv.ErrExists) {
+			existed[i] = true
+		} else if err != nil {
+			failed[i] = fmt.Errorf("submit task %s: stored, but its record was not written: %w", tasks[i].ID, err)
+		}
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			if kv.IsRevisionMismatch(err) {
+				existed[i] = true
+			} else {
+				failed[i] = fmt.Errorf("submit task %s: stored, but its record was not written: %w", tasks[i].ID, err)
+			}
+		case <-ctx.Done():
+			failed[i] = fmt.Errorf("submit task %s: %w", tasks[i].ID, ctx.Err())
+		}
+	}
+	return existed
+}
+
+// bounds refuses a task whose timeout or run time is above the client's
+// bounds.
+func (c *Client) bounds(t TaskSpec, now time.Time) error {
+	if t.Timeout > c.cfg.MaxTimeout {
+		return fmt.Errorf("%w: Timeout %s is above the limit %s (Config.MaxTimeout)", ErrInvalidTask, t.Timeout, c.cfg.MaxTimeout)
+	}
+	if !t.RunAt.IsZero() && t.RunAt.Sub(now) > c.cfg.MaxDelay {
+		return fmt.Errorf("%w: run time %s is more than %s ahead (Config.MaxDelay)", ErrInvalidTask, t.RunAt.UTC().Format(time.RFC3339), c.cfg.MaxDelay)
+	}
+	return nil
+}
+
+// existing settles a submit whose record exists already, and reports whether
+// the id belonged to another message (a duplicate). Either a worker saw this
+// message first (the record names it), or the task waits for its first
+// message (an operator paused or cancelled the id before it was seen), or
+// the id was submitted before: to another bucket, as a delayed task, or past
+// the de-duplication window. Then this message is a second one for the same
+// task; it is deleted, so that one id never has two messages (workers would
+// drop it anyway: a record names the one message that runs its task).
+func (c *Client) existing(ctx context.Context, t TaskSpec, ack *jetstream.PubAck) (bool, error) {
+	for range maxMoveTries {
+		rec, rev, err := c.store.Get(ctx, t.ID)
+		if err != nil {
+			return false, err
+		}
+		if rec.Names(c.cfg.Names, ack.Stream, ack.Sequence) {
+			return false, nil // ours
+		}
+		if rec.StreamSeq == 0 && rec.State == kv.StateCancelled && rec.Type == "" {
+			return false, nil // cancelled before its first message: this one, which workers drop
+		}
+		if rec.StreamSeq == 0 && rec.State == kv.StatePaused && rec.Type == "" {
+			// Paused before its first message: bind this one, as a worker
+			// would, so that the resume runs it. On a lost race, look again:
+			// a worker may have bound this very message, or another one.
+			_, _, err := c.store.Apply(ctx, rec, rev, kv.StatePaused, kv.Actor{Action: "bind"}, func(r *kv.Record) error {
+				r.Type, r.Tenant, r.Key, r.Priority = t.Type, t.Tenant, t.Key, t.Priority.level()
+				r.Gen, r.Stream, r.StreamSeq = 1, ack.Stream, ack.Sequence
+				return nil
+			})
+			if errors.Is(err, kv.ErrConflict) {
+				continue
+			}
+			return false, err
+		}
+		if !ack.Duplicate { // a duplicate ack names the earlier message: never delete that
+			if stream, err := c.js.Stream(ctx, ack.Stream); err == nil {
+				_ = stream.DeleteMsg(ctx, ack.Sequence)
+			}
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("submit task %s: its record kept changing: %w", t.ID, kv.ErrConflict)
+}
+
+// retryable reports whether a publish may be retried with the same id.
+func retryable(err error) bool {
+	return errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout)
+}
+
+// submitError explains a failed publish of t: a full bucket, or a bucket
+// that refuses non-core tasks (its stream no longer has the submit subject,
+// so no stream answers) is [ErrOverloaded].
+func (c *Client) submitError(t TaskSpec, err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == streams.ErrCodeBucketFull {
+		return fmt.Errorf("submit task %s: %w (%s)", t.ID, ErrOverloaded, apiErr.Description)
+	}
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		if p := c.pressure.Load(); p != nil && !t.Core {
+			for _, b := range p.Buckets {
+				if b.Priority == t.Priority.level() && (b.Refusing || b.Level >= LevelRefuse) {
+					return fmt.Errorf("submit task %s: %w: bucket %s refuses non-core tasks (%.0f%% full)", t.ID, ErrOverloaded, b.Stream, 100*b.Depth)
+				}
+			}
+		}
+		subject := c.cfg.Names.SubmitSubject(t.Priority.level(), t.Tenant, t.Type, t.Key)
+		if t.Core {
+			subject = c.cfg.Names.CoreSubject(t.Priority.level(), t.Tenant, t.Type, t.Key)
+		}
+		return fmt.Errorf("submit task %s: no stream stored %s (%w): the bucket refuses non-core tasks under backpressure, or JetStream or the bucket is not available", t.ID, subject, err)
+	}
+	return fmt.Errorf("submit task %s: %w", t.ID, err)
+}

@@ -1,0 +1,199 @@
+package ax_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/natstest"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+type testBundle struct {
+	js     jetstream.JetStream
+	client *ax.Client
+}
+
+func setup(t testing.TB, scfg *streams.Config, cfg *ax.Config) *testBundle {
+	t.Helper()
+	_, js := natstest.RunServer(t)
+	natstest.Provision(t, js, scfg)
+	client, err := ax.NewClient(context.Background(), js, cfg)
+	require.NoError(t, err)
+	return &testBundle{js: js, client: client}
+}
+
+func TestSubmitWritesReadyRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	ctx := context.Background()
+	deadline := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "email", Tenant: "acme", Key: "user-7", Priority: ax.P3,
+		Payload: []byte("hi"), Timeout: 5 * time.Second, MaxAttempts: 4, Core: true, Deadline: deadline,
+		Headers: map[string]string{"Ax-Trace": "abc"}})
+	require.NoError(t, err)
+	require.NotEmpty(t, info.ID)
+	require.Equal(t, "AX_P3", info.Stream)
+	require.Equal(t, streams.Shard("user-7"), info.Shard)
+
+	rec, _, err := b.client.Store().Get(ctx, info.ID)
+	require.NoError(t, err, "a task is known right after Submit returns")
+	require.Equal(t, kv.StateReady, rec.State)
+	require.Equal(t, "acme", rec.Tenant)
+	require.Equal(t, 4, rec.MaxAttempts)
+	require.Equal(t, kv.Duration(5*time.Second), rec.Timeout)
+	require.True(t, rec.Core)
+	require.True(t, deadline.Equal(*rec.Deadline))
+	require.Equal(t, info.Sequence, rec.StreamSeq)
+
+	s, err := b.js.Stream(ctx, "AX_P3")
+	require.NoError(t, err)
+	msg, err := s.GetMsg(ctx, info.Sequence)
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("ax.p3.%d.acme.email.user-7", info.Shard), msg.Subject)
+	require.Equal(t, info.ID, msg.Header.Get("Nats-Msg-Id"))
+	require.Equal(t, "5s", msg.Header.Get("Ax-Timeout"))
+	require.Equal(t, "4", msg.Header.Get("Ax-Max-Attempts"))
+	require.Empty(t, msg.Header.Get("Ax-Core"), "core is the subject it was published on, not a header")
+	require.Equal(t, "1", msg.Header.Get("Ax-Gen"))
+	require.Equal(t, "abc", msg.Header.Get("Ax-Trace"))
+	require.Equal(t, "hi", string(msg.Data))
+}
+
+func TestSubmitIsIdempotent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	ctx := context.Background()
+	first, err := b.client.Submit(ctx, ax.TaskSpec{ID: "order-1", Type: "ship"})
+	require.NoError(t, err)
+	again, err := b.client.Submit(ctx, ax.TaskSpec{ID: "order-1", Type: "ship"})
+	require.NoError(t, err)
+	require.True(t, again.Duplicate)
+	require.Equal(t, first.Sequence, again.Sequence)
+	require.EqualValues(t, 1, natstest.StreamMsgs(t, b.js, "AX_P2"))
+
+	// The same id in another bucket is reported as a duplicate; the copy it
+	// stored is dropped by the worker that sees it.
+	other, err := b.client.Submit(ctx, ax.TaskSpec{ID: "order-1", Type: "ship", Priority: ax.P3})
+	require.NoError(t, err)
+	require.True(t, other.Duplicate)
+	rec, _, err := b.client.Store().Get(ctx, "order-1")
+	require.NoError(t, err)
+	require.Equal(t, 2, rec.Priority, "the record keeps the first bucket")
+}
+
+func TestSubmitValidation(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	for _, tc := range []struct {
+		name  string
+		task  ax.TaskSpec
+		field string
+	}{
+		{"no type", ax.TaskSpec{}, "Type"},
+		{"dotted type", ax.TaskSpec{Type: "a.b"}, "Type"},
+		{"tenant with space", ax.TaskSpec{Type: "x", Tenant: "a b"}, "Tenant"},
+		{"key wildcard", ax.TaskSpec{Type: "x", Key: "k*"}, "Key"},
+		{"priority high", ax.TaskSpec{Type: "x", Priority: "p5"}, "Priority"},
+		{"priority not a name", ax.TaskSpec{Type: "x", Priority: "2"}, "Priority"},
+		{"timeout", ax.TaskSpec{Type: "x", Timeout: -time.Second}, "Timeout"},
+		{"attempts", ax.TaskSpec{Type: "x", MaxAttempts: -1}, "MaxAttempts"},
+		{"deadline", ax.TaskSpec{Type: "x", Deadline: time.Now().Add(-time.Hour)}, "Deadline"},
+		{"id", ax.TaskSpec{Type: "x", ID: "a.b"}, "ID"},
+		{"header", ax.TaskSpec{Type: "x", Headers: map[string]string{"X-Foo": "1"}}, "header"},
+		// Issue 13.1: at 54cd21a any "Ax-" header passed, internal ones included.
+		{"internal header", ax.TaskSpec{Type: "x", Headers: map[string]string{"Ax-Task-Id": "victim"}}, "set by ax"},
+		{"internal header, other case", ax.TaskSpec{Type: "x", Headers: map[string]string{"ax-gen": "7"}}, "set by ax"},
+		{"option header", ax.TaskSpec{Type: "x", Headers: map[string]string{"Ax-Core": "true"}}, "set by ax"},
+		// Issue 17.12: at 54cd21a 1000 h and the year 2099 were accepted.
+		{"timeout above the bound", ax.TaskSpec{Type: "x", Timeout: 1000 * time.Hour}, "above the limit"},
+		{"run time too far ahead", ax.TaskSpec{Type: "x", RunAt: time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)}, "ahead"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := b.client.Submit(context.Background(), tc.task)
+			require.ErrorIs(t, err, ax.ErrInvalidTask)
+			require.Contains(t, err.Error(), tc.field)
+		})
+	}
+	require.Zero(t, natstest.StreamMsgs(t, b.js, "AX_P2"))
+}
+
+// A batch far larger than the async publish window lands every task once.
+func TestSubmitBatchSurvivesStalls(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, &ax.Config{MaxPending: 16})
+	ctx := context.Background()
+	tasks := make([]ax.TaskSpec, 5000)
+	for i := range tasks {
+		tasks[i] = ax.TaskSpec{Type: "noop", Priority: ax.PriorityOf(i % 5)}
+	}
+	infos, err := b.client.SubmitBatch(ctx, tasks)
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	for _, info := range infos {
+		require.False(t, seen[info.ID])
+		seen[info.ID] = true
+	}
+	var total uint64
+	for p := range streams.Priorities {
+		n := natstest.StreamMsgs(t, b.js, fmt.Sprintf("AX_P%d", p))
+		require.EqualValues(t, 1000, n)
+		total += n
+	}
+	require.EqualValues(t, 5000, total)
+	keys, err := b.client.Store().Bucket().ListKeys(ctx)
+	require.NoError(t, err)
+	n := 0
+	for range keys.Keys() {
+		n++
+	}
+	require.Equal(t, 5000, n)
+
+	// Re-submitting the same ids doubles nothing.
+	for i := range tasks {
+		tasks[i].ID = infos[i].ID
+	}
+	again, err := b.client.SubmitBatch(ctx, tasks)
+	require.NoError(t, err)
+	for _, info := range again {
+		require.True(t, info.Duplicate)
+	}
+	require.EqualValues(t, 1000, natstest.StreamMsgs(t, b.js, "AX_P0"))
+}
+
+// A full bucket refuses the excess with ErrOverloaded and stores nothing of it.
+func TestSubmitBatchFullBucket(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &streams.Config{Capacity: 100}, &ax.Config{MaxPending: 32})
+	ctx := context.Background()
+	tasks := make([]ax.TaskSpec, 150)
+	for i := range tasks {
+		tasks[i] = ax.TaskSpec{Type: "noop", Priority: ax.P2}
+	}
+	infos, err := b.client.SubmitBatch(ctx, tasks)
+	var batchErr *ax.BatchError
+	require.ErrorAs(t, err, &batchErr)
+	require.ErrorIs(t, err, ax.ErrOverloaded)
+	require.Len(t, batchErr.Failed, 50)
+	require.EqualValues(t, 100, natstest.StreamMsgs(t, b.js, "AX_P2"))
+	for i, info := range infos {
+		_, _, getErr := b.client.Store().Get(ctx, info.ID)
+		if batchErr.Failed[i] != nil {
+			require.ErrorIs(t, batchErr.Failed[i], ax.ErrOverloaded)
+			require.ErrorIs(t, getErr, kv.ErrNotFound, "a refused task has no record")
+		} else {
+			require.NoError(t, getErr)
+		}
+	}
+	_, err = b.client.Submit(ctx, ax.TaskSpec{Type: "noop", Priority: ax.P2})
+	require.ErrorIs(t, err, ax.ErrOverloaded)
+	require.True(t, strings.Contains(err.Error(), "maximum messages"), err.Error())
+	require.False(t, errors.Is(err, ax.ErrInvalidTask))
+}

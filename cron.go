@@ -1,0 +1,193 @@
+package ax
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/robfig/cron/v3"
+)
+
+// CronKeyPrefix prefixes the AX_CONTROL key of a cron job: "cron.<name>"
+// (the leader watches these keys).
+const CronKeyPrefix = "cron."
+
+// cronParser reads 5-field (minute first) and 6-field (second first) cron
+// specs and descriptors such as "@hourly" and "@every 10s".
+var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// CronJob is a periodic task: at every time its Spec names, the leader
+// submits Task with the id "cron-<name>-<unix seconds>-<secret>", so each scheduled
+// time yields exactly one task, across leader changes and restarts.
+type CronJob struct {
+	// Name of the job: letters, digits, '-' and '_'.
+	Name string `json:"name"`
+	// Spec: a cron line of 5 fields (minute hour dom month dow) or 6 fields
+	// (second first), or a descriptor ("@hourly", "@every 30s"), in UTC.
+	Spec string `json:"spec"`
+	// Task to submit at each time; its ID, Key, RunAt and Delay are ignored
+	// (the id derives from the name and time; the key is the id).
+	Task TaskSpec `json:"task"`
+	// CreatedAt is when the job was first added.
+	CreatedAt time.Time `json:"created_at"`
+	// Last is the last scheduled time submitted (zero: none yet).
+	Last time.Time `json:"last,omitzero"`
+	// Next is the next scheduled time.
+	Next time.Time `json:"next"`
+	// Secret makes the job's task ids unguessable ("cron-<name>-<unix
+	// seconds>-<secret>"): a producer cannot publish a task under the id of
+	// a future fire, which would de-duplicate the real one away. Random,
+	// written when the job is first added and kept when it is replaced.
+	Secret string `json:"secret"`
+}
+
+// TaskID returns the id of the task the job submits for the scheduled time
+// at.
+func (j *CronJob) TaskID(at time.Time) string {
+	return fmt.Sprintf("cron-%s-%d-%s", j.Name, at.Unix(), j.Secret)
+}
+
+// NewCronSecret returns a new [CronJob.Secret]: 8 random bytes in hex. The
+// leader gives one to a job stored before jobs had secrets.
+func NewCronSecret() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b)
+}
+
+// Schedule parses the job's Spec (in UTC); a bad spec is [ErrInvalidTask].
+func (j *CronJob) Schedule() (cron.Schedule, error) {
+	s, err := cronParser.Parse(j.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cron spec %q: %w", ErrInvalidTask, j.Spec, err)
+	}
+	return s, nil
+}
+
+// validate checks the name, spec and task.
+func (j *CronJob) validate(now time.Time) error {
+	if err := streams.ValidateTaskID(j.Name); err != nil || strings.ContainsAny(j.Name, "/=") {
+		return fmt.Errorf("%w: cron name %q: letters, digits, '-' and '_' only", ErrInvalidTask, j.Name)
+	}
+	if _, err := j.Schedule(); err != nil {
+		return err
+	}
+	t := j.Task
+	t.ID, t.Key, t.RunAt, t.Delay = j.TaskID(now), "", time.Time{}, 0
+	if _, err := t.normalize(now); err != nil {
+		return fmt.Errorf("cron job %s: %w", j.Name, err)
+	}
+	return nil
+}
+
+// AddCron adds a cron job, or replaces the job of the same name keeping its
+// last fired time (so replacing it fires no time twice).
+func (c *Client) AddCron(ctx context.Context, job CronJob) (CronJob, error) {
+	now := time.Now().UTC()
+	if err := job.validate(now); err != nil {
+		return job, err
+	}
+	bucket, err := c.js.KeyValue(ctx, c.cfg.Names.ControlBucket())
+	if err != nil {
+		return job, fmt.Errorf("add cron %s: %w", job.Name, err)
+	}
+	sched, _ := job.Schedule()
+	key := CronKeyPrefix + job.Name
+	for {
+		job.CreatedAt, job.Last, job.Secret = now, time.Time{}, NewCronSecret()
+		entry, err := bucket.Get(ctx, key)
+		var rev uint64
+		if err == nil {
+			var prev CronJob
+			if json.Unmarshal(entry.Value(), &prev) == nil {
+				job.CreatedAt, job.Last = prev.CreatedAt, prev.Last
+				job.Secret = cmp.Or(prev.Secret, job.Secret)
+			}
+			rev = entry.Revision()
+		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return job, fmt.Errorf("add cron %s: %w", job.Name, err)
+		}
+		job.Next = sched.Next(latest(now, job.Last))
+		data, err := json.Marshal(&job)
+		if err != nil {
+			return job, err
+		}
+		if rev == 0 {
+			_, err = bucket.Create(ctx, key, data)
+		} else {
+			_, err = bucket.Update(ctx, key, data, rev)
+		}
+		if err == nil {
+			return job, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return job, fmt.Errorf("add cron %s: %w", job.Name, err)
+		}
+	}
+}
+
+// ListCron returns the cron jobs, sorted by name.
+func (c *Client) ListCron(ctx context.Context) ([]CronJob, error) {
+	bucket, err := c.js.KeyValue(ctx, c.cfg.Names.ControlBucket())
+	if err != nil {
+		return nil, fmt.Errorf("list cron: %w", err)
+	}
+	lister, err := bucket.ListKeysFiltered(ctx, CronKeyPrefix+"*")
+	if err != nil {
+		return nil, fmt.Errorf("list cron: %w", err)
+	}
+	defer func() { _ = lister.Stop() }()
+	var out []CronJob
+	for key := range lister.Keys() {
+		entry, err := bucket.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list cron: %w", err)
+		}
+		var job CronJob
+		if err := json.Unmarshal(entry.Value(), &job); err != nil {
+			return nil, fmt.Errorf("list cron: %s: %w", key, err)
+		}
+		out = append(out, job)
+	}
+	slices.SortFunc(out, func(a, b CronJob) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// RemoveCron removes a cron job; [ErrCronNotFound] if there is none.
+func (c *Client) RemoveCron(ctx context.Context, name string) error {
+	bucket, err := c.js.KeyValue(ctx, c.cfg.Names.ControlBucket())
+	if err != nil {
+		return fmt.Errorf("remove cron %s: %w", name, err)
+	}
+	entry, err := bucket.Get(ctx, CronKeyPrefix+name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("remove cron %s: %w", name, ErrCronNotFound)
+	}
+	if err == nil {
+		err = bucket.Delete(ctx, CronKeyPrefix+name, jetstream.LastRevision(entry.Revision()))
+	}
+	if err != nil {
+		return fmt.Errorf("remove cron %s: %w", name, err)
+	}
+	return nil
+}
+
+// latest returns the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

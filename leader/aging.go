@@ -1,0 +1,233 @@
+package leader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"go.uber.org/zap"
+)
+
+// aging lifts a READY task that has waited AgingThreshold in its bucket one
+// priority level: it publishes a copy into the next bucket up with
+// generation+1 and a Nats-Msg-Id unique to the move, moves the record
+// READY -> READY with the new priority, generation and current message by
+// compare-and-set, then deletes the old message. A worker drops any other
+// message of the task it still holds: only the record's current message runs. The wait
+// counts from when the task became READY, so a task rises one level per
+// threshold waited: P4 reaches P0 after 4 thresholds.
+type aging struct {
+	l   *Leader
+	log *zap.Logger
+}
+
+func newAging(l *Leader) *aging { return &aging{l: l, log: l.log.Named("aging")} }
+
+func (a *aging) run(ctx context.Context) error {
+	every := max(a.l.cfg.AgingThreshold/8, 10*time.Millisecond)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		served := a.servedTypes()
+		for prio := 1; prio < streams.Priorities; prio++ {
+			if err := a.pass(ctx, prio, served); err != nil && ctx.Err() == nil {
+				a.log.Warn("aging_pass_failed", zap.Int("priority", prio), zap.Error(err))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// pass lifts the tasks of bucket prio that waited a threshold, oldest
+// first, stopping at the first message younger than that.
+//
+// It lifts nothing while the bucket above refuses non-core tasks
+// (backpressure): a lift is a control-plane copy, which a refusing bucket
+// admits, so aging would carry a producer's tasks from the bucket below
+// into the room kept for core tasks. They rise once it admits again.
+//
+// On a pools deployment it scans each task type a live worker serves
+// (served) on its own and leaves the other types where they are: a task no
+// worker serves ages without end, and lifted it would take the room of the
+// buckets above, up to P0, from tasks that can run (and make them refuse
+// submits); it runs at its own priority once a worker for its type starts.
+func (a *aging) pass(ctx context.Context, prio int, served func(context.Context) ([]string, error)) error {
+	names := a.l.cfg.Names
+	if a.l.refusing[prio-1].Load() { // the pressure loop's last reading
+		return nil
+	}
+	stream, err := a.l.js.Stream(ctx, names.PriorityStream(prio))
+	if err != nil {
+		return err
+	}
+	filters := []string{fmt.Sprintf("%s.p%d.>", names.Prefix(), prio)}
+	if streams.UsesPools(stream.CachedInfo().Config) {
+		types, err := served(ctx)
+		if err != nil {
+			return err
+		}
+		filters = filters[:0]
+		for _, t := range types {
+			filters = append(filters, fmt.Sprintf("%s.p%d.*.*.%s.>", names.Prefix(), prio, t))
+		}
+	}
+	// Bound a pass: lifts, and messages looked at (in-flight ones stay in
+	// a WorkQueue stream and are looked at again each pass).
+	budget := scanBudget{lifts: a.l.cfg.AgingBatch, scans: 10 * a.l.cfg.AgingBatch}
+	for _, filter := range filters {
+		if err := a.scan(ctx, stream, prio, filter, &budget); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanBudget bounds one aging pass: lifts, and messages looked at.
+type scanBudget struct{ lifts, scans int }
+
+// scan lifts the due tasks among the messages of bucket prio that match
+// filter, oldest first, stopping at the first message younger than half a
+// threshold or when budget runs out.
+func (a *aging) scan(ctx context.Context, stream jetstream.Stream, prio int, filter string, budget *scanBudget) error {
+	// A copy aged into this bucket is younger than the task's wait: look
+	// at messages older than half a threshold, and let the record decide.
+	cutoff := time.Now().Add(-a.l.cfg.AgingThreshold / 2)
+	seq := stream.CachedInfo().State.FirstSeq
+	for ; budget.lifts > 0 && budget.scans > 0; budget.scans-- {
+		msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil // no more messages
+		}
+		if err != nil {
+			return err
+		}
+		if msg.Time.After(cutoff) {
+			return nil
+		}
+		seq = msg.Sequence + 1
+		ok, err := a.lift(ctx, stream, prio, msg)
+		if err != nil {
+			a.log.Warn("lift_failed", zap.Uint64("seq", msg.Sequence), zap.Error(err))
+			continue
+		}
+		if ok {
+			budget.lifts--
+		}
+	}
+	return nil
+}
+
+// servedTypes returns a function that reads, once per aging round and only
+// when a pools deployment asks, the task types the live workers serve.
+func (a *aging) servedTypes() func(context.Context) ([]string, error) {
+	var types []string
+	var err error
+	read := false
+	return func(ctx context.Context) ([]string, error) {
+		if !read {
+			read = true
+			var members []kv.Member
+			if members, err = kv.ListMembers(ctx, a.l.js, a.l.cfg.Names); err != nil {
+				return nil, err
+			}
+			set := map[string]bool{}
+			for _, m := range members {
+				for _, t := range m.Types {
+					set[t] = true
+				}
+			}
+			types = slices.Sorted(maps.Keys(set))
+		}
+		return types, err
+	}
+}
+
+// waitingSince returns when the task became READY, not counting aging
+// moves, and how often it was lifted since: it is due for its next level
+// after (lifts+1) thresholds, so detection lag does not add up.
+func waitingSince(rec *kv.Record) (time.Time, int) {
+	lifts := 0
+	for i := len(rec.Trail) - 1; i >= 0; i-- {
+		if rec.Trail[i].Action != "aging" {
+			return rec.Trail[i].At, lifts
+		}
+		lifts++
+	}
+	return rec.UpdatedAt, lifts
+}
+
+// lift moves one waiting message up a level if its task is READY at the
+// message's generation. It reports whether it did.
+func (a *aging) lift(ctx context.Context, stream jetstream.Stream, prio int, raw *jetstream.RawStreamMsg) (bool, error) {
+	names := a.l.cfg.Names
+	_, opts, err := names.ParseMessage(raw.Subject, raw.Header)
+	if err != nil || opts.ID == "" {
+		return false, nil // a raw publish no worker has seen, or a malformed one: the worker decides
+	}
+	rec, rev, err := a.l.store.Get(ctx, opts.ID)
+	if errors.Is(err, kv.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if rec.State != kv.StateReady || rec.StreamSeq != raw.Sequence || rec.MessageStream(names) != names.PriorityStream(prio) {
+		return false, nil // running, retrying, or not the task's current message
+	}
+	since, lifts := waitingSince(rec)
+	if time.Since(since) < time.Duration(lifts+1)*a.l.cfg.AgingThreshold {
+		return false, nil // not yet due for its next level
+	}
+	gen := rec.Gen + 1
+	msg := streams.TaskCopy(names.CopySubject(prio-1, rec.Tenant, rec.Type, rec.Key), raw.Data, raw.Header, rec.ID, gen, nuid.Next())
+	msg.Header.Set(streams.HeaderWaitingSince, since.UTC().Format(time.RFC3339Nano))
+	if !a.l.held() {
+		return false, errNotLeading
+	}
+	ack, err := a.l.js.PublishMsg(ctx, msg)
+	if err != nil {
+		return false, fmt.Errorf("age task %s: publish to P%d: %w", rec.ID, prio-1, err)
+	}
+	waited := time.Since(since)
+	_, _, err = a.l.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: "aging"}, func(r *kv.Record) error {
+		r.Priority, r.Gen, r.Stream, r.StreamSeq = prio-1, gen, ack.Stream, ack.Sequence
+		return nil
+	})
+	if errors.Is(err, kv.ErrConflict) {
+		// A worker claimed it, or an operator moved it, meanwhile: the
+		// record names another message, so the copy is not needed.
+		a.deleteMsg(ctx, ack.Stream, ack.Sequence)
+		return false, nil
+	}
+	if err != nil {
+		// Ambiguous (the write may have landed): keep the copy. If the
+		// record names it, it runs; if not, workers drop it as an orphan.
+		return false, err
+	}
+	if err := stream.DeleteMsg(ctx, raw.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		a.log.Debug("delete_aged_failed", zap.String("task_id", rec.ID), zap.Error(err)) // a worker drops the stale copy
+	}
+	a.log.Debug("task_aged", zap.String("task_id", rec.ID), zap.Int("from", prio), zap.Int("to", prio-1), zap.Duration("waited", waited))
+	return true, nil
+}
+
+func (a *aging) deleteMsg(ctx context.Context, streamName string, seq uint64) {
+	stream, err := a.l.js.Stream(ctx, streamName)
+	if err == nil {
+		err = stream.DeleteMsg(ctx, seq)
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		a.log.Debug("delete_copy_failed", zap.Uint64("seq", seq), zap.Error(err))
+	}
+}

@@ -1,0 +1,258 @@
+package leader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"go.uber.org/zap"
+)
+
+// unservedExpiry dead-letters, on a pools deployment, the waiting tasks of a
+// task type for which an operator set a deadline ([UnservedDeadlines]) once
+// no live worker has served the type for that long and the task itself has
+// waited that long. A type served again restarts its clock, so a rolling
+// restart of its pool dead-letters nothing.
+//
+// When the type was last served is what this leader saw: a new leader
+// starts every clock at its election, so a failover only delays a burial.
+//
+// A burial publishes the dead letter first, then moves the record to DEAD
+// by compare-and-set (READY or RETRYING naming this message; a raw publish
+// no worker has seen is born DEAD), then deletes the message from its
+// bucket. A worker that joins meanwhile and claims the task wins or loses
+// the same compare-and-set: when the leader loses it, it deletes its
+// letter; when the outcome is unknown, the letter stays (replay refuses a
+// letter its record does not name).
+type unservedExpiry struct {
+	l        *Leader
+	log      *zap.Logger
+	control  jetstream.KeyValue
+	start    time.Time
+	servedAt map[string]time.Time // when this leader last saw a live worker serve the type
+}
+
+func newUnservedExpiry(l *Leader) *unservedExpiry {
+	return &unservedExpiry{l: l, log: l.log.Named("unserved"), start: time.Now(), servedAt: map[string]time.Time{}}
+}
+
+func (u *unservedExpiry) run(ctx context.Context) error {
+	control, err := u.l.js.KeyValue(ctx, u.l.cfg.Names.ControlBucket())
+	if err != nil {
+		return fmt.Errorf("unserved deadlines: bind %s: %w", u.l.cfg.Names.ControlBucket(), err)
+	}
+	u.control = control
+	tick := time.NewTicker(u.l.cfg.UnservedInterval)
+	defer tick.Stop()
+	for {
+		if err := u.pass(ctx); err != nil && ctx.Err() == nil {
+			u.log.Warn("unserved_pass_failed", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// pass buries the due tasks of every type whose deadline has passed.
+func (u *unservedExpiry) pass(ctx context.Context) error {
+	names := u.l.cfg.Names
+	first, err := u.l.js.Stream(ctx, names.PriorityStream(0))
+	if err != nil {
+		return err
+	}
+	if !streams.UsesPools(first.CachedInfo().Config) {
+		return nil // every worker serves every type
+	}
+	deadlines, _, err := ax.ReadUnservedDeadlines(ctx, u.control)
+	if err != nil || len(deadlines.Deadlines) == 0 {
+		return err
+	}
+	members, err := kv.ListMembers(ctx, u.l.js, names)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	served := map[string]bool{}
+	for _, m := range members {
+		for _, t := range m.Types {
+			served[t] = true
+			u.servedAt[t] = now
+		}
+	}
+	expiring := maps.Clone(deadlines.Deadlines)
+	delete(expiring, ax.AnyUnservedType)
+	if fallback, ok := deadlines.Deadlines[ax.AnyUnservedType]; ok {
+		// Every type waiting unserved, as the operators' stats list them
+		// (the buckets' subject counts): a type without a deadline of its
+		// own takes this one.
+		waiting, err := kv.UnservedTypes(ctx, u.l.js, names)
+		if err != nil {
+			return err
+		}
+		for _, w := range waiting {
+			if _, own := expiring[w.Type]; !own {
+				expiring[w.Type] = fallback
+			}
+		}
+	}
+	budget := scanBudget{lifts: u.l.cfg.AgingBatch, scans: 10 * u.l.cfg.AgingBatch}
+	for _, t := range slices.Sorted(maps.Keys(expiring)) {
+		deadline := time.Duration(expiring[t])
+		since, ok := u.servedAt[t]
+		if !ok {
+			since = u.start
+		}
+		if served[t] || now.Sub(since) < deadline {
+			continue
+		}
+		for prio := range streams.Priorities {
+			if err := u.scan(ctx, prio, t, deadline, now.Sub(since), &budget); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// scan buries the messages of type t in bucket prio that waited deadline,
+// oldest first, stopping at the first one stored less than deadline ago.
+func (u *unservedExpiry) scan(ctx context.Context, prio int, t string, deadline, unserved time.Duration, budget *scanBudget) error {
+	names := u.l.cfg.Names
+	stream, err := u.l.js.Stream(ctx, names.PriorityStream(prio))
+	if err != nil {
+		return err
+	}
+	filter := fmt.Sprintf("%s.p%d.*.*.%s.>", names.Prefix(), prio, t)
+	cutoff := time.Now().Add(-deadline)
+	reason := fmt.Sprintf("unserved: no live worker served task type %q for %s (its deadline is %s)", t, unserved.Round(time.Second), deadline)
+	seq := stream.CachedInfo().State.FirstSeq
+	for ; budget.lifts > 0 && budget.scans > 0; budget.scans-- {
+		msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if msg.Time.After(cutoff) {
+			return nil
+		}
+		seq = msg.Sequence + 1
+		ok, err := u.bury(ctx, stream, prio, msg, deadline, reason)
+		if err != nil {
+			if errors.Is(err, errNotLeading) {
+				return err
+			}
+			u.log.Warn("unserved_bury_failed", zap.Uint64("seq", msg.Sequence), zap.Error(err))
+			continue
+		}
+		if ok {
+			budget.lifts--
+		}
+	}
+	return nil
+}
+
+// bury dead-letters the task of one waiting message if the message is the
+// task's current one and the task waited deadline. It reports whether it
+// did.
+func (u *unservedExpiry) bury(ctx context.Context, stream jetstream.Stream, prio int, raw *jetstream.RawStreamMsg, deadline time.Duration, reason string) (bool, error) {
+	names := u.l.cfg.Names
+	bucket := names.PriorityStream(prio)
+	stored, opts, err := names.ParseMessage(raw.Subject, raw.Header)
+	if err != nil {
+		return false, nil // malformed: a worker of its type dead-letters it with the cause
+	}
+	id := opts.ID
+	if id == "" {
+		id = streams.FallbackID(bucket, raw.Sequence, raw.Time)
+	}
+	rec, rev, err := u.l.store.Get(ctx, id)
+	switch {
+	case errors.Is(err, kv.ErrNotFound):
+		if stored.Copy {
+			return false, nil // a control-plane copy whose record expired: a worker drops it
+		}
+		// A raw publish no worker has seen (or a Go submit whose record
+		// write never came: the client died in between; its Ax-Gen header
+		// is a hint a producer can forge, so it buys no exemption).
+		rec = nil
+	case err != nil:
+		return false, err
+	case !rec.Names(names, bucket, raw.Sequence) || (rec.State != kv.StateReady && rec.State != kv.StateRetrying):
+		return false, nil // not the task's current message, or not waiting
+	}
+	since := raw.Time
+	if rec != nil {
+		since, _ = waitingSince(rec)
+	}
+	if time.Since(since) < deadline {
+		return false, nil
+	}
+	if !u.l.held() {
+		return false, errNotLeading
+	}
+	gen, attempts := opts.Gen, 0
+	if rec != nil {
+		gen, attempts = rec.Gen, rec.Attempt
+	}
+	now := time.Now().UTC()
+	letter := streams.Letter{TaskID: id, Tenant: stored.Tenant, Type: stored.Type, Error: reason, Attempts: attempts, FailedAt: now,
+		Subject: names.SubmitSubject(stored.Priority, stored.Tenant, stored.Type, stored.Key)}
+	dlqSeq, err := streams.PublishDeadLetter(ctx, u.l.js, names.DeadLetterMsg(letter, raw.Data, raw.Header, fmt.Sprintf("%s:%d:unserved:%s", id, gen, nuid.Next())))
+	if err != nil {
+		return false, fmt.Errorf("dead-letter unserved task %s: %w", id, err)
+	}
+	actor := kv.Actor{Action: "unserved", Error: reason}
+	dead := func(r *kv.Record) error {
+		r.FinishedAt, r.LastError, r.Burying, r.DLQSeq = &now, reason, "", dlqSeq
+		return nil
+	}
+	if rec == nil {
+		born := &kv.Record{ID: id, Type: stored.Type, Tenant: stored.Tenant, Key: stored.Key, Priority: stored.Priority,
+			State: kv.StateDead, MaxAttempts: opts.MaxAttempts, Timeout: kv.Duration(opts.Timeout), Gen: opts.Gen,
+			CreatedAt: raw.Time.UTC(), Stream: bucket, StreamSeq: raw.Sequence}
+		_ = dead(born)
+		_, _, err = u.l.store.Create(ctx, born, actor)
+		if errors.Is(err, kv.ErrExists) {
+			err = kv.ErrConflict // a worker saw it first
+		}
+	} else {
+		_, _, err = u.l.store.Apply(ctx, rec, rev, kv.StateDead, actor, dead)
+	}
+	if errors.Is(err, kv.ErrConflict) {
+		u.deleteLetter(ctx, id, dlqSeq) // a worker claimed it, or an operator moved it: not dead
+		return false, nil
+	}
+	if err != nil {
+		// The write may have landed: the letter stays (at worst an orphan,
+		// which replay refuses), never a DEAD record naming no letter.
+		return false, fmt.Errorf("bury unserved task %s: %w", id, err)
+	}
+	if err := stream.DeleteMsg(ctx, raw.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		u.log.Debug("delete_buried_failed", zap.String("task_id", id), zap.Error(err)) // a worker drops it: its task is DEAD
+	}
+	u.log.Info("task_unserved_dead", zap.String("task_id", id), zap.String("type", stored.Type), zap.Int("priority", prio), zap.Uint64("dlq_seq", dlqSeq))
+	return true, nil
+}
+
+func (u *unservedExpiry) deleteLetter(ctx context.Context, id string, seq uint64) {
+	stream, err := u.l.js.Stream(ctx, u.l.cfg.Names.DLQStream())
+	if err == nil {
+		err = stream.DeleteMsg(ctx, seq)
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		u.log.Warn("delete_unserved_letter_failed", zap.String("task_id", id), zap.Uint64("dlq_seq", seq), zap.Error(err))
+	}
+}

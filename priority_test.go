@@ -1,0 +1,66 @@
+package ax_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/ax-mesh/ax"
+	"github.com/stretchr/testify/require"
+)
+
+// A task that names no priority lands in DefaultPriority (P2), as the CLI's
+// default; P0 must be asked for.
+func TestZeroPriorityIsTheDefault(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	ctx := context.Background()
+	require.Equal(t, ax.P2, ax.DefaultPriority)
+	for _, tc := range []struct {
+		name     string
+		priority ax.Priority
+		stream   string
+		level    int
+	}{
+		{"unset", "", "AX_P2", 2},
+		{"P0 asked for", ax.P0, "AX_P0", 0},
+		{"P4", ax.P4, "AX_P4", 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "email", Priority: tc.priority})
+			require.NoError(t, err)
+			require.Equal(t, tc.stream, info.Stream)
+			require.Equal(t, tc.level, info.Priority)
+			rec, _, err := b.client.Store().Get(ctx, info.ID)
+			require.NoError(t, err)
+			require.Equal(t, tc.level, rec.Priority)
+		})
+	}
+	_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "email", Priority: "P0"})
+	require.ErrorIs(t, err, ax.ErrInvalidTask, "names are lower-case, as on the wire")
+}
+
+// In JSON a priority is its name; a number, as cron jobs stored it before,
+// keeps its old meaning (0 was P0).
+func TestPriorityJSON(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		json string
+		want ax.Priority
+	}{
+		{`{"type":"x","priority":"p3"}`, ax.P3},
+		{`{"type":"x","priority":0}`, ax.P0},
+		{`{"type":"x","priority":4}`, ax.P4},
+		{`{"type":"x"}`, ""},
+	} {
+		var task ax.TaskSpec
+		require.NoError(t, json.Unmarshal([]byte(tc.json), &task), tc.json)
+		require.Equal(t, tc.want, task.Priority, tc.json)
+	}
+	data, err := json.Marshal(ax.TaskSpec{Type: "x", Priority: ax.P1})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"type":"x","tenant":"","priority":"p1"}`, string(data))
+	level, err := ax.Priority("").Level()
+	require.NoError(t, err)
+	require.Equal(t, 2, level)
+}

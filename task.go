@@ -1,0 +1,185 @@
+package ax
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+)
+
+// DefaultTenant is the tenant of a task that names none.
+const DefaultTenant = "default"
+
+// TaskSpec is what a producer builds: the task a service submits (a
+// handler receives it as a worker.Task). Its JSON form (a cron job stores one)
+// has snake_case keys, with Timeout and Delay in nanoseconds; the Go field
+// names of records written before are read too.
+type TaskSpec struct {
+	// ID identifies the task; empty means a new nuid. Letters, digits, '-',
+	// '_', '=' and '/' only. Re-submitting an id within the de-duplication
+	// window is a no-op.
+	ID string `json:"id,omitempty"`
+	// Type names the handler. Required; a subject token.
+	Type string `json:"type"`
+	// Payload is passed to the handler as is.
+	Payload []byte `json:"payload,omitempty"`
+	// Priority names the bucket: [P0] (highest) to [P4] (lowest). The zero
+	// value is [DefaultPriority] (P2).
+	Priority Priority `json:"priority,omitempty"`
+	// Tenant owns the task. Default "default".
+	Tenant string `json:"tenant"`
+	// Key partitions tasks into shards (tasks of one key share a shard).
+	// Default: the task id.
+	Key string `json:"key,omitempty"`
+	// Timeout of one attempt. Zero: the worker's default for the type.
+	Timeout time.Duration `json:"timeout,omitempty"`
+	// MaxAttempts before the task is dead. Zero: the worker's default.
+	MaxAttempts int `json:"max_attempts,omitempty"`
+	// Core tasks are still accepted when backpressure refuses others. A core
+	// task is published on <prefix>.core.p<N>.…, which only users allowed
+	// to submit core tasks may publish (docs/ax-permissions.conf): being
+	// core is a permission of the connection's user, not a claim.
+	Core bool `json:"core,omitempty"`
+	// Deadline after which the task is not started. Zero: none.
+	Deadline time.Time `json:"deadline,omitzero"`
+	// Headers are extra "Ax-" headers passed to the handler.
+	Headers map[string]string `json:"headers,omitempty"`
+	// RunAt delays the task until this time: it is PENDING until then and
+	// the leader releases it into its bucket at RunAt. Zero, or a time not
+	// after now, runs it at once. Not together with Delay.
+	RunAt time.Time `json:"run_at,omitzero"`
+	// Delay delays the task by this long (RunAt = now + Delay). Zero runs it
+	// at once; negative is an error. Not together with RunAt.
+	Delay time.Duration `json:"delay,omitempty"`
+}
+
+// TaskInfo describes an accepted task.
+type TaskInfo struct {
+	ID       string
+	Type     string
+	Tenant   string
+	Priority int
+	Shard    int
+	Stream   string
+	Sequence uint64 // stream sequence of the task's message
+	// RunAt is when a delayed task becomes due; zero when it runs at once.
+	RunAt time.Time
+	// Duplicate is true when the id had been submitted already within the
+	// de-duplication window; nothing new was stored.
+	Duplicate bool
+}
+
+// normalize fills defaults and validates the task, naming the bad field.
+func (t TaskSpec) normalize(now time.Time) (TaskSpec, error) {
+	if t.ID == "" {
+		t.ID = nuid.Next()
+	}
+	if t.Tenant == "" {
+		t.Tenant = DefaultTenant
+	}
+	if t.Key == "" {
+		t.Key = t.ID
+	}
+	bad := func(format string, args ...any) (TaskSpec, error) {
+		return t, fmt.Errorf("%w: %s", ErrInvalidTask, fmt.Sprintf(format, args...))
+	}
+	if err := streams.ValidateTaskID(t.ID); err != nil {
+		return bad("ID: %s", err)
+	}
+	for _, f := range []struct{ name, value string }{{"Type", t.Type}, {"Tenant", t.Tenant}, {"Key", t.Key}} {
+		if err := streams.ValidateToken(f.name, f.value); err != nil {
+			return bad("%s", err)
+		}
+	}
+	level, err := t.Priority.Level()
+	if err != nil {
+		return bad("Priority %q is not p0..p%d (empty: %s)", t.Priority, streams.Priorities-1, DefaultPriority)
+	}
+	t.Priority = PriorityOf(level)
+	switch {
+	case t.Timeout < 0:
+		return bad("Timeout %s is negative", t.Timeout)
+	case t.MaxAttempts < 0 || t.MaxAttempts > streams.MaxAttemptsLimit:
+		return bad("MaxAttempts %d is not 0..%d", t.MaxAttempts, streams.MaxAttemptsLimit)
+	case !t.Deadline.IsZero() && t.Deadline.Before(now):
+		return bad("Deadline %s is in the past", t.Deadline.Format(time.RFC3339))
+	case t.Delay < 0:
+		return bad("Delay %s is negative", t.Delay)
+	case t.Delay > 0 && !t.RunAt.IsZero():
+		return bad("Delay and RunAt are both set; set one")
+	}
+	if t.Delay > 0 {
+		t.RunAt, t.Delay = now.Add(t.Delay), 0
+	}
+	if !t.RunAt.After(now) {
+		t.RunAt = time.Time{} // due now: no delay
+	}
+	for name := range t.Headers {
+		if streams.IsInternalHeader(name) || isOptionHeader(name) {
+			return bad("header %q is set by ax, not by a task (use the Task fields for its options)", name)
+		}
+		if !strings.HasPrefix(name, "Ax-") {
+			return bad("header %q must start with \"Ax-\"", name)
+		}
+	}
+	return t, nil
+}
+
+// isOptionHeader reports whether name carries a task option that a
+// [TaskSpec] field sets (a header would silently fight the field).
+func isOptionHeader(name string) bool {
+	for _, h := range []string{streams.HeaderTimeout, streams.HeaderMaxAttempts, streams.HeaderCore, streams.HeaderDeadline, streams.HeaderRunAt, streams.HeaderMsgID} {
+		if strings.EqualFold(h, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// message builds the wire message of a normalized task.
+func (t TaskSpec) message(names streams.Names) *nats.Msg {
+	subject := names.SubmitSubject(t.Priority.level(), t.Tenant, t.Type, t.Key)
+	if t.Core {
+		subject = names.CoreSubject(t.Priority.level(), t.Tenant, t.Type, t.Key)
+	}
+	msg := nats.NewMsg(subject)
+	msg.Data = t.Payload
+	for name, value := range t.Headers {
+		msg.Header.Set(name, value)
+	}
+	streams.Options{ID: t.ID, Timeout: t.Timeout, MaxAttempts: t.MaxAttempts, Deadline: t.Deadline, RunAt: t.RunAt, Gen: 1}.SetHeaders(msg.Header)
+	return msg
+}
+
+// record is the READY record of a normalized task (PENDING if delayed).
+func (t TaskSpec) record(stream string, seq uint64) *kv.Record {
+	state := kv.StateReady
+	if !t.RunAt.IsZero() {
+		state = kv.StatePending
+	}
+	rec := &kv.Record{
+		ID: t.ID, Type: t.Type, Tenant: t.Tenant, Key: t.Key, Priority: t.Priority.level(),
+		State: state, MaxAttempts: t.MaxAttempts, Timeout: kv.Duration(t.Timeout),
+		Core: t.Core, Gen: 1, Stream: stream, StreamSeq: seq,
+	}
+	if !t.Deadline.IsZero() {
+		d := t.Deadline.UTC()
+		rec.Deadline = &d
+	}
+	if !t.RunAt.IsZero() {
+		r := t.RunAt.UTC()
+		rec.RunAt = &r
+	}
+	return rec
+}
+
+func (t TaskSpec) info(names streams.Names, seq uint64, dup bool) TaskInfo {
+	return TaskInfo{
+		ID: t.ID, Type: t.Type, Tenant: t.Tenant, Priority: t.Priority.level(), Shard: streams.Shard(t.Key),
+		Stream: names.PriorityStream(t.Priority.level()), Sequence: seq, Duplicate: dup, RunAt: t.RunAt,
+	}
+}
