@@ -197,3 +197,13 @@ func TestSubmitBatchFullBucket(t *testing.T) {
 	require.True(t, strings.Contains(err.Error(), "maximum messages"), err.Error())
 	require.False(t, errors.Is(err, ax.ErrInvalidTask))
 }
+
+// A client on a server where the deployment is not provisioned fails at
+// once rather than at the first submit (README: "fails if the deployment
+// is not provisioned").
+func TestNewClientNeedsAProvisionedDeployment(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.RunServer(t)
+	_, err := ax.NewClient(context.Background(), js, nil)
+	require.Error(t, err)
+}

@@ -57,3 +57,45 @@ func ExampleClient_Submit() {
 	// Output:
 	// welcome-42 AX_P1 READY
 }
+
+// Email is the payload of an "email" task.
+type Email struct {
+	To string `json:"to"`
+}
+
+// Kind names the task type of [Email] args.
+func (Email) Kind() string { return "email" }
+
+// A service's submit code, as in the README: typed args, a delayed task, a
+// task of raw bytes and a cron job, with one import of ax.
+func ExampleClient_SubmitJSON() {
+	ctx := context.Background()
+	js, stop := exampleJetStream(ctx)
+	defer stop()
+
+	client, err := ax.NewClient(ctx, js, nil) // the default deployment
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = client.Close() }()
+	info, err := client.SubmitJSON(ctx, Email{To: "ada@example.com"}, &ax.TaskSpec{Tenant: "acme",
+		Priority: ax.P1, Timeout: 10 * time.Second, MaxAttempts: 5})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	later, _ := client.SubmitJSON(ctx, Email{To: "bob@example.com"}, &ax.TaskSpec{Delay: time.Hour})
+	raw, _ := client.Submit(ctx, ax.TaskSpec{Type: "resize", Payload: []byte("image")})
+	_, err = client.AddCron(ctx, ax.CronJob{Name: "digest", Spec: "0 7 * * *", Task: ax.TaskSpec{Type: "digest"}})
+	fmt.Println(info.Type, info.Stream)
+	rec, _, _ := client.Store().Get(ctx, later.ID)
+	fmt.Println(later.Type, rec.State)
+	fmt.Println(raw.Type, raw.Stream)
+	fmt.Println("cron added:", err == nil)
+	// Output:
+	// email AX_P1
+	// email PENDING
+	// resize AX_P2
+	// cron added: true
+}

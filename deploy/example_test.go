@@ -22,9 +22,11 @@ type Email struct {
 // Kind names the task type of [Email] args.
 func (Email) Kind() string { return "email" }
 
-// One process provisions the deployment; every other one opens it and
-// builds its part from it, so that none can disagree on the names, the ack
-// wait or the record store.
+// One process provisions the deployment; a process that embeds several
+// parts (here a worker and a client; a leader and the management API the
+// same way) opens it and builds them from it, so that none can disagree on
+// the names, the ack wait or the record store. A service or a worker alone
+// needs no handle: see ax.NewClient and worker.New.
 func ExampleOpen() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -44,7 +46,7 @@ func ExampleOpen() {
 		return
 	}
 
-	// A worker's main.
+	// The parts, from the opened deployment.
 	d, err := deploy.Open(ctx, js, nil)
 	if err != nil {
 		fmt.Println(err)
@@ -60,7 +62,6 @@ func ExampleOpen() {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 
-	// A service's submit code.
 	client, _ := d.Client(ctx, nil)
 	defer func() { _ = client.Close() }()
 	if _, err := client.SubmitJSON(ctx, Email{To: "ada@example.com"}, nil); err != nil {
