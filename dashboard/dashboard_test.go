@@ -66,7 +66,7 @@ type tb interface {
 	Helper()
 }
 
-func (b *testBundle) get(t natstest.TB, path string, out any) int {
+func (b *testBundle) get(t tb, path string, out any) int {
 	t.Helper()
 	res, err := http.Get(b.srv.URL + path)
 	require.NoError(t, err)
