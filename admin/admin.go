@@ -162,6 +162,17 @@ func (a *Service) Stop(_ context.Context) error {
 	return nil
 }
 
+// Run starts the service, serves until ctx ends and stops it, as
+// worker.Worker.Run and leader.Leader.Run do: it returns Start's error,
+// or nil once stopped.
+func (a *Service) Run(ctx context.Context) error {
+	if err := a.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return a.Stop(context.WithoutCancel(ctx))
+}
+
 // endpoint adapts a JSON handler to micro: a reply, or an error with a code
 // and a message in the micro error headers (and as a JSON body).
 func (a *Service) endpoint(verb string, h func(context.Context, []byte) (any, error)) micro.Handler {

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -339,4 +340,26 @@ func TestAdminStatsPerType(t *testing.T) {
 	require.Equal(t, kv.Duration(4*time.Second), report.P99)
 	require.Equal(t, kv.Duration(6*time.Second), report.RecommendedTimeout, "1.5 x 4 s")
 	require.Equal(t, kv.Duration(10*time.Second), report.Timeout)
+}
+
+// Run serves until its context ends, then the service is gone: the one
+// lifecycle shape of the worker and the leader.
+func TestServiceRunServesUntilItsContextEnds(t *testing.T) {
+	t.Parallel()
+	nc, js := natstest.RunServer(t)
+	natstest.Provision(t, js, nil)
+	svc, err := admin.New(context.Background(), js, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	api := admin.NewClient(nc, streams.Names{})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, err := api.Workers(context.Background())
+		assert.NoError(c, err)
+	}, 10*time.Second, 20*time.Millisecond, "Run serves")
+	cancel()
+	require.NoError(t, <-done)
+	_, err = api.Workers(context.Background())
+	require.ErrorIs(t, err, nats.ErrNoResponders, "stopped when its context ended")
 }
