@@ -153,9 +153,16 @@ func (u *unservedExpiry) scan(ctx context.Context, prio int, t string, deadline,
 func (u *unservedExpiry) bury(ctx context.Context, stream jetstream.Stream, prio int, raw *jetstream.RawStreamMsg, deadline time.Duration, reason string) (bool, error) {
 	names := u.l.cfg.Names
 	bucket := names.PriorityStream(prio)
-	stored, opts, err := names.ParseMessage(raw.Subject, raw.Header)
+	stored, err := names.ParseStored(raw.Subject)
 	if err != nil {
-		return false, nil // malformed: a worker of its type dead-letters it with the cause
+		return false, nil // not a task's subject: no id, tenant or key to bury it under
+	}
+	_, opts, err := names.ParseMessage(raw.Subject, raw.Header)
+	if err != nil {
+		// A malformed header, which a worker of the type would dead-letter
+		// with the cause: no worker comes, so it is buried here, under the
+		// id a worker would give it (its Nats-Msg-Id when that is valid).
+		reason = fmt.Sprintf("%s; the message is also malformed: %s", reason, err)
 	}
 	id := opts.ID
 	if id == "" {

@@ -1,0 +1,259 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/worker"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// journal counts the executions of each task id by a handler.
+type journal struct {
+	mu  sync.Mutex
+	ran map[string]int
+}
+
+func newJournal() *journal { return &journal{ran: map[string]int{}} }
+
+func (j *journal) handle(_ context.Context, task *worker.Task) error {
+	j.mu.Lock()
+	j.ran[task.ID]++
+	j.mu.Unlock()
+	return nil
+}
+
+func (j *journal) count(id string) int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.ran[id]
+}
+
+func (j *journal) ids() []string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := make([]string, 0, len(j.ran))
+	for id := range j.ran {
+		out = append(out, id)
+	}
+	return out
+}
+
+// letterSeqs returns the sequences of the dead letters in AX_DLQ by task id.
+func letterSeqs(t *testing.T, js jetstream.JetStream) map[string][]uint64 {
+	t.Helper()
+	ctx := context.Background()
+	stream, err := js.Stream(ctx, "AX_DLQ")
+	require.NoError(t, err)
+	out := map[string][]uint64{}
+	for seq := stream.CachedInfo().State.FirstSeq; ; {
+		msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject("ax.dlq.>"))
+		if err != nil {
+			require.ErrorIs(t, err, jetstream.ErrMsgNotFound)
+			return out
+		}
+		seq = msg.Sequence + 1
+		l := streams.ParseDeadLetter(msg.Subject, msg.Header)
+		out[l.TaskID] = append(out[l.TaskID], msg.Sequence)
+	}
+}
+
+// submitMixed submits one "report" task in one of three ways (Go client,
+// raw with a Nats-Msg-Id, raw without) and returns its id.
+func submitMixed(t *testing.T, b *unservedBundle, i int) string {
+	t.Helper()
+	ctx := context.Background()
+	switch i % 3 {
+	case 0:
+		info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "report", Key: fmt.Sprintf("k%d", i%5)})
+		require.NoError(t, err)
+		return info.ID
+	case 1:
+		raw := nats.NewMsg(fmt.Sprintf("ax.submit.p%d.acme.report.k%d", i%5, i%5))
+		raw.Data = []byte("raw")
+		id := fmt.Sprintf("raw-%d-%d", i, time.Now().UnixNano())
+		raw.Header.Set(jetstream.MsgIDHeader, id)
+		_, err := b.js.PublishMsg(ctx, raw)
+		require.NoError(t, err)
+		return id
+	default:
+		ack, err := b.js.Publish(ctx, fmt.Sprintf("ax.submit.p%d.acme.report.k%d", i%5, i%5), []byte("no id"))
+		require.NoError(t, err)
+		return streams.FallbackID(ack.Stream, ack.Sequence, getMsg(t, b.js, ack.Stream, ack.Sequence).Time)
+	}
+}
+
+// requireOutcomes checks each task ran exactly once and SUCCEEDED with no
+// letter, or never ran and is DEAD naming its one letter; and that no
+// letter names a task that is not DEAD, and no task ran that was not
+// submitted.
+func requireOutcomes(t *testing.T, b *unservedBundle, j *journal, ids []string) (succeeded, dead int) {
+	t.Helper()
+	seqs := letterSeqs(t, b.js)
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+		rec := b.record(t, id)
+		switch rec.State {
+		case kv.StateSucceeded:
+			succeeded++
+			require.Equal(t, 1, j.count(id), "SUCCEEDED task %s ran %d times", id, j.count(id))
+			require.Empty(t, seqs[id], "SUCCEEDED task %s has dead letters", id)
+		case kv.StateDead:
+			dead++
+			require.Zero(t, j.count(id), "DEAD task %s ran", id)
+			require.Equal(t, []uint64{rec.DLQSeq}, seqs[id], "DEAD task %s: letters vs record", id)
+			require.Contains(t, rec.LastError, "unserved")
+		default:
+			t.Fatalf("task %s is %s", id, rec.State)
+		}
+	}
+	for id := range seqs {
+		require.True(t, want[id], "letter names unknown task %s", id)
+	}
+	for _, id := range j.ids() {
+		require.True(t, want[id], "ran unknown task %s", id)
+	}
+	return succeeded, dead
+}
+
+// Workers of the type join and leave while the leader buries (deadline 1s,
+// a pass each 50ms): every task either runs exactly once and SUCCEEDED
+// with no letter, or never runs and is DEAD naming its one letter. Nothing
+// is lost, nothing runs twice, no letter is orphaned.
+func TestUnservedDeadlineChurn(t *testing.T) {
+	t.Parallel()
+	b := setupUnserved(t)
+	ctx := context.Background()
+	_, err := b.api.SetUnservedDeadline(ctx, "report", time.Second)
+	require.NoError(t, err)
+	j := newJournal()
+	var ids []string
+	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
+	for round := range 6 {
+		for i := range 12 {
+			ids = append(ids, submitMixed(t, b, round*12+i))
+		}
+		// Unserved long enough for burials to start around the join.
+		time.Sleep(time.Second + time.Duration(rng.IntN(400))*time.Millisecond)
+		stop := b.startWorker(t, "report", j.handle)
+		time.Sleep(time.Duration(50+rng.IntN(300)) * time.Millisecond)
+		stop()
+	}
+	b.startWorker(t, "report", j.handle)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, id := range ids {
+			s := b.record(t, id).State
+			assert.True(c, s == kv.StateSucceeded || s == kv.StateDead, "%s is %s", id, s)
+		}
+	}, 30*time.Second, 100*time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // a late execution or letter would show
+	succeeded, dead := requireOutcomes(t, b, j, ids)
+	t.Logf("%d tasks: %d succeeded, %d dead", len(ids), succeeded, dead)
+}
+
+// A replay while the type is still unserved waits again and is buried
+// again a deadline later: one letter, the record naming it.
+func TestUnservedDeadlineReplayWhileUnserved(t *testing.T) {
+	t.Parallel()
+	b := setupUnserved(t)
+	ctx := context.Background()
+	_, err := b.api.SetUnservedDeadline(ctx, "report", time.Second)
+	require.NoError(t, err)
+	ids := []string{submitMixed(t, b, 0), submitMixed(t, b, 1), submitMixed(t, b, 2)}
+	deadAll := func() {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			for _, id := range ids {
+				assert.Equal(c, kv.StateDead, b.record(t, id).State, id)
+			}
+		}, 20*time.Second, 50*time.Millisecond)
+	}
+	deadAll()
+	for _, id := range ids {
+		reply, err := b.api.Replay(ctx, scheduler.DLQReplayRequest{ID: id})
+		require.NoError(t, err)
+		require.Equal(t, []string{id}, reply.Replayed, "%+v", reply)
+	}
+	replayed := time.Now()
+	deadAll()
+	require.GreaterOrEqual(t, time.Since(replayed), time.Second-100*time.Millisecond)
+	for _, id := range ids {
+		rec := b.record(t, id)
+		require.Equal(t, "unserved", rec.Trail[len(rec.Trail)-1].Action, id)
+	}
+	requireOutcomes(t, b, newJournal(), ids)
+}
+
+// On the default layout (every worker serves every type) a deadline does
+// nothing: a task with no worker at all waits, READY.
+func TestUnservedDeadlineIgnoredWithoutPools(t *testing.T) {
+	t.Parallel()
+	lb := setupLoops(t, 1, nil, scheduler.LeaderConfig{UnservedInterval: 20 * time.Millisecond})
+	ctx := context.Background()
+	nc, ajs := lb.srv.Connect()
+	admin, err := scheduler.NewAdmin(ctx, ajs, nil)
+	require.NoError(t, err)
+	require.NoError(t, admin.Start(ctx))
+	t.Cleanup(func() { _ = admin.Stop(ctx) })
+	api := scheduler.NewAdminClient(nc, streams.Names{})
+	_, err = api.SetUnservedDeadline(ctx, "report", time.Second)
+	require.NoError(t, err)
+	info, err := lb.client.Submit(ctx, scheduler.TaskSpec{Type: "report", Key: "k"})
+	require.NoError(t, err)
+	ack, err := lb.js.Publish(ctx, "ax.submit.p2.acme.report.k", []byte("raw"))
+	require.NoError(t, err)
+	time.Sleep(2500 * time.Millisecond)
+	rec, _, err := lb.client.Store().Get(ctx, info.ID)
+	require.NoError(t, err)
+	require.Equal(t, kv.StateReady, rec.State)
+	getMsg(t, lb.js, ack.Stream, ack.Sequence) // still there
+	stream, err := lb.js.Stream(ctx, "AX_DLQ")
+	require.NoError(t, err)
+	require.Zero(t, stream.CachedInfo().State.Msgs)
+}
+
+// A raw publish of an unserved type with a malformed header (one a worker
+// would dead-letter with the cause) must not escape the deadline: it is
+// buried like any other, or the bucket keeps it forever.
+func TestUnservedDeadlineBuriesMalformed(t *testing.T) {
+	t.Parallel()
+	b := setupUnserved(t)
+	ctx := context.Background()
+	_, err := b.api.SetUnservedDeadline(ctx, "report", time.Second)
+	require.NoError(t, err)
+	var ids []string
+	for i, h := range []map[string]string{
+		{jetstream.MsgIDHeader: "bad-timeout", "Ax-Timeout": "forever"},
+		{jetstream.MsgIDHeader: "bad-attempts", "Ax-Max-Attempts": "0"},
+		{"Ax-Deadline": "tomorrow"},
+	} {
+		raw := nats.NewMsg(fmt.Sprintf("ax.submit.p%d.acme.report.k", i))
+		raw.Data = []byte("malformed")
+		for k, v := range h {
+			raw.Header.Set(k, v)
+		}
+		ack, err := b.js.PublishMsg(ctx, raw)
+		require.NoError(t, err)
+		id := h[jetstream.MsgIDHeader]
+		if id == "" {
+			id = streams.FallbackID(ack.Stream, ack.Sequence, getMsg(t, b.js, ack.Stream, ack.Sequence).Time)
+		}
+		ids = append(ids, id)
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, id := range ids {
+			assert.Equal(c, kv.StateDead, b.record(t, id).State, id)
+		}
+	}, 10*time.Second, 50*time.Millisecond)
+	requireOutcomes(t, b, newJournal(), ids)
+}
