@@ -180,6 +180,18 @@ func (u *unservedExpiry) bury(ctx context.Context, stream jetstream.Stream, prio
 		rec = nil
 	case err != nil:
 		return false, err
+	case stray(rec, stored, names, bucket, raw.Sequence):
+		// A producer's message naming a task whose record names another
+		// message (a duplicate id in another bucket, or after the dedup
+		// window), or a task of another tenant, type or key: a worker of
+		// the type would drop it, as the Go client deletes its own. No
+		// worker comes: it is removed here, or it would keep its place in
+		// the bucket forever. The task it names is not touched.
+		if err := stream.DeleteMsg(ctx, raw.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return false, fmt.Errorf("drop stray message of task %s: %w", id, err)
+		}
+		u.log.Info("unserved_stray_dropped", zap.String("task_id", id), zap.String("type", stored.Type), zap.Int("priority", prio), zap.Uint64("seq", raw.Sequence))
+		return false, nil
 	case !rec.Names(names, bucket, raw.Sequence) || (rec.State != kv.StateReady && rec.State != kv.StateRetrying):
 		return false, nil // not the task's current message, or not waiting
 	}
@@ -245,4 +257,19 @@ func (u *unservedExpiry) deleteLetter(ctx context.Context, id string, seq uint64
 	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		u.log.Warn("delete_unserved_letter_failed", zap.String("task_id", id), zap.Uint64("dlq_seq", seq), zap.Error(err))
 	}
+}
+
+// stray reports whether a producer's message (not a control-plane copy)
+// cannot become its task's message: the record is bound to another one,
+// or to another tenant, type or key (a worker drops such a message, see
+// worker claimFrom). A record bound to no message (PENDING, or born PAUSED
+// or CANCELLED by id) may still take a producer's message of its own task.
+func stray(rec *kv.Record, stored streams.Stored, names streams.Names, bucket string, seq uint64) bool {
+	if stored.Copy {
+		return false // a move in progress may name it yet
+	}
+	if rec.Type != "" && (rec.Tenant != stored.Tenant || rec.Type != stored.Type || rec.Key != stored.Key) {
+		return true
+	}
+	return rec.StreamSeq != 0 && !rec.Names(names, bucket, seq)
 }

@@ -257,3 +257,48 @@ func TestUnservedDeadlineBuriesMalformed(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond)
 	requireOutcomes(t, b, newJournal(), ids)
 }
+
+// A producer's message naming a task whose record names another message (a
+// duplicate id in another bucket, or another tenant's id) is one a worker
+// of the type drops. With no worker it must not escape the deadline and
+// keep its place in the bucket forever: the leader removes it, burying
+// nothing for it and leaving the task it names alone.
+func TestUnservedDeadlineDropsDuplicates(t *testing.T) {
+	t.Parallel()
+	b := setupUnserved(t)
+	ctx := context.Background()
+	mine, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "report", Key: "k", Priority: scheduler.PriorityOf(1)})
+	require.NoError(t, err)
+	other, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "x", Key: "k", Tenant: "globex"})
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, kv.StateSucceeded, b.record(t, other.ID).State)
+	}, 10*time.Second, 20*time.Millisecond)
+	for _, dup := range []struct{ subject, id string }{
+		{"ax.submit.p3.acme.report.k", mine.ID},  // same task, another bucket (no dedup)
+		{"ax.submit.p0.acme.report.k", other.ID}, // another tenant's finished task
+		{"ax.submit.p4.evil.report.z", mine.ID},  // the id under another tenant
+	} {
+		raw := nats.NewMsg(dup.subject)
+		raw.Data = []byte("dup")
+		raw.Header.Set(jetstream.MsgIDHeader, dup.id)
+		ack, err := b.js.PublishMsg(ctx, raw)
+		require.NoError(t, err)
+		require.False(t, ack.Duplicate, dup.subject)
+	}
+	_, err = b.api.SetUnservedDeadline(ctx, "report", time.Second)
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, kv.StateDead, b.record(t, mine.ID).State)
+		for p := range streams.Priorities {
+			stream, err := b.js.Stream(ctx, streams.Names{}.PriorityStream(p))
+			if assert.NoError(c, err) {
+				assert.Zero(c, stream.CachedInfo().State.Msgs, "P%d keeps a duplicate of an unserved type", p)
+			}
+		}
+	}, 10*time.Second, 50*time.Millisecond)
+	require.Equal(t, kv.StateSucceeded, b.record(t, other.ID).State)
+	seqs := letterSeqs(t, b.js)
+	require.Equal(t, []uint64{b.record(t, mine.ID).DLQSeq}, seqs[mine.ID])
+	require.Empty(t, seqs[other.ID])
+}
