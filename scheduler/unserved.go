@@ -37,10 +37,14 @@ type unservedExpiry struct {
 	control  jetstream.KeyValue
 	start    time.Time
 	servedAt map[string]time.Time // when this leader last saw a live worker serve the type
+	// cursor is where the scan of a type in a bucket resumes when the last
+	// pass ran out of budget: messages it cannot bury (tasks an operator
+	// paused) would otherwise hide, pass after pass, the tasks behind them.
+	cursor map[string]uint64
 }
 
 func newUnservedExpiry(l *Leader) *unservedExpiry {
-	return &unservedExpiry{l: l, log: l.log.Named("unserved"), start: time.Now(), servedAt: map[string]time.Time{}}
+	return &unservedExpiry{l: l, log: l.log.Named("unserved"), start: time.Now(), servedAt: map[string]time.Time{}, cursor: map[string]uint64{}}
 }
 
 func (u *unservedExpiry) run(ctx context.Context) error {
@@ -119,11 +123,16 @@ func (u *unservedExpiry) scan(ctx context.Context, prio int, t string, deadline,
 	filter := fmt.Sprintf("%s.p%d.*.*.%s.>", names.Prefix(), prio, t)
 	cutoff := time.Now().Add(-deadline)
 	reason := fmt.Sprintf("unserved: no live worker served task type %q for %s (its deadline is %s)", t, unserved.Round(time.Second), deadline)
-	seq := stream.CachedInfo().State.FirstSeq
-	for ; budget.lifts > 0 && budget.scans > 0; budget.scans-- {
+	seq := max(stream.CachedInfo().State.FirstSeq, u.cursor[filter])
+	delete(u.cursor, filter)
+	for ; ; budget.scans-- {
+		if budget.lifts <= 0 || budget.scans <= 0 {
+			u.cursor[filter] = seq // the next pass goes on from here
+			return nil
+		}
 		msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil
+			return nil // the end: the next pass starts again at the head
 		}
 		if err != nil {
 			return err
@@ -144,7 +153,6 @@ func (u *unservedExpiry) scan(ctx context.Context, prio int, t string, deadline,
 			budget.lifts--
 		}
 	}
-	return nil
 }
 
 // bury dead-letters the task of one waiting message if the message is the
