@@ -268,10 +268,12 @@ func (u *unservedExpiry) deleteLetter(ctx context.Context, id string, seq uint64
 }
 
 // stray reports whether a producer's message (not a control-plane copy)
-// cannot become its task's message: the record is bound to another one,
-// or to another tenant, type or key (a worker drops such a message, see
-// worker claimFrom). A record bound to no message (PENDING, or born PAUSED
-// or CANCELLED by id) may still take a producer's message of its own task.
+// cannot become its task's message, so that a worker would drop it (see
+// worker claimFrom): the record is bound to another message, or to
+// another tenant, type or key, or the task is finished (born CANCELLED by
+// an operator who knew only its id, or a message a burial could not
+// delete). A waiting record bound to no message (PENDING, or born PAUSED
+// by id) may still take a producer's message of its own task.
 func stray(rec *kv.Record, stored streams.Stored, names streams.Names, bucket string, seq uint64) bool {
 	if stored.Copy {
 		return false // a move in progress may name it yet
@@ -279,5 +281,5 @@ func stray(rec *kv.Record, stored streams.Stored, names streams.Names, bucket st
 	if rec.Type != "" && (rec.Tenant != stored.Tenant || rec.Type != stored.Type || rec.Key != stored.Key) {
 		return true
 	}
-	return rec.StreamSeq != 0 && !rec.Names(names, bucket, seq)
+	return rec.State.Terminal() || (rec.StreamSeq != 0 && !rec.Names(names, bucket, seq))
 }

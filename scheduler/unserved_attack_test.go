@@ -468,3 +468,29 @@ func TestUnservedDeadlinePastPausedHead(t *testing.T) {
 		assert.Equal(c, kv.StateDead, b.record(t, info.ID).State)
 	}, 10*time.Second, 50*time.Millisecond)
 }
+
+// A producer's message naming a task an operator cancelled by id before
+// any message of it came is one a worker drops: with no worker it must not
+// keep its place in the bucket past the deadline either.
+func TestUnservedDeadlineDropsMessageOfCancelledID(t *testing.T) {
+	t.Parallel()
+	b := setupUnserved(t)
+	ctx := context.Background()
+	_, err := b.api.Cancel(ctx, scheduler.TaskRequest{ID: "ghost", Unseen: true})
+	require.NoError(t, err)
+	require.Equal(t, kv.StateCancelled, b.record(t, "ghost").State)
+	raw := nats.NewMsg("ax.submit.p1.acme.report.k")
+	raw.Header.Set(jetstream.MsgIDHeader, "ghost")
+	_, err = b.js.PublishMsg(ctx, raw)
+	require.NoError(t, err)
+	_, err = b.api.SetUnservedDeadline(ctx, "report", time.Second)
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		stream, err := b.js.Stream(ctx, "AX_P1")
+		if assert.NoError(c, err) {
+			assert.Zero(c, stream.CachedInfo().State.Msgs)
+		}
+	}, 10*time.Second, 50*time.Millisecond)
+	require.Equal(t, kv.StateCancelled, b.record(t, "ghost").State)
+	require.Empty(t, letterSeqs(t, b.js))
+}
