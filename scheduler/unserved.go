@@ -77,10 +77,8 @@ func (u *unservedExpiry) pass(ctx context.Context) error {
 	if !streams.UsesPools(first.CachedInfo().Config) {
 		return nil // every worker serves every type
 	}
-	deadlines, _, err := readDeadlines(ctx, u.control)
-	if err != nil || len(deadlines.Deadlines) == 0 {
-		return err
-	}
+	// Every pass tracks when each type was last served, deadline or not:
+	// a deadline set just after a type's last worker left counts from then.
 	members, err := kv.ListMembers(ctx, u.l.js, names)
 	if err != nil {
 		return err
@@ -92,6 +90,10 @@ func (u *unservedExpiry) pass(ctx context.Context) error {
 			served[t] = true
 			u.servedAt[t] = now
 		}
+	}
+	deadlines, _, err := readDeadlines(ctx, u.control)
+	if err != nil || len(deadlines.Deadlines) == 0 {
+		return err
 	}
 	budget := scanBudget{lifts: u.l.cfg.AgingBatch, scans: 10 * u.l.cfg.AgingBatch}
 	for _, t := range slices.Sorted(maps.Keys(deadlines.Deadlines)) {

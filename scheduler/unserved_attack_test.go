@@ -153,20 +153,29 @@ func TestUnservedDeadlineChurn(t *testing.T) {
 	t.Parallel()
 	b := setupUnserved(t)
 	ctx := context.Background()
+	j := newJournal()
+	// A first worker of the type creates its consumers and runs one task.
+	warm := submitMixed(t, b, 0)
+	started := time.Now()
+	stop := b.startWorker(t, "report", j.handle)
+	require.Eventually(t, func() bool { return j.count(warm) == 1 }, 20*time.Second, 10*time.Millisecond)
+	t.Logf("first task ran %s after its worker started", time.Since(started))
+	stop()
 	_, err := b.api.SetUnservedDeadline(ctx, "report", time.Second)
 	require.NoError(t, err)
-	j := newJournal()
-	var ids []string
+	ids := []string{warm}
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
-	for round := range 6 {
-		for i := range 12 {
-			ids = append(ids, submitMixed(t, b, round*12+i))
+	for round := range 4 {
+		for i := range 30 {
+			ids = append(ids, submitMixed(t, b, round*30+i))
 		}
-		// Unserved long enough for burials to start around the join.
-		time.Sleep(time.Second + time.Duration(rng.IntN(400))*time.Millisecond)
+		// The worker joins around the moment the burials start (a deadline
+		// after the submits), stays a while, and leaves.
+		time.Sleep(800*time.Millisecond + time.Duration(rng.IntN(500))*time.Millisecond)
 		stop := b.startWorker(t, "report", j.handle)
-		time.Sleep(time.Duration(50+rng.IntN(300)) * time.Millisecond)
+		time.Sleep(time.Duration(100+rng.IntN(400)) * time.Millisecond)
 		stop()
+		time.Sleep(time.Second) // unserved again for a deadline
 	}
 	b.startWorker(t, "report", j.handle)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -177,7 +186,12 @@ func TestUnservedDeadlineChurn(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond)
 	time.Sleep(500 * time.Millisecond) // a late execution or letter would show
 	succeeded, dead := requireOutcomes(t, b, j, ids)
-	t.Logf("%d tasks: %d succeeded, %d dead", len(ids), succeeded, dead)
+	dlq, err := b.js.Stream(ctx, "AX_DLQ")
+	require.NoError(t, err)
+	t.Logf("%d tasks: %d succeeded, %d dead; %d letters deleted after a lost compare-and-set", len(ids), succeeded, dead,
+		dlq.CachedInfo().State.LastSeq-dlq.CachedInfo().State.Msgs)
+	require.NotZero(t, succeeded, "no worker ran a task: the churn raced nothing")
+	require.NotZero(t, dead)
 }
 
 // A replay while the type is still unserved waits again and is buried
@@ -493,4 +507,43 @@ func TestUnservedDeadlineDropsMessageOfCancelledID(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond)
 	require.Equal(t, kv.StateCancelled, b.record(t, "ghost").State)
 	require.Empty(t, letterSeqs(t, b.js))
+}
+
+// A deadline set just after a type's last worker left counts from when
+// that worker left, not from the leader's election: the leader tracks
+// when each type was last served before any deadline is set.
+func TestUnservedDeadlineSetAfterTheWorkerLeft(t *testing.T) {
+	t.Parallel()
+	b := setupUnserved(t)
+	ctx := context.Background()
+	const deadline = 2 * time.Second
+	release := make(chan struct{})
+	stop := b.startWorker(t, "report", func(context.Context, *worker.Task) error {
+		<-release // holds the only slot until the test lets it go
+		return nil
+	})
+	var ids []string
+	for range 3 {
+		info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "report", Key: "k", MaxAttempts: 5})
+		require.NoError(t, err)
+		ids = append(ids, info.ID)
+	}
+	time.Sleep(2 * deadline) // the tasks wait longer than the deadline, behind a live worker
+	close(release)
+	stopped := time.Now()
+	stop()
+	_, err := b.api.SetUnservedDeadline(ctx, "report", deadline)
+	require.NoError(t, err)
+	ids = ids[1:] // the first one ran
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, id := range ids {
+			assert.Equal(c, kv.StateDead, b.record(t, id).State, id)
+		}
+	}, 30*time.Second, 50*time.Millisecond)
+	for _, id := range ids {
+		trail := b.record(t, id).Trail
+		buried := trail[len(trail)-1].At
+		require.GreaterOrEqual(t, buried.Sub(stopped), deadline-100*time.Millisecond,
+			"%s buried %s after the type's last worker stopped, before its deadline of %s", id, buried.Sub(stopped), deadline)
+	}
 }
