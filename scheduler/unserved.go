@@ -98,6 +98,13 @@ func (u *unservedExpiry) pass(ctx context.Context) error {
 	budget := scanBudget{lifts: u.l.cfg.AgingBatch, scans: 10 * u.l.cfg.AgingBatch}
 	for _, t := range slices.Sorted(maps.Keys(deadlines.Deadlines)) {
 		deadline := time.Duration(deadlines.Deadlines[t])
+		if deadline < MinUnservedDeadline || deadline > MaxUnservedDeadline {
+			// Written by hand into AX_CONTROL (a bare number is nanoseconds):
+			// applying it could bury every task of the type at once.
+			u.log.Warn("unserved_deadline_out_of_bounds", zap.String("type", t), zap.Duration("deadline", deadline),
+				zap.Duration("min", MinUnservedDeadline), zap.Duration("max", MaxUnservedDeadline))
+			continue
+		}
 		since, ok := u.servedAt[t]
 		if !ok {
 			since = u.start

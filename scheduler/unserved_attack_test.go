@@ -547,3 +547,21 @@ func TestUnservedDeadlineSetAfterTheWorkerLeft(t *testing.T) {
 			"%s buried %s after the type's last worker stopped, before its deadline of %s", id, buried.Sub(stopped), deadline)
 	}
 }
+
+// A deadline written into AX_CONTROL by hand outside the verb's bounds (a
+// bare number is nanoseconds: 60 is not a minute) buries nothing: the
+// leader applies only deadlines the verb would accept.
+func TestUnservedDeadlineIgnoresOutOfBounds(t *testing.T) {
+	t.Parallel()
+	b := setupUnserved(t)
+	ctx := context.Background()
+	control, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	require.NoError(t, err)
+	_, err = control.Put(ctx, scheduler.UnservedDeadlinesKey, []byte(`{"deadlines":{"report":60,"x":"-1h"}}`))
+	require.NoError(t, err)
+	info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "report", Key: "k"})
+	require.NoError(t, err)
+	time.Sleep(1500 * time.Millisecond) // 30 passes
+	require.Equal(t, kv.StateReady, b.record(t, info.ID).State)
+	require.Empty(t, letterSeqs(t, b.js))
+}
