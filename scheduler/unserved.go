@@ -225,6 +225,11 @@ func (u *unservedExpiry) bury(ctx context.Context, stream jetstream.Stream, prio
 	gen, attempts := opts.Gen, 0
 	if rec != nil {
 		gen, attempts = rec.Gen, rec.Attempt
+		if rec.Burying != "" {
+			// A worker decided the burial (its letter could not be written):
+			// the cause it decided is why the task is dead.
+			reason = fmt.Sprintf("%s (buried by the leader; %s)", rec.Burying, reason)
+		}
 	}
 	now := time.Now().UTC()
 	letter := streams.Letter{TaskID: id, Tenant: stored.Tenant, Type: stored.Type, Error: reason, Attempts: attempts, FailedAt: now,

@@ -565,3 +565,37 @@ func TestUnservedDeadlineIgnoresOutOfBounds(t *testing.T) {
 	require.Equal(t, kv.StateReady, b.record(t, info.ID).State)
 	require.Empty(t, letterSeqs(t, b.js))
 }
+
+// A task whose burial a worker decided (its dead letter could not be
+// written: the record is RETRYING with Burying set) keeps that cause when
+// the leader buries it for its unserved type: the operator sees why it
+// died, not only that no worker came back to write its letter.
+func TestUnservedDeadlineKeepsADecidedBurialsCause(t *testing.T) {
+	t.Parallel()
+	b := setupUnserved(t)
+	ctx := context.Background()
+	info, err := b.client.Submit(ctx, scheduler.TaskSpec{Type: "report", Key: "k"})
+	require.NoError(t, err)
+	store := b.client.Store()
+	rec, rev, err := store.Get(ctx, info.ID)
+	require.NoError(t, err)
+	rec, rev, err = store.Apply(ctx, rec, rev, kv.StateRunning, kv.Actor{Worker: "w", Action: "claim"}, func(r *kv.Record) error {
+		r.Attempt, r.Worker, r.Delivery = 1, "w", 1
+		return nil
+	})
+	require.NoError(t, err)
+	const cause = "attempt 1/1: boom"
+	_, _, err = store.Apply(ctx, rec, rev, kv.StateRetrying, kv.Actor{Worker: "w", Action: "burying", Error: "dead-letter stream unavailable"}, func(r *kv.Record) error {
+		r.Burying, r.LastError = cause, cause
+		return nil
+	})
+	require.NoError(t, err)
+	_, err = b.api.SetUnservedDeadline(ctx, "report", time.Second)
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, kv.StateDead, b.record(t, info.ID).State)
+	}, 10*time.Second, 50*time.Millisecond)
+	rec = b.record(t, info.ID)
+	require.Contains(t, rec.LastError, cause)
+	require.Contains(t, letters(t, b.js)[info.ID].Error, cause)
+}
