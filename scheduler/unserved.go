@@ -215,6 +215,8 @@ func (u *unservedExpiry) bury(ctx context.Context, stream jetstream.Stream, prio
 	since := raw.Time
 	if rec != nil {
 		since, _ = waitingSince(rec)
+	} else if opts.RunAt.After(since) {
+		since = opts.RunAt // a raw publish waits for its run time, as a Go submit's does in AX_DELAYED
 	}
 	if time.Since(since) < deadline {
 		return false, nil

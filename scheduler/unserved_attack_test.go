@@ -599,3 +599,26 @@ func TestUnservedDeadlineKeepsADecidedBurialsCause(t *testing.T) {
 	require.Contains(t, rec.LastError, cause)
 	require.Contains(t, letters(t, b.js)[info.ID].Error, cause)
 }
+
+// A raw publish with a run time (Ax-Run-At) waits for it like a Go submit
+// with RunAt (which waits in AX_DELAYED): its unserved deadline counts
+// from its run time, not from when it was published.
+func TestUnservedDeadlineCountsFromARawRunTime(t *testing.T) {
+	t.Parallel()
+	b := setupUnserved(t)
+	ctx := context.Background()
+	_, err := b.api.SetUnservedDeadline(ctx, "report", time.Second)
+	require.NoError(t, err)
+	runAt := time.Now().Add(4 * time.Second)
+	raw := nats.NewMsg("ax.submit.p1.acme.report.k")
+	raw.Header.Set(jetstream.MsgIDHeader, "later")
+	raw.Header.Set("Ax-Run-At", runAt.UTC().Format(time.RFC3339Nano))
+	_, err = b.js.PublishMsg(ctx, raw)
+	require.NoError(t, err)
+	time.Sleep(3 * time.Second)
+	require.Equal(t, kv.Record{}.State, b.record(t, "later").State, "buried before its run time")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, kv.StateDead, b.record(t, "later").State)
+	}, 15*time.Second, 50*time.Millisecond)
+	require.GreaterOrEqual(t, b.record(t, "later").Trail[0].At.Sub(runAt), time.Second-100*time.Millisecond)
+}
