@@ -622,3 +622,47 @@ func TestUnservedDeadlineCountsFromARawRunTime(t *testing.T) {
 	}, 15*time.Second, 50*time.Millisecond)
 	require.GreaterOrEqual(t, b.record(t, "later").Trail[0].At.Sub(runAt), time.Second-100*time.Millisecond)
 }
+
+// A worker of the type joins while the leader buries hundreds of tasks in
+// one pass: each task either ran once (SUCCEEDED, its letter deleted when
+// the leader lost the compare-and-set) or is DEAD naming its one letter.
+func TestUnservedDeadlineWorkerJoinsMidBurial(t *testing.T) {
+	t.Parallel()
+	b := setupUnserved(t)
+	ctx := context.Background()
+	j := newJournal()
+	warm := submitMixed(t, b, 0) // the type's consumers exist before the race
+	stop := b.startWorker(t, "report", j.handle)
+	require.Eventually(t, func() bool { return j.count(warm) == 1 }, 20*time.Second, 10*time.Millisecond)
+	stop()
+	ids := []string{warm}
+	for i := range 300 {
+		ids = append(ids, submitMixed(t, b, i))
+	}
+	_, err := b.api.SetUnservedDeadline(ctx, "report", time.Second)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(letterSeqs(t, b.js)) >= 1 }, 20*time.Second, time.Millisecond)
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("report", j.handle, nil))
+	_, wjs := b.srv.Connect()
+	w, err := worker.New(ctx, wjs, &worker.Config{Registry: reg, Concurrency: 16})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = w.Stop(sctx)
+	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, id := range ids {
+			s := b.record(t, id).State
+			assert.True(c, s == kv.StateSucceeded || s == kv.StateDead, "%s is %s", id, s)
+		}
+	}, 60*time.Second, 100*time.Millisecond)
+	time.Sleep(500 * time.Millisecond)
+	succeeded, dead := requireOutcomes(t, b, j, ids)
+	dlq, err := b.js.Stream(ctx, "AX_DLQ")
+	require.NoError(t, err)
+	t.Logf("%d tasks: %d succeeded, %d dead; %d letters deleted after a lost compare-and-set", len(ids), succeeded, dead,
+		dlq.CachedInfo().State.LastSeq-dlq.CachedInfo().State.Msgs)
+}
