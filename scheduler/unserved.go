@@ -31,6 +31,12 @@ import (
 // the same compare-and-set: when the leader loses it, it deletes its
 // letter; when the outcome is unknown, the letter stays (replay refuses a
 // letter its record does not name).
+//
+// A malformed message is buried too (no worker comes to dead-letter it),
+// and a producer's message a worker would drop ([stray]) is deleted, so
+// that nothing of an unserved type keeps its place in the bucket past the
+// deadline. Each type's scan of a bucket resumes where the last pass ran
+// out of budget.
 type unservedExpiry struct {
 	l        *Leader
 	log      *zap.Logger
