@@ -2,12 +2,15 @@ package admin_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -39,4 +42,27 @@ func TestUnservedDeadlineVerb(t *testing.T) {
 	table, err = b.api.SetUnservedDeadline(ctx, "report", 0)
 	require.NoError(t, err)
 	require.Equal(t, map[string]kv.Duration{"resize": kv.Duration(time.Minute)}, table.Deadlines)
+}
+
+// Operators set the deadlines of many types at once: none is lost.
+func TestUnservedDeadlineConcurrentOperators(t *testing.T) {
+	t.Parallel()
+	b := setupAdmin(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	want := map[string]kv.Duration{}
+	for i := range 16 {
+		typ := fmt.Sprintf("t%d", i)
+		want[typ] = kv.Duration(time.Duration(i+1) * time.Minute)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := b.api.SetUnservedDeadline(ctx, typ, time.Duration(i+1)*time.Minute)
+			assert.NoError(t, err)
+		}()
+	}
+	wg.Wait()
+	table, err := b.api.UnservedDeadlines(ctx)
+	require.NoError(t, err)
+	require.Equal(t, want, table.Deadlines)
 }

@@ -32,16 +32,26 @@ import (
 // the same compare-and-set: when the leader loses it, it deletes its
 // letter; when the outcome is unknown, the letter stays (replay refuses a
 // letter its record does not name).
+//
+// A malformed message is buried too (no worker comes to dead-letter it),
+// and a producer's message a worker would drop ([stray]) is deleted, so
+// that nothing of an unserved type keeps its place in the bucket past the
+// deadline. Each type's scan of a bucket resumes where the last pass ran
+// out of budget.
 type unservedExpiry struct {
 	l        *Leader
 	log      *zap.Logger
 	control  jetstream.KeyValue
 	start    time.Time
 	servedAt map[string]time.Time // when this leader last saw a live worker serve the type
+	// cursor is where the scan of a type in a bucket resumes when the last
+	// pass ran out of budget: messages it cannot bury (tasks an operator
+	// paused) would otherwise hide, pass after pass, the tasks behind them.
+	cursor map[string]uint64
 }
 
 func newUnservedExpiry(l *Leader) *unservedExpiry {
-	return &unservedExpiry{l: l, log: l.log.Named("unserved"), start: time.Now(), servedAt: map[string]time.Time{}}
+	return &unservedExpiry{l: l, log: l.log.Named("unserved"), start: time.Now(), servedAt: map[string]time.Time{}, cursor: map[string]uint64{}}
 }
 
 func (u *unservedExpiry) run(ctx context.Context) error {
@@ -74,10 +84,8 @@ func (u *unservedExpiry) pass(ctx context.Context) error {
 	if !streams.UsesPools(first.CachedInfo().Config) {
 		return nil // every worker serves every type
 	}
-	deadlines, _, err := ax.ReadUnservedDeadlines(ctx, u.control)
-	if err != nil || len(deadlines.Deadlines) == 0 {
-		return err
-	}
+	// Every pass tracks when each type was last served, deadline or not:
+	// a deadline set just after a type's last worker left counts from then.
 	members, err := kv.ListMembers(ctx, u.l.js, names)
 	if err != nil {
 		return err
@@ -89,6 +97,10 @@ func (u *unservedExpiry) pass(ctx context.Context) error {
 			served[t] = true
 			u.servedAt[t] = now
 		}
+	}
+	deadlines, _, err := ax.ReadUnservedDeadlines(ctx, u.control)
+	if err != nil || len(deadlines.Deadlines) == 0 {
+		return err
 	}
 	expiring := maps.Clone(deadlines.Deadlines)
 	delete(expiring, ax.AnyUnservedType)
@@ -109,6 +121,13 @@ func (u *unservedExpiry) pass(ctx context.Context) error {
 	budget := scanBudget{lifts: u.l.cfg.AgingBatch, scans: 10 * u.l.cfg.AgingBatch}
 	for _, t := range slices.Sorted(maps.Keys(expiring)) {
 		deadline := time.Duration(expiring[t])
+		if deadline < ax.MinUnservedDeadline || deadline > ax.MaxUnservedDeadline {
+			// Written by hand into AX_CONTROL (a bare number is nanoseconds):
+			// applying it could bury every task of the type at once.
+			u.log.Warn("unserved_deadline_out_of_bounds", zap.String("type", t), zap.Duration("deadline", deadline),
+				zap.Duration("min", ax.MinUnservedDeadline), zap.Duration("max", ax.MaxUnservedDeadline))
+			continue
+		}
 		since, ok := u.servedAt[t]
 		if !ok {
 			since = u.start
@@ -136,11 +155,16 @@ func (u *unservedExpiry) scan(ctx context.Context, prio int, t string, deadline,
 	filter := fmt.Sprintf("%s.p%d.*.*.%s.>", names.Prefix(), prio, t)
 	cutoff := time.Now().Add(-deadline)
 	reason := fmt.Sprintf("unserved: no live worker served task type %q for %s (its deadline is %s)", t, unserved.Round(time.Second), deadline)
-	seq := stream.CachedInfo().State.FirstSeq
-	for ; budget.lifts > 0 && budget.scans > 0; budget.scans-- {
+	seq := max(stream.CachedInfo().State.FirstSeq, u.cursor[filter])
+	delete(u.cursor, filter)
+	for ; ; budget.scans-- {
+		if budget.lifts <= 0 || budget.scans <= 0 {
+			u.cursor[filter] = seq // the next pass goes on from here
+			return nil
+		}
 		msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil
+			return nil // the end: the next pass starts again at the head
 		}
 		if err != nil {
 			return err
@@ -161,7 +185,6 @@ func (u *unservedExpiry) scan(ctx context.Context, prio int, t string, deadline,
 			budget.lifts--
 		}
 	}
-	return nil
 }
 
 // bury dead-letters the task of one waiting message if the message is the
@@ -170,9 +193,16 @@ func (u *unservedExpiry) scan(ctx context.Context, prio int, t string, deadline,
 func (u *unservedExpiry) bury(ctx context.Context, stream jetstream.Stream, prio int, raw *jetstream.RawStreamMsg, deadline time.Duration, reason string) (bool, error) {
 	names := u.l.cfg.Names
 	bucket := names.PriorityStream(prio)
-	stored, opts, err := names.ParseMessage(raw.Subject, raw.Header)
+	stored, err := names.ParseStored(raw.Subject)
 	if err != nil {
-		return false, nil // malformed: a worker of its type dead-letters it with the cause
+		return false, nil // not a task's subject: no id, tenant or key to bury it under
+	}
+	_, opts, err := names.ParseMessage(raw.Subject, raw.Header)
+	if err != nil {
+		// A malformed header, which a worker of the type would dead-letter
+		// with the cause: no worker comes, so it is buried here, under the
+		// id a worker would give it (its Nats-Msg-Id when that is valid).
+		reason = fmt.Sprintf("%s; the message is also malformed: %s", reason, err)
 	}
 	id := opts.ID
 	if id == "" {
@@ -190,12 +220,26 @@ func (u *unservedExpiry) bury(ctx context.Context, stream jetstream.Stream, prio
 		rec = nil
 	case err != nil:
 		return false, err
+	case stray(rec, stored, names, bucket, raw.Sequence):
+		// A producer's message naming a task whose record names another
+		// message (a duplicate id in another bucket, or after the dedup
+		// window), or a task of another tenant, type or key: a worker of
+		// the type would drop it, as the Go client deletes its own. No
+		// worker comes: it is removed here, or it would keep its place in
+		// the bucket forever. The task it names is not touched.
+		if err := stream.DeleteMsg(ctx, raw.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return false, fmt.Errorf("drop stray message of task %s: %w", id, err)
+		}
+		u.log.Info("unserved_stray_dropped", zap.String("task_id", id), zap.String("type", stored.Type), zap.Int("priority", prio), zap.Uint64("seq", raw.Sequence))
+		return false, nil
 	case !rec.Names(names, bucket, raw.Sequence) || (rec.State != kv.StateReady && rec.State != kv.StateRetrying):
 		return false, nil // not the task's current message, or not waiting
 	}
 	since := raw.Time
 	if rec != nil {
 		since, _ = waitingSince(rec)
+	} else if opts.RunAt.After(since) {
+		since = opts.RunAt // a raw publish waits for its run time, as a Go submit's does in AX_DELAYED
 	}
 	if time.Since(since) < deadline {
 		return false, nil
@@ -206,6 +250,11 @@ func (u *unservedExpiry) bury(ctx context.Context, stream jetstream.Stream, prio
 	gen, attempts := opts.Gen, 0
 	if rec != nil {
 		gen, attempts = rec.Gen, rec.Attempt
+		if rec.Burying != "" {
+			// A worker decided the burial (its letter could not be written):
+			// the cause it decided is why the task is dead.
+			reason = fmt.Sprintf("%s (buried by the leader; %s)", rec.Burying, reason)
+		}
 	}
 	now := time.Now().UTC()
 	letter := streams.Letter{TaskID: id, Tenant: stored.Tenant, Type: stored.Type, Error: reason, Attempts: attempts, FailedAt: now,
@@ -255,4 +304,21 @@ func (u *unservedExpiry) deleteLetter(ctx context.Context, id string, seq uint64
 	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		u.log.Warn("delete_unserved_letter_failed", zap.String("task_id", id), zap.Uint64("dlq_seq", seq), zap.Error(err))
 	}
+}
+
+// stray reports whether a producer's message (not a control-plane copy)
+// cannot become its task's message, so that a worker would drop it (see
+// worker claimFrom): the record is bound to another message, or to
+// another tenant, type or key, or the task is finished (born CANCELLED by
+// an operator who knew only its id, or a message a burial could not
+// delete). A waiting record bound to no message (PENDING, or born PAUSED
+// by id) may still take a producer's message of its own task.
+func stray(rec *kv.Record, stored streams.Stored, names streams.Names, bucket string, seq uint64) bool {
+	if stored.Copy {
+		return false // a move in progress may name it yet
+	}
+	if rec.Type != "" && (rec.Tenant != stored.Tenant || rec.Type != stored.Type || rec.Key != stored.Key) {
+		return true
+	}
+	return rec.State.Terminal() || (rec.StreamSeq != 0 && !rec.Names(names, bucket, seq))
 }

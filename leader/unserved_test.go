@@ -29,8 +29,16 @@ type unservedBundle struct {
 
 func setupUnserved(t *testing.T) *unservedBundle {
 	t.Helper()
-	lb := setupLoops(t, 1, &streams.Config{Pools: true, Types: []string{"x", "report"}},
-		leader.Config{UnservedInterval: 50 * time.Millisecond, Logger: zaptest.NewLogger(t)})
+	return setupUnservedWith(t, 1, leader.Config{})
+}
+
+// setupUnservedWith is setupUnserved with n contenders and cfg (its
+// UnservedInterval defaults to 50ms).
+func setupUnservedWith(t *testing.T, n int, cfg leader.Config) *unservedBundle {
+	t.Helper()
+	cfg.UnservedInterval = cmpOr(cfg.UnservedInterval, 50*time.Millisecond)
+	cfg.Logger = zaptest.NewLogger(t)
+	lb := setupLoops(t, n, &streams.Config{Pools: true, Types: []string{"x", "report"}}, cfg)
 	ctx := context.Background()
 	nc, ajs := lb.srv.Connect()
 	svc, err := admin.New(ctx, ajs, nil)
