@@ -132,7 +132,10 @@ func ReadUnservedDeadlines(ctx context.Context, control jetstream.KeyValue) (Uns
 	}
 	out := UnservedDeadlines{}
 	if err := json.Unmarshal(entry.Value(), &out); err != nil {
-		return out, 0, fmt.Errorf("decode %s: %w", UnservedDeadlinesKey, err)
+		// The revision comes back with the error, so that a write can
+		// replace the table by compare-and-set.
+		return UnservedDeadlines{Deadlines: map[string]kv.Duration{}}, entry.Revision(),
+			fmt.Errorf("%w: %s: %w (set a deadline, e.g. `ax pools deadline TYPE 0`, to replace them)", ErrUndecodableDeadlines, UnservedDeadlinesKey, err)
 	}
 	if out.Deadlines == nil {
 		out.Deadlines = map[string]kv.Duration{}

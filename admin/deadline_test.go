@@ -66,3 +66,25 @@ func TestUnservedDeadlineConcurrentOperators(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want, table.Deadlines)
 }
+
+// A table of deadlines edited by hand into something ax cannot read is
+// reported as such, and the next deadline an operator sets replaces it
+// (it used to fail every read and every change, leaving only a manual
+// delete of the key).
+func TestUnservedDeadlinesReplaceAnUnreadableTable(t *testing.T) {
+	t.Parallel()
+	b := setupAdmin(t)
+	ctx := context.Background()
+	control, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	require.NoError(t, err)
+	_, err = control.PutString(ctx, ax.UnservedDeadlinesKey, `{"deadlines":{"report":"soon"}}`)
+	require.NoError(t, err)
+	_, err = b.api.UnservedDeadlines(ctx)
+	require.ErrorContains(t, err, "unserved deadlines are not readable")
+	table, err := b.api.SetUnservedDeadline(ctx, "report", time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, map[string]kv.Duration{"report": kv.Duration(time.Hour)}, table.Deadlines)
+	table, err = b.api.UnservedDeadlines(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]kv.Duration{"report": kv.Duration(time.Hour)}, table.Deadlines)
+}
