@@ -88,8 +88,8 @@ func TestBufferedPrefetchNeverRunsTwiceAtOnce(t *testing.T) {
 }
 
 // A worker serving one shard runs as many of its tasks at once as its
-// prefetch allows, under every priority policy: its consume contexts on a
-// pinned consumer share the pin.
+// prefetch allows, under every priority policy: one pull request brings
+// them all, and a pinned consumer serves its pin holder.
 func TestPrefetchRunsAShardsTasksInParallel(t *testing.T) {
 	t.Parallel()
 	for _, policy := range []string{"overflow", "pinned_client", "none"} {
