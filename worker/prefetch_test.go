@@ -88,8 +88,8 @@ func TestBufferedPrefetchNeverRunsTwiceAtOnce(t *testing.T) {
 }
 
 // A worker serving one shard runs as many of its tasks at once as its
-// prefetch allows, under every priority policy: one pull request brings
-// them all, and a pinned consumer serves its pin holder.
+// prefetch allows, under every priority policy: its consume contexts on a
+// pinned consumer share the pin.
 func TestPrefetchRunsAShardsTasksInParallel(t *testing.T) {
 	t.Parallel()
 	for _, policy := range []string{"overflow", "pinned_client", "none"} {
@@ -139,12 +139,13 @@ func keyOnShard(t *testing.T, shard int) string {
 	return ""
 }
 
-// One pull request brings a shard's messages in a batch (up to
-// PrefetchPerShard), and those behind a busy slot wait in the worker,
-// here for up to three ack waits' worth of handler time. They are held
-// and heartbeated from the moment they arrive: none lapses, none is
-// redelivered, each runs once, on its first delivery.
-func TestBatchedDeliveriesWaitingForASlotKeepTheirClaim(t *testing.T) {
+// A shard's messages held ahead of a busy slot (up to PrefetchPerShard,
+// one per consume context) wait in the worker, here for up to three ack
+// waits' worth of handler time. They are held and heartbeated from the
+// moment they arrive: none lapses, none is redelivered, each runs once, on
+// its first delivery. (Any design that pulls several messages per request
+// must keep this; it fails if queued deliveries go unheartbeated.)
+func TestHeldDeliveriesWaitingForASlotKeepTheirClaim(t *testing.T) {
 	t.Parallel()
 	const ackWait = 2 * time.Second
 	b := setup(t, &streams.Config{AckWait: ackWait})

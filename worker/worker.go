@@ -161,9 +161,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	return w.Stop(stopCtx)
 }
 
-// consumeError logs what a pull request reports. A request that ends for
-// a missed heartbeat or a leader change is routine (the puller asks again),
-// so only a lost consumer is a warning.
+// consumeError logs what a consume context reports. A missed heartbeat is
+// routine with the 1 s heartbeat (nats.go pulls again at once; see
+// consumeShard), so only a lost consumer is a warning.
 func (w *Worker) consumeError(_ jetstream.ConsumeContext, err error) {
 	if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
 		w.log.Warn("consume_error", zap.Error(err))
@@ -172,23 +172,30 @@ func (w *Worker) consumeError(_ jetstream.ConsumeContext, err error) {
 	w.log.Debug("consume_error", zap.Error(err))
 }
 
-// receive queues a message that pl's request brought for the slots, at
-// once and without waiting: from here on it is held, and heartbeated until
-// it is settled. A slot taking it gives pl its credit back.
-func (w *Worker) receive(pl *puller, msg jetstream.Msg) {
-	if w.stopping.Load() || !pl.s.accepts(pl.shard) {
-		_ = msg.Nak()
-		pl.give(1)
-		return
-	}
-	now := time.Now()
-	meta, _ := msg.Metadata() // nil if unreadable: process terms the message
-	d := &delivery{msg: msg, meta: meta, set: pl.s, from: pl, priority: pl.p, shard: pl.shard, lastBeat: now,
-		since: waitingSince(msg, meta, now), taken: make(chan struct{})}
-	w.held.add(d)
-	if !w.dispatch.push(d) {
-		w.release(d) // the worker is stopping
-		pl.give(1)
+// receiver returns the consume callback of (p, shard) of set s: it queues each
+// message for the slots and waits until a slot takes it, so that the
+// consume context, which pulls one message at a time, pulls no further
+// ahead. Nothing waits unheartbeated in the client's buffer: a message
+// reaches this callback as soon as it arrives.
+func (w *Worker) receiver(s *shardSet, p, shard int) jetstream.MessageHandler {
+	return func(msg jetstream.Msg) {
+		if w.stopping.Load() || !s.accepts(shard) {
+			_ = msg.Nak()
+			return
+		}
+		now := time.Now()
+		meta, _ := msg.Metadata() // nil if unreadable: process terms the message
+		d := &delivery{msg: msg, meta: meta, set: s, priority: p, shard: shard, lastBeat: now,
+			since: waitingSince(msg, meta, now), taken: make(chan struct{})}
+		w.held.add(d)
+		if !w.dispatch.push(d) {
+			w.release(d) // the worker is stopping
+			return
+		}
+		select {
+		case <-d.taken:
+		case <-w.stopCh: // Stop releases it if no slot took it
+		}
 	}
 }
 
