@@ -138,3 +138,46 @@ func keyOnShard(t *testing.T, shard int) string {
 	t.Fatalf("no key on shard %d", shard)
 	return ""
 }
+
+// A shard's messages held ahead of a busy slot (up to PrefetchPerShard,
+// one per consume context) wait in the worker, here for up to three ack
+// waits' worth of handler time. They are held and heartbeated from the
+// moment they arrive: none lapses, none is redelivered, each runs once, on
+// its first delivery. (Any design that pulls several messages per request
+// must keep this; it fails if queued deliveries go unheartbeated.)
+func TestHeldDeliveriesWaitingForASlotKeepTheirClaim(t *testing.T) {
+	t.Parallel()
+	const ackWait = 2 * time.Second
+	b := setup(t, &streams.Config{AckWait: ackWait})
+	var mu sync.Mutex
+	attempts := map[string][]int{}
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("work", func(ctx context.Context, task *worker.Task) error {
+		mu.Lock()
+		attempts[task.ID] = append(attempts[task.ID], task.Attempt)
+		mu.Unlock()
+		select {
+		case <-time.After(ackWait / 2):
+		case <-ctx.Done():
+		}
+		return ctx.Err()
+	}, nil))
+	w, _ := b.startWorker(t, worker.Config{Registry: reg, Concurrency: 1, PrefetchPerShard: 4, AckWait: ackWait, Shards: []int{7}})
+	key := keyOnShard(t, 7)
+	tasks := make([]ax.TaskSpec, 4) // the fourth waits 3 × ackWait/2 for the slot
+	for i := range tasks {
+		tasks[i] = ax.TaskSpec{Type: "work", Key: key}
+	}
+	infos, err := b.client.SubmitBatch(context.Background(), tasks)
+	require.NoError(t, err)
+	for _, info := range infos {
+		rec := b.waitState(t, info.ID, kv.StateSucceeded)
+		require.Equal(t, kv.StateSucceeded, rec.State)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, info := range infos {
+		require.Equal(t, []int{1}, attempts[info.ID], "task %s ran once, on its first attempt", info.ID)
+	}
+	require.Zero(t, w.Stats().Dropped, "no delivery lapsed while it waited for the slot")
+}
