@@ -47,7 +47,11 @@ type Config struct {
 	// exporter (Prometheus gauges per bucket) plugs into. It must not block.
 	OnPressure func(ax.Pressure)
 	// AckWait of the shard consumers: a RUNNING record not updated for
-	// longer than this may be stuck. Default 30s.
+	// longer than this may be stuck. Default 30s. It only sets when the
+	// reconciler first looks at a RUNNING record: its verdict reads the
+	// task's message and the live members, so a value other than the
+	// consumers' delays or hastens a look and changes no outcome
+	// (deploy.Open's Leader passes the consumers').
 	AckWait time.Duration
 	// SweepInterval is how often the reconciler checks the records due for
 	// a check (at most ReconcileBatch of them). Default 1s.
