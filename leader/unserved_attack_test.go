@@ -187,19 +187,10 @@ func TestUnservedDeadlineChurn(t *testing.T) {
 	for i := range 10 {
 		last = append(last, submitMixed(t, b, 120+i))
 	}
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		for _, id := range last {
-			assert.Equal(c, kv.StateDead, b.record(t, id).State, id)
-		}
-	}, 30*time.Second, 50*time.Millisecond)
+	b.waitStates(t, last, 30*time.Second, kv.StateDead)
 	ids = append(ids, last...)
 	b.startWorker(t, "report", j.handle)
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		for _, id := range ids {
-			s := b.record(t, id).State
-			assert.True(c, s == kv.StateSucceeded || s == kv.StateDead, "%s is %s", id, s)
-		}
-	}, 30*time.Second, 100*time.Millisecond)
+	b.waitStates(t, ids, 30*time.Second, kv.StateSucceeded, kv.StateDead)
 	time.Sleep(500 * time.Millisecond) // a late execution or letter would show
 	succeeded, dead := requireOutcomes(t, b, j, ids)
 	dlq, err := b.js.Stream(ctx, "AX_DLQ")
@@ -298,11 +289,7 @@ func TestUnservedDeadlineBuriesMalformed(t *testing.T) {
 		}
 		ids = append(ids, id)
 	}
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		for _, id := range ids {
-			assert.Equal(c, kv.StateDead, b.record(t, id).State, id)
-		}
-	}, 10*time.Second, 50*time.Millisecond)
+	b.waitStates(t, ids, 10*time.Second, kv.StateDead)
 	requireOutcomes(t, b, newJournal(), ids)
 }
 
@@ -382,12 +369,7 @@ func TestUnservedDeadlineFailover(t *testing.T) {
 	stop()
 	time.Sleep(1200 * time.Millisecond)
 	b.startWorker(t, "report", j.handle)
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		for _, id := range ids {
-			s := b.record(t, id).State
-			assert.True(c, s == kv.StateSucceeded || s == kv.StateDead, "%s is %s", id, s)
-		}
-	}, 30*time.Second, 100*time.Millisecond)
+	b.waitStates(t, ids, 30*time.Second, kv.StateSucceeded, kv.StateDead)
 	time.Sleep(500 * time.Millisecond)
 	succeeded, dead, orphans := outcomes(t, b, j, ids)
 	t.Logf("%d tasks: %d succeeded, %d dead, orphan letters %v", len(ids), succeeded, dead, orphans)
@@ -528,11 +510,7 @@ func TestUnservedDeadlineSetAfterTheWorkerLeft(t *testing.T) {
 	_, err := b.api.SetUnservedDeadline(ctx, "report", deadline)
 	require.NoError(t, err)
 	ids = ids[1:] // the first one ran
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		for _, id := range ids {
-			assert.Equal(c, kv.StateDead, b.record(t, id).State, id)
-		}
-	}, 30*time.Second, 50*time.Millisecond)
+	b.waitStates(t, ids, 30*time.Second, kv.StateDead)
 	for _, id := range ids {
 		trail := b.record(t, id).Trail
 		buried := trail[len(trail)-1].At
@@ -646,12 +624,7 @@ func TestUnservedDeadlineWorkerJoinsMidBurial(t *testing.T) {
 		defer cancel()
 		_ = w.Stop(sctx)
 	})
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		for _, id := range ids {
-			s := b.record(t, id).State
-			assert.True(c, s == kv.StateSucceeded || s == kv.StateDead, "%s is %s", id, s)
-		}
-	}, 60*time.Second, 100*time.Millisecond)
+	b.waitStates(t, ids, 60*time.Second, kv.StateSucceeded, kv.StateDead)
 	time.Sleep(500 * time.Millisecond)
 	succeeded, dead := requireOutcomes(t, b, j, ids)
 	dlq, err := b.js.Stream(ctx, "AX_DLQ")

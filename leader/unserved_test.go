@@ -86,6 +86,17 @@ func (b *unservedBundle) record(t *testing.T, id string) *kv.Record {
 	return rec
 }
 
+// waitStates waits until every task of ids is in one of states.
+func (b *unservedBundle) waitStates(t *testing.T, ids []string, timeout time.Duration, states ...kv.State) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, id := range ids {
+			s := b.record(t, id).State
+			assert.True(c, slices.Contains(states, s), "%s is %s, want one of %v", id, s, states)
+		}
+	}, timeout, 50*time.Millisecond)
+}
+
 // letters returns the dead letters in AX_DLQ by task id.
 func letters(t *testing.T, js jetstream.JetStream) map[string]streams.Letter {
 	t.Helper()
@@ -219,11 +230,7 @@ func TestUnservedDeadlineCountsFromTheLastServedMoment(t *testing.T) {
 	}
 	stopped := time.Now() // the worker leaves the ring first, then waits for its handler
 	stop()
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		for _, id := range ids {
-			assert.Equal(c, kv.StateDead, b.record(t, id).State, id)
-		}
-	}, 30*time.Second, 50*time.Millisecond)
+	b.waitStates(t, ids, 30*time.Second, kv.StateDead)
 	var earliest time.Time
 	attempted := 0
 	for _, id := range ids {
@@ -269,10 +276,6 @@ func TestUnservedDeadlineForAnyType(t *testing.T) {
 		deadlines[u.Type] = u.Deadline
 	}
 	require.Equal(t, map[string]kv.Duration{"report": kv.Duration(time.Hour), "rpeort": kv.Duration(time.Second)}, deadlines)
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		for _, id := range typos {
-			assert.Equal(c, kv.StateDead, b.record(t, id).State, id)
-		}
-	}, 20*time.Second, 50*time.Millisecond)
+	b.waitStates(t, typos, 20*time.Second, kv.StateDead)
 	require.Equal(t, kv.StateReady, b.record(t, report.ID).State, "report keeps its own deadline of an hour")
 }
