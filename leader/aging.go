@@ -223,11 +223,7 @@ func (a *aging) lift(ctx context.Context, stream jetstream.Stream, prio int, raw
 }
 
 func (a *aging) deleteMsg(ctx context.Context, streamName string, seq uint64) {
-	stream, err := a.l.js.Stream(ctx, streamName)
-	if err == nil {
-		err = stream.DeleteMsg(ctx, seq)
-	}
-	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if err := a.l.deleteMsg(ctx, streamName, seq); err != nil {
 		a.log.Debug("delete_copy_failed", zap.Uint64("seq", seq), zap.Error(err))
 	}
 }

@@ -195,6 +195,19 @@ func (l *Leader) Elector() *Elector { return l.elector }
 // [Elector.Held].
 func (l *Leader) held() bool { return l.elector.Held() }
 
+// deleteMsg deletes message seq of stream streamName; one already gone is
+// no error.
+func (l *Leader) deleteMsg(ctx context.Context, streamName string, seq uint64) error {
+	stream, err := l.js.Stream(ctx, streamName)
+	if err == nil {
+		err = stream.DeleteMsg(ctx, seq)
+	}
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	return err
+}
+
 // errNotLeading is returned by a loop step that stopped before a write
 // because the lease was no longer held.
 var errNotLeading = fmt.Errorf("%w: this process no longer leads; the write was not made", kv.ErrLeaseLost)

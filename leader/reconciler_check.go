@@ -191,9 +191,7 @@ func (r *reconciler) republish(ctx context.Context, rec *kv.Record, rev uint64, 
 		return nil
 	})
 	if errors.Is(err, kv.ErrConflict) {
-		if stream, serr := r.l.js.Stream(ctx, ack.Stream); serr == nil {
-			_ = stream.DeleteMsg(ctx, ack.Sequence) // the record moved on: the copy is not its message
-		}
+		_ = r.l.deleteMsg(ctx, ack.Stream, ack.Sequence) // the record moved on: the copy is not its message
 		return time.Now().Add(r.l.cfg.ReconcileGrace), nil
 	}
 	if err != nil {

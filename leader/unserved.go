@@ -297,11 +297,7 @@ func (u *unservedExpiry) bury(ctx context.Context, stream jetstream.Stream, prio
 }
 
 func (u *unservedExpiry) deleteLetter(ctx context.Context, id string, seq uint64) {
-	stream, err := u.l.js.Stream(ctx, u.l.cfg.Names.DLQStream())
-	if err == nil {
-		err = stream.DeleteMsg(ctx, seq)
-	}
-	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if err := u.l.deleteMsg(ctx, u.l.cfg.Names.DLQStream(), seq); err != nil {
 		u.log.Warn("delete_unserved_letter_failed", zap.String("task_id", id), zap.Uint64("dlq_seq", seq), zap.Error(err))
 	}
 }
