@@ -176,10 +176,14 @@ func TestPoolsMoveType(t *testing.T) {
 	serves[a2] = []string{"email", "resize"}
 	m.waitPools(map[string][]string{"email": {a, a2}, "resize": {b, a2}})
 	ids = append(ids, m.submitTyped(poolTasks/4, 200, "email", "resize")...)
+	// The stops start while a quarter or more of the tasks wait or run
+	// (counted before them: each stop waits for its worker's grace, during
+	// which A2 keeps running tasks, so a count after them measured the
+	// machine's speed, not the scenario).
+	doneAtMove := m.states(ids)[kv.StateSucceeded]
+	require.Less(t, doneAtMove, len(ids)*3/4, "the move must come while tasks of both types wait and run")
 	m.stop(b)
 	m.stop(a)
-	doneAtMove := m.states(ids)[kv.StateSucceeded]
-	require.Less(t, doneAtMove, len(ids)*3/4, "most tasks must run after the move")
 	m.waitSucceeded(ids, 8*time.Minute, nil)
 	m.requireNoDeadLetters()
 	m.requireServedTypes(serves)
