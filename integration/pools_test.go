@@ -247,7 +247,9 @@ func TestPoolsUnservedDeadline(t *testing.T) {
 	m.waitPools(map[string][]string{"email": {a}})
 	reports := m.submitTyped(50, 5, "report")
 	require.Contains(t, runAx(t, "pools", "deadline", "--server", m.url), "no deadlines")
-	require.Contains(t, runAx(t, "pools", "deadline", "report", "2s", "--server", m.url), "report: dead-lettered after 2s unserved")
+	set := runAx(t, "pools", "deadline", "report", "2s", "--server", m.url)
+	require.Contains(t, set, "report: dead-lettered after 2s unserved")
+	require.NotContains(t, set, "no effect")
 	emails := m.submitTyped(100, 5, "email")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		out, err := axOutput("stats", "--server", m.url)
@@ -273,4 +275,14 @@ func TestPoolsUnservedDeadline(t *testing.T) {
 	runAx(t, "dlq", "replay", "--type", "report", "--server", m.url)
 	m.waitSucceeded(reports, 2*time.Minute, nil)
 	m.requireServedTypes(serves)
+}
+
+// On a deployment without pools every worker serves every type, so a
+// deadline has no effect: ax pools deadline sets it and says so.
+func TestPoolsDeadlineWithoutPoolsSaysItHasNoEffect(t *testing.T) {
+	t.Parallel()
+	dev := startDev(t, "--workers", "0")
+	out := runAx(t, "pools", "deadline", "report", "1h", "--server", dev.url)
+	require.Contains(t, out, "report: dead-lettered after 1h0m0s unserved")
+	require.Contains(t, out, "deadlines have no effect")
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/streams"
 	"github.com/spf13/cobra"
 )
 
@@ -55,6 +56,9 @@ included. Without arguments, lists the deadlines. DURATION 0 removes the type's 
 				return writeJSON(e.out, reply)
 			}
 			printDeadlines(e.out, reply)
+			if pools, err := e.usesPools(cmd.Context()); err == nil && !pools {
+				fmt.Fprintln(e.out, "note: this deployment does not route by type (provisioned without --pools): every worker serves every type, so deadlines have no effect")
+			}
 			return nil
 		},
 	})
@@ -73,4 +77,23 @@ func printDeadlines(out io.Writer, table *ax.UnservedDeadlines) {
 		}
 		fmt.Fprintf(out, "%s: dead-lettered after %s unserved\n", name, time.Duration(table.Deadlines[t]))
 	}
+}
+
+// usesPools reports whether the deployment routes by task type (its P0
+// bucket was provisioned with pools).
+func (e *env) usesPools(ctx context.Context) (bool, error) {
+	names, err := e.names()
+	if err != nil {
+		return false, err
+	}
+	nc, js, err := e.connect("ax pools", roleOperator)
+	if err != nil {
+		return false, err
+	}
+	defer nc.Close()
+	stream, err := js.Stream(ctx, names.PriorityStream(0))
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", names.PriorityStream(0), err)
+	}
+	return streams.UsesPools(stream.CachedInfo().Config), nil
 }
