@@ -3,41 +3,17 @@ package ax_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/ax-mesh/ax"
-	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/streams"
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/ax-mesh/ax/internal/natstest"
 )
-
-// exampleJetStream starts an embedded JetStream server with the default
-// deployment provisioned; stop ends it all.
-func exampleJetStream(ctx context.Context) (js jetstream.JetStream, stop func()) {
-	dir, _ := os.MkdirTemp("", "ax-example")
-	srv, _ := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
-	go srv.Start()
-	srv.ReadyForConnections(10 * time.Second)
-	nc, _ := nats.Connect(srv.ClientURL())
-	js, _ = jetstream.New(nc)
-	_, _ = streams.Provision(ctx, js, nil)
-	_ = kv.Provision(ctx, js, nil)
-	return js, func() {
-		nc.Close()
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		_ = os.RemoveAll(dir)
-	}
-}
 
 // A service submits a task: it is stored in its priority bucket and its
 // record is READY until a worker claims it.
 func ExampleClient_Submit() {
 	ctx := context.Background()
-	js, stop := exampleJetStream(ctx)
+	js, stop := natstest.Example(ctx)
 	defer stop()
 
 	client, err := ax.NewClient(ctx, js, nil)
@@ -70,7 +46,7 @@ func (Email) Kind() string { return "email" }
 // task of raw bytes and a cron job, with one import of ax.
 func ExampleClient_SubmitJSON() {
 	ctx := context.Background()
-	js, stop := exampleJetStream(ctx)
+	js, stop := natstest.Example(ctx)
 	defer stop()
 
 	client, err := ax.NewClient(ctx, js, nil) // the default deployment

@@ -4,36 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
-
-// exampleJetStream starts an embedded JetStream server with the default
-// deployment provisioned; stop ends it all.
-func exampleJetStream(ctx context.Context) (js jetstream.JetStream, stop func()) {
-	dir, _ := os.MkdirTemp("", "ax-example")
-	srv, _ := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
-	go srv.Start()
-	srv.ReadyForConnections(10 * time.Second)
-	nc, _ := nats.Connect(srv.ClientURL())
-	js, _ = jetstream.New(nc)
-	_, _ = streams.Provision(ctx, js, nil)
-	_ = kv.Provision(ctx, js, nil)
-	return js, func() {
-		nc.Close()
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		_ = os.RemoveAll(dir)
-	}
-}
 
 // waitState polls a task's record until it reaches want (at most 10 s).
 func waitState(ctx context.Context, store *kv.Store, id string, want kv.State) kv.State {
@@ -78,7 +55,7 @@ func ExampleHandleJSON() {
 func ExampleWorker_Run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	js, stop := exampleJetStream(ctx)
+	js, stop := natstest.Example(ctx)
 	defer stop()
 
 	sent := make(chan string, 1)
@@ -123,7 +100,7 @@ func (Welcome) Kind() string { return "welcome" }
 func ExampleHandleArgs() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	js, stop := exampleJetStream(ctx)
+	js, stop := natstest.Example(ctx)
 	defer stop()
 
 	sent := make(chan string, 1)
