@@ -164,8 +164,7 @@ func TestUnservedDeadlineChurn(t *testing.T) {
 	require.Eventually(t, func() bool { return j.count(warm) == 1 }, 20*time.Second, 10*time.Millisecond)
 	t.Logf("first task ran %s after its worker started", time.Since(started))
 	stop()
-	_, err := b.api.SetUnservedDeadline(ctx, "report", time.Second)
-	require.NoError(t, err)
+	b.setDeadline(t, "report", time.Second)
 	ids := []string{warm}
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	for round := range 4 {
@@ -207,8 +206,7 @@ func TestUnservedDeadlineReplayWhileUnserved(t *testing.T) {
 	t.Parallel()
 	b := setupUnserved(t)
 	ctx := context.Background()
-	_, err := b.api.SetUnservedDeadline(ctx, "report", time.Second)
-	require.NoError(t, err)
+	b.setDeadline(t, "report", time.Second)
 	ids := []string{submitMixed(t, b, 0), submitMixed(t, b, 1), submitMixed(t, b, 2)}
 	deadAll := func() {
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -268,8 +266,7 @@ func TestUnservedDeadlineBuriesMalformed(t *testing.T) {
 	t.Parallel()
 	b := setupUnserved(t)
 	ctx := context.Background()
-	_, err := b.api.SetUnservedDeadline(ctx, "report", time.Second)
-	require.NoError(t, err)
+	b.setDeadline(t, "report", time.Second)
 	var ids []string
 	for i, h := range []map[string]string{
 		{jetstream.MsgIDHeader: "bad-timeout", "Ax-Timeout": "forever"},
@@ -321,8 +318,7 @@ func TestUnservedDeadlineDropsDuplicates(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, ack.Duplicate, dup.subject)
 	}
-	_, err = b.api.SetUnservedDeadline(ctx, "report", time.Second)
-	require.NoError(t, err)
+	b.setDeadline(t, "report", time.Second)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, kv.StateDead, b.record(t, mine.ID).State)
 		for p := range streams.Priorities {
@@ -346,9 +342,7 @@ func TestUnservedDeadlineDropsDuplicates(t *testing.T) {
 func TestUnservedDeadlineFailover(t *testing.T) {
 	t.Parallel()
 	b := setupUnservedWith(t, 2, leader.Config{AgingBatch: 3})
-	ctx := context.Background()
-	_, err := b.api.SetUnservedDeadline(ctx, "report", time.Second)
-	require.NoError(t, err)
+	b.setDeadline(t, "report", time.Second)
 	j := newJournal()
 	var ids []string
 	for i := range 60 {
@@ -382,8 +376,7 @@ func TestUnservedDeadlineRacesOperators(t *testing.T) {
 	t.Parallel()
 	b := setupUnservedWith(t, 1, leader.Config{AgingBatch: 2})
 	ctx := context.Background()
-	_, err := b.api.SetUnservedDeadline(ctx, "report", time.Second)
-	require.NoError(t, err)
+	b.setDeadline(t, "report", time.Second)
 	var ids []string
 	for i := range 45 {
 		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: fmt.Sprintf("k%d", i%7)})
@@ -451,8 +444,7 @@ func TestUnservedDeadlinePastPausedHead(t *testing.T) {
 	}
 	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k"})
 	require.NoError(t, err)
-	_, err = b.api.SetUnservedDeadline(ctx, "report", time.Second)
-	require.NoError(t, err)
+	b.setDeadline(t, "report", time.Second)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, kv.StateDead, b.record(t, info.ID).State)
 	}, 10*time.Second, 50*time.Millisecond)
@@ -472,8 +464,7 @@ func TestUnservedDeadlineDropsMessageOfCancelledID(t *testing.T) {
 	raw.Header.Set(jetstream.MsgIDHeader, "ghost")
 	_, err = b.js.PublishMsg(ctx, raw)
 	require.NoError(t, err)
-	_, err = b.api.SetUnservedDeadline(ctx, "report", time.Second)
-	require.NoError(t, err)
+	b.setDeadline(t, "report", time.Second)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		stream, err := b.js.Stream(ctx, "AX_P1")
 		if assert.NoError(c, err) {
@@ -561,8 +552,7 @@ func TestUnservedDeadlineKeepsADecidedBurialsCause(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	_, err = b.api.SetUnservedDeadline(ctx, "report", time.Second)
-	require.NoError(t, err)
+	b.setDeadline(t, "report", time.Second)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, kv.StateDead, b.record(t, info.ID).State)
 	}, 10*time.Second, 50*time.Millisecond)
@@ -578,13 +568,12 @@ func TestUnservedDeadlineCountsFromARawRunTime(t *testing.T) {
 	t.Parallel()
 	b := setupUnserved(t)
 	ctx := context.Background()
-	_, err := b.api.SetUnservedDeadline(ctx, "report", time.Second)
-	require.NoError(t, err)
+	b.setDeadline(t, "report", time.Second)
 	runAt := time.Now().Add(4 * time.Second)
 	raw := nats.NewMsg("ax.submit.p1.acme.report.k")
 	raw.Header.Set(jetstream.MsgIDHeader, "later")
 	raw.Header.Set("Ax-Run-At", runAt.UTC().Format(time.RFC3339Nano))
-	_, err = b.js.PublishMsg(ctx, raw)
+	_, err := b.js.PublishMsg(ctx, raw)
 	require.NoError(t, err)
 	time.Sleep(3 * time.Second)
 	require.Equal(t, kv.Record{}.State, b.record(t, "later").State, "buried before its run time")
@@ -610,8 +599,7 @@ func TestUnservedDeadlineWorkerJoinsMidBurial(t *testing.T) {
 	for i := range 300 {
 		ids = append(ids, submitMixed(t, b, i))
 	}
-	_, err := b.api.SetUnservedDeadline(ctx, "report", time.Second)
-	require.NoError(t, err)
+	b.setDeadline(t, "report", time.Second)
 	require.Eventually(t, func() bool { return len(letterSeqs(t, b.js)) >= 1 }, 20*time.Second, time.Millisecond)
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("report", j.handle, nil))

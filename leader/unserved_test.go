@@ -86,6 +86,14 @@ func (b *unservedBundle) record(t *testing.T, id string) *kv.Record {
 	return rec
 }
 
+// setDeadline sets the unserved deadline of type typ through the
+// management API.
+func (b *unservedBundle) setDeadline(t *testing.T, typ string, d time.Duration) {
+	t.Helper()
+	_, err := b.api.SetUnservedDeadline(context.Background(), typ, d)
+	require.NoError(t, err)
+}
+
 // waitStates waits until every task of ids is in one of states.
 func (b *unservedBundle) waitStates(t *testing.T, ids []string, timeout time.Duration, states ...kv.State) {
 	t.Helper()
