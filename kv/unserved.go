@@ -51,6 +51,13 @@ func UnservedTypes(ctx context.Context, js jetstream.JetStream, names streams.Na
 			served[t] = true
 		}
 	}
+	return WaitingTypes(ctx, js, names, served)
+}
+
+// WaitingTypes is [UnservedTypes] for a caller that has read the live
+// members already: it lists the types with messages in the buckets that
+// are not in served.
+func WaitingTypes(ctx context.Context, js jetstream.JetStream, names streams.Names, served map[string]bool) ([]Unserved, error) {
 	byType := map[string]*Unserved{}
 	for p := range streams.Priorities {
 		stream, err := js.Stream(ctx, names.PriorityStream(p))

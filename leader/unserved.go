@@ -108,7 +108,7 @@ func (u *unservedExpiry) pass(ctx context.Context) error {
 		// Every type waiting unserved, as the operators' stats list them
 		// (the buckets' subject counts): a type without a deadline of its
 		// own takes this one.
-		waiting, err := kv.UnservedTypes(ctx, u.l.js, names)
+		waiting, err := kv.WaitingTypes(ctx, u.l.js, names, served)
 		if err != nil {
 			return err
 		}
