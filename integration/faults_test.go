@@ -282,16 +282,26 @@ func TestNetworkBlip(t *testing.T) {
 		runs[1].start.Sub(stoppedAt).Round(time.Millisecond), faultAckWait)
 }
 
-// waitClaim waits until task id is RUNNING and returns the worker holding it.
+// waitClaim waits until task id is RUNNING and the worker holding it has
+// started its handler (its journal says so), and returns that worker. The
+// record alone is not enough: a worker stopped between the server's applying
+// its claim and its reading of the reply never starts the handler (its claim
+// times out, claim_failed), so it has no execution to fence.
 func (m *mesh) waitClaim(id string) string {
 	m.t.Helper()
 	var owner string
 	require.Eventually(m.t, func() bool {
 		rec, _, err := m.client.Store().Get(context.Background(), id)
-		if err == nil && rec.State == kv.StateRunning {
-			owner = rec.Worker
+		if err != nil || rec.State != kv.StateRunning {
+			return false
 		}
-		return owner != ""
+		for _, e := range readJournals(m.t, m.journal, m.deaths).executions[id] {
+			if e.worker == rec.Worker {
+				owner = rec.Worker
+				return true
+			}
+		}
+		return false
 	}, 30*time.Second, 20*time.Millisecond)
 	return owner
 }

@@ -224,7 +224,7 @@ func (w *Worker) consumeShard(ctx context.Context, s *shardSet, p, shard int, mo
 	// benchmark's P0 p99 of 28 s). The 1 s heartbeat bounds that at 2 s.
 	opts := []jetstream.PullConsumeOpt{
 		jetstream.PullMaxMessages(1),
-		jetstream.ConsumeErrHandler(w.consumeError),
+		jetstream.ConsumeErrHandler(w.consumeErrors(s, p, shard)),
 	}
 	expiry := pullExpiry
 	info := cons.CachedInfo()

@@ -39,6 +39,7 @@ type Worker struct {
 
 	stopping  atomic.Bool
 	stopCh    chan struct{} // closed when Stop begins
+	renewals  chan renewal  // consume contexts to replace ([Worker.renewContexts])
 	slotsDone chan struct{} // closed when every slot has returned
 	runCtx    context.Context
 	runCancel context.CancelCauseFunc // cancels handlers after the grace period
@@ -60,7 +61,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Worker, err
 	if err != nil {
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
-	w := &Worker{cfg: cfg, js: js, store: store, log: cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)), stopCh: make(chan struct{}), slotsDone: make(chan struct{})}
+	w := &Worker{cfg: cfg, js: js, store: store, log: cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)), stopCh: make(chan struct{}), slotsDone: make(chan struct{}),
+		renewals: make(chan renewal, renewQueue)}
 	w.dispatch = newDispatchQueue()
 	w.held.items = map[*delivery]struct{}{}
 	w.runCtx, w.runCancel = context.WithCancelCause(context.Background())
@@ -91,6 +93,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if !w.cfg.Test.DisableHeartbeats {
 		w.loops.Go(w.heartbeats)
 	}
+	w.loops.Go(w.renewContexts)
 	if w.cfg.mesh {
 		m, err := w.newMember(ctx)
 		if err != nil {
@@ -159,17 +162,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.GracePeriod+10*time.Second)
 	defer cancel()
 	return w.Stop(stopCtx)
-}
-
-// consumeError logs what a consume context reports. A missed heartbeat is
-// routine with the 1 s heartbeat (nats.go pulls again at once; see
-// consumeShard), so only a lost consumer is a warning.
-func (w *Worker) consumeError(_ jetstream.ConsumeContext, err error) {
-	if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
-		w.log.Warn("consume_error", zap.Error(err))
-		return
-	}
-	w.log.Debug("consume_error", zap.Error(err))
 }
 
 // receiver returns the consume callback of (p, shard) of set s: it queues each
