@@ -17,7 +17,9 @@ func Provision(t testing.TB, js jetstream.JetStream, cfg *streams.Config) {
 	if cfg == nil {
 		cfg = &streams.Config{}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Generous: on a loaded 2-core machine running other suites, creating
+	// 168 streams and consumers has taken more than 30 s.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if _, err := streams.Provision(ctx, js, cfg); err != nil {
 		t.Fatalf("natstest: provision streams: %v", err)
