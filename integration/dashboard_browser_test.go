@@ -233,17 +233,31 @@ func void[T any](a chromedp.Action[T]) chromedp.Action[chromedp.Void] {
 }
 
 // browserContext starts a headless browser for t (the binary at browser)
-// and returns its context, ended at cleanup and after 90 s at most.
+// and returns its context, ended at cleanup and after 90 s at most. A
+// browser that exits while starting (seen once in many runs on a loaded
+// machine: "chrome failed to start", with only the launcher's chatter on
+// its stderr) is started again, up to 3 times.
 func browserContext(t *testing.T, ctx context.Context, browser string) context.Context {
 	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1300, 1000),
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true))
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	t.Cleanup(cancelAlloc)
-	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
-	t.Cleanup(cancelBrowser)
-	bctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
-	t.Cleanup(cancelTimeout)
-	return bctx
+	var err error
+	for range 3 {
+		opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
+			chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1300, 1000),
+			chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true))
+		allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+		bctx, cancelBrowser := chromedp.NewContext(allocCtx)
+		if err = chromedp.Do(bctx); err != nil { // starts the browser
+			cancelBrowser()
+			cancelAlloc()
+			t.Logf("browser start: %v", err)
+			continue
+		}
+		t.Cleanup(cancelAlloc)
+		t.Cleanup(cancelBrowser)
+		bctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
+		t.Cleanup(cancelTimeout)
+		return bctx
+	}
+	t.Fatalf("the browser did not start in 3 tries: %v", err)
+	return nil
 }

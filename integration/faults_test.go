@@ -219,8 +219,7 @@ func TestWorkerCrashes(t *testing.T) {
 	m.requireEffects(ids)
 	j := m.readJournals()
 	effects := j.requireOneEffect(t)
-	afterKill, afterAbort, _, unexplained := j.reexecutions()
-	require.Empty(t, unexplained, "re-executions not explained by a killed worker or a self-fenced execution")
+	afterKill, afterAbort, _ := j.requireExplainedReexecutions(t)
 	t.Logf("worker crashes: %d tasks, %d kills, lost 0, overlapping executions 0, re-executions %d after a kill, %d after a self-fenced (lapsed) execution; %s",
 		len(ids), kills, afterKill, afterAbort, effects)
 }

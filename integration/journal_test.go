@@ -83,14 +83,14 @@ func (j *journal) noteTrail(rec *kv.Record) {
 }
 
 // killedBeforeOutcome reports whether e finished, its worker was killed
-// after that and before next's effect, and the record's trail (noted with
-// [journal.noteTrail]) shows no outcome its worker recorded after it
-// started: the worker died between the handler's return and the write of
-// its outcome.
-func (j *journal) killedBeforeOutcome(e, next execution) bool {
+// after that and before next (the next execution's effect or start), and
+// the record's trail (noted with [journal.noteTrail]) shows no outcome its
+// worker recorded after it started: the worker died between the handler's
+// return and the write of its outcome.
+func (j *journal) killedBeforeOutcome(e execution, next time.Time) bool {
 	death, killed := j.deaths[e.worker]
 	moves, noted := j.settled[e.task]
-	if !e.finished || !killed || !noted || death.Before(e.end) || death.After(next.effectAt) {
+	if !e.finished || !killed || !noted || death.Before(e.end) || death.After(next) {
 		return false
 	}
 	for _, m := range moves {
@@ -265,7 +265,7 @@ func (j *journal) effects() effectCounts {
 				c.afterFailedEffect++
 			case prev.finished && j.finalWriteFailed[task][prev.worker]:
 				c.afterFailedOutcome++
-			case j.killedBeforeOutcome(prev, tried[i]):
+			case j.killedBeforeOutcome(prev, tried[i].effectAt):
 				c.afterKillBeforeOutcome++
 			default:
 				bad = true
@@ -280,11 +280,13 @@ func (j *journal) effects() effectCounts {
 }
 
 // reexecutions counts executions beyond the first of each task: those
-// after the previous execution's worker was killed, those after the
-// previous execution was aborted by its own worker (its claim lapsed: it
-// stopped itself and applied no effect), those after the previous
-// execution failed (a retry), and the tasks where a re-execution has none
-// of these explanations.
+// after the previous execution's worker was killed (during it, or after it
+// finished and before its outcome was written: [journal.killedBeforeOutcome]),
+// those after the previous execution was aborted by its own worker (its
+// claim lapsed: it stopped itself and applied no effect), those after the
+// previous execution failed (a retry) or its outcome's write did
+// (final_write_failed), and the tasks where a re-execution has none of
+// these explanations.
 func (j *journal) reexecutions() (afterKill, afterAbort, afterError int, unexplained []string) {
 	for task, runs := range j.executions {
 		for i := 1; i < len(runs); i++ {
@@ -292,9 +294,13 @@ func (j *journal) reexecutions() (afterKill, afterAbort, afterError int, unexpla
 			switch {
 			case prev.killed && !prev.end.After(runs[i].start):
 				afterKill++
+			case j.killedBeforeOutcome(prev, runs[i].start):
+				afterKill++
 			case prev.aborted && !prev.end.After(runs[i].start):
 				afterAbort++
 			case prev.failed && !prev.end.After(runs[i].start):
+				afterError++
+			case prev.finished && !prev.end.After(runs[i].start) && j.finalWriteFailed[task][prev.worker]:
 				afterError++
 			default:
 				unexplained = append(unexplained, task)
@@ -302,6 +308,26 @@ func (j *journal) reexecutions() (afterKill, afterAbort, afterError int, unexpla
 		}
 	}
 	return afterKill, afterAbort, afterError, unexplained
+}
+
+// requireExplainedReexecutions requires every re-execution to be explained
+// (see [journal.reexecutions]), logging the executions and log lines of the
+// first unexplained tasks, and returns the counts.
+func (j *journal) requireExplainedReexecutions(t *testing.T) (afterKill, afterAbort, afterError int) {
+	t.Helper()
+	afterKill, afterAbort, afterError, unexplained := j.reexecutions()
+	slices.Sort(unexplained)
+	unexplained = slices.Compact(unexplained)
+	for _, task := range firstN(unexplained, 3) {
+		for _, e := range j.executions[task] {
+			t.Logf("task %s: %s", task, e)
+		}
+		for _, line := range firstN(j.logs[task], 10) {
+			t.Logf("task %s: %s", task, line)
+		}
+	}
+	require.Empty(t, unexplained, "re-executions not explained by a killed worker, a self-fenced execution or a failure")
+	return afterKill, afterAbort, afterError
 }
 
 // requireOneEffect requires, of the journals, no overlapping executions and
@@ -353,6 +379,9 @@ func TestJournalExplainsAKillBeforeTheOutcome(t *testing.T) {
 	c := build(at(30), []kv.Move{claim}).effects()
 	require.Equal(t, 1, c.afterKillBeforeOutcome, "%s", c)
 	require.Empty(t, c.unexplained)
+	afterKill, _, _, unexplained := build(at(30), []kv.Move{claim}).reexecutions()
+	require.Equal(t, 1, afterKill)
+	require.Empty(t, unexplained)
 
 	for name, j := range map[string]*journal{
 		"the trail shows its outcome":        build(at(30), []kv.Move{claim, success}),
@@ -361,5 +390,7 @@ func TestJournalExplainsAKillBeforeTheOutcome(t *testing.T) {
 		"its worker died before it finished": build(at(15), []kv.Move{claim}),
 	} {
 		require.Equal(t, []string{"t"}, j.effects().unexplained, name)
+		_, _, _, unexplained := j.reexecutions()
+		require.Equal(t, []string{"t"}, unexplained, name)
 	}
 }

@@ -50,7 +50,6 @@ func TestAttackPoolsKillOnlyWorkerOfType(t *testing.T) {
 	m.requireServedTypes(map[string][]string{r: {"report"}, r2: {"report"}})
 	m.requireEffects(reports)
 	j := m.readJournals()
-	_, _, _, unexplained := j.reexecutions()
-	require.Empty(t, unexplained)
+	j.requireExplainedReexecutions(t)
 	t.Logf("the only report worker killed with %v: all %d ran after a new one started; %s", states, len(reports), j.requireOneEffect(t))
 }

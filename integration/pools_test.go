@@ -128,8 +128,7 @@ func TestPoolsRouteByType(t *testing.T) {
 	m.requireEffects(ids)
 	j := m.readJournals()
 	effects := j.requireOneEffect(t)
-	_, _, _, unexplained := j.reexecutions()
-	require.Empty(t, unexplained)
+	j.requireExplainedReexecutions(t)
 	t.Logf("pools: %d tasks through A{email} B{resize} C{email,resize}, C killed midway: lost 0, dead 0; %s", len(ids), effects)
 }
 
