@@ -30,7 +30,7 @@ func (s *Store) Scan(ctx context.Context, fn func(rec *Record, rev uint64) error
 	if err != nil {
 		return fmt.Errorf("scan task records: %w", err)
 	}
-	defer func() { _ = watcher.Stop() }()
+	defer func() { _ = StopWatch(watcher) }()
 	for {
 		select {
 		case entry := <-watcher.Updates():

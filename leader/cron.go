@@ -58,7 +58,7 @@ func (c *cronLoop) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cron: watch jobs: %w", err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer func() { _ = kv.StopWatch(w) }()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {

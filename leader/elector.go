@@ -153,7 +153,7 @@ func (e *Elector) waitVacant(ctx context.Context) {
 		sleep(ctx, e.cfg.RenewEvery)
 		return
 	}
-	defer func() { _ = w.Stop() }()
+	defer func() { _ = kv.StopWatch(w) }()
 	// The key may have gone between the failed acquire and the watch.
 	if _, err := e.bucket.Get(ctx, LeaderKey); errors.Is(err, jetstream.ErrKeyNotFound) {
 		return

@@ -79,7 +79,7 @@ func (r *reconciler) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reconciler: watch tasks: %w", err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer func() { _ = kv.StopWatch(w) }()
 	started := time.Now()
 	tick := time.NewTicker(r.l.cfg.SweepInterval)
 	defer tick.Stop()

@@ -74,7 +74,7 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) error {
 	if err != nil {
 		return fmt.Errorf("watch members: %w", err)
 	}
-	defer func() { _ = memberWatch.Stop() }()
+	defer func() { _ = kv.StopWatch(memberWatch) }()
 	tableKey := ShardTableKey
 	if w.typed {
 		tableKey = PoolTableKey
@@ -83,7 +83,7 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) error {
 	if err != nil {
 		return fmt.Errorf("watch shard table: %w", err)
 	}
-	defer func() { _ = tableWatch.Stop() }()
+	defer func() { _ = kv.StopWatch(tableWatch) }()
 
 	v := &meshView{live: map[string][]string{}}
 	refresh := time.NewTicker(time.Second) // in-flight counts for the next renewal
