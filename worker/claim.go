@@ -76,6 +76,7 @@ func (w *Worker) parse(d *delivery, meta *jetstream.MsgMetadata) *envelope {
 // the delivery must not run; the delivery is then settled or left to lapse.
 func (w *Worker) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Record, uint64, bool) {
 	const maxTries = 8
+	waits := 0
 	for try := 0; try < maxTries; try++ {
 		var rec *kv.Record
 		var rev uint64
@@ -89,6 +90,18 @@ func (w *Worker) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Rec
 		}
 		if err == nil || errors.Is(err, kv.ErrExists) {
 			rec, rev, err = w.store.Get(ctx, env.id)
+		}
+		if errors.Is(err, kv.ErrNotFound) && env.recorded && waits < recordWaits {
+			// A Go client publishes, then creates the record: give its
+			// create a moment rather than racing it (which costs a failed
+			// create and a second read).
+			waits++
+			try--
+			select {
+			case <-time.After(recordWait << (waits - 1)):
+				continue
+			case <-ctx.Done():
+			}
 		}
 		if errors.Is(err, kv.ErrNotFound) {
 			rec, rev, err = w.store.Create(ctx, w.newRecord(env), kv.Actor{Worker: w.cfg.ID, Action: "claim"})
@@ -129,6 +142,14 @@ func (w *Worker) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Rec
 	d.retryLater()
 	return nil, 0, false
 }
+
+// recordWait and recordWaits shape how long a worker waits for the record of
+// a message a Go client submitted (Ax-Gen set) before creating it itself:
+// recordWait, then twice that, and so on, recordWaits times (about 16 ms).
+const (
+	recordWait  = 500 * time.Microsecond
+	recordWaits = 5
+)
 
 // errLostReply is what [TestConfig.LoseClaimReply] makes a claim see.
 var errLostReply = errors.New("claim write's reply lost (test)")
