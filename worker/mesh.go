@@ -40,6 +40,23 @@ func (w *Worker) awaitServing(ctx context.Context) {
 	}
 }
 
+// meshEnd is why serveMesh returns err: once guarded has ended, its cause
+// (the lease lost, [kv.ErrLeaseLost]), or nil if ctx ended, whatever failure
+// the loop saw first. A lost lease ends guarded, and nats.go then closes the
+// watchers made with it, so the loop's select may see a closed watcher
+// ("watch shard table: closed") before guarded's end; reported as such, the
+// loss was a mere failure and the running handlers went on (seen once in
+// CI: TestLostMembershipStopsWork's handler ran to its timeout).
+func meshEnd(ctx, guarded context.Context, err error) error {
+	if err == nil || guarded.Err() == nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return context.Cause(guarded)
+}
+
 // meshView is what a member knows of the mesh (owned by the mesh loop).
 type meshView struct {
 	live         map[string][]string // member ids with a live lease: the types they serve (pools)
@@ -55,13 +72,14 @@ type meshView struct {
 
 // serveMesh joins the mesh and serves until ctx ends (nil) or the
 // membership is lost ([kv.ErrLeaseLost]). The lease is released on return.
-func (w *Worker) serveMesh(ctx context.Context, m *member) error {
+func (w *Worker) serveMesh(ctx context.Context, m *member) (err error) {
 	w.announce(m)
 	guarded, release, err := m.lease.Hold(ctx)
 	if err != nil {
 		return err
 	}
 	defer release()
+	defer func() { err = meshEnd(ctx, guarded, err) }() // before release ends guarded
 	members, err := w.js.KeyValue(guarded, w.cfg.Names.WorkersBucket())
 	if err != nil {
 		return fmt.Errorf("bind %s: %w", w.cfg.Names.WorkersBucket(), err)
