@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/robfig/cron/v3"
@@ -141,13 +142,12 @@ func (c *Client) ListCron(ctx context.Context) ([]CronJob, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list cron: %w", err)
 	}
-	lister, err := bucket.ListKeysFiltered(ctx, CronKeyPrefix+"*")
+	keys, err := kv.ListKeys(ctx, c.js, c.cfg.Names.ControlBucket(), CronKeyPrefix+"*")
 	if err != nil {
 		return nil, fmt.Errorf("list cron: %w", err)
 	}
-	defer func() { _ = lister.Stop() }()
 	var out []CronJob
-	for key := range lister.Keys() {
+	for _, key := range keys {
 		entry, err := bucket.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue

@@ -93,13 +93,12 @@ func (a *Service) control(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bind %s: %w", a.cfg.Names.ControlBucket(), err)
 	}
-	lister, err := bucket.ListKeys(ctx)
+	keys, err := kv.ListKeys(ctx, a.js, a.cfg.Names.ControlBucket(), "")
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", a.cfg.Names.ControlBucket(), err)
 	}
-	defer func() { _ = lister.Stop() }()
 	reply := &ControlReply{Entries: []ControlEntry{}}
-	for key := range lister.Keys() {
+	for _, key := range keys {
 		entry, err := bucket.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue // deleted since it was listed

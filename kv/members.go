@@ -39,16 +39,15 @@ func ListMembers(ctx context.Context, js jetstream.JetStream, names streams.Name
 	if err != nil {
 		return nil, fmt.Errorf("list members: %w", err)
 	}
-	lister, err := bucket.ListKeys(ctx)
+	keys, err := ListKeys(ctx, js, names.WorkersBucket(), "")
 	if err != nil {
 		return nil, fmt.Errorf("list members: %w", err)
 	}
-	defer func() { _ = lister.Stop() }()
 	var out []Member
-	for key := range lister.Keys() {
+	for _, key := range keys {
 		entry, err := bucket.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue // expired since listed
+			continue // expired or left
 		}
 		if err != nil {
 			return nil, fmt.Errorf("list members: get %s: %w", key, err)

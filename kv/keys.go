@@ -1,0 +1,39 @@
+package kv
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ListKeys returns the keys of the KV bucket named bucket that match filter
+// (a key with NATS wildcards; "" for every key), sorted. A deleted key may
+// be listed (its delete marker is a message of its subject): a Get of it
+// reports [jetstream.ErrKeyNotFound].
+//
+// It reads the bucket stream's subjects in one request, a snapshot taken
+// under the stream's lock. nats.go's KeyValue.ListKeys, a watcher that ends
+// when it has caught up, can return no keys at all while a key is being
+// updated (seen 1 list in 454 with one key updated in a loop), which would
+// make a live worker look gone or a cron job look removed.
+func ListKeys(ctx context.Context, js jetstream.JetStream, bucket, filter string) ([]string, error) {
+	stream, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, fmt.Errorf("list keys of %s: %w", bucket, err)
+	}
+	prefix := "$KV." + bucket + "."
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(prefix+cmp.Or(filter, ">")))
+	if err != nil {
+		return nil, fmt.Errorf("list keys of %s: %w", bucket, err)
+	}
+	keys := make([]string, 0, len(info.State.Subjects))
+	for subject := range info.State.Subjects {
+		keys = append(keys, strings.TrimPrefix(subject, prefix))
+	}
+	slices.Sort(keys)
+	return keys, nil
+}
