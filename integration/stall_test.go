@@ -31,7 +31,7 @@ func TestStalledWorkerLeavesNoPullBacklog(t *testing.T) {
 	w := m.workers[id]
 	for range 4 {
 		w.signal(t, syscall.SIGSTOP)
-		time.Sleep(3 * time.Second)
+		time.Sleep(5 * time.Second) // two heartbeats (worker/shards.go) and more
 		w.signal(t, syscall.SIGCONT)
 		time.Sleep(time.Second)
 	}
@@ -39,7 +39,7 @@ func TestStalledWorkerLeavesNoPullBacklog(t *testing.T) {
 	start := time.Now()
 	require.Eventually(t, func() bool { return m.waitingPulls() <= contexts }, 20*time.Second, 200*time.Millisecond,
 		"open pull requests: %d before the stalls, %d right after, %d now", contexts, peak, m.waitingPulls())
-	t.Logf("open pull requests: %d before, %d right after 4 stalls of 3 s, %d again %s later",
+	t.Logf("open pull requests: %d before, %d right after 4 stalls of 5 s, %d again %s later",
 		contexts, peak, contexts, time.Since(start).Round(100*time.Millisecond))
 }
 

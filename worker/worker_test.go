@@ -317,7 +317,11 @@ func TestTimeoutThenDead(t *testing.T) {
 // the task to another worker, which completes it; the trail shows both.
 func TestDeadWorkerTaskIsTakenOver(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &streams.Config{AckWait: time.Second})
+	// 3 s, not 1 s: a loaded CI machine can starve A's heartbeats for a
+	// second, and A's claim would lapse (a takeover by A itself) before
+	// the test kills it.
+	const ackWait = 3 * time.Second
+	b := setup(t, &streams.Config{AckWait: ackWait})
 	ctx := context.Background()
 
 	started := make(chan string, 1)
@@ -327,7 +331,7 @@ func TestDeadWorkerTaskIsTakenOver(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	}, nil))
-	_, ncA := b.startWorker(t, worker.Config{ID: "A", Registry: blocked, AckWait: time.Second, GracePeriod: 100 * time.Millisecond})
+	_, ncA := b.startWorker(t, worker.Config{ID: "A", Registry: blocked, AckWait: ackWait, GracePeriod: 100 * time.Millisecond})
 
 	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "job"})
 	require.NoError(t, err)
@@ -336,7 +340,7 @@ func TestDeadWorkerTaskIsTakenOver(t *testing.T) {
 
 	done := worker.NewRegistry()
 	require.NoError(t, done.Handle("job", func(context.Context, *worker.Task) error { return nil }, nil))
-	b.startWorker(t, worker.Config{ID: "B", Registry: done, AckWait: time.Second})
+	b.startWorker(t, worker.Config{ID: "B", Registry: done, AckWait: ackWait})
 
 	rec := b.waitState(t, info.ID, kv.StateSucceeded)
 	require.Equal(t, "B", rec.Worker)
