@@ -28,11 +28,8 @@ func (e *UnreadableError) Unwrap() error { return e.Err }
 // (fn is not called for it). It stops at the first error fn returns, and
 // when ctx ends.
 //
-// The keys are listed first ([ListKeys]): nats.go's watcher marks the end
-// of the current values before a record that is updated meanwhile (its
-// version at the start is gone, its new one comes after the mark), which
-// missed one key being updated in 5 scans of 201 keys. A listed key the
-// watcher did not deliver by its mark is read directly.
+// The keys are listed first ([ListKeys]) and those the watcher did not
+// deliver by its initial-values mark are read directly ([CatchUp]).
 func (s *Store) Scan(ctx context.Context, fn func(rec *Record, rev uint64) error, unreadable func(*UnreadableError)) error {
 	keys, err := ListKeys(ctx, s.js, s.cfg.Names.TasksBucket(), "")
 	if err != nil {
@@ -60,7 +57,10 @@ func (s *Store) Scan(ctx context.Context, fn func(rec *Record, rev uint64) error
 				return fmt.Errorf("scan task records: watcher closed: %w", cmp.Or(ctx.Err(), errors.New("by the server")))
 			}
 			if entry == nil {
-				return s.visitUnseen(ctx, keys, seen, visit)
+				if err := CatchUp(ctx, s.kv, keys, seen, visit); err != nil {
+					return fmt.Errorf("scan task records: %w", err)
+				}
+				return nil
 			}
 			if err := visit(entry); err != nil {
 				return err
@@ -69,25 +69,4 @@ func (s *Store) Scan(ctx context.Context, fn func(rec *Record, rev uint64) error
 			return fmt.Errorf("scan task records: %w", ctx.Err())
 		}
 	}
-}
-
-// visitUnseen reads and visits each of keys not in seen; a key deleted
-// since it was listed is skipped.
-func (s *Store) visitUnseen(ctx context.Context, keys []string, seen map[string]bool, visit func(jetstream.KeyValueEntry) error) error {
-	for _, key := range keys {
-		if seen[key] {
-			continue
-		}
-		entry, err := s.kv.Get(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("scan task records: get %s: %w", key, err)
-		}
-		if err := visit(entry); err != nil {
-			return err
-		}
-	}
-	return nil
 }

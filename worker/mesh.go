@@ -88,6 +88,13 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) (err error) {
 	if err != nil {
 		return fmt.Errorf("bind %s: %w", w.cfg.Names.ControlBucket(), err)
 	}
+	// Listed before the watch: each listed member the watch has not
+	// delivered by its initial-values mark is read then (kv.CatchUp), so
+	// that a member renewing its lease meanwhile is not taken for gone.
+	listed, err := kv.ListKeys(guarded, w.js, w.cfg.Names.WorkersBucket(), "")
+	if err != nil {
+		return fmt.Errorf("list members: %w", err)
+	}
 	memberWatch, err := members.WatchAll(guarded)
 	if err != nil {
 		return fmt.Errorf("watch members: %w", err)
@@ -104,6 +111,7 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) (err error) {
 	defer func() { _ = kv.StopWatch(tableWatch) }()
 
 	v := &meshView{live: map[string][]string{}}
+	delivered := map[string]bool{} // members the watch delivered before its mark
 	refresh := time.NewTicker(time.Second) // in-flight counts for the next renewal
 	defer refresh.Stop()
 	for {
@@ -117,16 +125,24 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) (err error) {
 			if !ok {
 				return fmt.Errorf("watch members: closed")
 			}
+			if e == nil {
+				w.catchUp(guarded, members, listed, delivered, func(e jetstream.KeyValueEntry) { v.member(e, w.log) })
+			} else if !v.liveReady {
+				delivered[e.Key()] = true
+			}
 			v.member(e, w.log)
 		case e, ok := <-tableWatch.Updates():
 			if !ok {
 				return fmt.Errorf("watch shard table: closed")
 			}
+			apply := func(e jetstream.KeyValueEntry) { tableEntry(v, e, &v.table, w.log) }
 			if w.typed {
-				tableEntry(v, e, &v.pools, w.log)
-			} else {
-				tableEntry(v, e, &v.table, w.log)
+				apply = func(e jetstream.KeyValueEntry) { tableEntry(v, e, &v.pools, w.log) }
 			}
+			if e == nil && v.tableRev == 0 {
+				w.catchUp(guarded, control, []string{tableKey}, nil, apply)
+			}
+			apply(e)
 		case <-refresh.C: // also retries a failed switch
 			w.announce(m) // the next renewal carries the in-flight count of now
 		}
@@ -137,6 +153,19 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) (err error) {
 				w.log.Warn("member_renew_failed", zap.Error(err))
 			}
 		}
+	}
+}
+
+// catchUp applies, through apply, the current entry of each of listed the
+// watch did not deliver before its initial-values mark ([kv.CatchUp]). A
+// failed read is logged: the key's next update brings it.
+func (w *Worker) catchUp(ctx context.Context, bucket jetstream.KeyValue, listed []string, delivered map[string]bool, apply func(jetstream.KeyValueEntry)) {
+	err := kv.CatchUp(ctx, bucket, listed, delivered, func(e jetstream.KeyValueEntry) error {
+		apply(e)
+		return nil
+	})
+	if err != nil && ctx.Err() == nil {
+		w.log.Warn("mesh_catch_up_failed", zap.String("bucket", bucket.Bucket()), zap.Error(err))
 	}
 }
 

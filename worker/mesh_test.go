@@ -121,3 +121,62 @@ func TestShardTableIsShared(t *testing.T) {
 		require.Equal(t, table.Owners.Shards(m.ID), m.Shards)
 	}
 }
+
+// TestJoinerSeesAMemberRenewing: a joining worker counts a member whose
+// lease is being renewed while it reads the members. nats.go's watcher can
+// mark the end of the current values before such a key; the joiner then
+// wrote a table without that member, moving its shards away.
+func TestJoinerSeesAMemberRenewing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	members, err := b.js.KeyValue(ctx, "AX_WORKERS")
+	require.NoError(t, err)
+	control, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	require.NoError(t, err)
+
+	// Z: a member renewing as fast as it can, without a worker behind it.
+	data, err := json.Marshal(kv.Member{ID: "Z"})
+	require.NoError(t, err)
+	lease, err := json.Marshal(kv.LeaseRecord{Holder: "Z", TTL: kv.Duration(memberTTL), Data: data})
+	require.NoError(t, err)
+	rev, err := members.Create(ctx, "Z", lease)
+	require.NoError(t, err)
+	renewing := make(chan error, 1)
+	go func() {
+		var err error
+		for ctx.Err() == nil {
+			if rev, err = members.Update(ctx, "Z", lease, rev); err != nil && ctx.Err() == nil {
+				renewing <- err
+				return
+			}
+		}
+		renewing <- nil
+	}()
+
+	tables, err := control.Watch(ctx, worker.ShardTableKey, jetstream.UpdatesOnly())
+	require.NoError(t, err)
+	defer func() { _ = kv.StopWatch(tables) }()
+	ids := []string{"A", "B", "C", "D", "E", "F"}
+	for i, id := range ids {
+		b.startWorker(t, worker.Config{ID: id, MemberTTL: memberTTL})
+		want := append([]string{id}, ids[:i]...)
+		want = append(want, "Z")
+		slices.Sort(want)
+		deadline := time.After(20 * time.Second)
+		for done := false; !done; {
+			select {
+			case e := <-tables.Updates():
+				var table worker.ShardTable
+				require.NoError(t, json.Unmarshal(e.Value(), &table))
+				require.Contains(t, table.Members, "Z", "the table written when %s joined (revision %d)", id, e.Revision())
+				done = slices.Equal(table.Members, want)
+			case <-deadline:
+				t.Fatalf("no table with %v", want)
+			}
+		}
+	}
+	cancel()
+	require.NoError(t, <-renewing)
+}
