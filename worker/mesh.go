@@ -111,7 +111,7 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) (err error) {
 	defer func() { _ = kv.StopWatch(tableWatch) }()
 
 	v := &meshView{live: map[string][]string{}}
-	delivered := map[string]bool{} // members the watch delivered before its mark
+	delivered := map[string]bool{}         // members the watch delivered before its mark
 	refresh := time.NewTicker(time.Second) // in-flight counts for the next renewal
 	defer refresh.Stop()
 	for {
