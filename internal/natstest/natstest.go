@@ -79,12 +79,19 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, jetstream.JetStream) 
 		s.t.Fatalf("natstest: connect: %v", err)
 	}
 	s.t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(APITimeout))
 	if err != nil {
 		s.t.Fatalf("natstest: jetstream: %v", err)
 	}
 	return nc, js
 }
+
+// APITimeout bounds a JetStream request or publish made without a deadline
+// on a [Server.Connect] connection (nats.go's default is 5 s). Tests run
+// under the race detector on loaded 2-core machines, where the embedded
+// server, sharing the test process, answered a batch submit's record
+// writes and a consumer listing after more than 5 s.
+const APITimeout = 20 * time.Second
 
 // RunServer starts a server and returns one connection to it: the common case.
 func RunServer(t testing.TB) (*nats.Conn, jetstream.JetStream) {
