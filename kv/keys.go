@@ -3,6 +3,7 @@ package kv
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,11 +16,17 @@ import (
 // be listed (its delete marker is a message of its subject): a Get of it
 // reports [jetstream.ErrKeyNotFound].
 //
-// It reads the bucket stream's subjects in one request, a snapshot taken
-// under the stream's lock. nats.go's KeyValue.ListKeys, a watcher that ends
-// when it has caught up, can return no keys at all while a key is being
-// updated (seen 1 list in 454 with one key updated in a loop), which would
-// make a live worker look gone or a cron job look removed.
+// It reads the bucket stream's subjects in one request (one per 100,000
+// subjects), a snapshot taken under the stream's lock, and needs no
+// consumer: an operator, who may only read, lists cron jobs with it.
+// nats.go's KeyValue.ListKeys, a watcher that ends when it has caught up,
+// can return no keys at all while a key is being updated (seen 1 list in
+// 454 with one key updated in a loop), which would make a live worker look
+// gone or a cron job look removed.
+//
+// A key deleted with KeyValue.Delete keeps its marker, and so its place in
+// the list, for good (a released lease, a removed cron job); one expired
+// by its TTL is gone with its marker's TTL.
 func ListKeys(ctx context.Context, js jetstream.JetStream, bucket, filter string) ([]string, error) {
 	stream, err := js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
@@ -37,3 +44,6 @@ func ListKeys(ctx context.Context, js jetstream.JetStream, bucket, filter string
 	slices.Sort(keys)
 	return keys, nil
 }
+
+// errWatchClosed is why a watcher closed while its context had not ended.
+var errWatchClosed = errors.New("closed by the client library")

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -35,7 +34,9 @@ func (s *Store) Scan(ctx context.Context, fn func(rec *Record, rev uint64) error
 	if err != nil {
 		return fmt.Errorf("scan task records: %w", err)
 	}
-	watcher, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	// Deletes too: a deleted record, listed by its marker, is then not
+	// read again.
+	watcher, err := s.kv.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("scan task records: %w", err)
 	}
@@ -43,6 +44,9 @@ func (s *Store) Scan(ctx context.Context, fn func(rec *Record, rev uint64) error
 	seen := make(map[string]bool, len(keys))
 	visit := func(entry jetstream.KeyValueEntry) error {
 		seen[entry.Key()] = true
+		if entry.Operation() != jetstream.KeyValuePut {
+			return nil // deleted: listed by its marker
+		}
 		var rec Record
 		if err := json.Unmarshal(entry.Value(), &rec); err != nil {
 			unreadable(&UnreadableError{Key: entry.Key(), Revision: entry.Revision(), Err: err})
@@ -54,7 +58,7 @@ func (s *Store) Scan(ctx context.Context, fn func(rec *Record, rev uint64) error
 		select {
 		case entry, ok := <-watcher.Updates():
 			if !ok {
-				return fmt.Errorf("scan task records: watcher closed: %w", cmp.Or(ctx.Err(), errors.New("by the server")))
+				return fmt.Errorf("scan task records: watcher closed: %w", cmp.Or(ctx.Err(), errWatchClosed))
 			}
 			if entry == nil {
 				if err := CatchUp(ctx, s.kv, keys, seen, visit); err != nil {

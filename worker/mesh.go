@@ -139,9 +139,10 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) (err error) {
 			if w.typed {
 				apply = func(e jetstream.KeyValueEntry) { tableEntry(v, e, &v.pools, w.log) }
 			}
-			if e == nil && v.tableRev == 0 {
-				w.catchUp(guarded, control, []string{tableKey}, nil, apply)
-			}
+			// No catch-up as for the members: a table missed at the mark
+			// comes on the watch, and a table written meanwhile fails
+			// its compare-and-set (workers may not read AX_CONTROL
+			// directly, docs/ax-permissions.conf).
 			apply(e)
 		case <-refresh.C: // also retries a failed switch
 			w.announce(m) // the next renewal carries the in-flight count of now
