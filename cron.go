@@ -176,7 +176,7 @@ func (c *Client) RemoveCron(ctx context.Context, name string) error {
 		return fmt.Errorf("remove cron %s: %w", name, ErrCronNotFound)
 	}
 	if err == nil {
-		err = bucket.Delete(ctx, CronKeyPrefix+name, jetstream.LastRevision(entry.Revision()))
+		err = kv.DeleteKey(ctx, bucket, CronKeyPrefix+name, entry.Revision())
 	}
 	if err != nil {
 		return fmt.Errorf("remove cron %s: %w", name, err)

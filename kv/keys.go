@@ -47,3 +47,19 @@ func ListKeys(ctx context.Context, js jetstream.JetStream, bucket, filter string
 
 // errWatchClosed is why a watcher closed while its context had not ended.
 var errWatchClosed = errors.New("closed by the client library")
+
+// DeleteKey deletes key from bucket if its revision is still rev, leaving a
+// marker that expires with the bucket's LimitMarkerTTL (a purge with that
+// TTL), so that the key leaves the bucket's subjects ([ListKeys]) as an
+// expired key does; a plain delete's marker stays for good. Watchers see a
+// purge. A bucket without marker TTLs gets a plain delete.
+func DeleteKey(ctx context.Context, bucket jetstream.KeyValue, key string, rev uint64) error {
+	status, err := bucket.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if ttl := status.LimitMarkerTTL(); ttl > 0 {
+		return bucket.Purge(ctx, key, jetstream.LastRevision(rev), jetstream.PurgeTTL(ttl))
+	}
+	return bucket.Delete(ctx, key, jetstream.LastRevision(rev))
+}

@@ -64,6 +64,9 @@ type Lease struct {
 	kv  jetstream.KeyValue
 	js  jetstream.JetStream
 	cfg LeaseConfig
+	// markerTTL is the bucket's LimitMarkerTTL: a release leaves a marker
+	// that lives as long (0: a plain delete, whose marker stays).
+	markerTTL time.Duration
 
 	// base is the origin of validUntil on the monotonic clock.
 	base time.Time
@@ -102,7 +105,11 @@ func NewLease(ctx context.Context, js jetstream.JetStream, cfg *LeaseConfig) (*L
 	if err != nil {
 		return nil, fmt.Errorf("bind lease bucket %s: %w", c.Bucket, err)
 	}
-	l := &Lease{kv: kv, js: js, cfg: c, base: time.Now()}
+	status, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bind lease bucket %s: %w", c.Bucket, err)
+	}
+	l := &Lease{kv: kv, js: js, cfg: c, base: time.Now(), markerTTL: status.LimitMarkerTTL()}
 	l.lapsed.Store(true)
 	return l, nil
 }
@@ -227,7 +234,16 @@ func (l *Lease) Release(ctx context.Context) error {
 		return fmt.Errorf("release lease %s/%s: %w: not held", l.cfg.Bucket, l.cfg.Key, ErrLeaseLost)
 	}
 	l.lapsed.Store(true)
-	err := l.kv.Delete(ctx, l.cfg.Key, jetstream.LastRevision(l.rev))
+	// A purge whose marker expires, as an expired lease's does: a plain
+	// delete's marker would keep the key in the bucket's subjects for good
+	// and every listing of the members would read it again (kv.ListKeys),
+	// one more per worker that ever stopped.
+	var err error
+	if l.markerTTL > 0 {
+		err = l.kv.Purge(ctx, l.cfg.Key, jetstream.LastRevision(l.rev), jetstream.PurgeTTL(l.markerTTL))
+	} else {
+		err = l.kv.Delete(ctx, l.cfg.Key, jetstream.LastRevision(l.rev))
+	}
 	l.rev = 0
 	if IsRevisionMismatch(err) {
 		return fmt.Errorf("release lease %s/%s: %w", l.cfg.Bucket, l.cfg.Key, ErrLeaseLost)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -184,4 +185,30 @@ func TestLeaseHeldLapsesAndStaysLapsed(t *testing.T) {
 	_, err = l.Acquire(ctx)
 	require.NoError(t, err)
 	require.True(t, l.Held(), "a new acquire starts a new hold")
+}
+
+// TestReleasedLeaseLeavesTheListing: a released lease's key leaves the
+// bucket's subjects once its marker expires, as an expired lease's does; a
+// plain delete's marker stayed for good, and every listing of the members
+// read one more key per worker that ever stopped.
+func TestReleasedLeaseLeavesTheListing(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.RunServer(t)
+	ctx := context.Background()
+	_, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "RELEASED", History: 1, LimitMarkerTTL: time.Second})
+	require.NoError(t, err)
+	for _, holder := range []string{"a", "b", "c"} {
+		l, err := kv.NewLease(ctx, js, &kv.LeaseConfig{Bucket: "RELEASED", Key: holder, Holder: holder, TTL: time.Minute})
+		require.NoError(t, err)
+		_, err = l.Acquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		_, err = l.Acquire(ctx) // the key can be taken again at once
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+	}
+	require.Eventually(t, func() bool {
+		keys, err := kv.ListKeys(ctx, js, "RELEASED", "")
+		return err == nil && len(keys) == 0
+	}, 10*time.Second, 100*time.Millisecond)
 }
