@@ -3,10 +3,10 @@ package kv
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -25,8 +25,8 @@ import (
 // gone or a cron job look removed.
 //
 // A key deleted with KeyValue.Delete keeps its marker, and so its place in
-// the list, for good (a released lease, a removed cron job); one expired
-// by its TTL is gone with its marker's TTL.
+// the list, for good; one expired by its TTL or deleted with [DeleteKey]
+// (a released lease, a removed cron job) leaves with its marker.
 func ListKeys(ctx context.Context, js jetstream.JetStream, bucket, filter string) ([]string, error) {
 	stream, err := js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
@@ -45,9 +45,6 @@ func ListKeys(ctx context.Context, js jetstream.JetStream, bucket, filter string
 	return keys, nil
 }
 
-// errWatchClosed is why a watcher closed while its context had not ended.
-var errWatchClosed = errors.New("closed by the client library")
-
 // DeleteKey deletes key from bucket if its revision is still rev, leaving a
 // marker that expires with the bucket's LimitMarkerTTL (a purge with that
 // TTL), so that the key leaves the bucket's subjects ([ListKeys]) as an
@@ -58,8 +55,13 @@ func DeleteKey(ctx context.Context, bucket jetstream.KeyValue, key string, rev u
 	if err != nil {
 		return err
 	}
-	if ttl := status.LimitMarkerTTL(); ttl > 0 {
-		return bucket.Purge(ctx, key, jetstream.LastRevision(rev), jetstream.PurgeTTL(ttl))
+	return deleteKey(ctx, bucket, key, rev, status.LimitMarkerTTL())
+}
+
+// deleteKey is [DeleteKey] with the bucket's marker TTL known (0: none).
+func deleteKey(ctx context.Context, bucket jetstream.KeyValue, key string, rev uint64, markerTTL time.Duration) error {
+	if markerTTL > 0 {
+		return bucket.Purge(ctx, key, jetstream.LastRevision(rev), jetstream.PurgeTTL(markerTTL))
 	}
 	return bucket.Delete(ctx, key, jetstream.LastRevision(rev))
 }

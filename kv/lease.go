@@ -234,16 +234,10 @@ func (l *Lease) Release(ctx context.Context) error {
 		return fmt.Errorf("release lease %s/%s: %w: not held", l.cfg.Bucket, l.cfg.Key, ErrLeaseLost)
 	}
 	l.lapsed.Store(true)
-	// A purge whose marker expires, as an expired lease's does: a plain
-	// delete's marker would keep the key in the bucket's subjects for good
-	// and every listing of the members would read it again (kv.ListKeys),
-	// one more per worker that ever stopped.
-	var err error
-	if l.markerTTL > 0 {
-		err = l.kv.Purge(ctx, l.cfg.Key, jetstream.LastRevision(l.rev), jetstream.PurgeTTL(l.markerTTL))
-	} else {
-		err = l.kv.Delete(ctx, l.cfg.Key, jetstream.LastRevision(l.rev))
-	}
+	// Its marker expires, as an expired lease's does ([DeleteKey]): else
+	// every listing of the members would read the key again, one more per
+	// worker that ever stopped.
+	err := deleteKey(ctx, l.kv, l.cfg.Key, l.rev, l.markerTTL)
 	l.rev = 0
 	if IsRevisionMismatch(err) {
 		return fmt.Errorf("release lease %s/%s: %w", l.cfg.Bucket, l.cfg.Key, ErrLeaseLost)

@@ -187,10 +187,11 @@ func TestLeaseHeldLapsesAndStaysLapsed(t *testing.T) {
 	require.True(t, l.Held(), "a new acquire starts a new hold")
 }
 
-// TestReleasedLeaseLeavesTheListing: a released lease's key leaves the
-// bucket's subjects once its marker expires, as an expired lease's does; a
-// plain delete's marker stayed for good, and every listing of the members
-// read one more key per worker that ever stopped.
+// TestReleasedLeaseLeavesTheListing: a released lease's key, and a key
+// removed with kv.DeleteKey (a cron job), leave the bucket's subjects once
+// their markers expire, as an expired lease's does; a plain delete's marker
+// stayed for good, and every listing of the members read one more key per
+// worker that ever stopped.
 func TestReleasedLeaseLeavesTheListing(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.RunServer(t)
@@ -207,6 +208,11 @@ func TestReleasedLeaseLeavesTheListing(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, l.Release(ctx))
 	}
+	bucket, err := js.KeyValue(ctx, "RELEASED")
+	require.NoError(t, err)
+	rev, err := bucket.Create(ctx, "cron.job", []byte("{}"))
+	require.NoError(t, err)
+	require.NoError(t, kv.DeleteKey(ctx, bucket, "cron.job", rev))
 	require.Eventually(t, func() bool {
 		keys, err := kv.ListKeys(ctx, js, "RELEASED", "")
 		return err == nil && len(keys) == 0

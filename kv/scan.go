@@ -4,10 +4,14 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
+
+// errWatchClosed is why a watcher closed while its context had not ended.
+var errWatchClosed = errors.New("closed by the client library")
 
 // UnreadableError is a record [Store.Scan] met but could not decode.
 type UnreadableError struct {

@@ -135,15 +135,14 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) (err error) {
 			if !ok {
 				return fmt.Errorf("watch shard table: closed")
 			}
-			apply := func(e jetstream.KeyValueEntry) { tableEntry(v, e, &v.table, w.log) }
-			if w.typed {
-				apply = func(e jetstream.KeyValueEntry) { tableEntry(v, e, &v.pools, w.log) }
-			}
 			// No catch-up as for the members: a table missed at the mark
-			// comes on the watch, and a table written meanwhile fails
-			// its compare-and-set (workers may not read AX_CONTROL
-			// directly, docs/ax-permissions.conf).
-			apply(e)
+			// comes on the watch, and one written meanwhile fails its
+			// compare-and-set (and workers may not read AX_CONTROL).
+			if w.typed {
+				tableEntry(v, e, &v.pools, w.log)
+			} else {
+				tableEntry(v, e, &v.table, w.log)
+			}
 		case <-refresh.C: // also retries a failed switch
 			w.announce(m) // the next renewal carries the in-flight count of now
 		}

@@ -14,8 +14,8 @@ import (
 // one. nats.go (v1.55.0) answers a missed heartbeat by sending a new pull
 // request without withdrawing the open one, and from then on counts only
 // one request as open: each time one of them ends, it sends another, so the
-// context keeps one extra request, heartbeating, for as long
-// as it lives. A worker that was frozen or starved for two heartbeats (a
+// context keeps one extra request, heartbeating, for as long as it lives.
+// A worker that was frozen or starved for two heartbeats (a
 // loaded machine, a long pause) came back with one extra request per
 // context per stall, for good; on a loaded machine the extra heartbeats
 // caused more misses, and the requests piled up until the process could not
