@@ -42,8 +42,11 @@ func TestPoolsDashboardInBrowser(t *testing.T) {
 	var unserved, pool string
 	require.NoError(t, chromedp.Do(bctx,
 		chromedp.Navigate("http://"+dashAddr+"/"),
-		chromedp.WaitVisible(`#unserved tr[data-type="report"]`),
-		into(chromedp.Text(`#unserved tr[data-type="report"]`), &unserved),
+		// The overview is redrawn every second: a row read between two
+		// redraws reads empty (seen in CI). Wait for the row's text and
+		// read it in one evaluation.
+		void(chromedp.Poll[bool](`/^report\s+3\s.*1h0m0s unserved$/.test(document.querySelector('#unserved tr[data-type="report"]')?.innerText ?? "")`, chromedp.WithPollingTimeout(30*time.Second))),
+		into(chromedp.Evaluate[string](`document.querySelector('#unserved tr[data-type="report"]')?.innerText ?? ""`), &unserved),
 		chromedp.Click(`nav a[data-page="workers"]`),
 		chromedp.WaitVisible(`#pools tr[data-type="email"]`),
 		into(chromedp.Text(`#pools tr[data-type="email"]`), &pool),
