@@ -60,8 +60,9 @@ type Config struct {
 	// fixed Shards and with the other policies.
 	StealThreshold int
 	// PrefetchPerShard is how many messages of each (priority, shard)
-	// consumer the worker holds at most: it runs that many consume
-	// contexts on the consumer, each pulling one message at a time.
+	// consumer the worker holds at most before a slot takes them, those a
+	// pull request still asks for included; a request asks for all of it
+	// once every message of the previous one has been taken.
 	// Default: enough to keep Concurrency busy, at least 1.
 	PrefetchPerShard int
 	// DefaultTimeout of a task whose type and message set none. Default 30s.

@@ -13,9 +13,9 @@ import (
 // dispatchQueue hands received deliveries to the task slots: the highest
 // priority first and, within a priority, the task that has waited longest
 // (so a task that aging lifted into a busy level runs before the younger
-// tasks there). A consume callback waits in [Worker.receiver] until a slot
-// takes its delivery, so a consumer pulls no further ahead than its
-// prefetch and the queue never holds more than one delivery per consumer.
+// tasks there). A delivery holds a credit of its [puller] until a slot
+// takes it, so the queue holds at most PrefetchPerShard deliveries per
+// consumer.
 type dispatchQueue struct {
 	mu     sync.Mutex
 	levels [streams.Priorities]deliveryHeap // (mu)
@@ -53,7 +53,7 @@ func (q *dispatchQueue) signal() {
 }
 
 // pop takes the next delivery, waiting for one, or returns nil once stop is
-// closed. Taking a delivery lets its consume callback return.
+// closed. Taking a delivery gives its puller a credit back.
 func (q *dispatchQueue) pop(stop <-chan struct{}) *delivery {
 	for {
 		select {
@@ -83,6 +83,9 @@ func (q *dispatchQueue) take() *delivery {
 		more := q.queued > 0
 		q.mu.Unlock()
 		close(d.taken)
+		if d.from != nil {
+			d.from.give(1) // its puller may ask for another
+		}
 		if more {
 			q.signal() // another idle slot may take the next one
 		}

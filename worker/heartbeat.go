@@ -13,14 +13,15 @@ type delivery struct {
 	msg      jetstream.Msg
 	meta     *jetstream.MsgMetadata // parsed once on receipt; nil if unreadable
 	set      *shardSet              // the consumers it came from
+	from     *puller                // the puller whose credit it holds until a slot takes it; nil in tests
+	taken    chan struct{}          // closed when a slot takes it from the queue
 	priority int
 	shard    int
-	since    time.Time     // when the task began to wait: the dispatch order
-	order    uint64        // arrival at the dispatch queue: breaks ties
-	taken    chan struct{} // closed when a slot takes it from the queue
+	since    time.Time // when the task began to wait: the dispatch order
+	order    uint64    // arrival at the dispatch queue: breaks ties
 
 	mu       sync.Mutex
-	lastBeat time.Time // last ack-wait reset: receipt (one message per pull, so it is the delivery) or the send time of an answered in-progress (mu)
+	lastBeat time.Time // last ack-wait reset: receipt (queued as it arrives, so it is the delivery) or the send time of an answered in-progress (mu)
 	lapsed   bool      // the claim lapsed: sticky, no more heartbeats, no writes (mu)
 	settled  bool      // acked, naked or termed: no more heartbeats (mu)
 }

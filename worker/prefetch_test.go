@@ -12,6 +12,7 @@ import (
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -180,4 +181,43 @@ func TestHeldDeliveriesWaitingForASlotKeepTheirClaim(t *testing.T) {
 		require.Equal(t, []int{1}, attempts[info.ID], "task %s ran once, on its first attempt", info.ID)
 	}
 	require.Zero(t, w.Stats().Dropped, "no delivery lapsed while it waited for the slot")
+}
+
+// A backlog is pulled in batches: a request asks for the puller's whole
+// credit (PrefetchPerShard), so draining N queued tasks costs about N /
+// PrefetchPerShard pull requests, not one per task as with one-message
+// pulls (issue 14: each request is a message in and out of the server).
+// Counted on the server's subject for the bucket's pull requests.
+func TestBacklogIsPulledInBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	const n = 640 // 20 per shard
+	tasks := make([]ax.TaskSpec, n)
+	for i := range tasks {
+		tasks[i] = ax.TaskSpec{Type: "echo", Priority: ax.P2}
+	}
+	infos, err := b.client.SubmitBatch(context.Background(), tasks)
+	require.NoError(t, err)
+
+	nc, _ := b.srv.Connect()
+	var pulls atomic.Int64
+	sub, err := nc.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+streams.DefaultNames().PriorityStream(2)+".>", func(*nats.Msg) { pulls.Add(1) })
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+
+	b.startWorker(t, worker.Config{ID: "A", Concurrency: 16, PrefetchPerShard: 4})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, info := range infos {
+			rec, _, err := b.store.Get(context.Background(), info.ID)
+			if !assert.NoError(c, err) || !assert.Equal(c, kv.StateSucceeded, rec.State) {
+				return
+			}
+		}
+	}, 2*time.Minute, 200*time.Millisecond)
+	// One open request per shard consumer, then one per 4 messages: about
+	// 32 + 160. One-message pulls made 4 per consumer plus one per task.
+	got := pulls.Load()
+	t.Logf("%d pull requests for %d tasks", got, n)
+	require.Less(t, got, int64(n/2), "pull requests for a backlog of %d tasks", n)
 }

@@ -35,7 +35,7 @@ type shardSet struct {
 
 	locks   [streams.Shards]sync.Mutex // locks[s] serializes switches of shard s and guards modes[s], ccs[s], handles[s]
 	modes   [streams.Shards]shardMode
-	ccs     [streams.Shards][]jetstream.ConsumeContext
+	ccs     [streams.Shards][]*puller
 	handles [streams.Shards][streams.Priorities]jetstream.Consumer // bound consumers, reused unless pinned
 }
 
@@ -173,17 +173,15 @@ func (w *Worker) setShard(ctx context.Context, s *shardSet, shard int, mode shar
 	}
 	s.accept.Or(bit)
 	for p := range streams.Priorities {
-		for range w.cfg.PrefetchPerShard {
-			cc, err := w.consumeShard(ctx, s, p, shard, mode)
-			if err != nil {
-				drain(s.ccs[shard])
-				s.ccs[shard] = nil
-				s.accept.And(^bit)
-				s.owned.And(^bit)
-				return err
-			}
-			s.ccs[shard] = append(s.ccs[shard], cc)
+		cc, err := w.consumeShard(ctx, s, p, shard, mode)
+		if err != nil {
+			drain(s.ccs[shard])
+			s.ccs[shard] = nil
+			s.accept.And(^bit)
+			s.owned.And(^bit)
+			return err
 		}
+		s.ccs[shard] = append(s.ccs[shard], cc)
 	}
 	s.modes[shard] = mode
 	return nil
@@ -191,15 +189,15 @@ func (w *Worker) setShard(ctx context.Context, s *shardSet, shard int, mode shar
 
 // pullExpiry and pullHeartbeat shape the pull requests of a shard consumer:
 // an idle consumer asks again every pullExpiry, and the server sends it an
-// idle heartbeat every pullHeartbeat; two missed heartbeats make nats.go
-// issue a fresh request.
+// idle heartbeat every pullHeartbeat; two missed heartbeats end the request
+// and the puller asks again.
 const (
 	pullExpiry    = 30 * time.Second
 	pullHeartbeat = 2 * time.Second
 )
 
-// consumeShard starts the consumer of (p, shard) of set s in mode.
-func (w *Worker) consumeShard(ctx context.Context, s *shardSet, p, shard int, mode shardMode) (jetstream.ConsumeContext, error) {
+// consumeShard starts the puller of (p, shard) of set s in mode.
+func (w *Worker) consumeShard(ctx context.Context, s *shardSet, p, shard int, mode shardMode) (*puller, error) {
 	name := w.consumerName(s, p, shard)
 	// Binding costs a consumer info request (a replicated one in a
 	// cluster), so handles are reused; except under pinned_client, where
@@ -213,22 +211,22 @@ func (w *Worker) consumeShard(ctx context.Context, s *shardSet, p, shard int, mo
 		}
 		s.handles[shard][p] = cons
 	}
-	// One message at a time: a second one would wait in the client's
-	// buffer behind a callback that waits for a busy slot, unheartbeated,
-	// and could be redelivered and run twice at once. Parallelism on one
-	// consumer comes from several consume contexts (PrefetchPerShard).
-	// nats.go (v1.55.0) skips a refill that coincides with the publish of
-	// the previous pull request and does not retry it; with no request
-	// left on the server the context idles until its missed-heartbeat
-	// check, two heartbeats later (30 s by default; seen as the article
-	// benchmark's P0 p99 of 28 s). The 2 s heartbeat bounds that at 4 s.
+	// One request asks for as many messages as the puller has credit for
+	// (up to PrefetchPerShard), and every message it brings is queued, and
+	// heartbeated, as it arrives ([puller]). Requests are Fetch calls, not
+	// a Consume context: nats.go's Consume hands a message over only when
+	// the callback for the one before it returns, so a second message
+	// would wait unheartbeated behind a callback that waits for a slot;
+	// and (v1.55.0) it skips a refill that coincides with the publish of
+	// the previous request, and answers a missed heartbeat with a second
+	// request it keeps for good. Each request here is sent on its own
+	// subscription, and the next is sent when it ends (filled, expired, or
+	// two heartbeats missed), so none is left behind.
 	// Each open request costs a heartbeat per period in the worker and
 	// the server: three idle workers with their server used 128 ms of
-	// CPU per second under the race detector with 1 s, 59 ms with 2 s.
-	opts := []jetstream.PullConsumeOpt{
-		jetstream.PullMaxMessages(1),
-		jetstream.ConsumeErrHandler(w.consumeErrors(s, p, shard)),
-	}
+	// CPU per second under the race detector with a 1 s heartbeat, 59 ms
+	// with 2 s.
+	var opts []jetstream.FetchOpt
 	expiry := pullExpiry
 	info := cons.CachedInfo()
 	if err := w.checkConsumer(s, p, shard, info); err != nil {
@@ -244,22 +242,20 @@ func (w *Worker) consumeShard(ctx context.Context, s *shardSet, p, shard int, mo
 		}
 	}
 	if len(cfg.PriorityGroups) > 0 {
-		opts = append(opts, jetstream.PullPriorityGroup(streams.PriorityGroup))
+		opts = append(opts, jetstream.FetchPriorityGroup(streams.PriorityGroup))
 	}
 	if cfg.PriorityPolicy == jetstream.PriorityPolicyPinned && cfg.PinnedTTL > 0 {
 		// Pull again well within the PinnedTTL, so that an idle shard keeps
 		// its pin instead of losing it and paying a wrong-pin round trip.
 		expiry = max(time.Second, min(pullExpiry, cfg.PinnedTTL/2))
 	}
-	opts = append(opts, jetstream.PullExpiry(expiry), jetstream.PullHeartbeat(min(pullHeartbeat, expiry/2)))
+	// The request's expiry is 90 % of expiry (nats.go FetchContext); the
+	// heartbeat must be at most half of it.
+	opts = append(opts, jetstream.FetchHeartbeat(min(pullHeartbeat, expiry/3)))
 	if mode == shardSteal {
-		opts = append(opts, jetstream.PullMinPending(w.cfg.StealThreshold))
+		opts = append(opts, jetstream.FetchMinPending(int64(w.cfg.StealThreshold)))
 	}
-	cc, err := cons.Consume(w.receiver(s, p, shard), opts...)
-	if err != nil {
-		return nil, fmt.Errorf("consume %s: %w", name, err)
-	}
-	return cc, nil
+	return newPuller(w, s, cons, p, shard, w.cfg.PrefetchPerShard, expiry, opts), nil
 }
 
 func (w *Worker) unpin(ctx context.Context, p int, consumer string) error {
@@ -282,7 +278,7 @@ func pinned(info *jetstream.ConsumerInfo) bool {
 
 // stopShards stops every shard's consumers.
 func (w *Worker) stopShards() {
-	var all []jetstream.ConsumeContext
+	var all []*puller
 	for _, s := range w.sets {
 		s.accept.Store(0)
 		s.owned.Store(0)
@@ -322,9 +318,9 @@ func (w *Worker) ownedShards() ([]int, map[string][]int) {
 	return slices.Compact(all), per
 }
 
-// drain stops pulling on ccs and waits until their buffered messages have
-// been handed to the receiver, for at most 5 seconds.
-func drain(ccs []jetstream.ConsumeContext) {
+// drain stops pulling on ccs and waits until the messages of their open
+// requests have been queued, for at most 5 seconds.
+func drain(ccs []*puller) {
 	for _, cc := range ccs {
 		cc.Drain()
 	}

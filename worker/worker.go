@@ -39,7 +39,6 @@ type Worker struct {
 
 	stopping  atomic.Bool
 	stopCh    chan struct{} // closed when Stop begins
-	renewals  chan renewal  // consume contexts to replace ([Worker.renewContexts])
 	slotsDone chan struct{} // closed when every slot has returned
 	runCtx    context.Context
 	runCancel context.CancelCauseFunc // cancels handlers after the grace period
@@ -61,8 +60,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Worker, err
 	if err != nil {
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
-	w := &Worker{cfg: cfg, js: js, store: store, log: cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)), stopCh: make(chan struct{}), slotsDone: make(chan struct{}),
-		renewals: make(chan renewal, renewQueue)}
+	w := &Worker{cfg: cfg, js: js, store: store, log: cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)), stopCh: make(chan struct{}), slotsDone: make(chan struct{})}
 	w.dispatch = newDispatchQueue()
 	w.held.items = map[*delivery]struct{}{}
 	w.runCtx, w.runCancel = context.WithCancelCause(context.Background())
@@ -93,7 +91,6 @@ func (w *Worker) Start(ctx context.Context) error {
 	if !w.cfg.Test.DisableHeartbeats {
 		w.loops.Go(w.heartbeats)
 	}
-	w.loops.Go(w.renewContexts)
 	if w.cfg.mesh {
 		m, err := w.newMember(ctx)
 		if err != nil {
@@ -164,30 +161,34 @@ func (w *Worker) Run(ctx context.Context) error {
 	return w.Stop(stopCtx)
 }
 
-// receiver returns the consume callback of (p, shard) of set s: it queues each
-// message for the slots and waits until a slot takes it, so that the
-// consume context, which pulls one message at a time, pulls no further
-// ahead. Nothing waits unheartbeated in the client's buffer: a message
-// reaches this callback as soon as it arrives.
-func (w *Worker) receiver(s *shardSet, p, shard int) jetstream.MessageHandler {
-	return func(msg jetstream.Msg) {
-		if w.stopping.Load() || !s.accepts(shard) {
-			_ = msg.Nak()
-			return
-		}
-		now := time.Now()
-		meta, _ := msg.Metadata() // nil if unreadable: process terms the message
-		d := &delivery{msg: msg, meta: meta, set: s, priority: p, shard: shard, lastBeat: now,
-			since: waitingSince(msg, meta, now), taken: make(chan struct{})}
-		w.held.add(d)
-		if !w.dispatch.push(d) {
-			w.release(d) // the worker is stopping
-			return
-		}
-		select {
-		case <-d.taken:
-		case <-w.stopCh: // Stop releases it if no slot took it
-		}
+// consumeError logs what a pull request reports. A request that ends for
+// a missed heartbeat or a leader change is routine (the puller asks again),
+// so only a lost consumer is a warning.
+func (w *Worker) consumeError(err error) {
+	if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+		w.log.Warn("consume_error", zap.Error(err))
+		return
+	}
+	w.log.Debug("consume_error", zap.Error(err))
+}
+
+// receive queues a message that pl's request brought for the slots, at
+// once and without waiting: from here on it is held, and heartbeated until
+// it is settled. A slot taking it gives pl its credit back.
+func (w *Worker) receive(pl *puller, msg jetstream.Msg) {
+	if w.stopping.Load() || !pl.s.accepts(pl.shard) {
+		_ = msg.Nak()
+		pl.give(1)
+		return
+	}
+	now := time.Now()
+	meta, _ := msg.Metadata() // nil if unreadable: process terms the message
+	d := &delivery{msg: msg, meta: meta, set: pl.s, from: pl, priority: pl.p, shard: pl.shard, lastBeat: now,
+		since: waitingSince(msg, meta, now), taken: make(chan struct{})}
+	w.held.add(d)
+	if !w.dispatch.push(d) {
+		w.release(d) // the worker is stopping
+		pl.give(1)
 	}
 }
 
