@@ -110,6 +110,19 @@ func (pl *puller) run() {
 	defer close(pl.closed)
 	retry := pullRetry
 	for {
+		if st := pl.w.js.Conn().Status(); st != nats.CONNECTED {
+			if st == nats.CLOSED {
+				return // for good: a closed connection does not reopen
+			}
+			// Reconnecting: a request now would only wait in nats.go's
+			// reconnect buffer (and a Fetch that finds it full leaks its
+			// inbox subscription, v1.55.0). Look again after the backoff.
+			if !pl.wait(retry) {
+				return
+			}
+			retry = min(2*retry, pullRetryMax)
+			continue
+		}
 		n := pl.spend()
 		if n == 0 {
 			return
@@ -121,18 +134,33 @@ func (pl *puller) run() {
 			continue
 		}
 		pl.w.consumeError(err)
-		if errors.Is(err, jetstream.ErrNoHeartbeat) {
-			continue // the request may be lost: ask again at once
-		}
 		if errors.Is(err, nats.ErrConnectionClosed) || pl.w.js.Conn().IsClosed() {
-			return // for good: a closed connection does not reopen
-		}
-		select {
-		case <-pl.ctx.Done():
 			return
-		case <-time.After(retry):
+		}
+		if pl.w.js.Conn().Status() == nats.CONNECTED &&
+			(errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, jetstream.ErrPinIDMismatch)) {
+			// The request may be lost, or the pin lapsed while the puller
+			// waited for credit (nats.go dropped it): ask again at once.
+			// Each such request lasted two heartbeats, or ended on a pin
+			// it no longer sends, so this does not spin.
+			continue
+		}
+		if !pl.wait(retry) {
+			return
 		}
 		retry = min(2*retry, pullRetryMax)
+	}
+}
+
+// wait pauses the loop for d; it reports false once the puller is stopped.
+func (pl *puller) wait(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-pl.ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -153,8 +181,14 @@ func (pl *puller) pull(n int) (int, error) {
 	return got, batch.Error()
 }
 
-// Drain stops pulling: an open request ends, and the messages it brought
-// are queued (or handed back if the shard is no longer served here).
+// Drain stops pulling: an open request ends, and the messages that reached
+// the loop are queued (or handed back if the shard is no longer served
+// here). Messages the server had sent to the request that had not reached
+// the loop yet (in flight, or in nats.go's buffer when the cancel wins its
+// select) are dropped by nats.go; the server counts them delivered, so
+// they come back after their ack wait, to any worker: a delay on a shard
+// move or a stop, never a second run (a drained consume context, before,
+// handed its buffered messages back at once).
 func (pl *puller) Drain() { pl.once.Do(pl.cancel) }
 
 // Stop is Drain: nothing is buffered beyond what the loop queues at once.

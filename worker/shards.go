@@ -249,8 +249,9 @@ func (w *Worker) consumeShard(ctx context.Context, s *shardSet, p, shard int, mo
 		// its pin instead of losing it and paying a wrong-pin round trip.
 		expiry = max(time.Second, min(pullExpiry, cfg.PinnedTTL/2))
 	}
-	// The request's expiry is 90 % of expiry (nats.go FetchContext); the
-	// heartbeat must be at most half of it.
+	// The request's expiry is a little less than expiry (nats.go
+	// FetchContext keeps the time left less min(10 %, 1 s)); the heartbeat
+	// must be at most half of it.
 	opts = append(opts, jetstream.FetchHeartbeat(min(pullHeartbeat, expiry/3)))
 	if mode == shardSteal {
 		opts = append(opts, jetstream.FetchMinPending(int64(w.cfg.StealThreshold)))
