@@ -116,11 +116,11 @@ func (pl *puller) run() {
 			}
 			// Reconnecting: a request now would only wait in nats.go's
 			// reconnect buffer (and a Fetch that finds it full leaks its
-			// inbox subscription, v1.55.0). Look again after the backoff.
-			if !pl.wait(retry) {
+			// inbox subscription, v1.55.0). Look again shortly, so that
+			// pulling resumes soon after the connection is back.
+			if !pl.wait(pullRetry) {
 				return
 			}
-			retry = min(2*retry, pullRetryMax)
 			continue
 		}
 		n := pl.spend()
