@@ -82,7 +82,6 @@ func (q *dispatchQueue) take() *delivery {
 		q.queued--
 		more := q.queued > 0
 		q.mu.Unlock()
-		close(d.taken)
 		if d.from != nil {
 			d.from.give(1) // its puller may ask for another
 		}

@@ -26,8 +26,9 @@ func TestDispatchOrder(t *testing.T) {
 		{"p4", 4, 60 * time.Second},
 	}
 	names := map[*delivery]string{}
+	pl := &puller{freed: make(chan struct{}, 1)} // not started: only its credit is looked at
 	for _, in := range deliveries {
-		d := &delivery{priority: in.priority, since: base.Add(-in.waited), taken: make(chan struct{})}
+		d := &delivery{priority: in.priority, since: base.Add(-in.waited), from: pl}
 		names[d] = in.name
 		require.True(t, q.push(d))
 	}
@@ -36,12 +37,11 @@ func TestDispatchOrder(t *testing.T) {
 	for range deliveries {
 		d := q.pop(stop)
 		require.NotNil(t, d)
-		select {
-		case <-d.taken:
-		default:
-			t.Fatalf("%s was taken but its callback was not let go", names[d])
-		}
 		got = append(got, names[d])
+		pl.mu.Lock()
+		free := pl.free
+		pl.mu.Unlock()
+		require.Equal(t, len(got), free, "%s was taken but its puller's credit was not given back", names[d])
 	}
 	require.Equal(t, []string{"p0-aged", "p0-young", "p0-young-tie", "p2-old", "p2-young", "p4"}, got)
 }
@@ -53,7 +53,7 @@ func TestDispatchWaitStopClose(t *testing.T) {
 	stop := make(chan struct{})
 	popped := make(chan *delivery)
 	go func() { popped <- q.pop(stop) }()
-	d := &delivery{priority: 3, since: time.Now(), taken: make(chan struct{})}
+	d := &delivery{priority: 3, since: time.Now()}
 	time.Sleep(20 * time.Millisecond) // let pop wait first; it must wake either way
 	require.True(t, q.push(d))
 	select {
@@ -72,10 +72,10 @@ func TestDispatchWaitStopClose(t *testing.T) {
 		t.Fatal("a waiting slot did not return on stop")
 	}
 
-	left := &delivery{priority: 1, since: time.Now(), taken: make(chan struct{})}
+	left := &delivery{priority: 1, since: time.Now()}
 	require.True(t, q.push(left))
 	require.Equal(t, []*delivery{left}, q.close())
-	require.False(t, q.push(&delivery{taken: make(chan struct{})}), "push after close")
+	require.False(t, q.push(&delivery{}), "push after close")
 	require.Empty(t, q.close())
 }
 
@@ -100,7 +100,7 @@ func TestDispatchManySlots(t *testing.T) {
 		}()
 	}
 	for i := range n {
-		require.True(t, q.push(&delivery{priority: i % 5, since: time.Now(), taken: make(chan struct{})}))
+		require.True(t, q.push(&delivery{priority: i % 5, since: time.Now()}))
 	}
 	got := map[*delivery]bool{}
 	for range n {

@@ -14,7 +14,6 @@ type delivery struct {
 	meta     *jetstream.MsgMetadata // parsed once on receipt; nil if unreadable
 	set      *shardSet              // the consumers it came from
 	from     *puller                // the puller whose credit it holds until a slot takes it; nil in tests
-	taken    chan struct{}          // closed when a slot takes it from the queue
 	priority int
 	shard    int
 	since    time.Time // when the task began to wait: the dispatch order

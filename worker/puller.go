@@ -39,7 +39,6 @@ type puller struct {
 	p      int
 	shard  int
 	budget int
-	batch  int                  // credit to wait for before pulling: the whole budget
 	expiry time.Duration        // how long a request waits on the server
 	opts   []jetstream.FetchOpt // heartbeat, priority group, min pending
 
@@ -55,7 +54,7 @@ type puller struct {
 
 func newPuller(w *Worker, s *shardSet, cons jetstream.Consumer, p, shard, budget int, expiry time.Duration, opts []jetstream.FetchOpt) *puller {
 	ctx, cancel := context.WithCancel(context.Background())
-	pl := &puller{w: w, s: s, cons: cons, p: p, shard: shard, budget: budget, batch: budget,
+	pl := &puller{w: w, s: s, cons: cons, p: p, shard: shard, budget: budget,
 		expiry: expiry, opts: opts, ctx: ctx, cancel: cancel, closed: make(chan struct{}),
 		free: budget, freed: make(chan struct{}, 1)}
 	go pl.run()
@@ -76,15 +75,15 @@ func (pl *puller) give(n int) {
 	}
 }
 
-// spend waits until at least a batch of credit is free and spends all of
-// it; it returns 0 once the puller is stopped.
+// spend waits until the whole budget of credit is free and spends it; it
+// returns 0 once the puller is stopped.
 func (pl *puller) spend() int {
 	for {
 		if pl.ctx.Err() != nil {
 			return 0
 		}
 		pl.mu.Lock()
-		if n := pl.free; n >= pl.batch {
+		if n := pl.free; n >= pl.budget {
 			pl.free = 0
 			pl.mu.Unlock()
 			return n
