@@ -515,7 +515,8 @@ func TestUnservedDeadlineSetAfterTheWorkerLeft(t *testing.T) {
 	for _, id := range ids {
 		trail := b.record(t, id).Trail
 		buried := trail[len(trail)-1].At
-		require.GreaterOrEqual(t, buried.Sub(stopped), deadline-100*time.Millisecond,
+		// Up to a pass before the stop (TestUnservedDeadlineCountsFromTheLastServedMoment).
+		require.GreaterOrEqual(t, buried.Sub(stopped), deadline/2,
 			"%s buried %s after the type's last worker stopped, before its deadline of %s", id, buried.Sub(stopped), deadline)
 	}
 }
