@@ -47,3 +47,30 @@ func TestScenariosRun(t *testing.T) {
 	require.Equal(t, 100, del.Tasks)
 	require.GreaterOrEqual(t, del.Extra["min_ms"], 0.0, "no task released before it was due")
 }
+
+// The floor scenario does ax's server operations per task: the same
+// stored messages, record writes, acks and deliveries as a throughput run;
+// its other plans do the record writes and reads they say.
+func TestFloorDoesAxsOperations(t *testing.T) {
+	ctx := context.Background()
+	o := bench.Options{Tasks: 300, Concurrency: 8, Workers: 1, Payload: 64}
+	tp, err := bench.Throughput(ctx, o)
+	require.NoError(t, err)
+	records := map[string]float64{"floor": 3, "floor-noread": 3, "floor-claimcreate": 2, "floor-outcome": 1}
+	requests := map[string]float64{}
+	for _, plan := range bench.FloorPlans {
+		r, err := bench.Floor(ctx, o, plan)
+		require.NoError(t, err, plan.Name)
+		require.Equal(t, 300, r.Tasks)
+		require.Equal(t, records[plan.Name], r.Ops["records"], plan.Name)
+		for _, op := range []string{"msg_writes", "acks", "deliveries"} {
+			require.Equal(t, tp.Ops[op], r.Ops[op], "%s: %s per task: ax %v, floor %v", plan.Name, op, tp.Ops[op], r.Ops[op])
+		}
+		if plan.Name == "floor" {
+			require.Equal(t, tp.Ops["records"], r.Ops["records"], "ax's record writes")
+		}
+		requests[plan.Name] = r.Ops["requests"]
+	}
+	// The read per task, less the pulls' share: "floor" reads, "floor-noread" does not.
+	require.Greater(t, requests["floor"]-requests["floor-noread"], 0.8, "requests per task %v", requests)
+}

@@ -94,6 +94,40 @@ func (f *benchFlags) scenarios() map[string]benchScenario {
 			}
 			return []*bench.Result{base, shared, pools}, nil
 		}},
+		// floor runs baseline, then bare JetStream through ax's operations
+		// per task and through three designs with fewer, then ax: how much
+		// of ax's cost its operations take, and what fewer would save.
+		"floor": {run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
+			base, err := bench.Baseline(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			out := []*bench.Result{base}
+			for _, plan := range bench.FloorPlans {
+				r, err := bench.Floor(ctx, o, plan)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, r)
+			}
+			r, err := bench.Throughput(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r)
+			floor := out[1]
+			for _, x := range out[1:] {
+				ratio := x.CompletePerSec / base.CompletePerSec
+				x.RatioToBaseline = &ratio
+				x.Extra = map[string]float64{}
+				if x.CPUMicrosPer > 0 {
+					x.Extra["cpu_ratio_to_baseline"] = base.CPUMicrosPer / x.CPUMicrosPer
+					x.Extra["cpu_ratio_to_floor"] = floor.CPUMicrosPer / x.CPUMicrosPer
+				}
+				x.Extra["ratio_to_floor"] = x.CompletePerSec / floor.CompletePerSec
+			}
+			return out, nil
+		}},
 		"latency": {run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
 			return single(bench.Latency(ctx, o, f.rate, f.duration))
 		}},
@@ -136,6 +170,11 @@ statistics. See docs/BENCHMARKS.md.
   pools       throughput without pools, then with one pool (a pools deployment
               whose workers serve the one task type), against the same baseline
   baseline    N messages through one WorkQueue stream and one pull consumer
+  floor       baseline; bare JetStream doing ax's server operations per task
+              (message, record create, read, two record writes, ack; no ax code)
+              and three sets with fewer (no read; no record at submit; the
+              outcome only); then throughput: the ratios to the floor show what
+              ax's own code costs, and what fewer operations would save
   latency     a paced load (--rate for --duration): submit-to-start latency
   priority    a P4 backlog of N tasks, then P0 tasks at --rate: P0 latency
   article     the design article's load test, scaled (--tasks, --time-scale)

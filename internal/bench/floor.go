@@ -1,0 +1,295 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// FloorPlan is the record operations a [Floor] run does per task, beside
+// the message, its delivery and its ack.
+type FloorPlan struct {
+	Name string
+	// SubmitRecord creates the READY record at submit, as ax's Go client
+	// does; the worker reads it before its first write.
+	SubmitRecord bool
+	// CarryRevision (with SubmitRecord) writes the record first and
+	// carries its revision in the message: the worker writes without a
+	// read.
+	CarryRevision bool
+	// Running writes the record RUNNING before the handler (created there
+	// without SubmitRecord).
+	Running bool
+}
+
+// FloorPlans are ax's operations today ("floor") and three designs with
+// fewer, each priced by the same run: no claim read, no record at submit
+// (the claim creates it, as for a raw publish), and only the outcome
+// written.
+var FloorPlans = []FloorPlan{
+	{Name: "floor", SubmitRecord: true, Running: true},
+	{Name: "floor-noread", SubmitRecord: true, CarryRevision: true, Running: true},
+	{Name: "floor-claimcreate", Running: true},
+	{Name: "floor-outcome"},
+}
+
+// Floor runs bare JetStream through the server operations of plan per
+// task, with as little client code as it takes: into ax's own P2 stream,
+// task bucket and shard consumers (provisioned as ax provisions them), a
+// message with a Nats-Msg-Id (keyed by the task id, as a Go submit without
+// a key is) and the plan's record create, pipelined; then, per delivery
+// from the shard consumers (nats.go's Consume, its default batches), the
+// plan's record read and writes, the last with a message TTL as ax's
+// terminal records have, and an ack, by o.Concurrency handlers. The
+// records are ax's own encodings of a task's READY, RUNNING and SUCCEEDED
+// records.
+//
+// With [FloorPlans][0] its CPU per task is what ax's operations cost
+// before any of ax's code runs: the floor no tuning of ax's client can go
+// below while a task takes these operations.
+func Floor(ctx context.Context, o Options, plan FloorPlan) (*Result, error) {
+	e, err := newEnv(ctx, o, "axfloor", 0)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	bucket, err := e.js.KeyValue(ctx, e.names.TasksBucket())
+	if err != nil {
+		return nil, err
+	}
+	const priority = 2
+	stream, err := e.js.Stream(ctx, e.names.PriorityStream(priority))
+	if err != nil {
+		return nil, err
+	}
+	ready, running, succeeded := floorRecords()
+	var lat latencies
+	var done counter
+	var failed error
+	var failOnce sync.Once
+	fail := func(err error) { failOnce.Do(func() { failed = err }) }
+	all := make(chan struct{})
+	work := make(chan jetstream.Msg, o.Concurrency)
+	quit := make(chan struct{}) // ends the handlers, and the callbacks waiting for one
+	var wg sync.WaitGroup
+	defer func() {
+		close(quit)
+		wg.Wait()
+	}()
+	for range o.Concurrency {
+		wg.Go(func() {
+			for {
+				var msg jetstream.Msg
+				select {
+				case msg = <-work:
+				case <-quit:
+					return
+				}
+				lat.add(since(msg.Data()))
+				if err := floorTask(ctx, e.js, bucket, plan, msg, running, succeeded); err != nil {
+					fail(err)
+				}
+				if done.n.Add(1) == int64(o.Tasks) {
+					close(all)
+				}
+			}
+		})
+	}
+	var consuming []jetstream.ConsumeContext
+	stop := func() {
+		for _, cc := range consuming {
+			cc.Stop()
+		}
+		consuming = nil
+	}
+	defer stop()
+	for shard := range streams.Shards { // ax's own shard consumers
+		cons, err := stream.Consumer(ctx, e.names.ConsumerName(priority, shard))
+		if err != nil {
+			return nil, err
+		}
+		var opts []jetstream.PullConsumeOpt
+		if len(cons.CachedInfo().Config.PriorityGroups) > 0 {
+			opts = append(opts, jetstream.PullPriorityGroup(streams.PriorityGroup))
+		}
+		cc, err := cons.Consume(func(msg jetstream.Msg) {
+			select {
+			case work <- msg:
+			case <-quit:
+			}
+		}, opts...)
+		if err != nil {
+			return nil, err
+		}
+		consuming = append(consuming, cc)
+	}
+	bar := startProgress(o.Progress, plan.Name, o.Tasks, done.load)
+	before, start := e.usage(), time.Now()
+	if err := floorSubmit(ctx, e, o, plan, ready); err != nil {
+		return nil, err
+	}
+	<-e.js.PublishAsyncComplete()
+	submitted := time.Since(start)
+	select {
+	case <-all:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	elapsed := time.Since(start)
+	after := e.usage()
+	bar.end()
+	stop()
+	if failed != nil {
+		return nil, fmt.Errorf("floor: %w", failed)
+	}
+	r := &Result{Scenario: plan.Name, Concurrency: o.Concurrency, Workers: 1, Sync: o.Sync}
+	measure(r, o.Tasks, elapsed, before, after)
+	r.SubmitPerSec = float64(o.Tasks) / submitted.Seconds()
+	lat.fill(r)
+	return r, nil
+}
+
+// floorRevision is the header of a [FloorPlan.CarryRevision] message.
+const floorRevision = "Floor-Revision"
+
+// floorSubmit publishes o.Tasks messages and the plan's record creates.
+func floorSubmit(ctx context.Context, e *env, o Options, plan FloorPlan, ready []byte) error {
+	const chunk = 1_000
+	const priority = 2
+	ids := make([]string, 0, chunk)
+	revs := make([]jetstream.PubAckFuture, 0, chunk)
+	for i := 0; i < o.Tasks; i += chunk {
+		ids, revs = ids[:0], revs[:0]
+		for range min(chunk, o.Tasks-i) {
+			ids = append(ids, nuid.Next()) // the key too, as a task without one has
+		}
+		for _, id := range ids {
+			if plan.CarryRevision {
+				rec := &nats.Msg{Subject: "$KV." + e.names.TasksBucket() + "." + id, Data: ready, Header: nats.Header{}}
+				rec.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+				f, err := floorPublish(ctx, e.js, rec)
+				if err != nil {
+					return fmt.Errorf("floor record create: %w", err)
+				}
+				revs = append(revs, f)
+			}
+		}
+		for n, id := range ids {
+			msg := &nats.Msg{Subject: e.names.SubmitSubject(priority, "floor", "noop", id), Data: stamp(make([]byte, o.Payload)), Header: nats.Header{}}
+			msg.Header.Set(jetstream.MsgIDHeader, id)
+			if plan.CarryRevision {
+				select {
+				case ack := <-revs[n].Ok():
+					msg.Header.Set(floorRevision, strconv.FormatUint(ack.Sequence, 10))
+				case err := <-revs[n].Err():
+					return fmt.Errorf("floor record create: %w", err)
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			if _, err := floorPublish(ctx, e.js, msg); err != nil {
+				return fmt.Errorf("floor publish: %w", err)
+			}
+			if plan.SubmitRecord && !plan.CarryRevision {
+				rec := &nats.Msg{Subject: "$KV." + e.names.TasksBucket() + "." + id, Data: ready, Header: nats.Header{}}
+				rec.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+				if _, err := floorPublish(ctx, e.js, rec); err != nil {
+					return fmt.Errorf("floor record create: %w", err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// floorTask is a task's worker side in [Floor]: the plan's record read and
+// writes, then the ack.
+func floorTask(ctx context.Context, js jetstream.JetStream, bucket jetstream.KeyValue, plan FloorPlan, msg jetstream.Msg, running, succeeded []byte) error {
+	id := msg.Headers().Get(jetstream.MsgIDHeader)
+	var rev uint64 // 0: the next write creates the record
+	switch {
+	case plan.CarryRevision:
+		var err error
+		if rev, err = strconv.ParseUint(msg.Headers().Get(floorRevision), 10, 64); err != nil {
+			return fmt.Errorf("revision of %s: %w", id, err)
+		}
+	case plan.SubmitRecord:
+		entry, err := bucket.Get(ctx, id)
+		for range 100 {
+			if !errors.Is(err, jetstream.ErrKeyNotFound) {
+				break
+			}
+			time.Sleep(time.Millisecond) // the create is pipelined behind the message
+			entry, err = bucket.Get(ctx, id)
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", id, err)
+		}
+		rev = entry.Revision()
+	}
+	if plan.Running {
+		var err error
+		if rev, err = bucket.Update(ctx, id, running, rev); err != nil { // revision 0 creates
+			return fmt.Errorf("write RUNNING %s: %w", id, err)
+		}
+	}
+	// A terminal record expires (ax writes it with a message TTL).
+	if _, err := js.Publish(ctx, "$KV."+bucket.Bucket()+"."+id, succeeded,
+		jetstream.WithMsgTTL(kv.DefaultRetention), jetstream.WithExpectLastSequencePerSubject(rev)); err != nil {
+		return fmt.Errorf("write SUCCEEDED %s: %w", id, err)
+	}
+	return msg.Ack()
+}
+
+// floorPublish publishes m asynchronously, waiting while the publish
+// window is full.
+func floorPublish(ctx context.Context, js jetstream.JetStream, m *nats.Msg) (jetstream.PubAckFuture, error) {
+	for {
+		f, err := js.PublishMsgAsync(m)
+		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			return f, err
+		}
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// floorRecords are ax's encodings of one task's READY, RUNNING and
+// SUCCEEDED records, each with its trail so far, as a worker writes them.
+func floorRecords() (ready, running, succeeded []byte) {
+	now := time.Now().UTC()
+	id := nuid.Next()
+	r := &kv.Record{
+		ID: id, Type: "noop", Tenant: "floor", Key: "k", Priority: 2, State: kv.StateReady,
+		MaxAttempts: 3, Timeout: kv.Duration(30 * time.Second), Gen: 1, CreatedAt: now,
+		Stream: "AXFLOOR_P2", StreamSeq: 123456, UpdatedAt: now,
+		Trail: []kv.Move{{Task: id, To: kv.StateReady, At: now, Action: "submit"}},
+	}
+	enc := func() []byte {
+		b, err := r.MarshalJSON()
+		if err != nil {
+			panic(err) // the hand-written codec cannot fail
+		}
+		return b
+	}
+	ready = enc()
+	r.State, r.Attempt, r.Worker, r.Delivery, r.StartedAt = kv.StateRunning, 1, "bench-host-"+nuid.Next()[14:], 1, &now
+	r.Trail = append(r.Trail, kv.Move{Task: id, From: kv.StateReady, To: kv.StateRunning, At: now, Worker: r.Worker, Action: "claim", Took: kv.Duration(time.Millisecond)})
+	running = enc()
+	r.State, r.FinishedAt = kv.StateSucceeded, &now
+	r.Trail = append(r.Trail, kv.Move{Task: id, From: kv.StateRunning, To: kv.StateSucceeded, At: now, Worker: r.Worker, Action: "complete", Took: kv.Duration(time.Millisecond)})
+	succeeded = enc()
+	return ready, running, succeeded
+}
