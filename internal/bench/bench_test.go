@@ -63,11 +63,14 @@ func TestFloorDoesAxsOperations(t *testing.T) {
 		require.NoError(t, err, plan.Name)
 		require.Equal(t, 300, r.Tasks)
 		require.Equal(t, records[plan.Name], r.Ops["records"], plan.Name)
+		// ax's run ends when its last handler starts: a few of its last
+		// writes and acks may land after its snapshot (2.97 records per
+		// task was seen), hence the tolerance.
 		for _, op := range []string{"msg_writes", "acks", "deliveries"} {
-			require.Equal(t, tp.Ops[op], r.Ops[op], "%s: %s per task: ax %v, floor %v", plan.Name, op, tp.Ops[op], r.Ops[op])
+			require.InDelta(t, tp.Ops[op], r.Ops[op], 0.05, "%s: %s per task: ax %v, floor %v", plan.Name, op, tp.Ops[op], r.Ops[op])
 		}
 		if plan.Name == "floor" {
-			require.Equal(t, tp.Ops["records"], r.Ops["records"], "ax's record writes")
+			require.InDelta(t, tp.Ops["records"], r.Ops["records"], 0.05, "ax's record writes")
 		}
 		requests[plan.Name] = r.Ops["requests"]
 	}
