@@ -56,9 +56,9 @@ func TestFloorDoesAxsOperations(t *testing.T) {
 	o := bench.Options{Tasks: 300, Concurrency: 8, Workers: 1, Payload: 64}
 	tp, err := bench.Throughput(ctx, o)
 	require.NoError(t, err)
-	records := map[string]float64{"floor": 3, "floor-noread": 3, "floor-claimcreate": 2, "floor-outcome": 1}
+	records := map[string]float64{"floor": 3, "floor-noread": 3, "floor-claimcreate": 2, "floor-outcome": 1, "floor-async": 3}
 	requests := map[string]float64{}
-	for _, plan := range bench.FloorPlans {
+	for _, plan := range bench.FloorPlans() {
 		r, err := bench.Floor(ctx, o, plan)
 		require.NoError(t, err, plan.Name)
 		require.Equal(t, 300, r.Tasks)

@@ -29,18 +29,29 @@ type FloorPlan struct {
 	// Running writes the record RUNNING before the handler (created there
 	// without SubmitRecord).
 	Running bool
+	// AsyncPersist creates the P2 stream and the task bucket in
+	// nats-server's async persist mode: a write is acknowledged before it
+	// is written to its file, and is lost if the server is killed first.
+	AsyncPersist bool
 }
 
-// FloorPlans are ax's operations today ("floor") and three designs with
-// fewer, each priced by the same run: no claim read, no record at submit
-// (the claim creates it, as for a raw publish), and only the outcome
-// written.
-var FloorPlans = []FloorPlan{
-	{Name: "floor", SubmitRecord: true, Running: true},
-	{Name: "floor-noread", SubmitRecord: true, CarryRevision: true, Running: true},
-	{Name: "floor-claimcreate", Running: true},
-	{Name: "floor-outcome"},
+// FloorPlans returns ax's operations today ("floor"), three designs with
+// fewer, each priced by the same run (no claim read; no record at submit,
+// the claim creating it as for a raw publish; only the outcome written),
+// and ax's operations on streams that acknowledge writes before they are
+// written (async persist mode).
+func FloorPlans() []FloorPlan {
+	return []FloorPlan{
+		{Name: "floor", SubmitRecord: true, Running: true},
+		{Name: "floor-noread", SubmitRecord: true, CarryRevision: true, Running: true},
+		{Name: "floor-claimcreate", Running: true},
+		{Name: "floor-outcome"},
+		{Name: "floor-async", SubmitRecord: true, Running: true, AsyncPersist: true},
+	}
 }
+
+// floorPriority is the bucket a floor run uses.
+const floorPriority = 2
 
 // Floor runs bare JetStream through the server operations of plan per
 // task, with as little client code as it takes: into ax's own P2 stream,
@@ -53,7 +64,7 @@ var FloorPlans = []FloorPlan{
 // records are ax's own encodings of a task's READY, RUNNING and SUCCEEDED
 // records.
 //
-// With [FloorPlans][0] its CPU per task is what ax's operations cost
+// With the first of [FloorPlans] its CPU per task is what ax's operations cost
 // before any of ax's code runs: the floor no tuning of ax's client can go
 // below while a task takes these operations.
 func Floor(ctx context.Context, o Options, plan FloorPlan) (*Result, error) {
@@ -62,12 +73,16 @@ func Floor(ctx context.Context, o Options, plan FloorPlan) (*Result, error) {
 		return nil, err
 	}
 	defer e.close()
+	if plan.AsyncPersist {
+		if err := floorAsyncPersist(ctx, e); err != nil {
+			return nil, err
+		}
+	}
 	bucket, err := e.js.KeyValue(ctx, e.names.TasksBucket())
 	if err != nil {
 		return nil, err
 	}
-	const priority = 2
-	stream, err := e.js.Stream(ctx, e.names.PriorityStream(priority))
+	stream, err := e.js.Stream(ctx, e.names.PriorityStream(floorPriority))
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +128,7 @@ func Floor(ctx context.Context, o Options, plan FloorPlan) (*Result, error) {
 	}
 	defer stop()
 	for shard := range streams.Shards { // ax's own shard consumers
-		cons, err := stream.Consumer(ctx, e.names.ConsumerName(priority, shard))
+		cons, err := stream.Consumer(ctx, e.names.ConsumerName(floorPriority, shard))
 		if err != nil {
 			return nil, err
 		}
@@ -158,13 +173,45 @@ func Floor(ctx context.Context, o Options, plan FloorPlan) (*Result, error) {
 	return r, nil
 }
 
+// floorAsyncPersist creates the P2 stream (with its shard consumers) and
+// the task bucket's stream again, as they were but in async persist mode,
+// which a stream update cannot change.
+func floorAsyncPersist(ctx context.Context, e *env) error {
+	for _, name := range []string{e.names.PriorityStream(floorPriority), "KV_" + e.names.TasksBucket()} {
+		stream, err := e.js.Stream(ctx, name)
+		if err != nil {
+			return err
+		}
+		cfg := stream.CachedInfo().Config
+		var consumers []jetstream.ConsumerConfig
+		for info := range stream.ListConsumers(ctx).Info() {
+			consumers = append(consumers, info.Config)
+		}
+		if err := e.js.DeleteStream(ctx, name); err != nil {
+			return err
+		}
+		cfg.PersistMode = jetstream.AsyncPersistMode
+		if stream, err = e.js.CreateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("create %s in async persist mode: %w", name, err)
+		}
+		if got := stream.CachedInfo().Config.PersistMode; got != jetstream.AsyncPersistMode {
+			return fmt.Errorf("create %s in async persist mode: the server made it %v", name, got)
+		}
+		for _, cc := range consumers {
+			if _, err := stream.CreateConsumer(ctx, cc); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // floorRevision is the header of a [FloorPlan.CarryRevision] message.
 const floorRevision = "Floor-Revision"
 
 // floorSubmit publishes o.Tasks messages and the plan's record creates.
 func floorSubmit(ctx context.Context, e *env, o Options, plan FloorPlan, ready []byte) error {
 	const chunk = 1_000
-	const priority = 2
 	ids := make([]string, 0, chunk)
 	revs := make([]jetstream.PubAckFuture, 0, chunk)
 	for i := 0; i < o.Tasks; i += chunk {
@@ -184,7 +231,7 @@ func floorSubmit(ctx context.Context, e *env, o Options, plan FloorPlan, ready [
 			}
 		}
 		for n, id := range ids {
-			msg := &nats.Msg{Subject: e.names.SubmitSubject(priority, "floor", "noop", id), Data: stamp(make([]byte, o.Payload)), Header: nats.Header{}}
+			msg := &nats.Msg{Subject: e.names.SubmitSubject(floorPriority, "floor", "noop", id), Data: stamp(make([]byte, o.Payload)), Header: nats.Header{}}
 			msg.Header.Set(jetstream.MsgIDHeader, id)
 			if plan.CarryRevision {
 				select {

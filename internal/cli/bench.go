@@ -103,7 +103,7 @@ func (f *benchFlags) scenarios() map[string]benchScenario {
 				return nil, err
 			}
 			out := []*bench.Result{base}
-			for _, plan := range bench.FloorPlans {
+			for _, plan := range bench.FloorPlans() {
 				r, err := bench.Floor(ctx, o, plan)
 				if err != nil {
 					return nil, err
