@@ -173,8 +173,9 @@ statistics. See docs/BENCHMARKS.md.
   floor       baseline; bare JetStream doing ax's server operations per task
               (message, record create, read, two record writes, ack; no ax code)
               and three sets with fewer (no read; no record at submit; the
-              outcome only); then throughput: the ratios to the floor show what
-              ax's own code costs, and what fewer operations would save
+              outcome only), and ax's in async persist mode; then throughput:
+              the ratios to the floor show what ax's own code costs, and what
+              fewer operations would save
   latency     a paced load (--rate for --duration): submit-to-start latency
   priority    a P4 backlog of N tasks, then P0 tasks at --rate: P0 latency
   article     the design article's load test, scaled (--tasks, --time-scale)
