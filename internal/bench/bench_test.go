@@ -73,6 +73,17 @@ func TestFloorDoesAxsOperations(t *testing.T) {
 			require.InDelta(t, tp.Ops["records"], r.Ops["records"], 0.05, "ax's record writes")
 		}
 		requests[plan.Name] = r.Ops["requests"]
+		async := int64(0)
+		if plan.AsyncPersist {
+			async = 2 // the P2 stream and the task bucket
+		}
+		require.Equal(t, async, r.Counts["async_persist_streams"], plan.Name)
+	}
+	// The read per task, and nothing else per task: "floor" reads once, the
+	// plans without a record at submit never.
+	require.InDelta(t, 1.0, requests["floor"], 0.2, "requests per task %v", requests)
+	for _, name := range []string{"floor-noread", "floor-claimcreate", "floor-outcome"} {
+		require.Less(t, requests[name], 0.2, "%s: requests per task %v", name, requests)
 	}
 	// The read per task, less the pulls' share: "floor" reads, "floor-noread" does not.
 	require.Greater(t, requests["floor"]-requests["floor-noread"], 0.8, "requests per task %v", requests)

@@ -18,9 +18,11 @@ import (
 // FloorPlan is the record operations a [Floor] run does per task, beside
 // the message, its delivery and its ack.
 type FloorPlan struct {
+	// Name is the plan's scenario name in results ("floor", "floor-noread", …).
 	Name string
-	// SubmitRecord creates the READY record at submit, as ax's Go client
-	// does; the worker reads it before its first write.
+	// SubmitRecord creates the READY record at submit, after the
+	// message's acknowledgement, as ax's Go client does; the worker reads
+	// it before its first write.
 	SubmitRecord bool
 	// CarryRevision (with SubmitRecord) writes the record first and
 	// carries its revision in the message: the worker writes without a
@@ -55,28 +57,39 @@ const floorPriority = 2
 
 // Floor runs bare JetStream through the server operations of plan per
 // task, with as little client code as it takes: into ax's own P2 stream,
-// task bucket and shard consumers (provisioned as ax provisions them), a
-// message with a Nats-Msg-Id (keyed by the task id, as a Go submit without
-// a key is) and the plan's record create, pipelined; then, per delivery
-// from the shard consumers (nats.go's Consume, its default batches), the
-// plan's record read and writes, the last with a message TTL as ax's
-// terminal records have, and an ack, by o.Concurrency handlers. The
+// task bucket and shard consumers (provisioned as ax provisions them),
+// messages with a Nats-Msg-Id (keyed by the task id, as a Go submit without
+// a key is) and the plan's record creates, in chunks as ax's SubmitBatch
+// sends them; then, per delivery, the plan's record read and writes, the
+// last with a message TTL as ax's terminal records have, and an ack, by
+// o.Concurrency handlers in one process (o.Workers is not used). The
 // records are ax's own encodings of a task's READY, RUNNING and SUCCEEDED
 // records.
 //
-// With the first of [FloorPlans] its CPU per task is what ax's operations cost
-// before any of ax's code runs: the floor no tuning of ax's client can go
-// below while a task takes these operations.
+// One operation differs from ax's: the pulls. The floor consumes with
+// nats.go's Consume and its default batches (few pull requests per task),
+// where ax's pullers ask for at most PrefetchPerShard messages at a time
+// (0.27 requests per task at 64 slots), so that a worker never holds more
+// than it can heartbeat and run soon.
+//
+// With the first of [FloorPlans] its CPU per task is what ax's operations
+// cost before any of ax's code runs: the floor no tuning of ax's client
+// can go much below while a task takes these operations.
 func Floor(ctx context.Context, o Options, plan FloorPlan) (*Result, error) {
 	e, err := newEnv(ctx, o, "axfloor", 0)
 	if err != nil {
 		return nil, err
 	}
 	defer e.close()
+	ctx, cancel := context.WithCancel(ctx) // ends the handlers' operations on any return
+	defer cancel()
+	mode := jetstream.DefaultPersistMode
 	if plan.AsyncPersist {
-		if err := floorAsyncPersist(ctx, e); err != nil {
-			return nil, err
-		}
+		mode = jetstream.AsyncPersistMode
+	}
+	inMode, err := floorPersistMode(ctx, e, mode)
+	if err != nil {
+		return nil, err
 	}
 	bucket, err := e.js.KeyValue(ctx, e.names.TasksBucket())
 	if err != nil {
@@ -89,9 +102,15 @@ func Floor(ctx context.Context, o Options, plan FloorPlan) (*Result, error) {
 	ready, running, succeeded := floorRecords()
 	var lat latencies
 	var done counter
+	var failMu sync.Mutex
 	var failed error
-	var failOnce sync.Once
-	fail := func(err error) { failOnce.Do(func() { failed = err }) }
+	fail := func(err error) {
+		failMu.Lock()
+		defer failMu.Unlock()
+		if failed == nil {
+			failed = err
+		}
+	}
 	all := make(chan struct{})
 	work := make(chan jetstream.Msg, o.Concurrency)
 	quit := make(chan struct{}) // ends the handlers, and the callbacks waiting for one
@@ -148,11 +167,11 @@ func Floor(ctx context.Context, o Options, plan FloorPlan) (*Result, error) {
 		consuming = append(consuming, cc)
 	}
 	bar := startProgress(o.Progress, plan.Name, o.Tasks, done.load)
+	defer bar.end()
 	before, start := e.usage(), time.Now()
 	if err := floorSubmit(ctx, e, o, plan, ready); err != nil {
 		return nil, err
 	}
-	<-e.js.PublishAsyncComplete()
 	submitted := time.Since(start)
 	select {
 	case <-all:
@@ -163,96 +182,145 @@ func Floor(ctx context.Context, o Options, plan FloorPlan) (*Result, error) {
 	after := e.usage()
 	bar.end()
 	stop()
-	if failed != nil {
-		return nil, fmt.Errorf("floor: %w", failed)
+	failMu.Lock() // a handler may still run a redelivered message
+
+	err = failed
+	failMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("floor: %w", err)
 	}
-	r := &Result{Scenario: plan.Name, Concurrency: o.Concurrency, Workers: 1, Sync: o.Sync}
+	r := &Result{Scenario: plan.Name, Concurrency: o.Concurrency, Workers: 1, Sync: o.Sync,
+		Counts: map[string]int64{"async_persist_streams": 0}}
+	if mode == jetstream.AsyncPersistMode {
+		r.Counts["async_persist_streams"] = int64(inMode)
+	}
 	measure(r, o.Tasks, elapsed, before, after)
 	r.SubmitPerSec = float64(o.Tasks) / submitted.Seconds()
 	lat.fill(r)
 	return r, nil
 }
 
-// floorAsyncPersist creates the P2 stream (with its shard consumers) and
-// the task bucket's stream again, as they were but in async persist mode,
-// which a stream update cannot change.
-func floorAsyncPersist(ctx context.Context, e *env) error {
+// floorPersistMode makes the P2 stream (with its shard consumers) and the
+// task bucket's stream persist in mode, creating each again as it was
+// where it does not (a stream update cannot change the mode; against a
+// given server, a stream an earlier async run left behind is made default
+// again). It returns how many of the two streams persist in mode, as the
+// server says, and fails unless both do.
+func floorPersistMode(ctx context.Context, e *env, mode jetstream.PersistModeType) (int, error) {
+	inMode := 0
 	for _, name := range []string{e.names.PriorityStream(floorPriority), "KV_" + e.names.TasksBucket()} {
 		stream, err := e.js.Stream(ctx, name)
 		if err != nil {
-			return err
+			return inMode, err
 		}
 		cfg := stream.CachedInfo().Config
+		if cfg.PersistMode == mode {
+			inMode++
+			continue
+		}
 		var consumers []jetstream.ConsumerConfig
-		for info := range stream.ListConsumers(ctx).Info() {
+		list := stream.ListConsumers(ctx)
+		for info := range list.Info() {
 			consumers = append(consumers, info.Config)
 		}
+		if err := list.Err(); err != nil {
+			return inMode, fmt.Errorf("list the consumers of %s: %w", name, err)
+		}
+		if name == e.names.PriorityStream(floorPriority) && len(consumers) != streams.Shards {
+			return inMode, fmt.Errorf("%s has %d consumers, not its %d shard consumers", name, len(consumers), streams.Shards)
+		}
 		if err := e.js.DeleteStream(ctx, name); err != nil {
-			return err
+			return inMode, err
 		}
-		cfg.PersistMode = jetstream.AsyncPersistMode
+		cfg.PersistMode = mode
 		if stream, err = e.js.CreateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("create %s in async persist mode: %w", name, err)
+			return inMode, fmt.Errorf("create %s in persist mode %v: %w", name, mode, err)
 		}
-		if got := stream.CachedInfo().Config.PersistMode; got != jetstream.AsyncPersistMode {
-			return fmt.Errorf("create %s in async persist mode: the server made it %v", name, got)
+		if got := stream.CachedInfo().Config.PersistMode; got != mode {
+			return inMode, fmt.Errorf("create %s in persist mode %v: the server made it %v", name, mode, got)
 		}
+		inMode++
 		for _, cc := range consumers {
 			if _, err := stream.CreateConsumer(ctx, cc); err != nil {
-				return err
+				return inMode, err
+			}
+		}
+	}
+	return inMode, nil
+}
+
+// floorRevision is the header of a [FloorPlan.CarryRevision] message.
+const floorRevision = "Floor-Revision"
+
+// floorSubmit publishes o.Tasks messages and the plan's record creates in
+// chunks, in the order ax's SubmitBatch does: a chunk's messages,
+// pipelined, then, once they are acknowledged, its records (with
+// [FloorPlan.CarryRevision], the records first, then the messages carrying
+// their revisions). Every publish's acknowledgement is checked.
+func floorSubmit(ctx context.Context, e *env, o Options, plan FloorPlan, ready []byte) error {
+	const chunk = 1_000
+	ids := make([]string, 0, chunk)
+	revs := make([]uint64, chunk)
+	for i := 0; i < o.Tasks; i += chunk {
+		ids = ids[:0]
+		for range min(chunk, o.Tasks-i) {
+			ids = append(ids, nuid.Next()) // the key too, as a task without one has
+		}
+		creates := func() error {
+			return floorPublishAll(ctx, e.js, ids, revs, func(id string) *nats.Msg {
+				m := &nats.Msg{Subject: "$KV." + e.names.TasksBucket() + "." + id, Data: ready, Header: nats.Header{}}
+				m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+				return m
+			})
+		}
+		if plan.CarryRevision {
+			if err := creates(); err != nil {
+				return fmt.Errorf("floor record create: %w", err)
+			}
+		}
+		n := 0
+		err := floorPublishAll(ctx, e.js, ids, nil, func(id string) *nats.Msg {
+			m := &nats.Msg{Subject: e.names.SubmitSubject(floorPriority, "floor", "noop", id), Data: stamp(make([]byte, o.Payload)), Header: nats.Header{}}
+			m.Header.Set(jetstream.MsgIDHeader, id)
+			if plan.CarryRevision {
+				m.Header.Set(floorRevision, strconv.FormatUint(revs[n], 10))
+			}
+			n++
+			return m
+		})
+		if err != nil {
+			return fmt.Errorf("floor publish: %w", err)
+		}
+		if plan.SubmitRecord && !plan.CarryRevision {
+			if err := creates(); err != nil {
+				return fmt.Errorf("floor record create: %w", err)
 			}
 		}
 	}
 	return nil
 }
 
-// floorRevision is the header of a [FloorPlan.CarryRevision] message.
-const floorRevision = "Floor-Revision"
-
-// floorSubmit publishes o.Tasks messages and the plan's record creates.
-func floorSubmit(ctx context.Context, e *env, o Options, plan FloorPlan, ready []byte) error {
-	const chunk = 1_000
-	ids := make([]string, 0, chunk)
-	revs := make([]jetstream.PubAckFuture, 0, chunk)
-	for i := 0; i < o.Tasks; i += chunk {
-		ids, revs = ids[:0], revs[:0]
-		for range min(chunk, o.Tasks-i) {
-			ids = append(ids, nuid.Next()) // the key too, as a task without one has
+// floorPublishAll publishes the message of each id, pipelined, and waits
+// for every acknowledgement; with seqs, it stores each one's sequence there.
+func floorPublishAll(ctx context.Context, js jetstream.JetStream, ids []string, seqs []uint64, msg func(id string) *nats.Msg) error {
+	futures := make([]jetstream.PubAckFuture, 0, len(ids))
+	for _, id := range ids {
+		f, err := floorPublish(ctx, js, msg(id))
+		if err != nil {
+			return err
 		}
-		for _, id := range ids {
-			if plan.CarryRevision {
-				rec := &nats.Msg{Subject: "$KV." + e.names.TasksBucket() + "." + id, Data: ready, Header: nats.Header{}}
-				rec.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
-				f, err := floorPublish(ctx, e.js, rec)
-				if err != nil {
-					return fmt.Errorf("floor record create: %w", err)
-				}
-				revs = append(revs, f)
+		futures = append(futures, f)
+	}
+	for n, f := range futures {
+		select {
+		case ack := <-f.Ok():
+			if seqs != nil {
+				seqs[n] = ack.Sequence
 			}
-		}
-		for n, id := range ids {
-			msg := &nats.Msg{Subject: e.names.SubmitSubject(floorPriority, "floor", "noop", id), Data: stamp(make([]byte, o.Payload)), Header: nats.Header{}}
-			msg.Header.Set(jetstream.MsgIDHeader, id)
-			if plan.CarryRevision {
-				select {
-				case ack := <-revs[n].Ok():
-					msg.Header.Set(floorRevision, strconv.FormatUint(ack.Sequence, 10))
-				case err := <-revs[n].Err():
-					return fmt.Errorf("floor record create: %w", err)
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}
-			if _, err := floorPublish(ctx, e.js, msg); err != nil {
-				return fmt.Errorf("floor publish: %w", err)
-			}
-			if plan.SubmitRecord && !plan.CarryRevision {
-				rec := &nats.Msg{Subject: "$KV." + e.names.TasksBucket() + "." + id, Data: ready, Header: nats.Header{}}
-				rec.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
-				if _, err := floorPublish(ctx, e.js, rec); err != nil {
-					return fmt.Errorf("floor record create: %w", err)
-				}
-			}
+		case err := <-f.Err():
+			return fmt.Errorf("%s: %w", ids[n], err)
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 	return nil
@@ -271,11 +339,15 @@ func floorTask(ctx context.Context, js jetstream.JetStream, bucket jetstream.Key
 		}
 	case plan.SubmitRecord:
 		entry, err := bucket.Get(ctx, id)
-		for range 100 {
+		for range 1_000 {
 			if !errors.Is(err, jetstream.ErrKeyNotFound) {
 				break
 			}
-			time.Sleep(time.Millisecond) // the create is pipelined behind the message
+			select { // the create follows its chunk's messages
+			case <-time.After(time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 			entry, err = bucket.Get(ctx, id)
 		}
 		if err != nil {

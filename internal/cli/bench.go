@@ -95,8 +95,9 @@ func (f *benchFlags) scenarios() map[string]benchScenario {
 			return []*bench.Result{base, shared, pools}, nil
 		}},
 		// floor runs baseline, then bare JetStream through ax's operations
-		// per task and through three designs with fewer, then ax: how much
-		// of ax's cost its operations take, and what fewer would save.
+		// per task, through three designs with fewer and on streams in async
+		// persist mode, then ax: how much of ax's cost its operations take,
+		// and what fewer would save.
 		"floor": {run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
 			base, err := bench.Baseline(ctx, o)
 			if err != nil {
