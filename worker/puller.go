@@ -45,7 +45,6 @@ type puller struct {
 	ctx    context.Context // cancelled by stop: ends an open request
 	cancel context.CancelFunc
 	closed chan struct{} // closed when the loop has returned
-	once   sync.Once
 
 	mu    sync.Mutex
 	free  int           // credit not spent (mu)
@@ -180,7 +179,7 @@ func (pl *puller) pull(n int) (int, error) {
 	return got, batch.Error()
 }
 
-// Drain stops pulling: an open request ends, and the messages that reached
+// stop ends pulling: an open request ends, and the messages that reached
 // the loop are queued (or handed back if the shard is no longer served
 // here). Messages the server had sent to the request that had not reached
 // the loop yet (in flight, or in nats.go's buffer when the cancel wins its
@@ -188,10 +187,7 @@ func (pl *puller) pull(n int) (int, error) {
 // they come back after their ack wait, to any worker: a delay on a shard
 // move or a stop, never a second run (a drained consume context, before,
 // handed its buffered messages back at once).
-func (pl *puller) Drain() { pl.once.Do(pl.cancel) }
+func (pl *puller) stop() { pl.cancel() }
 
-// Stop is Drain: nothing is buffered beyond what the loop queues at once.
-func (pl *puller) Stop() { pl.Drain() }
-
-// Closed is closed once the loop has returned.
-func (pl *puller) Closed() <-chan struct{} { return pl.closed }
+// done is closed once the loop has returned.
+func (pl *puller) done() <-chan struct{} { return pl.closed }

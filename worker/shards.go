@@ -33,9 +33,9 @@ type shardSet struct {
 	accept atomic.Uint32 // bit s set: deliveries of shard s may start here
 	owned  atomic.Uint32 // bit s set: the worker owns shard s
 
-	locks   [streams.Shards]sync.Mutex // locks[s] serializes switches of shard s and guards modes[s], ccs[s], handles[s]
+	locks   [streams.Shards]sync.Mutex // locks[s] serializes switches of shard s and guards modes[s], pullers[s], handles[s]
 	modes   [streams.Shards]shardMode
-	ccs     [streams.Shards][]*puller
+	pullers [streams.Shards][]*puller
 	handles [streams.Shards][streams.Priorities]jetstream.Consumer // bound consumers, reused unless pinned
 }
 
@@ -166,22 +166,22 @@ func (w *Worker) setShard(ctx context.Context, s *shardSet, shard int, mode shar
 	if mode == shardIdle {
 		s.accept.And(^bit)
 	}
-	drain(s.ccs[shard])
-	s.ccs[shard], s.modes[shard] = nil, shardIdle
+	drain(s.pullers[shard])
+	s.pullers[shard], s.modes[shard] = nil, shardIdle
 	if mode == shardIdle {
 		return nil
 	}
 	s.accept.Or(bit)
 	for p := range streams.Priorities {
-		cc, err := w.consumeShard(ctx, s, p, shard, mode)
+		pl, err := w.consumeShard(ctx, s, p, shard, mode)
 		if err != nil {
-			drain(s.ccs[shard])
-			s.ccs[shard] = nil
+			drain(s.pullers[shard])
+			s.pullers[shard] = nil
 			s.accept.And(^bit)
 			s.owned.And(^bit)
 			return err
 		}
-		s.ccs[shard] = append(s.ccs[shard], cc)
+		s.pullers[shard] = append(s.pullers[shard], pl)
 	}
 	s.modes[shard] = mode
 	return nil
@@ -277,16 +277,16 @@ func pinned(info *jetstream.ConsumerInfo) bool {
 	return false
 }
 
-// stopShards stops every shard's consumers.
+// stopShards stops every shard's pullers.
 func (w *Worker) stopShards() {
 	var all []*puller
 	for _, s := range w.sets {
 		s.accept.Store(0)
 		s.owned.Store(0)
-		for shard := range s.ccs {
+		for shard := range s.pullers {
 			s.locks[shard].Lock()
-			all = append(all, s.ccs[shard]...)
-			s.ccs[shard], s.modes[shard] = nil, shardIdle
+			all = append(all, s.pullers[shard]...)
+			s.pullers[shard], s.modes[shard] = nil, shardIdle
 			s.locks[shard].Unlock()
 		}
 	}
@@ -319,21 +319,18 @@ func (w *Worker) ownedShards() ([]int, map[string][]int) {
 	return slices.Compact(all), per
 }
 
-// drain stops pulling on ccs and waits until the messages of their open
-// requests have been queued, for at most 5 seconds.
-func drain(ccs []*puller) {
-	for _, cc := range ccs {
-		cc.Drain()
+// drain stops pullers and waits until the messages of their open requests
+// have been queued, for at most 5 seconds.
+func drain(pullers []*puller) {
+	for _, pl := range pullers {
+		pl.stop()
 	}
 	deadline := time.NewTimer(5 * time.Second)
 	defer deadline.Stop()
-	for _, cc := range ccs {
+	for _, pl := range pullers {
 		select {
-		case <-cc.Closed():
+		case <-pl.done():
 		case <-deadline.C:
-			for _, c := range ccs {
-				c.Stop()
-			}
 			return
 		}
 	}

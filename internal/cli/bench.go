@@ -116,7 +116,7 @@ func (f *benchFlags) scenarios() map[string]benchScenario {
 				return nil, err
 			}
 			out = append(out, r)
-			floor := out[1]
+			floor := out[1] // the first plan: ax's own operations
 			for _, x := range out[1:] {
 				ratio := x.CompletePerSec / base.CompletePerSec
 				x.RatioToBaseline = &ratio
