@@ -99,7 +99,10 @@ func Floor(ctx context.Context, o Options, plan FloorPlan) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	ready, running, succeeded := floorRecords()
+	ready, running, succeeded, err := floorRecords(e.names.PriorityStream(floorPriority))
+	if err != nil {
+		return nil, err
+	}
 	var lat latencies
 	var done counter
 	var failMu sync.Mutex
@@ -183,7 +186,6 @@ func Floor(ctx context.Context, o Options, plan FloorPlan) (*Result, error) {
 	bar.end()
 	stop()
 	failMu.Lock() // a handler may still run a redelivered message
-
 	err = failed
 	failMu.Unlock()
 	if err != nil {
@@ -386,29 +388,29 @@ func floorPublish(ctx context.Context, js jetstream.JetStream, m *nats.Msg) (jet
 }
 
 // floorRecords are ax's encodings of one task's READY, RUNNING and
-// SUCCEEDED records, each with its trail so far, as a worker writes them.
-func floorRecords() (ready, running, succeeded []byte) {
+// SUCCEEDED records, each with its trail so far, as a worker writes them,
+// for a task stored in stream.
+func floorRecords(stream string) (ready, running, succeeded []byte, err error) {
 	now := time.Now().UTC()
 	id := nuid.Next()
 	r := &kv.Record{
-		ID: id, Type: "noop", Tenant: "floor", Key: "k", Priority: 2, State: kv.StateReady,
+		ID: id, Type: "noop", Tenant: "floor", Key: "k", Priority: floorPriority, State: kv.StateReady,
 		MaxAttempts: 3, Timeout: kv.Duration(30 * time.Second), Gen: 1, CreatedAt: now,
-		Stream: "AXFLOOR_P2", StreamSeq: 123456, UpdatedAt: now,
+		Stream: stream, StreamSeq: 123456, UpdatedAt: now,
 		Trail: []kv.Move{{Task: id, To: kv.StateReady, At: now, Action: "submit"}},
 	}
-	enc := func() []byte {
-		b, err := r.MarshalJSON()
-		if err != nil {
-			panic(err) // the hand-written codec cannot fail
-		}
-		return b
+	if ready, err = r.MarshalJSON(); err != nil {
+		return nil, nil, nil, err
 	}
-	ready = enc()
 	r.State, r.Attempt, r.Worker, r.Delivery, r.StartedAt = kv.StateRunning, 1, "bench-host-"+nuid.Next()[14:], 1, &now
 	r.Trail = append(r.Trail, kv.Move{Task: id, From: kv.StateReady, To: kv.StateRunning, At: now, Worker: r.Worker, Action: "claim", Took: kv.Duration(time.Millisecond)})
-	running = enc()
+	if running, err = r.MarshalJSON(); err != nil {
+		return nil, nil, nil, err
+	}
 	r.State, r.FinishedAt = kv.StateSucceeded, &now
 	r.Trail = append(r.Trail, kv.Move{Task: id, From: kv.StateRunning, To: kv.StateSucceeded, At: now, Worker: r.Worker, Action: "complete", Took: kv.Duration(time.Millisecond)})
-	succeeded = enc()
-	return ready, running, succeeded
+	if succeeded, err = r.MarshalJSON(); err != nil {
+		return nil, nil, nil, err
+	}
+	return ready, running, succeeded, nil
 }
