@@ -22,6 +22,10 @@ const DefaultEarly = streams.DefaultScheduleEarly
 // duplicate, unless its record is this very task's (a retried submit).
 func (c *Client) submitDelayed(ctx context.Context, t TaskSpec) (TaskInfo, error) {
 	info := t.info(c.cfg.Names, 0, false)
+	submit := t.message(c.cfg.Names)
+	if err := streams.CheckDelayedSize(submit.Data, submit.Header, c.delayedLimit(t.Priority.level())); err != nil {
+		return TaskInfo{ID: t.ID}, fmt.Errorf("submit delayed task %s: %w: %w", t.ID, ErrInvalidTask, err)
+	}
 	want := t.record("", 0)
 	_, rev, err := c.store.Create(ctx, want, kv.Actor{Action: "submit"})
 	if errors.Is(err, kv.ErrExists) {
@@ -43,7 +47,7 @@ func (c *Client) submitDelayed(ctx context.Context, t TaskSpec) (TaskInfo, error
 	if err != nil {
 		return info, fmt.Errorf("submit delayed task %s: %w", t.ID, err)
 	}
-	msg := c.cfg.Names.DelayedMsg(t.ID, t.message(c.cfg.Names), t.RunAt.Add(-c.cfg.Early))
+	msg := c.cfg.Names.DelayedMsg(t.ID, submit, t.RunAt.Add(-c.cfg.Early))
 	for attempt := 0; ; attempt++ {
 		_, err = c.js.PublishMsg(ctx, msg)
 		if err == nil || !retryable(err) || attempt >= c.cfg.PublishRetries || ctx.Err() != nil {
@@ -58,6 +62,23 @@ func (c *Client) submitDelayed(ctx context.Context, t TaskSpec) (TaskInfo, error
 		return TaskInfo{ID: t.ID}, fmt.Errorf("submit delayed task %s: %w", t.ID, err)
 	}
 	return info, nil
+}
+
+// delayedLimit is the largest write of a delayed task of priority prio:
+// the server's max_payload less the room AX_DELAYED and AX_DLQ take beyond
+// a bucket's MaxMsgSize (provisioning keeps MaxMsgSize below that), or the
+// bucket's MaxMsgSize as the last pressure report gave it, if smaller. The
+// copy that releases the task goes to that bucket. 0 when neither is known.
+func (c *Client) delayedLimit(prio int) int {
+	limit := int(c.js.Conn().MaxPayload()) - streams.HeaderRoom
+	if p := c.pressure.Load(); p != nil {
+		for _, b := range p.Buckets {
+			if b.Priority == prio && b.MaxMsgSize > 0 && (limit <= 0 || int(b.MaxMsgSize) < limit) {
+				limit = int(b.MaxMsgSize)
+			}
+		}
+	}
+	return max(limit, 0)
 }
 
 // heldUnseen reports whether rec was written by an operator who paused or

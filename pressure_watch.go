@@ -74,6 +74,10 @@ type BucketPressure struct {
 	// (streams.SetAdmission), so a producer that ignores this report is
 	// refused by the server; core tasks (<prefix>.core.…) are admitted.
 	Refusing bool `json:"refusing,omitempty"`
+	// MaxMsgSize is the bucket's largest message (its stream's
+	// MaxMsgSize; 0 in a report of an older leader): a delayed task must
+	// leave streams.TaskRoom below it (see [Client.Submit]).
+	MaxMsgSize int32 `json:"max_msg_size,omitempty"`
 }
 
 // Pressure is the backpressure report the leader publishes in AX_CONTROL

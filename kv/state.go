@@ -31,7 +31,9 @@ const (
 // "message lost"), RETRYING -> READY when it re-publishes a lost retry's
 // payload (the copy waits in its bucket like any READY task), and
 // READY -> PENDING when the payload still waits in AX_DELAYED for a future
-// run time (the mover releases only PENDING tasks).
+// run time (the mover releases only PENDING tasks). PENDING -> DEAD also
+// ends a delayed task whose schedule AX_DELAYED, or whose released copy its
+// bucket, refused for what the message is: it could never run.
 var transitions = map[State][]State{
 	StatePending:   {StateReady, StateCancelled, StatePaused, StatePending, StateDead},
 	StateReady:     {StateRunning, StateCancelled, StatePaused, StateReady, StateDead, StatePending},
@@ -47,7 +49,8 @@ var transitions = map[State][]State{
 // (a Go submit), RUNNING (a worker's first sight of a raw publish), CANCELLED
 // or PAUSED (an operator acting on a task no worker has seen), DEAD (the
 // leader dead-lettering a raw publish no worker has seen, whose type no live
-// worker served within the operator's deadline, on a pools deployment).
+// worker served within the operator's deadline, on a pools deployment; or a
+// due delayed task with no record whose copy its bucket refused).
 var births = []State{StatePending, StateReady, StateRunning, StateCancelled, StatePaused, StateDead}
 
 // States returns every state, in the order of docs/WIRE.md.

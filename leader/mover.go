@@ -158,7 +158,10 @@ func (m *mover) receive(msg jetstream.Msg) {
 // worker that meets the copy first binds the record to it itself (a released
 // copy of a PENDING task is its next message). A failure leaves the fired
 // schedule for the next pass or the next leader; a second copy that a retry
-// publishes is dropped by workers, since the record names only one.
+// publishes is dropped by workers, since the record names only one. A task
+// is never released before its record's run time. A copy its bucket
+// refuses for what it is ([streams.Refused]: too large, say) would be
+// refused forever: the task is buried instead ([mover.bury]).
 func (m *mover) release(ctx context.Context, d *dueTask) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -177,6 +180,12 @@ func (m *mover) release(ctx context.Context, d *dueTask) {
 		m.done(ctx, d) // released before, or cancelled
 		return
 	}
+	if rec != nil && rec.RunAt != nil && rec.RunAt.After(d.runAt) {
+		// Never before the record's run time, whatever the fired
+		// schedule says.
+		m.requeue(d, *rec.RunAt)
+		return
+	}
 	if m.held(d, rec) {
 		m.recheck(d, time.Second)
 		return
@@ -188,6 +197,10 @@ func (m *mover) release(ctx context.Context, d *dueTask) {
 		return // no longer leading: the fired schedule stays for the next leader
 	}
 	ack, err := m.l.js.PublishMsg(ctx, msg)
+	if streams.Refused(err) {
+		m.bury(ctx, d, rec, rev, err) // a retry would be refused again
+		return
+	}
 	if err != nil {
 		m.retry(d, err)
 		return
@@ -271,9 +284,12 @@ func (m *mover) retry(d *dueTask, err error) {
 }
 
 // recheck puts a fired schedule back into the heap, due after wait.
-func (m *mover) recheck(d *dueTask, wait time.Duration) {
+func (m *mover) recheck(d *dueTask, wait time.Duration) { m.requeue(d, time.Now().Add(wait)) }
+
+// requeue puts a fired schedule back into the heap, due at at.
+func (m *mover) requeue(d *dueTask, at time.Time) {
 	m.mu.Lock()
-	d.runAt = time.Now().Add(wait)
+	d.runAt = at
 	heap.Push(&m.pending, d)
 	m.mu.Unlock()
 	select {

@@ -132,7 +132,7 @@ func (p *pressureLoop) measure(ctx context.Context) error {
 			return fmt.Errorf("pressure: %s: %w", name, err)
 		}
 		info := stream.CachedInfo()
-		b := ax.BucketPressure{Stream: name, Priority: prio, Msgs: info.State.Msgs, Capacity: info.Config.MaxMsgs}
+		b := ax.BucketPressure{Stream: name, Priority: prio, Msgs: info.State.Msgs, Capacity: info.Config.MaxMsgs, MaxMsgSize: info.Config.MaxMsgSize}
 		if b.Capacity > 0 {
 			b.Depth = float64(b.Msgs) / float64(b.Capacity)
 		}

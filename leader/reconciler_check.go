@@ -153,6 +153,13 @@ func (r *reconciler) repair(ctx context.Context, rec *kv.Record, rev uint64, los
 		}
 		return src.runAt, nil // its payload waits for its run time; look again then
 	}
+	if src != nil && rec.State == kv.StatePending && rec.RunAt != nil && rec.RunAt.After(now) {
+		// A PENDING task is never released before its time, wherever its
+		// payload is: a raw message whose move to AX_DELAYED fails (an
+		// outage) is the worker's to run at its time. Look again a grace
+		// after it.
+		return rec.RunAt.Add(r.l.cfg.ReconcileGrace), nil
+	}
 	if src != nil {
 		return r.republish(ctx, rec, rev, lost, src)
 	}
@@ -250,7 +257,8 @@ func (r *reconciler) findPayload(ctx context.Context, rec *kv.Record) (*payload,
 	if err != nil || found == nil {
 		return nil, err
 	}
-	return &payload{msg: found.RawStreamMsg, where: fmt.Sprintf("stale copy %s #%d", found.stream, found.Sequence)}, nil
+	runAt, _ := time.Parse(time.RFC3339Nano, found.Header.Get(streams.HeaderRunAt))
+	return &payload{msg: found.RawStreamMsg, where: fmt.Sprintf("stale copy %s #%d", found.stream, found.Sequence), runAt: runAt}, nil
 }
 
 // findCopy looks in every bucket, on the task's stored subject, for a

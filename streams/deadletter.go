@@ -29,18 +29,13 @@ type Letter struct {
 }
 
 // DeadLetterMsg builds the dead letter of a task's message: its payload and
-// headers (minus the "Nats-" ones) with l's fields as headers, on
-// [Names.DLQSubject] of l's tenant and type. msgID is the letter's
-// Nats-Msg-Id, unique to this publish.
+// [KeptHeaders] with l's fields as headers, on [Names.DLQSubject] of l's
+// tenant and type. msgID is the letter's Nats-Msg-Id, unique to this
+// publish.
 func (n Names) DeadLetterMsg(l Letter, data []byte, from nats.Header, msgID string) *nats.Msg {
 	msg := nats.NewMsg(n.DLQSubject(l.Tenant, l.Type))
 	msg.Data = data
-	for name, values := range from {
-		if strings.HasPrefix(name, "Nats-") {
-			continue
-		}
-		msg.Header[name] = values
-	}
+	msg.Header = KeptHeaders(from)
 	msg.Header.Set(HeaderError, l.Error)
 	msg.Header.Set(HeaderAttempts, strconv.Itoa(l.Attempts))
 	msg.Header.Set(HeaderFailedAt, l.FailedAt.UTC().Format(time.RFC3339Nano))

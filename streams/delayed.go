@@ -73,17 +73,17 @@ func DelayedStreamConfig(cfg *Config) jetstream.StreamConfig {
 }
 
 // DelayedMsg returns the schedule message of a delayed task: the task's
-// submit message (subject in [HeaderSubject], headers and body kept) that
-// the server fires into ax.due.<id> at fireAt. fireAt is a little before
-// the task's run time (its Ax-Run-At header); the leader's mover releases
-// it into its bucket at the exact time.
+// submit message (payload and [KeptHeaders]; its subject in
+// [HeaderSubject]) that the server fires into ax.due.<id> at fireAt. No
+// other header of the submit is copied: the server acts on the schedule's
+// "Nats-" headers (a Nats-Schedule-Source would make it fire with another
+// task's payload). fireAt is a little before the task's run time (its
+// Ax-Run-At header); the leader's mover releases it into its bucket at the
+// exact time.
 func (n Names) DelayedMsg(taskID string, submit *nats.Msg, fireAt time.Time) *nats.Msg {
 	msg := nats.NewMsg(n.DelayedSubject(taskID))
 	msg.Data = submit.Data
-	for name, values := range submit.Header {
-		msg.Header[name] = values
-	}
-	msg.Header.Del(HeaderMsgID) // the server strips it from fired messages anyway
+	msg.Header = KeptHeaders(submit.Header)
 	msg.Header.Set(HeaderTaskID, taskID)
 	msg.Header.Set(HeaderSubject, submit.Subject)
 	msg.Header.Set(HeaderSchedule, "@at "+fireAt.UTC().Format(time.RFC3339Nano))
@@ -110,20 +110,15 @@ func CopyMsgID(taskID string, gen uint64, attempt string) string {
 const DefaultScheduleEarly = time.Second
 
 // TaskCopy builds a control-plane copy of a task's message for subject: the
-// payload and the "Ax-" headers of from (minus the [InternalHeaders], which
-// the caller sets, and drop), with the task id, the
-// generation and a Nats-Msg-Id unique to this move ([CopyMsgID]). Every
+// payload and the [KeptHeaders] of from (minus drop), with the task id,
+// the generation and a Nats-Msg-Id unique to this move ([CopyMsgID]). Every
 // place that re-publishes a task (release, aging, resume, reprioritize,
 // replay, recovery) builds its copy here.
 func TaskCopy(subject string, data []byte, from nats.Header, taskID string, gen uint64, attempt string, drop ...string) *nats.Msg {
 	msg := nats.NewMsg(subject)
 	msg.Data = data
-	for name, values := range from {
-		if !strings.HasPrefix(name, "Nats-") {
-			msg.Header[name] = values
-		}
-	}
-	for _, name := range append(InternalHeaders(), drop...) {
+	msg.Header = KeptHeaders(from)
+	for _, name := range drop {
 		msg.Header.Del(name)
 	}
 	msg.Header.Set(HeaderTaskID, taskID)

@@ -22,6 +22,10 @@ var (
 	// ErrLayoutChange means provisioning would change the data layout of an
 	// existing stream (its shard transform or subjects), which it refuses.
 	ErrLayoutChange = errors.New("refusing to change the data layout of an existing stream")
+	// ErrTooLarge means a task's message would not fit a write ax makes of
+	// it (its bucket, AX_DELAYED, the server's max_payload) with the
+	// headers ax adds.
+	ErrTooLarge = errors.New("task message too large")
 	// ErrImmutable means an existing stream or consumer differs in a setting
 	// the server cannot update in place.
 	ErrImmutable = errors.New("setting cannot be changed on an existing stream or consumer")

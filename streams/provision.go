@@ -28,6 +28,7 @@ const (
 	DefaultStreamMaxBytes = 1 << 30
 	// DefaultMaxMsgSize bounds one task message (headers and payload) in a
 	// priority bucket; AX_DLQ and AX_DELAYED allow [HeaderRoom] more.
+	// [Provision] lowers it to fit the server's max_payload.
 	DefaultMaxMsgSize = 1 << 20
 	// HeaderRoom is what a dead letter or a schedule may add to a task
 	// message: the failure or schedule headers.
@@ -84,8 +85,12 @@ type Config struct {
 	// removed. Default 1 GiB; -1 means unbounded.
 	TrailMaxBytes int64
 	// MaxMsgSize bounds one message of a priority bucket; AX_DLQ and
-	// AX_DELAYED take [HeaderRoom] more. Default 1 MiB; -1 means only the
-	// server's max_payload applies.
+	// AX_DELAYED take [HeaderRoom] more, and all three must fit the
+	// server's max_payload, so that whatever a bucket accepts fits a dead
+	// letter or a schedule of it. Default 1 MiB or the server's
+	// max_payload less HeaderRoom, whichever is smaller; -1 means the
+	// latter. [Provision] refuses a larger value (raise max_payload
+	// first). A delayed task must leave [TaskRoom] below it.
 	MaxMsgSize int32
 	// Pools provisions the priority buckets for worker pools (routing by
 	// task type): no catch-all shard consumer; each task type gets its
@@ -157,6 +162,44 @@ func (c *Config) priorityPolicy() (jetstream.PriorityPolicy, error) {
 	return 0, fmt.Errorf("streams config: PriorityPolicy %q is not none, overflow or pinned_client", c.PriorityPolicy)
 }
 
+// maxPayload is the max_payload of the server js is connected to, or 0
+// when unknown.
+func maxPayload(js jetstream.JetStream) int64 {
+	if nc := js.Conn(); nc != nil {
+		return nc.MaxPayload()
+	}
+	return 0
+}
+
+// fitServer sets the MaxMsgSize of c so that AX_DLQ and AX_DELAYED
+// ([HeaderRoom] more) fit maxPayload: the default is the smaller of
+// [DefaultMaxMsgSize] and maxPayload - HeaderRoom, -1 is the latter, and
+// a larger explicit value is refused. maxPayload <= 0 (unknown) leaves c
+// as it is.
+func (c *Config) fitServer(maxPayload int64) (*Config, error) {
+	out := Config{}
+	if c != nil {
+		out = *c
+	}
+	if maxPayload <= 0 {
+		return &out, nil
+	}
+	largest := maxPayload - HeaderRoom
+	if largest < TaskRoom {
+		return nil, fmt.Errorf("streams config: the server's max_payload %d leaves no room for a task beside the %d bytes a dead letter or a schedule adds: raise max_payload", maxPayload, HeaderRoom)
+	}
+	switch {
+	case out.MaxMsgSize == 0:
+		out.MaxMsgSize = int32(min(DefaultMaxMsgSize, largest))
+	case out.MaxMsgSize == -1:
+		out.MaxMsgSize = int32(min(largest, 1<<31-1-HeaderRoom))
+	case int64(out.MaxMsgSize) > largest:
+		return nil, fmt.Errorf("streams config: MaxMsgSize %d is above the server's max_payload %d less the %d bytes a dead letter or a schedule adds (at most %d): lower it, or raise max_payload",
+			out.MaxMsgSize, maxPayload, HeaderRoom, largest)
+	}
+	return &out, nil
+}
+
 // withHeaderRoom is the MaxMsgSize of AX_DLQ and AX_DELAYED: a task
 // message with the headers a dead letter or a schedule adds.
 func (c *Config) withHeaderRoom() int32 {
@@ -182,6 +225,10 @@ func (r *Report) String() string {
 // what the server can update and returns [ErrImmutable] for what it cannot,
 // and it refuses to change subjects or the shard transform ([ErrLayoutChange]).
 func Provision(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Report, error) {
+	cfg, err := cfg.fitServer(maxPayload(js))
+	if err != nil {
+		return nil, err
+	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err

@@ -53,13 +53,13 @@ const (
 	HeaderSubject = "Ax-Subject"
 )
 
-// InternalHeaders returns the headers only the control plane may set: they
-// are honoured on a control-plane copy ([Names.CopySubject]) and ignored on
-// a producer's message. A producer (and the Go client's Task.Headers) may
-// not set them.
+// InternalHeaders returns the headers only ax may set: they are honoured
+// on a control-plane copy ([Names.CopySubject]) or a dead letter, ignored
+// on a producer's message and never copied from it ([KeptHeaders]). A
+// producer (and the Go client's Task.Headers) may not set them.
 func InternalHeaders() []string {
 	return []string{HeaderTaskID, HeaderGen, HeaderWaitingSince, HeaderReleasedAt,
-		HeaderError, HeaderAttempts, HeaderFailedAt, HeaderSubject}
+		HeaderError, HeaderAttempts, HeaderFailedAt, HeaderSubject, HeaderPayloadTruncated}
 }
 
 // IsInternalHeader reports whether name is one of [InternalHeaders]

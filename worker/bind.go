@@ -12,7 +12,8 @@ import (
 
 // deploymentPools reads the first priority bucket's configuration, retrying
 // like [Worker.bindConsumer]: on a pools deployment it returns the type
-// consumers' settings ([streams.PoolsConfig]), otherwise nil.
+// consumers' settings ([streams.PoolsConfig]), otherwise nil. It keeps the
+// buckets' MaxMsgSize, which bounds a delayed task ([Worker.delayedLimit]).
 func (w *Worker) deploymentPools(ctx context.Context) (*streams.Config, error) {
 	name := w.cfg.Names.PriorityStream(0)
 	wait := 100 * time.Millisecond
@@ -20,6 +21,7 @@ func (w *Worker) deploymentPools(ctx context.Context) (*streams.Config, error) {
 		stream, err := w.js.Stream(ctx, name)
 		if err == nil {
 			sc := stream.CachedInfo().Config
+			w.maxMsgSize = sc.MaxMsgSize
 			if !streams.UsesPools(sc) {
 				return nil, nil
 			}

@@ -190,7 +190,9 @@ const aheadGrace = 3 * opTimeout
 // duplicate submit of the id, or an orphan copy of a move that lost its
 // compare-and-set. A copy whose generation is ahead of the record's is a
 // move in progress: it is looked at again shortly, until the control plane
-// names it or aheadGrace has passed.
+// names it or aheadGrace has passed. A PENDING task's own raw message
+// whose move to AX_DELAYED never succeeded becomes its message once due
+// ([dueOwn]).
 func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec *kv.Record, rev uint64) (*kv.Record, uint64, bool, error) {
 	actor := kv.Actor{Worker: w.cfg.ID, Action: "claim"}
 	if why := w.foreign(rec, env); why != "" {
@@ -201,6 +203,14 @@ func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec 
 	mine := rec.Names(w.cfg.Names, env.stream, env.seq)
 	switch {
 	case mine:
+	case dueOwn(rec, env, time.Now()):
+		// The message the PENDING record was written from, due now, its
+		// move to AX_DELAYED never done: it is the task's message.
+		_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: "due"}, func(r *kv.Record) error {
+			r.Stream, r.StreamSeq = env.stream, env.seq
+			return nil
+		})
+		return nil, 0, false, err // look again: it is the task's message now
 	case env.opts.Gen < rec.Gen:
 		w.drop(d, env, "stale generation", true)
 		return nil, 0, true, nil

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
@@ -20,9 +21,20 @@ import (
 // that a message never replaces the schedule of another task with its id:
 // when the id has a record that is not this task's PENDING one, the
 // delivery goes on to the claim, which drops it.
+//
+// A message that would not fit the schedule or the copy that releases it
+// ([streams.CheckDelayedSize]) is marked bad before any write, and the claim
+// dead-letters it. A move that AX_DELAYED refuses for what the message is
+// ([streams.Refused]) buries the task ([Worker.unschedulable]); any other
+// failure is retried, and never releases the task early: once its time
+// has come, the claim runs it from this message ([Worker.claimFrom]).
 func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
 	runAt := env.opts.RunAt
 	if runAt.IsZero() || env.bad != nil || !runAt.After(time.Now()) || env.released {
+		return false
+	}
+	if err := streams.CheckDelayedSize(d.msg.Data(), d.msg.Headers(), w.delayedLimit()); err != nil {
+		env.bad = fmt.Errorf("%w: %w", ErrMalformed, err)
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -39,10 +51,9 @@ func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
 		dl := env.opts.Deadline.UTC()
 		want.Deadline = &dl
 	}
-	_, _, err := w.store.Create(ctx, want, kv.Actor{Worker: w.cfg.ID, Action: "publish"})
+	rec, rev, err := w.store.Create(ctx, want, kv.Actor{Worker: w.cfg.ID, Action: "publish"})
 	if errors.Is(err, kv.ErrExists) {
-		var rec *kv.Record
-		if rec, _, err = w.store.Get(ctx, env.id); err == nil && !rec.SamePending(want) {
+		if rec, rev, err = w.store.Get(ctx, env.id); err == nil && !rec.SamePending(want) {
 			return false // another task's id, or already released: the claim decides
 		}
 	}
@@ -56,6 +67,10 @@ func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
 	submit.Header = d.msg.Headers()
 	sched := w.cfg.Names.DelayedMsg(env.id, submit, runAt.Add(-streams.DefaultScheduleEarly))
 	if _, err := w.js.PublishMsg(ctx, sched); err != nil {
+		if streams.Refused(err) {
+			w.unschedulable(ctx, d, env, rec, rev, err)
+			return true
+		}
 		w.log.Warn("defer_failed", zap.String("task_id", env.id), zap.Error(err))
 		d.retryLater()
 		return true
@@ -63,4 +78,61 @@ func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
 	w.log.Debug("task_deferred", zap.String("task_id", env.id), zap.Time("run_at", runAt))
 	_ = d.settle(d.msg.Ack)
 	return true
+}
+
+// delayedLimit is the largest write of a delayed task: the least of the
+// buckets' MaxMsgSize (the copy that releases it goes there) and the
+// server's max_payload; 0 when neither is known.
+func (w *Worker) delayedLimit() int {
+	limit := int(w.js.Conn().MaxPayload())
+	if w.maxMsgSize > 0 && (limit <= 0 || int(w.maxMsgSize) < limit) {
+		limit = int(w.maxMsgSize)
+	}
+	return max(limit, 0)
+}
+
+// unschedulable buries a delayed task whose schedule AX_DELAYED refused
+// for what it is (refusal): a retry would be refused again, and the task
+// would wait PENDING with nothing to release it. Its message goes to the
+// dead-letter stream and its PENDING record to DEAD, with the refusal as
+// the reason. Should the dead letter or the record write fail, the
+// delivery comes back and the move is tried again.
+func (w *Worker) unschedulable(ctx context.Context, d *delivery, env *envelope, rec *kv.Record, rev uint64, refusal error) {
+	cause := fmt.Errorf("%w: %s refused its schedule: %w", ErrUnschedulable, w.cfg.Names.DelayedStream(), refusal)
+	seq, err := w.deadLetter(ctx, d, env, rec, cause)
+	if err != nil {
+		w.log.Warn("defer_refused_dead_letter_failed", zap.String("task_id", env.id), zap.Error(err))
+		d.retryLater()
+		return
+	}
+	_, _, err = w.store.Apply(ctx, rec, rev, kv.StateDead, kv.Actor{Worker: w.cfg.ID, Action: "dead", Error: cause.Error()}, func(r *kv.Record) error {
+		now := time.Now().UTC()
+		r.FinishedAt, r.LastError, r.DLQSeq = &now, cause.Error(), seq
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, kv.ErrConflict) {
+			w.orphanDeadLetter(rec.ID, seq) // moved meanwhile: its next delivery decides
+		}
+		w.log.Warn("defer_refused_write_failed", zap.String("task_id", env.id), zap.Error(err))
+		d.retryLater()
+		return
+	}
+	w.stats.Dead.Add(1)
+	w.observe(rec, OutcomeDead)
+	w.log.Info("task_dead", zap.String("task_id", rec.ID), zap.String("type", rec.Type), zap.Error(cause))
+	_ = d.settle(func() error { return d.msg.TermWithReason(truncate(cause.Error(), 256)) })
+}
+
+// dueOwn reports whether a delivery is the raw message a PENDING record
+// was written from (its tenant, type and key are checked before: foreign),
+// now due: the record names no message yet, this message is the
+// producer's (not a copy), at the record's priority, with the record's
+// run time, and that time has come. Its move to AX_DELAYED never succeeded
+// (or its ack was lost): it becomes the task's message, so that the task
+// runs at its time, not never. A schedule of it that fires as well is
+// dropped by the leader: its record is no longer PENDING.
+func dueOwn(rec *kv.Record, env *envelope, now time.Time) bool {
+	return rec.State == kv.StatePending && rec.StreamSeq == 0 && !env.stored.Copy && env.stored.Priority == rec.Priority &&
+		rec.RunAt != nil && env.opts.RunAt.Equal(*rec.RunAt) && !rec.RunAt.After(now)
 }

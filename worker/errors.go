@@ -19,6 +19,10 @@ var (
 	ErrNoHandler = errors.New("no handler registered for task type")
 	// ErrMalformed means a task message breaks the wire contract.
 	ErrMalformed = errors.New("malformed task")
+	// ErrUnschedulable means AX_DELAYED refused a delayed task's schedule
+	// for what the message is (too large, a header it refuses): the task
+	// is dead-lettered rather than retried forever.
+	ErrUnschedulable = errors.New("delayed task cannot be scheduled")
 	// ErrDeadlinePassed means the task's deadline passed before it started.
 	ErrDeadlinePassed = errors.New("task deadline passed before it started")
 	// ErrBadPayload means a typed handler could not decode the payload.

@@ -29,6 +29,7 @@ type Worker struct {
 	sets       []*shardSet              // consumers of the shards served: one set, or one per task type (pools); fixed by bindShards
 	typed      bool                     // a pools deployment: the sets are per task type
 	policy     jetstream.PriorityPolicy // of the consumers: set by bindShards before any switch, read-only after
+	maxMsgSize int32                    // the buckets' MaxMsgSize (AX_P0's); set by bindShards before any delivery, read-only after
 	stopMesh   context.CancelFunc       // nil with fixed shards
 	lease      atomic.Pointer[kv.Lease] // the membership lease; nil with fixed shards
 	// memberEpoch counts the memberships lost: an execution started in an
