@@ -307,8 +307,8 @@ func TestDelayedTaskNeverReleasedEarly(t *testing.T) {
 	restore := blockDelayedMoves(t, m)
 
 	start := time.Now()
-	during := start.Add(6 * time.Second) // due during the outage
-	after := start.Add(12 * time.Second) // due after it
+	during := start.Add(4 * time.Second) // due during the outage
+	after := start.Add(8 * time.Second)  // due after it
 	submit(t, acme, "ax.submit.p2.acme.echo.during", "during", []byte("d"),
 		map[string]string{streams.HeaderRunAt: during.UTC().Format(time.RFC3339Nano)})
 	submit(t, acme, "ax.submit.p2.acme.echo.after", "after", []byte("a"),
@@ -371,8 +371,8 @@ func TestDelayedTaskSizeAtTheLimits(t *testing.T) {
 	bucketMax := streamMax["AX_P2"]
 	require.GreaterOrEqual(t, streamMax["AX_DELAYED"], bucketMax+streams.HeaderRoom)
 
-	runAt := time.Now().Add(5 * time.Second)
-	delayedMsg := func(id string, size int) *nats.Msg {
+	runAt := time.Now().Add(3 * time.Second)
+	delayedMsg := func(id string, size int, runAt time.Time) *nats.Msg {
 		msg := nats.NewMsg("ax.submit.p2.acme.echo." + id)
 		msg.Header.Set(streams.HeaderMsgID, id)
 		msg.Header.Set(streams.HeaderRunAt, runAt.UTC().Format(time.RFC3339Nano))
@@ -387,19 +387,19 @@ func TestDelayedTaskSizeAtTheLimits(t *testing.T) {
 	}
 
 	// Over the bucket's limit (at 9b723bb: within it, and stranded).
-	_, err := acme.js.PublishMsg(ctx, delayedMsg("too-big", min(maxPayload, bucketMax+streams.HeaderRoom)-100))
+	_, err := acme.js.PublishMsg(ctx, delayedMsg("too-big", min(maxPayload, bucketMax+streams.HeaderRoom)-100, runAt))
 	var apiErr *jetstream.APIError
 	require.True(t, errors.As(err, &apiErr) || errors.Is(err, nats.ErrMaxPayload), "refused at submit: %v", err)
 
-	// Within it, but without room for ax's headers.
-	_, err = acme.js.PublishMsg(ctx, delayedMsg("no-room", bucketMax-10))
+	// Within it, but without room for ax's headers: dead at first sight,
+	// not at its run time (in an hour).
+	_, err = acme.js.PublishMsg(ctx, delayedMsg("no-room", bucketMax-10, time.Now().Add(time.Hour)))
 	require.NoError(t, err)
 	// With room.
-	_, err = acme.js.PublishMsg(ctx, delayedMsg("room", bucketMax-streams.TaskRoom))
+	_, err = acme.js.PublishMsg(ctx, delayedMsg("room", bucketMax-streams.TaskRoom, runAt))
 	require.NoError(t, err)
 
 	rec := waitState(t, operator, "no-room", kv.StateDead)
-	require.True(t, time.Now().Before(runAt), "dead at once, not at its run time")
 	require.Contains(t, rec.LastError, "too large")
 	for _, move := range rec.Trail {
 		require.NotEqual(t, kv.StateSucceeded, move.To)
