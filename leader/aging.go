@@ -154,15 +154,23 @@ func (a *aging) servedTypes() func(context.Context) ([]string, error) {
 }
 
 // waitingSince returns when the task became READY, not counting aging
-// moves, and how often it was lifted since: it is due for its next level
-// after (lifts+1) thresholds, so detection lag does not add up.
+// moves nor the put-backs of workers without its handler (each with the
+// claim before it: the task waited all along), and how often it was lifted
+// since: it is due for its next level after (lifts+1) thresholds, so
+// detection lag does not add up.
 func waitingSince(rec *kv.Record) (time.Time, int) {
 	lifts := 0
 	for i := len(rec.Trail) - 1; i >= 0; i-- {
-		if rec.Trail[i].Action != "aging" {
+		switch rec.Trail[i].Action {
+		case "aging":
+			lifts++
+		case kv.ActionNoHandler:
+			if i > 0 && rec.Trail[i-1].To == kv.StateRunning {
+				i-- // its claim
+			}
+		default:
 			return rec.Trail[i].At, lifts
 		}
-		lifts++
 	}
 	return rec.UpdatedAt, lifts
 }

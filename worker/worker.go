@@ -36,6 +36,8 @@ type Worker struct {
 	memberEpoch atomic.Uint64
 	meshDone    chan struct{}
 	serving     chan struct{} // closed once the mesh's shards are first served
+	peers       atomic.Pointer[peerTypes] // what the live peers handle; nil with fixed shards
+	unhandled   unhandledTypes            // types put back lately for want of a handler
 
 	stopping  atomic.Bool
 	stopCh    chan struct{} // closed when Stop begins
