@@ -60,11 +60,11 @@ func meshEnd(ctx, guarded context.Context, err error) error {
 // meshView is what a member knows of the mesh (owned by the mesh loop).
 type meshView struct {
 	live         map[string]peer // member ids with a live lease: what they serve
-	liveReady    bool                // the initial member listing was read
-	table        ShardTable          // without pools
-	pools        PoolTable           // with pools
-	tableRev     uint64              // of table or pools
-	tableReady   bool                // the initial table was read
+	liveReady    bool            // the initial member listing was read
+	table        ShardTable      // without pools
+	pools        PoolTable       // with pools
+	tableRev     uint64          // of table or pools
+	tableReady   bool            // the initial table was read
 	lastApplied  Assignment
 	lastAssist   []int // the shards assisted when lastApplied was applied
 	appliedPools map[string]Assignment

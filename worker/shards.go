@@ -19,10 +19,10 @@ import (
 type shardMode int
 
 const (
-	shardIdle  shardMode = iota // not consumed
-	shardOwned                  // consumed as its owner
-	shardSteal                  // consumed only while its backlog is above the steal threshold (overflow policy)
-	shardAssist                 // consumed beside its owner, which lacks a handler this worker has (see [Worker.assistShards])
+	shardIdle   shardMode = iota // not consumed
+	shardOwned                   // consumed as its owner
+	shardSteal                   // consumed only while its backlog is above the steal threshold (overflow policy)
+	shardAssist                  // consumed beside its owner, which lacks a handler this worker has (see [Worker.assistShards])
 )
 
 // shardSet holds the consumers of the shards a worker serves, five per shard
