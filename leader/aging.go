@@ -190,6 +190,12 @@ func (a *aging) lift(ctx context.Context, stream jetstream.Stream, prio int, raw
 	if err != nil {
 		return false, err
 	}
+	if rec.LastMove().Action == kv.ActionNoHandler {
+		// A worker without its handler put it back: it waits for one that
+		// has it, as an unserved type of a pools deployment does, at its
+		// own priority.
+		return false, nil
+	}
 	if rec.State != kv.StateReady || rec.StreamSeq != raw.Sequence || rec.MessageStream(names) != names.PriorityStream(prio) {
 		return false, nil // running, retrying, or not the task's current message
 	}
