@@ -107,8 +107,12 @@ func (u *unservedExpiry) pass(ctx context.Context) error {
 		u.servedAt[t] = now
 	}
 	deadlines, _, err := ax.ReadUnservedDeadlines(ctx, u.control)
-	if err != nil || len(deadlines.Deadlines) == 0 {
+	if err != nil {
 		return err
+	}
+	if len(deadlines.Deadlines) == 0 {
+		clear(u.cursor)
+		return nil
 	}
 	expiring := maps.Clone(deadlines.Deadlines)
 	delete(expiring, ax.AnyUnservedType)
@@ -125,6 +129,7 @@ func (u *unservedExpiry) pass(ctx context.Context) error {
 			}
 		}
 	}
+	u.forgetCursors(expiring)
 	budget := scanBudget{lifts: u.l.cfg.AgingBatch, scans: 10 * u.l.cfg.AgingBatch}
 	for _, t := range slices.Sorted(maps.Keys(expiring)) {
 		deadline := time.Duration(expiring[t])
@@ -154,6 +159,28 @@ func (u *unservedExpiry) pass(ctx context.Context) error {
 	return nil
 }
 
+// forgetCursors drops the scan cursors of the types no longer expiring: the
+// types a producer made up come and go, and their cursors must go with
+// them.
+func (u *unservedExpiry) forgetCursors(expiring map[string]kv.Duration) {
+	keep := map[string]bool{}
+	for t := range expiring {
+		for prio := range streams.Priorities {
+			keep[u.filter(prio, t)] = true
+		}
+	}
+	for f := range u.cursor {
+		if !keep[f] {
+			delete(u.cursor, f)
+		}
+	}
+}
+
+// filter is the subject filter of type t's messages in bucket prio.
+func (u *unservedExpiry) filter(prio int, t string) string {
+	return fmt.Sprintf("%s.p%d.*.*.%s.>", u.l.cfg.Names.Prefix(), prio, t)
+}
+
 // scan buries the messages of type t in bucket prio that waited deadline,
 // oldest first, stopping at the first one stored less than deadline ago.
 func (u *unservedExpiry) scan(ctx context.Context, prio int, t string, deadline, unserved time.Duration, budget *scanBudget) error {
@@ -162,7 +189,7 @@ func (u *unservedExpiry) scan(ctx context.Context, prio int, t string, deadline,
 	if err != nil {
 		return err
 	}
-	filter := fmt.Sprintf("%s.p%d.*.*.%s.>", names.Prefix(), prio, t)
+	filter := u.filter(prio, t)
 	cutoff := time.Now().Add(-deadline)
 	reason := fmt.Sprintf("unserved: no live worker served task type %q for %s (its deadline is %s)", t, unserved.Round(time.Second), deadline)
 	seq := max(stream.CachedInfo().State.FirstSeq, u.cursor[filter])
