@@ -65,8 +65,9 @@ func declinedBy(rec *kv.Record, id string) bool {
 // dead-lettered, including those whose shard the old worker owns: it puts
 // them back READY (the attempt not counted, its trail saying why) and the
 // new worker, seeing a peer without its type, pulls the old one's shards
-// too. With only the old worker alive, charge_card tasks wait READY, and
-// they run once a worker with the handler joins.
+// too. With only the old worker alive, charge_card tasks wait READY (ax
+// workers and ax stats say why), and they run once a worker with the
+// handler joins.
 //
 // Fails before the fix: the old worker dead-letters the tasks of its shards
 // ("no handler registered for task type").
@@ -115,6 +116,8 @@ func TestRollingDeployUnknownTypeWaits(t *testing.T) {
 			}
 		}
 	}, time.Minute, 100*time.Millisecond)
+	require.Contains(t, runAx(t, "workers", "--server", m.url), old+" has no handler for charge_card: it puts their tasks back")
+	require.Contains(t, runAx(t, "stats", "--server", m.url), fmt.Sprintf("unserved type charge_card: %d tasks waiting", len(waiting)))
 	hold := time.Now().Add(3 * time.Second)
 	for time.Now().Before(hold) {
 		require.Equal(t, map[kv.State]int{kv.StateReady: len(waiting)}, m.states(waiting), "tasks of a type no live worker serves wait READY")
