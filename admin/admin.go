@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -174,7 +173,8 @@ func (a *Service) Run(ctx context.Context) error {
 }
 
 // endpoint adapts a JSON handler to micro: a reply, or an error with a code
-// and a message in the micro error headers (and as a JSON body).
+// and a message in the micro error headers (and as a JSON body); see
+// [Service.respond].
 func (a *Service) endpoint(verb string, h func(context.Context, []byte) (any, error)) micro.Handler {
 	return micro.HandlerFunc(func(r micro.Request) {
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.RequestTimeout)
@@ -195,13 +195,10 @@ func (a *Service) endpoint(verb string, h func(context.Context, []byte) (any, er
 			if ae.Code == CodeInternal {
 				a.log.Warn("admin_error", zap.String("verb", verb), zap.Error(err))
 			}
-			body, _ := json.Marshal(ae)
-			_ = r.Error(strconv.Itoa(ae.Code), ae.Message, body)
+			a.respondError(r, verb, ae)
 			return
 		}
-		if err := r.RespondJSON(resp); err != nil {
-			a.log.Warn("admin_respond", zap.String("verb", verb), zap.Error(err))
-		}
+		a.respond(r, verb, resp)
 	})
 }
 

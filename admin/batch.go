@@ -66,7 +66,35 @@ func (a *Service) tasksCancel(ctx context.Context, data []byte) (any, error) {
 		}
 		reply.Cancelled++
 	}
+	a.cutBatch(reply)
 	return reply, nil
+}
+
+// cutBatch cuts a tasks.cancel reply's lists to the reply budget: the
+// unreadable records' errors (a quarter of it at most), the matched ids,
+// then the failures with their reasons (FailedCount counts them all).
+func (a *Service) cutBatch(reply *BatchCancelReply) {
+	ids, failed := reply.IDs, reply.Failed
+	reply.FailedCount = len(failed)
+	reply.IDs, reply.Failed = []string{}, nil
+	var unreadable map[string]string
+	if reply.Unreadable != nil {
+		unreadable, reply.Unreadable.Errors = reply.Unreadable.Errors, map[string]string{}
+	}
+	room := a.roomFor(reply)
+	if reply.Unreadable != nil {
+		dropped, used := fitMap(unreadable, room/4)
+		reply.Unreadable.Errors, reply.Unreadable.Omitted, room = unreadable, dropped, room-used
+		reply.Truncated = dropped > 0
+	}
+	n, used := fit(ids, room)
+	reply.IDs = ids[:n]
+	if failed != nil {
+		dropped, _ := fitMap(failed, room-used)
+		reply.Failed = failed
+		reply.Truncated = reply.Truncated || dropped > 0
+	}
+	reply.Truncated = reply.Truncated || n < len(ids)
 }
 
 // unseen returns the ids of the messages waiting in the priority buckets

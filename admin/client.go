@@ -41,6 +41,11 @@ func (c *Client) Call(ctx context.Context, verb string, req, resp any) error {
 	}
 	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
 		n, _ := strconv.Atoi(code)
+		// The body holds the whole message; the header a line of it.
+		var body Error
+		if json.Unmarshal(msg.Data, &body) == nil && body.Message != "" {
+			return &Error{Code: n, Message: body.Message}
+		}
 		return &Error{Code: n, Message: msg.Header.Get(micro.ErrorHeader)}
 	}
 	if err := json.Unmarshal(msg.Data, resp); err != nil {
@@ -125,7 +130,19 @@ func (c *Client) Workers(ctx context.Context) (*WorkersReply, error) {
 }
 
 // Control lists the control bucket's entries: backpressure, cron jobs and
-// paused types (control).
+// paused types (control), every page of them.
 func (c *Client) Control(ctx context.Context) (*ControlReply, error) {
-	return call[ControlReply](ctx, c, VerbControl, struct{}{})
+	all := &ControlReply{Entries: []ControlEntry{}}
+	req := ControlRequest{}
+	for {
+		page, err := call[ControlReply](ctx, c, VerbControl, req)
+		if err != nil {
+			return nil, err
+		}
+		all.Entries = append(all.Entries, page.Entries...)
+		if page.Next == "" {
+			return all, nil
+		}
+		req.After = page.Next
+	}
 }

@@ -2,8 +2,10 @@ package admin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
@@ -47,42 +49,84 @@ func (a *Service) dlqList(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	letters, total, err := a.letters(ctx, req.Filter, limit)
+	reply := &DLQListReply{Letters: []DeadLetter{}}
+	page, err := a.letters(ctx, req.Filter, req.After, limit, a.roomFor(reply))
 	if err != nil {
 		return nil, err
 	}
-	return &DLQListReply{Letters: letters, Total: total}, nil
+	reply.Letters, reply.Total, reply.Next, reply.Truncated = page.letters, page.total, page.next, page.cut
+	return reply, nil
 }
 
-// letters reads up to limit dead letters matching f, oldest first, and
+// letterPage is one page of dead letters.
+type letterPage struct {
+	letters []DeadLetter
+	total   uint64 // dead letters matching the filter, in all pages
+	next    uint64 // the last letter's sequence when more follow, else 0
+	cut     bool   // the page ended before its limit: out of room or time
+}
+
+// pageTimeShare is the share of the request's time a page of dead letters
+// may take; then the page ends, cut, and says where the next one starts.
+const pageTimeShare = 0.8
+
+// letters reads up to limit dead letters matching f after sequence after,
+// oldest first, that fit in room bytes of JSON (room < 0: no bound), and
 // counts all that match.
-func (a *Service) letters(ctx context.Context, f Filter, limit int) ([]DeadLetter, uint64, error) {
+func (a *Service) letters(ctx context.Context, f Filter, after uint64, limit, room int) (*letterPage, error) {
 	subject := a.cfg.Names.DLQSubject(orStar(f.Tenant), orStar(f.Type))
 	stream, err := a.js.Stream(ctx, a.cfg.Names.DLQStream())
 	if err != nil {
-		return nil, 0, fmt.Errorf("bind dead-letter stream: %w", err)
+		return nil, fmt.Errorf("bind dead-letter stream: %w", err)
 	}
 	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subject))
 	if err != nil {
-		return nil, 0, fmt.Errorf("dead-letter stream info: %w", err)
+		return nil, fmt.Errorf("dead-letter stream info: %w", err)
 	}
-	var total uint64
+	page := &letterPage{letters: []DeadLetter{}}
 	for _, n := range info.State.Subjects {
-		total += n
+		page.total += n
 	}
-	out := []DeadLetter{}
-	for seq := uint64(1); len(out) < limit && total > 0; {
+	stop := time.Now().Add(time.Duration(pageTimeShare * float64(a.cfg.RequestTimeout)))
+	if deadline, ok := ctx.Deadline(); ok && deadline.Before(stop) {
+		stop = deadline
+	}
+	if page.total == 0 {
+		return page, nil
+	}
+	used := 0
+	seq := after + 1
+	for {
 		raw, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
+			return page, nil // the end: no next page
 		}
 		if err != nil {
-			return nil, 0, fmt.Errorf("read dead letters from #%d: %w", seq, err)
+			return nil, fmt.Errorf("read dead letters from #%d: %w", seq, err)
 		}
-		out = append(out, letterOf(raw))
-		seq = raw.Sequence + 1
+		seq = raw.Sequence
+		if len(page.letters) == limit {
+			break // another letter follows this page
+		}
+		letter := letterOf(raw)
+		if room >= 0 {
+			b, _ := json.Marshal(letter)
+			if used+len(b)+1 > room || time.Now().After(stop) {
+				page.cut = true
+				break
+			}
+			used += len(b) + 1
+		}
+		page.letters = append(page.letters, letter)
+		seq++
 	}
-	return out, total, nil
+	n := len(page.letters)
+	if n == 0 {
+		return nil, &Error{Code: CodeTooLarge, Message: fmt.Sprintf("dead letter #%d does not fit in a reply (max_payload %d) or could not be read in time; read it with the nats CLI (stream get %s %d)",
+			seq, a.js.Conn().MaxPayload(), a.cfg.Names.DLQStream(), seq)}
+	}
+	page.next = page.letters[n-1].Seq
+	return page, nil
 }
 
 func orStar(s string) string {
@@ -123,13 +167,14 @@ func (a *Service) dlqReplay(ctx context.Context, data []byte) (any, error) {
 			return nil, err
 		}
 		reply.Replayed = append(reply.Replayed, req.ID)
+		reply.ReplayedCount = 1
 		return reply, nil
 	}
-	letters, _, err := a.letters(ctx, req.Filter, limit)
+	page, err := a.letters(ctx, req.Filter, 0, limit, -1)
 	if err != nil {
 		return nil, err
 	}
-	for _, l := range letters {
+	for _, l := range page.letters {
 		err := a.checkLetter(ctx, l)
 		if err == nil && !req.DryRun {
 			err = a.replay(ctx, l.TaskID)
@@ -143,7 +188,25 @@ func (a *Service) dlqReplay(ctx context.Context, data []byte) (any, error) {
 		}
 		reply.Replayed = append(reply.Replayed, l.TaskID)
 	}
+	a.cutReplay(reply)
 	return reply, nil
+}
+
+// cutReplay counts a replay reply's lists and cuts them to the reply
+// budget: the replayed ids first, then the skipped ones with their reasons.
+func (a *Service) cutReplay(reply *DLQReplayReply) {
+	replayed, skipped := reply.Replayed, reply.Skipped
+	reply.ReplayedCount, reply.SkippedCount = len(replayed), len(skipped)
+	reply.Replayed, reply.Skipped = []string{}, nil
+	room := a.roomFor(reply)
+	n, used := fit(replayed, room)
+	reply.Replayed = replayed[:n]
+	dropped := 0
+	if skipped != nil {
+		dropped, _ = fitMap(skipped, room-used)
+		reply.Skipped = skipped
+	}
+	reply.Truncated = n < len(replayed) || dropped > 0
 }
 
 func cmpID(l DeadLetter) string {

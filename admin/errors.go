@@ -15,6 +15,7 @@ const (
 	CodeBadRequest = 400 // malformed JSON, bad id, bad filter or priority
 	CodeNotFound   = 404 // unknown task or dead letter
 	CodeConflict   = 409 // illegal transition from the task's current state, or a lost race
+	CodeTooLarge   = 413 // the reply would exceed the server's max_payload and cannot be cut
 	CodeInternal   = 500 // NATS or JetStream failed; retrying may help
 )
 

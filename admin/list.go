@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ax-mesh/ax/kv"
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,14 +29,25 @@ type TasksListRequest struct {
 	IDPrefix string `json:"id_prefix,omitempty"`
 	// Limit bounds the records returned: default 100, at most 1,000.
 	Limit int `json:"limit,omitempty"`
+	// After lists the records that come after it in the order: the Next of
+	// the previous page. Empty: from the first. A record updated between
+	// two pages moves in the order, so it may show in both or in neither.
+	After string `json:"after,omitempty"`
 }
 
-// TasksListReply holds the matching records without their trails (ask
-// task.trail for one).
+// TasksListReply holds one page of the matching records without their
+// trails (ask task.trail for one).
 type TasksListReply struct {
 	Tasks []kv.Record `json:"tasks"`
-	// Matched counts every matching record; Tasks holds at most Limit.
+	// Matched counts every matching record, in all pages; Tasks holds at
+	// most Limit.
 	Matched int `json:"matched"`
+	// Next is set when more matching records follow this page: ask again
+	// with it as After. Empty: this page is the last.
+	Next string `json:"next,omitempty"`
+	// Truncated is true when the page holds fewer records than the limit
+	// because the reply had to fit the server's max_payload.
+	Truncated bool `json:"truncated,omitempty"`
 	// Unreadable reports the records the scan could not decode (nil: none).
 	Unreadable *Unreadable `json:"unreadable,omitempty"`
 }
@@ -48,9 +61,20 @@ type ControlEntry struct {
 	Value json.RawMessage `json:"value"`
 }
 
-// ControlReply lists the control bucket's entries, sorted by key.
+// ControlRequest asks for the control bucket's entries whose key sorts
+// after After (the Next of the previous page; empty: from the first).
+type ControlRequest struct {
+	After string `json:"after,omitempty"`
+}
+
+// ControlReply lists the control bucket's entries, sorted by key, one page
+// at a time.
 type ControlReply struct {
 	Entries []ControlEntry `json:"entries"`
+	// Next is set when more entries follow this page, which was cut to fit
+	// the server's max_payload (Truncated): ask again with it as After.
+	Next      string `json:"next,omitempty"`
+	Truncated bool   `json:"truncated,omitempty"`
 }
 
 func (a *Service) tasksList(ctx context.Context, data []byte) (any, error) {
@@ -65,6 +89,10 @@ func (a *Service) tasksList(ctx context.Context, data []byte) (any, error) {
 		return nil, badRequest(`"limit" %d is outside 1..%d`, req.Limit, MaxListLimit)
 	}
 	limit := cmp.Or(req.Limit, DefaultListLimit)
+	after, err := parseListCursor(req.After)
+	if err != nil {
+		return nil, err
+	}
 	var matched []kv.Record
 	unreadable, err := a.scan(ctx, func(rec *kv.Record) {
 		if req.Filter.matches(rec) && strings.HasPrefix(rec.ID, req.IDPrefix) {
@@ -76,17 +104,66 @@ func (a *Service) tasksList(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	slices.SortFunc(matched, func(x, y kv.Record) int {
-		return cmp.Or(y.UpdatedAt.Compare(x.UpdatedAt), strings.Compare(x.ID, y.ID))
+		return listOrder(listCursor{x.UpdatedAt, x.ID}, listCursor{y.UpdatedAt, y.ID})
 	})
-	reply := &TasksListReply{Matched: len(matched), Tasks: matched[:min(len(matched), limit)], Unreadable: unreadable}
-	if reply.Tasks == nil {
-		reply.Tasks = []kv.Record{}
+	reply := &TasksListReply{Matched: len(matched), Tasks: []kv.Record{}, Unreadable: unreadable}
+	if unreadable != nil {
+		dropped, _ := fitMap(unreadable.Errors, a.replyBudget()/4)
+		unreadable.Omitted = dropped
+	}
+	if after != nil {
+		from, _ := slices.BinarySearchFunc(matched, *after, func(r kv.Record, c listCursor) int {
+			return listOrder(listCursor{r.UpdatedAt, r.ID}, c)
+		})
+		if from < len(matched) && matched[from].ID == after.id && matched[from].UpdatedAt.Equal(after.at) {
+			from++
+		}
+		matched = matched[from:]
+	}
+	page := matched[:min(len(matched), limit)]
+	n, _ := fit(page, a.roomFor(reply))
+	reply.Tasks, reply.Truncated = page[:n], n < len(page)
+	if n == 0 && len(page) > 0 {
+		return nil, &Error{Code: CodeTooLarge, Message: fmt.Sprintf("task %s does not fit in a reply (max_payload %d); read it with task.get", page[0].ID, a.js.Conn().MaxPayload())}
+	}
+	if n < len(matched) {
+		last := reply.Tasks[n-1]
+		reply.Next = listCursor{last.UpdatedAt, last.ID}.String()
 	}
 	return reply, nil
 }
 
+// listCursor is a place in the order of tasks.list: most recently updated
+// first, then by id.
+type listCursor struct {
+	at time.Time
+	id string
+}
+
+// String is the cursor as After takes it: "<updated_at in unix nanoseconds>/<id>".
+func (c listCursor) String() string { return fmt.Sprintf("%d/%s", c.at.UnixNano(), c.id) }
+
+// listOrder compares two places in the order of tasks.list.
+func listOrder(x, y listCursor) int {
+	return cmp.Or(y.at.Compare(x.at), strings.Compare(x.id, y.id))
+}
+
+// parseListCursor reads a request's After (nil when empty).
+func parseListCursor(raw string) (*listCursor, error) {
+	if raw == "" {
+		return nil, nil
+	}
+	nanos, id, ok := strings.Cut(raw, "/")
+	n, err := strconv.ParseInt(nanos, 10, 64)
+	if !ok || err != nil || id == "" {
+		return nil, badRequest(`"after" %q is not a cursor of tasks.list: pass the "next" of the previous page`, raw)
+	}
+	return &listCursor{at: time.Unix(0, n), id: id}, nil
+}
+
 func (a *Service) control(ctx context.Context, data []byte) (any, error) {
-	if err := decode(data, &struct{}{}); err != nil {
+	var req ControlRequest
+	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
 	bucket, err := a.js.KeyValue(ctx, a.cfg.Names.ControlBucket())
@@ -97,8 +174,13 @@ func (a *Service) control(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", a.cfg.Names.ControlBucket(), err)
 	}
+	slices.Sort(keys)
 	reply := &ControlReply{Entries: []ControlEntry{}}
+	room := a.roomFor(reply)
 	for _, key := range keys {
+		if key <= req.After {
+			continue
+		}
 		entry, err := bucket.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue // deleted since it was listed
@@ -110,8 +192,18 @@ func (a *Service) control(ctx context.Context, data []byte) (any, error) {
 		if !json.Valid(value) {
 			value, _ = json.Marshal(string(entry.Value()))
 		}
-		reply.Entries = append(reply.Entries, ControlEntry{Key: key, Revision: entry.Revision(), Value: value})
+		e := ControlEntry{Key: key, Revision: entry.Revision(), Value: value}
+		n, used := fit([]ControlEntry{e}, room)
+		if n == 0 {
+			if len(reply.Entries) == 0 {
+				return nil, &Error{Code: CodeTooLarge, Message: fmt.Sprintf("control entry %s does not fit in a reply (max_payload %d); read it with the nats CLI (kv get %s %s)",
+					key, a.js.Conn().MaxPayload(), a.cfg.Names.ControlBucket(), key)}
+			}
+			reply.Next, reply.Truncated = reply.Entries[len(reply.Entries)-1].Key, true
+			break
+		}
+		room -= used
+		reply.Entries = append(reply.Entries, e)
 	}
-	slices.SortFunc(reply.Entries, func(x, y ControlEntry) int { return strings.Compare(x.Key, y.Key) })
 	return reply, nil
 }

@@ -50,8 +50,10 @@ type RejectsSampleReply struct {
 	// Dropped counts the messages the sample could not keep up with.
 	Dropped uint64 `json:"dropped"`
 	// Subjects lists the rejected subjects, most frequent first (at most
-	// 100).
-	Subjects []SampledReject `json:"subjects"`
+	// 100, fewer when the reply had to fit the server's max_payload:
+	// Truncated).
+	Subjects  []SampledReject `json:"subjects"`
+	Truncated bool            `json:"truncated,omitempty"`
 	// Watch is the report of the leader's always-on watch, nil until a
 	// leader ran it.
 	Watch *ax.RejectsReport `json:"watch,omitempty"`
@@ -174,11 +176,14 @@ sample:
 	slices.SortFunc(reply.Subjects, func(x, y SampledReject) int {
 		return cmp.Or(cmp.Compare(y.Count, x.Count), strings.Compare(x.Subject, y.Subject))
 	})
-	reply.Subjects = reply.Subjects[:min(len(reply.Subjects), maxSampleReply)]
+	subjects := reply.Subjects[:min(len(reply.Subjects), maxSampleReply)]
 	var err error
 	if reply.Watch, err = a.rejectsReport(ctx); err != nil {
 		return nil, err
 	}
+	reply.Subjects = []SampledReject{}
+	n, _ := fit(subjects, a.roomFor(reply))
+	reply.Subjects, reply.Truncated = subjects[:n], n < len(subjects)
 	return reply, nil
 }
 

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -56,7 +57,46 @@ func (a *Service) stats(ctx context.Context, data []byte) (any, error) {
 			return nil, err
 		}
 	}
+	a.cutStats(reply)
 	return reply, nil
+}
+
+// cutStats keeps a stats reply within the reply budget: if its lists do not
+// fit, it keeps the deepest unserved types (in at most half the room), then
+// the task types with the most tasks finished in the window, and counts
+// the others (UnservedOmitted, TypesOmitted); the unreadable records'
+// errors are cut the same way. Both lists stay sorted by type.
+func (a *Service) cutStats(reply *StatsReply) {
+	types, unserved := reply.Types, reply.Unserved
+	var unreadable map[string]string
+	if reply.Unreadable != nil {
+		unreadable = reply.Unreadable.Errors
+		reply.Unreadable.Errors = map[string]string{}
+	}
+	reply.Types, reply.Unserved = []TypeStats{}, nil
+	room := a.roomFor(reply)
+	if reply.Unreadable != nil {
+		reply.Unreadable.Errors = unreadable
+		dropped, used := fitMap(unreadable, room/4)
+		reply.Unreadable.Omitted, room = dropped, room-used
+		reply.Truncated = dropped > 0
+	}
+	slices.SortFunc(unserved, func(x, y kv.Unserved) int {
+		return cmp.Or(cmp.Compare(y.Depth, x.Depth), strings.Compare(x.Type, y.Type))
+	})
+	n, used := fit(unserved, room/2)
+	slices.SortFunc(types, func(x, y TypeStats) int {
+		return cmp.Or(cmp.Compare(y.Succeeded+y.Dead, x.Succeeded+x.Dead), strings.Compare(x.Type, y.Type))
+	})
+	m, _ := fit(types, room-used)
+	reply.Unserved, reply.Types = unserved[:n], types[:m]
+	reply.UnservedOmitted, reply.TypesOmitted = len(unserved)-n, len(types)-m
+	reply.Truncated = reply.Truncated || reply.UnservedOmitted > 0 || reply.TypesOmitted > 0
+	if len(reply.Unserved) == 0 {
+		reply.Unserved = nil
+	}
+	slices.SortFunc(reply.Unserved, func(x, y kv.Unserved) int { return strings.Compare(x.Type, y.Type) })
+	slices.SortFunc(reply.Types, func(x, y TypeStats) int { return strings.Compare(x.Type, y.Type) })
 }
 
 // statsWindow parses the window of a stats request; empty is
@@ -260,8 +300,10 @@ func (a *Service) workers(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if members == nil {
-		members = []kv.Member{}
-	}
-	return &WorkersReply{Workers: members}, nil
+	reply := &WorkersReply{Workers: []kv.Member{}}
+	n, _ := fit(members, a.roomFor(reply))
+	reply.Workers = append(reply.Workers, members[:n]...)
+	reply.Omitted = len(members) - n
+	reply.Truncated = reply.Omitted > 0
+	return reply, nil
 }

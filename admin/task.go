@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
@@ -31,7 +32,28 @@ func (a *Service) taskTrail(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &TrailReply{ID: req.ID, Trail: trail}, nil
+	return a.cutTrail(&TrailReply{ID: req.ID, Trail: trail}), nil
+}
+
+// cutTrail keeps a trail reply within the reply budget: its first move
+// (the task's birth) and the newest moves that fit.
+func (a *Service) cutTrail(reply *TrailReply) *TrailReply {
+	trail := reply.Trail
+	reply.Trail = []kv.Move{}
+	room := a.roomFor(reply)
+	if n, _ := fit(trail, room); n == len(trail) {
+		reply.Trail = trail
+		return reply
+	}
+	first, used := fit(trail[:1], room)
+	newest := slices.Clone(trail[1:])
+	slices.Reverse(newest)
+	n, _ := fit(newest, room-used)
+	newest = newest[:n]
+	slices.Reverse(newest)
+	reply.Trail = append(trail[:first:first], newest...)
+	reply.Omitted, reply.Truncated = len(trail)-len(reply.Trail), true
+	return reply
 }
 
 func (a *Service) taskCancel(ctx context.Context, data []byte) (any, error) {

@@ -70,6 +70,10 @@ type TaskReply struct {
 type TrailReply struct {
 	ID    string    `json:"id"`
 	Trail []kv.Move `json:"trail"`
+	// Omitted counts the moves left out to fit the server's max_payload:
+	// the trail keeps its first move and the newest that fit (Truncated).
+	Omitted   int  `json:"omitted,omitempty"`
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // Filter selects tasks or dead letters; empty fields match everything.
@@ -95,8 +99,13 @@ type BatchCancelReply struct {
 	// IDs of the matched tasks, at most [MaxListedIDs].
 	IDs []string `json:"ids"`
 	// Failed maps a task id to why it was not cancelled (it moved on, e.g.
-	// finished, between the scan and the write).
-	Failed map[string]string `json:"failed,omitempty"`
+	// finished, between the scan and the write); FailedCount counts them.
+	Failed      map[string]string `json:"failed,omitempty"`
+	FailedCount int               `json:"failed_count,omitempty"`
+	// Truncated is true when IDs or Failed list fewer than they would,
+	// cut to fit the server's max_payload; Matched, Cancelled and
+	// FailedCount still count them all.
+	Truncated bool `json:"truncated,omitempty"`
 	// Unreadable reports the records the scan could not decode: whether
 	// they match is unknown, and they were not cancelled (nil: none).
 	Unreadable *Unreadable `json:"unreadable,omitempty"`
@@ -106,17 +115,22 @@ type BatchCancelReply struct {
 type Unreadable struct {
 	Count int `json:"count"`
 	// Errors maps a task id to why its record does not decode, for at most
-	// [MaxListedIDs] records.
-	Errors map[string]string `json:"errors"`
+	// [MaxListedIDs] records, fewer when the reply had to be cut to fit
+	// the server's max_payload (Omitted counts those left out).
+	Errors  map[string]string `json:"errors"`
+	Omitted int               `json:"omitted,omitempty"`
 }
 
 // MaxListedIDs bounds the ids a batch reply lists.
 const MaxListedIDs = 1000
 
-// DLQListRequest lists dead letters, oldest first.
+// DLQListRequest lists dead letters, oldest first, one page at a time.
 type DLQListRequest struct {
 	Filter
 	Limit int `json:"limit,omitempty"` // default 100, at most 10,000
+	// After lists the letters whose sequence is above it: the Next of the
+	// previous page. 0: from the first.
+	After uint64 `json:"after,omitempty"`
 }
 
 // DeadLetter is one message in AX_DLQ.
@@ -132,11 +146,18 @@ type DeadLetter struct {
 	Size     int       `json:"size"` // payload bytes
 }
 
-// DLQListReply lists dead letters.
+// DLQListReply is one page of dead letters.
 type DLQListReply struct {
 	Letters []DeadLetter `json:"letters"`
-	// Total is how many dead letters match the filter.
+	// Total is how many dead letters match the filter, in all pages.
 	Total uint64 `json:"total"`
+	// Next is set when more letters follow this page: ask again with it as
+	// After. 0: this page is the last.
+	Next uint64 `json:"next,omitempty"`
+	// Truncated is true when the page holds fewer letters than the limit
+	// because the reply had to fit the server's max_payload (or the
+	// request's time ran short); Next says where the rest starts.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // DLQReplayRequest replays one task (ID) or the dead letters matching a
@@ -153,6 +174,12 @@ type DLQReplayReply struct {
 	DryRun   bool              `json:"dry_run"`
 	Replayed []string          `json:"replayed"`
 	Skipped  map[string]string `json:"skipped,omitempty"` // task id -> reason
+	// ReplayedCount and SkippedCount count them all; Truncated is true when
+	// Replayed or Skipped lists part of them, cut to fit the server's
+	// max_payload.
+	ReplayedCount int  `json:"replayed_count"`
+	SkippedCount  int  `json:"skipped_count,omitempty"`
+	Truncated     bool `json:"truncated,omitempty"`
 }
 
 // StatsRequest asks for bucket statistics over a window of recent records.
@@ -182,10 +209,17 @@ type StatsReply struct {
 	// Rejects is the leader's report of mistyped submit subjects it saw
 	// (messages no bucket stored). Nil until a leader ran its watch.
 	Rejects *ax.RejectsReport `json:"rejects,omitempty"`
-	// Unserved lists, on a pools deployment, the task types waiting in the
-	// buckets that no live worker serves, with their depth and the store
-	// time of their oldest message ([kv.UnservedTypes]). Nil otherwise.
+	// Unserved lists the task types waiting in the buckets that no live
+	// worker serves, with their depth and the store time of their oldest
+	// message ([kv.UnservedTypes]); nil when there are none.
 	Unserved []kv.Unserved `json:"unserved,omitempty"`
+	// Truncated is true when the reply was cut to fit the server's
+	// max_payload: TypesOmitted task types (those with the fewest tasks
+	// finished in the window) and UnservedOmitted unserved types (the
+	// shallowest) are left out, and Unreadable lists part of its errors.
+	Truncated       bool `json:"truncated,omitempty"`
+	TypesOmitted    int  `json:"types_omitted,omitempty"`
+	UnservedOmitted int  `json:"unserved_omitted,omitempty"`
 }
 
 // TypeStats describes the tasks of one type that finished in the window.
@@ -231,7 +265,11 @@ type BucketStats struct {
 	RecommendedTimeout kv.Duration `json:"recommended_timeout"`
 }
 
-// WorkersReply lists the live workers.
+// WorkersReply lists the live workers, sorted by id.
 type WorkersReply struct {
 	Workers []kv.Member `json:"workers"`
+	// Omitted counts the workers left out to fit the server's max_payload
+	// (Truncated); those listed come first by id.
+	Omitted   int  `json:"omitted,omitempty"`
+	Truncated bool `json:"truncated,omitempty"`
 }

@@ -70,7 +70,7 @@ func limit(q url.Values) (int, error) {
 }
 
 // handleTasks searches tasks: ?id= (a prefix), type, tenant, state (comma
-// separated), limit.
+// separated), limit, after (the next page's cursor).
 func (d *Dashboard) handleTasks(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	n, err := limit(q)
@@ -78,7 +78,7 @@ func (d *Dashboard) handleTasks(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	req := admin.TasksListRequest{IDPrefix: strings.TrimSpace(q.Get("id")), Limit: n,
+	req := admin.TasksListRequest{IDPrefix: strings.TrimSpace(q.Get("id")), Limit: n, After: q.Get("after"),
 		Filter: admin.Filter{Type: q.Get("type"), Tenant: q.Get("tenant")}}
 	for s := range strings.SplitSeq(q.Get("state"), ",") {
 		if s = strings.ToUpper(strings.TrimSpace(s)); s != "" {
@@ -117,7 +117,8 @@ func (d *Dashboard) handleTask(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, &TaskDetail{Task: got.Task, Revision: got.Revision, Trail: trail.Trail})
 }
 
-// handleDLQ lists dead letters: ?type, tenant, limit.
+// handleDLQ lists dead letters: ?type, tenant, limit, after (the next
+// page's first sequence less one).
 func (d *Dashboard) handleDLQ(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	n, err := limit(q)
@@ -126,6 +127,12 @@ func (d *Dashboard) handleDLQ(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := admin.DLQListRequest{Filter: admin.Filter{Type: q.Get("type"), Tenant: q.Get("tenant")}, Limit: n}
+	if raw := q.Get("after"); raw != "" {
+		if req.After, err = strconv.ParseUint(raw, 10, 64); err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("after %q is not a sequence", raw))
+			return
+		}
+	}
 	proxy(d, w, r, admin.VerbDLQList, func(ctx context.Context, api *admin.Client) (*admin.DLQListReply, error) {
 		return api.ListDLQ(ctx, req)
 	})

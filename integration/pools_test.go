@@ -282,12 +282,12 @@ func TestPoolsUnservedDeadline(t *testing.T) {
 	m.requireServedTypes(serves)
 }
 
-// On a deployment without pools every worker serves every type, so a
-// deadline has no effect: ax pools deadline sets it and says so.
-func TestPoolsDeadlineWithoutPoolsSaysItHasNoEffect(t *testing.T) {
+// On a deployment without pools a deadline applies to the types no live
+// worker has a handler for: ax pools deadline sets it and says so.
+func TestPoolsDeadlineWithoutPoolsSaysWhatItDoes(t *testing.T) {
 	t.Parallel()
 	dev := startDev(t, "--workers", "0")
 	out := runAx(t, "pools", "deadline", "report", "1h", "--server", dev.url)
 	require.Contains(t, out, "report: dead-lettered after 1h0m0s unserved")
-	require.Contains(t, out, "deadlines have no effect")
+	require.Contains(t, out, "a deadline applies to the tasks of a type no live worker has a handler for")
 }

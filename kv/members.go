@@ -26,9 +26,18 @@ type Member struct {
 	Types []string `json:"types,omitempty"`
 	// Pools maps each type of Types to the shards the worker owns in that
 	// type's ring.
-	Pools     map[string][]int `json:"pools,omitempty"`
-	InFlight  int              `json:"in_flight"` // tasks running when it last renewed
-	StartedAt time.Time        `json:"started_at"`
+	Pools map[string][]int `json:"pools,omitempty"`
+	// Handles lists the task types the worker has a handler for, on every
+	// layout (sorted). A worker of a release before it announces none:
+	// what it handles is unknown, and it is taken to handle every type.
+	Handles []string `json:"handles,omitempty"`
+	// Unhandled lists the task types the worker put back lately (within a
+	// minute) because it has no handler for them, at most 100: on a
+	// deployment without pools, where every worker receives every type,
+	// the types that may wait for a worker that has one ([UnservedTypes]).
+	Unhandled []string  `json:"unhandled,omitempty"`
+	InFlight  int       `json:"in_flight"` // tasks running when it last renewed
+	StartedAt time.Time `json:"started_at"`
 	// RenewedAt is when the membership lease was last renewed.
 	RenewedAt time.Time `json:"renewed_at"`
 }
@@ -62,4 +71,25 @@ func ListMembers(ctx context.Context, js jetstream.JetStream, names streams.Name
 	}
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
+}
+
+// ServedTypes returns the task types the live members serve: on a pools
+// deployment the types of their pools ([Member.Types]), else the types
+// they have handlers for ([Member.Handles]). all is true when, on a
+// deployment without pools, a member does not say what it handles (a
+// worker of an earlier release): every type then counts as served.
+func ServedTypes(members []Member, pools bool) (served map[string]bool, all bool) {
+	served = map[string]bool{}
+	for _, m := range members {
+		types := m.Handles
+		if pools {
+			types = m.Types
+		} else if len(types) == 0 {
+			all = true
+		}
+		for _, t := range types {
+			served[t] = true
+		}
+	}
+	return served, all
 }

@@ -76,6 +76,12 @@ type Move struct {
 	TimedOut bool `json:"timed_out,omitempty"`
 }
 
+// ActionNoHandler is the [Move.Action] of a task a worker put back READY
+// because it has no handler for the task's type: the task waits for a
+// worker that has one (its attempt is not counted). The claim just before
+// such a move is part of the wait.
+const ActionNoHandler = "no_handler"
+
 // Actor says who makes a move and why; it fills the trail event.
 type Actor struct {
 	Worker string // worker id, or "" for a client or operator

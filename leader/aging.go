@@ -154,15 +154,23 @@ func (a *aging) servedTypes() func(context.Context) ([]string, error) {
 }
 
 // waitingSince returns when the task became READY, not counting aging
-// moves, and how often it was lifted since: it is due for its next level
-// after (lifts+1) thresholds, so detection lag does not add up.
+// moves nor the put-backs of workers without its handler (each with the
+// claim before it: the task waited all along), and how often it was lifted
+// since: it is due for its next level after (lifts+1) thresholds, so
+// detection lag does not add up.
 func waitingSince(rec *kv.Record) (time.Time, int) {
 	lifts := 0
 	for i := len(rec.Trail) - 1; i >= 0; i-- {
-		if rec.Trail[i].Action != "aging" {
+		switch rec.Trail[i].Action {
+		case "aging":
+			lifts++
+		case kv.ActionNoHandler:
+			if i > 0 && rec.Trail[i-1].To == kv.StateRunning {
+				i-- // its claim
+			}
+		default:
 			return rec.Trail[i].At, lifts
 		}
-		lifts++
 	}
 	return rec.UpdatedAt, lifts
 }
@@ -181,6 +189,12 @@ func (a *aging) lift(ctx context.Context, stream jetstream.Stream, prio int, raw
 	}
 	if err != nil {
 		return false, err
+	}
+	if rec.LastMove().Action == kv.ActionNoHandler {
+		// A worker without its handler put it back: it waits for one that
+		// has it, as an unserved type of a pools deployment does, at its
+		// own priority.
+		return false, nil
 	}
 	if rec.State != kv.StateReady || rec.StreamSeq != raw.Sequence || rec.MessageStream(names) != names.PriorityStream(prio) {
 		return false, nil // running, retrying, or not the task's current message

@@ -117,3 +117,46 @@ func TestNoAgingStarves(t *testing.T) {
 	rec, _ := agingRun(t, -1, 4*threshold+time.Second)
 	require.Nil(t, rec, "a P4 task ran while P0 was saturated and aging was off")
 }
+
+// On the default layout, a task a worker put back for want of its handler
+// is not lifted: it waits for a worker that has the handler at its own
+// priority, as an unserved type of a pools deployment does (lifted, it
+// would climb to P0, taking the room of tasks that can run). Fails without
+// the check: the tasks reach P0.
+func TestAgingLeavesPutBackTasksWhereTheyAre(t *testing.T) {
+	t.Parallel()
+	lb := setupLoops(t, 1, nil, leader.Config{AgingThreshold: 200 * time.Millisecond})
+	ctx := context.Background()
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("x", func(context.Context, *worker.Task) error { return nil }, nil))
+	_, wjs := lb.srv.Connect()
+	w, err := worker.New(ctx, wjs, &worker.Config{Registry: reg, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, w.Stop(sctx))
+	})
+	var ids []string
+	for range 4 {
+		info, err := lb.client.Submit(ctx, ax.TaskSpec{Type: "report", Priority: ax.P4})
+		require.NoError(t, err)
+		ids = append(ids, info.ID)
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, id := range ids {
+			rec, _, err := lb.client.Store().Get(ctx, id)
+			if assert.NoError(c, err) {
+				assert.Equal(c, kv.ActionNoHandler, rec.LastMove().Action)
+			}
+		}
+	}, 30*time.Second, 20*time.Millisecond)
+	time.Sleep(2 * time.Second) // ten thresholds: P4 would reach P0 after four
+	for _, id := range ids {
+		rec, _, err := lb.client.Store().Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, 4, rec.Priority, "task %s lifted: %v", id, rec.Trail)
+		require.Equal(t, kv.StateReady, rec.State)
+	}
+}

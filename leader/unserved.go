@@ -16,11 +16,15 @@ import (
 	"go.uber.org/zap"
 )
 
-// unservedExpiry dead-letters, on a pools deployment, the waiting tasks of a
-// task type for which an operator set a deadline ([UnservedDeadlines]) once
-// no live worker has served the type for that long and the task itself has
-// waited that long. A type served again restarts its clock, so a rolling
-// restart of its pool dead-letters nothing.
+// unservedExpiry dead-letters the waiting tasks of a task type for which an
+// operator set a deadline ([UnservedDeadlines]) once no live worker has
+// served the type for that long and the task itself has waited that long:
+// on a pools deployment no worker of the type's pool, on the default layout
+// no worker with a handler for it ([kv.ServedTypes]; a worker of an earlier
+// release, which does not say, serves every type). A type served again
+// restarts its clock, so a rolling restart of its pool dead-letters
+// nothing. The deadline for every type ("*") applies, on the default
+// layout, to the types live workers put back lately ([kv.UnservedAmong]).
 //
 // When the type was last served is what this leader saw: a new leader
 // starts every clock at its election, so a failover only delays a burial.
@@ -44,6 +48,9 @@ type unservedExpiry struct {
 	control  jetstream.KeyValue
 	start    time.Time
 	servedAt map[string]time.Time // when this leader last saw a live worker serve the type
+	// allServedAt is when this leader last saw a live worker that does not
+	// say which types it handles (an earlier release): every type served.
+	allServedAt time.Time
 	// cursor is where the scan of a type in a bucket resumes when the last
 	// pass ran out of budget: messages it cannot bury (tasks an operator
 	// paused) would otherwise hide, pass after pass, the tasks behind them.
@@ -81,9 +88,7 @@ func (u *unservedExpiry) pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if !streams.UsesPools(first.CachedInfo().Config) {
-		return nil // every worker serves every type
-	}
+	pools := streams.UsesPools(first.CachedInfo().Config)
 	// Every pass tracks when each type was last served, deadline or not:
 	// a deadline set just after a type's last worker left counts from then.
 	members, err := kv.ListMembers(ctx, u.l.js, names)
@@ -91,24 +96,30 @@ func (u *unservedExpiry) pass(ctx context.Context) error {
 		return err
 	}
 	now := time.Now()
-	served := map[string]bool{}
-	for _, m := range members {
-		for _, t := range m.Types {
-			served[t] = true
-			u.servedAt[t] = now
-		}
+	served, all := kv.ServedTypes(members, pools)
+	if all {
+		// A live worker of an earlier release does not say which types it
+		// handles: as far as the leader can tell, it serves every type.
+		u.allServedAt = now
+		return nil
+	}
+	for t := range served {
+		u.servedAt[t] = now
 	}
 	deadlines, _, err := ax.ReadUnservedDeadlines(ctx, u.control)
-	if err != nil || len(deadlines.Deadlines) == 0 {
+	if err != nil {
 		return err
+	}
+	if len(deadlines.Deadlines) == 0 {
+		clear(u.cursor)
+		return nil
 	}
 	expiring := maps.Clone(deadlines.Deadlines)
 	delete(expiring, ax.AnyUnservedType)
 	if fallback, ok := deadlines.Deadlines[ax.AnyUnservedType]; ok {
-		// Every type waiting unserved, as the operators' stats list them
-		// (the buckets' subject counts): a type without a deadline of its
-		// own takes this one.
-		waiting, err := kv.WaitingTypes(ctx, u.l.js, names, served)
+		// Every type waiting unserved, as the operators' stats list them:
+		// a type without a deadline of its own takes this one.
+		waiting, err := kv.UnservedAmong(ctx, u.l.js, names, members, pools)
 		if err != nil {
 			return err
 		}
@@ -118,6 +129,7 @@ func (u *unservedExpiry) pass(ctx context.Context) error {
 			}
 		}
 	}
+	u.forgetCursors(expiring)
 	budget := scanBudget{lifts: u.l.cfg.AgingBatch, scans: 10 * u.l.cfg.AgingBatch}
 	for _, t := range slices.Sorted(maps.Keys(expiring)) {
 		deadline := time.Duration(expiring[t])
@@ -132,6 +144,9 @@ func (u *unservedExpiry) pass(ctx context.Context) error {
 		if !ok {
 			since = u.start
 		}
+		if u.allServedAt.After(since) {
+			since = u.allServedAt
+		}
 		if served[t] || now.Sub(since) < deadline {
 			continue
 		}
@@ -144,6 +159,28 @@ func (u *unservedExpiry) pass(ctx context.Context) error {
 	return nil
 }
 
+// forgetCursors drops the scan cursors of the types no longer expiring: the
+// types a producer made up come and go, and their cursors must go with
+// them.
+func (u *unservedExpiry) forgetCursors(expiring map[string]kv.Duration) {
+	keep := map[string]bool{}
+	for t := range expiring {
+		for prio := range streams.Priorities {
+			keep[u.filter(prio, t)] = true
+		}
+	}
+	for f := range u.cursor {
+		if !keep[f] {
+			delete(u.cursor, f)
+		}
+	}
+}
+
+// filter is the subject filter of type t's messages in bucket prio.
+func (u *unservedExpiry) filter(prio int, t string) string {
+	return fmt.Sprintf("%s.p%d.*.*.%s.>", u.l.cfg.Names.Prefix(), prio, t)
+}
+
 // scan buries the messages of type t in bucket prio that waited deadline,
 // oldest first, stopping at the first one stored less than deadline ago.
 func (u *unservedExpiry) scan(ctx context.Context, prio int, t string, deadline, unserved time.Duration, budget *scanBudget) error {
@@ -152,7 +189,7 @@ func (u *unservedExpiry) scan(ctx context.Context, prio int, t string, deadline,
 	if err != nil {
 		return err
 	}
-	filter := fmt.Sprintf("%s.p%d.*.*.%s.>", names.Prefix(), prio, t)
+	filter := u.filter(prio, t)
 	cutoff := time.Now().Add(-deadline)
 	reason := fmt.Sprintf("unserved: no live worker served task type %q for %s (its deadline is %s)", t, unserved.Round(time.Second), deadline)
 	seq := max(stream.CachedInfo().State.FirstSeq, u.cursor[filter])

@@ -2,6 +2,7 @@ package leader_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 )
 
 // journal counts the executions of each task id by a handler.
@@ -233,11 +235,16 @@ func TestUnservedDeadlineReplayWhileUnserved(t *testing.T) {
 	requireOutcomes(t, b, newJournal(), ids)
 }
 
-// On the default layout (every worker serves every type) a deadline does
-// nothing: a task with no worker at all waits, READY.
-func TestUnservedDeadlineIgnoredWithoutPools(t *testing.T) {
+// On the default layout a deadline applies to the types no live worker has
+// a handler for (kv.Member.Handles). While a live member of an earlier
+// release, which does not say what it handles, is there, every type counts
+// as served and nothing is buried; once only a worker without a "report"
+// handler is left, the waiting report tasks (a Go submit and a raw publish)
+// are dead-lettered with the reason. Before, a deadline did nothing on the
+// default layout.
+func TestUnservedDeadlineOnDefaultLayout(t *testing.T) {
 	t.Parallel()
-	lb := setupLoops(t, 1, nil, leader.Config{UnservedInterval: 20 * time.Millisecond})
+	lb := setupLoops(t, 1, nil, leader.Config{UnservedInterval: 20 * time.Millisecond, Logger: zaptest.NewLogger(t)})
 	ctx := context.Background()
 	nc, ajs := lb.srv.Connect()
 	svc, err := admin.New(ctx, ajs, nil)
@@ -245,6 +252,15 @@ func TestUnservedDeadlineIgnoredWithoutPools(t *testing.T) {
 	require.NoError(t, svc.Start(ctx))
 	t.Cleanup(func() { _ = svc.Stop(ctx) })
 	api := admin.NewClient(nc, streams.Names{})
+	workers, err := lb.js.KeyValue(ctx, "AX_WORKERS")
+	require.NoError(t, err)
+	data, err := json.Marshal(kv.Member{ID: "old", Shards: []int{}})
+	require.NoError(t, err)
+	lease, err := json.Marshal(kv.LeaseRecord{Holder: "old", RenewedAt: time.Now(), TTL: kv.Duration(time.Hour), Data: data})
+	require.NoError(t, err)
+	_, err = workers.Put(ctx, "old", lease)
+	require.NoError(t, err)
+
 	_, err = api.SetUnservedDeadline(ctx, "report", time.Second)
 	require.NoError(t, err)
 	info, err := lb.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k"})
@@ -254,11 +270,30 @@ func TestUnservedDeadlineIgnoredWithoutPools(t *testing.T) {
 	time.Sleep(2500 * time.Millisecond)
 	rec, _, err := lb.client.Store().Get(ctx, info.ID)
 	require.NoError(t, err)
-	require.Equal(t, kv.StateReady, rec.State)
+	require.Equal(t, kv.StateReady, rec.State, "a member that does not say what it handles serves every type")
 	natstest.GetMsg(t, lb.js, ack.Stream, ack.Sequence) // still there
+
+	require.NoError(t, workers.Delete(ctx, "old"))
+	_, wjs := lb.srv.Connect()
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("x", func(context.Context, *worker.Task) error { return nil }, nil))
+	w, err := worker.New(ctx, wjs, &worker.Config{Registry: reg, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		rec, _, err := lb.client.Store().Get(ctx, info.ID)
+		if assert.NoError(c, err) {
+			assert.Equal(c, kv.StateDead, rec.State)
+			assert.Contains(c, rec.LastError, `unserved: no live worker served task type "report"`)
+		}
+	}, 30*time.Second, 50*time.Millisecond)
 	stream, err := lb.js.Stream(ctx, "AX_DLQ")
 	require.NoError(t, err)
-	require.Zero(t, stream.CachedInfo().State.Msgs)
+	require.Eventually(t, func() bool {
+		info, err := stream.Info(ctx)
+		return err == nil && info.State.Msgs == 2
+	}, 30*time.Second, 50*time.Millisecond, "both report tasks dead-lettered")
 }
 
 // A raw publish of an unserved type with a malformed header (one a worker

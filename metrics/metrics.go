@@ -1,5 +1,6 @@
 // Package metrics exposes ax's Prometheus metrics from its own registry (no
-// global state): task outcomes by type, tenant, priority and outcome, run
+// global state): task outcomes by type, tenant, priority and outcome (the
+// types and tenants bounded: [Config.MaxLabelValues]), run
 // times, retries, bucket depth and in-flight gauges read from JetStream at
 // scrape time, the dead-letter count, and the leader and pressure gauges
 // that the scheduler's leader loops set through [Metrics.SetLeader] and
@@ -8,12 +9,14 @@
 package metrics
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/ax-mesh/ax/streams"
@@ -34,11 +37,22 @@ type Config struct {
 	Names streams.Names
 	// ScrapeTimeout bounds the JetStream reads of one scrape. Default 5s.
 	ScrapeTimeout time.Duration
+	// MaxLabelValues bounds the values of each label a producer chooses:
+	// the task types and, apart, the tenants of the task metrics, and the
+	// types of the unserved gauges. The busiest keep their own value, the
+	// others are counted under [OtherLabel] ("_other"), so that a producer
+	// submitting many distinct types or tenants cannot grow the series
+	// without bound. Default 100 ([DefaultMaxLabelValues]); -1: no bound.
+	MaxLabelValues int
 }
 
 // Metrics holds ax's collectors in a registry of its own. Its methods are
 // safe for concurrent use.
 type Metrics struct {
+	mu      sync.Mutex  // serializes the task metrics with their label bounds
+	types   *labelBound // (mu)
+	tenants *labelBound // (mu)
+
 	reg      *prometheus.Registry
 	tasks    *prometheus.CounterVec
 	retries  *prometheus.CounterVec
@@ -79,14 +93,28 @@ func New(cfg *Config) *Metrics {
 	}
 	m.reg.MustRegister(m.tasks, m.retries, m.runTime, m.leader, m.pressure, m.repairs, m.rejects,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	maxValues := cmp.Or(cfg.MaxLabelValues, DefaultMaxLabelValues)
+	m.types = newLabelBound(maxValues, func(v string) { m.dropSeries("type", v) })
+	m.tenants = newLabelBound(maxValues, func(v string) { m.dropSeries("tenant", v) })
 	if cfg.JetStream != nil {
 		timeout := cfg.ScrapeTimeout
 		if timeout <= 0 {
 			timeout = 5 * time.Second
 		}
-		m.reg.MustRegister(newStreamCollector(cfg.JetStream, names, timeout), newUnservedCollector(cfg.JetStream, names, timeout))
+		m.reg.MustRegister(newStreamCollector(cfg.JetStream, names, timeout), newUnservedCollector(cfg.JetStream, names, timeout, maxValues))
 	}
 	return m
+}
+
+// dropSeries deletes the task series of a label value no longer kept on its
+// own. m.mu must be held.
+func (m *Metrics) dropSeries(label, value string) {
+	match := prometheus.Labels{label: value}
+	m.tasks.DeletePartialMatch(match)
+	m.retries.DeletePartialMatch(match)
+	if label == "type" {
+		m.runTime.DeletePartialMatch(match)
+	}
 }
 
 // Registry returns the registry, to add collectors or gather in tests.
@@ -96,9 +124,13 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 var _ worker.Observer = (*Metrics)(nil)
 
 // TaskFinished records a settled attempt; it implements [worker.Observer].
-// The outcome's string is the "outcome" label.
+// The outcome's string is the "outcome" label; the type and the tenant are
+// bounded ([Config.MaxLabelValues]).
 func (m *Metrics) TaskFinished(taskType, tenant string, priority int, outcome worker.Outcome, runTime time.Duration) {
 	p := "p" + strconv.Itoa(priority)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	taskType, tenant = m.types.value(taskType), m.tenants.value(tenant)
 	m.tasks.WithLabelValues(taskType, tenant, p, string(outcome)).Inc()
 	if outcome == worker.OutcomeRetry {
 		m.retries.WithLabelValues(taskType, tenant, p).Inc()

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
@@ -24,6 +23,7 @@ type envelope struct {
 	opts      streams.Options
 	bad       error // why the message breaks the contract; nil if it does not
 	handler   handler
+	unhandled bool      // no handler is registered for the type: the task is put back ([Worker.decline])
 	stream    string    // the bucket stream it was delivered from
 	seq       uint64    // stream sequence
 	published time.Time // when the message was stored
@@ -65,10 +65,7 @@ func (w *Worker) parse(d *delivery, meta *jetstream.MsgMetadata) *envelope {
 		env.id = streams.FallbackID(meta.Stream, meta.Sequence.Stream, meta.Timestamp) // no Nats-Msg-Id
 	}
 	h, ok := w.cfg.Registry.lookup(stored.Type)
-	if !ok && env.bad == nil {
-		env.bad = fmt.Errorf("%w %q (registered: %s)", ErrNoHandler, stored.Type, strings.Join(w.cfg.Registry.Types(), ", "))
-	}
-	env.handler = h
+	env.handler, env.unhandled = h, !ok
 	return env
 }
 
@@ -367,6 +364,9 @@ func (w *Worker) start(r *kv.Record, env *envelope) {
 	r.Delivery = env.delivered
 	r.Stream, r.StreamSeq = env.stream, env.seq
 	r.StartedAt = &now
+	if env.unhandled {
+		return // put back at once: the type's handler sets the defaults below
+	}
 	if r.MaxAttempts == 0 {
 		r.MaxAttempts = cmp.Or(env.handler.cfg.MaxAttempts, w.cfg.DefaultMaxAttempts)
 	}

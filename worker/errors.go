@@ -15,7 +15,9 @@ var (
 	// ErrTimeout is the cause of a handler context cancelled at the task's
 	// timeout; the attempt counts as failed.
 	ErrTimeout = errors.New("task timed out")
-	// ErrNoHandler means no handler is registered for a task's type.
+	// ErrNoHandler means no handler is registered for a task type
+	// ([Registry.Only]). A worker never dead-letters a task for it: it
+	// puts the task back for a worker that has the handler.
 	ErrNoHandler = errors.New("no handler registered for task type")
 	// ErrMalformed means a task message breaks the wire contract.
 	ErrMalformed = errors.New("malformed task")
@@ -87,3 +89,7 @@ func RetryAfter(d time.Duration, err error) error {
 	}
 	return &RetryAfterError{Delay: d, Err: err}
 }
+
+// ActionNoHandler is the trail action of a task put back READY by a worker
+// that has no handler for its type ([kv.ActionNoHandler]).
+const ActionNoHandler = kv.ActionNoHandler

@@ -35,10 +35,18 @@ func (w *Worker) process(d *delivery) {
 	if w.deferDelayed(d, env) {
 		return
 	}
+	if env.unhandled && env.bad == nil && w.stillUnhandled(d, env) {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	rec, rev, ok := w.claim(ctx, d, env)
 	cancel()
 	if !ok {
+		return
+	}
+	deadlinePassed := rec.Deadline != nil && time.Now().After(*rec.Deadline)
+	if env.unhandled && env.bad == nil && rec.Burying == "" && !deadlinePassed {
+		w.decline(d, env, rec, rev)
 		return
 	}
 	w.stats.Started.Add(1)
@@ -48,17 +56,17 @@ func (w *Worker) process(d *delivery) {
 		// could not be written: bury it without running the handler again.
 		w.bury(d, env, rec, rev, &decidedError{reason: rec.Burying})
 		return
+	case env.bad != nil:
+		w.fail(d, env, rec, rev, Permanent(env.bad))
+		return
+	case deadlinePassed:
+		w.fail(d, env, rec, rev, Permanent(fmt.Errorf("%w (%s)", ErrDeadlinePassed, rec.Deadline.Format(time.RFC3339))))
+		return
 	case rec.Attempt > rec.MaxAttempts:
 		// Only lost attempts (their worker crashed, froze or was cut off)
 		// take a task past its last attempt: the handler may be what kills
 		// its worker, so it does not run again.
 		w.bury(d, env, rec, rev, abandoned(rec))
-		return
-	case env.bad != nil:
-		w.fail(d, env, rec, rev, Permanent(env.bad))
-		return
-	case rec.Deadline != nil && time.Now().After(*rec.Deadline):
-		w.fail(d, env, rec, rev, Permanent(fmt.Errorf("%w (%s)", ErrDeadlinePassed, rec.Deadline.Format(time.RFC3339))))
 		return
 	}
 	runErr, cause := w.run(env, rec, rev, d)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
@@ -35,18 +36,20 @@ func (w *Worker) newMember(ctx context.Context) (*member, error) {
 	now := time.Now().UTC()
 	return &member{lease: lease, started: now, record: kv.Member{
 		ID: w.cfg.ID, Host: host, Concurrency: w.cfg.Concurrency, Version: w.cfg.Version,
-		Shards: []int{}, StartedAt: now,
+		Shards: []int{}, Handles: slices.Sorted(slices.Values(w.cfg.Registry.Types())), StartedAt: now,
 	}}, nil
 }
 
 // announce sets the member record the next renewal writes: the shards the
-// worker owns and the tasks it runs now.
+// worker owns, the tasks it runs now and the types it put back lately for
+// want of a handler.
 func (w *Worker) announce(m *member) {
 	m.record.Shards, m.record.Pools = w.ownedShards()
 	if w.typed {
 		m.record.Types = w.types()
 	}
 	m.record.InFlight = w.inFlight()
+	m.record.Unhandled = w.unhandled.list(time.Now())
 	data, err := json.Marshal(m.record)
 	if err != nil {
 		w.log.Error("member_encode", zap.Error(err))

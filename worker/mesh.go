@@ -59,13 +59,14 @@ func meshEnd(ctx, guarded context.Context, err error) error {
 
 // meshView is what a member knows of the mesh (owned by the mesh loop).
 type meshView struct {
-	live         map[string][]string // member ids with a live lease: the types they serve (pools)
-	liveReady    bool                // the initial member listing was read
-	table        ShardTable          // without pools
-	pools        PoolTable           // with pools
-	tableRev     uint64              // of table or pools
-	tableReady   bool                // the initial table was read
+	live         map[string]peer // member ids with a live lease: what they serve
+	liveReady    bool            // the initial member listing was read
+	table        ShardTable      // without pools
+	pools        PoolTable       // with pools
+	tableRev     uint64          // of table or pools
+	tableReady   bool            // the initial table was read
 	lastApplied  Assignment
+	lastAssist   []int // the shards assisted when lastApplied was applied
 	appliedPools map[string]Assignment
 	applied      bool
 }
@@ -110,7 +111,7 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) (err error) {
 	}
 	defer func() { _ = kv.StopWatch(tableWatch) }()
 
-	v := &meshView{live: map[string][]string{}}
+	v := &meshView{live: map[string]peer{}}
 	delivered := map[string]bool{}         // members the watch delivered before its mark
 	refresh := time.NewTicker(time.Second) // in-flight counts for the next renewal
 	defer refresh.Stop()
@@ -131,6 +132,7 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) (err error) {
 				delivered[e.Key()] = true
 			}
 			v.member(e, w.log)
+			w.peers.Store(v.peerHandles(w.cfg.ID))
 		case e, ok := <-tableWatch.Updates():
 			if !ok {
 				return fmt.Errorf("watch shard table: closed")
@@ -184,7 +186,7 @@ func (v *meshView) member(e jetstream.KeyValueEntry, log *zap.Logger) {
 		if err != nil {
 			log.Debug("member_decode", zap.String("member", e.Key()), zap.Error(err))
 		}
-		v.live[e.Key()] = rec.Types
+		v.live[e.Key()] = peer{types: rec.Types, handles: rec.Handles}
 	} else {
 		delete(v.live, e.Key())
 	}
@@ -260,18 +262,19 @@ func (w *Worker) reconcile(ctx context.Context, control jetstream.KeyValue, v *m
 			v.table, v.tableRev = next, rev
 		}
 	}
-	if v.applied && v.lastApplied == v.table.Owners {
+	assist := w.assistShards(v)
+	if v.applied && v.lastApplied == v.table.Owners && slices.Equal(v.lastAssist, assist) {
 		return false
 	}
 	mine := v.table.Owners.Shards(w.cfg.ID)
-	if err := w.serveShards(ctx, w.sets[0], mine); err != nil {
+	if err := w.serveShards(ctx, w.sets[0], mine, assist); err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn("serve_shards_failed", zap.Error(err))
 		}
 		return false // try again on the next event or tick
 	}
 	w.markServing()
-	v.lastApplied, v.applied = v.table.Owners, true
-	w.log.Info("shards_served", zap.Ints("owned", mine), zap.Uint64("table_revision", v.tableRev))
+	v.lastApplied, v.lastAssist, v.applied = v.table.Owners, assist, true
+	w.log.Info("shards_served", zap.Ints("owned", mine), zap.Ints("assisted", assist), zap.Uint64("table_revision", v.tableRev))
 	return true
 }

@@ -38,7 +38,7 @@ func (w *Worker) types() []string {
 func (w *Worker) serveFixed(ctx context.Context) error {
 	var errs []error
 	for _, s := range w.sets {
-		errs = append(errs, w.serveShards(ctx, s, w.cfg.Shards))
+		errs = append(errs, w.serveShards(ctx, s, w.cfg.Shards, nil))
 	}
 	return errors.Join(errs...)
 }
@@ -47,8 +47,8 @@ func (w *Worker) serveFixed(ctx context.Context) error {
 // taskType.
 func (v *meshView) membersOf(taskType string) []string {
 	var out []string
-	for id, types := range v.live {
-		if slices.Contains(types, taskType) {
+	for id, p := range v.live {
+		if slices.Contains(p.types, taskType) {
 			out = append(out, id)
 		}
 	}
@@ -88,7 +88,7 @@ func (w *Worker) reconcilePools(ctx context.Context, control jetstream.KeyValue,
 	}
 	for _, s := range w.sets {
 		mine := owners[s.typ].Shards(w.cfg.ID)
-		if err := w.serveShards(ctx, s, mine); err != nil {
+		if err := w.serveShards(ctx, s, mine, nil); err != nil {
 			if ctx.Err() == nil {
 				w.log.Warn("serve_shards_failed", zap.String("type", s.typ), zap.Error(err))
 			}

@@ -131,7 +131,7 @@ func (r *Registry) Types() []string {
 // that serves part of what a registry holds (a pool). A type not
 // registered here is an error. A worker with such a registry starts only on
 // a pools deployment: on the default layout every worker receives every
-// type, and it would dead-letter the others ([ErrConfigMismatch]).
+// type, and it would only put the others back ([ErrConfigMismatch]).
 func (r *Registry) Only(types ...string) (*Registry, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()

@@ -19,9 +19,10 @@ import (
 type shardMode int
 
 const (
-	shardIdle  shardMode = iota // not consumed
-	shardOwned                  // consumed as its owner
-	shardSteal                  // consumed only while its backlog is above the steal threshold (overflow policy)
+	shardIdle   shardMode = iota // not consumed
+	shardOwned                   // consumed as its owner
+	shardSteal                   // consumed only while its backlog is above the steal threshold (overflow policy)
+	shardAssist                  // consumed beside its owner, which lacks a handler this worker has (see [Worker.assistShards])
 )
 
 // shardSet holds the consumers of the shards a worker serves, five per shard
@@ -84,7 +85,7 @@ func (w *Worker) bindShards(ctx context.Context) error {
 	if pools == nil {
 		if w.cfg.Registry.narrowed {
 			return fmt.Errorf("%w: the worker serves only %s (Registry.Only, ax worker --types), but the deployment routes every type to every worker "+
-				"and it would dead-letter the others; provision it with pools (ax provision --pools) or serve every type", ErrConfigMismatch, strings.Join(slices.Sorted(slices.Values(w.cfg.Registry.Types())), ", "))
+				"and the tasks of the others would wait on its shards for another worker; provision it with pools (ax provision --pools) or serve every type", ErrConfigMismatch, strings.Join(slices.Sorted(slices.Values(w.cfg.Registry.Types())), ", "))
 		}
 		w.sets = []*shardSet{{}}
 	} else {
@@ -119,10 +120,10 @@ func (w *Worker) canSteal() bool {
 }
 
 // serveShards switches every shard of set s to its mode: the shards in
-// mine are owned, the others are stolen from (overflow policy) or left
-// alone. Shards switch in parallel, each taking a few round trips to the
-// server.
-func (w *Worker) serveShards(ctx context.Context, s *shardSet, mine []int) error {
+// mine are owned, those in assist are pulled from beside their owner, the
+// others are stolen from (overflow policy) or left alone. Shards switch in
+// parallel, each taking a few round trips to the server.
+func (w *Worker) serveShards(ctx context.Context, s *shardSet, mine, assist []int) error {
 	errs := make([]error, streams.Shards)
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -133,6 +134,8 @@ func (w *Worker) serveShards(ctx context.Context, s *shardSet, mine []int) error
 				switch {
 				case slices.Contains(mine, shard):
 					mode = shardOwned
+				case slices.Contains(assist, shard):
+					mode = shardAssist
 				case w.canSteal():
 					mode = shardSteal
 				}
@@ -297,7 +300,7 @@ func (w *Worker) stopShards() {
 func (w *Worker) serveNone(ctx context.Context) error {
 	var errs []error
 	for _, s := range w.sets {
-		errs = append(errs, w.serveShards(ctx, s, nil))
+		errs = append(errs, w.serveShards(ctx, s, nil, nil))
 	}
 	return errors.Join(errs...)
 }

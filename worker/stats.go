@@ -13,11 +13,14 @@ type Stats struct {
 	// Abandoned counts handlers that did not return within AbandonAfter of
 	// their context's end: their goroutines still run (leaked).
 	Abandoned int64
+	// Unhandled counts deliveries put back because the worker has no
+	// handler for their type (they wait for a worker that has one).
+	Unhandled int64
 }
 
 // counters are the live outcome counters behind [Stats].
 type counters struct {
-	Started, Succeeded, Retried, Dead, Dropped, Abandoned atomic.Int64
+	Started, Succeeded, Retried, Dead, Dropped, Abandoned, Unhandled atomic.Int64
 }
 
 // Stats returns a snapshot of the worker's outcome counters. Each counter is
@@ -26,5 +29,5 @@ type counters struct {
 func (w *Worker) Stats() Stats {
 	c := &w.stats
 	return Stats{Started: c.Started.Load(), Succeeded: c.Succeeded.Load(), Retried: c.Retried.Load(),
-		Dead: c.Dead.Load(), Dropped: c.Dropped.Load(), Abandoned: c.Abandoned.Load()}
+		Dead: c.Dead.Load(), Dropped: c.Dropped.Load(), Abandoned: c.Abandoned.Load(), Unhandled: c.Unhandled.Load()}
 }

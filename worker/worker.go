@@ -36,7 +36,9 @@ type Worker struct {
 	// earlier epoch no longer holds its task ([Task.Held]).
 	memberEpoch atomic.Uint64
 	meshDone    chan struct{}
-	serving     chan struct{} // closed once the mesh's shards are first served
+	serving     chan struct{}             // closed once the mesh's shards are first served
+	peers       atomic.Pointer[peerTypes] // what the live peers handle; nil with fixed shards
+	unhandled   unhandledTypes            // types put back lately for want of a handler
 
 	stopping  atomic.Bool
 	stopCh    chan struct{} // closed when Stop begins

@@ -199,9 +199,13 @@ function renderOverview() {
           h("td", {}, t.timeout ? fmtDur(t.timeout) : "–"),
           h("td", {}, t.samples ? fmtDur(t.recommended_timeout) : "–")))));
     }
+    if (s.truncated) {
+      out.push(h("p", { class: "warn", id: "stats-truncated" },
+        `The stats reply was cut to fit the server's max_payload: ${s.types_omitted || 0} task types (the fewest finished) and ${s.unserved_omitted || 0} unserved types (the shallowest) are not shown.`));
+    }
     if ((s.unserved || []).length) {
       out.push(h("h2", {}, "Unserved types ", h("small", { class: "muted" },
-        "waiting in the buckets: no live worker serves them (pools)")));
+        "waiting in the buckets: no live worker serves them (no worker of their pool, or none with their handler)")));
       out.push(h("table", { id: "unserved" },
         h("tr", {}, ["type", "waiting", "oldest since", "dead-lettered after"].map((c, i) => h("th", { class: i === 1 ? "num" : null }, c))),
         s.unserved.map((u) => h("tr", { "data-type": u.type, class: "warn" },
@@ -243,7 +247,9 @@ function startLive() {
 
 async function pageWorkers() {
   const r = await api("/api/workers");
-  main.replaceChildren(h("h2", {}, `Workers (${r.workers.length})`), h("table", { id: "workers" },
+  main.replaceChildren(h("h2", {}, `Workers (${r.workers.length + (r.omitted || 0)})`),
+    r.truncated ? h("p", { class: "warn", id: "workers-truncated" }, `The reply was cut to fit the server's max_payload: ${r.omitted} workers not shown.`) : "",
+    h("table", { id: "workers" },
     h("tr", {}, ["id", "host", "version", "slots", "in flight", "shards", "started", "renewed"].map((c) => h("th", {}, c))),
     r.workers.map((w) => h("tr", { "data-worker": w.id }, h("td", {}, w.id), h("td", {}, w.host), h("td", {}, w.version),
       h("td", { class: "num" }, w.concurrency), h("td", { class: "num" }, w.in_flight),
@@ -278,6 +284,13 @@ function filterForm(id, fields, params, onsubmit) {
     h("button", { type: "submit", id: `${id}-submit` }, "Search"));
 }
 
+// withParam returns params with name set to value, as a query string.
+function withParam(params, name, value) {
+  const q = new URLSearchParams(params);
+  q.set(name, value);
+  return q.toString();
+}
+
 function go(page, data) {
   const q = new URLSearchParams();
   for (const [k, v] of data) if (v) q.set(k, v);
@@ -290,7 +303,9 @@ async function pageTasks(params) {
   const r = await api(`/api/tasks?${params}`);
   if (r.tasks.length === 1 && params.get("id") === r.tasks[0].id) { location.hash = `#/task/${encodeURIComponent(r.tasks[0].id)}`; return; }
   main.replaceChildren(h("h2", {}, "Tasks"), form,
-    h("p", { class: "muted", id: "matched" }, `${r.matched} matching, most recently updated first${r.matched > r.tasks.length ? `, showing ${r.tasks.length}` : ""}`),
+    h("p", { class: "muted", id: "matched" }, `${r.matched} matching, most recently updated first${r.matched > r.tasks.length ? `, showing ${r.tasks.length}` : ""}`,
+      r.truncated ? " (cut to fit the server's max_payload)" : "",
+      r.next ? [" · ", h("a", { id: "tasks-next", href: `#/tasks?${withParam(params, "after", r.next)}` }, "next page")] : ""),
     h("table", { id: "tasks" }, h("tr", {}, ["id", "type", "tenant", "priority", "state", "attempt", "updated", "last error"].map((c) => h("th", {}, c))),
       r.tasks.map((t) => h("tr", { "data-task": t.id }, h("td", {}, taskLink(t.id)), h("td", {}, t.type), h("td", {}, t.tenant),
         h("td", {}, `P${t.priority}`), h("td", {}, badge(t.state)), h("td", { class: "num" }, `${t.attempt}/${t.max_attempts || "–"}`),
@@ -354,6 +369,9 @@ async function pageDLQ(params) {
     route().render();
   };
   main.replaceChildren(h("h2", {}, `Dead letters (${r.total})`), form,
+    r.truncated || r.next ? h("p", { class: "muted", id: "dlq-page" }, `showing ${r.letters.length}`,
+      r.truncated ? " (cut to fit the server's max_payload)" : "",
+      r.next ? [" · ", h("a", { id: "dlq-next", href: `#/dlq?${withParam(params, "after", r.next)}` }, "next page")] : "") : "",
     h("div", { class: "actions" },
       // The API replays one id per request: a selection is confirmed once
       // and sent id by id.

@@ -103,8 +103,8 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 	if err := provision(ctx, js, &streams.Config{Names: names, Capacity: f.capacity, AckWait: f.wf.ackWait, PriorityPolicy: f.policy, Pools: f.pools}, e); err != nil {
 		return err
 	}
-	m := metrics.New(&metrics.Config{JetStream: js, Names: names})
-	stopMetrics, err := e.startMetrics(ctx, f.wf.metricsAddr, m, log)
+	m := metrics.New(f.wf.metrics.config(js, names))
+	stopMetrics, err := e.startMetrics(ctx, f.wf.metrics.addr, m, log)
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,9 @@ func addOps(root *cobra.Command, e *env) {
 			for id, why := range reply.Failed {
 				fmt.Fprintf(e.out, "  not cancelled %s: %s\n", id, why)
 			}
+			if reply.FailedCount > len(reply.Failed) {
+				fmt.Fprintf(e.out, "  (%d more not cancelled: the reply was cut to fit the server's max_payload)\n", reply.FailedCount-len(reply.Failed))
+			}
 			printUnreadable(e, reply.Unreadable)
 			return nil
 		},
@@ -83,12 +86,19 @@ func dlqCommand(e *env) *cobra.Command {
 			}
 			_ = tw.Flush()
 			fmt.Fprintf(e.out, "%d of %d dead letters\n", len(reply.Letters), reply.Total)
+			if reply.Truncated {
+				fmt.Fprintf(e.out, "the reply was cut to fit the server's max_payload: fewer letters than --limit\n")
+			}
+			if reply.Next != 0 {
+				fmt.Fprintf(e.out, "more follow: ax dlq ls --after %d\n", reply.Next)
+			}
 			return nil
 		},
 	}
 	ls.Flags().StringVar(&list.Type, "type", "", "task type")
 	ls.Flags().StringVar(&list.Tenant, "tenant", "", "tenant")
 	ls.Flags().IntVar(&list.Limit, "limit", admin.DefaultDLQLimit, "letters to list")
+	ls.Flags().Uint64Var(&list.After, "after", 0, "list the letters after this sequence (the next page, as the previous one says)")
 	var replay admin.DLQReplayRequest
 	rp := &cobra.Command{
 		Use:   "replay [ID]",
@@ -111,9 +121,12 @@ func dlqCommand(e *env) *cobra.Command {
 			if reply.DryRun {
 				verb = "would replay (dry run)"
 			}
-			fmt.Fprintf(e.out, "%s %d: %s\n", verb, len(reply.Replayed), strings.Join(reply.Replayed, " "))
+			fmt.Fprintf(e.out, "%s %d: %s\n", verb, reply.ReplayedCount, strings.Join(reply.Replayed, " "))
 			for id, why := range reply.Skipped {
 				fmt.Fprintf(e.out, "  skipped %s: %s\n", id, why)
+			}
+			if reply.Truncated {
+				fmt.Fprintf(e.out, "the reply was cut to fit the server's max_payload: %d replayed and %d skipped in all, listed in part\n", reply.ReplayedCount, reply.SkippedCount)
 			}
 			return nil
 		},
@@ -175,6 +188,10 @@ func statsCommand(e *env) *cobra.Command {
 			printReconciler(e, reply.Reconciler)
 			printRejects(e, reply.Rejects)
 			printUnserved(e, reply.Unserved)
+			if reply.Truncated {
+				fmt.Fprintf(e.out, "the reply was cut to fit the server's max_payload: %d task types (the fewest finished) and %d unserved types (the shallowest) left out\n",
+					reply.TypesOmitted, reply.UnservedOmitted)
+			}
 			return nil
 		},
 	}
@@ -191,6 +208,9 @@ func printUnreadable(e *env, u *admin.Unreadable) {
 	ids := slices.Sorted(maps.Keys(u.Errors))
 	for _, id := range ids {
 		fmt.Fprintf(e.out, "  %s: %s\n", id, u.Errors[id])
+	}
+	if u.Omitted > 0 {
+		fmt.Fprintf(e.out, "  (%d more not listed: the reply was cut to fit the server's max_payload)\n", u.Omitted)
 	}
 }
 
@@ -234,6 +254,9 @@ func workersCommand(e *env) *cobra.Command {
 				return writeJSON(e.out, reply)
 			}
 			printMembers(e.out, reply.Workers, time.Now())
+			if reply.Truncated {
+				fmt.Fprintf(e.out, "the reply was cut to fit the server's max_payload: %d more workers not listed\n", reply.Omitted)
+			}
 			return nil
 		},
 	}

@@ -15,16 +15,19 @@ import (
 )
 
 func addPools(root *cobra.Command, e *env) {
-	pools := &cobra.Command{Use: "pools", Short: "Worker pools: deadlines of task types no live worker serves"}
+	pools := &cobra.Command{Use: "pools", Short: "Worker pools: deadlines of task types no live worker serves (every layout)"}
 	pools.AddCommand(&cobra.Command{
 		Use:   "deadline [TYPE DURATION]",
 		Short: "Show, set or remove (DURATION 0) how long a type's tasks may wait unserved",
-		Long: `On a pools deployment (ax dev --pools, ax provision --pools) a task whose type no live
-worker serves waits in its bucket. With a deadline, the leader dead-letters such tasks once no
-live worker has served the type for DURATION and the task has waited DURATION: DEAD with the
-reason "unserved: …", in the dead-letter stream, from which ax dlq replay brings them back.
-TYPE '*' sets the deadline of every type without one of its own, types a producer made up
-included. Without arguments, lists the deadlines. DURATION 0 removes the type's deadline.`,
+		Long: `A task whose type no live worker serves waits in its bucket: on a pools deployment (ax dev
+--pools, ax provision --pools) no worker of its pool, on the default layout no worker with a
+handler for it (a worker without one puts the task back for another, as in a rolling deploy).
+With a deadline, the leader dead-letters such tasks once no live worker has served the type for
+DURATION and the task has waited DURATION: DEAD with the reason "unserved: …", in the
+dead-letter stream, from which ax dlq replay brings them back. TYPE '*' sets the deadline of
+every type without one of its own, types a producer made up included (on the default layout,
+the types live workers put back lately). Without arguments, lists the deadlines. DURATION 0
+removes the type's deadline.`,
 		Example: `  ax pools deadline report 1h
   ax pools deadline '*' 24h
   ax pools deadline report 0
@@ -57,7 +60,7 @@ included. Without arguments, lists the deadlines. DURATION 0 removes the type's 
 			}
 			printDeadlines(e.out, reply)
 			if pools, err := e.usesPools(cmd.Context()); err == nil && !pools {
-				fmt.Fprintln(e.out, "note: this deployment does not route by type (provisioned without --pools): every worker serves every type, so deadlines have no effect")
+				fmt.Fprintln(e.out, "note: this deployment does not route by type (provisioned without --pools): a deadline applies to the tasks of a type no live worker has a handler for, and '*' to the types live workers put back for want of one")
 			}
 			return nil
 		},

@@ -58,6 +58,9 @@ While it runs, every valid submit is delivered once more, to the sample.`,
 				}
 				_ = tw.Flush()
 			}
+			if reply.Truncated {
+				fmt.Fprintln(e.out, "the reply was cut to fit the server's max_payload: the rarest rejected subjects are left out")
+			}
 			printRejects(e, reply.Watch)
 			return nil
 		},

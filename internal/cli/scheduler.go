@@ -59,7 +59,7 @@ func (f *leaderFlags) config(names streams.Names, ackWait time.Duration, log *za
 
 func addScheduler(root *cobra.Command, e *env) {
 	var f leaderFlags
-	var metricsAddr string
+	var mf metricsFlags
 	cmd := &cobra.Command{
 		Use:   "scheduler",
 		Short: "Run the leader loops (delayed release, cron, aging, backpressure, sweeping) and the management API",
@@ -72,7 +72,7 @@ Prometheus metrics.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			d, err := e.startDaemon(ctx, "ax scheduler", roleScheduler, metricsAddr)
+			d, err := e.startDaemon(ctx, "ax scheduler", roleScheduler, mf)
 			if err != nil {
 				return err
 			}
@@ -96,7 +96,7 @@ Prometheus metrics.`,
 		},
 	}
 	f.add(cmd, true)
-	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464")
+	mf.add(cmd)
 	root.AddCommand(cmd)
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 )
 
@@ -58,8 +59,26 @@ type daemon struct {
 	closers []func()
 }
 
-// startDaemon connects as name in role and serves metrics on metricsAddr ("" none).
-func (e *env) startDaemon(ctx context.Context, name, role, metricsAddr string) (*daemon, error) {
+// metricsFlags are the flags of a command that serves Prometheus metrics.
+type metricsFlags struct {
+	addr   string // "" serves none
+	labels int    // metrics.Config.MaxLabelValues
+}
+
+func (f *metricsFlags) add(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.addr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464")
+	fs.IntVar(&f.labels, "metrics-labels", metrics.DefaultMaxLabelValues,
+		`task types, and tenants, that keep a metrics label of their own (the busiest; the others are counted under "_other"); -1: no bound`)
+}
+
+// config returns the metrics config of js and names with the flags' bound.
+func (f *metricsFlags) config(js jetstream.JetStream, names streams.Names) *metrics.Config {
+	return &metrics.Config{JetStream: js, Names: names, MaxLabelValues: f.labels}
+}
+
+// startDaemon connects as name in role and serves metrics as mf says.
+func (e *env) startDaemon(ctx context.Context, name, role string, mf metricsFlags) (*daemon, error) {
 	names, err := e.names()
 	if err != nil {
 		return nil, err
@@ -83,8 +102,8 @@ func (e *env) startDaemon(ctx context.Context, name, role, metricsAddr string) (
 		return nil, err
 	}
 	d.closers = append(d.closers, d.nc.Close)
-	d.metrics = metrics.New(&metrics.Config{JetStream: d.js, Names: names})
-	stop, err := e.startMetrics(ctx, metricsAddr, d.metrics, log)
+	d.metrics = metrics.New(mf.config(d.js, names))
+	stop, err := e.startMetrics(ctx, mf.addr, d.metrics, log)
 	if err != nil {
 		d.close()
 		return nil, err

@@ -47,6 +47,9 @@ func addTask(root *cobra.Command, e *env) {
 			if err != nil {
 				return err
 			}
+			if reply.Truncated {
+				fmt.Fprintf(e.errOut, "the trail was cut to fit the server's max_payload: its first move and the newest shown, %d moves between left out\n", reply.Omitted)
+			}
 			if e.jsonOut {
 				return writeJSON(e.out, reply.Trail)
 			}

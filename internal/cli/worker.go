@@ -23,7 +23,7 @@ type workerFlags struct {
 	maxAttempts int
 	ackWait     time.Duration
 	grace       time.Duration
-	metricsAddr string
+	metrics     metricsFlags
 	probe       string // journal of the "probe" test type; empty: not registered
 	faults      bool   // register the fault-injection test types
 	types       []string
@@ -38,7 +38,7 @@ func (f *workerFlags) add(cmd *cobra.Command) {
 	fs.IntVar(&f.maxAttempts, "max-attempts", worker.DefaultMaxAttempts, "default attempts before a task is dead")
 	fs.DurationVar(&f.ackWait, "ack-wait", 0, "ack wait of the shard consumers; 0 reads it from them, another value must equal theirs")
 	fs.DurationVar(&f.grace, "grace", worker.DefaultGracePeriod, "how long running tasks may finish on stop")
-	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464")
+	f.metrics.add(cmd)
 	fs.StringVar(&f.probe, "probe-journal", "", `register the "probe" test type, journaling executions to this file`)
 	fs.StringSliceVar(&f.types, "types", nil, `serve only these of the registered types, e.g. "echo,sleep" (default: all); only on a pools deployment (ax provision --pools), which routes the worker only these types`)
 	fs.StringSliceVar(&f.probeTypes, "probe-types", nil, `with --probe-journal, register the probe under these type names instead of "probe" (tests of worker pools)`)
@@ -107,7 +107,7 @@ gives it; shards move between workers as they join and leave. See them with
 ax workers.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, err := e.startDaemon(cmd.Context(), "ax worker", roleWorker, wf.metricsAddr)
+			d, err := e.startDaemon(cmd.Context(), "ax worker", roleWorker, wf.metrics)
 			if err != nil {
 				return err
 			}

@@ -31,6 +31,12 @@ func printMembers(w io.Writer, members []kv.Member, now time.Time) {
 		shards += len(m.Shards)
 	}
 	_ = tw.Flush()
+	for _, m := range members {
+		if len(m.Unhandled) > 0 {
+			fmt.Fprintf(w, "%s has no handler for %s: it puts their tasks back for a worker that has one (it handles %s)\n",
+				m.ID, strings.Join(m.Unhandled, ", "), dash(strings.Join(m.Handles, ", ")))
+		}
+	}
 	if printPools(w, members) {
 		fmt.Fprintf(w, "%d workers, %d tasks in flight\n", len(members), inFlight)
 		return

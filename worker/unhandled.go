@@ -1,0 +1,215 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// A task of a type the worker has no handler for is never dead-lettered for
+// it. On a deployment without pools every worker receives every type, so a
+// worker of the previous release running beside one of the next (a rolling
+// deploy) receives types it does not know. It puts such a task back: the
+// record goes READY again (its attempt not counted, the reason in its trail
+// under [ActionNoHandler]) and the message is naked with a delay, so that
+// a worker that has the handler takes it. Such a worker, seeing a live peer
+// that lacks one of its types (the peers' [kv.Member.Handles]), pulls that
+// peer's shards too ([shardAssist]); a redelivered message goes to the pull
+// request that waited longest, most often the helper's. Under
+// pinned_client, where only the pinned client receives a shard, the worker
+// that puts a task back unpins its consumer when a live peer handles the
+// type, so that the helper's waiting request is pinned next. With no live
+// worker for the type the task waits, READY, until one joins or the
+// operator's unserved deadline for the type dead-letters it (the leader).
+const (
+	// unhandledFirstDelay is the nak delay of a task's first put-back; it
+	// doubles with each delivery up to unhandledHandOff while a live peer
+	// handles the type, up to unhandledWaitMax while none does.
+	unhandledFirstDelay = 250 * time.Millisecond
+	unhandledHandOff    = time.Second
+	unhandledWaitMax    = 10 * time.Second
+	// unhandledMemory is how long a type put back stays in the worker's
+	// [kv.Member.Unhandled]; maxUnhandledReported bounds that list (a
+	// producer chooses the types).
+	unhandledMemory      = time.Minute
+	maxUnhandledReported = 100
+)
+
+// peer is what the mesh loop knows of a live member.
+type peer struct {
+	types   []string // its pools (pools deployment)
+	handles []string // the types it has handlers for; nil: not said (an earlier release)
+}
+
+// peerTypes is what the live peers of a worker handle, for the slots.
+type peerTypes struct {
+	all     bool            // a peer does not say: it may handle any type
+	handles map[string]bool // types some live peer handles
+}
+
+// peerHandles summarizes what the live members other than self handle.
+func (v *meshView) peerHandles(self string) *peerTypes {
+	out := &peerTypes{handles: map[string]bool{}}
+	for id, p := range v.live {
+		if id == self {
+			continue
+		}
+		if p.handles == nil {
+			out.all = true
+		}
+		for _, t := range p.handles {
+			out.handles[t] = true
+		}
+	}
+	return out
+}
+
+// peerHandles reports whether a live peer may handle taskType (false with
+// fixed shards, where the worker knows no peers).
+func (w *Worker) peerHandles(taskType string) bool {
+	p := w.peers.Load()
+	return p != nil && (p.all || p.handles[taskType])
+}
+
+// assistShards returns the shards owned by live peers that lack a handler
+// this worker has: it pulls them beside their owner, so that the tasks the
+// owner puts back reach it (default layout only; a pools deployment routes
+// each type to its own consumers).
+func (w *Worker) assistShards(v *meshView) []int {
+	mine := w.cfg.Registry.Types()
+	lacking := map[string]bool{}
+	for id, p := range v.live {
+		if id == w.cfg.ID || p.handles == nil {
+			continue
+		}
+		for _, t := range mine {
+			if !slices.Contains(p.handles, t) {
+				lacking[id] = true
+				break
+			}
+		}
+	}
+	var out []int
+	for shard, owner := range v.table.Owners {
+		if lacking[owner] {
+			out = append(out, shard)
+		}
+	}
+	return out
+}
+
+// stillUnhandled settles, with one record read and no write, a delivery of
+// a task this worker already put back: the record is READY, names this
+// message, and its last move is a put-back for want of a handler. It
+// reports false when the delivery needs the full path (the claim).
+func (w *Worker) stillUnhandled(d *delivery, env *envelope) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	rec, _, err := w.store.Get(ctx, env.id)
+	if err != nil || rec.State != kv.StateReady || rec.LastMove().Action != ActionNoHandler || rec.Burying != "" ||
+		!rec.Names(w.cfg.Names, env.stream, env.seq) || w.foreign(rec, env) != "" ||
+		(rec.Deadline != nil && time.Now().After(*rec.Deadline)) {
+		return false
+	}
+	w.handBack(d, env)
+	return true
+}
+
+// decline puts a claimed task of a type this worker has no handler for
+// back: READY, the attempt not counted, the reason in its trail; then its
+// message is naked with a delay for a worker that has the handler.
+func (w *Worker) decline(d *delivery, env *envelope, rec *kv.Record, rev uint64) {
+	if w.fenced(d, env) {
+		return
+	}
+	ctx, cancel := finalCtx()
+	defer cancel()
+	why := fmt.Sprintf("worker %s has no handler for task type %q (it handles %s); the task waits for a worker that has one",
+		w.cfg.ID, rec.Type, strings.Join(slices.Sorted(slices.Values(w.cfg.Registry.Types())), ", "))
+	_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: ActionNoHandler, Error: why}, func(r *kv.Record) error {
+		r.Attempt--
+		return nil
+	})
+	if err != nil {
+		w.log.Warn("put_back_failed", zap.String("task_id", rec.ID), zap.Error(err))
+		w.settleFailedWrite(d, env, err)
+		return
+	}
+	w.log.Info("task_unhandled", zap.String("task_id", rec.ID), zap.String("type", rec.Type), zap.Bool("peer_handles", w.peerHandles(rec.Type)))
+	w.handBack(d, env)
+}
+
+// handBack naks a delivery of an unhandled task with its delay and, under
+// pinned_client with a live peer for the type, unpins its consumer.
+func (w *Worker) handBack(d *delivery, env *envelope) {
+	typ := env.stored.Type
+	w.unhandled.note(typ, time.Now())
+	w.stats.Unhandled.Add(1)
+	handOff := w.peerHandles(typ)
+	delay := unhandledDelay(env.delivered, handOff)
+	_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
+	if handOff && w.policy == jetstream.PriorityPolicyPinned && d.set != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		defer cancel()
+		if err := w.unpin(ctx, d.priority, w.consumerName(d.set, d.priority, d.shard)); err != nil {
+			w.log.Debug("unpin_failed", zap.Int("priority", d.priority), zap.Int("shard", d.shard), zap.Error(err))
+		}
+	}
+}
+
+// unhandledDelay is the nak delay of the delivered-th delivery of an
+// unhandled task: unhandledFirstDelay doubling, at most unhandledHandOff
+// when a live peer handles the type (handOff), else unhandledWaitMax.
+func unhandledDelay(delivered uint64, handOff bool) time.Duration {
+	limit := unhandledWaitMax
+	if handOff {
+		limit = unhandledHandOff
+	}
+	return min(unhandledFirstDelay<<min(max(delivered, 1)-1, 8), limit)
+}
+
+// unhandledTypes remembers the types the worker put back lately, for its
+// member record: at most maxUnhandledReported, each for unhandledMemory.
+type unhandledTypes struct {
+	mu   sync.Mutex
+	seen map[string]time.Time // type -> last put back (mu)
+}
+
+// note records that a task of taskType was put back at now.
+func (u *unhandledTypes) note(taskType string, now time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.seen == nil {
+		u.seen = map[string]time.Time{}
+	}
+	if _, ok := u.seen[taskType]; !ok && len(u.seen) >= maxUnhandledReported {
+		oldest := ""
+		for t, at := range u.seen {
+			if oldest == "" || at.Before(u.seen[oldest]) {
+				oldest = t
+			}
+		}
+		delete(u.seen, oldest)
+	}
+	u.seen[taskType] = now
+}
+
+// list returns the types put back within unhandledMemory of now, sorted.
+func (u *unhandledTypes) list(now time.Time) []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for t, at := range u.seen {
+		if now.Sub(at) > unhandledMemory {
+			delete(u.seen, t)
+		}
+	}
+	return slices.Sorted(maps.Keys(u.seen))
+}
