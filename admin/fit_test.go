@@ -20,8 +20,10 @@ import (
 )
 
 // smallPayload is the max_payload of the server of the size tests: replies
-// that grow with what producers submit outgrow it with a few hundred items.
-const smallPayload = 64 << 10
+// that grow with what producers submit outgrow it with a few hundred items
+// (128 KiB: the smallest max_payload that leaves room for a task beside the
+// 64 KiB a dead letter or a schedule adds).
+const smallPayload = 128 << 10
 
 // setupSmall is setupAdmin on a server whose max_payload is smallPayload.
 func setupSmall(t *testing.T) *adminBundle {
@@ -61,7 +63,7 @@ func TestDLQListPagesBelowMaxPayload(t *testing.T) {
 	t.Parallel()
 	b := setupSmall(t)
 	ctx := context.Background()
-	const letters = 60
+	const letters = 120
 	for i := range letters {
 		l := streams.Letter{TaskID: fmt.Sprintf("t%02d", i), Tenant: "acme", Type: "report", Error: strings.Repeat("e", 4<<10),
 			Attempts: 3, FailedAt: time.Now(), Subject: "ax.submit.p2.acme.report.k"}
@@ -111,7 +113,7 @@ func TestStatsCutBelowMaxPayload(t *testing.T) {
 	ctx := context.Background()
 	store := b.client.Store()
 	now := time.Now().UTC()
-	const types = 600
+	const types = 1200
 	for i := range types {
 		n := 1
 		if i < 3 {

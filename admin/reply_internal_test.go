@@ -17,12 +17,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// smallService returns a Service on a server whose max_payload is 64 KiB,
+// smallService returns a Service on a server whose max_payload is 128 KiB,
 // and a connection to request it with.
 func smallService(t *testing.T) (*Service, *nats.Conn) {
 	t.Helper()
 	conf := filepath.Join(t.TempDir(), "server.conf")
-	require.NoError(t, os.WriteFile(conf, []byte("max_payload: 65536\n"), 0o600))
+	require.NoError(t, os.WriteFile(conf, []byte("max_payload: 131072\n"), 0o600))
 	srv := natstest.Start(t, natstest.Options{ConfigFile: conf})
 	nc, js := srv.Connect()
 	natstest.Provision(t, js, nil)
@@ -53,12 +53,12 @@ func TestReplyFallbacks(t *testing.T) {
 	t.Parallel()
 	a, nc := smallService(t)
 	big := serve(t, a, "big", func(context.Context, []byte) (any, error) {
-		return map[string]string{"blob": strings.Repeat("x", 100<<10)}, nil
+		return map[string]string{"blob": strings.Repeat("x", 200<<10)}, nil
 	})
 	msg, err := nc.Request(big, nil, 10*time.Second)
 	require.NoError(t, err, "a reply too large still answers")
 	require.Equal(t, "413", msg.Header.Get(micro.ErrorCodeHeader))
-	require.Contains(t, msg.Header.Get(micro.ErrorHeader), "more than the server's max_payload (65536)")
+	require.Contains(t, msg.Header.Get(micro.ErrorHeader), "more than the server's max_payload (131072)")
 
 	long := "first line\nsecond line " + strings.Repeat("y", 200<<10)
 	failing := serve(t, a, "failing", func(context.Context, []byte) (any, error) {
@@ -75,7 +75,7 @@ func TestReplyFallbacks(t *testing.T) {
 	require.Equal(t, CodeConflict, body.Code)
 	require.True(t, strings.HasPrefix(body.Message, "first line\nsecond line"))
 	require.Contains(t, body.Message, "bytes in all]", "cut to fit, and says so")
-	require.LessOrEqual(t, len(msg.Data), 65536)
+	require.LessOrEqual(t, len(msg.Data), 131072)
 }
 
 // A trail too long for a reply keeps its first move and the newest that
