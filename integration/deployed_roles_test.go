@@ -138,9 +138,12 @@ func TestDeployedRoles(t *testing.T) {
 	srv := startRoleServer(t, permissionsFile)
 	url := srv.ClientURL()
 
-	// The start sequence of docs/SECURITY.md.
-	mustAxAs(t, url, "scheduler", "provision")
+	// The start sequence of docs/SECURITY.md; a scheduler started before
+	// ax provision waits for it, saying so.
 	sched := startAxAs(t, url, "scheduler", "scheduler")
+	require.Eventually(t, func() bool { return strings.Contains(sched.output(), "run ax provision") || sched.exited() },
+		30*time.Second, 50*time.Millisecond, "ax scheduler does not say it waits for ax provision:\n%s", sched.output())
+	mustAxAs(t, url, "scheduler", "provision")
 	w := startAxAs(t, url, "worker-1", "worker", "--id", "worker-1", "--concurrency", "4", "--metrics-addr", "127.0.0.1:0")
 	require.Eventually(t, func() bool { return strings.Contains(sched.output(), "campaigning") || sched.exited() },
 		30*time.Second, 50*time.Millisecond, "ax scheduler did not start:\n%s", sched.output())

@@ -30,7 +30,7 @@ type Error struct {
 	// User is the connection's user name; empty when not known (a token,
 	// credentials or nkey file).
 	User string
-	// Op is "publish" or "subscribe to".
+	// Op is [OpPublish] or [OpSubscribe].
 	Op string
 	// Subject is the subject refused.
 	Subject string
@@ -55,6 +55,12 @@ func (e *Error) Error() string {
 // Unwrap makes the error match [nats.ErrPermissionViolation].
 func (e *Error) Unwrap() error { return nats.ErrPermissionViolation }
 
+// The operations a server refuses.
+const (
+	OpPublish   = "publish"
+	OpSubscribe = "subscribe to"
+)
+
 // report is the server's text of a violation, as nats.go passes it on.
 var report = regexp.MustCompile(`(?i)Permissions Violation for (Publish|Subscription) to "([^"]+)"`)
 
@@ -73,9 +79,9 @@ func Parse(err error, user string) *Error {
 	if m == nil {
 		return nil
 	}
-	op := "publish"
+	op := OpPublish
 	if strings.EqualFold(m[1], "Subscription") {
-		op = "subscribe to"
+		op = OpSubscribe
 	}
 	return &Error{User: user, Op: op, Subject: m[2]}
 }
