@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ax-mesh/ax/internal/denied"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
@@ -50,6 +51,19 @@ type Config struct {
 	// Early is how long before its run time a delayed task's server-side
 	// schedule fires (the leader releases it at the exact time). Default 1s.
 	Early time.Duration
+	// PublishOnly makes a client that needs only a producer's permissions
+	// (docs/ax-permissions.conf: publish on ax.submit.> or its tenant's
+	// submit subjects, its own inbox, and subscribe to ax.events.pressure).
+	// [NewClient] then reads nothing from the server; Submit and
+	// SubmitBatch publish each task and write no record (the worker that
+	// first sees the task writes it, docs/WIRE.md), a delayed task is
+	// published with its Ax-Run-At for a worker to defer, a duplicate is
+	// reported when the bucket de-duplicates it (within its window; a
+	// later one a worker drops), and backpressure is followed from the
+	// reports the leader publishes while a bucket is at the alert level.
+	// Store is nil, and CancelDelayed and the cron methods return
+	// [ErrPublishOnly].
+	PublishOnly bool
 }
 
 func (c *Config) withDefaults() *Config {
@@ -93,7 +107,10 @@ type Client struct {
 }
 
 // NewClient returns a client on the connection of js. The streams and
-// buckets must be provisioned ([streams.Provision], [kv.Provision]).
+// buckets must be provisioned ([streams.Provision], [kv.Provision]),
+// unless [Config.PublishOnly] is set. A permission the connection's user
+// lacks fails it at once with an error naming the subject (it matches
+// [nats.ErrPermissionViolation]).
 func NewClient(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Client, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -106,19 +123,45 @@ func NewClient(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Clien
 	if err != nil {
 		return nil, fmt.Errorf("new client: %w", err)
 	}
-	store, err := kv.NewStore(ctx, own, &cfg.Store)
-	if err != nil {
-		return nil, fmt.Errorf("new client: %w", err)
-	}
-	c := &Client{cfg: cfg, js: own, store: store}
-	if err := c.watchPressure(ctx); err != nil {
+	guard, ctx := denied.Watch(ctx, js.Conn())
+	defer guard.Stop()
+	c := &Client{cfg: cfg, js: own}
+	if err := c.open(ctx, guard); err != nil {
+		var d *denied.Error
+		if !cfg.PublishOnly && errors.As(err, &d) {
+			d.Hint = "a producer allowed only to submit sets Config.PublishOnly (ax submit --publish-only)"
+		}
+		if c.watch.sub != nil {
+			_ = c.watch.sub.Unsubscribe()
+		}
 		return nil, fmt.Errorf("new client: %w", err)
 	}
 	return c, nil
 }
 
-// Store returns the client's task record store.
+// open binds the record store (unless publish-only) and follows the
+// pressure reports, failing on a violation guard saw.
+func (c *Client) open(ctx context.Context, guard *denied.Guard) error {
+	if !c.cfg.PublishOnly {
+		store, err := kv.NewStore(ctx, c.js, &c.cfg.Store)
+		if err != nil {
+			return guard.Err(err)
+		}
+		c.store = store
+	}
+	if err := c.watchPressure(ctx); err != nil {
+		return guard.Err(err)
+	}
+	return guard.Check(ctx)
+}
+
+// Store returns the client's task record store (nil with
+// [Config.PublishOnly]).
 func (c *Client) Store() *kv.Store { return c.store }
+
+// ErrPublishOnly is returned by the methods a client made with
+// [Config.PublishOnly] may not use: they read or write records.
+var ErrPublishOnly = errors.New("not available to a publish-only client (Config.PublishOnly)")
 
 // Submit validates task, publishes it to its priority bucket and writes its
 // READY record. On [ErrOverloaded] nothing was stored; on another error the
@@ -135,7 +178,7 @@ func (c *Client) Submit(ctx context.Context, task TaskSpec) (TaskInfo, error) {
 	if err != nil {
 		return TaskInfo{ID: t.ID}, err
 	}
-	if !t.RunAt.IsZero() {
+	if !t.RunAt.IsZero() && !c.cfg.PublishOnly {
 		return c.submitDelayed(ctx, t)
 	}
 	msg := t.message(c.cfg.Names)
@@ -150,6 +193,12 @@ func (c *Client) Submit(ctx context.Context, task TaskSpec) (TaskInfo, error) {
 		return TaskInfo{ID: t.ID}, c.submitError(t, err)
 	}
 	dup := ack.Duplicate
+	if c.cfg.PublishOnly { // the worker that first sees the task writes its record
+		if !dup {
+			c.sent[t.Priority.level()].Add(1)
+		}
+		return t.info(c.cfg.Names, ack.Sequence, dup), nil
+	}
 	_, _, err = c.store.Create(ctx, t.record(ack.Stream, ack.Sequence), kv.Actor{Action: "submit"})
 	if errors.Is(err, kv.ErrExists) {
 		var existing bool
@@ -190,7 +239,7 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec) ([]TaskInfo,
 			failed[i] = err
 			continue
 		}
-		if !t.RunAt.IsZero() { // delayed: one schedule each
+		if !t.RunAt.IsZero() && !c.cfg.PublishOnly { // delayed: one schedule each
 			if infos[i], err = c.submitDelayed(ctx, t); err != nil {
 				failed[i] = err
 			}
@@ -228,7 +277,10 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec) ([]TaskInfo,
 		}
 		pending = again
 	}
-	existed := c.writeRecords(ctx, normalized, acks, failed)
+	existed := map[int]bool{}
+	if !c.cfg.PublishOnly { // else the workers write the records
+		existed = c.writeRecords(ctx, normalized, acks, failed)
+	}
 	for i, ack := range acks {
 		if ack == nil || failed[i] != nil {
 			continue

@@ -97,6 +97,9 @@ func (c *Client) AddCron(ctx context.Context, job CronJob) (CronJob, error) {
 	if err := job.validate(now); err != nil {
 		return job, err
 	}
+	if c.cfg.PublishOnly {
+		return job, fmt.Errorf("add cron %s: %w", job.Name, ErrPublishOnly)
+	}
 	bucket, err := c.js.KeyValue(ctx, c.cfg.Names.ControlBucket())
 	if err != nil {
 		return job, fmt.Errorf("add cron %s: %w", job.Name, err)
@@ -138,6 +141,9 @@ func (c *Client) AddCron(ctx context.Context, job CronJob) (CronJob, error) {
 
 // ListCron returns the cron jobs, sorted by name.
 func (c *Client) ListCron(ctx context.Context) ([]CronJob, error) {
+	if c.cfg.PublishOnly {
+		return nil, fmt.Errorf("list cron: %w", ErrPublishOnly)
+	}
 	bucket, err := c.js.KeyValue(ctx, c.cfg.Names.ControlBucket())
 	if err != nil {
 		return nil, fmt.Errorf("list cron: %w", err)
@@ -167,6 +173,9 @@ func (c *Client) ListCron(ctx context.Context) ([]CronJob, error) {
 
 // RemoveCron removes a cron job; [ErrCronNotFound] if there is none.
 func (c *Client) RemoveCron(ctx context.Context, name string) error {
+	if c.cfg.PublishOnly {
+		return fmt.Errorf("remove cron %s: %w", name, ErrPublishOnly)
+	}
 	bucket, err := c.js.KeyValue(ctx, c.cfg.Names.ControlBucket())
 	if err != nil {
 		return fmt.Errorf("remove cron %s: %w", name, err)

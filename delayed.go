@@ -92,6 +92,9 @@ func heldUnseen(rec *kv.Record) bool {
 // CANCELLED and its schedule is removed. It returns [kv.ErrWrongState] when
 // the task was released already.
 func (c *Client) CancelDelayed(ctx context.Context, id string) error {
+	if c.cfg.PublishOnly {
+		return fmt.Errorf("cancel delayed task %s: %w", id, ErrPublishOnly)
+	}
 	if _, _, err := c.store.Transition(ctx, id, kv.StatePending, kv.StateCancelled, kv.Actor{Action: "cancel"}, nil); err != nil {
 		return fmt.Errorf("cancel delayed task: %w", err)
 	}

@@ -143,14 +143,24 @@ type pressureWatch struct {
 	sub *nats.Subscription
 }
 
-// watchPressure subscribes to the pressure key, then reads it once.
+// watchPressure subscribes to the pressure key, then reads it once. A
+// publish-only client, which may not read the control bucket, subscribes
+// to the reports the leader publishes on ax.events.pressure while a bucket
+// is at the alert level or above (each valid for its ValidFor: once they
+// stop, the last one lapses).
 func (c *Client) watchPressure(ctx context.Context) error {
 	subject := "$KV." + c.cfg.Names.ControlBucket() + "." + PressureKey
+	if c.cfg.PublishOnly {
+		subject = c.cfg.Names.EventSubject("pressure")
+	}
 	sub, err := c.js.Conn().Subscribe(subject, func(msg *nats.Msg) { c.setPressure(msg.Data) })
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", subject, err)
 	}
 	c.watch.sub = sub
+	if c.cfg.PublishOnly {
+		return nil
+	}
 	bucket, err := c.js.KeyValue(ctx, c.cfg.Names.ControlBucket())
 	if err != nil {
 		_ = sub.Unsubscribe()

@@ -1,16 +1,12 @@
 package dashboard
 
 import (
-	"errors"
-	"regexp"
 	"sync"
 	"time"
 
+	"github.com/ax-mesh/ax/internal/denied"
 	"github.com/nats-io/nats.go"
 )
-
-// violation is the server's report of a denied publish.
-var violation = regexp.MustCompile(`Permissions Violation for Publish to "([^"]+)"`)
 
 // permissions remembers the subjects the server refused this connection,
 // so that an admin call that timed out because its request was denied is
@@ -25,12 +21,10 @@ func (p *permissions) watch(nc *nats.Conn) {
 	p.denied = map[string]time.Time{}
 	prev := nc.Opts.AsyncErrorCB
 	nc.SetErrorHandler(func(c *nats.Conn, sub *nats.Subscription, err error) {
-		if errors.Is(err, nats.ErrPermissionViolation) {
-			if m := violation.FindStringSubmatch(err.Error()); m != nil {
-				p.mu.Lock()
-				p.denied[m[1]] = time.Now()
-				p.mu.Unlock()
-			}
+		if refused := denied.Parse(err, ""); refused != nil && refused.Op == denied.OpPublish {
+			p.mu.Lock()
+			p.denied[refused.Subject] = time.Now()
+			p.mu.Unlock()
 		}
 		if prev != nil {
 			prev(c, sub, err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/internal/denied"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/leader"
 	"github.com/ax-mesh/ax/streams"
@@ -63,9 +64,25 @@ type Deployment struct {
 // Open provisions the deployment when opts.Provision is set, then reads
 // the shard consumers' ack wait and priority policy from the server (from
 // the bucket's metadata on a pools deployment) and
-// checks that the record, lock, worker and control buckets exist. A nil
-// opts means the default deployment, verified only.
+// checks that the record, worker and control buckets exist (the lock
+// bucket, which only the leader uses, [Deployment.Leader] binds). A nil
+// opts means the default deployment, verified only. It needs the rights of
+// a worker, an operator or the scheduler (docs/ax-permissions.conf); a
+// producer, which may only publish tasks, makes its client with
+// ax.NewClient and [ax.Config.PublishOnly] instead. A permission the
+// connection's user lacks fails it at once with an error naming the
+// subject (it matches nats.ErrPermissionViolation).
 func Open(ctx context.Context, js jetstream.JetStream, opts *Options) (*Deployment, error) {
+	guard, ctx := denied.Watch(ctx, js.Conn())
+	defer guard.Stop()
+	d, err := open(ctx, js, opts)
+	if refused := guard.Err(nil); err != nil && refused != nil {
+		return nil, fmt.Errorf("open deployment: %w", refused)
+	}
+	return d, err
+}
+
+func open(ctx context.Context, js jetstream.JetStream, opts *Options) (*Deployment, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -93,7 +110,7 @@ func Open(ctx context.Context, js jetstream.JetStream, opts *Options) (*Deployme
 	if err := d.readConsumerSettings(ctx, o.Names); err != nil {
 		return nil, fmt.Errorf("open deployment: %w", err)
 	}
-	for _, bucket := range []string{o.Names.TasksBucket(), o.Names.LocksBucket(), o.Names.WorkersBucket(), o.Names.ControlBucket()} {
+	for _, bucket := range []string{o.Names.TasksBucket(), o.Names.WorkersBucket(), o.Names.ControlBucket()} {
 		if _, err := js.KeyValue(ctx, bucket); err != nil {
 			return nil, fmt.Errorf("open deployment: bucket %s (provision the deployment first): %w", bucket, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ax-mesh/ax/internal/denied"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -53,15 +54,19 @@ type Worker struct {
 	stats counters
 }
 
-// New returns a worker; it does nothing until Start.
+// New returns a worker; it does nothing until Start. A permission the
+// connection's user lacks fails it at once with an error naming the
+// subject (it matches nats.ErrPermissionViolation).
 func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Worker, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	guard, ctx := denied.Watch(ctx, js.Conn())
+	defer guard.Stop()
 	store, err := kv.NewStore(ctx, js, &cfg.Store)
 	if err != nil {
-		return nil, fmt.Errorf("new worker: %w", err)
+		return nil, fmt.Errorf("new worker: %w", guard.Err(err))
 	}
 	w := &Worker{cfg: cfg, js: js, store: store, log: cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)), stopCh: make(chan struct{}), slotsDone: make(chan struct{})}
 	w.dispatch = newDispatchQueue()
@@ -74,16 +79,21 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Worker, err
 func (w *Worker) ID() string { return w.cfg.ID }
 
 // Start joins the mesh and consumes the shards it is given (or the fixed
-// [Config.Shards]), and starts the task slots and the heartbeat loop.
+// [Config.Shards]), and starts the task slots and the heartbeat loop. A
+// permission the connection's user lacks, reported while it starts, fails
+// it at once with an error naming the subject (it matches
+// nats.ErrPermissionViolation), the worker stopped.
 func (w *Worker) Start(ctx context.Context) error {
 	if !w.started.CompareAndSwap(false, true) {
 		return errors.New("worker already started")
 	}
+	guard, ctx := denied.Watch(ctx, w.js.Conn())
+	defer guard.Stop()
 	if err := w.bindShards(ctx); err != nil {
-		return fmt.Errorf("start worker: %w", err)
+		return fmt.Errorf("start worker: %w", w.refused(guard, err))
 	}
 	if err := w.subscribeCancels(); err != nil {
-		return fmt.Errorf("start worker: %w", err)
+		return fmt.Errorf("start worker: %w", w.refused(guard, err))
 	}
 	// Slots and heartbeats run before any consumer does: a delivery must
 	// never wait unheartbeated for a slot that has not started.
@@ -97,7 +107,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.cfg.mesh {
 		m, err := w.newMember(ctx)
 		if err != nil {
-			return errors.Join(fmt.Errorf("start worker: %w", err), w.Stop(context.WithoutCancel(ctx)))
+			return errors.Join(fmt.Errorf("start worker: %w", w.refused(guard, err)), w.Stop(context.WithoutCancel(ctx)))
 		}
 		meshCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		w.stopMesh = cancel
@@ -105,10 +115,26 @@ func (w *Worker) Start(ctx context.Context) error {
 		go func() { defer close(w.meshDone); w.runMesh(meshCtx, m) }()
 		w.awaitServing(ctx)
 	} else if err := w.serveFixed(ctx); err != nil {
-		return errors.Join(fmt.Errorf("start worker: %w", err), w.Stop(context.WithoutCancel(ctx)))
+		return errors.Join(fmt.Errorf("start worker: %w", w.refused(guard, err)), w.Stop(context.WithoutCancel(ctx)))
+	}
+	// A refused subscription (the cancel subject of another id than the
+	// user's) is reported only after the subscribe returned.
+	if err := guard.Check(ctx); err != nil {
+		return errors.Join(fmt.Errorf("start worker: %w", w.refused(guard, err)), w.Stop(context.WithoutCancel(ctx)))
 	}
 	w.log.Info("worker_started", zap.Int("concurrency", w.cfg.Concurrency), zap.Bool("mesh", w.cfg.mesh), zap.Ints("shards", w.cfg.Shards))
 	return nil
+}
+
+// refused returns the permission violation guard saw, if any, else err;
+// a refused cancel subject says what to do.
+func (w *Worker) refused(guard *denied.Guard, err error) error {
+	err = guard.Err(err)
+	var refused *denied.Error
+	if errors.As(err, &refused) && refused.Subject == w.cfg.Names.WorkerCancelSubject(w.cfg.ID) {
+		refused.Hint = "a worker's ID (ax worker --id) is its user's name, whose cancel notices the user may hear"
+	}
+	return err
 }
 
 // Stop stops fetching, naks the tasks not started, lets running tasks finish

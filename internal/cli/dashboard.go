@@ -58,7 +58,7 @@ func (f *dashboardFlags) addGuards(fs *pflag.FlagSet) {
 }
 
 func runDashboard(ctx context.Context, e *env, f *dashboardFlags) error {
-	d, err := e.startDaemon(ctx, "ax dashboard", roleOperator, metricsFlags{})
+	d, err := e.startDaemon(ctx, "ax dashboard", roleOperator, metricsFlags{}, false)
 	if err != nil {
 		return err
 	}

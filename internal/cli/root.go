@@ -4,11 +4,16 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"strings"
+	"sync"
 	"time"
 
+	"github.com/ax-mesh/ax/internal/denied"
 	"github.com/ax-mesh/ax/internal/redact"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
@@ -37,13 +42,33 @@ type env struct {
 	tlsCA       string
 	jsonOut     bool
 	logLevel    string
+
+	// refuse ends the command with the permission the server refused one
+	// of its connections (see [env.connect]); nil outside [Execute].
+	refuse context.CancelCauseFunc
+	// errMu serializes the writes to errOut from the connections' error
+	// handlers.
+	errMu sync.Mutex
 }
 
-// Execute runs the ax command line with args and returns the exit code.
+// Execute runs the ax command line with args and returns the exit code. A
+// permission violation the server reports on a connection of the command
+// ends it with that one error, naming the user and the subject.
 func Execute(ctx context.Context, args []string, out, errOut io.Writer) int {
-	root := NewRoot(out, errOut)
+	root, e := newRoot(out, errOut)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	e.refuse = cancel
 	root.SetArgs(args)
-	if err := root.ExecuteContext(ctx); err != nil {
+	err := root.ExecuteContext(ctx)
+	// One error: the command's when it names the refusal (with what to
+	// do), else the refusal alone (the command's is then its consequence,
+	// a request cut short or a wait given up).
+	var refused, named *denied.Error
+	if errors.As(context.Cause(ctx), &refused) && !errors.As(err, &named) {
+		err = refused
+	}
+	if err != nil {
 		fmt.Fprintln(errOut, "ax:", redact.Error(err))
 		return 1
 	}
@@ -57,6 +82,11 @@ var registrations = []func(*cobra.Command, *env){
 
 // NewRoot builds the ax command tree.
 func NewRoot(out, errOut io.Writer) *cobra.Command {
+	root, _ := newRoot(out, errOut)
+	return root
+}
+
+func newRoot(out, errOut io.Writer) (*cobra.Command, *env) {
 	e := &env{out: out, errOut: errOut}
 	root := &cobra.Command{
 		Use:           "ax",
@@ -84,7 +114,7 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 	for _, register := range registrations {
 		register(root, e)
 	}
-	return root
+	return root, e
 }
 
 func envOr(name, def string) string {
@@ -115,11 +145,55 @@ func (e *env) inboxFor(role string) string {
 	return nats.InboxPrefix + role
 }
 
+// userName is the user the flags connect as, for error messages: the
+// --user given with a password, or the user of a --server URL that has a
+// password; "" when it is not known (a token, a credentials or nkey file).
+func (e *env) userName() string {
+	if e.user != "" && e.password != "" {
+		return e.user
+	}
+	if e.user != "" || e.creds != "" || e.nkey != "" {
+		return ""
+	}
+	for _, s := range strings.Split(e.server, ",") {
+		if u, err := url.Parse(strings.TrimSpace(s)); err == nil && u.User != nil {
+			if _, ok := u.User.Password(); ok {
+				return u.User.Username()
+			}
+		}
+	}
+	return ""
+}
+
+// onAsyncError handles what the server reports on a connection without a
+// request to answer: a permission violation ends the command with it
+// ([Execute]) when fatal is set, and is printed otherwise; other errors
+// (a slow consumer) are printed, as nats.go does by default.
+func (e *env) onAsyncError(fatal bool) nats.ErrHandler {
+	user := e.userName()
+	return func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		if refused := denied.Parse(err, user); refused != nil {
+			if fatal && e.refuse != nil {
+				e.refuse(refused)
+				return
+			}
+			err = refused
+		}
+		msg := redact.Error(err).Error()
+		if sub != nil {
+			msg += fmt.Sprintf(" (subscription on %s)", sub.Subject)
+		}
+		e.errMu.Lock()
+		defer e.errMu.Unlock()
+		fmt.Fprintln(e.errOut, "nats:", msg)
+	}
+}
+
 // natsOptions are the connection options the flags select for a connection
-// named name acting as role.
-func (e *env) natsOptions(name, role string) ([]nats.Option, error) {
+// named name acting as role; see [env.connect] for fatal.
+func (e *env) natsOptions(name, role string, fatal bool) ([]nats.Option, error) {
 	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
-		nats.CustomInboxPrefix(e.inboxFor(role))}
+		nats.CustomInboxPrefix(e.inboxFor(role)), nats.ErrorHandler(e.onAsyncError(fatal))}
 	if e.creds != "" {
 		opts = append(opts, nats.UserCredentials(e.creds))
 	}
@@ -145,9 +219,18 @@ func (e *env) natsOptions(name, role string) ([]nats.Option, error) {
 }
 
 // connect opens a connection to --server as role with the flags'
-// credentials. Its errors never show a URL's password.
+// credentials. Its errors never show a URL's password. A permission the
+// server refuses on it ends the command with one error naming the user and
+// the subject ([Execute]): a JetStream request to a refused subject would
+// otherwise just wait out its timeout.
 func (e *env) connect(name, role string) (*nats.Conn, jetstream.JetStream, error) {
-	opts, err := e.natsOptions(name, role)
+	return e.connectAs(name, role, true)
+}
+
+// connectAs is [env.connect]; with fatal unset a refused permission is
+// only printed (the dashboard answers it 403 in the page).
+func (e *env) connectAs(name, role string, fatal bool) (*nats.Conn, jetstream.JetStream, error) {
+	opts, err := e.natsOptions(name, role, fatal)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -68,15 +68,25 @@ it leads, runs the control loops that must not run twice. Run two or more for
 availability: when the leader dies, another takes over within one lease TTL.
 Every instance also serves the management API (NATS micro service "ax" on
 ax.admin.>, a queue group shared by all instances) and, with --metrics-addr,
-Prometheus metrics.`,
+Prometheus metrics. It does not provision: run ax provision first (it waits,
+saying so, until the streams and buckets exist).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			d, err := e.startDaemon(ctx, "ax scheduler", roleScheduler, mf)
+			d, err := e.startDaemon(ctx, "ax scheduler", roleScheduler, mf, true)
 			if err != nil {
 				return err
 			}
 			defer d.close()
+			// ax scheduler does not provision (ax provision does, with
+			// the deployment's settings): it waits for the buckets.
+			names := d.names
+			err = waitFor(ctx, d.log, provisionHint, func() error {
+				return waitBuckets(ctx, d, names.TasksBucket(), names.LocksBucket(), names.WorkersBucket(), names.ControlBucket())
+			})
+			if err != nil {
+				return err
+			}
 			admin, err := startAdmin(ctx, d.js, d.names, d.log)
 			if err != nil {
 				return err

@@ -77,8 +77,11 @@ func (f *metricsFlags) config(js jetstream.JetStream, names streams.Names) *metr
 	return &metrics.Config{JetStream: js, Names: names, MaxLabelValues: f.labels}
 }
 
-// startDaemon connects as name in role and serves metrics as mf says.
-func (e *env) startDaemon(ctx context.Context, name, role string, mf metricsFlags) (*daemon, error) {
+// startDaemon connects as name in role (a refused permission fatal or not:
+// see [env.connectAs]) and serves metrics as mf says. The bucket and
+// dead-letter gauges, read from JetStream, are served by the control plane
+// only (the scheduler role may read those streams; a worker may not).
+func (e *env) startDaemon(ctx context.Context, name, role string, mf metricsFlags, fatal bool) (*daemon, error) {
 	names, err := e.names()
 	if err != nil {
 		return nil, err
@@ -91,7 +94,7 @@ func (e *env) startDaemon(ctx context.Context, name, role string, mf metricsFlag
 	// Processes of a deployment start in any order: wait for NATS.
 	err = waitFor(ctx, log, "nats", func() error {
 		var err error
-		d.nc, d.js, err = e.connect(name, role)
+		d.nc, d.js, err = e.connectAs(name, role, fatal)
 		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) {
 			return permanent{err}
 		}
@@ -102,7 +105,11 @@ func (e *env) startDaemon(ctx context.Context, name, role string, mf metricsFlag
 		return nil, err
 	}
 	d.closers = append(d.closers, d.nc.Close)
-	d.metrics = metrics.New(mf.config(d.js, names))
+	js := d.js
+	if role != roleScheduler {
+		js = nil
+	}
+	d.metrics = metrics.New(mf.config(js, names))
 	stop, err := e.startMetrics(ctx, mf.addr, d.metrics, log)
 	if err != nil {
 		d.close()
@@ -110,6 +117,22 @@ func (e *env) startDaemon(ctx context.Context, name, role string, mf metricsFlag
 	}
 	d.closers = append(d.closers, stop)
 	return d, nil
+}
+
+// provisionHint is what a process waits for until the deployment is
+// provisioned: ax provision (as the scheduler user) creates it, ax dev for
+// development; ax scheduler does not.
+const provisionHint = "the ax streams and buckets (run ax provision as the scheduler user, or ax dev)"
+
+// waitBuckets binds each bucket (provisioning writes them one by one,
+// after the streams).
+func waitBuckets(ctx context.Context, d *daemon, buckets ...string) error {
+	for _, bucket := range buckets {
+		if _, err := d.js.KeyValue(ctx, bucket); err != nil {
+			return fmt.Errorf("bucket %s: %w", bucket, err)
+		}
+	}
+	return nil
 }
 
 // permanent marks an error [waitFor] must not wait out.
@@ -128,6 +151,9 @@ func waitFor(ctx context.Context, log *zap.Logger, what string, fn func() error)
 		var p permanent
 		if err == nil || errors.As(err, &p) {
 			return err
+		}
+		if ctx.Err() != nil { // stopped, or a refused permission ended the command
+			return fmt.Errorf("gave up waiting for %s: %w", what, err)
 		}
 		log.Warn("waiting", zap.String("for", what), zap.Duration("retry_in", wait), zap.Error(err))
 		t := time.NewTimer(wait)

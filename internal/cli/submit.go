@@ -16,12 +16,14 @@ func addSubmit(root *cobra.Command, e *env) {
 	var priority string
 	var deadline string
 	var runAt string
+	var publishOnly bool
 	cmd := &cobra.Command{
 		Use:   "submit TYPE",
 		Short: "Submit one task",
 		Example: `  ax submit sleep --payload '{"ms":100}' --priority p1 --tenant acme
   ax submit echo --payload hello --id order-42
-  ax submit echo --payload later --delay 30s`,
+  ax submit echo --payload later --delay 30s
+  NATS_USER=service ax submit echo --payload hi --publish-only`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			t.Type = args[0]
@@ -64,7 +66,7 @@ func addSubmit(root *cobra.Command, e *env) {
 			if err != nil {
 				return err
 			}
-			client, err := ax.NewClient(cmd.Context(), js, &ax.Config{Names: names})
+			client, err := ax.NewClient(cmd.Context(), js, &ax.Config{Names: names, PublishOnly: publishOnly})
 			if err != nil {
 				return err
 			}
@@ -96,6 +98,7 @@ func addSubmit(root *cobra.Command, e *env) {
 	f.StringVar(&deadline, "deadline", "", "RFC 3339 time after which the task is not started")
 	f.StringVar(&runAt, "run-at", "", "RFC 3339 time the task becomes due (PENDING until then)")
 	f.DurationVar(&t.Delay, "delay", 0, "delay the task by this long (PENDING until then)")
+	f.BoolVar(&publishOnly, "publish-only", false, "only publish the task, as a producer allowed only to submit does (the service and producer-<tenant> users of docs/ax-permissions.conf): no record is written at submit, the worker that first sees the task writes it, and a delayed task is deferred by a worker")
 	root.AddCommand(cmd)
 }
 

@@ -107,23 +107,21 @@ gives it; shards move between workers as they join and leave. See them with
 ax workers.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, err := e.startDaemon(cmd.Context(), "ax worker", roleWorker, wf.metrics)
+			d, err := e.startDaemon(cmd.Context(), "ax worker", roleWorker, wf.metrics, true)
 			if err != nil {
 				return err
 			}
 			defer d.close()
-			// The buckets may not exist yet (provisioned by ax dev, ax
-			// scheduler or ax provision, started in any order): wait.
+			// The buckets may not exist yet (provisioned by ax provision
+			// or ax dev, started in any order): wait. Every bucket the
+			// worker binds, as it starts or later (not AX_LOCKS, the
+			// leader's, which a worker may not read).
 			var reg *worker.Registry
 			closeReg := func() {}
 			var w *worker.Worker
-			err = waitFor(cmd.Context(), d.log, "the ax streams and buckets (run ax provision, ax scheduler or ax dev)", func() error {
-				// Every bucket the worker binds, as it starts or later:
-				// provisioning writes them one by one, after the streams.
-				for _, bucket := range []string{d.names.TasksBucket(), d.names.WorkersBucket(), d.names.ControlBucket(), d.names.LocksBucket()} {
-					if _, err := d.js.KeyValue(cmd.Context(), bucket); err != nil {
-						return fmt.Errorf("bucket %s: %w", bucket, err)
-					}
+			err = waitFor(cmd.Context(), d.log, provisionHint, func() error {
+				if err := waitBuckets(cmd.Context(), d, d.names.TasksBucket(), d.names.WorkersBucket(), d.names.ControlBucket()); err != nil {
+					return err
 				}
 				var err error
 				if reg == nil {

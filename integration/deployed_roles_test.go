@@ -1,0 +1,332 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/deploy"
+	"github.com/ax-mesh/ax/internal/natstest"
+	"github.com/ax-mesh/ax/worker"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+)
+
+// roleServer is a server started from a permissions file whose
+// permission violations, as the server logs them, are kept.
+type roleServer struct {
+	*natstest.Server
+	mu         sync.Mutex
+	violations []string
+}
+
+// startRoleServer starts a server from conf and records its violations.
+func startRoleServer(t *testing.T, conf string) *roleServer {
+	t.Helper()
+	s := &roleServer{Server: natstest.Start(t, natstest.Options{ConfigFile: conf})}
+	s.SetLogger(s, false, false)
+	return s
+}
+
+// Violations returns the permission violations the server logged so far.
+func (s *roleServer) Violations() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.violations...)
+}
+
+// Errorf keeps the violations; the other levels are dropped.
+func (s *roleServer) Errorf(format string, v ...any) {
+	if line := fmt.Sprintf(format, v...); strings.Contains(line, "Violation") {
+		s.mu.Lock()
+		s.violations = append(s.violations, line)
+		s.mu.Unlock()
+	}
+}
+func (s *roleServer) Noticef(string, ...any) {}
+func (s *roleServer) Warnf(string, ...any)   {}
+func (s *roleServer) Fatalf(string, ...any)  {}
+func (s *roleServer) Debugf(string, ...any)  {}
+func (s *roleServer) Tracef(string, ...any)  {}
+
+// roleEnv is the environment of an ax process run as user of
+// docs/ax-permissions.conf (password "<user>-secret") against url.
+func roleEnv(url, user string) []string {
+	return append(os.Environ(), "NATS_URL="+url, "NATS_USER="+user, "NATS_PASSWORD="+user+"-secret",
+		"NATS_CREDS=", "NATS_NKEY=", "AX_INBOX_PREFIX=")
+}
+
+// startAxAs starts `ax args...` as user, stopped (SIGINT, then SIGKILL) at
+// cleanup, like [startAx].
+func startAxAs(t *testing.T, url, user string, args ...string) *process {
+	t.Helper()
+	p := &process{cmd: exec.Command(axBinary, args...), done: make(chan struct{})}
+	p.cmd.Env = roleEnv(url, user)
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	require.NoError(t, p.cmd.Start())
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("output of ax %s as %s:\n%s", strings.Join(args, " "), user, p.output())
+		}
+	})
+	return p
+}
+
+// runAxAs runs `ax args...` as user to its end, within limit, and returns
+// its stdout, its stderr and its error.
+func runAxAs(url, user string, limit time.Duration, args ...string) (string, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, axBinary, args...)
+	cmd.Env = roleEnv(url, user)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		err = fmt.Errorf("ax %s as %s: %w\nstderr: %s", strings.Join(args, " "), user, err, stderr.String())
+	}
+	return stdout.String(), stderr.String(), err
+}
+
+// mustAxAs is [runAxAs] that must succeed within a minute.
+func mustAxAs(t tb, url, user string, args ...string) string {
+	t.Helper()
+	out, _, err := runAxAs(url, user, time.Minute, args...)
+	require.NoError(t, err)
+	return out
+}
+
+// connectRole connects as user with the inbox prefix inbox, closed at cleanup.
+func connectRole(t *testing.T, srv *roleServer, user, inbox string) *nats.Conn {
+	t.Helper()
+	nc, _ := srv.Connect(nats.UserInfo(user, user+"-secret"), nats.CustomInboxPrefix(inbox))
+	return nc
+}
+
+// Every role of docs/ax-permissions.conf runs the way docs/SECURITY.md
+// says, as a process with the shipped file on a separate server: the
+// scheduler provisions and runs the control plane, worker-1 runs tasks that
+// the service and producer-acme submit (with the CLI and with the Go
+// client), the operator reads them, with the CLI and the dashboard, and the
+// worker stops cleanly; the server reports no permission violation at all.
+// Before the fix the worker waited forever for AX_LOCKS, and the submits
+// failed after 5 s binding AX_P0.
+func TestDeployedRoles(t *testing.T) {
+	t.Parallel()
+	srv := startRoleServer(t, permissionsFile)
+	url := srv.ClientURL()
+
+	// The start sequence of docs/SECURITY.md; a scheduler started before
+	// ax provision waits for it, saying so.
+	sched := startAxAs(t, url, "scheduler", "scheduler")
+	require.Eventually(t, func() bool { return strings.Contains(sched.output(), "run ax provision") || sched.exited() },
+		30*time.Second, 50*time.Millisecond, "ax scheduler does not say it waits for ax provision:\n%s", sched.output())
+	mustAxAs(t, url, "scheduler", "provision")
+	w := startAxAs(t, url, "worker-1", "worker", "--id", "worker-1", "--concurrency", "4", "--metrics-addr", "127.0.0.1:0")
+	require.Eventually(t, func() bool { return strings.Contains(sched.output(), "campaigning") || sched.exited() },
+		30*time.Second, 50*time.Millisecond, "ax scheduler did not start:\n%s", sched.output())
+	require.False(t, sched.exited(), "ax scheduler exited:\n%s", sched.output())
+	metricsURL := regexp.MustCompile(`metrics on (http://\S+/metrics)`)
+	require.Eventually(t, func() bool { return metricsURL.MatchString(w.output()) || w.exited() },
+		30*time.Second, 50*time.Millisecond, "ax worker did not start:\n%s", w.output())
+	require.Eventually(t, func() bool { return strings.Contains(w.output(), "joining the mesh") || w.exited() },
+		30*time.Second, 50*time.Millisecond, "ax worker did not join:\n%s", w.output())
+	require.False(t, w.exited(), "ax worker exited:\n%s", w.output())
+
+	// Submits as the service and as a tenant's producer, with the CLI.
+	require.Equal(t, "role-service", strings.TrimSpace(mustAxAs(t, url, "service",
+		"submit", "echo", "--publish-only", "--payload", "hi", "--id", "role-service")))
+	require.Equal(t, "role-acme", strings.TrimSpace(mustAxAs(t, url, "producer-acme",
+		"submit", "echo", "--publish-only", "--tenant", "acme", "--inbox-prefix", "_INBOX.producer-acme", "--id", "role-acme")))
+	require.Equal(t, "role-later", strings.TrimSpace(mustAxAs(t, url, "service",
+		"submit", "echo", "--publish-only", "--delay", "1s", "--id", "role-later")))
+
+	// And with the Go client, publish-only, as each.
+	ctx := context.Background()
+	service, err := ax.NewClient(ctx, jsOf(t, connectRole(t, srv, "service", "_INBOX.service")), &ax.Config{PublishOnly: true})
+	require.NoError(t, err)
+	_, err = service.Submit(ctx, ax.TaskSpec{Type: "echo", ID: "role-go-service"})
+	require.NoError(t, err)
+	_, err = service.SubmitBatch(ctx, []ax.TaskSpec{{Type: "echo", ID: "role-go-batch-1"}, {Type: "echo", ID: "role-go-batch-2"}})
+	require.NoError(t, err)
+	acme, err := ax.NewClient(ctx, jsOf(t, connectRole(t, srv, "producer-acme", "_INBOX.producer-acme")), &ax.Config{PublishOnly: true})
+	require.NoError(t, err)
+	info, err := acme.Submit(ctx, ax.TaskSpec{Type: "echo", Tenant: "acme", ID: "role-go-acme"})
+	require.NoError(t, err)
+	require.False(t, info.Duplicate)
+	again, err := acme.Submit(ctx, ax.TaskSpec{Type: "echo", Tenant: "acme", ID: "role-go-acme"})
+	require.NoError(t, err)
+	require.True(t, again.Duplicate, "a re-submit within the window is a duplicate")
+
+	// A second worker through the Go API as worker-2, opened on the
+	// deployment handle.
+	wctx, stopW2 := context.WithCancel(ctx)
+	w2done := make(chan error, 1)
+	{
+		d, err := deploy.Open(ctx, jsOf(t, connectRole(t, srv, "worker-2", "_INBOX.worker")), nil)
+		require.NoError(t, err)
+		reg := worker.NewRegistry()
+		require.NoError(t, reg.Handle("echo", func(context.Context, *worker.Task) error { return nil }, nil))
+		w2, err := d.Worker(ctx, &worker.Config{ID: "worker-2", Registry: reg, Logger: zaptest.NewLogger(t)})
+		require.NoError(t, err)
+		go func() { w2done <- w2.Run(wctx) }()
+	}
+
+	// The operator sees every task succeed, and the workers.
+	for _, id := range []string{"role-service", "role-acme", "role-later", "role-go-service", "role-go-batch-1", "role-go-batch-2", "role-go-acme"} {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			out, _, err := runAxAs(url, "operator", time.Minute, "task", "get", id)
+			assert.NoError(c, err)
+			assert.Regexp(c, `State\s+SUCCEEDED`, out)
+		}, 30*time.Second, 200*time.Millisecond, "task %s", id)
+	}
+	require.Regexp(t, `(?m)^P2\s+0\s`, mustAxAs(t, url, "operator", "stats"))
+	require.Contains(t, mustAxAs(t, url, "operator", "workers"), "worker-1")
+
+	// The dashboard as the operator answers a page with the buckets.
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	dash := startAxAs(t, url, "operator", "dashboard", "--listen", addr)
+	require.Eventually(t, func() bool { return strings.Contains(dash.output(), "dashboard on http://") || dash.exited() },
+		30*time.Second, 50*time.Millisecond, "ax dashboard did not start:\n%s", dash.output())
+	res, err := http.Get("http://" + addr + "/api/overview")
+	require.NoError(t, err)
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode, string(body))
+	require.Contains(t, string(body), "AX_P0")
+
+	// The worker's metrics, scraped: its own, read without a denied subject.
+	res, err = http.Get(metricsURL.FindStringSubmatch(w.output())[1])
+	require.NoError(t, err)
+	body, err = io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	require.Contains(t, string(body), "ax_tasks_total")
+
+	// Every process stops cleanly.
+	stopW2()
+	select {
+	case err := <-w2done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("worker-2 did not stop")
+	}
+	for name, p := range map[string]*process{"worker": w, "dashboard": dash, "scheduler": sched} {
+		p.signal(t, os.Interrupt)
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("ax %s did not stop:\n%s", name, p.output())
+		}
+		require.Zero(t, p.cmd.ProcessState.ExitCode(), "ax %s:\n%s", name, p.output())
+		require.NotContains(t, p.output(), "ermission", "ax %s", name)
+	}
+	require.Empty(t, srv.Violations(), "the server reported permission violations")
+}
+
+// jsOf returns a JetStream handle on nc.
+func jsOf(t *testing.T, nc *nats.Conn) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return js
+}
+
+// A role missing a permission gets one clear error naming the subject and
+// the user, at once, instead of waiting: a worker whose publish list lacks
+// the record bucket's stream info, a worker run with another id than its
+// user's (its cancel subject is refused), a service running `ax submit`
+// without --publish-only, and the Go client and constructors on such
+// connections. Before the fix the worker waited forever and the submit
+// failed after 5 s with "context deadline exceeded".
+func TestMissingPermissionFailsFast(t *testing.T) {
+	t.Parallel()
+	shipped, err := os.ReadFile(permissionsFile)
+	require.NoError(t, err)
+	const lacking = `"$JS.API.STREAM.INFO.KV_AX_TASKS",`
+	require.Contains(t, string(shipped), lacking)
+	// worker-1 loses the line (WORKER_PUBLISH is shared: give worker-1 its own copy without it).
+	conf := strings.Replace(string(shipped), "WORKER_PUBLISH: [", "WORKER_1_PUBLISH: ["+strings.Replace(workerPublish(t, string(shipped)), lacking, "", 1)+"]\nWORKER_PUBLISH: [", 1)
+	conf = strings.Replace(conf, "user: worker-1, password: worker-1-secret\n        permissions: {\n          publish:   { allow: $WORKER_PUBLISH }",
+		"user: worker-1, password: worker-1-secret\n        permissions: {\n          publish:   { allow: $WORKER_1_PUBLISH }", 1)
+	require.Contains(t, conf, "$WORKER_1_PUBLISH")
+	path := filepath.Join(t.TempDir(), "ax-permissions.conf")
+	require.NoError(t, os.WriteFile(path, []byte(conf), 0o600))
+	srv := startRoleServer(t, path)
+	url := srv.ClientURL()
+	mustAxAs(t, url, "scheduler", "provision")
+
+	cases := []struct {
+		name, user string
+		args       []string
+		want       string
+	}{
+		{"worker lacking a subject", "worker-1", []string{"worker", "--id", "worker-1"},
+			"permission denied: user worker-1 may not publish $JS.API.STREAM.INFO.KV_AX_TASKS"},
+		{"worker with another id than its user's", "worker-2", []string{"worker", "--id", "other"},
+			"permission denied: user worker-2 may not subscribe to ax.worker.other.cancel (docs/ax-permissions.conf): a worker's ID (ax worker --id) is its user's name"},
+		{"service submitting with records", "service", []string{"submit", "echo", "--payload", "hi"},
+			"permission denied: user service may not publish $JS.API.STREAM.INFO.AX_P0 (docs/ax-permissions.conf): a producer allowed only to submit sets Config.PublishOnly (ax submit --publish-only)"},
+		{"operator running a worker", "operator", []string{"worker", "--id", "operator"},
+			"permission denied: user operator may not "},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			start := time.Now()
+			_, stderr, err := runAxAs(url, c.user, 30*time.Second, c.args...)
+			took := time.Since(start)
+			require.Error(t, err, "ax %s as %s must fail", strings.Join(c.args, " "), c.user)
+			require.Less(t, took, 4*time.Second, "ax %s as %s failed only after %s:\n%s", strings.Join(c.args, " "), c.user, took, stderr)
+			require.Contains(t, stderr, c.want)
+			require.Contains(t, stderr, "docs/ax-permissions.conf")
+			require.Equal(t, 1, strings.Count(stderr, "permission denied"), "one error:\n%s", stderr)
+		})
+	}
+
+	t.Run("Go client and constructors", func(t *testing.T) {
+		ctx := context.Background()
+		start := time.Now()
+		_, err := ax.NewClient(ctx, jsOf(t, connectRole(t, srv, "service", "_INBOX.service")), nil)
+		require.ErrorIs(t, err, nats.ErrPermissionViolation)
+		require.ErrorContains(t, err, "permission denied: user service may not publish $JS.API.STREAM.INFO.AX_P0")
+		require.ErrorContains(t, err, "PublishOnly")
+		_, err = worker.New(ctx, jsOf(t, connectRole(t, srv, "worker-1", "_INBOX.worker")), &worker.Config{Registry: worker.NewRegistry()})
+		require.ErrorIs(t, err, nats.ErrPermissionViolation)
+		require.ErrorContains(t, err, "user worker-1 may not publish $JS.API.STREAM.INFO.KV_AX_TASKS")
+		_, err = deploy.Open(ctx, jsOf(t, connectRole(t, srv, "producer-acme", "_INBOX.producer-acme")), nil)
+		require.ErrorIs(t, err, nats.ErrPermissionViolation)
+		require.ErrorContains(t, err, "user producer-acme may not publish $JS.API.STREAM.INFO.AX_P0")
+		require.Less(t, time.Since(start), 4*time.Second)
+	})
+}
+
+// workerPublish returns the body of the WORKER_PUBLISH list of conf.
+func workerPublish(t *testing.T, conf string) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?s)WORKER_PUBLISH: \[(.*?)\n\]`).FindStringSubmatch(conf)
+	require.NotNil(t, m, "WORKER_PUBLISH in the permissions file")
+	return m[1] + "\n"
+}
