@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/kv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -23,7 +24,7 @@ func TestSubmitJSONWritesKindAndPayloadOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "welcome", info.Type)
 	require.Equal(t, "AX_P1", info.Stream)
-	rec, _, err := b.client.Store().Get(ctx, info.ID)
+	rec, _, err := b.client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 	require.NoError(t, err)
 	require.Equal(t, "welcome", rec.Type)
 	require.Equal(t, "acme", rec.Tenant)

@@ -58,8 +58,9 @@ type Config struct {
 	// SubmitBatch publish each task and write no record (the worker that
 	// first sees the task writes it, docs/WIRE.md), a delayed task is
 	// published with its Ax-Run-At for a worker to defer, a duplicate is
-	// reported when the bucket de-duplicates it (within its window; a
-	// later one a worker drops), and backpressure is followed from the
+	// reported only for a retried publish the bucket de-duplicates (each
+	// Submit's Nats-Msg-Id carries a token of its own, docs/WIRE.md; a
+	// second message of an id a worker drops), and backpressure is followed from the
 	// reports the leader publishes while a bucket is at the alert level.
 	// Store is nil, and CancelDelayed and the cron methods return
 	// [ErrPublishOnly].
@@ -176,7 +177,7 @@ func (c *Client) Submit(ctx context.Context, task TaskSpec) (TaskInfo, error) {
 		err = c.admit(t, now)
 	}
 	if err != nil {
-		return TaskInfo{ID: t.ID}, err
+		return TaskInfo{ID: t.ID, Tenant: t.Tenant}, err
 	}
 	if !t.RunAt.IsZero() && !c.cfg.PublishOnly {
 		return c.submitDelayed(ctx, t)
@@ -190,28 +191,30 @@ func (c *Client) Submit(ctx context.Context, task TaskSpec) (TaskInfo, error) {
 		}
 	}
 	if err != nil {
-		return TaskInfo{ID: t.ID}, c.submitError(t, err)
+		return TaskInfo{ID: t.ID, Tenant: t.Tenant}, c.submitError(t, err)
 	}
-	dup := ack.Duplicate
+	dup, seq := ack.Duplicate, ack.Sequence
 	if c.cfg.PublishOnly { // the worker that first sees the task writes its record
 		if !dup {
 			c.sent[t.Priority.level()].Add(1)
 		}
-		return t.info(c.cfg.Names, ack.Sequence, dup), nil
+		return t.info(c.cfg.Names, seq, dup), nil
 	}
 	_, _, err = c.store.Create(ctx, t.record(ack.Stream, ack.Sequence), kv.Actor{Action: "submit"})
 	if errors.Is(err, kv.ErrExists) {
-		var existing bool
-		existing, err = c.existing(ctx, t, ack)
-		dup = dup || existing
+		var rec *kv.Record
+		rec, err = c.existing(ctx, t, ack)
+		if rec != nil {
+			dup, seq = true, duplicateSeq(rec, ack)
+		}
 	}
 	if err != nil {
-		return TaskInfo{ID: t.ID}, fmt.Errorf("submit task %s: stored, but its record was not written: %w", t.ID, err)
+		return TaskInfo{ID: t.ID, Tenant: t.Tenant}, fmt.Errorf("submit task %s: stored, but its record was not written: %w", t.ID, err)
 	}
 	if !dup {
 		c.sent[t.Priority.level()].Add(1)
 	}
-	return t.info(c.cfg.Names, ack.Sequence, dup), nil
+	return t.info(c.cfg.Names, seq, dup), nil
 }
 
 // SubmitBatch submits many tasks with pipelined asynchronous publishes. It
@@ -234,7 +237,7 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec) ([]TaskInfo,
 		if err == nil {
 			err = c.admit(t, now)
 		}
-		infos[i].ID = t.ID
+		infos[i].ID, infos[i].Tenant = t.ID, t.Tenant
 		if err != nil {
 			failed[i] = err
 			continue
@@ -285,16 +288,18 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec) ([]TaskInfo,
 		if ack == nil || failed[i] != nil {
 			continue
 		}
-		dup := ack.Duplicate
+		dup, seq := ack.Duplicate, ack.Sequence
 		if existed[i] {
 			other, err := c.existing(ctx, normalized[i], ack)
 			if err != nil {
 				failed[i] = fmt.Errorf("submit task %s: stored, but its record was not read: %w", normalized[i].ID, err)
 				continue
 			}
-			dup = dup || other
+			if other != nil {
+				dup, seq = true, duplicateSeq(other, ack)
+			}
 		}
-		infos[i] = normalized[i].info(c.cfg.Names, ack.Sequence, dup)
+		infos[i] = normalized[i].info(c.cfg.Names, seq, dup)
 		if !dup {
 			c.sent[normalized[i].Priority.level()].Add(1)
 		}
@@ -319,7 +324,7 @@ func (c *Client) publishAll(ctx context.Context, msgs []*nats.Msg, indexes []int
 				break
 			}
 			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) || ctx.Err() != nil {
-				failed[i] = fmt.Errorf("submit task %s: %w", msgs[i].Header.Get(streams.HeaderMsgID), err)
+				failed[i] = fmt.Errorf("submit task %s: %w", streams.TaskIDOf(msgs[i].Header.Get(streams.HeaderMsgID)), err)
 				break
 			}
 			select { // wait for the window to drain, then retry
@@ -385,25 +390,36 @@ func (c *Client) bounds(t TaskSpec, now time.Time) error {
 	return nil
 }
 
-// existing settles a submit whose record exists already, and reports whether
-// the id belonged to another message (a duplicate). Either a worker saw this
+// duplicateSeq is the sequence a duplicate submit reports: its task's
+// message when that is in the bucket the submit went to (the message the
+// submit stored was deleted), else the sequence of the submit's ack.
+func duplicateSeq(rec *kv.Record, ack *jetstream.PubAck) uint64 {
+	if rec.StreamSeq != 0 && rec.Stream == ack.Stream {
+		return rec.StreamSeq
+	}
+	return ack.Sequence
+}
+
+// existing settles a submit whose record exists already, and returns the
+// record when the id belonged to another message (a duplicate), nil when
+// the message is the task's. Either a worker saw this
 // message first (the record names it), or the task waits for its first
 // message (an operator paused or cancelled the id before it was seen), or
 // the id was submitted before: to another bucket, as a delayed task, or past
 // the de-duplication window. Then this message is a second one for the same
 // task; it is deleted, so that one id never has two messages (workers would
 // drop it anyway: a record names the one message that runs its task).
-func (c *Client) existing(ctx context.Context, t TaskSpec, ack *jetstream.PubAck) (bool, error) {
+func (c *Client) existing(ctx context.Context, t TaskSpec, ack *jetstream.PubAck) (*kv.Record, error) {
 	for range maxMoveTries {
-		rec, rev, err := c.store.Get(ctx, t.ID)
+		rec, rev, err := c.store.Get(ctx, kv.Ref{Tenant: t.Tenant, ID: t.ID})
 		if err != nil {
-			return false, err
+			return nil, err
 		}
 		if rec.Names(c.cfg.Names, ack.Stream, ack.Sequence) {
-			return false, nil // ours
+			return nil, nil // ours
 		}
 		if rec.StreamSeq == 0 && rec.State == kv.StateCancelled && rec.Type == "" {
-			return false, nil // cancelled before its first message: this one, which workers drop
+			return nil, nil // cancelled before its first message: this one, which workers drop
 		}
 		if rec.StreamSeq == 0 && rec.State == kv.StatePaused && rec.Type == "" {
 			// Paused before its first message: bind this one, as a worker
@@ -417,16 +433,16 @@ func (c *Client) existing(ctx context.Context, t TaskSpec, ack *jetstream.PubAck
 			if errors.Is(err, kv.ErrConflict) {
 				continue
 			}
-			return false, err
+			return nil, err
 		}
 		if !ack.Duplicate { // a duplicate ack names the earlier message: never delete that
 			if stream, err := c.js.Stream(ctx, ack.Stream); err == nil {
 				_ = stream.DeleteMsg(ctx, ack.Sequence)
 			}
 		}
-		return true, nil
+		return rec, nil
 	}
-	return false, fmt.Errorf("submit task %s: its record kept changing: %w", t.ID, kv.ErrConflict)
+	return nil, fmt.Errorf("submit task %s: its record kept changing: %w", t.ID, kv.ErrConflict)
 }
 
 // retryable reports whether a publish may be retried with the same id.

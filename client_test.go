@@ -43,7 +43,7 @@ func TestSubmitWritesReadyRecord(t *testing.T) {
 	require.Equal(t, "AX_P3", info.Stream)
 	require.Equal(t, streams.Shard("user-7"), info.Shard)
 
-	rec, _, err := b.client.Store().Get(ctx, info.ID)
+	rec, _, err := b.client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 	require.NoError(t, err, "a task is known right after Submit returns")
 	require.Equal(t, kv.StateReady, rec.State)
 	require.Equal(t, "acme", rec.Tenant)
@@ -58,7 +58,9 @@ func TestSubmitWritesReadyRecord(t *testing.T) {
 	msg, err := s.GetMsg(ctx, info.Sequence)
 	require.NoError(t, err)
 	require.Equal(t, fmt.Sprintf("ax.p3.%d.acme.email.user-7", info.Shard), msg.Subject)
-	require.Equal(t, info.ID, msg.Header.Get("Nats-Msg-Id"))
+	msgID := msg.Header.Get("Nats-Msg-Id")
+	require.Equal(t, info.ID, streams.TaskIDOf(msgID))
+	require.Greater(t, len(msgID), len(info.ID)+1, "a token of the submit's own follows the id: %s", msgID)
 	require.Equal(t, "5s", msg.Header.Get("Ax-Timeout"))
 	require.Equal(t, "4", msg.Header.Get("Ax-Max-Attempts"))
 	require.Empty(t, msg.Header.Get("Ax-Core"), "core is the subject it was published on, not a header")
@@ -84,7 +86,7 @@ func TestSubmitIsIdempotent(t *testing.T) {
 	other, err := b.client.Submit(ctx, ax.TaskSpec{ID: "order-1", Type: "ship", Priority: ax.P3})
 	require.NoError(t, err)
 	require.True(t, other.Duplicate)
-	rec, _, err := b.client.Store().Get(ctx, "order-1")
+	rec, _, err := b.client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "order-1"})
 	require.NoError(t, err)
 	require.Equal(t, 2, rec.Priority, "the record keeps the first bucket")
 }
@@ -184,7 +186,7 @@ func TestSubmitBatchFullBucket(t *testing.T) {
 	require.Len(t, batchErr.Failed, 50)
 	require.EqualValues(t, 100, natstest.StreamMsgs(t, b.js, "AX_P2"))
 	for i, info := range infos {
-		_, _, getErr := b.client.Store().Get(ctx, info.ID)
+		_, _, getErr := b.client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 		if batchErr.Failed[i] != nil {
 			require.ErrorIs(t, batchErr.Failed[i], ax.ErrOverloaded)
 			require.ErrorIs(t, getErr, kv.ErrNotFound, "a refused task has no record")

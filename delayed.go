@@ -24,13 +24,13 @@ func (c *Client) submitDelayed(ctx context.Context, t TaskSpec) (TaskInfo, error
 	info := t.info(c.cfg.Names, 0, false)
 	submit := t.message(c.cfg.Names)
 	if err := streams.CheckDelayedSize(submit.Data, submit.Header, c.delayedLimit(t.Priority.level())); err != nil {
-		return TaskInfo{ID: t.ID}, fmt.Errorf("submit delayed task %s: %w: %w", t.ID, ErrInvalidTask, err)
+		return TaskInfo{ID: t.ID, Tenant: t.Tenant}, fmt.Errorf("submit delayed task %s: %w: %w", t.ID, ErrInvalidTask, err)
 	}
 	want := t.record("", 0)
 	_, rev, err := c.store.Create(ctx, want, kv.Actor{Action: "submit"})
 	if errors.Is(err, kv.ErrExists) {
 		var rec *kv.Record
-		rec, rev, err = c.store.Get(ctx, t.ID)
+		rec, rev, err = c.store.Get(ctx, want.Ref())
 		switch {
 		case err != nil:
 		case heldUnseen(rec) && rec.State == kv.StateCancelled:
@@ -47,7 +47,7 @@ func (c *Client) submitDelayed(ctx context.Context, t TaskSpec) (TaskInfo, error
 	if err != nil {
 		return info, fmt.Errorf("submit delayed task %s: %w", t.ID, err)
 	}
-	msg := c.cfg.Names.DelayedMsg(t.ID, submit, t.RunAt.Add(-c.cfg.Early))
+	msg := c.cfg.Names.DelayedMsg(t.Tenant, t.ID, submit, t.RunAt.Add(-c.cfg.Early))
 	for attempt := 0; ; attempt++ {
 		_, err = c.js.PublishMsg(ctx, msg)
 		if err == nil || !retryable(err) || attempt >= c.cfg.PublishRetries || ctx.Err() != nil {
@@ -57,9 +57,9 @@ func (c *Client) submitDelayed(ctx context.Context, t TaskSpec) (TaskInfo, error
 	if err != nil {
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) { // refused: nothing was scheduled, so the task was not accepted
-			_ = c.store.Delete(ctx, t.ID, rev)
+			_ = c.store.Delete(ctx, want.Ref(), rev)
 		}
-		return TaskInfo{ID: t.ID}, fmt.Errorf("submit delayed task %s: %w", t.ID, err)
+		return TaskInfo{ID: t.ID, Tenant: t.Tenant}, fmt.Errorf("submit delayed task %s: %w", t.ID, err)
 	}
 	return info, nil
 }
@@ -88,23 +88,24 @@ func heldUnseen(rec *kv.Record) bool {
 	return rec.Type == "" && rec.StreamSeq == 0 && (rec.State == kv.StatePaused || rec.State == kv.StateCancelled)
 }
 
-// CancelDelayed cancels a task that is still PENDING: its record becomes
-// CANCELLED and its schedule is removed. It returns [kv.ErrWrongState] when
-// the task was released already.
-func (c *Client) CancelDelayed(ctx context.Context, id string) error {
+// CancelDelayed cancels tenant's task id while it is still PENDING: its
+// record becomes CANCELLED and its schedule is removed. It returns
+// [kv.ErrWrongState] when the task was released already.
+func (c *Client) CancelDelayed(ctx context.Context, tenant, id string) error {
+	ref := kv.Ref{Tenant: tenant, ID: id}
 	if c.cfg.PublishOnly {
-		return fmt.Errorf("cancel delayed task %s: %w", id, ErrPublishOnly)
+		return fmt.Errorf("cancel delayed task %s: %w", ref, ErrPublishOnly)
 	}
-	if _, _, err := c.store.Transition(ctx, id, kv.StatePending, kv.StateCancelled, kv.Actor{Action: "cancel"}, nil); err != nil {
+	if _, _, err := c.store.Transition(ctx, ref, kv.StatePending, kv.StateCancelled, kv.Actor{Action: "cancel"}, nil); err != nil {
 		return fmt.Errorf("cancel delayed task: %w", err)
 	}
 	stream, err := c.js.Stream(ctx, c.cfg.Names.DelayedStream())
 	if err == nil {
-		err = stream.Purge(ctx, jetstream.WithPurgeSubject(c.cfg.Names.DelayedSubject(id)))
+		err = stream.Purge(ctx, jetstream.WithPurgeSubject(c.cfg.Names.DelayedSubject(tenant, id)))
 	}
 	if err != nil {
 		// The record is CANCELLED: the mover drops the schedule when it fires.
-		return fmt.Errorf("cancel delayed task %s: cancelled, but its schedule was not removed: %w", id, err)
+		return fmt.Errorf("cancel delayed task %s: cancelled, but its schedule was not removed: %w", ref, err)
 	}
 	return nil
 }

@@ -44,7 +44,7 @@ func TestDelayedTaskTooLargeIsRefusedAtSubmit(t *testing.T) {
 	require.ErrorIs(t, err, ax.ErrInvalidTask)
 	require.ErrorIs(t, err, streams.ErrTooLarge)
 	require.ErrorContains(t, err, fmt.Sprintf("at most %d", limit-streams.TaskRoom))
-	_, _, err = b.client.Store().Get(ctx, "too-big")
+	_, _, err = b.client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "too-big"})
 	require.ErrorIs(t, err, kv.ErrNotFound, "nothing stored")
 	require.Zero(t, natstest.StreamMsgs(t, b.js, "AX_DELAYED"))
 	_, err = b.client.Submit(ctx, ax.TaskSpec{ID: "fits", Type: "x", Delay: time.Hour, Payload: make([]byte, limit-streams.TaskRoom-200)})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/internal/natstest"
+	"github.com/ax-mesh/ax/kv"
 )
 
 // A service submits a task: it is stored in its priority bucket and its
@@ -28,7 +29,7 @@ func ExampleClient_Submit() {
 		fmt.Println(err)
 		return
 	}
-	rec, _, _ := client.Store().Get(ctx, info.ID)
+	rec, _, _ := client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 	fmt.Println(info.ID, info.Stream, rec.State)
 	// Output:
 	// welcome-42 AX_P1 READY
@@ -65,7 +66,7 @@ func ExampleClient_SubmitJSON() {
 	raw, _ := client.Submit(ctx, ax.TaskSpec{Type: "resize", Payload: []byte("image")})
 	_, err = client.AddCron(ctx, ax.CronJob{Name: "digest", Spec: "0 7 * * *", Task: ax.TaskSpec{Type: "digest"}})
 	fmt.Println(info.Type, info.Stream)
-	rec, _, _ := client.Store().Get(ctx, later.ID)
+	rec, _, _ := client.Store().Get(ctx, kv.Ref{Tenant: later.Tenant, ID: later.ID})
 	fmt.Println(later.Type, rec.State)
 	fmt.Println(raw.Type, raw.Stream)
 	fmt.Println("cron added:", err == nil)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/kv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -31,7 +32,7 @@ func TestZeroPriorityIsTheDefault(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tc.stream, info.Stream)
 			require.Equal(t, tc.level, info.Priority)
-			rec, _, err := b.client.Store().Get(ctx, info.ID)
+			rec, _, err := b.client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 			require.NoError(t, err)
 			require.Equal(t, tc.level, rec.Priority)
 		})

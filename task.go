@@ -152,6 +152,12 @@ func (t TaskSpec) message(names streams.Names) *nats.Msg {
 		msg.Header.Set(name, value)
 	}
 	streams.Options{ID: t.ID, Timeout: t.Timeout, MaxAttempts: t.MaxAttempts, Deadline: t.Deadline, RunAt: t.RunAt, Gen: 1}.SetHeaders(msg.Header)
+	// JetStream de-duplicates by Nats-Msg-Id across tenants: a token of this
+	// submit's own keeps another tenant's publish of the id, within the
+	// window, from making this one a "duplicate". Its retries (the same
+	// message) are still de-duplicated; the id is de-duplicated per tenant
+	// by its record.
+	msg.Header.Set(streams.HeaderMsgID, t.ID+":"+nuid.Next())
 	return msg
 }
 

@@ -155,7 +155,9 @@ func TestAdminCancelWaitingAndUnseen(t *testing.T) {
 	require.NotNil(t, reply.Task.FinishedAt)
 
 	var unseen admin.TaskReply
-	require.NoError(t, b.call(t, admin.VerbTaskPause, admin.TaskRequest{ID: "raw-1", Unseen: true}, &unseen))
+	require.NoError(t, b.call(t, admin.VerbTaskPause, admin.TaskRequest{ID: "raw-1", Tenant: "acme", Unseen: true}, &unseen))
+	require.Equal(t, "acme", unseen.Task.Tenant)
+	requireCode(t, b.call(t, admin.VerbTaskPause, admin.TaskRequest{ID: "raw-2", Unseen: true}, &unseen), admin.CodeBadRequest, `give its "tenant"`)
 	require.True(t, unseen.Created)
 	require.Equal(t, kv.StatePaused, unseen.Task.State)
 }
@@ -222,19 +224,23 @@ func TestAdminBatchCancel(t *testing.T) {
 	require.NoError(t, b.call(t, admin.VerbTasksCancel, req, &dry))
 	require.Equal(t, 5, dry.Matched)
 	require.Equal(t, 0, dry.Cancelled)
-	require.Equal(t, acme, dry.IDs)
+	var acmeRefs []kv.Ref
+	for _, id := range acme {
+		acmeRefs = append(acmeRefs, kv.Ref{Tenant: "acme", ID: id})
+	}
+	require.Equal(t, acmeRefs, dry.Tasks)
 
 	req.DryRun = false
 	var done admin.BatchCancelReply
 	require.NoError(t, b.call(t, admin.VerbTasksCancel, req, &done))
 	require.Equal(t, 5, done.Cancelled)
 	for _, id := range acme {
-		rec, _, err := b.client.Store().Get(context.Background(), id)
+		rec, _, err := b.client.Store().Get(context.Background(), kv.Ref{Tenant: "acme", ID: id})
 		require.NoError(t, err)
 		require.Equal(t, kv.StateCancelled, rec.State)
 	}
-	for _, id := range []string{other, report} {
-		rec, _, err := b.client.Store().Get(context.Background(), id)
+	for _, ref := range []kv.Ref{{Tenant: "globex", ID: other}, {Tenant: "acme", ID: report}} {
+		rec, _, err := b.client.Store().Get(context.Background(), ref)
 		require.NoError(t, err)
 		require.Equal(t, kv.StateReady, rec.State, "outside the filter")
 	}
@@ -280,7 +286,7 @@ func (b *adminBundle) finished(t *testing.T, typ string, took time.Duration, sta
 	ctx := context.Background()
 	store := b.client.Store()
 	id := b.submit(t, ax.TaskSpec{Type: typ, Timeout: 10 * time.Second})
-	rec, rev, err := store.Get(ctx, id)
+	rec, rev, err := store.Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
 	require.NoError(t, err)
 	started := time.Now().Add(-took)
 	for attempt := 1; attempt <= attempts; attempt++ {

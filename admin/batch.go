@@ -29,12 +29,12 @@ func (a *Service) tasksCancel(ctx context.Context, data []byte) (any, error) {
 			return nil, badRequest("state %s cannot be cancelled; filter on states that can: PENDING, READY, RUNNING, RETRYING, PAUSED", s)
 		}
 	}
-	reply := &BatchCancelReply{DryRun: req.DryRun, IDs: []string{}}
-	var matched []string
+	reply := &BatchCancelReply{DryRun: req.DryRun, Tasks: []kv.Ref{}}
+	var matched []kv.Ref
 	var err error
 	reply.Unreadable, err = a.scan(ctx, func(rec *kv.Record) {
 		if kv.CanTransition(rec.State, kv.StateCancelled) && req.Filter.matches(rec) {
-			matched = append(matched, rec.ID)
+			matched = append(matched, rec.Ref())
 		}
 	})
 	if err != nil {
@@ -49,19 +49,19 @@ func (a *Service) tasksCancel(ctx context.Context, data []byte) (any, error) {
 		}
 		matched = append(matched, unseen...)
 	}
-	slices.Sort(matched)
+	slices.SortFunc(matched, compareRefs)
 	matched = slices.Compact(matched)
 	reply.Matched = len(matched)
-	reply.IDs = matched[:min(len(matched), MaxListedIDs)]
+	reply.Tasks = matched[:min(len(matched), MaxListedIDs)]
 	if req.DryRun {
 		return reply, nil
 	}
-	for _, id := range matched {
-		if _, err := a.cancel(ctx, id, true); err != nil {
+	for _, ref := range matched {
+		if _, err := a.cancel(ctx, ref, true); err != nil {
 			if reply.Failed == nil {
 				reply.Failed = map[string]string{}
 			}
-			reply.Failed[id] = toError(err).Message
+			reply.Failed[ref.String()] = toError(err).Message
 			continue
 		}
 		reply.Cancelled++
@@ -71,12 +71,12 @@ func (a *Service) tasksCancel(ctx context.Context, data []byte) (any, error) {
 }
 
 // cutBatch cuts a tasks.cancel reply's lists to the reply budget: the
-// unreadable records' errors (a quarter of it at most), the matched ids,
+// unreadable records' errors (a quarter of it at most), the matched tasks,
 // then the failures with their reasons (FailedCount counts them all).
 func (a *Service) cutBatch(reply *BatchCancelReply) {
-	ids, failed := reply.IDs, reply.Failed
+	tasks, failed := reply.Tasks, reply.Failed
 	reply.FailedCount = len(failed)
-	reply.IDs, reply.Failed = []string{}, nil
+	reply.Tasks, reply.Failed = []kv.Ref{}, nil
 	var unreadable map[string]string
 	if reply.Unreadable != nil {
 		unreadable, reply.Unreadable.Errors = reply.Unreadable.Errors, map[string]string{}
@@ -87,24 +87,25 @@ func (a *Service) cutBatch(reply *BatchCancelReply) {
 		reply.Unreadable.Errors, reply.Unreadable.Omitted, room = unreadable, dropped, room-used
 		reply.Truncated = dropped > 0
 	}
-	n, used := fit(ids, room)
-	reply.IDs = ids[:n]
+	n, used := fit(tasks, room)
+	reply.Tasks = tasks[:n]
 	if failed != nil {
 		dropped, _ := fitMap(failed, room-used)
 		reply.Failed = failed
 		reply.Truncated = reply.Truncated || dropped > 0
 	}
-	reply.Truncated = reply.Truncated || n < len(ids)
+	reply.Truncated = reply.Truncated || n < len(tasks)
 }
 
-// unseen returns the ids of the messages waiting in the priority buckets
+// unseen returns the tasks of the messages waiting in the priority buckets
 // that match f's tenant and type and whose task has no record: raw
-// publishes no worker has taken yet. It reads every matching message once
-// (direct gets, by subject filter).
-func (a *Service) unseen(ctx context.Context, f Filter) ([]string, error) {
+// publishes no worker has taken yet. Each is the task of its message's
+// tenant. It reads every matching message once (direct gets, by subject
+// filter).
+func (a *Service) unseen(ctx context.Context, f Filter) ([]kv.Ref, error) {
 	names := a.cfg.Names
 	tenant, taskType := cmp.Or(f.Tenant, "*"), cmp.Or(f.Type, "*")
-	var out []string
+	var out []kv.Ref
 	for p := range streams.Priorities {
 		stream, err := a.js.Stream(ctx, names.PriorityStream(p))
 		if err != nil {
@@ -120,20 +121,26 @@ func (a *Service) unseen(ctx context.Context, f Filter) ([]string, error) {
 				return nil, fmt.Errorf("find unseen tasks in %s: %w", names.PriorityStream(p), err)
 			}
 			seq = msg.Sequence + 1
-			_, opts, err := names.ParseMessage(msg.Subject, msg.Header)
+			stored, opts, err := names.ParseMessage(msg.Subject, msg.Header)
 			id := opts.ID
 			if id == "" && err == nil {
 				id = streams.FallbackID(names.PriorityStream(p), msg.Sequence, msg.Time)
 			}
-			if id == "" {
+			ref := kv.Ref{Tenant: stored.Tenant, ID: id}
+			if id == "" || ref.Validate() != nil {
 				continue // malformed: a worker dead-letters it
 			}
-			if _, _, err := a.store.Get(ctx, id); errors.Is(err, kv.ErrNotFound) {
-				out = append(out, id)
+			if _, _, err := a.store.Get(ctx, ref); errors.Is(err, kv.ErrNotFound) {
+				out = append(out, ref)
 			}
 		}
 	}
 	return out, nil
+}
+
+// compareRefs orders tasks by tenant, then id.
+func compareRefs(a, b kv.Ref) int {
+	return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.ID, b.ID))
 }
 
 // validate checks a filter's tokens and states, naming what is wrong.
@@ -167,7 +174,7 @@ func (a *Service) scan(ctx context.Context, fn func(*kv.Record)) (*Unreadable, e
 		fn(rec)
 		return nil
 	}, func(e *kv.UnreadableError) {
-		a.log.Warn("admin_unreadable_record", zap.String("task_id", e.Key), zap.Error(e))
+		a.log.Warn("admin_unreadable_record", zap.String("key", e.Key), zap.Error(e))
 		if bad == nil {
 			bad = &Unreadable{Errors: map[string]string{}}
 		}

@@ -22,14 +22,14 @@ func (a *Service) dropCancelled(ctx context.Context, rec *kv.Record) {
 		a.deleteMsg(ctx, src)
 	default: // PENDING, or held before it was released or seen: its schedule
 		stream, err := a.js.Stream(ctx, a.cfg.Names.DelayedStream())
-		for _, subject := range []string{a.cfg.Names.DelayedSubject(rec.ID), a.cfg.Names.DueSubject(rec.ID)} {
+		for _, subject := range []string{a.cfg.Names.DelayedSubject(rec.Tenant, rec.ID), a.cfg.Names.DueSubject(rec.Tenant, rec.ID)} {
 			if err == nil {
 				err = stream.Purge(ctx, jetstream.WithPurgeSubject(subject))
 			}
 		}
 		if err != nil {
-			a.log.Warn("cancel_schedule_not_removed", zapTask(rec.ID), zapErr(err))
+			a.log.Warn("cancel_schedule_not_removed", zapTask(rec.Ref()), zapErr(err))
 		}
 	}
-	a.log.Debug("cancelled_task_dropped", zapTask(rec.ID), zap.String("from", string(rec.State)))
+	a.log.Debug("cancelled_task_dropped", zapTask(rec.Ref()), zap.String("from", string(rec.State)))
 }

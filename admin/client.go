@@ -63,18 +63,19 @@ func call[R any](ctx context.Context, c *Client, verb string, req any) (*R, erro
 	return &resp, nil
 }
 
-// Get reads a task's record (task.get).
-func (c *Client) Get(ctx context.Context, id string) (*TaskReply, error) {
-	return call[TaskReply](ctx, c, VerbTaskGet, TaskRequest{ID: id})
+// Get reads a task's record (task.get): req.ID of req.Tenant, or of the
+// one tenant with a record of it when req.Tenant is empty.
+func (c *Client) Get(ctx context.Context, req TaskRequest) (*TaskReply, error) {
+	return call[TaskReply](ctx, c, VerbTaskGet, req)
 }
 
 // Trail reads a task's moves, oldest first (task.trail).
-func (c *Client) Trail(ctx context.Context, id string) (*TrailReply, error) {
-	return call[TrailReply](ctx, c, VerbTaskTrail, TaskRequest{ID: id})
+func (c *Client) Trail(ctx context.Context, req TaskRequest) (*TrailReply, error) {
+	return call[TrailReply](ctx, c, VerbTaskTrail, req)
 }
 
 // Cancel cancels a task (task.cancel); req.Unseen acts on a task that has no
-// record yet.
+// record yet (with req.Tenant).
 func (c *Client) Cancel(ctx context.Context, req TaskRequest) (*TaskReply, error) {
 	return call[TaskReply](ctx, c, VerbTaskCancel, req)
 }
@@ -86,14 +87,14 @@ func (c *Client) Pause(ctx context.Context, req TaskRequest) (*TaskReply, error)
 }
 
 // Resume puts a PAUSED task back in its bucket (task.resume).
-func (c *Client) Resume(ctx context.Context, id string) (*TaskReply, error) {
-	return call[TaskReply](ctx, c, VerbTaskResume, TaskRequest{ID: id})
+func (c *Client) Resume(ctx context.Context, req TaskRequest) (*TaskReply, error) {
+	return call[TaskReply](ctx, c, VerbTaskResume, req)
 }
 
-// Reprioritize moves a READY task to another priority bucket
+// Reprioritize moves a READY or PENDING task to another priority bucket
 // (task.reprioritize).
-func (c *Client) Reprioritize(ctx context.Context, id string, priority int) (*TaskReply, error) {
-	return call[TaskReply](ctx, c, VerbTaskReprioritize, ReprioritizeRequest{ID: id, Priority: priority})
+func (c *Client) Reprioritize(ctx context.Context, req ReprioritizeRequest) (*TaskReply, error) {
+	return call[TaskReply](ctx, c, VerbTaskReprioritize, req)
 }
 
 // CancelMatching cancels, or with req.DryRun counts, every task that matches

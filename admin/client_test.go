@@ -20,24 +20,25 @@ func TestAdminClientTypedMethods(t *testing.T) {
 	defer cancel()
 	id := b.submit(t, ax.TaskSpec{Type: "email", Tenant: "acme", Priority: ax.P3})
 
-	got, err := b.api.Get(ctx, id)
+	got, err := b.api.Get(ctx, admin.TaskRequest{ID: id})
 	require.NoError(t, err)
 	require.Equal(t, kv.StateReady, got.Task.State)
 	require.Equal(t, "acme", got.Task.Tenant)
 
-	trail, err := b.api.Trail(ctx, id)
+	trail, err := b.api.Trail(ctx, admin.TaskRequest{ID: id, Tenant: "acme"})
 	require.NoError(t, err)
 	require.Equal(t, id, trail.ID)
+	require.Equal(t, "acme", trail.Tenant)
 	require.Len(t, trail.Trail, 1)
 
-	moved, err := b.api.Reprioritize(ctx, id, 1)
+	moved, err := b.api.Reprioritize(ctx, admin.ReprioritizeRequest{ID: id, Priority: 1})
 	require.NoError(t, err)
 	require.Equal(t, 1, moved.Task.Priority)
 
 	paused, err := b.api.Pause(ctx, admin.TaskRequest{ID: id})
 	require.NoError(t, err)
 	require.Equal(t, kv.StatePaused, paused.Task.State)
-	resumed, err := b.api.Resume(ctx, id)
+	resumed, err := b.api.Resume(ctx, admin.TaskRequest{ID: id})
 	require.NoError(t, err)
 	require.Equal(t, kv.StateReady, resumed.Task.State)
 	require.True(t, resumed.Redispatched)
@@ -50,13 +51,13 @@ func TestAdminClientTypedMethods(t *testing.T) {
 	dry, err := b.api.CancelMatching(ctx, admin.BatchCancelRequest{Filter: admin.Filter{Type: "email"}, DryRun: true})
 	require.NoError(t, err)
 	require.True(t, dry.DryRun)
-	require.Equal(t, []string{id}, dry.IDs)
+	require.Equal(t, []kv.Ref{{Tenant: "acme", ID: id}}, dry.Tasks)
 
 	cancelled, err := b.api.Cancel(ctx, admin.TaskRequest{ID: id})
 	require.NoError(t, err)
 	require.Equal(t, kv.StateCancelled, cancelled.Task.State)
 
-	unseen, err := b.api.Pause(ctx, admin.TaskRequest{ID: "raw-typed", Unseen: true})
+	unseen, err := b.api.Pause(ctx, admin.TaskRequest{ID: "raw-typed", Tenant: "acme", Unseen: true})
 	require.NoError(t, err)
 	require.True(t, unseen.Created)
 
@@ -81,8 +82,8 @@ func TestAdminClientTypedMethods(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, control)
 
-	_, err = b.api.Get(ctx, "ghost")
+	_, err = b.api.Get(ctx, admin.TaskRequest{ID: "ghost"})
 	requireCode(t, err, admin.CodeNotFound, "unknown task")
-	_, err = b.api.Resume(ctx, id)
+	_, err = b.api.Resume(ctx, admin.TaskRequest{ID: id})
 	requireCode(t, err, admin.CodeConflict, "resume applies only to")
 }

@@ -34,7 +34,7 @@ func (a *Service) redispatch(ctx context.Context, rec *kv.Record, rev uint64, sr
 		return nil, err
 	}
 	if raw.Header.Get(streams.HeaderPayloadTruncated) != "" {
-		return nil, conflict("task %s: its dead letter lost its payload (too large to keep); resubmit the task", rec.ID)
+		return nil, conflict("task %s: its dead letter lost its payload (too large to keep); resubmit the task", rec.Ref())
 	}
 	gen := rec.Gen + 1
 	msg := streams.TaskCopy(a.cfg.Names.CopySubject(priority, rec.Tenant, rec.Type, rec.Key), raw.Data, raw.Header,
@@ -45,7 +45,7 @@ func (a *Service) redispatch(ctx context.Context, rec *kv.Record, rev uint64, sr
 		if errors.As(err, &apiErr) && apiErr.ErrorCode == streams.ErrCodeBucketFull {
 			return nil, conflict("bucket %s is full (%s); retry when it drains", a.cfg.Names.PriorityStream(priority), apiErr.Description)
 		}
-		return nil, fmt.Errorf("%s task %s: publish generation %d: %w", action, rec.ID, gen, err)
+		return nil, fmt.Errorf("%s task %s: publish generation %d: %w", action, rec.Ref(), gen, err)
 	}
 	next, nextRev, err := a.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: action}, func(r *kv.Record) error {
 		r.Gen = gen
@@ -63,7 +63,7 @@ func (a *Service) redispatch(ctx context.Context, rec *kv.Record, rev uint64, sr
 		return nil, err
 	}
 	a.deleteMsg(ctx, src)
-	a.log.Info("task_"+action, zapTask(rec.ID), zapFrom(rec.State), zap.Uint64("gen", gen), zap.Int("priority", priority))
+	a.log.Info("task_"+action, zapTask(rec.Ref()), zapFrom(rec.State), zap.Uint64("gen", gen), zap.Int("priority", priority))
 	return &TaskReply{Task: next, Revision: nextRev, Redispatched: true}, nil
 }
 
@@ -106,7 +106,9 @@ func (a *Service) deleteMsg(ctx context.Context, src source) {
 	}
 }
 
-func zapTask(id string) zap.Field   { return zap.String("task_id", id) }
+func zapTask(ref kv.Ref) zap.Field {
+	return zap.Dict("task", zap.String("tenant", ref.Tenant), zap.String("id", ref.ID))
+}
 func zapWorker(id string) zap.Field { return zap.String("worker", id) }
 func zapFrom(s kv.State) zap.Field  { return zap.String("from", string(s)) }
 func zapErr(err error) zap.Field    { return zap.Error(err) }

@@ -149,24 +149,28 @@ func (a *Service) dlqReplay(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	switch {
-	case req.ID != "" && (req.Type != "" || req.Tenant != ""):
-		return nil, badRequest(`give either "id" or a filter ("type", "tenant"), not both`)
+	case req.ID != "" && req.Type != "":
+		return nil, badRequest(`give either "id" (with its "tenant") or a filter ("type", "tenant"), not both`)
 	case req.ID == "" && req.Type == "" && req.Tenant == "":
 		return nil, badRequest(`dlq.replay needs "id" (one task) or a filter ("type", "tenant"); list dead letters with dlq.list`)
 	}
-	reply := &DLQReplayReply{DryRun: req.DryRun, Replayed: []string{}}
+	reply := &DLQReplayReply{DryRun: req.DryRun, Replayed: []kv.Ref{}}
 	if req.ID != "" {
 		if err := validID(req.ID); err != nil {
 			return nil, err
 		}
-		if req.DryRun {
-			if _, err := a.deadRecord(ctx, req.ID); err != nil {
-				return nil, err
-			}
-		} else if err := a.replay(ctx, req.ID); err != nil {
+		ref, err := a.resolve(ctx, req.ID, req.Tenant, false)
+		if err != nil {
 			return nil, err
 		}
-		reply.Replayed = append(reply.Replayed, req.ID)
+		if req.DryRun {
+			if _, err := a.deadRecord(ctx, ref); err != nil {
+				return nil, err
+			}
+		} else if err := a.replay(ctx, ref); err != nil {
+			return nil, err
+		}
+		reply.Replayed = append(reply.Replayed, ref)
 		reply.ReplayedCount = 1
 		return reply, nil
 	}
@@ -175,9 +179,10 @@ func (a *Service) dlqReplay(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	for _, l := range page.letters {
+		ref := kv.Ref{Tenant: l.Tenant, ID: l.TaskID}
 		err := a.checkLetter(ctx, l)
 		if err == nil && !req.DryRun {
-			err = a.replay(ctx, l.TaskID)
+			err = a.replay(ctx, ref)
 		}
 		if err != nil {
 			if reply.Skipped == nil {
@@ -186,7 +191,7 @@ func (a *Service) dlqReplay(ctx context.Context, data []byte) (any, error) {
 			reply.Skipped[cmpID(l)] = toError(err).Message
 			continue
 		}
-		reply.Replayed = append(reply.Replayed, l.TaskID)
+		reply.Replayed = append(reply.Replayed, ref)
 	}
 	a.cutReplay(reply)
 	return reply, nil
@@ -197,7 +202,7 @@ func (a *Service) dlqReplay(ctx context.Context, data []byte) (any, error) {
 func (a *Service) cutReplay(reply *DLQReplayReply) {
 	replayed, skipped := reply.Replayed, reply.Skipped
 	reply.ReplayedCount, reply.SkippedCount = len(replayed), len(skipped)
-	reply.Replayed, reply.Skipped = []string{}, nil
+	reply.Replayed, reply.Skipped = []kv.Ref{}, nil
 	room := a.roomFor(reply)
 	n, used := fit(replayed, room)
 	reply.Replayed = replayed[:n]
@@ -213,31 +218,33 @@ func cmpID(l DeadLetter) string {
 	if l.TaskID == "" {
 		return fmt.Sprintf("dlq#%d", l.Seq)
 	}
-	return l.TaskID
+	return kv.Ref{Tenant: l.Tenant, ID: l.TaskID}.String()
 }
 
-// checkLetter reports whether a dead letter is its task's current one.
+// checkLetter reports whether a dead letter is its task's current one: the
+// task its tenant (its subject's) and id name.
 func (a *Service) checkLetter(ctx context.Context, l DeadLetter) error {
 	if l.TaskID == "" {
 		return conflict("dead letter #%d names no task (no %s header)", l.Seq, streams.HeaderTaskID)
 	}
-	rec, err := a.deadRecord(ctx, l.TaskID)
+	ref := kv.Ref{Tenant: l.Tenant, ID: l.TaskID}
+	rec, err := a.deadRecord(ctx, ref)
 	if err != nil {
 		return err
 	}
 	if rec.DLQSeq != l.Seq {
-		return conflict("dead letter #%d is not task %s's latest (#%d)", l.Seq, l.TaskID, rec.DLQSeq)
+		return conflict("dead letter #%d is not task %s's latest (#%d)", l.Seq, ref, rec.DLQSeq)
 	}
 	return nil
 }
 
-func (a *Service) deadRecord(ctx context.Context, id string) (*kv.Record, error) {
-	rec, _, err := a.store.Get(ctx, id)
+func (a *Service) deadRecord(ctx context.Context, ref kv.Ref) (*kv.Record, error) {
+	rec, _, err := a.store.Get(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
 	if rec.State != kv.StateDead {
-		return nil, illegal(id, "replay", rec.State, kv.StateReady, kv.StateDead)
+		return nil, illegal(ref.String(), "replay", rec.State, kv.StateReady, kv.StateDead)
 	}
 	return rec, nil
 }
@@ -245,17 +252,17 @@ func (a *Service) deadRecord(ctx context.Context, id string) (*kv.Record, error)
 // replay puts a DEAD task back as READY: its dead letter's message is
 // published again with the next generation, its attempts start over, and
 // its trail (with every failure) is kept. The dead letter is then deleted.
-func (a *Service) replay(ctx context.Context, id string) error {
+func (a *Service) replay(ctx context.Context, ref kv.Ref) error {
 	for range maxMoveTries {
-		rec, rev, err := a.store.Get(ctx, id)
+		rec, rev, err := a.store.Get(ctx, ref)
 		if err != nil {
 			return err
 		}
 		if rec.State != kv.StateDead {
-			return illegal(id, "replay", rec.State, kv.StateReady, kv.StateDead)
+			return illegal(ref.String(), "replay", rec.State, kv.StateReady, kv.StateDead)
 		}
 		if rec.DLQSeq == 0 {
-			return conflict("task %s is DEAD but names no dead letter; resubmit it", id)
+			return conflict("task %s is DEAD but names no dead letter; resubmit it", ref)
 		}
 		src := source{stream: a.cfg.Names.DLQStream(), seq: rec.DLQSeq}
 		raw, err := a.getMsg(ctx, src)
@@ -264,7 +271,7 @@ func (a *Service) replay(ctx context.Context, id string) error {
 		}
 		priority, err := a.cfg.Names.ParseReplaySubject(raw.Header.Get(streams.HeaderSubject))
 		if err != nil {
-			return conflict("task %s cannot be replayed: %s; fix the publisher and resubmit", id, err.Error())
+			return conflict("task %s cannot be replayed: %s; fix the publisher and resubmit", ref, err.Error())
 		}
 		_, err = a.redispatch(ctx, rec, rev, src, priority, "replay", func(r *kv.Record) {
 			r.Attempt = 0
@@ -278,5 +285,5 @@ func (a *Service) replay(ctx context.Context, id string) error {
 		}
 		return err
 	}
-	return fmt.Errorf("replay task %s: %w", id, kv.ErrConflict)
+	return fmt.Errorf("replay task %s: %w", ref, kv.ErrConflict)
 }

@@ -12,11 +12,11 @@ import (
 )
 
 func (a *Service) taskGet(ctx context.Context, data []byte) (any, error) {
-	var req TaskRequest
-	if err := decodeID(data, &req); err != nil {
+	ref, _, err := a.decodeTask(ctx, data, false)
+	if err != nil {
 		return nil, err
 	}
-	rec, rev, err := a.store.Get(ctx, req.ID)
+	rec, rev, err := a.store.Get(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -24,15 +24,15 @@ func (a *Service) taskGet(ctx context.Context, data []byte) (any, error) {
 }
 
 func (a *Service) taskTrail(ctx context.Context, data []byte) (any, error) {
-	var req TaskRequest
-	if err := decodeID(data, &req); err != nil {
-		return nil, err
-	}
-	trail, err := a.store.Trail(ctx, req.ID)
+	ref, _, err := a.decodeTask(ctx, data, false)
 	if err != nil {
 		return nil, err
 	}
-	return a.cutTrail(&TrailReply{ID: req.ID, Trail: trail}), nil
+	trail, err := a.store.Trail(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	return a.cutTrail(&TrailReply{ID: ref.ID, Tenant: ref.Tenant, Trail: trail}), nil
 }
 
 // cutTrail keeps a trail reply within the reply budget: its first move
@@ -57,55 +57,65 @@ func (a *Service) cutTrail(reply *TrailReply) *TrailReply {
 }
 
 func (a *Service) taskCancel(ctx context.Context, data []byte) (any, error) {
-	var req TaskRequest
-	if err := decodeID(data, &req); err != nil {
+	ref, unseen, err := a.decodeTask(ctx, data, true)
+	if err != nil {
 		return nil, err
 	}
-	return a.cancel(ctx, req.ID, req.Unseen)
+	return a.cancel(ctx, ref, unseen)
 }
 
 func (a *Service) taskPause(ctx context.Context, data []byte) (any, error) {
-	var req TaskRequest
-	if err := decodeID(data, &req); err != nil {
+	ref, unseen, err := a.decodeTask(ctx, data, true)
+	if err != nil {
 		return nil, err
 	}
-	return a.hold(ctx, req.ID, kv.StatePaused, "pause", req.Unseen)
+	return a.hold(ctx, ref, kv.StatePaused, "pause", unseen)
 }
 
-func decodeID(data []byte, req *TaskRequest) error {
-	if err := decode(data, req); err != nil {
-		return err
+// decodeTask reads a [TaskRequest] and resolves the task it names
+// ([Service.resolve]); mayUnseen says whether the verb takes Unseen.
+func (a *Service) decodeTask(ctx context.Context, data []byte, mayUnseen bool) (kv.Ref, bool, error) {
+	var req TaskRequest
+	if err := decode(data, &req); err != nil {
+		return kv.Ref{}, false, err
 	}
-	return validID(req.ID)
+	if err := validID(req.ID); err != nil {
+		return kv.Ref{}, false, err
+	}
+	if req.Unseen && !mayUnseen {
+		return kv.Ref{}, false, badRequest(`"unseen" applies to task.cancel and task.pause only`)
+	}
+	ref, err := a.resolve(ctx, req.ID, req.Tenant, req.Unseen)
+	return ref, req.Unseen, err
 }
 
 // cancel moves a task to CANCELLED; a RUNNING task's worker is then told,
 // so that its handler's context ends with worker.ErrCancelled.
-func (a *Service) cancel(ctx context.Context, id string, unseen bool) (*TaskReply, error) {
-	reply, from, err := a.holdFrom(ctx, id, kv.StateCancelled, "cancel", unseen)
+func (a *Service) cancel(ctx context.Context, ref kv.Ref, unseen bool) (*TaskReply, error) {
+	reply, from, err := a.holdFrom(ctx, ref, kv.StateCancelled, "cancel", unseen)
 	if err != nil {
 		return nil, err
 	}
 	if from == kv.StateRunning && reply.Task.Worker != "" {
-		reply.Notified = a.notify(reply.Task.Worker, id)
+		reply.Notified = a.notify(reply.Task.Worker, ref)
 	}
 	return reply, nil
 }
 
-func (a *Service) hold(ctx context.Context, id string, to kv.State, action string, unseen bool) (*TaskReply, error) {
-	reply, _, err := a.holdFrom(ctx, id, to, action, unseen)
+func (a *Service) hold(ctx context.Context, ref kv.Ref, to kv.State, action string, unseen bool) (*TaskReply, error) {
+	reply, _, err := a.holdFrom(ctx, ref, to, action, unseen)
 	return reply, err
 }
 
 // holdFrom moves a task to CANCELLED or PAUSED by compare-and-set, or writes
 // its first record in that state when unseen allows it. It returns the
 // state the task left.
-func (a *Service) holdFrom(ctx context.Context, id string, to kv.State, action string, unseen bool) (*TaskReply, kv.State, error) {
+func (a *Service) holdFrom(ctx context.Context, ref kv.Ref, to kv.State, action string, unseen bool) (*TaskReply, kv.State, error) {
 	actor := kv.Actor{Action: action}
 	for range maxMoveTries {
-		rec, rev, err := a.store.Get(ctx, id)
+		rec, rev, err := a.store.Get(ctx, ref)
 		if errors.Is(err, kv.ErrNotFound) && unseen {
-			created, createdRev, err := a.store.Create(ctx, &kv.Record{ID: id, State: to}, actor)
+			created, createdRev, err := a.store.Create(ctx, &kv.Record{ID: ref.ID, Tenant: ref.Tenant, State: to}, actor)
 			if errors.Is(err, kv.ErrExists) {
 				continue // a worker saw it meanwhile
 			}
@@ -118,7 +128,7 @@ func (a *Service) holdFrom(ctx context.Context, id string, to kv.State, action s
 			return nil, "", err
 		}
 		if rec.State == to || !kv.CanTransition(rec.State, to) { // PAUSED -> PAUSED only binds a message
-			return nil, "", illegal(id, action, rec.State, to)
+			return nil, "", illegal(ref.String(), action, rec.State, to)
 		}
 		next, nextRev, err := a.store.Apply(ctx, rec, rev, to, actor, func(r *kv.Record) error {
 			if to == kv.StateCancelled {
@@ -133,39 +143,40 @@ func (a *Service) holdFrom(ctx context.Context, id string, to kv.State, action s
 		if err != nil {
 			return nil, "", err
 		}
-		a.log.Info("task_"+action, zapTask(id), zapFrom(rec.State))
+		a.log.Info("task_"+action, zapTask(ref), zapFrom(rec.State))
 		if to == kv.StateCancelled {
 			a.dropCancelled(ctx, rec)
 		}
 		return &TaskReply{Task: next, Revision: nextRev}, rec.State, nil
 	}
-	return nil, "", fmt.Errorf("%s task %s: %w", action, id, kv.ErrConflict)
+	return nil, "", fmt.Errorf("%s task %s: %w", action, ref, kv.ErrConflict)
 }
 
-// notify tells the worker running a cancelled task, and reports whether it
-// answered. A worker that does not answer (it died) never finishes the task:
-// its message is redelivered after the ack wait and dropped as CANCELLED.
-func (a *Service) notify(workerID, id string) bool {
-	msg, err := a.js.Conn().Request(a.cfg.Names.WorkerCancelSubject(workerID), []byte(id), a.cfg.NoticeTimeout)
+// notify tells the worker running a cancelled task (the notice is the
+// task's record key, "<tenant>.<id>"), and reports whether it answered. A
+// worker that does not answer (it died) never finishes the task: its
+// message is redelivered after the ack wait and dropped as CANCELLED.
+func (a *Service) notify(workerID string, ref kv.Ref) bool {
+	msg, err := a.js.Conn().Request(a.cfg.Names.WorkerCancelSubject(workerID), []byte(ref.Key()), a.cfg.NoticeTimeout)
 	if err != nil {
-		a.log.Warn("cancel_notice_unanswered", zapTask(id), zapWorker(workerID), zapErr(err))
+		a.log.Warn("cancel_notice_unanswered", zapTask(ref), zapWorker(workerID), zapErr(err))
 		return false
 	}
 	return len(msg.Data) > 0
 }
 
 func (a *Service) taskResume(ctx context.Context, data []byte) (any, error) {
-	var req TaskRequest
-	if err := decodeID(data, &req); err != nil {
+	ref, _, err := a.decodeTask(ctx, data, false)
+	if err != nil {
 		return nil, err
 	}
 	for range maxMoveTries {
-		rec, rev, err := a.store.Get(ctx, req.ID)
+		rec, rev, err := a.store.Get(ctx, ref)
 		if err != nil {
 			return nil, err
 		}
 		if rec.State != kv.StatePaused {
-			return nil, illegal(req.ID, "resume", rec.State, kv.StateReady, kv.StatePaused)
+			return nil, illegal(ref.String(), "resume", rec.State, kv.StateReady, kv.StatePaused)
 		}
 		reply, err := a.resumeFrom(ctx, rec, rev)
 		if errors.Is(err, kv.ErrConflict) {
@@ -173,7 +184,7 @@ func (a *Service) taskResume(ctx context.Context, data []byte) (any, error) {
 		}
 		return reply, err
 	}
-	return nil, fmt.Errorf("resume task %s: %w", req.ID, kv.ErrConflict)
+	return nil, fmt.Errorf("resume task %s: %w", ref, kv.ErrConflict)
 }
 
 // resumeFrom resumes a PAUSED task, read at rev, to where something moves
@@ -193,7 +204,7 @@ func (a *Service) resumeFrom(ctx context.Context, rec *kv.Record, rev uint64) (*
 		}
 		return &TaskReply{Task: next, Revision: nextRev}, nil
 	case rec.Type == "":
-		if err := a.store.Delete(ctx, rec.ID, rev); err != nil {
+		if err := a.store.Delete(ctx, rec.Ref(), rev); err != nil {
 			return nil, err
 		}
 		return &TaskReply{Task: rec, Revision: rev, Deleted: true}, nil
@@ -218,13 +229,17 @@ func (a *Service) taskReprioritize(ctx context.Context, data []byte) (any, error
 	if req.Priority < 0 || req.Priority >= streams.Priorities {
 		return nil, badRequest(`"priority" %d is not 0..%d (0 is P0, the highest)`, req.Priority, streams.Priorities-1)
 	}
+	ref, err := a.resolve(ctx, req.ID, req.Tenant, false)
+	if err != nil {
+		return nil, err
+	}
 	for range maxMoveTries {
-		rec, rev, err := a.store.Get(ctx, req.ID)
+		rec, rev, err := a.store.Get(ctx, ref)
 		if err != nil {
 			return nil, err
 		}
 		if rec.Priority == req.Priority {
-			return nil, badRequest("task %s is already P%d", req.ID, req.Priority)
+			return nil, badRequest("task %s is already P%d", ref, req.Priority)
 		}
 		src, bound := current(a.cfg.Names, rec)
 		if rec.State == kv.StatePending {
@@ -242,10 +257,10 @@ func (a *Service) taskReprioritize(ctx context.Context, data []byte) (any, error
 			return &TaskReply{Task: next, Revision: nextRev}, nil
 		}
 		if rec.State != kv.StateReady {
-			return nil, conflict("task %s is %s: only a READY or PENDING task can move to another bucket (pause or cancel it otherwise)", req.ID, rec.State)
+			return nil, conflict("task %s is %s: only a READY or PENDING task can move to another bucket (pause or cancel it otherwise)", ref, rec.State)
 		}
 		if !bound {
-			return nil, conflict("task %s has no message bound yet; it cannot be moved", req.ID)
+			return nil, conflict("task %s has no message bound yet; it cannot be moved", ref)
 		}
 		reply, err := a.redispatch(ctx, rec, rev, src, req.Priority, "reprioritize", nil)
 		if errors.Is(err, kv.ErrConflict) {
@@ -253,5 +268,5 @@ func (a *Service) taskReprioritize(ctx context.Context, data []byte) (any, error
 		}
 		return reply, err
 	}
-	return nil, fmt.Errorf("reprioritize task %s: %w", req.ID, kv.ErrConflict)
+	return nil, fmt.Errorf("reprioritize task %s: %w", ref, kv.ErrConflict)
 }

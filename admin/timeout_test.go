@@ -20,7 +20,7 @@ func TestAdminStatsCountLegacyTimeouts(t *testing.T) {
 	ctx := context.Background()
 	store := b.client.Store()
 	id := b.submit(t, ax.TaskSpec{Type: "legacy"})
-	rec, rev, err := store.Get(ctx, id)
+	rec, rev, err := store.Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
 	require.NoError(t, err)
 	started := time.Now()
 	rec, rev, err = store.Apply(ctx, rec, rev, kv.StateRunning, kv.Actor{Worker: "w", Action: "claim"}, func(r *kv.Record) error {

@@ -34,19 +34,24 @@ func Verbs() []string {
 }
 
 // TaskRequest names one task (task.get, task.trail, task.cancel, task.pause,
-// task.resume).
+// task.resume). A task id belongs to its tenant: without Tenant the verb
+// acts on the one tenant's task with a record of ID, and answers 409 when
+// tasks of several tenants have it.
 type TaskRequest struct {
-	ID string `json:"id"`
+	ID     string `json:"id"`
+	Tenant string `json:"tenant,omitempty"`
 	// Unseen lets task.cancel and task.pause act on a task that has no
 	// record yet (published raw, not seen by any worker): the record is
-	// written first, and the worker that later sees the task obeys it.
+	// written first, and the worker that later sees the task obeys it. It
+	// needs Tenant.
 	Unseen bool `json:"unseen,omitempty"`
 }
 
 // ReprioritizeRequest moves a READY task to another priority bucket.
 type ReprioritizeRequest struct {
 	ID       string `json:"id"`
-	Priority int    `json:"priority"` // 0 (P0, highest) .. 4 (P4)
+	Tenant   string `json:"tenant,omitempty"` // as for [TaskRequest]
+	Priority int    `json:"priority"`         // 0 (P0, highest) .. 4 (P4)
 }
 
 // TaskReply is the record after an action, or as read by task.get.
@@ -68,8 +73,9 @@ type TaskReply struct {
 
 // TrailReply lists a task's moves, oldest first.
 type TrailReply struct {
-	ID    string    `json:"id"`
-	Trail []kv.Move `json:"trail"`
+	ID     string    `json:"id"`
+	Tenant string    `json:"tenant"`
+	Trail  []kv.Move `json:"trail"`
 	// Omitted counts the moves left out to fit the server's max_payload:
 	// the trail keeps its first move and the newest that fit (Truncated).
 	Omitted   int  `json:"omitted,omitempty"`
@@ -96,13 +102,14 @@ type BatchCancelReply struct {
 	DryRun    bool `json:"dry_run"`
 	Matched   int  `json:"matched"`
 	Cancelled int  `json:"cancelled"`
-	// IDs of the matched tasks, at most [MaxListedIDs].
-	IDs []string `json:"ids"`
-	// Failed maps a task id to why it was not cancelled (it moved on, e.g.
-	// finished, between the scan and the write); FailedCount counts them.
+	// Tasks lists the matched tasks, at most [MaxListedIDs].
+	Tasks []kv.Ref `json:"tasks"`
+	// Failed maps a task ([kv.Ref.String]: "order-42 (tenant acme)") to why
+	// it was not cancelled (it moved on, e.g. finished, between the scan
+	// and the write); FailedCount counts them.
 	Failed      map[string]string `json:"failed,omitempty"`
 	FailedCount int               `json:"failed_count,omitempty"`
-	// Truncated is true when IDs or Failed list fewer than they would,
+	// Truncated is true when Tasks or Failed list fewer than they would,
 	// cut to fit the server's max_payload; Matched, Cancelled and
 	// FailedCount still count them all.
 	Truncated bool `json:"truncated,omitempty"`
@@ -114,9 +121,10 @@ type BatchCancelReply struct {
 // Unreadable reports the task records a scan met but could not decode.
 type Unreadable struct {
 	Count int `json:"count"`
-	// Errors maps a task id to why its record does not decode, for at most
-	// [MaxListedIDs] records, fewer when the reply had to be cut to fit
-	// the server's max_payload (Omitted counts those left out).
+	// Errors maps a record key ("<tenant>.<id>") to why its record does
+	// not decode, for at most [MaxListedIDs] records, fewer when the reply
+	// had to be cut to fit the server's max_payload (Omitted counts those
+	// left out).
 	Errors  map[string]string `json:"errors"`
 	Omitted int               `json:"omitted,omitempty"`
 }
@@ -160,8 +168,8 @@ type DLQListReply struct {
 	Truncated bool `json:"truncated,omitempty"`
 }
 
-// DLQReplayRequest replays one task (ID) or the dead letters matching a
-// filter, up to Limit.
+// DLQReplayRequest replays one task (ID, of Tenant when given: as for
+// [TaskRequest]) or the dead letters matching a filter, up to Limit.
 type DLQReplayRequest struct {
 	ID string `json:"id,omitempty"`
 	Filter
@@ -172,8 +180,8 @@ type DLQReplayRequest struct {
 // DLQReplayReply says which tasks went back to READY.
 type DLQReplayReply struct {
 	DryRun   bool              `json:"dry_run"`
-	Replayed []string          `json:"replayed"`
-	Skipped  map[string]string `json:"skipped,omitempty"` // task id -> reason
+	Replayed []kv.Ref          `json:"replayed"`
+	Skipped  map[string]string `json:"skipped,omitempty"` // task ([kv.Ref.String]) or "dlq#<seq>" -> reason
 	// ReplayedCount and SkippedCount count them all; Truncated is true when
 	// Replayed or Skipped lists part of them, cut to fit the server's
 	// max_payload.

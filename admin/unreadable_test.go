@@ -31,7 +31,8 @@ func TestAdminReportsUnreadableRecords(t *testing.T) {
 
 	dry, err := b.api.CancelMatching(ctx, admin.BatchCancelRequest{Filter: admin.Filter{Type: "email"}, DryRun: true})
 	require.NoError(t, err)
-	require.Equal(t, []string{good}, dry.IDs)
+	require.Len(t, dry.Tasks, 1)
+	require.Equal(t, good, dry.Tasks[0].ID)
 	requireUnreadable(t, dry.Unreadable)
 
 	stats, err := b.api.Stats(ctx, admin.StatsRequest{})

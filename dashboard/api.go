@@ -97,17 +97,20 @@ type TaskDetail struct {
 	Trail    []kv.Move  `json:"trail"`
 }
 
+// handleTask reads one task: /api/tasks/{id}?tenant= (without a tenant,
+// the one tenant's task with a record of id; the API answers 409 when
+// tasks of several tenants have it).
 func (d *Dashboard) handleTask(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	req := admin.TaskRequest{ID: r.PathValue("id"), Tenant: r.URL.Query().Get("tenant")}
 	got, err := call(r.Context(), d, func(ctx context.Context, api *admin.Client) (*admin.TaskReply, error) {
-		return api.Get(ctx, id)
+		return api.Get(ctx, req)
 	})
 	if err != nil {
 		d.writeCallError(w, admin.VerbTaskGet, err)
 		return
 	}
 	trail, err := call(r.Context(), d, func(ctx context.Context, api *admin.Client) (*admin.TrailReply, error) {
-		return api.Trail(ctx, id)
+		return api.Trail(ctx, admin.TaskRequest{ID: got.Task.ID, Tenant: got.Task.Tenant})
 	})
 	if err != nil {
 		d.writeCallError(w, admin.VerbTaskTrail, err)

@@ -102,7 +102,10 @@ func (b *testBundle) submit(t *testing.T, task ax.TaskSpec) string {
 
 func (b *testBundle) state(t natstest.TB, id string) kv.State {
 	t.Helper()
-	rec, _, err := b.client.Store().Get(context.Background(), id)
+	refs, err := b.client.Store().Find(context.Background(), id)
+	require.NoError(t, err)
+	require.Len(t, refs, 1, "one task has id %s", id)
+	rec, _, err := b.client.Store().Get(context.Background(), refs[0])
 	require.NoError(t, err)
 	return rec.State
 }

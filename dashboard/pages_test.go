@@ -152,10 +152,10 @@ func TestDLQListAndReplay(t *testing.T) {
 	broken.Store(false)
 	var one admin.DLQReplayReply
 	require.Equal(t, http.StatusOK, b.act(t, "dlq.replay", `{"id":"c-3"}`, nil, &one))
-	require.Equal(t, []string{"c-3"}, one.Replayed)
+	require.Equal(t, []kv.Ref{{Tenant: "globex", ID: "c-3"}}, one.Replayed)
 	var bulk admin.DLQReplayReply
 	require.Equal(t, http.StatusOK, b.act(t, "dlq.replay", `{"tenant":"acme","limit":100}`, nil, &bulk))
-	require.ElementsMatch(t, []string{"c-1", "c-2"}, bulk.Replayed)
+	require.ElementsMatch(t, []kv.Ref{{Tenant: "acme", ID: "c-1"}, {Tenant: "acme", ID: "c-2"}}, bulk.Replayed)
 	for _, id := range ids {
 		require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, kv.StateSucceeded, b.state(c, id)) }, 20*time.Second, 50*time.Millisecond, id)
 	}

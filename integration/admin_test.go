@@ -62,7 +62,7 @@ func (b *liveBundle) call(t *testing.T, verb string, req, resp any) error {
 
 func (b *liveBundle) state(t tb, id string) kv.State {
 	t.Helper()
-	rec, _, err := b.store.Get(context.Background(), id)
+	rec, _, err := storeGet(context.Background(), b.store, id)
 	require.NoError(t, err)
 	return rec.State
 }
@@ -160,7 +160,7 @@ func TestReplayFromDLQ(t *testing.T) {
 		t.Fatal("the replayed task did not run")
 	}
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, kv.StateSucceeded, b.state(c, info.ID)) }, 30*time.Second, 50*time.Millisecond)
-	rec, _, err := b.store.Get(context.Background(), info.ID)
+	rec, _, err := b.store.Get(context.Background(), kv.Ref{Tenant: info.Tenant, ID: info.ID})
 	require.NoError(t, err)
 	require.Equal(t, 1, rec.Attempt, "attempts start over")
 	var actions []string

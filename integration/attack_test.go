@@ -28,7 +28,7 @@ import (
 // gone reports whether task id has no record.
 func (b *meshBundle) gone(t tb, id string) bool {
 	t.Helper()
-	_, _, err := b.store.Get(context.Background(), id)
+	_, _, err := storeGet(context.Background(), b.store, id)
 	if errors.Is(err, kv.ErrNotFound) {
 		return true
 	}
@@ -122,7 +122,7 @@ func TestCancelledPausedDelayedTaskNeverRuns(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) { // past its run time: the schedule fired, the mover holds it
 		s, err := b.js.Stream(context.Background(), "AX_DELAYED")
 		if assert.NoError(c, err) {
-			_, err = s.GetLastMsgForSubject(context.Background(), streams.Names{}.DueSubject(id))
+			_, err = s.GetLastMsgForSubject(context.Background(), streams.Names{}.DueSubject(ax.DefaultTenant, id))
 			assert.NoError(c, err, "the schedule fired")
 		}
 	}, 10*time.Second, 50*time.Millisecond)
@@ -159,7 +159,7 @@ func TestLateAgingCASCannotNameADroppedOrphan(t *testing.T) {
 	require.NoError(t, err)
 
 	// Aging: read the record, publish the copy one level up.
-	rec, rev, err := b.store.Get(ctx, id)
+	rec, rev, err := storeGet(ctx, b.store, id)
 	require.NoError(t, err)
 	src, err := b.js.Stream(ctx, "AX_P3")
 	require.NoError(t, err)
@@ -299,7 +299,7 @@ func TestReleasedCopyFromBeforeReprioritizeIsNotAdopted(t *testing.T) {
 	ctx := context.Background()
 	names := streams.DefaultNames()
 	id := b.submit(t, ax.TaskSpec{ID: "repri-release", Priority: ax.P3, Payload: payload(t, identityArgs{}), Delay: 2 * time.Second})
-	rec, rev, err := b.store.Get(ctx, id)
+	rec, rev, err := storeGet(ctx, b.store, id)
 	require.NoError(t, err)
 	// The mover: read (above), publish the released copy at the record's priority.
 	released := streams.TaskCopy(names.CopySubject(rec.Priority, rec.Tenant, rec.Type, rec.Key), payload(t, identityArgs{}), nats.Header{}, id, rec.Gen+1, nuid.Next())
@@ -330,7 +330,7 @@ func TestReleasedCopyFromBeforeReprioritizeIsNotAdopted(t *testing.T) {
 func (b *meshBundle) handMove(t *testing.T, id string, priority int, to kv.State, cas, released bool, src *jetstream.RawStreamMsg) {
 	t.Helper()
 	ctx := context.Background()
-	rec, rev, err := b.store.Get(ctx, id)
+	rec, rev, err := storeGet(ctx, b.store, id)
 	require.NoError(t, err)
 	if src == nil {
 		stream, err := b.js.Stream(ctx, rec.Stream)

@@ -107,7 +107,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	require.NoError(t, dev.js.Conn().Publish("ax.submit.p9.acme.work.k1", nil))
 	store := client.Store()
 	state := func() kv.State {
-		rec, _, err := store.Get(ctx, id)
+		rec, _, err := storeGet(ctx, store, id)
 		if err != nil {
 			return ""
 		}

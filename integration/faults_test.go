@@ -142,7 +142,7 @@ func (m *mesh) submitProbes(n, minMS, maxMS int) []string {
 func (m *mesh) states(ids []string) map[kv.State]int {
 	out := map[kv.State]int{}
 	for _, id := range ids {
-		rec, _, err := m.client.Store().Get(context.Background(), id)
+		rec, _, err := storeGet(context.Background(), m.client.Store(), id)
 		if err != nil {
 			out["MISSING"]++
 			continue
@@ -290,7 +290,7 @@ func (m *mesh) waitClaim(id string) string {
 	m.t.Helper()
 	var owner string
 	require.Eventually(m.t, func() bool {
-		rec, _, err := m.client.Store().Get(context.Background(), id)
+		rec, _, err := storeGet(context.Background(), m.client.Store(), id)
 		if err != nil || rec.State != kv.StateRunning {
 			return false
 		}
@@ -311,7 +311,7 @@ func (m *mesh) waitTakeover(id, other string) *kv.Record {
 	m.t.Helper()
 	var rec *kv.Record
 	require.Eventually(m.t, func() bool {
-		r, _, err := m.client.Store().Get(context.Background(), id)
+		r, _, err := storeGet(context.Background(), m.client.Store(), id)
 		rec = r
 		return err == nil && r.State == kv.StateSucceeded
 	}, 60*time.Second, 50*time.Millisecond)
@@ -331,7 +331,7 @@ func (m *mesh) requireFenced(id, stale, other string, rec *kv.Record) []executio
 	// The stale completion is rejected: the record stays as the new owner left it.
 	require.Eventually(t, func() bool { return strings.Contains(p.output(), "lost_claim") }, 30*time.Second, 50*time.Millisecond,
 		"the stale worker must report its lost claim:\n%s", p.output())
-	after, _, err := m.client.Store().Get(context.Background(), id)
+	after, _, err := storeGet(context.Background(), m.client.Store(), id)
 	require.NoError(t, err)
 	require.Equal(t, rec.Trail, after.Trail, "the stale worker changed the record")
 
@@ -458,7 +458,7 @@ func TestBadInput(t *testing.T) {
 	for _, id := range badIDs {
 		var rec *kv.Record
 		require.Eventually(t, func() bool {
-			r, _, err := m.client.Store().Get(ctx, id)
+			r, _, err := storeGet(ctx, m.client.Store(), id)
 			rec = r
 			return err == nil && r.State == kv.StateDead
 		}, time.Minute, 50*time.Millisecond, "bad task %s", id)

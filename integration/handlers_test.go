@@ -20,7 +20,7 @@ const storedErrorCap = 8 << 10
 
 // record reads task id's record, nil if it cannot.
 func (m *mesh) record(id string) *kv.Record {
-	rec, _, err := m.client.Store().Get(context.Background(), id)
+	rec, _, err := storeGet(context.Background(), m.client.Store(), id)
 	if err != nil {
 		return nil
 	}

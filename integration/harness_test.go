@@ -271,3 +271,19 @@ func newMsg(subject, body string, header map[string]string) *nats.Msg {
 	}
 	return msg
 }
+
+// storeGet reads the record of the one task of any tenant with id (a task
+// id belongs to its tenant; these tests give each id to one tenant).
+func storeGet(ctx context.Context, store *kv.Store, id string) (*kv.Record, uint64, error) {
+	refs, err := store.Find(ctx, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	switch len(refs) {
+	case 0:
+		return nil, 0, fmt.Errorf("get task %s: %w", id, kv.ErrNotFound)
+	case 1:
+		return store.Get(ctx, refs[0])
+	}
+	return nil, 0, fmt.Errorf("get task %s: %d tenants have it: %v", id, len(refs), refs)
+}

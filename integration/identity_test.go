@@ -188,7 +188,7 @@ func (b *meshBundle) call(verb string, req, resp any) error {
 
 func (b *meshBundle) get(t *testing.T, id string) *kv.Record {
 	t.Helper()
-	rec, _, err := b.store.Get(context.Background(), id)
+	rec, _, err := storeGet(context.Background(), b.store, id)
 	require.NoError(t, err)
 	return rec
 }
@@ -197,7 +197,7 @@ func (b *meshBundle) waitState(t *testing.T, id string, within time.Duration, st
 	t.Helper()
 	var rec *kv.Record
 	require.Eventually(t, func() bool {
-		r, _, err := b.store.Get(context.Background(), id)
+		r, _, err := storeGet(context.Background(), b.store, id)
 		if err != nil {
 			return false
 		}

@@ -134,7 +134,7 @@ func TestFrozenLeaderFiresNoRemovedCronJob(t *testing.T) {
 			id := fired[name][at]
 			firesMu.Unlock()
 			state := "unknown"
-			if rec, _, err := client.Store().Get(ctx, id); err == nil {
+			if rec, _, err := storeGet(ctx, client.Store(), id); err == nil {
 				state = string(rec.State)
 			}
 			t.Logf("job %s: fired at %d, removed, then fired for %d: task %s is %s", name, firsts[round], at, id, state)

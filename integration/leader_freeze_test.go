@@ -148,7 +148,7 @@ func TestLeaderFrozenAndResumed(t *testing.T) {
 		require.Len(t, j.executions[id], 1, "cron task %s ran %d times", id, len(j.executions[id]))
 	}
 	for _, id := range backlog {
-		rec, _, err := client.Store().Get(ctx, id)
+		rec, _, err := storeGet(ctx, client.Store(), id)
 		require.NoError(t, err)
 		if rec.Priority < 4 {
 			aged++

@@ -78,7 +78,7 @@ func TestNetworkPartition(t *testing.T) {
 	m.stop(other)
 	next := m.submitProbes(1, 10, 10)[0]
 	require.Eventually(t, func() bool {
-		r, _, err := m.client.Store().Get(context.Background(), next)
+		r, _, err := storeGet(context.Background(), m.client.Store(), next)
 		return err == nil && r.State == kv.StateSucceeded && r.Worker == cut
 	}, 30*time.Second, 50*time.Millisecond, "the healed worker runs a new task:\n%s", stale.output())
 	require.False(t, stale.exited(), "the healed worker exited:\n%s", stale.output())

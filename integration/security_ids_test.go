@@ -148,7 +148,7 @@ func TestTenantsOwnTheirIDs(t *testing.T) {
 		m := startIDMesh(t)
 		m.startWorker(t)
 		require.False(t, publish(t, m.acme, "ax.submit.p2.acme.echo.k", "squat-2", "acme-payload"))
-		time.Sleep(150 * time.Millisecond) // past the buckets' window
+		time.Sleep(streams.DefaultBucketDuplicates + 50*time.Millisecond) // past the buckets' window
 		require.False(t, publish(t, m.globex, "ax.submit.p2.globex.echo.k", "squat-2", "globex-payload"),
 			"globex's task is stored")
 		m.waitTenantState(t, "globex", "squat-2", kv.StateSucceeded)

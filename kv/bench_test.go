@@ -33,7 +33,7 @@ func BenchmarkTransition(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					id := ids[next.Add(1)-1]
-					rec, rev, err := bundle.store.Transition(ctx, id, kv.StateReady, kv.StateRunning, kv.Actor{Worker: "w"}, nil)
+					rec, rev, err := bundle.store.Transition(ctx, tref(id), kv.StateReady, kv.StateRunning, kv.Actor{Worker: "w"}, nil)
 					if err != nil {
 						b.Error(err)
 						return

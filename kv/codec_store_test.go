@@ -31,7 +31,7 @@ func TestStoreRecordsTakeTheFastPath(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = store.Apply(ctx, rec, rev, kv.StateSucceeded, kv.Actor{Worker: "host-1.pid-2", Action: "complete"}, nil)
 	require.NoError(t, err)
-	entry, err := store.Bucket().Get(ctx, rec.ID)
+	entry, err := store.Bucket().Get(ctx, rec.Ref().Key())
 	require.NoError(t, err)
 	fast, err := kv.DecodeFast(entry.Value())
 	require.NoError(t, err, string(entry.Value()))

@@ -7,9 +7,9 @@ import (
 )
 
 var (
-	// ErrNotFound means no record exists for the task id.
+	// ErrNotFound means no record exists for the task (tenant and id).
 	ErrNotFound = errors.New("unknown task")
-	// ErrExists means a record already exists for the task id.
+	// ErrExists means a record already exists for the task (tenant and id).
 	ErrExists = errors.New("task record already exists")
 	// ErrIllegalTransition means the state machine forbids the move.
 	ErrIllegalTransition = errors.New("illegal state transition")
@@ -22,6 +22,13 @@ var (
 	ErrLeaseHeld = errors.New("lease held by another holder")
 	// ErrLeaseLost means the caller's lease expired or was taken over.
 	ErrLeaseLost = errors.New("lease lost")
+	// ErrLegacyKey means a task record is stored under its id alone, the
+	// key of ax before v3 (docs/WIRE.md): `ax provision` moves it to its
+	// tenant's key ([MigrateKeys]).
+	ErrLegacyKey = errors.New("task record stored under the pre-v3 key (its id alone): run `ax provision` to move it under its tenant")
+	// ErrForeignRecord means a record key holds the record of another task
+	// (its tenant or id differ): not a record ax wrote there.
+	ErrForeignRecord = errors.New("record of another task")
 	// ErrRetentionTooShort means the record retention is shorter than the
 	// de-duplication window of the priority streams ([CheckRetention]).
 	ErrRetentionTooShort = errors.New("record retention shorter than the de-duplication window")

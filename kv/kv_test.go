@@ -52,7 +52,7 @@ var legal = map[kv.State][]kv.State{
 // a pair test.
 func put(t *testing.T, b *testBundle, id string, s kv.State) {
 	t.Helper()
-	_, err := b.js.Publish(context.Background(), "$KV.AX_TASKS."+id, fmt.Appendf(nil, `{"id":%q,"type":"x","tenant":"t","key":%q,"state":%q,"trail":[]}`, id, id, s))
+	_, err := b.js.Publish(context.Background(), "$KV.AX_TASKS.t."+id, fmt.Appendf(nil, `{"id":%q,"type":"x","tenant":"t","key":%q,"state":%q,"trail":[]}`, id, id, s))
 	require.NoError(t, err)
 }
 
@@ -68,17 +68,17 @@ func TestEveryTransitionPair(t *testing.T) {
 				require.Equal(t, want, kv.CanTransition(from, to))
 				id := fmt.Sprintf("pair-%s-%s", from, to)
 				put(t, b, id, from)
-				rec, _, err := b.store.Transition(ctx, id, from, to, kv.Actor{Worker: "w1", Action: "test"}, nil)
+				rec, _, err := b.store.Transition(ctx, tref(id), from, to, kv.Actor{Worker: "w1", Action: "test"}, nil)
 				if !want {
 					require.ErrorIs(t, err, kv.ErrIllegalTransition)
-					got, _, err := b.store.Get(ctx, id)
+					got, _, err := b.store.Get(ctx, tref(id))
 					require.NoError(t, err)
 					require.Equal(t, from, got.State, "an illegal move must not write")
 					return
 				}
 				require.NoError(t, err)
 				require.Equal(t, to, rec.State)
-				got, _, err := b.store.Get(ctx, id)
+				got, _, err := b.store.Get(ctx, tref(id))
 				require.NoError(t, err)
 				require.Equal(t, to, got.State)
 				move := got.LastMove()
@@ -92,10 +92,10 @@ func TestTransitionChecksCurrentState(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	put(t, b, "t1", kv.StateRunning)
-	_, _, err := b.store.Transition(context.Background(), "t1", kv.StateReady, kv.StateRunning, kv.Actor{}, nil)
+	_, _, err := b.store.Transition(context.Background(), tref("t1"), kv.StateReady, kv.StateRunning, kv.Actor{}, nil)
 	require.ErrorIs(t, err, kv.ErrWrongState)
 	require.Contains(t, err.Error(), "it is RUNNING")
-	_, _, err = b.store.Transition(context.Background(), "nope", kv.StateReady, kv.StateRunning, kv.Actor{}, nil)
+	_, _, err = b.store.Transition(context.Background(), tref("nope"), kv.StateReady, kv.StateRunning, kv.Actor{}, nil)
 	require.ErrorIs(t, err, kv.ErrNotFound)
 }
 
@@ -108,7 +108,7 @@ func TestBirths(t *testing.T) {
 		_, _, err := b.store.Create(ctx, &kv.Record{ID: id, Type: "x", Tenant: "t", Key: id, State: s}, kv.Actor{Action: "submit"})
 		if kv.CanBeBornAs(s) {
 			require.NoError(t, err, s)
-			rec, _, err := b.store.Get(ctx, id)
+			rec, _, err := b.store.Get(ctx, tref(id))
 			require.NoError(t, err)
 			require.Equal(t, []kv.Move{{Task: id, To: s, At: rec.Trail[0].At, Action: "submit"}}, rec.Trail)
 		} else {
@@ -117,7 +117,7 @@ func TestBirths(t *testing.T) {
 	}
 	require.ElementsMatch(t, []kv.State{kv.StatePending, kv.StateReady, kv.StateRunning, kv.StateCancelled, kv.StatePaused, kv.StateDead},
 		slices.DeleteFunc(kv.States(), func(s kv.State) bool { return !kv.CanBeBornAs(s) }))
-	_, _, err := b.store.Create(ctx, &kv.Record{ID: "born-READY", Type: "x", State: kv.StateReady}, kv.Actor{})
+	_, _, err := b.store.Create(ctx, &kv.Record{ID: "born-READY", Type: "x", Tenant: "t", State: kv.StateReady}, kv.Actor{})
 	require.ErrorIs(t, err, kv.ErrExists)
 }
 
@@ -139,7 +139,7 @@ func TestClaimRace(t *testing.T) {
 			wg.Go(func() {
 				<-start
 				worker := fmt.Sprintf("w%d", r)
-				_, _, err := b.store.Transition(ctx, id, kv.StateReady, kv.StateRunning, kv.Actor{Worker: worker}, func(rec *kv.Record) error {
+				_, _, err := b.store.Transition(ctx, tref(id), kv.StateReady, kv.StateRunning, kv.Actor{Worker: worker}, func(rec *kv.Record) error {
 					rec.Worker = worker
 					return nil
 				})
@@ -156,7 +156,7 @@ func TestClaimRace(t *testing.T) {
 		close(start)
 		wg.Wait()
 		require.EqualValues(t, 1, wins.Load(), "round %d", round)
-		rec, _, err := b.store.Get(ctx, id)
+		rec, _, err := b.store.Get(ctx, tref(id))
 		require.NoError(t, err)
 		require.Equal(t, kv.StateRunning, rec.State)
 		require.Equal(t, winner.Load(), rec.Worker)
@@ -172,25 +172,25 @@ func TestTerminalRecordsExpire(t *testing.T) {
 	store, err := kv.NewStore(ctx, js, &kv.StoreConfig{Retention: time.Second})
 	require.NoError(t, err)
 	b := &testBundle{js: js, store: store}
-	_, _, err = b.store.Create(ctx, &kv.Record{ID: "t1", Type: "x", State: kv.StateRunning}, kv.Actor{})
+	_, _, err = b.store.Create(ctx, &kv.Record{ID: "t1", Type: "x", Tenant: "t", State: kv.StateRunning}, kv.Actor{})
 	require.NoError(t, err)
-	_, _, err = b.store.Transition(ctx, "t1", kv.StateRunning, kv.StateSucceeded, kv.Actor{}, nil)
+	_, _, err = b.store.Transition(ctx, tref("t1"), kv.StateRunning, kv.StateSucceeded, kv.Actor{}, nil)
 	require.NoError(t, err)
-	rec, _, err := b.store.Get(ctx, "t1")
+	rec, _, err := b.store.Get(ctx, tref("t1"))
 	require.NoError(t, err)
 	require.Equal(t, kv.StateSucceeded, rec.State)
 	require.Eventually(t, func() bool {
-		_, _, err := b.store.Get(ctx, "t1")
+		_, _, err := b.store.Get(ctx, tref("t1"))
 		return errors.Is(err, kv.ErrNotFound)
 	}, 10*time.Second, 100*time.Millisecond)
 
 	// DEAD records stay until replayed.
-	_, _, err = b.store.Create(ctx, &kv.Record{ID: "t2", Type: "x", State: kv.StateRunning}, kv.Actor{})
+	_, _, err = b.store.Create(ctx, &kv.Record{ID: "t2", Type: "x", Tenant: "t", State: kv.StateRunning}, kv.Actor{})
 	require.NoError(t, err)
-	_, _, err = b.store.Transition(ctx, "t2", kv.StateRunning, kv.StateDead, kv.Actor{}, nil)
+	_, _, err = b.store.Transition(ctx, tref("t2"), kv.StateRunning, kv.StateDead, kv.Actor{}, nil)
 	require.NoError(t, err)
 	time.Sleep(2500 * time.Millisecond) // longer than the retention: must still be there
-	rec, _, err = b.store.Get(ctx, "t2")
+	rec, _, err = b.store.Get(ctx, tref("t2"))
 	require.NoError(t, err)
 	require.Equal(t, kv.StateDead, rec.State)
 }
@@ -199,16 +199,16 @@ func TestTrailRecordsEveryMove(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &kv.StoreConfig{TrailStream: true})
 	ctx := context.Background()
-	_, _, err := b.store.Create(ctx, &kv.Record{ID: "t1", Type: "x", State: kv.StateReady}, kv.Actor{Action: "submit"})
+	_, _, err := b.store.Create(ctx, &kv.Record{ID: "t1", Type: "x", Tenant: "t", State: kv.StateReady}, kv.Actor{Action: "submit"})
 	require.NoError(t, err)
 	path := []kv.State{kv.StateRunning, kv.StateRetrying, kv.StateRunning, kv.StateSucceeded}
 	from := kv.StateReady
 	for _, to := range path {
-		_, _, err := b.store.Transition(ctx, "t1", from, to, kv.Actor{Worker: "w1", Error: "e-" + string(to)}, nil)
+		_, _, err := b.store.Transition(ctx, tref("t1"), from, to, kv.Actor{Worker: "w1", Error: "e-" + string(to)}, nil)
 		require.NoError(t, err)
 		from = to
 	}
-	trail, err := b.store.Trail(ctx, "t1")
+	trail, err := b.store.Trail(ctx, tref("t1"))
 	require.NoError(t, err)
 	var got []string
 	for _, m := range trail {
@@ -231,7 +231,7 @@ func TestTrailRecordsEveryMove(t *testing.T) {
 func TestRetentionShorterThanDuplicateWindowRefused(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.RunServer(t)
-	natstest.Provision(t, js, nil) // 2m window
+	natstest.Provision(t, js, &streams.Config{Duplicates: 2 * time.Minute})
 	ctx := context.Background()
 	_, err := kv.NewStore(ctx, js, &kv.StoreConfig{Retention: time.Minute})
 	require.ErrorIs(t, err, kv.ErrRetentionTooShort)
@@ -242,3 +242,6 @@ func TestRetentionShorterThanDuplicateWindowRefused(t *testing.T) {
 		require.NoError(t, err, ok)
 	}
 }
+
+// tref names task id of the tenant "t" the tests' records have.
+func tref(id string) kv.Ref { return kv.Ref{Tenant: "t", ID: id} }

@@ -15,7 +15,7 @@ var errWatchClosed = errors.New("closed by the client library")
 
 // UnreadableError is a record [Store.Scan] met but could not decode.
 type UnreadableError struct {
-	Key      string // the task id
+	Key      string // the record's key, "<tenant>.<id>" ([Ref.Key])
 	Revision uint64
 	Err      error
 }
@@ -25,6 +25,24 @@ func (e *UnreadableError) Error() string {
 }
 
 func (e *UnreadableError) Unwrap() error { return e.Err }
+
+// readEntry decodes a watched record and checks that its key names it: a
+// key of the pre-v3 form is [ErrLegacyKey], a record of another task
+// [ErrForeignRecord].
+func readEntry(entry jetstream.KeyValueEntry) (*Record, error) {
+	ref, err := ParseKey(entry.Key())
+	if err != nil {
+		return nil, err
+	}
+	var rec Record
+	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+		return nil, err
+	}
+	if rec.Ref() != ref {
+		return nil, fmt.Errorf("the record names task %s: %w", rec.Ref(), ErrForeignRecord)
+	}
+	return &rec, nil
+}
 
 // Scan calls fn with every task record current when it starts, in one pass
 // over the bucket, and unreadable with each record that does not decode
@@ -51,12 +69,12 @@ func (s *Store) Scan(ctx context.Context, fn func(rec *Record, rev uint64) error
 		if entry.Operation() != jetstream.KeyValuePut {
 			return nil // deleted: listed by its marker
 		}
-		var rec Record
-		if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+		rec, err := readEntry(entry)
+		if err != nil {
 			unreadable(&UnreadableError{Key: entry.Key(), Revision: entry.Revision(), Err: err})
 			return nil
 		}
-		return fn(&rec, entry.Revision())
+		return fn(rec, entry.Revision())
 	}
 	for {
 		select {

@@ -20,17 +20,17 @@ func TestScanSeesARecordBeingUpdated(t *testing.T) {
 	bucket, err := b.js.KeyValue(ctx, "AX_TASKS")
 	require.NoError(t, err)
 	for i := range 200 {
-		_, err := bucket.Create(ctx, fmt.Sprintf("t%03d", i), []byte(`{"id":"cold"}`))
+		_, err := bucket.Create(ctx, fmt.Sprintf("t.t%03d", i), fmt.Appendf(nil, `{"id":"t%03d","tenant":"t"}`, i))
 		require.NoError(t, err)
 	}
-	rev, err := bucket.Create(ctx, "hot", []byte(`{"id":"hot"}`))
+	rev, err := bucket.Create(ctx, "t.hot", []byte(`{"id":"hot","tenant":"t"}`))
 	require.NoError(t, err)
 
 	done := make(chan error, 1)
 	go func() {
 		var err error
 		for range 3000 {
-			if rev, err = bucket.Update(ctx, "hot", []byte(`{"id":"hot"}`), rev); err != nil {
+			if rev, err = bucket.Update(ctx, "t.hot", []byte(`{"id":"hot","tenant":"t"}`), rev); err != nil {
 				break
 			}
 		}

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/ax-mesh/ax/streams"
@@ -74,19 +76,54 @@ func NewStore(ctx context.Context, js jetstream.JetStream, cfg *StoreConfig) (*S
 }
 
 // Get returns the record of a task and its revision, or [ErrNotFound].
-func (s *Store) Get(ctx context.Context, id string) (*Record, uint64, error) {
-	entry, err := s.kv.Get(ctx, id)
+func (s *Store) Get(ctx context.Context, ref Ref) (*Record, uint64, error) {
+	if err := ref.Validate(); err != nil {
+		return nil, 0, fmt.Errorf("get task %s: %w", ref, err)
+	}
+	entry, err := s.kv.Get(ctx, ref.Key())
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, fmt.Errorf("get task %s: %w", id, ErrNotFound)
+		return nil, 0, fmt.Errorf("get task %s: %w", ref, ErrNotFound)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("get task %s: %w", id, err)
+		return nil, 0, fmt.Errorf("get task %s: %w", ref, err)
 	}
 	var rec Record
 	if err := decodeRecord(entry.Value(), &rec); err != nil {
-		return nil, 0, fmt.Errorf("decode task %s (revision %d): %w", id, entry.Revision(), err)
+		return nil, 0, fmt.Errorf("decode task %s (revision %d): %w", ref, entry.Revision(), err)
+	}
+	if rec.Ref() != ref {
+		return nil, 0, fmt.Errorf("decode task %s (revision %d): the record names task %s: %w", ref, entry.Revision(), rec.Ref(), ErrForeignRecord)
 	}
 	return &rec, entry.Revision(), nil
+}
+
+// Find returns the tasks of every tenant that have a record for id, sorted
+// by tenant: a verb given only an id acts on the one task, and asks for
+// the tenant when there are several. It reads the bucket's subjects once.
+func (s *Store) Find(ctx context.Context, id string) ([]Ref, error) {
+	if err := streams.ValidateTaskID(id); err != nil {
+		return nil, fmt.Errorf("find task %s: %w", id, err)
+	}
+	keys, err := ListKeys(ctx, s.js, s.cfg.Names.TasksBucket(), "*."+id)
+	if err != nil {
+		return nil, fmt.Errorf("find task %s: %w", id, err)
+	}
+	var out []Ref
+	for _, key := range keys {
+		ref, err := ParseKey(key)
+		if err != nil {
+			continue
+		}
+		// A listed key may be a delete marker: keep only live records.
+		if _, err := s.kv.Get(ctx, key); errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		} else if err != nil {
+			return nil, fmt.Errorf("find task %s: %w", id, err)
+		}
+		out = append(out, ref)
+	}
+	slices.SortFunc(out, func(a, b Ref) int { return strings.Compare(a.Tenant, b.Tenant) })
+	return out, nil
 }
 
 // Create writes a new record in its birth state rec.State, or returns
@@ -96,12 +133,12 @@ func (s *Store) Create(ctx context.Context, rec *Record, actor Actor) (*Record, 
 	if err != nil {
 		return nil, 0, err
 	}
-	rev, err := s.kv.Create(ctx, rec.ID, data)
+	rev, err := s.kv.Create(ctx, rec.Ref().Key(), data)
 	if IsRevisionMismatch(err) {
-		return nil, 0, fmt.Errorf("create task %s: %w", rec.ID, ErrExists)
+		return nil, 0, fmt.Errorf("create task %s: %w", rec.Ref(), ErrExists)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("create task %s: %w", rec.ID, err)
+		return nil, 0, fmt.Errorf("create task %s: %w", rec.Ref(), err)
 	}
 	s.mirror(next)
 	return next, rev, nil
@@ -115,7 +152,7 @@ func (s *Store) CreateMsg(rec *Record, actor Actor) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	msg := nats.NewMsg(s.keyPrefix + rec.ID)
+	msg := nats.NewMsg(s.keyPrefix + rec.Ref().Key())
 	msg.Data = data
 	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	return msg, nil
@@ -123,9 +160,9 @@ func (s *Store) CreateMsg(rec *Record, actor Actor) (*nats.Msg, error) {
 
 func (s *Store) birth(rec *Record, actor Actor) (*Record, []byte, error) {
 	if !CanBeBornAs(rec.State) {
-		return nil, nil, fmt.Errorf("create task %s in %s: %w (a record is born PENDING, READY, RUNNING, CANCELLED, PAUSED or DEAD)", rec.ID, rec.State, ErrIllegalTransition)
+		return nil, nil, fmt.Errorf("create task %s in %s: %w (a record is born PENDING, READY, RUNNING, CANCELLED, PAUSED or DEAD)", rec.Ref(), rec.State, ErrIllegalTransition)
 	}
-	if err := streams.ValidateTaskID(rec.ID); err != nil {
+	if err := rec.Ref().Validate(); err != nil {
 		return nil, nil, fmt.Errorf("create task: %w", err)
 	}
 	next := *rec
@@ -145,20 +182,20 @@ func (s *Store) birth(rec *Record, actor Actor) (*Record, []byte, error) {
 	return &next, encodeRecord(&next), nil
 }
 
-// Transition moves task id from state from to state to in one compare-and-set
+// Transition moves task ref from state from to state to in one compare-and-set
 // write, after mutate (which may be nil) changed the other fields. It returns
 // [ErrWrongState] if the record is not in from, [ErrIllegalTransition] if the
 // table forbids the move, and [ErrConflict] if another writer won the race.
-func (s *Store) Transition(ctx context.Context, id string, from, to State, actor Actor, mutate func(*Record) error) (*Record, uint64, error) {
+func (s *Store) Transition(ctx context.Context, ref Ref, from, to State, actor Actor, mutate func(*Record) error) (*Record, uint64, error) {
 	if !CanTransition(from, to) {
-		return nil, 0, fmt.Errorf("move task %s %s -> %s: %w", id, from, to, ErrIllegalTransition)
+		return nil, 0, fmt.Errorf("move task %s %s -> %s: %w", ref, from, to, ErrIllegalTransition)
 	}
-	rec, rev, err := s.Get(ctx, id)
+	rec, rev, err := s.Get(ctx, ref)
 	if err != nil {
 		return nil, 0, err
 	}
 	if rec.State != from {
-		return rec, rev, fmt.Errorf("move task %s %s -> %s: it is %s: %w", id, from, to, rec.State, ErrWrongState)
+		return rec, rev, fmt.Errorf("move task %s %s -> %s: it is %s: %w", ref, from, to, rec.State, ErrWrongState)
 	}
 	return s.Apply(ctx, rec, rev, to, actor, mutate)
 }
@@ -169,13 +206,19 @@ func (s *Store) Transition(ctx context.Context, id string, from, to State, actor
 func (s *Store) Apply(ctx context.Context, rec *Record, rev uint64, to State, actor Actor, mutate func(*Record) error) (*Record, uint64, error) {
 	from := rec.State
 	if !CanTransition(from, to) {
-		return nil, 0, fmt.Errorf("move task %s %s -> %s: %w", rec.ID, from, to, ErrIllegalTransition)
+		return nil, 0, fmt.Errorf("move task %s %s -> %s: %w", rec.Ref(), from, to, ErrIllegalTransition)
+	}
+	if err := rec.Ref().Validate(); err != nil {
+		return nil, 0, fmt.Errorf("move task %s %s -> %s: %w", rec.Ref(), from, to, err)
 	}
 	next := *rec
 	next.Trail = append(make([]Move, 0, len(rec.Trail)+1), rec.Trail...) // room for this move
 	if mutate != nil {
 		if err := mutate(&next); err != nil {
-			return nil, 0, fmt.Errorf("move task %s %s -> %s: %w", rec.ID, from, to, err)
+			return nil, 0, fmt.Errorf("move task %s %s -> %s: %w", rec.Ref(), from, to, err)
+		}
+		if next.Ref() != rec.Ref() {
+			return nil, 0, fmt.Errorf("move task %s %s -> %s: a move may not change the task's tenant or id (to %s)", rec.Ref(), from, to, next.Ref())
 		}
 	}
 	next.record(from, to, actor, time.Now().UTC())
@@ -183,29 +226,32 @@ func (s *Store) Apply(ctx context.Context, rec *Record, rev uint64, to State, ac
 	var newRev uint64
 	var err error
 	if s.expires(to) {
-		newRev, err = updateWithTTL(ctx, s.js, s.cfg.Names.TasksBucket(), rec.ID, data, s.cfg.Retention, rev)
+		newRev, err = updateWithTTL(ctx, s.js, s.cfg.Names.TasksBucket(), rec.Ref().Key(), data, s.cfg.Retention, rev)
 	} else {
-		newRev, err = s.kv.Update(ctx, rec.ID, data, rev)
+		newRev, err = s.kv.Update(ctx, rec.Ref().Key(), data, rev)
 	}
 	if IsRevisionMismatch(err) {
-		return nil, 0, fmt.Errorf("move task %s %s -> %s at revision %d: %w", rec.ID, from, to, rev, ErrConflict)
+		return nil, 0, fmt.Errorf("move task %s %s -> %s at revision %d: %w", rec.Ref(), from, to, rev, ErrConflict)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("move task %s %s -> %s: %w", rec.ID, from, to, err)
+		return nil, 0, fmt.Errorf("move task %s %s -> %s: %w", rec.Ref(), from, to, err)
 	}
 	s.mirror(&next)
 	return &next, newRev, nil
 }
 
-// Delete removes task id's record if it is still at revision rev: the task
-// is unseen again. It returns [ErrConflict] if another writer moved it.
-func (s *Store) Delete(ctx context.Context, id string, rev uint64) error {
-	err := s.kv.Delete(ctx, id, jetstream.LastRevision(rev))
+// Delete removes task ref's record if it is still at revision rev: the
+// task is unseen again. It returns [ErrConflict] if another writer moved it.
+func (s *Store) Delete(ctx context.Context, ref Ref, rev uint64) error {
+	if err := ref.Validate(); err != nil {
+		return fmt.Errorf("delete task %s: %w", ref, err)
+	}
+	err := s.kv.Delete(ctx, ref.Key(), jetstream.LastRevision(rev))
 	if IsRevisionMismatch(err) {
-		return fmt.Errorf("delete task %s at revision %d: %w", id, rev, ErrConflict)
+		return fmt.Errorf("delete task %s at revision %d: %w", ref, rev, ErrConflict)
 	}
 	if err != nil {
-		return fmt.Errorf("delete task %s: %w", id, err)
+		return fmt.Errorf("delete task %s: %w", ref, err)
 	}
 	return nil
 }
@@ -236,12 +282,12 @@ func (s *Store) mirror(rec *Record) {
 		return
 	}
 	// Best effort by design: the record's own trail is authoritative.
-	_, _ = s.js.PublishAsync(s.cfg.Names.TrailSubject(rec.ID), data)
+	_, _ = s.js.PublishAsync(s.cfg.Names.TrailSubject(rec.Tenant, rec.ID), data)
 }
 
 // Trail returns the moves of a task, oldest first.
-func (s *Store) Trail(ctx context.Context, id string) ([]Move, error) {
-	rec, _, err := s.Get(ctx, id)
+func (s *Store) Trail(ctx context.Context, ref Ref) ([]Move, error) {
+	rec, _, err := s.Get(ctx, ref)
 	if err != nil {
 		return nil, err
 	}

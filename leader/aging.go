@@ -179,11 +179,11 @@ func waitingSince(rec *kv.Record) (time.Time, int) {
 // message's generation. It reports whether it did.
 func (a *aging) lift(ctx context.Context, stream jetstream.Stream, prio int, raw *jetstream.RawStreamMsg) (bool, error) {
 	names := a.l.cfg.Names
-	_, opts, err := names.ParseMessage(raw.Subject, raw.Header)
+	stored, opts, err := names.ParseMessage(raw.Subject, raw.Header)
 	if err != nil || opts.ID == "" {
 		return false, nil // a raw publish no worker has seen, or a malformed one: the worker decides
 	}
-	rec, rev, err := a.l.store.Get(ctx, opts.ID)
+	rec, rev, err := a.l.store.Get(ctx, kv.Ref{Tenant: stored.Tenant, ID: opts.ID})
 	if errors.Is(err, kv.ErrNotFound) {
 		return false, nil
 	}

@@ -67,7 +67,7 @@ func agingRun(t *testing.T, threshold time.Duration, wait time.Duration) (*kv.Re
 	var rec *kv.Record
 	deadline := time.Now().Add(wait)
 	for time.Now().Before(deadline) {
-		r, _, err := client.Store().Get(ctx, info.ID)
+		r, _, err := client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 		require.NoError(t, err)
 		if r.StartedAt != nil {
 			rec = r
@@ -146,7 +146,7 @@ func TestAgingLeavesPutBackTasksWhereTheyAre(t *testing.T) {
 	}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, id := range ids {
-			rec, _, err := lb.client.Store().Get(ctx, id)
+			rec, _, err := lb.client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
 			if assert.NoError(c, err) {
 				assert.Equal(c, kv.ActionNoHandler, rec.LastMove().Action)
 			}
@@ -154,7 +154,7 @@ func TestAgingLeavesPutBackTasksWhereTheyAre(t *testing.T) {
 	}, 30*time.Second, 20*time.Millisecond)
 	time.Sleep(2 * time.Second) // ten thresholds: P4 would reach P0 after four
 	for _, id := range ids {
-		rec, _, err := lb.client.Store().Get(ctx, id)
+		rec, _, err := lb.client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
 		require.NoError(t, err)
 		require.Equal(t, 4, rec.Priority, "task %s lifted: %v", id, rec.Trail)
 		require.Equal(t, kv.StateReady, rec.State)

@@ -1,6 +1,7 @@
 package leader
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -159,7 +160,8 @@ func (c *cronLoop) fire(ctx context.Context, s *cronState, at time.Time) error {
 		s.job.Secret = ax.NewCronSecret()
 	}
 	id := s.job.TaskID(at)
-	if _, _, err := c.l.store.Get(ctx, id); errors.Is(err, kv.ErrNotFound) {
+	ref := kv.Ref{Tenant: cmp.Or(s.job.Task.Tenant, ax.DefaultTenant), ID: id}
+	if _, _, err := c.l.store.Get(ctx, ref); errors.Is(err, kv.ErrNotFound) {
 		task := s.job.Task
 		task.ID, task.Key, task.RunAt, task.Delay = id, "", time.Time{}, 0
 		// A copy: the job's own headers are stored with it, without these.

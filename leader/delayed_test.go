@@ -50,7 +50,7 @@ func TestDelayedTaskIsReleasedAtItsTime(t *testing.T) {
 		Headers: map[string]string{"Ax-Trace": "t1"}})
 	require.NoError(t, err)
 	require.False(t, info.RunAt.IsZero())
-	rec, _, err := client.Store().Get(ctx, info.ID)
+	rec, _, err := client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 	require.NoError(t, err)
 	require.Equal(t, kv.StatePending, rec.State)
 	require.True(t, info.RunAt.Equal(*rec.RunAt))
@@ -70,7 +70,7 @@ func TestDelayedTaskIsReleasedAtItsTime(t *testing.T) {
 	require.Equal(t, info.ID, opts.ID)
 	require.EqualValues(t, 2, opts.Gen, "a release is the record's next generation")
 	require.Eventually(t, func() bool {
-		rec, _, err = client.Store().Get(ctx, info.ID)
+		rec, _, err = client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 		return err == nil && rec.State == kv.StateReady
 	}, 5*time.Second, 10*time.Millisecond)
 	require.Equal(t, msg.Sequence, rec.StreamSeq)
@@ -89,16 +89,16 @@ func TestCancelDelayedTask(t *testing.T) {
 	require.NoError(t, err)
 	drop, err := client.Submit(ctx, ax.TaskSpec{Type: "x", Delay: 1500 * time.Millisecond})
 	require.NoError(t, err)
-	require.NoError(t, client.CancelDelayed(ctx, drop.ID))
-	rec, _, err := client.Store().Get(ctx, drop.ID)
+	require.NoError(t, client.CancelDelayed(ctx, drop.Tenant, drop.ID))
+	rec, _, err := client.Store().Get(ctx, kv.Ref{Tenant: drop.Tenant, ID: drop.ID})
 	require.NoError(t, err)
 	require.Equal(t, kv.StateCancelled, rec.State)
 	require.Eventually(t, func() bool {
-		rec, _, err := client.Store().Get(ctx, keep.ID)
+		rec, _, err := client.Store().Get(ctx, kv.Ref{Tenant: keep.Tenant, ID: keep.ID})
 		return err == nil && rec.State == kv.StateReady
 	}, 10*time.Second, 10*time.Millisecond)
 	require.EqualValues(t, 1, natstest.StreamMsgs(t, js, "AX_P2"), "only the task not cancelled runs")
-	require.ErrorIs(t, client.CancelDelayed(ctx, keep.ID), kv.ErrWrongState)
+	require.ErrorIs(t, client.CancelDelayed(ctx, keep.Tenant, keep.ID), kv.ErrWrongState)
 }
 
 // The leader dies while delayed tasks are due: the next leader releases
@@ -120,7 +120,7 @@ func TestDelayedTasksSurviveLeaderChange(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // a double would land now
 	require.Eventually(t, func() bool {
 		for id := range ids {
-			rec, _, err := client.Store().Get(ctx, id)
+			rec, _, err := client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
 			if err != nil || rec.State != kv.StateReady {
 				return false
 			}
@@ -136,7 +136,7 @@ func TestDelayedTasksSurviveLeaderChange(t *testing.T) {
 	orphans := 0
 	for _, m := range bucketMsgs(t, js, "AX_P1") {
 		id := m.Header.Get(streams.HeaderTaskID)
-		rec, _, err := client.Store().Get(ctx, id)
+		rec, _, err := client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
 		require.NoError(t, err)
 		if rec.Names(streams.Names{}, "AX_P1", m.Sequence) {
 			named[id]++

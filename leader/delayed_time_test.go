@@ -12,15 +12,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// pendingUntil requires that task id stays PENDING until at (less a
+// pendingUntil requires that task ref stays PENDING until at (less a
 // little for clocks), polling its record; it returns at at.
-func pendingUntil(t *testing.T, store *kv.Store, id string, at time.Time) {
+func pendingUntil(t *testing.T, store *kv.Store, ref kv.Ref, at time.Time) {
 	t.Helper()
 	for time.Now().Before(at.Add(-100 * time.Millisecond)) {
-		rec, _, err := store.Get(context.Background(), id)
+		rec, _, err := store.Get(context.Background(), ref)
 		require.NoError(t, err)
 		require.Equal(t, kv.StatePending, rec.State, "%s is %s %s before its run time (last move: %+v)",
-			id, rec.State, time.Until(at).Round(time.Millisecond), rec.LastMove())
+			ref, rec.State, time.Until(at).Round(time.Millisecond), rec.LastMove())
 		time.Sleep(50 * time.Millisecond)
 	}
 }
@@ -45,7 +45,7 @@ func TestReconcilerNeverReleasesPendingEarly(t *testing.T) {
 	_, err = b.js.PublishMsg(ctx, msg)
 	require.NoError(t, err)
 
-	pendingUntil(t, b.store, "early", runAt)
+	pendingUntil(t, b.store, kv.Ref{Tenant: "acme", ID: "early"}, runAt)
 	rec := b.waitState(t, "early", kv.StateReady)
 	require.False(t, rec.LastMove().At.Before(runAt), "released at %s, before its run time %s", rec.LastMove().At, runAt)
 	require.Contains(t, rec.LastMove().Error, "re-published from its stale copy AX_P2")
@@ -71,7 +71,7 @@ func TestMoverBuriesARefusedRelease(t *testing.T) {
 
 	var rec *kv.Record
 	require.Eventually(t, func() bool {
-		rec, _, err = lb.client.Store().Get(ctx, info.ID)
+		rec, _, err = lb.client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 		return err == nil && rec.State == kv.StateDead
 	}, 30*time.Second, 20*time.Millisecond, "the refused release ends DEAD: %+v", rec)
 	require.Contains(t, rec.LastError, "release refused: AX_P2 would not take the task's copy")
@@ -103,16 +103,16 @@ func TestMoverWaitsForTheRecordsRunTime(t *testing.T) {
 	info, err := lb.client.Submit(ctx, ax.TaskSpec{Type: "x", Priority: ax.P2, Delay: 1500 * time.Millisecond})
 	require.NoError(t, err)
 	later := time.Now().Add(4 * time.Second).UTC()
-	_, _, err = lb.client.Store().Transition(ctx, info.ID, kv.StatePending, kv.StatePending, kv.Actor{Action: "test"}, func(r *kv.Record) error {
+	_, _, err = lb.client.Store().Transition(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID}, kv.StatePending, kv.StatePending, kv.Actor{Action: "test"}, func(r *kv.Record) error {
 		r.RunAt = &later
 		return nil
 	})
 	require.NoError(t, err)
 
-	pendingUntil(t, lb.client.Store(), info.ID, later)
+	pendingUntil(t, lb.client.Store(), kv.Ref{Tenant: info.Tenant, ID: info.ID}, later)
 	var rec *kv.Record
 	require.Eventually(t, func() bool {
-		rec, _, err = lb.client.Store().Get(ctx, info.ID)
+		rec, _, err = lb.client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 		return err == nil && rec.State == kv.StateReady
 	}, 30*time.Second, 20*time.Millisecond)
 	require.False(t, rec.LastMove().At.Before(later), "released at %s, before the record's run time %s", rec.LastMove().At, later)

@@ -24,8 +24,9 @@ const prepareAhead = 20 * time.Millisecond
 // dueTask is a fired schedule waiting for its exact run time.
 type dueTask struct {
 	id    string
+	ref   kv.Ref // the task: the tenant and id its due subject names
 	runAt time.Time
-	seq   uint64 // sequence of the ax.due.<id> message in AX_DELAYED
+	seq   uint64 // sequence of the ax.due.<tenant>.<id> message in AX_DELAYED
 	msg   jetstream.Msg
 }
 
@@ -133,8 +134,9 @@ func (m *mover) receive(msg jetstream.Msg) {
 		return
 	}
 	h := msg.Headers()
-	// The subject names the task: the schedule was keyed on it.
-	id, ok := m.l.cfg.Names.ParseDueSubject(msg.Subject())
+	// The subject names the task, its tenant and id: the schedule was
+	// keyed on them.
+	tenant, id, ok := m.l.cfg.Names.ParseDueSubject(msg.Subject())
 	if !ok {
 		m.log.Warn("due_subject_invalid", zap.String("subject", msg.Subject()))
 		return
@@ -144,7 +146,7 @@ func (m *mover) receive(msg jetstream.Msg) {
 		runAt = time.Now() // no run time: due now
 	}
 	m.mu.Lock()
-	heap.Push(&m.pending, &dueTask{id: id, runAt: runAt, seq: meta.Sequence.Stream, msg: msg})
+	heap.Push(&m.pending, &dueTask{id: id, ref: kv.Ref{Tenant: tenant, ID: id}, runAt: runAt, seq: meta.Sequence.Stream, msg: msg})
 	m.mu.Unlock()
 	select {
 	case m.wake <- struct{}{}:
@@ -165,7 +167,7 @@ func (m *mover) receive(msg jetstream.Msg) {
 func (m *mover) release(ctx context.Context, d *dueTask) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	rec, rev, err := m.l.store.Get(ctx, d.id)
+	rec, rev, err := m.l.store.Get(ctx, d.ref)
 	switch {
 	case errors.Is(err, kv.ErrNotFound):
 		rec = nil // the submit's record write failed: the worker creates it
@@ -190,7 +192,16 @@ func (m *mover) release(ctx context.Context, d *dueTask) {
 		m.recheck(d, time.Second)
 		return
 	}
-	msg, gen := m.copyOf(d, rec)
+	msg, gen, ok := m.copyOf(d, rec)
+	if !ok {
+		// No record, and a submit subject that does not parse or names
+		// another tenant than the schedule's: nothing of the tenant's can
+		// be released from it.
+		m.log.Warn("due_schedule_unreleasable", zap.String("task_id", d.id), zap.String("tenant", d.ref.Tenant),
+			zap.String("subject", d.msg.Headers().Get(streams.HeaderSubject)))
+		m.done(ctx, d)
+		return
+	}
 	sleep(ctx, time.Until(d.runAt)) // a change meanwhile fails the compare-and-set below
 	msg.Header.Set(streams.HeaderReleasedAt, time.Now().UTC().Format(time.RFC3339Nano))
 	if !m.l.held() {
@@ -248,8 +259,10 @@ func (m *mover) held(d *dueTask, rec *kv.Record) bool {
 	return true
 }
 
-// copyOf builds the bucket message of a due task and its generation.
-func (m *mover) copyOf(d *dueTask, rec *kv.Record) (*nats.Msg, uint64) {
+// copyOf builds the bucket message of a due task and its generation, or
+// false when a task without a record has no submit subject of its
+// schedule's tenant to be released to.
+func (m *mover) copyOf(d *dueTask, rec *kv.Record) (*nats.Msg, uint64, bool) {
 	src := d.msg.Headers()
 	names := m.l.cfg.Names
 	gen := uint64(1)
@@ -257,14 +270,14 @@ func (m *mover) copyOf(d *dueTask, rec *kv.Record) (*nats.Msg, uint64) {
 	if rec != nil {
 		subject = names.CopySubject(rec.Priority, rec.Tenant, rec.Type, rec.Key)
 		gen = rec.Gen + 1
-	} else if s, err := names.ParseSubmit(src.Get(streams.HeaderSubject)); err == nil {
+	} else if s, err := names.ParseSubmit(src.Get(streams.HeaderSubject)); err == nil && s.Tenant == d.ref.Tenant {
 		subject = names.CopySubject(s.Priority, s.Tenant, s.Type, s.Key)
 	} else {
-		subject = src.Get(streams.HeaderSubject) // malformed: the worker dead-letters it
+		return nil, 0, false
 	}
 	msg := streams.TaskCopy(subject, d.msg.Data(), src, d.id, gen, nuid.Next(), streams.HeaderSubject)
 	msg.Header.Set(streams.HeaderReleasedAt, time.Now().UTC().Format(time.RFC3339Nano))
-	return msg, gen
+	return msg, gen, true
 }
 
 // done deletes the fired schedule of a released or dropped task.

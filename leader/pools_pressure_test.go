@@ -64,7 +64,7 @@ func TestAgingLeavesUnservedTypesWhereTheyAre(t *testing.T) {
 	blocker, err := client.Submit(ctx, ax.TaskSpec{Type: "x", Priority: ax.P0, Key: "blocker"})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		rec, _, err := client.Store().Get(ctx, blocker.ID)
+		rec, _, err := client.Store().Get(ctx, kv.Ref{Tenant: blocker.Tenant, ID: blocker.ID})
 		return err == nil && rec.State == kv.StateRunning
 	}, 10*time.Second, 10*time.Millisecond)
 
@@ -80,7 +80,7 @@ func TestAgingLeavesUnservedTypesWhereTheyAre(t *testing.T) {
 		served = append(served, info.ID)
 	}
 	priority := func(id string) int {
-		rec, _, err := client.Store().Get(ctx, id)
+		rec, _, err := client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
 		require.NoError(t, err)
 		return rec.Priority
 	}

@@ -337,7 +337,7 @@ func TestAgingWaitsForARefusingBucket(t *testing.T) {
 	require.NoError(t, err)
 
 	time.Sleep(time.Second) // ten thresholds
-	rec, _, err := client.Store().Get(ctx, info.ID)
+	rec, _, err := client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 	require.NoError(t, err)
 	require.Equal(t, 3, rec.Priority, "not lifted into a bucket that refuses")
 	require.EqualValues(t, 16, natstest.StreamMsgs(t, js, "AX_P2"))
@@ -346,7 +346,7 @@ func TestAgingWaitsForARefusingBucket(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, stream.Purge(ctx, jetstream.WithPurgeKeep(11))) // 55%: admitted again
 	require.Eventually(t, func() bool {
-		rec, _, err := client.Store().Get(ctx, info.ID)
+		rec, _, err := client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 		require.NoError(t, err)
 		return rec.Priority < 3
 	}, 10*time.Second, 10*time.Millisecond, "lifted once the bucket admits")
@@ -372,7 +372,7 @@ func TestDelayedReleaseWaitsForARefusingBucket(t *testing.T) {
 		return err == nil && names.Refusing(s.CachedInfo().Config)
 	}, 10*time.Second, 5*time.Millisecond)
 	state := func(id string) kv.State {
-		rec, _, err := client.Store().Get(ctx, id)
+		rec, _, err := client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
 		require.NoError(t, err)
 		return rec.State
 	}

@@ -35,7 +35,7 @@ type payload struct {
 func (r *reconciler) check(ctx context.Context, t *tracked, now time.Time) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, reconcileOpTimeout)
 	defer cancel()
-	rec, rev, err := r.l.store.Get(ctx, t.id)
+	rec, rev, err := r.l.store.Get(ctx, t.ref)
 	if errors.Is(err, kv.ErrNotFound) {
 		return time.Time{}, nil
 	}
@@ -89,7 +89,8 @@ func (r *reconciler) messageLost(ctx context.Context, rec *kv.Record) (string, e
 	if msg == nil {
 		return fmt.Sprintf("its message %s #%d is no longer stored", name, rec.StreamSeq), nil
 	}
-	if _, opts, _ := r.l.cfg.Names.ParseMessage(msg.Subject, msg.Header); opts.ID != rec.ID && rec.ID != streams.FallbackID(name, rec.StreamSeq, msg.Time) {
+	stored, opts, _ := r.l.cfg.Names.ParseMessage(msg.Subject, msg.Header)
+	if stored.Tenant != rec.Tenant || opts.ID != rec.ID && rec.ID != streams.FallbackID(name, rec.StreamSeq, msg.Time) {
 		return fmt.Sprintf("%s #%d holds another task's message (the stream was recreated?)", name, rec.StreamSeq), nil
 	}
 	return "", nil
@@ -99,7 +100,7 @@ func (r *reconciler) messageLost(ctx context.Context, rec *kv.Record) (string, e
 // or "" if its schedule, fired schedule or a bucket copy is stored.
 func (r *reconciler) scheduleLost(ctx context.Context, rec *kv.Record) (string, error) {
 	names := r.l.cfg.Names
-	for _, subject := range []string{names.DelayedSubject(rec.ID), names.DueSubject(rec.ID)} {
+	for _, subject := range []string{names.DelayedSubject(rec.Tenant, rec.ID), names.DueSubject(rec.Tenant, rec.ID)} {
 		msg, err := r.lastMsg(ctx, names.DelayedStream(), subject)
 		if err != nil || msg != nil {
 			return "", err
@@ -234,7 +235,7 @@ func (r *reconciler) reschedule(ctx context.Context, rec *kv.Record, rev uint64,
 // or a stale copy in a bucket.
 func (r *reconciler) findPayload(ctx context.Context, rec *kv.Record) (*payload, error) {
 	names := r.l.cfg.Names
-	for _, subject := range []string{names.DueSubject(rec.ID), names.DelayedSubject(rec.ID)} {
+	for _, subject := range []string{names.DueSubject(rec.Tenant, rec.ID), names.DelayedSubject(rec.Tenant, rec.ID)} {
 		msg, err := r.lastMsg(ctx, names.DelayedStream(), subject)
 		if err != nil {
 			return nil, err

@@ -12,7 +12,8 @@ import (
 
 // tracked is one non-terminal task record the reconciler watches.
 type tracked struct {
-	id    string
+	ref   kv.Ref    // the task its record key names
+	key   string    // the record's key
 	rev   uint64    // revision last seen by the watch
 	state kv.State  // state at rev
 	since time.Time // when this revision was seen (the local clock)
@@ -28,35 +29,41 @@ type tracked struct {
 // each is next due for a check: a pass pops only the due ones, so its cost
 // does not grow with the number of records. It is used by one goroutine.
 type recordIndex struct {
-	byID  map[string]*tracked
+	byKey map[string]*tracked // by record key
 	order dueOrder
 	grace time.Duration
 }
 
 func newRecordIndex(grace time.Duration) *recordIndex {
-	return &recordIndex{byID: map[string]*tracked{}, grace: grace}
+	return &recordIndex{byKey: map[string]*tracked{}, grace: grace}
 }
 
-// observe applies one watched entry, seen at now.
+// observe applies one watched entry, seen at now. A key that names no task
+// (a record of ax before v3, keyed by its id alone, which `ax provision`
+// moves under its tenant) is not tracked.
 func (x *recordIndex) observe(entry jetstream.KeyValueEntry, now time.Time) {
-	id := entry.Key()
+	key := entry.Key()
+	ref, err := kv.ParseKey(key)
+	if err != nil {
+		return
+	}
 	state := kv.State("")
 	if entry.Operation() == jetstream.KeyValuePut {
 		state = recordState(entry.Value())
 	}
-	t := x.byID[id]
+	t := x.byKey[key]
 	if !watched(state) {
 		if t != nil {
 			if t.pos >= 0 {
 				heap.Remove(&x.order, t.pos)
 			}
-			delete(x.byID, id)
+			delete(x.byKey, key)
 		}
 		return
 	}
 	if t == nil {
-		t = &tracked{id: id}
-		x.byID[id] = t
+		t = &tracked{ref: ref, key: key}
+		x.byKey[key] = t
 		t.rev, t.state, t.since, t.due = entry.Revision(), state, now, now.Add(x.grace)
 		heap.Push(&x.order, t)
 		return
@@ -91,7 +98,7 @@ func (x *recordIndex) popDue(now time.Time, n int) []*tracked {
 // requeue puts a checked record back, due again at due, unless the watch
 // replaced or dropped it meanwhile.
 func (x *recordIndex) requeue(t *tracked, due time.Time) {
-	if x.byID[t.id] != t || t.pos >= 0 {
+	if x.byKey[t.key] != t || t.pos >= 0 {
 		return
 	}
 	t.due = due
@@ -99,7 +106,7 @@ func (x *recordIndex) requeue(t *tracked, due time.Time) {
 }
 
 // len returns how many records are tracked.
-func (x *recordIndex) len() int { return len(x.byID) }
+func (x *recordIndex) len() int { return len(x.byKey) }
 
 // stateKey is how a record's state starts in its JSON. The state is the
 // sixth field of a record, after id, type, tenant, key and priority, whose

@@ -55,13 +55,26 @@ func (b *reconcileBundle) deleteMsg(t *testing.T, stream string, seq uint64) {
 	require.NoError(t, s.DeleteMsg(context.Background(), seq))
 }
 
+// recordOf reads the record of the one task of any tenant with id.
+func recordOf(ctx context.Context, store *kv.Store, id string) (*kv.Record, error) {
+	refs, err := store.Find(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if len(refs) != 1 {
+		return nil, fmt.Errorf("%d tasks have id %s", len(refs), id)
+	}
+	rec, _, err := store.Get(ctx, refs[0])
+	return rec, err
+}
+
 // waitState waits for a task to reach state and returns its record.
 func (b *reconcileBundle) waitState(t *testing.T, id string, state kv.State) *kv.Record {
 	t.Helper()
 	var rec *kv.Record
 	require.Eventually(t, func() bool {
 		var err error
-		rec, _, err = b.store.Get(context.Background(), id)
+		rec, err = recordOf(context.Background(), b.store, id)
 		return err == nil && rec.State == state && rec.LastMove().Action == "reconcile"
 	}, repairBound, 20*time.Millisecond, "task %s not moved to %s by the reconciler: %+v", id, state, rec)
 	return rec
@@ -78,7 +91,7 @@ func TestReconcilerBuriesLostReadyTask(t *testing.T) {
 	require.NoError(t, err)
 	healthy, err := b.client.Submit(ctx, ax.TaskSpec{ID: "healthy", Type: "x", Priority: ax.P2})
 	require.NoError(t, err)
-	_, healthyRev, err := b.store.Get(ctx, healthy.ID)
+	_, healthyRev, err := b.store.Get(ctx, kv.Ref{Tenant: healthy.Tenant, ID: healthy.ID})
 	require.NoError(t, err)
 	b.deleteMsg(t, "AX_P2", lost.Sequence)
 
@@ -88,7 +101,7 @@ func TestReconcilerBuriesLostReadyTask(t *testing.T) {
 	require.NotNil(t, rec.FinishedAt)
 
 	time.Sleep(time.Second) // several more passes past the grace
-	rec, rev, err := b.store.Get(ctx, healthy.ID)
+	rec, rev, err := b.store.Get(ctx, kv.Ref{Tenant: healthy.Tenant, ID: healthy.ID})
 	require.NoError(t, err)
 	require.Equal(t, healthyRev, rev, "a healthy READY task is never touched")
 	require.Equal(t, kv.StateReady, rec.State)
@@ -175,12 +188,12 @@ func TestReconcilerRepublishesRetryFromStaleCopy(t *testing.T) {
 	ctx := context.Background()
 	info, err := b.client.Submit(ctx, ax.TaskSpec{ID: "retry", Type: "x", Priority: ax.P3, Payload: []byte("p")})
 	require.NoError(t, err)
-	_, _, err = b.store.Transition(ctx, "retry", kv.StateReady, kv.StateRunning, kv.Actor{Worker: "w"}, func(r *kv.Record) error {
+	_, _, err = b.store.Transition(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "retry"}, kv.StateReady, kv.StateRunning, kv.Actor{Worker: "w"}, func(r *kv.Record) error {
 		r.Gen, r.StreamSeq, r.Worker = 2, info.Sequence+50, "w" // its generation-2 message, since deleted
 		return nil
 	})
 	require.NoError(t, err)
-	_, _, err = b.store.Transition(ctx, "retry", kv.StateRunning, kv.StateRetrying, kv.Actor{Worker: "w", Error: "failed"}, nil)
+	_, _, err = b.store.Transition(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "retry"}, kv.StateRunning, kv.StateRetrying, kv.Actor{Worker: "w", Error: "failed"}, nil)
 	require.NoError(t, err)
 
 	rec := b.waitState(t, "retry", kv.StateReady)
@@ -209,7 +222,7 @@ func TestReconcilerBuriesStuckRunningTask(t *testing.T) {
 	running("fresh", ack.Sequence+200) // not yet past the ack wait
 	time.Sleep(500 * time.Millisecond) // several passes
 	for _, id := range []string{"kept", "fresh"} {
-		rec, _, err := b.store.Get(ctx, id)
+		rec, _, err := b.store.Get(ctx, kv.Ref{Tenant: "t", ID: id})
 		require.NoError(t, err)
 		require.Equal(t, kv.StateRunning, rec.State, id)
 	}
@@ -236,7 +249,7 @@ func TestReconcilerLeavesAgedTasksAlone(t *testing.T) {
 	store := lb.client.Store()
 	require.Eventually(t, func() bool {
 		for _, info := range infos {
-			rec, _, err := store.Get(ctx, info.ID)
+			rec, _, err := store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 			if err != nil || rec.Priority != 0 || rec.State != kv.StateReady {
 				return false
 			}
@@ -245,7 +258,7 @@ func TestReconcilerLeavesAgedTasksAlone(t *testing.T) {
 	}, repairBound, 50*time.Millisecond, "every task aged to P0, none lost")
 	time.Sleep(time.Second) // passes past the grace
 	for _, info := range infos {
-		rec, _, err := store.Get(ctx, info.ID)
+		rec, _, err := store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 		require.NoError(t, err)
 		require.Equal(t, kv.StateReady, rec.State, "%s: %s", info.ID, rec.LastMove().Error)
 		require.NotEqual(t, "reconcile", rec.LastMove().Action)
@@ -267,7 +280,7 @@ func TestReconcilerRepublishesFromSchedule(t *testing.T) {
 	submit := nats.NewMsg(names.SubmitSubject(2, "t", "x", "sched"))
 	submit.Data = []byte("later")
 	streams.Options{ID: "sched", RunAt: time.Now().Add(-time.Second), Gen: 1}.SetHeaders(submit.Header)
-	sched, err := b.js.PublishMsg(ctx, names.DelayedMsg("sched", submit, time.Now().Add(time.Hour)))
+	sched, err := b.js.PublishMsg(ctx, names.DelayedMsg("t", "sched", submit, time.Now().Add(time.Hour)))
 	require.NoError(t, err)
 	_, _, err = b.store.Create(ctx, &kv.Record{ID: "sched", Type: "x", Tenant: "t", Key: "sched", Priority: 2, State: kv.StateReady, Gen: 1},
 		kv.Actor{Action: "resume"})
@@ -295,7 +308,7 @@ func TestReconcilerReschedulesFutureSchedule(t *testing.T) {
 	submit := nats.NewMsg(names.SubmitSubject(2, "t", "x", "later"))
 	submit.Data = []byte("later")
 	streams.Options{ID: "later", RunAt: runAt, Gen: 1}.SetHeaders(submit.Header)
-	_, err := b.js.PublishMsg(ctx, names.DelayedMsg("later", submit, runAt.Add(-streams.DefaultScheduleEarly)))
+	_, err := b.js.PublishMsg(ctx, names.DelayedMsg("t", "later", submit, runAt.Add(-streams.DefaultScheduleEarly)))
 	require.NoError(t, err)
 	_, _, err = b.store.Create(ctx, &kv.Record{ID: "later", Type: "x", Tenant: "t", Key: "later", Priority: 2, State: kv.StateReady, Gen: 1},
 		kv.Actor{Action: "resume"})
@@ -304,10 +317,10 @@ func TestReconcilerReschedulesFutureSchedule(t *testing.T) {
 	rec := b.waitState(t, "later", kv.StatePending)
 	require.Contains(t, rec.LastMove().Error, "PENDING again")
 	require.Eventually(t, func() bool { // released by the mover at its time
-		rec, _, err := b.store.Get(ctx, "later")
+		rec, _, err := b.store.Get(ctx, kv.Ref{Tenant: "t", ID: "later"})
 		return err == nil && rec.State == kv.StateReady && rec.StreamSeq != 0
 	}, repairBound, 20*time.Millisecond)
-	rec, _, err = b.store.Get(ctx, "later")
+	rec, _, err = b.store.Get(ctx, kv.Ref{Tenant: "t", ID: "later"})
 	require.NoError(t, err)
 	require.Equal(t, "later", string(natstest.GetMsg(t, b.js, "AX_P2", rec.StreamSeq).Data))
 	require.False(t, time.Now().Before(runAt), "not released before its run time")

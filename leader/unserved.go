@@ -245,7 +245,7 @@ func (u *unservedExpiry) bury(ctx context.Context, stream jetstream.Stream, prio
 	if id == "" {
 		id = streams.FallbackID(bucket, raw.Sequence, raw.Time)
 	}
-	rec, rev, err := u.l.store.Get(ctx, id)
+	rec, rev, err := u.l.store.Get(ctx, kv.Ref{Tenant: stored.Tenant, ID: id})
 	switch {
 	case errors.Is(err, kv.ErrNotFound):
 		if stored.Copy {
@@ -342,7 +342,7 @@ func (u *unservedExpiry) deleteLetter(ctx context.Context, id string, seq uint64
 // stray reports whether a producer's message (not a control-plane copy)
 // cannot become its task's message, so that a worker would drop it (see
 // worker claimFrom): the record is bound to another message, or to
-// another tenant, type or key, or the task is finished (born CANCELLED by
+// another type or key, or the task is finished (born CANCELLED by
 // an operator who knew only its id, or a message a burial could not
 // delete). A waiting record bound to no message (PENDING, or born PAUSED
 // by id) may still take a producer's message of its own task.
@@ -350,7 +350,7 @@ func stray(rec *kv.Record, stored streams.Stored, names streams.Names, bucket st
 	if stored.Copy {
 		return false // a move in progress may name it yet
 	}
-	if rec.Type != "" && (rec.Tenant != stored.Tenant || rec.Type != stored.Type || rec.Key != stored.Key) {
+	if rec.Type != "" && (rec.Type != stored.Type || rec.Key != stored.Key) {
 		return true
 	}
 	return rec.State.Terminal() || (rec.StreamSeq != 0 && !rec.Names(names, bucket, seq))

@@ -223,7 +223,8 @@ func TestUnservedDeadlineReplayWhileUnserved(t *testing.T) {
 	for _, id := range ids {
 		reply, err := b.api.Replay(ctx, admin.DLQReplayRequest{ID: id})
 		require.NoError(t, err)
-		require.Equal(t, []string{id}, reply.Replayed, "%+v", reply)
+		require.Len(t, reply.Replayed, 1, "%+v", reply)
+		require.Equal(t, id, reply.Replayed[0].ID, "%+v", reply)
 	}
 	replayed := time.Now()
 	deadAll()
@@ -268,7 +269,7 @@ func TestUnservedDeadlineOnDefaultLayout(t *testing.T) {
 	ack, err := lb.js.Publish(ctx, "ax.submit.p2.acme.report.k", []byte("raw"))
 	require.NoError(t, err)
 	time.Sleep(2500 * time.Millisecond)
-	rec, _, err := lb.client.Store().Get(ctx, info.ID)
+	rec, _, err := lb.client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 	require.NoError(t, err)
 	require.Equal(t, kv.StateReady, rec.State, "a member that does not say what it handles serves every type")
 	natstest.GetMsg(t, lb.js, ack.Stream, ack.Sequence) // still there
@@ -282,7 +283,7 @@ func TestUnservedDeadlineOnDefaultLayout(t *testing.T) {
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() { _ = w.Stop(context.Background()) })
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		rec, _, err := lb.client.Store().Get(ctx, info.ID)
+		rec, _, err := lb.client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 		if assert.NoError(c, err) {
 			assert.Equal(c, kv.StateDead, rec.State)
 			assert.Contains(c, rec.LastError, `unserved: no live worker served task type "report"`)
@@ -328,10 +329,11 @@ func TestUnservedDeadlineBuriesMalformed(t *testing.T) {
 }
 
 // A producer's message naming a task whose record names another message (a
-// duplicate id in another bucket, or another tenant's id) is one a worker
-// of the type drops. With no worker it must not escape the deadline and
-// keep its place in the bucket forever: the leader removes it, burying
-// nothing for it and leaving the task it names alone.
+// duplicate id in another bucket) is one a worker of the type drops. With
+// no worker it must not escape the deadline and keep its place in the
+// bucket forever: the leader removes it, burying nothing for it and leaving
+// the task it names alone. Another tenant's message with the id is that
+// tenant's own task (a task id belongs to its tenant), buried as its own.
 func TestUnservedDeadlineDropsDuplicates(t *testing.T) {
 	t.Parallel()
 	b := setupUnserved(t)
@@ -340,13 +342,22 @@ func TestUnservedDeadlineDropsDuplicates(t *testing.T) {
 	require.NoError(t, err)
 	other, err := b.client.Submit(ctx, ax.TaskSpec{Type: "x", Key: "k", Tenant: "globex"})
 	require.NoError(t, err)
+	store := b.client.Store()
+	state := func(ref kv.Ref) kv.State {
+		rec, _, err := store.Get(ctx, ref)
+		if err != nil {
+			return ""
+		}
+		return rec.State
+	}
+	mineRef, otherRef := kv.Ref{Tenant: mine.Tenant, ID: mine.ID}, kv.Ref{Tenant: "globex", ID: other.ID}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, kv.StateSucceeded, b.record(t, other.ID).State)
+		assert.Equal(c, kv.StateSucceeded, state(otherRef))
 	}, 10*time.Second, 20*time.Millisecond)
 	for _, dup := range []struct{ subject, id string }{
-		{"ax.submit.p3.acme.report.k", mine.ID},  // same task, another bucket (no dedup)
-		{"ax.submit.p0.acme.report.k", other.ID}, // another tenant's finished task
-		{"ax.submit.p4.evil.report.z", mine.ID},  // the id under another tenant
+		{"ax.submit.p3.default.report.k", mine.ID}, // same task, another bucket (no dedup)
+		{"ax.submit.p0.acme.report.k", other.ID},   // globex's id: acme's own task
+		{"ax.submit.p4.evil.report.z", mine.ID},    // the id under another tenant: evil's own task
 	} {
 		raw := nats.NewMsg(dup.subject)
 		raw.Data = []byte("dup")
@@ -355,9 +366,13 @@ func TestUnservedDeadlineDropsDuplicates(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, ack.Duplicate, dup.subject)
 	}
+	owned := []kv.Ref{{Tenant: "acme", ID: other.ID}, {Tenant: "evil", ID: mine.ID}}
 	b.setDeadline(t, "report", time.Second)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, kv.StateDead, b.record(t, mine.ID).State)
+		assert.Equal(c, kv.StateDead, state(mineRef))
+		for _, ref := range owned {
+			assert.Equal(c, kv.StateDead, state(ref), "%v is buried as its own task", ref)
+		}
 		for p := range streams.Priorities {
 			stream, err := b.js.Stream(ctx, streams.Names{}.PriorityStream(p))
 			if assert.NoError(c, err) {
@@ -365,10 +380,30 @@ func TestUnservedDeadlineDropsDuplicates(t *testing.T) {
 			}
 		}
 	}, 10*time.Second, 50*time.Millisecond)
-	require.Equal(t, kv.StateSucceeded, b.record(t, other.ID).State)
-	seqs := letterSeqs(t, b.js)
-	require.Equal(t, []uint64{b.record(t, mine.ID).DLQSeq}, seqs[mine.ID])
-	require.Empty(t, seqs[other.ID])
+	require.Equal(t, kv.StateSucceeded, state(otherRef), "globex's task is left alone")
+	letters := map[kv.Ref]int{}
+	for _, l := range letters2(t, b.js) {
+		letters[kv.Ref{Tenant: l.Tenant, ID: l.TaskID}]++
+	}
+	require.Equal(t, map[kv.Ref]int{mineRef: 1, owned[0]: 1, owned[1]: 1}, letters)
+}
+
+// letters2 returns every dead letter in AX_DLQ.
+func letters2(t *testing.T, js jetstream.JetStream) []streams.Letter {
+	t.Helper()
+	ctx := context.Background()
+	stream, err := js.Stream(ctx, "AX_DLQ")
+	require.NoError(t, err)
+	var out []streams.Letter
+	for seq := stream.CachedInfo().State.FirstSeq; ; {
+		msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject("ax.dlq.>"))
+		if err != nil {
+			require.ErrorIs(t, err, jetstream.ErrMsgNotFound)
+			return out
+		}
+		seq = msg.Sequence + 1
+		out = append(out, streams.ParseDeadLetter(msg.Subject, msg.Header))
+	}
 }
 
 // The leader's connection dies while it buries (a few burials a pass) and
@@ -433,7 +468,7 @@ func TestUnservedDeadlineRacesOperators(t *testing.T) {
 			case 1:
 				_, _ = b.api.Pause(ctx, req)
 			default:
-				_, _ = b.api.Reprioritize(ctx, id, 0)
+				_, _ = b.api.Reprioritize(ctx, admin.ReprioritizeRequest{ID: id, Priority: 0})
 			}
 		}()
 	}
@@ -494,7 +529,7 @@ func TestUnservedDeadlineDropsMessageOfCancelledID(t *testing.T) {
 	t.Parallel()
 	b := setupUnserved(t)
 	ctx := context.Background()
-	_, err := b.api.Cancel(ctx, admin.TaskRequest{ID: "ghost", Unseen: true})
+	_, err := b.api.Cancel(ctx, admin.TaskRequest{ID: "ghost", Tenant: "acme", Unseen: true})
 	require.NoError(t, err)
 	require.Equal(t, kv.StateCancelled, b.record(t, "ghost").State)
 	raw := nats.NewMsg("ax.submit.p1.acme.report.k")
@@ -585,7 +620,7 @@ func TestUnservedDeadlineKeepsADecidedBurialsCause(t *testing.T) {
 	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k"})
 	require.NoError(t, err)
 	store := b.client.Store()
-	rec, rev, err := store.Get(ctx, info.ID)
+	rec, rev, err := store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 	require.NoError(t, err)
 	rec, rev, err = store.Apply(ctx, rec, rev, kv.StateRunning, kv.Actor{Worker: "w", Action: "claim"}, func(r *kv.Record) error {
 		r.Attempt, r.Worker, r.Delivery = 1, "w", 1

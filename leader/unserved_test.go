@@ -78,7 +78,13 @@ func (b *unservedBundle) startWorker(t *testing.T, typ string, handle worker.Han
 // record returns the task's record (a zero one when it has none).
 func (b *unservedBundle) record(t *testing.T, id string) *kv.Record {
 	t.Helper()
-	rec, _, err := b.client.Store().Get(context.Background(), id)
+	refs, err := b.client.Store().Find(context.Background(), id)
+	require.NoError(t, err)
+	if len(refs) == 0 {
+		return &kv.Record{}
+	}
+	require.Len(t, refs, 1, "one task has id %s", id)
+	rec, _, err := b.client.Store().Get(context.Background(), refs[0])
 	if err != nil {
 		require.ErrorIs(t, err, kv.ErrNotFound)
 		return &kv.Record{}
@@ -196,7 +202,11 @@ func TestUnservedDeadlineDeadLetters(t *testing.T) {
 	require.NoError(t, err)
 	reply, err := b.api.Replay(ctx, admin.DLQReplayRequest{Filter: admin.Filter{Type: "report"}})
 	require.NoError(t, err)
-	require.ElementsMatch(t, ids, reply.Replayed, "%+v", reply)
+	var replayed []string
+	for _, ref := range reply.Replayed {
+		replayed = append(replayed, ref.ID)
+	}
+	require.ElementsMatch(t, ids, replayed, "%+v", reply)
 	var got []string
 	for range ids {
 		select {

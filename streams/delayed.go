@@ -23,23 +23,33 @@ const (
 	HeaderReleasedAt = "Ax-Released-At"
 )
 
-// DelayedSubject returns the schedule subject of a delayed task, e.g.
-// "ax.delayed.<id>". Re-publishing on it replaces the schedule; purging it
-// cancels the schedule.
-func (n Names) DelayedSubject(taskID string) string { return n.Prefix() + ".delayed." + taskID }
+// DelayedSubject returns the schedule subject of tenant's delayed task,
+// "ax.delayed.<tenant>.<id>" (a task id belongs to its tenant).
+// Re-publishing on it replaces the schedule; purging it cancels the
+// schedule.
+func (n Names) DelayedSubject(tenant, taskID string) string {
+	return n.Prefix() + ".delayed." + tenant + "." + taskID
+}
 
-// DueSubject returns the subject a delayed task's schedule fires into,
-// e.g. "ax.due.<id>".
-func (n Names) DueSubject(taskID string) string { return n.Prefix() + ".due." + taskID }
+// DueSubject returns the subject tenant's delayed task's schedule fires
+// into, "ax.due.<tenant>.<id>".
+func (n Names) DueSubject(tenant, taskID string) string {
+	return n.Prefix() + ".due." + tenant + "." + taskID
+}
 
-// ParseDueSubject returns the task id of a fired schedule's subject
-// "ax.due.<id>", and false if subject is not one.
-func (n Names) ParseDueSubject(subject string) (string, bool) {
-	id, ok := strings.CutPrefix(subject, n.Prefix()+".due.")
-	if !ok || ValidateTaskID(id) != nil {
-		return "", false
+// ParseDueSubject returns the tenant and task id of a fired schedule's
+// subject "ax.due.<tenant>.<id>", and false if subject is not one (a
+// schedule of ax before v3 fired into "ax.due.<id>").
+func (n Names) ParseDueSubject(subject string) (tenant, taskID string, ok bool) {
+	rest, ok := strings.CutPrefix(subject, n.Prefix()+".due.")
+	if !ok {
+		return "", "", false
 	}
-	return id, true
+	tenant, taskID, ok = strings.Cut(rest, ".")
+	if !ok || ValidateToken("tenant", tenant) != nil || ValidateTaskID(taskID) != nil {
+		return "", "", false
+	}
+	return tenant, taskID, true
 }
 
 // DueFilter returns the subjects of fired schedules, "ax.due.>".
@@ -49,7 +59,7 @@ func (n Names) DueFilter() string { return n.Prefix() + ".due.>" }
 func (n Names) EventSubject(kind string) string { return n.Prefix() + ".events." + kind }
 
 // DelayedStreamConfig returns the configuration of AX_DELAYED: schedules on
-// ax.delayed.<id> fire into ax.due.<id> in the same stream (a schedule's
+// ax.delayed.<tenant>.<id> fire into ax.due.<tenant>.<id> in the same stream (a schedule's
 // target must be in its stream). Limits retention: the leader's mover
 // deletes each due message once it has released the task.
 func DelayedStreamConfig(cfg *Config) jetstream.StreamConfig {
@@ -57,7 +67,7 @@ func DelayedStreamConfig(cfg *Config) jetstream.StreamConfig {
 	n := cfg.Names
 	return jetstream.StreamConfig{
 		Name:              n.DelayedStream(),
-		Description:       "ax delayed tasks: schedules (ax.delayed.<id>) and fired schedules (ax.due.<id>)",
+		Description:       "ax delayed tasks: schedules (ax.delayed.<tenant>.<id>) and fired schedules (ax.due.<tenant>.<id>)",
 		Subjects:          []string{n.Prefix() + ".delayed.>", n.DueFilter()},
 		Retention:         jetstream.LimitsPolicy,
 		Storage:           jetstream.FileStorage,
@@ -65,29 +75,29 @@ func DelayedStreamConfig(cfg *Config) jetstream.StreamConfig {
 		MaxMsgs:           -1,
 		MaxBytes:          cfg.DelayedMaxBytes,
 		MaxMsgSize:        cfg.withHeaderRoom(),
-		Duplicates:        cfg.Duplicates,
+		Duplicates:        DefaultDuplicates,
 		AllowDirect:       true,
 		AllowMsgSchedules: true,
 		AllowRollup:       true,
 	}
 }
 
-// DelayedMsg returns the schedule message of a delayed task: the task's
-// submit message (payload and [KeptHeaders]; its subject in
-// [HeaderSubject]) that the server fires into ax.due.<id> at fireAt. No
-// other header of the submit is copied: the server acts on the schedule's
-// "Nats-" headers (a Nats-Schedule-Source would make it fire with another
-// task's payload). fireAt is a little before the task's run time (its
-// Ax-Run-At header); the leader's mover releases it into its bucket at the
-// exact time.
-func (n Names) DelayedMsg(taskID string, submit *nats.Msg, fireAt time.Time) *nats.Msg {
-	msg := nats.NewMsg(n.DelayedSubject(taskID))
+// DelayedMsg returns the schedule message of tenant's delayed task: the
+// task's submit message (payload and [KeptHeaders]; its subject in
+// [HeaderSubject]) that the server fires into ax.due.<tenant>.<id> at
+// fireAt. No other header of the submit is copied: the server acts on the
+// schedule's "Nats-" headers (a Nats-Schedule-Source would make it fire
+// with another task's payload). fireAt is a little before the task's run
+// time (its Ax-Run-At header); the leader's mover releases it into its
+// bucket at the exact time.
+func (n Names) DelayedMsg(tenant, taskID string, submit *nats.Msg, fireAt time.Time) *nats.Msg {
+	msg := nats.NewMsg(n.DelayedSubject(tenant, taskID))
 	msg.Data = submit.Data
 	msg.Header = KeptHeaders(submit.Header)
 	msg.Header.Set(HeaderTaskID, taskID)
 	msg.Header.Set(HeaderSubject, submit.Subject)
 	msg.Header.Set(HeaderSchedule, "@at "+fireAt.UTC().Format(time.RFC3339Nano))
-	msg.Header.Set(HeaderScheduleTarget, n.DueSubject(taskID))
+	msg.Header.Set(HeaderScheduleTarget, n.DueSubject(tenant, taskID))
 	return msg
 }
 

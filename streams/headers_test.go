@@ -84,9 +84,9 @@ func TestAxWritesCarryOnlyKeptHeaders(t *testing.T) {
 		msg  *nats.Msg
 		own  nats.Header
 	}{
-		{"schedule", names.DelayedMsg("t-1", submit, fire), nats.Header{
+		{"schedule", names.DelayedMsg("acme", "t-1", submit, fire), nats.Header{
 			streams.HeaderTaskID: {"t-1"}, streams.HeaderSubject: {submit.Subject},
-			streams.HeaderSchedule: {"@at 2028-12-31T23:59:59Z"}, streams.HeaderScheduleTarget: {"ax.due.t-1"}}},
+			streams.HeaderSchedule: {"@at 2028-12-31T23:59:59Z"}, streams.HeaderScheduleTarget: {"ax.due.acme.t-1"}}},
 		{"copy", streams.TaskCopy(names.CopySubject(2, "acme", "echo", "k"), submit.Data, submit.Header, "t-1", 2, "n"), nats.Header{
 			streams.HeaderTaskID: {"t-1"}, streams.HeaderGen: {"2"}, streams.HeaderMsgID: {"t-1:g2:n"}}},
 		{"dead letter", names.DeadLetterMsg(letter, submit.Data, submit.Header, "l-1"), nats.Header{

@@ -167,8 +167,11 @@ func (n Names) DLQSubject(tenant, taskType string) string {
 // DLQFilter returns the subjects of the dead-letter stream.
 func (n Names) DLQFilter() string { return n.Prefix() + ".dlq.>" }
 
-// TrailSubject returns the trail subject of a task.
-func (n Names) TrailSubject(taskID string) string { return n.Prefix() + ".trail." + taskID }
+// TrailSubject returns the trail subject of tenant's task taskID,
+// "ax.trail.<tenant>.<id>": a task id belongs to its tenant.
+func (n Names) TrailSubject(tenant, taskID string) string {
+	return n.Prefix() + ".trail." + tenant + "." + taskID
+}
 
 // TrailFilter returns the subjects of the trail stream.
 func (n Names) TrailFilter() string { return n.Prefix() + ".trail.>" }

@@ -19,9 +19,20 @@ const (
 	DefaultCapacity      = 1_000_000
 	DefaultAckWait       = 30 * time.Second
 	DefaultMaxAckPending = 2_000
-	DefaultDuplicates    = 2 * time.Minute
-	DefaultTrailMaxAge   = 7 * 24 * time.Hour
-	DefaultPinnedTTL     = 10 * time.Second
+	// DefaultBucketDuplicates is the de-duplication window of the priority
+	// buckets: the least the server allows (it cannot be off). JetStream
+	// de-duplicates by Nats-Msg-Id per stream, across tenants: within the
+	// window a publish of an id another tenant just used is answered
+	// "duplicate" and not stored. ax de-duplicates a task id per tenant by
+	// its record, so the buckets keep the server's window as short as it
+	// goes (docs/SECURITY.md).
+	DefaultBucketDuplicates = 100 * time.Millisecond
+	// DefaultDuplicates is the de-duplication window of AX_DLQ, AX_TRAIL
+	// and AX_DELAYED, which only ax writes: a retried publish of one dead
+	// letter is stored once.
+	DefaultDuplicates  = 2 * time.Minute
+	DefaultTrailMaxAge = 7 * 24 * time.Hour
+	DefaultPinnedTTL   = 10 * time.Second
 	// DefaultStreamMaxBytes bounds each priority bucket, AX_DLQ, AX_DELAYED
 	// and AX_TRAIL: 8 GiB in all, which docs/ax-permissions.conf's account
 	// limit (16 GiB) leaves room beside for the KV buckets.
@@ -53,7 +64,11 @@ type Config struct {
 	AckWait time.Duration
 	// MaxAckPending of each shard consumer. Default 2,000.
 	MaxAckPending int
-	// Duplicates is the de-duplication window of the priority streams. Default 2m.
+	// Duplicates is the de-duplication window of the priority buckets, at
+	// least 100ms. Default 100ms ([DefaultBucketDuplicates]): the window is
+	// shared by every tenant of a bucket, and a task id is de-duplicated per
+	// tenant by its record. AX_DLQ, AX_TRAIL and AX_DELAYED keep 2m
+	// ([DefaultDuplicates]).
 	Duplicates time.Duration
 	// TrailMaxAge bounds how long AX_TRAIL keeps events. Default 7 days.
 	TrailMaxAge time.Duration
@@ -112,7 +127,7 @@ func (c *Config) withDefaults() *Config {
 	out.Capacity = cmp.Or(out.Capacity, DefaultCapacity)
 	out.AckWait = cmp.Or(out.AckWait, DefaultAckWait)
 	out.MaxAckPending = cmp.Or(out.MaxAckPending, DefaultMaxAckPending)
-	out.Duplicates = cmp.Or(out.Duplicates, DefaultDuplicates)
+	out.Duplicates = cmp.Or(out.Duplicates, DefaultBucketDuplicates)
 	out.TrailMaxAge = cmp.Or(out.TrailMaxAge, DefaultTrailMaxAge)
 	out.PinnedTTL = cmp.Or(out.PinnedTTL, DefaultPinnedTTL)
 	out.PriorityPolicy = cmp.Or(out.PriorityPolicy, DefaultPriorityPolicy)
@@ -132,6 +147,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("streams config: Capacity %d must be positive", c.Capacity)
 	case c.AckWait < time.Second:
 		return fmt.Errorf("streams config: AckWait %s must be at least 1s", c.AckWait)
+	case c.Duplicates < DefaultBucketDuplicates:
+		return fmt.Errorf("streams config: Duplicates %s must be at least %s (the server's least window)", c.Duplicates, DefaultBucketDuplicates)
 	case c.BucketMaxBytes < -1 || c.DLQMaxBytes < -1 || c.DelayedMaxBytes < -1 || c.TrailMaxBytes < -1 || c.MaxMsgSize < -1:
 		return fmt.Errorf("streams config: BucketMaxBytes %d, DLQMaxBytes %d, DelayedMaxBytes %d, TrailMaxBytes %d, MaxMsgSize %d: each must be positive or -1",
 			c.BucketMaxBytes, c.DLQMaxBytes, c.DelayedMaxBytes, c.TrailMaxBytes, c.MaxMsgSize)
@@ -314,21 +331,33 @@ func StreamConfigs(cfg *Config) []jetstream.StreamConfig {
 		if cfg.Pools {
 			metadata, maxConsumers = poolsMetadata(cfg), poolsMaxConsumers
 		}
+		// What a producer's headers could make the server do is refused
+		// here (the zero values, written out): no roll-up (Nats-Rollup
+		// would purge other tenants' tasks), no per-message TTL (Nats-TTL),
+		// no schedules (Nats-Schedule…), no counters (Nats-Incr), no batch
+		// publishes (Nats-Batch-…). docs/SECURITY.md lists what the server
+		// still answers a producer.
 		out = append(out, jetstream.StreamConfig{
-			Name:         n.PriorityStream(p),
-			Description:  fmt.Sprintf("ax priority bucket P%d (WorkQueue, %d shards)", p, Shards),
-			Subjects:     []string{n.SubmitFilter(p), n.CoreFilter(p), n.CopyFilter(p)},
-			Retention:    jetstream.WorkQueuePolicy,
-			Storage:      jetstream.FileStorage,
-			Replicas:     cfg.Replicas,
-			MaxMsgs:      cfg.Capacity,
-			MaxBytes:     cfg.BucketMaxBytes,
-			MaxMsgSize:   cfg.MaxMsgSize,
-			Discard:      jetstream.DiscardNew,
-			Duplicates:   cfg.Duplicates,
-			AllowDirect:  true,
-			Metadata:     metadata,
-			MaxConsumers: maxConsumers,
+			AllowRollup:        false,
+			AllowMsgTTL:        false,
+			AllowMsgSchedules:  false,
+			AllowMsgCounter:    false,
+			AllowAtomicPublish: false,
+			AllowBatchPublish:  false,
+			Name:               n.PriorityStream(p),
+			Description:        fmt.Sprintf("ax priority bucket P%d (WorkQueue, %d shards)", p, Shards),
+			Subjects:           []string{n.SubmitFilter(p), n.CoreFilter(p), n.CopyFilter(p)},
+			Retention:          jetstream.WorkQueuePolicy,
+			Storage:            jetstream.FileStorage,
+			Replicas:           cfg.Replicas,
+			MaxMsgs:            cfg.Capacity,
+			MaxBytes:           cfg.BucketMaxBytes,
+			MaxMsgSize:         cfg.MaxMsgSize,
+			Discard:            jetstream.DiscardNew,
+			Duplicates:         cfg.Duplicates,
+			AllowDirect:        true,
+			Metadata:           metadata,
+			MaxConsumers:       maxConsumers,
 			SubjectTransform: &jetstream.SubjectTransformConfig{
 				Source:      n.IngestFilter(p),
 				Destination: n.ShardTransform(p),
@@ -346,7 +375,7 @@ func StreamConfigs(cfg *Config) []jetstream.StreamConfig {
 		MaxBytes:    cfg.DLQMaxBytes,
 		MaxMsgSize:  cfg.withHeaderRoom(),
 		MaxAge:      cfg.DLQMaxAge,
-		Duplicates:  cfg.Duplicates,
+		Duplicates:  ownWindow(cfg.DLQMaxAge),
 		AllowDirect: true,
 	}, jetstream.StreamConfig{
 		Name:        n.TrailStream(),
@@ -359,10 +388,19 @@ func StreamConfigs(cfg *Config) []jetstream.StreamConfig {
 		MaxBytes:    cfg.TrailMaxBytes,
 		MaxMsgSize:  -1,
 		MaxAge:      cfg.TrailMaxAge,
-		Duplicates:  cfg.Duplicates,
+		Duplicates:  ownWindow(cfg.TrailMaxAge),
 		AllowDirect: true,
 	}, DelayedStreamConfig(cfg))
 	return out
+}
+
+// ownWindow is the de-duplication window of a stream only ax writes:
+// [DefaultDuplicates], or its MaxAge when shorter (the server's bound).
+func ownWindow(maxAge time.Duration) time.Duration {
+	if maxAge > 0 && maxAge < DefaultDuplicates {
+		return maxAge
+	}
+	return DefaultDuplicates
 }
 
 // ConsumerConfig returns the configuration of the durable pull consumer of
@@ -495,6 +533,11 @@ func streamChanges(have, want jetstream.StreamConfig) []string {
 	check("Discard", have.Discard != want.Discard)
 	check("MaxAge", have.MaxAge != want.MaxAge)
 	check("Duplicates", have.Duplicates != want.Duplicates)
+	check("AllowRollup", have.AllowRollup != want.AllowRollup)
+	check("AllowMsgTTL", have.AllowMsgTTL != want.AllowMsgTTL)
+	check("AllowMsgCounter", have.AllowMsgCounter != want.AllowMsgCounter)
+	check("AllowAtomicPublish", have.AllowAtomicPublish != want.AllowAtomicPublish)
+	check("AllowBatchPublish", have.AllowBatchPublish != want.AllowBatchPublish)
 	check("AllowDirect", have.AllowDirect != want.AllowDirect)
 	check("Description", have.Description != want.Description)
 	check("Metadata", !maps.Equal(axMetadata(have.Metadata), axMetadata(want.Metadata)))

@@ -13,7 +13,9 @@ import (
 
 // Wire headers of the v1 contract.
 const (
-	// HeaderMsgID is the JetStream de-duplication header; ax uses it as the task id.
+	// HeaderMsgID is the JetStream de-duplication header; ax uses it as the
+	// task id: "<id>", or "<id>:<token>", whose token (anything unguessable,
+	// such as a NUID) only de-duplicates ([TaskIDOf]).
 	HeaderMsgID = "Nats-Msg-Id"
 	// HeaderTimeout is the task timeout as a Go duration ("30s").
 	HeaderTimeout = "Ax-Timeout"
@@ -264,8 +266,19 @@ func ParseCopyHeaders(h nats.Header) (Options, error) {
 	return o, nil
 }
 
+// TaskIDOf returns the task id a Nats-Msg-Id names: the part before its
+// first ':'. JetStream de-duplicates by the whole Nats-Msg-Id, per stream
+// and across tenants, so a producer that adds an unguessable token (the Go
+// client adds a NUID per submit) cannot have its publish taken for another
+// tenant's within the de-duplication window; ax de-duplicates the task id
+// per tenant by its record.
+func TaskIDOf(msgID string) string {
+	id, _, _ := strings.Cut(msgID, ":")
+	return id
+}
+
 // ParseHeaders reads the task options a producer may set (the v1 contract)
-// from h: the task id (Nats-Msg-Id), timeout, attempts, core, deadline and
+// from h: the task id (Nats-Msg-Id, [TaskIDOf]), timeout, attempts, core, deadline and
 // run time. Internal headers (Ax-Task-Id, Ax-Gen, …) are ignored: they are
 // honoured only on a control-plane copy ([ParseCopyHeaders]). An invalid
 // header is an error that names it and says what is expected; a missing
@@ -273,10 +286,11 @@ func ParseCopyHeaders(h nats.Header) (Options, error) {
 func ParseHeaders(h nats.Header) (Options, error) {
 	var o Options
 	if v := h.Get(HeaderMsgID); v != "" {
-		if err := ValidateTaskID(v); err != nil {
+		id := TaskIDOf(v)
+		if err := ValidateTaskID(id); err != nil {
 			return o, fmt.Errorf("%w: %s: %w", ErrBadHeader, HeaderMsgID, err)
 		}
-		o.ID = v
+		o.ID = id
 	}
 	if v := h.Get(HeaderTimeout); v != "" {
 		d, err := time.ParseDuration(v)

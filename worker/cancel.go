@@ -24,7 +24,7 @@ const (
 // a while, so that the handler is cancelled the moment it registers.
 type cancelNotes struct {
 	mu    sync.Mutex
-	early map[string]time.Time // task id -> when the notice arrived (mu)
+	early map[string]time.Time // task record key -> when the notice arrived (mu)
 	sub   *nats.Subscription
 }
 
@@ -33,7 +33,8 @@ const noteTTL = time.Minute
 
 // subscribeCancels listens on the worker's cancel subject. The operator
 // writes CANCELLED first (a compare-and-set on the RUNNING record) and then
-// sends the task id here; the handler's context ends with [ErrCancelled].
+// sends the task's record key ("<tenant>.<id>", [kv.Ref.Key]) here; the
+// handler's context ends with [ErrCancelled].
 func (w *Worker) subscribeCancels() error {
 	w.cancels.early = map[string]time.Time{}
 	subject := w.cfg.Names.WorkerCancelSubject(w.cfg.ID)
@@ -52,7 +53,7 @@ func (w *Worker) unsubscribeCancels() {
 }
 
 func (w *Worker) onCancelNotice(msg *nats.Msg) {
-	id := string(msg.Data)
+	id := string(msg.Data) // the task's record key
 	reply := CancelReplyCancelled
 	w.cancels.mu.Lock()
 	found := false
@@ -80,7 +81,7 @@ func (w *Worker) onCancelNotice(msg *nats.Msg) {
 	}
 }
 
-// execution is a running handler: its task id and the cancel func of its
+// execution is a running handler: its task's record key and the cancel func of its
 // context. Executions are keyed by delivery, so that two executions of one
 // task on this worker (a lapsed one still returning and its takeover) do
 // not overwrite each other.
@@ -104,7 +105,8 @@ func (w *Worker) track(d *delivery, id string, cancel context.CancelCauseFunc) {
 // untrack forgets the execution of d.
 func (w *Worker) untrack(d *delivery) { w.running.Delete(d) }
 
-// inFlight is the set of task ids this worker is processing, from its claim
+// inFlight is the set of tasks (record keys: a task id belongs to its
+// tenant) this worker is processing, from its claim
 // to the settled outcome. A second delivery of a task whose first one is
 // still in flight here (a lapsed execution whose handler has not returned
 // yet, meeting its own redelivery) waits instead of taking it over, so that

@@ -19,6 +19,7 @@ const opTimeout = 10 * time.Second
 // envelope is what a message says about its task.
 type envelope struct {
 	id        string
+	ref       kv.Ref // the task: the message's tenant and id
 	stored    streams.Stored
 	opts      streams.Options
 	bad       error // why the message breaks the contract; nil if it does not
@@ -64,6 +65,7 @@ func (w *Worker) parse(d *delivery, meta *jetstream.MsgMetadata) *envelope {
 	if env.id == "" {
 		env.id = streams.FallbackID(meta.Stream, meta.Sequence.Stream, meta.Timestamp) // no Nats-Msg-Id
 	}
+	env.ref = kv.Ref{Tenant: stored.Tenant, ID: env.id} // a task id belongs to its tenant
 	h, ok := w.cfg.Registry.lookup(stored.Type)
 	env.handler, env.unhandled = h, !ok
 	return env
@@ -86,7 +88,7 @@ func (w *Worker) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Rec
 			}
 		}
 		if err == nil || errors.Is(err, kv.ErrExists) {
-			rec, rev, err = w.store.Get(ctx, env.id)
+			rec, rev, err = w.store.Get(ctx, env.ref)
 		}
 		if errors.Is(err, kv.ErrNotFound) && env.recorded && waits < recordWaits {
 			// A Go client publishes, then creates the record: give its
@@ -164,7 +166,7 @@ var errLostReply = errors.New("claim write's reply lost (test)")
 // worker would nak its own claim and take it over at the next delivery,
 // counting a lost attempt that never ran.
 func (w *Worker) claimLanded(ctx context.Context, env *envelope) (*kv.Record, uint64, bool) {
-	rec, rev, err := w.store.Get(ctx, env.id)
+	rec, rev, err := w.store.Get(ctx, env.ref)
 	if err != nil || rec.State != kv.StateRunning || rec.Worker != w.cfg.ID || rec.Delivery != env.delivered ||
 		rec.StreamSeq != env.seq || rec.Stream != env.stream {
 		return nil, 0, false
@@ -295,15 +297,16 @@ func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec 
 }
 
 // foreign reports why a message cannot be the task its record describes:
-// its tenant, type or key differ (a task id is bound to them), or "".
+// its type or key differ (a task is bound to them; its tenant and id name
+// the record), or "".
 func (w *Worker) foreign(rec *kv.Record, env *envelope) string {
 	if rec.Type == "" { // born CANCELLED or PAUSED by an operator who knew only the id
 		return ""
 	}
 	s := env.stored
-	if s.Tenant != rec.Tenant || s.Type != rec.Type || s.Key != rec.Key {
-		return fmt.Sprintf("message names task %s but is %s/%s/%s, not the task's %s/%s/%s",
-			env.id, s.Tenant, s.Type, s.Key, rec.Tenant, rec.Type, rec.Key)
+	if s.Type != rec.Type || s.Key != rec.Key {
+		return fmt.Sprintf("message names task %s but is %s/%s, not the task's %s/%s",
+			env.ref, s.Type, s.Key, rec.Type, rec.Key)
 	}
 	return ""
 }

@@ -53,7 +53,7 @@ func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
 	}
 	rec, rev, err := w.store.Create(ctx, want, kv.Actor{Worker: w.cfg.ID, Action: "publish"})
 	if errors.Is(err, kv.ErrExists) {
-		if rec, rev, err = w.store.Get(ctx, env.id); err == nil && !rec.SamePending(want) {
+		if rec, rev, err = w.store.Get(ctx, env.ref); err == nil && !rec.SamePending(want) {
 			return false // another task's id, or already released: the claim decides
 		}
 	}
@@ -65,7 +65,7 @@ func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
 	submit := nats.NewMsg(w.cfg.Names.SubmitSubject(s.Priority, s.Tenant, s.Type, s.Key))
 	submit.Data = d.msg.Data()
 	submit.Header = d.msg.Headers()
-	sched := w.cfg.Names.DelayedMsg(env.id, submit, runAt.Add(-streams.DefaultScheduleEarly))
+	sched := w.cfg.Names.DelayedMsg(s.Tenant, env.id, submit, runAt.Add(-streams.DefaultScheduleEarly))
 	if _, err := w.js.PublishMsg(ctx, sched); err != nil {
 		if streams.Refused(err) {
 			w.unschedulable(ctx, d, env, rec, rev, err)

@@ -94,7 +94,7 @@ func ExampleTask_Fence() {
 	client, _ := ax.NewClient(ctx, js, nil)
 	_, _ = client.Submit(ctx, ax.TaskSpec{ID: "order-1", Type: "charge", Key: "order-1", Payload: []byte("42")})
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if rec, _, err := client.Store().Get(ctx, "order-1"); err == nil && rec.State == kv.StateSucceeded {
+		if rec, _, err := client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "order-1"}); err == nil && rec.State == kv.StateSucceeded {
 			break
 		}
 	}

@@ -13,10 +13,10 @@ import (
 )
 
 // waitState polls a task's record until it reaches want (at most 10 s).
-func waitState(ctx context.Context, store *kv.Store, id string, want kv.State) kv.State {
+func waitState(ctx context.Context, store *kv.Store, tenant, id string, want kv.State) kv.State {
 	var state kv.State
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if rec, _, err := store.Get(ctx, id); err == nil {
+		if rec, _, err := store.Get(ctx, kv.Ref{Tenant: tenant, ID: id}); err == nil {
 			if state = rec.State; state == want {
 				break
 			}
@@ -76,7 +76,7 @@ func ExampleWorker_Run() {
 	defer func() { _ = client.Close() }()
 	info, _ := client.Submit(ctx, ax.TaskSpec{Type: "email", Payload: []byte(`{"to":"ada@example.com"}`)})
 	fmt.Println("sent to", <-sent)
-	fmt.Println(waitState(ctx, client.Store(), info.ID, kv.StateSucceeded))
+	fmt.Println(waitState(ctx, client.Store(), info.Tenant, info.ID, kv.StateSucceeded))
 	cancel()
 	fmt.Println("stopped:", <-done)
 	// Output:
@@ -120,7 +120,7 @@ func ExampleHandleArgs() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(waitState(ctx, client.Store(), info.ID, kv.StateSucceeded))
+	fmt.Println(waitState(ctx, client.Store(), info.Tenant, info.ID, kv.StateSucceeded))
 	select {
 	case handled := <-sent:
 		fmt.Println(handled)

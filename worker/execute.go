@@ -24,14 +24,14 @@ func (w *Worker) process(d *delivery) {
 		return
 	}
 	env := w.parse(d, d.meta)
-	if !w.processing.enter(env.id) {
+	if !w.processing.enter(env.ref.Key()) {
 		// An execution of this task is still in flight here: wait for it
 		// to settle rather than run a second one beside it.
 		w.stats.Dropped.Add(1)
 		_ = d.settle(func() error { return d.msg.NakWithDelay(inFlightRetry) })
 		return
 	}
-	defer w.processing.leave(env.id)
+	defer w.processing.leave(env.ref.Key())
 	if w.deferDelayed(d, env) {
 		return
 	}
@@ -105,7 +105,7 @@ func (w *Worker) run(env *envelope, rec *kv.Record, rev uint64, d *delivery) (er
 	ctx, cancel := context.WithTimeoutCause(base, time.Duration(rec.Timeout), ErrTimeout)
 	defer cancel()
 	epoch := w.memberEpoch.Load()
-	w.track(d, rec.ID, cancelBase)
+	w.track(d, rec.Ref().Key(), cancelBase)
 	defer w.untrack(d)
 
 	lapse := w.lapse()
@@ -113,7 +113,7 @@ func (w *Worker) run(env *envelope, rec *kv.Record, rev uint64, d *delivery) (er
 		ID: rec.ID, Type: rec.Type, Tenant: rec.Tenant, Key: rec.Key, Priority: rec.Priority,
 		Payload: d.msg.Data(), Attempt: rec.Attempt, MaxAttempts: rec.MaxAttempts,
 		Headers: d.msg.Headers(), Worker: w.cfg.ID, EnqueuedAt: env.published,
-		fence: Fence{Task: rec.ID, Revision: rev, Delivery: env.delivered},
+		fence: Fence{Tenant: rec.Tenant, Task: rec.ID, Revision: rev, Delivery: env.delivered},
 		held: func() bool {
 			return ctx.Err() == nil && d.alive(lapse) && w.member(epoch)
 		},

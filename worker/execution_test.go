@@ -92,7 +92,7 @@ func TestHandlerFenceAndHeld(t *testing.T) {
 	runs := make(chan seen, 2)
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("fenced", func(ctx context.Context, task *worker.Task) error {
-		_, rev, err := b.store.Get(ctx, task.ID)
+		_, rev, err := b.store.Get(ctx, kv.Ref{Tenant: task.Tenant, ID: task.ID})
 		if err != nil {
 			return err
 		}
@@ -212,9 +212,9 @@ func TestCancelReachesEveryExecution(t *testing.T) {
 		t.Fatal("the redelivery was not taken over once the lapsed execution returned")
 	}
 
-	_, _, err = b.store.Transition(ctx, info.ID, kv.StateRunning, kv.StateCancelled, kv.Actor{Action: "cancel"}, nil)
+	_, _, err = b.store.Transition(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID}, kv.StateRunning, kv.StateCancelled, kv.Actor{Action: "cancel"}, nil)
 	require.NoError(t, err)
-	reply, err := nc.Request(streams.DefaultNames().WorkerCancelSubject("w-two"), []byte(info.ID), 5*time.Second)
+	reply, err := nc.Request(streams.DefaultNames().WorkerCancelSubject("w-two"), []byte(kv.Ref{Tenant: info.Tenant, ID: info.ID}.Key()), 5*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, worker.CancelReplyCancelled, string(reply.Data))
 	requireCause(t, second, worker.ErrCancelled)
@@ -295,11 +295,11 @@ func TestDeadLetterOutageBuriesWithoutRerun(t *testing.T) {
 		return out
 	}
 	require.Eventually(t, func() bool {
-		rec, _, err := b.store.Get(ctx, info.ID)
+		rec, _, err := b.store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 		return err == nil && len(burying(rec)) >= 2
 	}, 30*time.Second, 50*time.Millisecond, "a redelivery goes back to burying")
 	require.Equal(t, int32(1), runs.Load(), "the handler ran once")
-	rec, _, err := b.store.Get(ctx, info.ID)
+	rec, _, err := b.store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 	require.NoError(t, err)
 	require.Equal(t, "permanent: card declined", rec.Burying)
 	require.Contains(t, burying(rec)[0].Error, "dead-letter stream unavailable")
@@ -362,7 +362,7 @@ func TestLostAttemptsAreBuried(t *testing.T) {
 	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "crasher", MaxAttempts: 3})
 	require.NoError(t, err)
 	// As three takeovers of lost attempts leave it (no worker runs yet).
-	_, _, err = b.store.Transition(ctx, info.ID, kv.StateReady, kv.StateReady,
+	_, _, err = b.store.Transition(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID}, kv.StateReady, kv.StateReady,
 		kv.Actor{Worker: "w-x", Action: "takeover", Error: "claim of worker w-dead (delivery 3) lapsed"}, func(r *kv.Record) error {
 			r.Attempt, r.Lost, r.LastError = 3, 3, "claim of worker w-dead (delivery 3) lapsed"
 			return nil

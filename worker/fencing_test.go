@@ -89,7 +89,7 @@ func TestFrozenWorkerIsFenced(t *testing.T) {
 	require.Equal(t, []string{"B"}, runs)
 
 	// SUCCEEDED exactly once, after a takeover of A's lapsed claim.
-	rec, _, err = b.store.Get(ctx, info.ID)
+	rec, _, err = b.store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 	require.NoError(t, err)
 	require.Equal(t, kv.StateSucceeded, rec.State)
 	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>READY", "READY>RUNNING", "RUNNING>SUCCEEDED"}, moves(rec))

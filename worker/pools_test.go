@@ -86,7 +86,7 @@ func TestPoolsRouteByType(t *testing.T) {
 
 	// The report tasks wait: READY, still in their buckets, never run.
 	for _, id := range ids[200:] {
-		rec, _, err := b.store.Get(ctx, id)
+		rec, _, err := b.store.Get(ctx, kv.Ref{Tenant: "acme", ID: id})
 		require.NoError(t, err)
 		require.Equal(t, kv.StateReady, rec.State, "task %s", id)
 		require.Empty(t, r.runs(id))

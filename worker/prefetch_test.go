@@ -61,7 +61,7 @@ func TestBufferedPrefetchNeverRunsTwiceAtOnce(t *testing.T) {
 	assert.EventuallyWithT(t, func(c *assert.CollectT) {
 		counts = map[kv.State]int{}
 		for _, info := range infos {
-			rec, _, err := b.store.Get(context.Background(), info.ID)
+			rec, _, err := b.store.Get(context.Background(), kv.Ref{Tenant: info.Tenant, ID: info.ID})
 			if !assert.NoError(c, err) {
 				return
 			}
@@ -209,7 +209,7 @@ func TestBacklogIsPulledInBatches(t *testing.T) {
 	b.startWorker(t, worker.Config{ID: "A", Concurrency: 16, PrefetchPerShard: 4})
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, info := range infos {
-			rec, _, err := b.store.Get(context.Background(), info.ID)
+			rec, _, err := b.store.Get(context.Background(), kv.Ref{Tenant: info.Tenant, ID: info.ID})
 			if !assert.NoError(c, err) || !assert.Equal(c, kv.StateSucceeded, rec.State) {
 				return
 			}

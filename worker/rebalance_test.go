@@ -97,7 +97,7 @@ func TestRebalanceWithoutLoss(t *testing.T) {
 		var r *kv.Record
 		var err error
 		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			r, _, err = b.store.Get(ctx, info.ID)
+			r, _, err = b.store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 			if err == nil && r.State == kv.StateSucceeded {
 				break
 			}

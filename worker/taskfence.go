@@ -9,6 +9,8 @@ import "fmt"
 // lower one (see [Fence.Less] and the package example of a conditional
 // write).
 type Fence struct {
+	// Tenant owns the task: two tenants' equal task ids are two tasks.
+	Tenant string `json:"tenant"`
 	// Task is the task id.
 	Task string `json:"task"`
 	// Revision is the revision of the task's record written by the claim
@@ -24,7 +26,7 @@ type Fence struct {
 // downstream write carrying f must be refused once other was seen. Fences
 // of different tasks do not compare (false).
 func (f Fence) Less(other Fence) bool {
-	return f.Task == other.Task && f.Revision < other.Revision
+	return f.Tenant == other.Tenant && f.Task == other.Task && f.Revision < other.Revision
 }
 
 // String formats f as "<task>@<revision>/<delivery>".

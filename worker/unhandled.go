@@ -113,7 +113,7 @@ func (w *Worker) assistShards(v *meshView) []int {
 func (w *Worker) stillUnhandled(d *delivery, env *envelope) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	rec, _, err := w.store.Get(ctx, env.id)
+	rec, _, err := w.store.Get(ctx, env.ref)
 	if err != nil || rec.State != kv.StateReady || rec.LastMove().Action != ActionNoHandler || rec.Burying != "" ||
 		!rec.Names(w.cfg.Names, env.stream, env.seq) || w.foreign(rec, env) != "" ||
 		(rec.Deadline != nil && time.Now().After(*rec.Deadline)) {

@@ -68,7 +68,7 @@ func TestUnhandledTypeReachesAWorkerWithIt(t *testing.T) {
 			for _, id := range ids {
 				var rec *kv.Record
 				require.Eventually(t, func() bool {
-					r, _, err := b.store.Get(ctx, id)
+					r, _, err := b.store.Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
 					require.NoError(t, err)
 					require.NotEqual(t, kv.StateDead, r.State, "task %s dead: %s", id, r.LastError)
 					rec = r
@@ -104,7 +104,7 @@ func TestUnhandledTypeWaitsForItsWorker(t *testing.T) {
 	require.NoError(t, err)
 	var rec *kv.Record
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		r, _, err := b.store.Get(ctx, info.ID)
+		r, _, err := b.store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 		if assert.NoError(c, err) {
 			rec = r
 			assert.Equal(c, worker.ActionNoHandler, r.LastMove().Action)
@@ -113,7 +113,7 @@ func TestUnhandledTypeWaitsForItsWorker(t *testing.T) {
 	require.Equal(t, kv.StateReady, rec.State)
 	require.Zero(t, rec.Attempt)
 	require.Zero(t, rec.MaxAttempts, "the defaults are the handler's to set")
-	_, rev, err := b.store.Get(ctx, info.ID)
+	_, rev, err := b.store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 	require.NoError(t, err)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		members, err := kv.ListMembers(ctx, b.js, streams.Names{})
@@ -127,7 +127,7 @@ func TestUnhandledTypeWaitsForItsWorker(t *testing.T) {
 		}
 	}, 30*time.Second, 50*time.Millisecond)
 	time.Sleep(2 * time.Second) // redeliveries (250 ms, 500 ms, 1 s) write nothing
-	r, rev2, err := b.store.Get(ctx, info.ID)
+	r, rev2, err := b.store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 	require.NoError(t, err)
 	require.Equal(t, rev, rev2, "no write per redelivery: %v", moves(r))
 

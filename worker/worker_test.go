@@ -74,11 +74,24 @@ func (b *testBundle) startWorker(t *testing.T, cfg worker.Config) (*worker.Worke
 	return w, nc
 }
 
+// recordOf reads the record of the one task of any tenant with id.
+func recordOf(ctx context.Context, store *kv.Store, id string) (*kv.Record, error) {
+	refs, err := store.Find(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if len(refs) != 1 {
+		return nil, fmt.Errorf("%d tasks have id %s", len(refs), id)
+	}
+	rec, _, err := store.Get(ctx, refs[0])
+	return rec, err
+}
+
 func (b *testBundle) waitState(t *testing.T, id string, want kv.State) *kv.Record {
 	t.Helper()
 	var rec *kv.Record
 	require.Eventually(t, func() bool {
-		r, _, err := b.store.Get(context.Background(), id)
+		r, err := recordOf(context.Background(), b.store, id)
 		rec = r
 		return err == nil && r.State == want
 	}, 30*time.Second, 20*time.Millisecond, "task %s never reached %s (last: %+v)", id, want, rec)
@@ -99,8 +112,8 @@ func (b *testBundle) fallbackID(t *testing.T, stream string, seq uint64) string 
 		}
 		defer func() { _ = lister.Stop() }()
 		for key := range lister.Keys() {
-			if strings.HasPrefix(key, prefix) {
-				id = key
+			if ref, err := kv.ParseKey(key); err == nil && strings.HasPrefix(ref.ID, prefix) {
+				id = ref.ID
 			}
 		}
 		return id != ""
@@ -425,7 +438,7 @@ func TestStopPutsRunningTaskBack(t *testing.T) {
 	<-started
 	require.NoError(t, w.Stop(ctx))
 	require.ErrorIs(t, cause, worker.ErrStop)
-	rec, _, err := b.store.Get(ctx, info.ID)
+	rec, _, err := b.store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 	require.NoError(t, err)
 	require.Equal(t, kv.StateReady, rec.State)
 	require.Equal(t, 0, rec.Attempt)

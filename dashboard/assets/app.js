@@ -86,7 +86,9 @@ const fmtRate = (n) => (n ? n.toFixed(n < 10 ? 2 : 0) : "0");
 // fmtDur shortens a Go duration ("1.355744ms" -> "1.36ms").
 const fmtDur = (d) => String(d || "").replace(/(\d+\.\d{2})\d+/g, "$1");
 const badge = (s) => h("span", { class: `badge ${s}` }, s);
-const taskLink = (id) => h("a", { href: `#/task/${encodeURIComponent(id)}`, "data-task-link": id }, id);
+// A task id belongs to its tenant: a task's page names both.
+const taskLink = (id, tenant) => h("a", { href: `#/task/${encodeURIComponent(id)}?tenant=${encodeURIComponent(tenant)}`,
+  "data-task-link": id, "data-tenant": tenant }, id);
 
 // niceMax rounds an axis top up to 2, 4 or 10 times a power of ten (at
 // least 2), so that its half is a round number too: an axis of small counts
@@ -307,13 +309,13 @@ async function pageTasks(params) {
       r.truncated ? " (cut to fit the server's max_payload)" : "",
       r.next ? [" · ", h("a", { id: "tasks-next", href: `#/tasks?${withParam(params, "after", r.next)}` }, "next page")] : ""),
     h("table", { id: "tasks" }, h("tr", {}, ["id", "type", "tenant", "priority", "state", "attempt", "updated", "last error"].map((c) => h("th", {}, c))),
-      r.tasks.map((t) => h("tr", { "data-task": t.id }, h("td", {}, taskLink(t.id)), h("td", {}, t.type), h("td", {}, t.tenant),
+      r.tasks.map((t) => h("tr", { "data-task": t.id }, h("td", {}, taskLink(t.id, t.tenant)), h("td", {}, t.type), h("td", {}, t.tenant),
         h("td", {}, `P${t.priority}`), h("td", {}, badge(t.state)), h("td", { class: "num" }, `${t.attempt}/${t.max_attempts || "–"}`),
         h("td", {}, fmtTime(t.updated_at)), h("td", { class: "err" }, t.last_error || "")))));
 }
 
-async function pageTask(id) {
-  const r = await api(`/api/tasks/${encodeURIComponent(id)}`);
+async function pageTask(id, tenant) {
+  const r = await api(`/api/tasks/${encodeURIComponent(id)}${tenant ? `?tenant=${encodeURIComponent(tenant)}` : ""}`);
   const t = r.task;
   // Buttons of actions that do not apply to the task's state are disabled
   // (the management API refuses them with 409 anyway).
@@ -332,15 +334,15 @@ async function pageTask(id) {
     ["dead letter", t.dlq_seq ? `AX_DLQ #${t.dlq_seq}` : ""], ["revision", r.revision]];
   main.replaceChildren(h("h2", {}, "Task ", h("code", {}, t.id)),
     h("div", { class: "actions" },
-      act("task.cancel", "Cancel", { id: t.id }, `Cancel task ${t.id}? A running handler is stopped; it is never retried.`),
-      act("task.pause", "Pause", { id: t.id }, `Pause task ${t.id}? It stays in its bucket until resumed.`),
-      act("task.resume", "Resume", { id: t.id }, `Resume task ${t.id}?`),
+      act("task.cancel", "Cancel", { id: t.id, tenant: t.tenant }, `Cancel task ${t.id} of ${t.tenant}? A running handler is stopped; it is never retried.`),
+      act("task.pause", "Pause", { id: t.id, tenant: t.tenant }, `Pause task ${t.id} of ${t.tenant}? It stays in its bucket until resumed.`),
+      act("task.resume", "Resume", { id: t.id, tenant: t.tenant }, `Resume task ${t.id} of ${t.tenant}?`),
       prio, actionButton("Reprioritize", { "data-action": "task.reprioritize", title: why("task.reprioritize") }, async () => {
         const p = Number(prio.value);
-        const reply = await confirmAction(`Move task ${t.id} from P${t.priority} to P${p}?`, "task.reprioritize", { id: t.id, priority: p });
+        const reply = await confirmAction(`Move task ${t.id} from P${t.priority} to P${p}?`, "task.reprioritize", { id: t.id, tenant: t.tenant, priority: p });
         if (reply) { toast("Reprioritized"); route().render(); }
       }),
-      t.state === "DEAD" ? act("dlq.replay", "Replay", { id: t.id }, `Replay task ${t.id} from the dead-letter queue?`) : null,
+      t.state === "DEAD" ? act("dlq.replay", "Replay", { id: t.id, tenant: t.tenant }, `Replay task ${t.id} of ${t.tenant} from the dead-letter queue?`) : null,
       h("button", { type: "button", class: "secondary", onclick: () => route().render() }, "Refresh")),
     h("dl", { class: "record", id: "record" }, fields.flatMap(([k, v]) => [h("dt", {}, k), h("dd", { "data-field": k }, v ?? "")])),
     h("h2", {}, `Trail (${r.trail.length} moves)`),
@@ -360,9 +362,9 @@ async function pageDLQ(params) {
     if (!(await ask(text))) return;
     let replayed = [], skipped = {};
     for (const body of bodies) {
-      const reply = await post("dlq.replay", typeof body === "string" ? { id: body } : body);
+      const reply = await post("dlq.replay", body);
       if (!reply) break;
-      replayed = replayed.concat(reply.replayed || []);
+      replayed = replayed.concat((reply.replayed || []).map((t) => `${t.id} (${t.tenant})`));
       Object.assign(skipped, reply.skipped || {});
     }
     toast(`Replayed ${replayed.length}: ${replayed.join(", ")}${Object.keys(skipped).length ? `; skipped ${JSON.stringify(skipped)}` : ""}`);
@@ -376,8 +378,8 @@ async function pageDLQ(params) {
       // The API replays one id per request: a selection is confirmed once
       // and sent id by id.
       actionButton("Replay selected", { id: "replay-selected", class: "secondary" }, () => {
-        const ids = checks.filter((c) => c.checked).map((c) => c.value).filter(Boolean);
-        if (ids.length) replay(ids, `Replay ${ids.length} selected task(s)? They go back to READY with their attempts reset.`);
+        const tasks = checks.filter((c) => c.checked && c.value).map((c) => ({ id: c.value, tenant: c.dataset.tenant }));
+        if (tasks.length) replay(tasks, `Replay ${tasks.length} selected task(s)? They go back to READY with their attempts reset.`);
       }),
       actionButton(`Replay all matching (${r.total})`, { id: "replay-all",
         title: filter.type || filter.tenant ? null : "filter by type or tenant first (the API replays in bulk by filter)" }, () =>
@@ -385,12 +387,12 @@ async function pageDLQ(params) {
     filter.type || filter.tenant ? null : h("p", { class: "muted" }, "Bulk replay needs a type or tenant filter."),
     h("table", { id: "dlq" }, h("tr", {}, ["", "#", "task", "type", "tenant", "attempts", "failed at", "error", ""].map((c) => h("th", {}, c))),
       r.letters.map((l) => {
-        const c = h("input", { type: "checkbox", value: l.task_id });
+        const c = h("input", { type: "checkbox", value: l.task_id, "data-tenant": l.tenant });
         checks.push(c);
-        return h("tr", { "data-letter": l.task_id }, h("td", {}, c), h("td", { class: "num" }, l.seq), h("td", {}, l.task_id ? taskLink(l.task_id) : "–"),
+        return h("tr", { "data-letter": l.task_id }, h("td", {}, c), h("td", { class: "num" }, l.seq), h("td", {}, l.task_id ? taskLink(l.task_id, l.tenant) : "–"),
           h("td", {}, l.type), h("td", {}, l.tenant), h("td", { class: "num" }, l.attempts), h("td", {}, fmtTime(l.failed_at)),
           h("td", { class: "err" }, l.error), h("td", {}, actionButton("Replay", { "data-replay": l.task_id }, () =>
-            replay([l.task_id], `Replay task ${l.task_id}? It goes back to READY with its attempts reset.`))));
+            replay([{ id: l.task_id, tenant: l.tenant }], `Replay task ${l.task_id} of ${l.tenant}? It goes back to READY with its attempts reset.`))));
       })));
 }
 
@@ -411,7 +413,7 @@ function route() {
   const id = decodeURIComponent(rest.join("/"));
   const pages = {
     "": ["overview", renderOverview], workers: ["workers", pageWorkers], tasks: ["tasks", () => pageTasks(params)],
-    task: ["tasks", () => pageTask(id)], dlq: ["dlq", () => pageDLQ(params)], cron: ["cron", pageCron],
+    task: ["tasks", () => pageTask(id, params.get("tenant"))], dlq: ["dlq", () => pageDLQ(params)], cron: ["cron", pageCron],
   };
   const [name, fn] = pages[page] || pages[""];
   return { page: page === "" ? "overview" : page, nav: name, render: async () => {

@@ -43,8 +43,14 @@ func addOps(root *cobra.Command, e *env) {
 			} else {
 				fmt.Fprintf(e.out, "%d tasks match, %d cancelled\n", reply.Matched, reply.Cancelled)
 			}
-			for id, why := range reply.Failed {
-				fmt.Fprintf(e.out, "  not cancelled %s: %s\n", id, why)
+			for _, ref := range reply.Tasks {
+				fmt.Fprintf(e.out, "  %s\t%s\n", ref.Tenant, ref.ID)
+			}
+			if len(reply.Tasks) < reply.Matched {
+				fmt.Fprintf(e.out, "  … and %d more\n", reply.Matched-len(reply.Tasks))
+			}
+			for task, why := range reply.Failed {
+				fmt.Fprintf(e.out, "  not cancelled %s: %s\n", task, why)
 			}
 			if reply.FailedCount > len(reply.Failed) {
 				fmt.Fprintf(e.out, "  (%d more not cancelled: the reply was cut to fit the server's max_payload)\n", reply.FailedCount-len(reply.Failed))
@@ -102,7 +108,7 @@ func dlqCommand(e *env) *cobra.Command {
 	var replay admin.DLQReplayRequest
 	rp := &cobra.Command{
 		Use:   "replay [ID]",
-		Short: "Put DEAD tasks back as READY: one by id, or those matching --type/--tenant up to --limit",
+		Short: "Put DEAD tasks back as READY: one by id (and --tenant), or those matching --type/--tenant up to --limit",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
@@ -121,7 +127,11 @@ func dlqCommand(e *env) *cobra.Command {
 			if reply.DryRun {
 				verb = "would replay (dry run)"
 			}
-			fmt.Fprintf(e.out, "%s %d: %s\n", verb, reply.ReplayedCount, strings.Join(reply.Replayed, " "))
+			replayed := make([]string, len(reply.Replayed))
+			for i, ref := range reply.Replayed {
+				replayed[i] = ref.String()
+			}
+			fmt.Fprintf(e.out, "%s %d: %s\n", verb, reply.ReplayedCount, strings.Join(replayed, ", "))
 			for id, why := range reply.Skipped {
 				fmt.Fprintf(e.out, "  skipped %s: %s\n", id, why)
 			}

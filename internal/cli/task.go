@@ -17,15 +17,23 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// tenantFlag adds --tenant to a command on one task: a task id belongs to
+// its tenant, and an id that tasks of several tenants have needs it.
+func tenantFlag(cmd *cobra.Command, tenant *string) *cobra.Command {
+	cmd.Flags().StringVar(tenant, "tenant", "", "the task's tenant (needed when tasks of several tenants have the id, and with --unseen)")
+	return cmd
+}
+
 func addTask(root *cobra.Command, e *env) {
 	task := &cobra.Command{Use: "task", Short: "Inspect and act on one task (through the management API)"}
-	task.AddCommand(&cobra.Command{
+	var getTenant, trailTenant string
+	task.AddCommand(tenantFlag(&cobra.Command{
 		Use:   "get ID",
 		Short: "Show a task's record",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			reply, err := callAdmin(cmd.Context(), e, admin.VerbTaskGet, func(ctx context.Context, api *admin.Client) (*admin.TaskReply, error) {
-				return api.Get(ctx, args[0])
+				return api.Get(ctx, admin.TaskRequest{ID: args[0], Tenant: getTenant})
 			})
 			if err != nil {
 				return err
@@ -36,13 +44,13 @@ func addTask(root *cobra.Command, e *env) {
 			printRecord(e.out, reply.Task)
 			return nil
 		},
-	}, &cobra.Command{
+	}, &getTenant), tenantFlag(&cobra.Command{
 		Use:   "trail ID",
 		Short: "Show every state change of a task",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			reply, err := callAdmin(cmd.Context(), e, admin.VerbTaskTrail, func(ctx context.Context, api *admin.Client) (*admin.TrailReply, error) {
-				return api.Trail(ctx, args[0])
+				return api.Trail(ctx, admin.TaskRequest{ID: args[0], Tenant: trailTenant})
 			})
 			if err != nil {
 				return err
@@ -56,26 +64,24 @@ func addTask(root *cobra.Command, e *env) {
 			printTrail(e.out, reply.Trail)
 			return nil
 		},
-	})
-	resume := func(api *admin.Client, ctx context.Context, req admin.TaskRequest) (*admin.TaskReply, error) {
-		return api.Resume(ctx, req.ID)
-	}
+	}, &trailTenant))
 	for _, a := range []struct {
 		verb, use, short string
 		do               func(*admin.Client, context.Context, admin.TaskRequest) (*admin.TaskReply, error)
 	}{
 		{admin.VerbTaskCancel, "cancel ID", "Cancel a task: it never starts, or its running handler's context is cancelled; never retried", (*admin.Client).Cancel},
 		{admin.VerbTaskPause, "pause ID", "Hold a waiting task (PENDING, READY, RETRYING) with its payload until resumed", (*admin.Client).Pause},
-		{admin.VerbTaskResume, "resume ID", "Put a PAUSED task back in its bucket", resume},
+		{admin.VerbTaskResume, "resume ID", "Put a PAUSED task back in its bucket", (*admin.Client).Resume},
 	} {
 		var unseen bool
+		var tenant string
 		cmd := &cobra.Command{
 			Use:   a.use,
 			Short: a.short,
 			Args:  cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				reply, err := callAdmin(cmd.Context(), e, a.verb, func(ctx context.Context, api *admin.Client) (*admin.TaskReply, error) {
-					return a.do(api, ctx, admin.TaskRequest{ID: args[0], Unseen: unseen})
+					return a.do(api, ctx, admin.TaskRequest{ID: args[0], Tenant: tenant, Unseen: unseen})
 				})
 				if err != nil {
 					return err
@@ -84,11 +90,12 @@ func addTask(root *cobra.Command, e *env) {
 			},
 		}
 		if a.verb != admin.VerbTaskResume {
-			cmd.Flags().BoolVar(&unseen, "unseen", false, "the task was published but no worker has seen it: write its record first")
+			cmd.Flags().BoolVar(&unseen, "unseen", false, "the task was published but no worker has seen it: write its record first (needs --tenant)")
 		}
-		task.AddCommand(cmd)
+		task.AddCommand(tenantFlag(cmd, &tenant))
 	}
-	task.AddCommand(&cobra.Command{
+	var reprioritizeTenant string
+	task.AddCommand(tenantFlag(&cobra.Command{
 		Use:   "reprioritize ID PRIORITY",
 		Short: "Move a READY task to another priority bucket (p0..p4)",
 		Args:  cobra.ExactArgs(2),
@@ -98,14 +105,14 @@ func addTask(root *cobra.Command, e *env) {
 				return err
 			}
 			reply, err := callAdmin(cmd.Context(), e, admin.VerbTaskReprioritize, func(ctx context.Context, api *admin.Client) (*admin.TaskReply, error) {
-				return api.Reprioritize(ctx, args[0], p)
+				return api.Reprioritize(ctx, admin.ReprioritizeRequest{ID: args[0], Tenant: reprioritizeTenant, Priority: p})
 			})
 			if err != nil {
 				return err
 			}
 			return e.printAction(reply)
 		},
-	})
+	}, &reprioritizeTenant))
 	root.AddCommand(task)
 }
 
@@ -146,7 +153,7 @@ func (e *env) printAction(reply *admin.TaskReply) error {
 	if from == "" {
 		from = "(new record)"
 	}
-	fmt.Fprintf(e.out, "%s: %s -> %s (%s, generation %d, P%d)", reply.Task.ID, from, m.To, m.Action, reply.Task.Gen, reply.Task.Priority)
+	fmt.Fprintf(e.out, "%s of %s: %s -> %s (%s, generation %d, P%d)", reply.Task.ID, reply.Task.Tenant, from, m.To, m.Action, reply.Task.Gen, reply.Task.Priority)
 	switch {
 	case reply.Notified:
 		fmt.Fprint(e.out, "; worker notified")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/worker"
 )
 
@@ -100,7 +101,7 @@ func Run(ctx context.Context, client *ax.Client, ws []*worker.Worker, o Options)
 func latencies(ctx context.Context, client *ax.Client, infos []ax.TaskInfo) []time.Duration {
 	var out []time.Duration
 	for _, info := range infos {
-		rec, _, err := client.Store().Get(ctx, info.ID)
+		rec, _, err := client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 		if err != nil || len(rec.Trail) < 2 {
 			continue
 		}
