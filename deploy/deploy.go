@@ -36,7 +36,8 @@ type Options struct {
 	// Names of the deployment. Zero means [streams.DefaultNames].
 	Names streams.Names
 	// Provision creates or updates the streams, consumers and buckets with
-	// Streams and Buckets (idempotent). False only verifies that they
+	// Streams and Buckets (idempotent), and moves task records of ax before
+	// v3 under their tenant ([kv.MigrateKeys]). False only verifies that they
 	// exist, as a process that may not change them (a producer, a worker)
 	// does.
 	Provision bool
@@ -102,6 +103,9 @@ func open(ctx context.Context, js jetstream.JetStream, opts *Options) (*Deployme
 		}
 		bcfg.Names = o.Names
 		if err := kv.Provision(ctx, js, &bcfg); err != nil {
+			return nil, fmt.Errorf("open deployment: %w", err)
+		}
+		if _, err := kv.MigrateKeys(ctx, js, o.Names); err != nil {
 			return nil, fmt.Errorf("open deployment: %w", err)
 		}
 	}

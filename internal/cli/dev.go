@@ -176,7 +176,17 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg *streams.Config,
 	if err := kv.Provision(ctx, js, &kv.BucketsConfig{Names: cfg.Names, Replicas: cfg.Replicas}); err != nil {
 		return err
 	}
+	migrated, err := kv.MigrateKeys(ctx, js, cfg.Names)
+	if err != nil {
+		return err
+	}
 	fmt.Fprintf(e.errOut, "provisioned: %s\n", report)
+	if migrated.Moved > 0 {
+		fmt.Fprintf(e.errOut, "  moved %d task records of ax before v3 under their tenant (docs/WIRE.md)\n", migrated.Moved)
+	}
+	for key, why := range migrated.Skipped {
+		fmt.Fprintf(e.errOut, "  left task record %s under its old key: %s\n", key, why)
+	}
 	for _, u := range report.Updated {
 		fmt.Fprintf(e.errOut, "  updated %s\n", u)
 	}
