@@ -20,7 +20,8 @@ const ReconcilerKey = "reconciler"
 // Repair is one task the reconciler found lost and acted on.
 type Repair struct {
 	TaskID string   `json:"task_id"`
-	State  kv.State `json:"state"` // the state it was found in
+	Tenant string   `json:"tenant"` // the task's tenant: a task id belongs to its tenant
+	State  kv.State `json:"state"`  // the state it was found in
 	// Action is "republished" (a copy of its payload now waits in its
 	// bucket), "rescheduled" (its payload waits in AX_DELAYED for a future
 	// run time: PENDING again) or "dead" (no payload left: DEAD with the

@@ -54,6 +54,8 @@ func toError(err error) *Error {
 		return &Error{Code: CodeNotFound, Message: err.Error() + ": check the id; a task published but not yet taken by a worker has no record yet: cancel and pause take --unseen (unseen) for it"}
 	case errors.Is(err, kv.ErrConflict):
 		return &Error{Code: CodeConflict, Message: err.Error() + ": the task kept changing while this action ran; read it again and retry"}
+	case errors.Is(err, kv.ErrForeignRecord):
+		return &Error{Code: CodeConflict, Message: err.Error() + ": the task's record key holds something ax did not write there (docs/SECURITY.md, \"What the server answers a producer\"); the task's state is lost: resubmit it under another id"}
 	case errors.Is(err, kv.ErrIllegalTransition), errors.Is(err, kv.ErrWrongState):
 		return &Error{Code: CodeConflict, Message: err.Error()}
 	}

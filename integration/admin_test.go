@@ -146,13 +146,13 @@ func TestReplayFromDLQ(t *testing.T) {
 
 	var dry admin.DLQReplayReply
 	require.NoError(t, b.call(t, admin.VerbDLQReplay, admin.DLQReplayRequest{Filter: admin.Filter{Tenant: "acme"}, DryRun: true}, &dry))
-	require.Equal(t, []string{info.ID}, dry.Replayed)
+	require.Equal(t, []kv.Ref{{Tenant: "acme", ID: info.ID}}, dry.Replayed)
 	require.Equal(t, kv.StateDead, b.state(t, info.ID), "a dry run changes nothing")
 
 	fail.Store(false)
 	var replay admin.DLQReplayReply
 	require.NoError(t, b.call(t, admin.VerbDLQReplay, admin.DLQReplayRequest{ID: info.ID}, &replay))
-	require.Equal(t, []string{info.ID}, replay.Replayed)
+	require.Equal(t, []kv.Ref{{Tenant: "acme", ID: info.ID}}, replay.Replayed)
 	select {
 	case p := <-payloads:
 		require.Equal(t, "order-42", p)

@@ -55,7 +55,7 @@ func TestDelayedSubmitOfPausedUnseenIDRuns(t *testing.T) {
 	b := setupMesh(t)
 	b.startWorker(t)
 	ctx := context.Background()
-	require.NoError(t, b.call(admin.VerbTaskPause, admin.TaskRequest{ID: "held", Unseen: true}, nil))
+	require.NoError(t, b.call(admin.VerbTaskPause, admin.TaskRequest{ID: "held", Tenant: ax.DefaultTenant, Unseen: true}, nil))
 	info, err := b.client.Submit(ctx, ax.TaskSpec{ID: "held", Type: "ident", Payload: payload(t, identityArgs{}), Delay: time.Second})
 	require.NoError(t, err)
 	require.False(t, info.Duplicate, "the first message of a held id is not a duplicate")
@@ -192,10 +192,10 @@ func TestLateAgingCASCannotNameADroppedOrphan(t *testing.T) {
 
 // A hostile producer publishes, on ax.submit.>, messages naming tasks in
 // every state: raw with the victim's id (as its own tenant, type and key,
-// and as another tenant's), with a future Ax-Run-At, and with internal
-// headers that name the victim. None runs as the victim, none strands or
-// cancels it, and every one is settled (no consumer slot or message held
-// for good). Held at 3ebfff8.
+// and as another tenant's, which is that tenant's own task), with a future
+// Ax-Run-At, and with internal headers that name the victim. None runs as
+// the victim, none strands or cancels it, and every one is settled (no
+// consumer slot or message held for good). Held at 3ebfff8.
 func TestHostileProducerCannotTouchTasksInAnyState(t *testing.T) {
 	b := setupMesh(t)
 	ctx := context.Background()
@@ -229,7 +229,7 @@ func TestHostileProducerCannotTouchTasksInAnyState(t *testing.T) {
 	require.NoError(t, b.call(admin.VerbTaskPause, admin.TaskRequest{ID: "h-paused"}, nil))
 	submit("h-cancelled", identityArgs{}, 0)
 	require.NoError(t, b.call(admin.VerbTaskCancel, admin.TaskRequest{ID: "h-cancelled"}, nil))
-	require.NoError(t, b.call(admin.VerbTaskPause, admin.TaskRequest{ID: "h-unseen", Unseen: true}, nil))
+	require.NoError(t, b.call(admin.VerbTaskPause, admin.TaskRequest{ID: "h-unseen", Tenant: ax.DefaultTenant, Unseen: true}, nil))
 	for _, id := range []string{"h-pending", "h-ready", "h-paused", "h-cancelled"} {
 		attack(id)
 	}
@@ -476,39 +476,42 @@ func TestMoversRacingOnTheSameTasks(t *testing.T) {
 	require.Zero(t, b.log.overlaps)
 }
 
-// An id an operator paused before any message named it is then published
-// raw by another tenant's producer who learnt the id, and submitted by its
-// owner through the Go client. The first message seen binds the held record
-// (PAUSED -> PAUSED); the client's answer (Duplicate or not) says which one
-// that was, and exactly that one runs on resume, once.
+// An id an operator paused for a tenant before any message named it is
+// held for that tenant's task: another tenant's producer who learnt the id
+// publishes it raw, and that is a task of its own tenant (a task id
+// belongs to its tenant), which runs at once and binds nothing; the
+// owner's submit through the Go client is accepted (not a duplicate),
+// binds the held record, and runs once on resume.
 //
 // Failed at 2a2bf35: a held record bound no message, so after the resume
 // deleted it the first message redelivered won: the client reported the
 // owner's task accepted (not a duplicate), yet the raw one ran as tenant
-// "evil" and the accepted task was dropped as foreign.
+// "evil" and the accepted task was dropped as foreign. At 9b723bb (ids
+// global) the raw message of "evil" bound the owner's held id.
 func TestPausedUnseenIDKeepsTheAcceptedTask(t *testing.T) {
 	b := setupMesh(t)
 	ctx := context.Background()
 	b.startWorker(t)
-	require.NoError(t, b.call(admin.VerbTaskPause, admin.TaskRequest{ID: "held2", Unseen: true}, nil))
+	require.NoError(t, b.call(admin.VerbTaskPause, admin.TaskRequest{ID: "held2", Tenant: "owner", Unseen: true}, nil))
 	_, err := b.js.PublishMsg(ctx, hostile("ax.submit.p0.evil.ident.x", `{"sleep_ms":3}`, streams.HeaderMsgID, "held2"))
 	require.NoError(t, err)
-	time.Sleep(500 * time.Millisecond) // a worker sees it and keeps it while the id is held
+	require.Eventually(t, func() bool {
+		rec, _, err := b.store.Get(ctx, kv.Ref{Tenant: "evil", ID: "held2"})
+		return err == nil && rec.State == kv.StateSucceeded
+	}, 20*time.Second, 20*time.Millisecond, "evil's message is evil's own task")
 	real := payload(t, identityArgs{})
 	info, err := b.client.Submit(ctx, ax.TaskSpec{ID: "held2", Type: "ident", Tenant: "owner", Priority: ax.P3, Payload: real})
 	require.NoError(t, err)
-	require.NoError(t, b.call(admin.VerbTaskResume, admin.TaskRequest{ID: "held2"}, nil))
-	rec := b.waitState(t, "held2", 30*time.Second, kv.StateSucceeded, kv.StateDead, kv.StateCancelled)
+	require.False(t, info.Duplicate, "the owner's submit is the task its id was held for")
+	require.NoError(t, b.call(admin.VerbTaskResume, admin.TaskRequest{ID: "held2", Tenant: "owner"}, nil))
+	var rec *kv.Record
+	require.Eventually(t, func() bool {
+		var err error
+		rec, _, err = b.store.Get(ctx, kv.Ref{Tenant: "owner", ID: "held2"})
+		return err == nil && rec.State == kv.StateSucceeded
+	}, 30*time.Second, 20*time.Millisecond)
 	b.log.mu.Lock()
 	defer b.log.mu.Unlock()
-	// The first message of a held id binds it; the client's answer says
-	// which one that was. Whatever it says is what runs, once.
-	if info.Duplicate {
-		require.Equal(t, "evil", rec.Tenant, "trail %s", trailOf(rec))
-		require.Equal(t, []string{`{"sleep_ms":3}`}, b.log.payloads["held2"])
-	} else {
-		require.Equal(t, "owner", rec.Tenant, "trail %s", trailOf(rec))
-		require.Equal(t, []string{string(real)}, b.log.payloads["held2"])
-	}
-	t.Logf("held id bound by the %s message", rec.Tenant)
+	require.Equal(t, []string{string(real)}, b.log.payloads["owner/held2"], "trail %s", trailOf(rec))
+	require.Equal(t, []string{`{"sleep_ms":3}`}, b.log.payloads["evil/held2"])
 }

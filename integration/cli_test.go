@@ -39,8 +39,8 @@ func TestPlainPublishThroughTheCLI(t *testing.T) {
 		}
 		defer func() { _ = keys.Stop() }()
 		for key := range keys.Keys() {
-			if strings.HasPrefix(key, "AX_P2-1-") {
-				id = key
+			if ref, err := kv.ParseKey(key); err == nil && strings.HasPrefix(ref.ID, "AX_P2-1-") {
+				id = ref.ID
 			}
 		}
 		return id != ""

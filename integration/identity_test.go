@@ -44,13 +44,24 @@ func newRunLog() *runLog {
 	return &runLog{runs: map[string]int{}, payloads: map[string][]string{}, active: map[string]int{}, successes: map[string]int{}}
 }
 
+// logKey names a task in the log: its id for the default tenant's tasks
+// (the Go client's default), "<tenant>/<id>" for another tenant's (a task
+// id belongs to its tenant).
+func logKey(task *worker.Task) string {
+	if task.Tenant == ax.DefaultTenant {
+		return task.ID
+	}
+	return task.Tenant + "/" + task.ID
+}
+
 func (l *runLog) begin(task *worker.Task) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.runs[task.ID]++
-	l.payloads[task.ID] = append(l.payloads[task.ID], string(task.Payload))
-	l.active[task.ID]++
-	if l.active[task.ID] > 1 {
+	key := logKey(task)
+	l.runs[key]++
+	l.payloads[key] = append(l.payloads[key], string(task.Payload))
+	l.active[key]++
+	if l.active[key] > 1 {
 		l.overlaps++
 	}
 }
@@ -58,9 +69,10 @@ func (l *runLog) begin(task *worker.Task) {
 func (l *runLog) end(task *worker.Task, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.active[task.ID]--
+	key := logKey(task)
+	l.active[key]--
 	if err == nil {
-		l.successes[task.ID]++
+		l.successes[key]++
 	}
 }
 
@@ -468,8 +480,8 @@ func TestForeignMessageCannotReplaceTask(t *testing.T) {
 	require.Equal(t, "tenantB", rec.Tenant)
 	b.log.mu.Lock()
 	defer b.log.mu.Unlock()
-	require.Equal(t, []string{string(real)}, b.log.payloads["victim"], "the victim ran once, with its own payload")
-	require.Equal(t, 1, b.log.runs["victim"], fmt.Sprint(b.log.runs))
+	require.Equal(t, []string{string(real)}, b.log.payloads["tenantB/victim"], "the victim ran once, with its own payload")
+	require.Equal(t, 1, b.log.runs["tenantB/victim"], fmt.Sprint(b.log.runs))
 }
 
 // Issue 17.8: a batch cancel covers queued raw-published tasks that no

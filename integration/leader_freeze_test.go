@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/kv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -122,7 +123,12 @@ func TestLeaderFrozenAndResumed(t *testing.T) {
 	require.NoError(t, err)
 	var fires []int64
 	var cronIDs []string
-	for k := range keys.Keys() {
+	for key := range keys.Keys() {
+		ref, err := kv.ParseKey(key)
+		if err != nil {
+			continue
+		}
+		k := ref.ID
 		if rest, ok := strings.CutPrefix(k, "cron-tick-"); ok { // cron-tick-<unix>-<secret>
 			unix, _, _ := strings.Cut(rest, "-")
 			v, err := strconv.ParseInt(unix, 10, 64)

@@ -119,12 +119,12 @@ func TestOperationsDocWithNatsCLI(t *testing.T) {
 	require.Contains(t, run("nats consumer info AX_P2 p2-s07"), "ax.p2.7.>")
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Contains(c, runBy(c, "nats kv get AX_TASKS order-42 --raw"), `"state":"SUCCEEDED"`)
+		assert.Contains(c, runBy(c, "nats kv get AX_TASKS acme.order-42 --raw"), `"state":"SUCCEEDED"`)
 	}, 30*time.Second, 100*time.Millisecond)
-	record := run("nats kv get AX_TASKS order-42 --raw")
+	record := run("nats kv get AX_TASKS acme.order-42 --raw")
 	require.Contains(t, record, `"action":"claim"`)
 	require.Contains(t, record, `"action":"complete"`)
-	require.Contains(t, run("nats kv history AX_TASKS order-42"), "order-42")
+	require.Contains(t, run("nats kv history AX_TASKS acme.order-42"), "order-42")
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Contains(c, runBy(c, "nats stream subjects AX_DLQ"), "ax.dlq.acme.fail")
@@ -139,7 +139,7 @@ func TestOperationsDocWithNatsCLI(t *testing.T) {
 	for _, verb := range []string{"task.get", "task.cancel", "tasks.cancel", "dlq.replay", "stats", "workers"} {
 		require.Contains(t, micro, "ax.admin."+verb)
 	}
-	require.Contains(t, run(`nats req ax.admin.task.trail '{"id":"order-42"}'`), `"to":"SUCCEEDED"`)
+	require.Contains(t, run(`nats req ax.admin.task.trail '{"id":"order-42","tenant":"acme"}'`), `"to":"SUCCEEDED"`)
 	require.Contains(t, run(`nats req ax.admin.dlq.replay '{"id":"report-7"}'`), `"replayed":["report-7"]`)
 	notFound := run(`nats req ax.admin.task.get '{"id":"no-such-task"}'`)
 	require.Contains(t, notFound, "Nats-Service-Error-Code: 404")

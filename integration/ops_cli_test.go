@@ -45,7 +45,7 @@ func TestOperatorCLIWithWorkers(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Contains(c, runAx(c, "task", "get", long, "--server", s), "RUNNING") },
 		30*time.Second, 50*time.Millisecond)
 	out := runAx(t, "task", "cancel", long, "--server", s)
-	require.Contains(t, out, long+": RUNNING -> CANCELLED (cancel")
+	require.Contains(t, out, long+" of acme: RUNNING -> CANCELLED (cancel")
 	require.Contains(t, out, "worker notified")
 	require.Contains(t, runAx(t, "task", "trail", long, "--server", s), "cancel")
 	require.Contains(t, axFail(t, "task", "cancel", long, "--server", s), "409: task "+long+" is CANCELLED")
@@ -107,7 +107,7 @@ func TestOperatorCLIOnWaitingTasks(t *testing.T) {
 	b := submitCLI(t, s, "echo", "--tenant", "acme", "--priority", "p3")
 	c := submitCLI(t, s, "sleep", "--tenant", "globex")
 
-	require.Contains(t, runAx(t, "task", "pause", a, "--server", s), a+": READY -> PAUSED (pause")
+	require.Contains(t, runAx(t, "task", "pause", a, "--server", s), a+" of acme: READY -> PAUSED (pause")
 	require.Contains(t, runAx(t, "task", "resume", a, "--server", s), "READY (resume, generation 2, P3); message re-dispatched")
 	require.Contains(t, runAx(t, "task", "reprioritize", a, "p0", "--server", s), "READY (reprioritize, generation 3, P0)")
 	var rec kv.Record
@@ -123,7 +123,16 @@ func TestOperatorCLIOnWaitingTasks(t *testing.T) {
 	require.Contains(t, runAx(t, "task", "get", b, "--server", s), "CANCELLED")
 	require.Contains(t, runAx(t, "task", "get", c, "--server", s), "READY")
 
-	require.Contains(t, runAx(t, "task", "pause", "raw-7", "--unseen", "--server", s), "raw-7: (new record) -> PAUSED (pause")
+	require.Contains(t, axFail(t, "task", "pause", "raw-7", "--unseen", "--server", s), `400: task raw-7 has no record: to act on it before a worker sees it, give its "tenant"`)
+	require.Contains(t, runAx(t, "task", "pause", "raw-7", "--unseen", "--tenant", "acme", "--server", s), "raw-7 of acme: (new record) -> PAUSED (pause")
+
+	// A task id belongs to its tenant: with the same id in two tenants, a
+	// verb on the id alone names both and asks for the tenant.
+	submitCLI(t, s, "echo", "--tenant", "acme", "--id", "twice")
+	submitCLI(t, s, "echo", "--tenant", "globex", "--id", "twice")
+	require.Contains(t, axFail(t, "task", "get", "twice", "--server", s), "409: task id twice is ambiguous: tasks of 2 tenants have it (acme, globex)")
+	require.Contains(t, runAx(t, "task", "cancel", "twice", "--tenant", "globex", "--server", s), "twice of globex: READY -> CANCELLED")
+	require.Contains(t, runAx(t, "task", "get", "twice", "--tenant", "acme", "--server", s), "READY")
 }
 
 // ax scheduler serves the management API and metrics; ax worker and ax

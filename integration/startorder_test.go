@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
@@ -58,7 +59,7 @@ func TestWorkerStartedFirstWaits(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		entry, err := bucket.Get(context.Background(), "early-task")
+		entry, err := bucket.Get(context.Background(), kv.Ref{Tenant: ax.DefaultTenant, ID: "early-task"}.Key())
 		return err == nil && strings.Contains(string(entry.Value()), string(kv.StateSucceeded))
 	}, 60*time.Second, 100*time.Millisecond, "the early worker ran the task:\n%s", w.output())
 }

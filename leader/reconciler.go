@@ -182,7 +182,7 @@ func (r *reconciler) repaired(rep ax.Repair) {
 		r.report.Recent = slices.Clone(r.report.Recent[n-maxRecentRepairs:])
 	}
 	r.changed = true
-	r.log.Warn("lost_task_repaired", zap.String("task_id", rep.TaskID), zap.String("state", string(rep.State)),
+	r.log.Warn("lost_task_repaired", zap.String("task_id", rep.TaskID), zap.String("tenant", rep.Tenant), zap.String("state", string(rep.State)),
 		zap.String("action", rep.Action), zap.String("reason", rep.Reason))
 	if r.l.cfg.OnRepair != nil {
 		r.l.cfg.OnRepair(rep)

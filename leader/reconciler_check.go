@@ -176,7 +176,7 @@ func (r *reconciler) repair(ctx context.Context, rec *kv.Record, rev uint64, los
 	if err != nil {
 		return time.Time{}, err
 	}
-	r.repaired(ax.Repair{TaskID: rec.ID, State: rec.State, Action: "dead", Reason: reason, At: time.Now().UTC()})
+	r.repaired(ax.Repair{TaskID: rec.ID, Tenant: rec.Tenant, State: rec.State, Action: "dead", Reason: reason, At: time.Now().UTC()})
 	return time.Time{}, nil
 }
 
@@ -205,7 +205,7 @@ func (r *reconciler) republish(ctx context.Context, rec *kv.Record, rev uint64, 
 	if err != nil {
 		return time.Time{}, fmt.Errorf("reconcile task %s: %w", rec.ID, err) // ambiguous: the copy stays, the record decides
 	}
-	r.repaired(ax.Repair{TaskID: rec.ID, State: rec.State, Action: "republished", Reason: reason, At: time.Now().UTC()})
+	r.repaired(ax.Repair{TaskID: rec.ID, Tenant: rec.Tenant, State: rec.State, Action: "republished", Reason: reason, At: time.Now().UTC()})
 	return time.Time{}, nil // the watch brings its new revision
 }
 
@@ -226,7 +226,7 @@ func (r *reconciler) reschedule(ctx context.Context, rec *kv.Record, rev uint64,
 	if err != nil {
 		return time.Time{}, fmt.Errorf("reconcile task %s: %w", rec.ID, err)
 	}
-	r.repaired(ax.Repair{TaskID: rec.ID, State: rec.State, Action: "rescheduled", Reason: reason, At: time.Now().UTC()})
+	r.repaired(ax.Repair{TaskID: rec.ID, Tenant: rec.Tenant, State: rec.State, Action: "rescheduled", Reason: reason, At: time.Now().UTC()})
 	return time.Time{}, nil
 }
 

@@ -535,6 +535,7 @@ func streamChanges(have, want jetstream.StreamConfig) []string {
 	check("Duplicates", have.Duplicates != want.Duplicates)
 	check("AllowRollup", have.AllowRollup != want.AllowRollup)
 	check("AllowMsgTTL", have.AllowMsgTTL != want.AllowMsgTTL)
+	check("AllowMsgSchedules", have.AllowMsgSchedules != want.AllowMsgSchedules)
 	check("AllowMsgCounter", have.AllowMsgCounter != want.AllowMsgCounter)
 	check("AllowAtomicPublish", have.AllowAtomicPublish != want.AllowAtomicPublish)
 	check("AllowBatchPublish", have.AllowBatchPublish != want.AllowBatchPublish)
