@@ -244,7 +244,7 @@ func TestHostileProducerCannotTouchTasksInAnyState(t *testing.T) {
 	for _, id := range []string{"h-running", "h-retrying", "h-dead"} {
 		attack(id)
 	}
-	require.NoError(t, b.call(admin.VerbTaskResume, admin.TaskRequest{ID: "h-paused"}, nil))
+	require.NoError(t, b.call(admin.VerbTaskResume, admin.TaskRequest{ID: "h-paused", Tenant: ax.DefaultTenant}, nil))
 
 	want := map[string]kv.State{"h-pending": kv.StateSucceeded, "h-ready": kv.StateSucceeded, "h-paused": kv.StateSucceeded,
 		"h-cancelled": kv.StateCancelled, "h-running": kv.StateSucceeded, "h-retrying": kv.StateSucceeded, "h-dead": kv.StateDead}

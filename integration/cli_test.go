@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -77,8 +78,12 @@ func TestSubmitThenGet(t *testing.T) {
 		assert.Contains(c, runAx(c, "task", "get", id, "--server", dev.url), "SUCCEEDED")
 	}, 30*time.Second, 100*time.Millisecond)
 
-	again := strings.TrimSpace(runAx(t, "submit", "sleep", "--id", id, "--priority", "p1", "--server", dev.url))
+	again := strings.TrimSpace(runAx(t, "submit", "sleep", "--id", id, "--priority", "p1", "--tenant", "acme", "--server", dev.url))
 	require.Equal(t, id+" (duplicate: already submitted)", again)
+	// A task id belongs to its tenant: another tenant's task with the id
+	// is a task of its own.
+	other := strings.TrimSpace(runAx(t, "submit", "sleep", "--id", id, "--priority", "p1", "--tenant", "globex", "--server", dev.url))
+	require.Equal(t, id, other)
 }
 
 // `ax submit` takes a payload beyond a command line's limit from a file or
@@ -98,7 +103,7 @@ func TestSubmitPayloadFileAndPendingGet(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		entry, err := bucket.Get(context.Background(), id)
+		entry, err := bucket.Get(context.Background(), kv.Ref{Tenant: ax.DefaultTenant, ID: id}.Key())
 		return err == nil && strings.Contains(string(entry.Value()), `"state":"SUCCEEDED"`)
 	}, 30*time.Second, 100*time.Millisecond)
 

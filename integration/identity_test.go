@@ -235,7 +235,7 @@ func (b *meshBundle) settled(t *testing.T, id string, within time.Duration) *kv.
 		case rec.State.Terminal():
 			return rec
 		case rec.State == kv.StatePaused:
-			_ = b.call(admin.VerbTaskResume, admin.TaskRequest{ID: id}, nil)
+			_ = b.call(admin.VerbTaskResume, admin.TaskRequest{ID: id, Tenant: rec.Tenant}, nil)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("task %s stuck in %s after %s; trail: %s", id, rec.State, within, trailOf(rec))

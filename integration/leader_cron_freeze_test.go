@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/kv"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
@@ -53,7 +54,11 @@ func TestFrozenLeaderFiresNoRemovedCronJob(t *testing.T) {
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue
 			}
-			rest, ok := strings.CutPrefix(e.Key(), "cron-")
+			ref, err := kv.ParseKey(e.Key())
+			if err != nil {
+				continue
+			}
+			rest, ok := strings.CutPrefix(ref.ID, "cron-")
 			if !ok {
 				continue
 			}
@@ -67,7 +72,7 @@ func TestFrozenLeaderFiresNoRemovedCronJob(t *testing.T) {
 			if fired[name] == nil {
 				fired[name] = map[int64]string{}
 			}
-			fired[name][at] = e.Key()
+			fired[name][at] = ref.ID
 			firesMu.Unlock()
 		}
 	}()

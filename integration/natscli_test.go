@@ -140,7 +140,7 @@ func TestOperationsDocWithNatsCLI(t *testing.T) {
 		require.Contains(t, micro, "ax.admin."+verb)
 	}
 	require.Contains(t, run(`nats req ax.admin.task.trail '{"id":"order-42","tenant":"acme"}'`), `"to":"SUCCEEDED"`)
-	require.Contains(t, run(`nats req ax.admin.dlq.replay '{"id":"report-7"}'`), `"replayed":["report-7"]`)
+	require.Contains(t, run(`nats req ax.admin.dlq.replay '{"id":"report-7","tenant":"acme"}'`), `"replayed":[{"tenant":"acme","id":"report-7"}]`)
 	notFound := run(`nats req ax.admin.task.get '{"id":"no-such-task"}'`)
 	require.Contains(t, notFound, "Nats-Service-Error-Code: 404")
 	require.Contains(t, notFound, "unknown task")

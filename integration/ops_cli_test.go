@@ -48,7 +48,7 @@ func TestOperatorCLIWithWorkers(t *testing.T) {
 	require.Contains(t, out, long+" of acme: RUNNING -> CANCELLED (cancel")
 	require.Contains(t, out, "worker notified")
 	require.Contains(t, runAx(t, "task", "trail", long, "--server", s), "cancel")
-	require.Contains(t, axFail(t, "task", "cancel", long, "--server", s), "409: task "+long+" is CANCELLED")
+	require.Contains(t, axFail(t, "task", "cancel", long, "--server", s), "409: task "+long+" (tenant acme) is CANCELLED")
 
 	dead := submitCLI(t, s, "fail", "--tenant", "acme")
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Contains(c, runAx(c, "task", "get", dead, "--server", s), "DEAD") },
