@@ -99,24 +99,24 @@ func (r *ranTasks) all() []ranTask {
 // answered: the producer may not publish the trace. streams'
 // TestKeptHeaders covers every Nats- header.)
 var serverActedHeaders = []struct{ name, value string }{
-	{"Nats-Schedule-Source", "ax.delayed.victim"},
-	{"Nats-Schedule-Target", "ax.due.victim"},
+	{"Nats-Schedule-Source", "ax.delayed.globex.victim"},
+	{"Nats-Schedule-Target", "ax.due.globex.victim"},
 	{"Nats-Schedule-TTL", "5s"},
 	{"Nats-Schedule-Rollup", "sub"},
 	{"Nats-Schedule-Time-Zone", "Europe/Amsterdam"},
 	{"Nats-Schedule", "@at 2030-01-01T00:00:00Z"},
-	{"Nats-Scheduler", "ax.delayed.victim"},
+	{"Nats-Scheduler", "ax.delayed.globex.victim"},
 	{"Nats-Schedule-Next", "purge"},
 	{"Nats-TTL", "1s"},
 	{"Nats-Rollup", "all"},
 	{"Nats-Expected-Stream", "AX_P1"},
 	{"Nats-Expected-Last-Sequence", "0"},
 	{"Nats-Expected-Last-Subject-Sequence", "0"},
-	{"Nats-Expected-Last-Subject-Sequence-Subject", "ax.delayed.victim"},
+	{"Nats-Expected-Last-Subject-Sequence-Subject", "ax.delayed.globex.victim"},
 	{"Nats-Expected-Last-Msg-Id", "victim"},
 	{"Nats-Incr", "1"},
 	{"Nats-Batch-Id", "b1"},
-	{"nats-schedule-source", "ax.delayed.victim"},
+	{"nats-schedule-source", "ax.delayed.globex.victim"},
 }
 
 // Issue 23.2: a producer's message is read through an allow-list. Every
@@ -196,9 +196,9 @@ func TestProducerHeadersNeverReachAxWrites(t *testing.T) {
 		t.Run(try.name, func(t *testing.T) {
 			if try.later != "" {
 				waitState(t, operator, try.later, kv.StatePending)
-				sched := storedMsg(t, m.control, "AX_DELAYED", map[string]any{"last_by_subj": "ax.delayed." + try.later})
+				sched := storedMsg(t, m.control, "AX_DELAYED", map[string]any{"last_by_subj": "ax.delayed.acme." + try.later})
 				onlyContract(t, "the schedule", sched.Header, streams.HeaderSchedule, streams.HeaderScheduleTarget, "Nats-Rollup")
-				require.Equal(t, "ax.due."+try.later, sched.Header.Get(streams.HeaderScheduleTarget))
+				require.Equal(t, "ax.due.acme."+try.later, sched.Header.Get(streams.HeaderScheduleTarget))
 				require.Equal(t, []string{"sub"}, sched.Header["Nats-Rollup"], "the rollup the server adds to a schedule")
 				var reply admin.TaskReply
 				require.NoError(t, callAdmin(operator, admin.VerbTaskCancel, admin.TaskRequest{ID: try.later}, &reply))

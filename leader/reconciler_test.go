@@ -145,7 +145,7 @@ func TestReconcilerBuriesPendingWithoutSchedule(t *testing.T) {
 	require.NoError(t, err)
 	delayed, err := b.js.Stream(ctx, "AX_DELAYED")
 	require.NoError(t, err)
-	require.NoError(t, delayed.Purge(ctx, jetstream.WithPurgeSubject("ax.delayed.later")))
+	require.NoError(t, delayed.Purge(ctx, jetstream.WithPurgeSubject("ax.delayed.default.later")))
 
 	rec := b.waitState(t, "later", kv.StateDead)
 	require.Contains(t, rec.LastError, "message lost: PENDING with no schedule in AX_DELAYED")
