@@ -48,7 +48,7 @@ func TestCronJobInTheOldFormat(t *testing.T) {
 		if err != nil || len(recs) != 1 || recs[0].Last.IsZero() {
 			return false
 		}
-		fired, _, err = store.Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "cron-legacy-" + strconv.FormatInt(recs[0].Last.Unix(), 10) + "-0123456789abcdef"})
+		fired, _, err = store.Get(ctx, kv.Ref{Tenant: "acme", ID: "cron-legacy-" + strconv.FormatInt(recs[0].Last.Unix(), 10) + "-0123456789abcdef"})
 		return err == nil
 	}, 20*time.Second, 20*time.Millisecond)
 	require.Equal(t, 7, fired.MaxAttempts)
