@@ -30,7 +30,7 @@ func TestOneProducerCannotExhaustOperatorTools(t *testing.T) {
 	dev := startDev(t, "--workers", "0")
 	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	startAx(t, "worker", "--server", dev.url, "--metrics-addr", metricsAddr)
-	require.Eventually(t, func() bool { return strings.Contains(scrapeOrEmpty(metricsAddr), "ax_jetstream_up 1") },
+	require.Eventually(t, func() bool { return strings.Contains(scrapeOrEmpty(metricsAddr), "# HELP") },
 		30*time.Second, 100*time.Millisecond)
 	before := len(scrape(t, metricsAddr))
 
