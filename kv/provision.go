@@ -19,9 +19,18 @@ type BucketsConfig struct {
 	// MarkerTTL is how long a delete marker of an expired key is kept (at
 	// least 1s). Default 1 minute.
 	MarkerTTL time.Duration
+	// UniqueMaxBytes bounds the unique-task claims bucket (AX_UNIQUE): a
+	// producer may write claims with any period, so the bucket must not
+	// grow into the account's storage; at the bound a new claim is refused
+	// (the submit fails, saying so). Default 256 MiB; -1 lifts it.
+	UniqueMaxBytes int64
 }
 
-// Provision creates or updates the task, lock, worker and control buckets.
+// DefaultUniqueMaxBytes is the default [BucketsConfig.UniqueMaxBytes].
+const DefaultUniqueMaxBytes = 256 << 20
+
+// Provision creates or updates the task, lock, worker, control and
+// unique-claims buckets.
 // It is idempotent. A nil cfg means every default.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg *BucketsConfig) error {
 	if cfg == nil {
@@ -35,6 +44,8 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg *BucketsConfig) 
 		{Bucket: names.LocksBucket(), Description: "ax leases and the leader lock"},
 		{Bucket: names.WorkersBucket(), Description: "ax worker membership"},
 		{Bucket: names.ControlBucket(), Description: "ax control state: pressure, cron, paused types"},
+		{Bucket: names.UniqueBucket(), Description: "ax unique-task claims (per-key TTL: the unique period)",
+			MaxBytes: cmp.Or(cfg.UniqueMaxBytes, DefaultUniqueMaxBytes)},
 	}
 	for _, b := range buckets {
 		b.History = 1
