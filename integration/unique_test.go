@@ -1,0 +1,79 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/natstest"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/stretchr/testify/require"
+)
+
+// A producer submits unique tasks with its role's permissions, in the
+// shipped file and with each tenant in an account of its own, and cannot
+// read, write or take another tenant's claims or read its records: the
+// same unique key of two tenants is two tasks.
+func TestUniqueClaimsStayInTheirTenant(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, file := range []string{permissionsFile, accountsFile} {
+		t.Run(file, func(t *testing.T) {
+			srv := natstest.Start(t, natstest.Options{ConfigFile: file})
+			control := connectAs(t, srv, "scheduler", "scheduler")
+			natstest.Provision(t, control.js, nil)
+			client := func(user string) *ax.Client {
+				rc := connectAs(t, srv, user, user)
+				c, err := ax.NewClient(ctx, rc.js, &ax.Config{PublishOnly: true})
+				require.NoError(t, err)
+				return c
+			}
+			acme, globex := client("producer-acme"), client("producer-globex")
+			spec := func(tenant string) ax.TaskSpec {
+				return ax.TaskSpec{Type: "report", Tenant: tenant, Payload: []byte("same"), Unique: &ax.UniqueOpts{Key: "nightly", For: time.Hour}}
+			}
+			a1, err := acme.Submit(ctx, spec("acme"))
+			require.NoError(t, err)
+			require.False(t, a1.UniqueSkipped)
+			a2, err := acme.Submit(ctx, spec("acme"))
+			require.NoError(t, err)
+			require.True(t, a2.UniqueSkipped)
+			require.Equal(t, a1.ID, a2.ID)
+			g1, err := globex.Submit(ctx, spec("globex"))
+			require.NoError(t, err)
+			require.False(t, g1.UniqueSkipped, "globex's key is globex's own")
+			require.Equal(t, uint64(2), bucketCount(t, control, "AX_P2"))
+
+			// The record of a task a worker saw decides: a DEAD one frees the key.
+			store, err := kv.NewStore(ctx, control.js, nil)
+			require.NoError(t, err)
+			_, _, err = store.Create(ctx, &kv.Record{ID: a1.ID, Tenant: "acme", Type: "report", Key: a1.ID, State: kv.StateDead}, kv.Actor{})
+			require.NoError(t, err)
+			a3, err := acme.Submit(ctx, spec("acme"))
+			require.NoError(t, err)
+			require.False(t, a3.UniqueSkipped, "acme reads its own record")
+			require.Equal(t, uint64(3), bucketCount(t, control, "AX_P2"))
+
+			// acme may not touch globex's claim nor read its record.
+			theirs := kv.ClaimKey("globex", ax.UniqueHash("report", "nightly", nil))
+			for _, subject := range []string{
+				"$KV.AX_UNIQUE." + theirs,
+				"$JS.API.DIRECT.GET.KV_AX_UNIQUE.$KV.AX_UNIQUE." + theirs,
+				"$JS.API.DIRECT.GET.KV_AX_TASKS.$KV.AX_TASKS." + kv.Ref{Tenant: "globex", ID: g1.ID}.Key(),
+				"$JS.API.DIRECT.GET.KV_AX_TASKS",
+				"$JS.API.STREAM.INFO.KV_AX_UNIQUE",
+			} {
+				rc := connectAs(t, srv, "producer-acme", "producer-acme")
+				_, err := rc.nc.Request(subject, []byte(`{"tenant":"acme","id":"mine"}`), 500*time.Millisecond)
+				require.Error(t, err, subject)
+				rc.requireViolation(t, "Publish", subject)
+			}
+			claims := kv.NewClaims(control.js, streams.Names{})
+			claim, _, err := claims.Get(ctx, theirs)
+			require.NoError(t, err)
+			require.Equal(t, g1.ID, claim.ID, "globex's claim is as globex wrote it")
+		})
+	}
+}
