@@ -2,6 +2,9 @@ package integration
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,4 +79,31 @@ func TestUniqueClaimsStayInTheirTenant(t *testing.T) {
 			require.Equal(t, g1.ID, claim.ID, "globex's claim is as globex wrote it")
 		})
 	}
+}
+
+// A producer whose permissions lack what unique tasks need gets one clear
+// error naming the subject, at once, and publishes nothing.
+func TestUniqueWithoutItsPermissionFailsFast(t *testing.T) {
+	t.Parallel()
+	shipped, err := os.ReadFile(permissionsFile)
+	require.NoError(t, err)
+	const lacking = `,
+                                "$JS.API.DIRECT.GET.KV_AX_TASKS.$KV.AX_TASKS.acme.>"`
+	require.Contains(t, string(shipped), lacking)
+	path := filepath.Join(t.TempDir(), "ax-permissions.conf")
+	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(shipped), lacking, "", 1)), 0o600))
+	srv := startRoleServer(t, path)
+	url := srv.ClientURL()
+	mustAxAs(t, url, "scheduler", "provision")
+	args := []string{"submit", "echo", "--publish-only", "--tenant", "acme", "--inbox-prefix", "_INBOX.producer-acme", "--unique-for", "1h"}
+	require.Equal(t, "first", strings.TrimSpace(mustAxAs(t, url, "producer-acme", append(args, "--id", "first")...)))
+	start := time.Now()
+	_, stderr, err := runAxAs(url, "producer-acme", 30*time.Second, append(args, "--id", "second")...)
+	require.Error(t, err)
+	require.Less(t, time.Since(start), 4*time.Second, stderr)
+	require.Contains(t, stderr, "permission denied: user producer-acme may not publish $JS.API.DIRECT.GET.KV_AX_TASKS.$KV.AX_TASKS.acme.first (docs/ax-permissions.conf)")
+	require.Contains(t, stderr, "AX_UNIQUE")
+	require.Equal(t, 1, strings.Count(stderr, "permission denied"), stderr)
+	control := connectAs(t, srv.Server, "scheduler", "scheduler")
+	require.Equal(t, uint64(1), bucketCount(t, control, "AX_P2"), "the second submit published nothing")
 }
