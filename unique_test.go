@@ -326,3 +326,21 @@ func TestUniqueNeedsItsBucket(t *testing.T) {
 	require.ErrorContains(t, err, "run `ax provision`")
 	require.Zero(t, natstest.StreamMsgs(t, b.js, "AX_P2"))
 }
+
+// A unique submit the bucket refuses (full) stored nothing: its claim is
+// released, so that the key is free for the retry.
+func TestUniqueRefusedSubmitReleasesItsClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &streams.Config{Capacity: 1}, nil)
+	ctx := context.Background()
+	_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "fill"})
+	require.NoError(t, err)
+	_, err = b.client.Submit(ctx, ax.TaskSpec{Type: "t", Tenant: "acme", Payload: []byte("p"), Unique: uniqueHour()})
+	require.ErrorIs(t, err, ax.ErrOverloaded)
+	claims := kv.NewClaims(b.js, streams.Names{})
+	_, _, err = claims.Get(ctx, kv.ClaimKey("acme", ax.UniqueHash("t", "", []byte("p"))))
+	require.ErrorIs(t, err, kv.ErrNotFound, "the claim was released")
+	// The released key is claimed again by the next submit (over its marker).
+	_, err = b.client.Submit(ctx, ax.TaskSpec{Type: "t", Tenant: "acme", Payload: []byte("p"), Unique: uniqueHour()})
+	require.ErrorIs(t, err, ax.ErrOverloaded)
+}
