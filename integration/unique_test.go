@@ -12,6 +12,7 @@ import (
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 )
 
@@ -73,6 +74,12 @@ func TestUniqueClaimsStayInTheirTenant(t *testing.T) {
 				require.Error(t, err, subject)
 				rc.requireViolation(t, "Publish", subject)
 			}
+			// Nor purge every tenant's claims with a roll-up on its own key.
+			rc := connectAs(t, srv, "producer-acme", "producer-acme")
+			rollup := nats.NewMsg("$KV.AX_UNIQUE." + kv.ClaimKey("acme", "x"))
+			rollup.Header.Set("Nats-Rollup", "all")
+			_, err = rc.js.PublishMsg(ctx, rollup)
+			require.ErrorContains(t, err, "rollup", "the bucket refuses roll-ups")
 			claims := kv.NewClaims(control.js, streams.Names{})
 			claim, _, err := claims.Get(ctx, theirs)
 			require.NoError(t, err)

@@ -44,8 +44,6 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg *BucketsConfig) 
 		{Bucket: names.LocksBucket(), Description: "ax leases and the leader lock"},
 		{Bucket: names.WorkersBucket(), Description: "ax worker membership"},
 		{Bucket: names.ControlBucket(), Description: "ax control state: pressure, cron, paused types"},
-		{Bucket: names.UniqueBucket(), Description: "ax unique-task claims (per-key TTL: the unique period)",
-			MaxBytes: cmp.Or(cfg.UniqueMaxBytes, DefaultUniqueMaxBytes)},
 	}
 	for _, b := range buckets {
 		b.History = 1
@@ -55,6 +53,38 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg *BucketsConfig) 
 		if _, err := js.CreateOrUpdateKeyValue(ctx, b); err != nil {
 			return fmt.Errorf("provision bucket %s: %w", b.Bucket, err)
 		}
+	}
+	return provisionUnique(ctx, js, names.UniqueBucket(), replicas, cmp.Or(cfg.UniqueMaxBytes, DefaultUniqueMaxBytes))
+}
+
+// provisionUnique creates or updates the stream of the unique-claims
+// bucket, which producers write, as a KV bucket of history 1 that allows
+// per-message TTLs (a claim's period) and refuses roll-ups: a
+// `Nats-Rollup: all` on one key's subject would purge every tenant's
+// claims. nats.go makes every bucket allow roll-ups, and the server needs
+// them for delete markers, so this bucket is made here, without markers: an
+// expired claim just goes, and ax releases one with a delete marker that
+// has a TTL of its own.
+func provisionUnique(ctx context.Context, js jetstream.JetStream, bucket string, replicas int, maxBytes int64) error {
+	cfg := jetstream.StreamConfig{
+		Name:              "KV_" + bucket,
+		Description:       "ax unique-task claims (per-key TTL: the unique period)",
+		Subjects:          []string{"$KV." + bucket + ".>"},
+		MaxMsgsPerSubject: 1,
+		MaxBytes:          maxBytes,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		MaxMsgSize:        -1,
+		Storage:           jetstream.FileStorage,
+		Replicas:          replicas,
+		DenyDelete:        true,
+		Duplicates:        2 * time.Minute,
+		AllowDirect:       true,
+		Discard:           jetstream.DiscardNew,
+		AllowMsgTTL:       true,
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("provision bucket %s: %w", bucket, err)
 	}
 	return nil
 }
