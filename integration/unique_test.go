@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -113,4 +114,54 @@ func TestUniqueWithoutItsPermissionFailsFast(t *testing.T) {
 	require.Equal(t, 1, strings.Count(stderr, "permission denied"), stderr)
 	control := connectAs(t, srv.Server, "scheduler", "scheduler")
 	require.Equal(t, uint64(1), bucketCount(t, control, "AX_P2"), "the second submit published nothing")
+}
+
+// The nats commands of docs/OPERATIONS.md, "Unique tasks", run as written
+// against a live ax dev, do what the doc says, and the ax CLI honours a
+// raw producer's claim.
+func TestUniqueWithNatsCLI(t *testing.T) {
+	nats := natsCLI(t)
+	dev := startDev(t)
+	doc, err := os.ReadFile("../docs/OPERATIONS.md")
+	require.NoError(t, err)
+	home := t.TempDir()
+	run := func(line string) (string, error) {
+		t.Helper()
+		if !strings.HasPrefix(line, "nats kv del ") { // documented with <key>
+			require.Contains(t, string(doc), "\n"+line+"\n", "the command is documented as written")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "bash", "-c", line)
+		cmd.Env = append(os.Environ(), "NATS_URL="+dev.url, "HOME="+home,
+			"PATH="+filepath.Dir(nats)+string(os.PathListSeparator)+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	must := func(line string) string {
+		t.Helper()
+		out, err := run(line)
+		require.NoError(t, err, "%s:\n%s", line, out)
+		return out
+	}
+	const key = "acme.ac69d7be9e5e5313614c39d75adf3f7b2e05a9959f005aa63463f24a5b059826"
+	require.Contains(t, must(`printf 'report\nkey\n%s' nightly | sha256sum`), strings.TrimPrefix(key, "acme."))
+	require.Equal(t, key, kv.ClaimKey("acme", ax.UniqueHash("report", "nightly", nil)))
+
+	claim := `nats pub -J '$KV.AX_UNIQUE.` + key + `' '{"tenant":"acme","id":"report-1","type":"report"}' -H Nats-Expected-Last-Subject-Sequence:0 -H Nats-TTL:1h`
+	must(claim)
+	out, err := run(claim)
+	require.Error(t, err, "a second claim is refused:\n%s", out)
+	require.Contains(t, out, "wrong last sequence")
+	must(`nats pub -J ax.submit.p2.acme.report.report-1 '{"day":1}' -H Nats-Msg-Id:report-1`)
+	require.Contains(t, must(`nats kv get AX_UNIQUE `+key+` --raw`), `"id":"report-1"`)
+	require.Contains(t, must(`nats stream subjects KV_AX_UNIQUE`), key)
+	require.Contains(t, must(`nats req '$JS.API.DIRECT.GET.KV_AX_UNIQUE.$KV.AX_UNIQUE.`+key+`' ''`), `"id":"report-1"`)
+
+	// The ax CLI finds the raw producer's task holding the key.
+	submit := []string{"submit", "report", "--server", dev.url, "--tenant", "acme", "--unique-key", "nightly", "--unique-for", "1h"}
+	require.Equal(t, "report-1 (duplicate: this task holds the unique key; nothing published)", strings.TrimSpace(runAx(t, submit...)))
+	require.Contains(t, string(doc), "`nats kv del AX_UNIQUE <key> -f`")
+	must(`nats kv del AX_UNIQUE ` + key + ` -f`)
+	require.NotContains(t, strings.TrimSpace(runAx(t, submit...)), "duplicate", "a deleted claim frees the key")
 }
