@@ -178,6 +178,9 @@ var ErrPublishOnly = errors.New("not available to a publish-only client (Config.
 // Submit validates task, publishes it to its priority bucket and writes its
 // READY record. On [ErrOverloaded] nothing was stored; on another error the
 // task may or may not be stored, and retrying with the returned id is safe.
+// A task with [TaskSpec.Unique] first claims its unique key in AX_UNIQUE;
+// when another task holds it, nothing is published and the returned info
+// is that task's ([TaskInfo.UniqueSkipped]).
 func (c *Client) Submit(ctx context.Context, task TaskSpec) (TaskInfo, error) {
 	now := time.Now()
 	t, err := task.normalize(now)
