@@ -13,6 +13,7 @@ import (
 	"github.com/ax-mesh/ax/internal/denied"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )
 
@@ -205,7 +206,34 @@ func (c *Client) holds(ctx context.Context, t TaskSpec, claim *kv.Claim, stored 
 	case err == nil:
 		return slices.Contains(t.Unique.States, rec.State), nil
 	case errors.Is(err, kv.ErrNotFound):
-		return claim.Published || time.Since(stored) < c.cfg.UniqueGrace, nil
+		if claim.Published || time.Since(stored) < c.cfg.UniqueGrace {
+			return true, nil
+		}
+		return c.messageWaits(ctx, t, claim)
 	}
 	return false, fmt.Errorf("the unique key is claimed by task %s, whose record cannot be read: %w", claim.ID, err)
+}
+
+// messageWaits reports whether a message waits in its bucket on the
+// subject of claim's task (its priority, tenant, type and partition key):
+// its submitter died after it published and before it marked the claim
+// published, and no worker has seen it yet. It may be another task's
+// message of that subject: then the key is held a while longer, which is
+// the safe side. A publish-only client may not read the buckets: it does
+// not look, and reports false.
+func (c *Client) messageWaits(ctx context.Context, t TaskSpec, claim *kv.Claim) (bool, error) {
+	if c.cfg.PublishOnly || claim.Priority < 0 || claim.Priority >= streams.Priorities || streams.ValidateToken("key", claim.Key) != nil {
+		return false, nil
+	}
+	names := c.cfg.Names
+	stream, err := c.js.Stream(ctx, names.PriorityStream(claim.Priority))
+	if err != nil {
+		return false, fmt.Errorf("look for the message of task %s: %w", claim.ID, err)
+	}
+	subject := names.StoredSubject(claim.Priority, streams.Shard(claim.Key), t.Tenant, t.Type, claim.Key)
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return false, fmt.Errorf("look for the message of task %s: %w", claim.ID, err)
+	}
+	return info.State.Subjects[subject] > 0, nil
 }

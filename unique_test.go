@@ -344,3 +344,41 @@ func TestUniqueRefusedSubmitReleasesItsClaim(t *testing.T) {
 	_, err = b.client.Submit(ctx, ax.TaskSpec{Type: "t", Tenant: "acme", Payload: []byte("p"), Unique: uniqueHour()})
 	require.ErrorIs(t, err, ax.ErrOverloaded)
 }
+
+// A submitter that died after its publish and before it marked its claim
+// published left a message no worker has seen: a client that may read the
+// buckets finds it and keeps the key held past the grace; a publish-only
+// client, which may not, takes the key over after the grace (docs/WIRE.md,
+// "What holds").
+func TestUniqueClaimOfASubmitterDeadAfterItsPublish(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t, natstest.Options{})
+	_, js := srv.Connect()
+	natstest.Provision(t, js, nil)
+	ctx := context.Background()
+	client, err := ax.NewClient(ctx, js, &ax.Config{UniqueGrace: time.Second})
+	require.NoError(t, err)
+	_, pjs := srv.Connect()
+	producer, err := ax.NewClient(ctx, pjs, &ax.Config{PublishOnly: true, UniqueGrace: time.Second})
+	require.NoError(t, err)
+
+	spec := ax.TaskSpec{Type: "mail", Tenant: "acme", Payload: []byte("hi"), Unique: uniqueHour()}
+	key := kv.ClaimKey("acme", ax.UniqueHash("mail", "", []byte("hi")))
+	_, err = kv.NewClaims(js, streams.Names{}).Create(ctx, key,
+		&kv.Claim{Tenant: "acme", ID: "ghost", Type: "mail", Priority: 2, Key: "ghost", For: kv.Duration(time.Hour)}, time.Hour)
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, "ax.submit.p2.acme.mail.ghost", []byte("hi"))
+	require.NoError(t, err)
+	time.Sleep(1500 * time.Millisecond) // past the grace, on purpose
+
+	info, err := client.Submit(ctx, spec)
+	require.NoError(t, err)
+	require.True(t, info.UniqueSkipped, "the ghost's message waits in its bucket")
+	require.Equal(t, "ghost", info.ID)
+	require.Equal(t, uint64(1), natstest.StreamMsgs(t, js, "AX_P2"))
+
+	info, err = producer.Submit(ctx, spec)
+	require.NoError(t, err)
+	require.False(t, info.UniqueSkipped, "a publish-only client cannot see the message")
+	require.Equal(t, uint64(2), natstest.StreamMsgs(t, js, "AX_P2"))
+}
