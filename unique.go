@@ -27,6 +27,10 @@ const (
 	DefaultUniqueGrace = time.Minute
 )
 
+// claimWriteTimeout bounds the write that marks a claim published or
+// releases it.
+const claimWriteTimeout = 5 * time.Second
+
 // UniqueOpts makes a submit unique, as River's unique options and asynq's
 // Unique do: while a task of the same tenant and type, submitted with the
 // same unique key (Key, or else the payload: "unique by args") within the
@@ -137,9 +141,12 @@ func (c *Client) submitUnique(ctx context.Context, t TaskSpec) (TaskInfo, error)
 	sctx, cancel := context.WithTimeout(ctx, c.cfg.UniqueGrace/2)
 	defer cancel()
 	info, err := c.submit(sctx, t)
+	// The claim's last write is made even when ctx ends meanwhile.
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), claimWriteTimeout)
+	defer fcancel()
 	if err != nil {
 		if errors.Is(err, ErrOverloaded) || errors.Is(err, ErrInvalidTask) { // nothing stored: free the key
-			_ = c.claims.Release(context.WithoutCancel(ctx), key, rev)
+			_ = c.claims.Release(fctx, key, rev)
 		}
 		return info, err
 	}
@@ -147,7 +154,7 @@ func (c *Client) submitUnique(ctx context.Context, t TaskSpec) (TaskInfo, error)
 	if !info.RunAt.IsZero() && !c.cfg.PublishOnly {
 		mine.Stream, mine.Seq = "", 0 // its record names its schedule
 	}
-	if _, err := c.claims.Update(context.WithoutCancel(ctx), key, mine, t.Unique.For, rev); err != nil {
+	if _, err := c.claims.Update(fctx, key, mine, t.Unique.For, rev); err != nil {
 		// The task is stored; its claim stays unpublished, and holds for
 		// the grace, or as long as the task has a record in States.
 		c.cfg.Logger.Warn("unique_claim_not_confirmed", zap.String("task_id", t.ID), zap.String("tenant", t.Tenant),
