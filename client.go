@@ -65,6 +65,12 @@ type Config struct {
 	// Store is nil, and CancelDelayed and the cron methods return
 	// [ErrPublishOnly].
 	PublishOnly bool
+	// UniqueGrace is how long a unique claim whose task was not yet
+	// published, and has no record, holds its key ([UniqueOpts]): its
+	// submitter may still be publishing. Past it, the submitter is taken
+	// for dead and another submit may take the key over; a unique submit
+	// therefore publishes within half of it. At least 1s. Default 1m.
+	UniqueGrace time.Duration
 }
 
 func (c *Config) withDefaults() *Config {
@@ -80,6 +86,7 @@ func (c *Config) withDefaults() *Config {
 	out.Early = cmp.Or(out.Early, DefaultEarly)
 	out.MaxTimeout = cmp.Or(out.MaxTimeout, streams.DefaultMaxTimeout)
 	out.MaxDelay = cmp.Or(out.MaxDelay, streams.DefaultMaxDelay)
+	out.UniqueGrace = cmp.Or(out.UniqueGrace, DefaultUniqueGrace)
 	out.Store.Names = out.Names
 	return &out
 }
@@ -91,6 +98,9 @@ func (c *Config) validate() error {
 	if c.PublishRetries < 0 {
 		return fmt.Errorf("client config: PublishRetries %d must not be negative", c.PublishRetries)
 	}
+	if c.UniqueGrace < time.Second {
+		return fmt.Errorf("client config: UniqueGrace %s must be at least 1s", c.UniqueGrace)
+	}
 	return nil
 }
 
@@ -99,6 +109,7 @@ type Client struct {
 	cfg      *Config
 	js       jetstream.JetStream // own handle: its async publish window is ours
 	store    *kv.Store
+	claims   *kv.Claims
 	pressure atomic.Pointer[Pressure] // last backpressure report seen
 	// sent counts, per priority, the tasks this client stored since that
 	// report: admission adds them to the report's depth, so a burst is
@@ -126,7 +137,7 @@ func NewClient(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Clien
 	}
 	guard, ctx := denied.Watch(ctx, js.Conn())
 	defer guard.Stop()
-	c := &Client{cfg: cfg, js: own}
+	c := &Client{cfg: cfg, js: own, claims: kv.NewClaims(own, cfg.Names)}
 	if err := c.open(ctx, guard); err != nil {
 		var d *denied.Error
 		if !cfg.PublishOnly && errors.As(err, &d) {
@@ -167,6 +178,9 @@ var ErrPublishOnly = errors.New("not available to a publish-only client (Config.
 // Submit validates task, publishes it to its priority bucket and writes its
 // READY record. On [ErrOverloaded] nothing was stored; on another error the
 // task may or may not be stored, and retrying with the returned id is safe.
+// A task with [TaskSpec.Unique] first claims its unique key in AX_UNIQUE;
+// when another task holds it, nothing is published and the returned info
+// is that task's ([TaskInfo.UniqueSkipped]).
 func (c *Client) Submit(ctx context.Context, task TaskSpec) (TaskInfo, error) {
 	now := time.Now()
 	t, err := task.normalize(now)
@@ -179,10 +193,20 @@ func (c *Client) Submit(ctx context.Context, task TaskSpec) (TaskInfo, error) {
 	if err != nil {
 		return TaskInfo{ID: t.ID, Tenant: t.Tenant}, err
 	}
+	if t.Unique != nil {
+		return c.submitUnique(ctx, t)
+	}
+	return c.submit(ctx, t)
+}
+
+// submit stores a normalized task: its message and record, or its
+// schedule and record if delayed.
+func (c *Client) submit(ctx context.Context, t TaskSpec) (TaskInfo, error) {
 	if !t.RunAt.IsZero() && !c.cfg.PublishOnly {
 		return c.submitDelayed(ctx, t)
 	}
 	msg := t.message(c.cfg.Names)
+	var err error
 	var ack *jetstream.PubAck
 	for attempt := 0; ; attempt++ {
 		ack, err = c.js.PublishMsg(ctx, msg)
@@ -240,6 +264,12 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec) ([]TaskInfo,
 		infos[i].ID, infos[i].Tenant = t.ID, t.Tenant
 		if err != nil {
 			failed[i] = err
+			continue
+		}
+		if t.Unique != nil { // one claim each
+			if infos[i], err = c.submitUnique(ctx, t); err != nil {
+				failed[i] = err
+			}
 			continue
 		}
 		if !t.RunAt.IsZero() && !c.cfg.PublishOnly { // delayed: one schedule each

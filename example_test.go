@@ -76,3 +76,32 @@ func ExampleClient_SubmitJSON() {
 	// resize AX_P2
 	// cron added: true
 }
+
+// A unique task: a second submit of the same report within the hour
+// publishes nothing and names the first task.
+func ExampleUniqueOpts() {
+	ctx := context.Background()
+	js, stop := natstest.Example(ctx)
+	defer stop()
+
+	client, err := ax.NewClient(ctx, js, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = client.Close() }()
+	report := func(id string) ax.TaskInfo {
+		info, err := client.SubmitJSON(ctx, Email{To: "ops@example.com"}, &ax.TaskSpec{ID: id, Tenant: "acme",
+			Unique: &ax.UniqueOpts{For: time.Hour}}) // unique by args; Key: "…" for unique by a key
+		if err != nil {
+			fmt.Println(err)
+		}
+		return info
+	}
+	first, again := report("digest-1"), report("digest-2")
+	fmt.Println(first.ID, first.UniqueSkipped)
+	fmt.Println(again.ID, again.UniqueSkipped)
+	// Output:
+	// digest-1 false
+	// digest-1 true
+}

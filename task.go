@@ -55,6 +55,11 @@ type TaskSpec struct {
 	// Delay delays the task by this long (RunAt = now + Delay). Zero runs it
 	// at once; negative is an error. Not together with RunAt.
 	Delay time.Duration `json:"delay,omitempty"`
+	// Unique, when set, makes the submit publish nothing while a task of
+	// the same tenant, type and unique key submitted within the period is
+	// in one of the chosen states: it returns that task, with
+	// [TaskInfo.UniqueSkipped] set. See [UniqueOpts].
+	Unique *UniqueOpts `json:"unique,omitempty"`
 }
 
 // TaskInfo describes an accepted task.
@@ -69,8 +74,14 @@ type TaskInfo struct {
 	// RunAt is when a delayed task becomes due; zero when it runs at once.
 	RunAt time.Time
 	// Duplicate is true when the id had been submitted already within the
-	// de-duplication window; nothing new was stored.
+	// de-duplication window, or another task holds the unique key
+	// (UniqueSkipped); nothing new was stored.
 	Duplicate bool
+	// UniqueSkipped is true when the submit published nothing because
+	// another task holds its unique key ([TaskSpec.Unique]), as River's
+	// UniqueSkippedAsDuplicate: ID (and Stream, Sequence, Priority, Shard)
+	// are that task's.
+	UniqueSkipped bool
 }
 
 // normalize fills defaults and validates the task, naming the bad field.
@@ -111,6 +122,13 @@ func (t TaskSpec) normalize(now time.Time) (TaskSpec, error) {
 		return bad("Delay %s is negative", t.Delay)
 	case t.Delay > 0 && !t.RunAt.IsZero():
 		return bad("Delay and RunAt are both set; set one")
+	}
+	if t.Unique != nil {
+		u, err := t.Unique.normalize()
+		if err != nil {
+			return bad("%s", err)
+		}
+		t.Unique = u
 	}
 	if t.Delay > 0 {
 		t.RunAt, t.Delay = now.Add(t.Delay), 0

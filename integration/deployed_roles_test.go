@@ -163,6 +163,19 @@ func TestDeployedRoles(t *testing.T) {
 	require.Equal(t, "role-later", strings.TrimSpace(mustAxAs(t, url, "service",
 		"submit", "echo", "--publish-only", "--delay", "1s", "--id", "role-later")))
 
+	// A unique task, with the CLI as the tenant's producer (its claims in
+	// AX_UNIQUE and its records, read one key at a time): a second submit
+	// within the period prints the first task and publishes nothing.
+	uniqueArgs := func(id string) []string {
+		return []string{"submit", "echo", "--publish-only", "--tenant", "acme", "--inbox-prefix", "_INBOX.producer-acme",
+			"--unique-for", "1h", "--unique-key", "nightly", "--id", id}
+	}
+	t.Run("a unique task as the tenant's producer", func(t *testing.T) {
+		require.Equal(t, "role-unique", strings.TrimSpace(mustAxAs(t, url, "producer-acme", uniqueArgs("role-unique")...)))
+		require.Equal(t, "role-unique (duplicate: this task holds the unique key; nothing published)",
+			strings.TrimSpace(mustAxAs(t, url, "producer-acme", uniqueArgs("role-unique-2")...)))
+	})
+
 	// And with the Go client, publish-only, as each.
 	ctx := context.Background()
 	service, err := ax.NewClient(ctx, jsOf(t, connectRole(t, srv, "service", "_INBOX.service")), &ax.Config{PublishOnly: true})
@@ -198,13 +211,19 @@ func TestDeployedRoles(t *testing.T) {
 	}
 
 	// The operator sees every task succeed, and the workers.
-	for _, id := range []string{"role-service", "role-acme", "role-later", "role-go-service", "role-go-batch-1", "role-go-batch-2", "role-go-acme"} {
+	for _, id := range []string{"role-service", "role-acme", "role-later", "role-go-service", "role-go-batch-1", "role-go-batch-2", "role-go-acme", "role-unique"} {
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			out, _, err := runAxAs(url, "operator", time.Minute, "task", "get", id)
 			assert.NoError(c, err)
 			assert.Regexp(c, `State\s+SUCCEEDED`, out)
 		}, 30*time.Second, 200*time.Millisecond, "task %s", id)
 	}
+	t.Run("a succeeded unique task still holds its key", func(t *testing.T) {
+		require.Equal(t, "role-unique (duplicate: this task holds the unique key; nothing published)",
+			strings.TrimSpace(mustAxAs(t, url, "producer-acme", uniqueArgs("role-unique-3")...)))
+		_, _, err := runAxAs(url, "operator", time.Minute, "task", "get", "role-unique-2", "--tenant", "acme")
+		require.ErrorContains(t, err, "unknown task", "the duplicates made no task")
+	})
 	require.Regexp(t, `(?m)^P2\s+0\s`, mustAxAs(t, url, "operator", "stats"))
 	require.Contains(t, mustAxAs(t, url, "operator", "workers"), "worker-1")
 

@@ -11,4 +11,10 @@
 // time, duration, error, operator action), so the record is its own trail and
 // a move costs one write. A deployment can also mirror each move to the
 // AX_TRAIL stream ([StoreConfig.TrailStream]).
+//
+// Unique tasks: [Claims] writes a unique key's claim in AX_UNIQUE by
+// compare-and-set, so of concurrent claims exactly one is stored, and each
+// claim lives for its period at most (its per-message TTL). It reads with
+// direct gets that name one key, so that a producer whose permissions are
+// limited to its tenant's keys can use it.
 package kv

@@ -86,6 +86,10 @@ func (n Names) WorkersBucket() string { return n.upperPrefix() + "_WORKERS" }
 // ControlBucket returns the KV bucket of control state, e.g. "AX_CONTROL".
 func (n Names) ControlBucket() string { return n.upperPrefix() + "_CONTROL" }
 
+// UniqueBucket returns the KV bucket of unique-task claims, e.g.
+// "AX_UNIQUE" (docs/WIRE.md, "Unique tasks").
+func (n Names) UniqueBucket() string { return n.upperPrefix() + "_UNIQUE" }
+
 // SubmitSubject returns the subject a service publishes a task to.
 func (n Names) SubmitSubject(priority int, tenant, taskType, key string) string {
 	return fmt.Sprintf("%s.submit.p%d.%s.%s.%s", n.Prefix(), priority, tenant, taskType, key)

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/kv"
 	"github.com/spf13/cobra"
 )
 
@@ -17,12 +19,16 @@ func addSubmit(root *cobra.Command, e *env) {
 	var deadline string
 	var runAt string
 	var publishOnly bool
+	var unique ax.UniqueOpts
+	var uniqueStates []string
 	cmd := &cobra.Command{
 		Use:   "submit TYPE",
 		Short: "Submit one task",
 		Example: `  ax submit sleep --payload '{"ms":100}' --priority p1 --tenant acme
   ax submit echo --payload hello --id order-42
   ax submit echo --payload later --delay 30s
+  ax submit report --payload '{"day":"2026-12-01"}' --unique-for 1h
+  ax submit rebuild --unique-key index --unique-for 10m --unique-states pending,ready,running,retrying
   NATS_USER=service ax submit echo --payload hi --publish-only`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -57,6 +63,14 @@ func addSubmit(root *cobra.Command, e *env) {
 				}
 				t.RunAt = at
 			}
+			if unique.For != 0 {
+				for _, s := range uniqueStates {
+					unique.States = append(unique.States, kv.State(strings.ToUpper(strings.TrimSpace(s))))
+				}
+				t.Unique = &unique
+			} else if unique.Key != "" || len(uniqueStates) > 0 {
+				return fmt.Errorf("--unique-key and --unique-states need --unique-for (the period)")
+			}
 			nc, js, err := e.connect("ax submit", roleService)
 			if err != nil {
 				return err
@@ -78,7 +92,10 @@ func addSubmit(root *cobra.Command, e *env) {
 				return writeJSON(e.out, info)
 			}
 			dup := ""
-			if info.Duplicate {
+			switch {
+			case info.UniqueSkipped:
+				dup = " (duplicate: this task holds the unique key; nothing published)"
+			case info.Duplicate:
 				dup = " (duplicate: already submitted)"
 			}
 			fmt.Fprintf(e.out, "%s%s\n", info.ID, dup)
@@ -99,6 +116,9 @@ func addSubmit(root *cobra.Command, e *env) {
 	f.StringVar(&runAt, "run-at", "", "RFC 3339 time the task becomes due (PENDING until then)")
 	f.DurationVar(&t.Delay, "delay", 0, "delay the task by this long (PENDING until then)")
 	f.BoolVar(&publishOnly, "publish-only", false, "only publish the task, as a producer allowed only to submit does (the service and producer-<tenant> users of docs/ax-permissions.conf): no record is written at submit, the worker that first sees the task writes it, and a delayed task is deferred by a worker")
+	f.DurationVar(&unique.For, "unique-for", 0, "unique for this period (at least 1s): while a task of the tenant and type with the same payload (or --unique-key) is in one of --unique-states, print its id and publish nothing")
+	f.StringVar(&unique.Key, "unique-key", "", "with --unique-for: unique by this key instead of the payload")
+	f.StringSliceVar(&uniqueStates, "unique-states", nil, "with --unique-for: the states in which the earlier task blocks a new one (default: every state but dead and cancelled)")
 	root.AddCommand(cmd)
 }
 
