@@ -48,9 +48,8 @@ func (a *Service) redispatch(ctx context.Context, rec *kv.Record, rev uint64, sr
 		return nil, fmt.Errorf("%s task %s: publish generation %d: %w", action, rec.Ref(), gen, err)
 	}
 	next, nextRev, err := a.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: action}, func(r *kv.Record) error {
-		r.Gen = gen
 		r.Priority = priority
-		r.Stream, r.StreamSeq = ack.Stream, ack.Sequence
+		r.Bind(gen, ack.Stream, ack.Sequence)
 		if mutate != nil {
 			mutate(r)
 		}

@@ -215,7 +215,8 @@ func (a *aging) lift(ctx context.Context, stream jetstream.Stream, prio int, raw
 	}
 	waited := time.Since(since)
 	_, _, err = a.l.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: "aging"}, func(r *kv.Record) error {
-		r.Priority, r.Gen, r.Stream, r.StreamSeq = prio-1, gen, ack.Stream, ack.Sequence
+		r.Priority = prio - 1
+		r.Bind(gen, ack.Stream, ack.Sequence)
 		return nil
 	})
 	if errors.Is(err, kv.ErrConflict) {

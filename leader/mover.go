@@ -218,7 +218,7 @@ func (m *mover) release(ctx context.Context, d *dueTask) {
 	}
 	if rec != nil {
 		_, _, err = m.l.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: "due"}, func(r *kv.Record) error {
-			r.Gen, r.Stream, r.StreamSeq = gen, ack.Stream, ack.Sequence
+			r.Bind(gen, ack.Stream, ack.Sequence)
 			return nil
 		})
 		if errors.Is(err, kv.ErrConflict) {

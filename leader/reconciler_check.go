@@ -195,7 +195,7 @@ func (r *reconciler) republish(ctx context.Context, rec *kv.Record, rev uint64, 
 	}
 	reason := fmt.Sprintf("message lost: %s; re-published from its %s as %s #%d", lost, src.where, ack.Stream, ack.Sequence)
 	_, _, err = r.l.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: "reconcile", Error: reason}, func(next *kv.Record) error {
-		next.Gen, next.Stream, next.StreamSeq = gen, ack.Stream, ack.Sequence
+		next.Bind(gen, ack.Stream, ack.Sequence)
 		return nil
 	})
 	if errors.Is(err, kv.ErrConflict) {
@@ -217,7 +217,8 @@ func (r *reconciler) reschedule(ctx context.Context, rec *kv.Record, rev uint64,
 	reason := fmt.Sprintf("message lost: %s; its %s still waits for %s: PENDING again", lost, src.where, src.runAt.UTC().Format(time.RFC3339Nano))
 	_, _, err := r.l.store.Apply(ctx, rec, rev, kv.StatePending, kv.Actor{Action: "reconcile", Error: reason}, func(next *kv.Record) error {
 		at := src.runAt.UTC()
-		next.RunAt, next.Stream, next.StreamSeq = &at, "", 0
+		next.RunAt = &at
+		next.Bind(next.Gen, "", 0) // unbound: the mover releases it
 		return nil
 	})
 	if errors.Is(err, kv.ErrConflict) {
