@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
@@ -34,6 +35,9 @@ type Mover struct {
 	js    jetstream.JetStream
 	store *kv.Store
 	cfg   Config
+	// streams caches a handle per stream name: a delete then costs one
+	// request, not a stream info first. A handle only carries the name.
+	streams sync.Map // string -> jetstream.Stream
 }
 
 // New returns a Mover that publishes copies through js and writes records
@@ -303,9 +307,16 @@ func (m *Mover) publish(ctx context.Context, subject, id string, gen uint64, pri
 
 // delete removes a stored message; one already gone is no error.
 func (m *Mover) delete(ctx context.Context, msg Message) error {
-	stream, err := m.js.Stream(ctx, msg.Stream)
+	var err error
+	stream, ok := m.streams.Load(msg.Stream)
+	if !ok {
+		var s jetstream.Stream
+		if s, err = m.js.Stream(ctx, msg.Stream); err == nil {
+			stream, _ = m.streams.LoadOrStore(msg.Stream, s)
+		}
+	}
 	if err == nil {
-		err = stream.DeleteMsg(ctx, msg.Seq)
+		err = stream.(jetstream.Stream).DeleteMsg(ctx, msg.Seq)
 	}
 	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return fmt.Errorf("delete %s #%d: %w", msg.Stream, msg.Seq, err)
