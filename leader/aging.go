@@ -125,6 +125,9 @@ func (a *aging) scan(ctx context.Context, stream jetstream.Stream, prio int, fil
 			budget.lifts = 0
 			return nil
 		}
+		if errors.Is(err, errNotLeading) {
+			return err // no lift can land: each would publish a copy only to delete it
+		}
 		if err != nil {
 			a.log.Warn("lift_failed", zap.Uint64("seq", msg.Sequence), zap.Error(err))
 			continue
