@@ -457,7 +457,7 @@ func (c *Client) existing(ctx context.Context, t TaskSpec, ack *jetstream.PubAck
 			// a worker may have bound this very message, or another one.
 			_, _, err := c.store.Apply(ctx, rec, rev, kv.StatePaused, kv.Actor{Action: "bind"}, func(r *kv.Record) error {
 				r.Type, r.Tenant, r.Key, r.Priority = t.Type, t.Tenant, t.Key, t.Priority.level()
-				r.Gen, r.Stream, r.StreamSeq = 1, ack.Stream, ack.Sequence
+				r.Bind(1, ack.Stream, ack.Sequence)
 				return nil
 			})
 			if errors.Is(err, kv.ErrConflict) {

@@ -188,8 +188,9 @@ func (t TaskSpec) record(stream string, seq uint64) *kv.Record {
 	rec := &kv.Record{
 		ID: t.ID, Type: t.Type, Tenant: t.Tenant, Key: t.Key, Priority: t.Priority.level(),
 		State: state, MaxAttempts: t.MaxAttempts, Timeout: kv.Duration(t.Timeout),
-		Core: t.Core, Gen: 1, Stream: stream, StreamSeq: seq,
+		Core: t.Core,
 	}
+	rec.Bind(1, stream, seq)
 	if !t.Deadline.IsZero() {
 		d := t.Deadline.UTC()
 		rec.Deadline = &d

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ax-mesh/ax/internal/move"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -77,6 +78,7 @@ type Service struct {
 	cfg   *Config
 	js    jetstream.JetStream
 	store *kv.Store
+	moves *move.Mover
 	log   *zap.Logger
 
 	mu  sync.Mutex
@@ -94,7 +96,11 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Service, er
 	if err != nil {
 		return nil, fmt.Errorf("new admin: %w", err)
 	}
-	return &Service{cfg: cfg, js: js, store: store, log: cfg.Logger.Named("scheduler.admin")}, nil
+	moves, err := move.New(js, store, &move.Config{Names: cfg.Names})
+	if err != nil {
+		return nil, fmt.Errorf("new admin: %w", err)
+	}
+	return &Service{cfg: cfg, js: js, store: store, moves: moves, log: cfg.Logger.Named("scheduler.admin")}, nil
 }
 
 // startFlushTimeout bounds Start's wait for the server to confirm the

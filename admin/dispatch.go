@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ax-mesh/ax/internal/move"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 	"go.uber.org/zap"
 )
 
@@ -19,15 +19,12 @@ type source struct {
 	seq    uint64
 }
 
-// redispatch publishes a copy of src's message to bucket priority with the
-// next generation, then moves rec (read at rev) to READY by compare-and-set
-// with the copy as its current message, then deletes src. A worker runs a
-// task only from the message its record names, so a crash between the steps
-// loses nothing and runs nothing twice: before the compare-and-set the copy
-// is an orphan that workers drop, after it src is. The copy's Nats-Msg-Id is
-// unique to this call. On a definite lost compare-and-set the copy is
-// deleted and [kv.ErrConflict] returned; on an ambiguous failure (a timeout:
-// the write may have landed) the copy is kept.
+// redispatch moves rec (read at rev) to READY on a copy of src's message in
+// bucket priority, through the move protocol ([move.Mover.Move]): the copy
+// is published with the next generation, the record names it by
+// compare-and-set, then src is deleted. A lost compare-and-set deletes the
+// copy and returns [kv.ErrConflict] (the caller reads again); an unclear one
+// keeps the copy and returns the write's error; a full bucket is a 409.
 func (a *Service) redispatch(ctx context.Context, rec *kv.Record, rev uint64, src source, priority int, action string, mutate func(*kv.Record)) (*TaskReply, error) {
 	raw, err := a.getMsg(ctx, src)
 	if err != nil {
@@ -36,35 +33,25 @@ func (a *Service) redispatch(ctx context.Context, rec *kv.Record, rev uint64, sr
 	if raw.Header.Get(streams.HeaderPayloadTruncated) != "" {
 		return nil, conflict("task %s: its dead letter lost its payload (too large to keep); resubmit the task", rec.Ref())
 	}
-	gen := rec.Gen + 1
-	msg := streams.TaskCopy(a.cfg.Names.CopySubject(priority, rec.Tenant, rec.Type, rec.Key), raw.Data, raw.Header,
-		rec.ID, gen, nuid.Next(), streams.DeadLetterHeaders()...)
-	ack, err := a.js.PublishMsg(ctx, msg)
-	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == streams.ErrCodeBucketFull {
-			return nil, conflict("bucket %s is full (%s); retry when it drains", a.cfg.Names.PriorityStream(priority), apiErr.Description)
-		}
-		return nil, fmt.Errorf("%s task %s: publish generation %d: %w", action, rec.Ref(), gen, err)
+	req := move.Request{Record: rec, Revision: rev, To: kv.StateReady, Priority: priority, Actor: kv.Actor{Action: action},
+		Copy: move.Copy{Data: raw.Data, Header: raw.Header, Drop: streams.DeadLetterHeaders()},
+		Old:  move.Message{Stream: src.stream, Seq: src.seq}}
+	if mutate != nil {
+		req.Mutate = func(r *kv.Record) error { mutate(r); return nil }
 	}
-	next, nextRev, err := a.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: action}, func(r *kv.Record) error {
-		r.Gen = gen
-		r.Priority = priority
-		r.Stream, r.StreamSeq = ack.Stream, ack.Sequence
-		if mutate != nil {
-			mutate(r)
-		}
-		return nil
-	})
+	res, err := a.moves.Move(ctx, req)
+	if res.DeleteErr != nil {
+		a.log.Debug("delete_superseded_message", zap.Error(res.DeleteErr))
+	}
+	var full *move.BucketFullError
+	if errors.As(err, &full) {
+		return nil, conflict("%s", full.Error())
+	}
 	if err != nil {
-		if errors.Is(err, kv.ErrConflict) {
-			a.deleteMsg(ctx, source{stream: ack.Stream, seq: ack.Sequence})
-		}
 		return nil, err
 	}
-	a.deleteMsg(ctx, src)
-	a.log.Info("task_"+action, zapTask(rec.Ref()), zapFrom(rec.State), zap.Uint64("gen", gen), zap.Int("priority", priority))
-	return &TaskReply{Task: next, Revision: nextRev, Redispatched: true}, nil
+	a.log.Info("task_"+action, zapTask(rec.Ref()), zapFrom(rec.State), zap.Uint64("gen", res.Gen), zap.Int("priority", priority))
+	return &TaskReply{Task: res.Record, Revision: res.Revision, Redispatched: true}, nil
 }
 
 // current returns where rec's current message is stored, or false when no

@@ -176,7 +176,8 @@ func TestLateAgingCASCannotNameADroppedOrphan(t *testing.T) {
 
 	// The leader wakes and finishes aging's steps.
 	_, _, err = b.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: "aging"}, func(r *kv.Record) error {
-		r.Priority, r.Gen, r.Stream, r.StreamSeq = 2, rec.Gen+1, ack.Stream, ack.Sequence
+		r.Priority = 2
+		r.Bind(rec.Gen+1, ack.Stream, ack.Sequence)
 		return nil
 	})
 	if err == nil {
@@ -310,7 +311,7 @@ func TestReleasedCopyFromBeforeReprioritizeIsNotAdopted(t *testing.T) {
 	require.NoError(t, b.call(admin.VerbTaskReprioritize, admin.ReprioritizeRequest{ID: id, Priority: 1}, nil))
 	// The mover's compare-and-set loses; it will release again (its schedule stays).
 	_, _, err = b.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: "due"}, func(r *kv.Record) error {
-		r.Gen, r.Stream, r.StreamSeq = rec.Gen+1, ack.Stream, ack.Sequence
+		r.Bind(rec.Gen+1, ack.Stream, ack.Sequence)
 		return nil
 	})
 	require.ErrorIs(t, err, kv.ErrConflict)
@@ -349,7 +350,8 @@ func (b *meshBundle) handMove(t *testing.T, id string, priority int, to kv.State
 		return
 	}
 	_, _, err = b.store.Apply(ctx, rec, rev, to, kv.Actor{Action: "hand"}, func(r *kv.Record) error {
-		r.Gen, r.Priority, r.Stream, r.StreamSeq = rec.Gen+1, priority, ack.Stream, ack.Sequence
+		r.Priority = priority
+		r.Bind(rec.Gen+1, ack.Stream, ack.Sequence)
 		if rec.State == kv.StateDead {
 			r.Attempt, r.DLQSeq, r.FinishedAt = 0, 0, nil
 		}

@@ -5,7 +5,8 @@
 // Safety: every state change is one KV write conditioned on the revision that
 // was read, so of two writers that read the same revision exactly one
 // succeeds; the loser gets [ErrConflict] and must not act as if it had moved
-// the task. No code outside this package assigns a record's state.
+// the task. No code outside this package assigns a record's state, nor its
+// binding (the message that runs it): [Record.Bind] is its one writer.
 //
 // Trail: each record carries the moves that produced it (from, to, worker,
 // time, duration, error, operator action), so the record is its own trail and

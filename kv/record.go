@@ -27,7 +27,8 @@ type Record struct {
 	Deadline    *time.Time `json:"deadline,omitempty"`
 	RunAt       *time.Time `json:"run_at,omitempty"`
 	// Gen is the dispatch generation: a message whose Ax-Gen is behind it is
-	// a stale copy and is dropped.
+	// a stale copy and is dropped. Gen, Stream and StreamSeq are the
+	// record's binding: only [Record.Bind] writes them.
 	Gen uint64 `json:"gen"`
 	// Worker holds the task while RUNNING (and names the last holder after).
 	Worker string `json:"worker,omitempty"`
@@ -38,7 +39,7 @@ type Record struct {
 	// that may run it while it is READY, RETRYING or RUNNING. Any other
 	// message naming the task is a stale copy or a duplicate and is dropped.
 	// A zero StreamSeq means no message is bound yet (a record written
-	// before its message was seen).
+	// before its message was seen). Only [Record.Bind] writes them.
 	Stream    string `json:"stream,omitempty"`
 	StreamSeq uint64 `json:"stream_seq,omitempty"`
 	// Lost counts the attempts whose worker was lost while running them
@@ -165,6 +166,25 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 
 // String formats d like [time.Duration].
 func (d Duration) String() string { return time.Duration(d).String() }
+
+// Bind names the message that runs the task: generation gen, stored in
+// stream at seq. It is the one writer of the record's binding ([Record.Gen],
+// [Record.Stream], [Record.StreamSeq]), as [Store.Apply] is of its state: a
+// move to another message ([github.com/ax-mesh/ax/internal/move]), a worker
+// binding the first message it meets, a record born naming its message all
+// go through it, so the rule "only the message the record names runs the
+// task" has one place to read. A stream of "" and a seq of 0 unbind the
+// record (no message is bound; the generation stays). Nothing outside this
+// package assigns the three fields (TestOnlyBindWritesTheBinding reads the
+// module's sources for it).
+//
+// A generation only grows: a message whose Ax-Gen is behind the record's is
+// dropped as stale, so binding a lower one would strand the message bound.
+// Bind does not check it; the callers pass the record's generation or a
+// message's that is ahead of it.
+func (r *Record) Bind(gen uint64, stream string, seq uint64) {
+	r.Gen, r.Stream, r.StreamSeq = gen, stream, seq
+}
 
 // MessageStream returns the stream of the record's current message: its
 // Stream, or, for a record written before Stream was kept, the bucket of

@@ -8,10 +8,11 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ax-mesh/ax/internal/move"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 	"go.uber.org/zap"
 )
 
@@ -116,7 +117,17 @@ func (a *aging) scan(ctx context.Context, stream jetstream.Stream, prio int, fil
 			return nil
 		}
 		seq = msg.Sequence + 1
-		ok, err := a.lift(ctx, stream, prio, msg)
+		ok, err := a.lift(ctx, prio, msg)
+		if errors.Is(err, move.ErrBucketFull) {
+			// Nothing moved; every other lift into that bucket would be
+			// refused as well: the tasks rise once it drains.
+			a.log.Debug("aging_bucket_full", zap.Int("priority", prio-1), zap.Error(err))
+			budget.lifts = 0
+			return nil
+		}
+		if errors.Is(err, errNotLeading) {
+			return err // no lift can land: each would publish a copy only to delete it
+		}
 		if err != nil {
 			a.log.Warn("lift_failed", zap.Uint64("seq", msg.Sequence), zap.Error(err))
 			continue
@@ -177,7 +188,7 @@ func waitingSince(rec *kv.Record) (time.Time, int) {
 
 // lift moves one waiting message up a level if its task is READY at the
 // message's generation. It reports whether it did.
-func (a *aging) lift(ctx context.Context, stream jetstream.Stream, prio int, raw *jetstream.RawStreamMsg) (bool, error) {
+func (a *aging) lift(ctx context.Context, prio int, raw *jetstream.RawStreamMsg) (bool, error) {
 	names := a.l.cfg.Names
 	stored, opts, err := names.ParseMessage(raw.Subject, raw.Header)
 	if err != nil || opts.ID == "" {
@@ -203,41 +214,30 @@ func (a *aging) lift(ctx context.Context, stream jetstream.Stream, prio int, raw
 	if time.Since(since) < time.Duration(lifts+1)*a.l.cfg.AgingThreshold {
 		return false, nil // not yet due for its next level
 	}
-	gen := rec.Gen + 1
-	msg := streams.TaskCopy(names.CopySubject(prio-1, rec.Tenant, rec.Type, rec.Key), raw.Data, raw.Header, rec.ID, gen, nuid.Next())
-	msg.Header.Set(streams.HeaderWaitingSince, since.UTC().Format(time.RFC3339Nano))
-	if !a.l.held() {
-		return false, errNotLeading
+	set := nats.Header{}
+	set.Set(streams.HeaderWaitingSince, since.UTC().Format(time.RFC3339Nano))
+	res, err := a.l.moves.Move(ctx, move.Request{Record: rec, Revision: rev, To: kv.StateReady, Priority: prio - 1,
+		Actor: kv.Actor{Action: "aging"}, Copy: move.Copy{Data: raw.Data, Header: raw.Header, Set: set},
+		Old: move.Message{Stream: names.PriorityStream(prio), Seq: raw.Sequence}, Guard: a.l.guard})
+	switch res.Outcome {
+	case move.Landed:
+		if res.DeleteErr != nil {
+			a.log.Debug("delete_aged_failed", zap.String("task_id", rec.ID), zap.Error(res.DeleteErr)) // a worker drops the stale copy
+		}
+		a.log.Debug("task_aged", zap.String("task_id", rec.ID), zap.Int("from", prio), zap.Int("to", prio-1), zap.Duration("waited", time.Since(since)))
+		return true, nil
+	case move.Lost:
+		if res.DeleteErr != nil {
+			a.log.Debug("delete_copy_failed", zap.Uint64("seq", res.Copy.Seq), zap.Error(res.DeleteErr))
+		}
+		if errors.Is(err, kv.ErrConflict) {
+			// A worker claimed it, or an operator moved it, meanwhile: the
+			// record names another message, and the copy is gone.
+			return false, nil
+		}
+		return false, err // the lease lapsed
 	}
-	ack, err := a.l.js.PublishMsg(ctx, msg)
-	if err != nil {
-		return false, fmt.Errorf("age task %s: publish to P%d: %w", rec.ID, prio-1, err)
-	}
-	waited := time.Since(since)
-	_, _, err = a.l.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: "aging"}, func(r *kv.Record) error {
-		r.Priority, r.Gen, r.Stream, r.StreamSeq = prio-1, gen, ack.Stream, ack.Sequence
-		return nil
-	})
-	if errors.Is(err, kv.ErrConflict) {
-		// A worker claimed it, or an operator moved it, meanwhile: the
-		// record names another message, so the copy is not needed.
-		a.deleteMsg(ctx, ack.Stream, ack.Sequence)
-		return false, nil
-	}
-	if err != nil {
-		// Ambiguous (the write may have landed): keep the copy. If the
-		// record names it, it runs; if not, workers drop it as an orphan.
-		return false, err
-	}
-	if err := stream.DeleteMsg(ctx, raw.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		a.log.Debug("delete_aged_failed", zap.String("task_id", rec.ID), zap.Error(err)) // a worker drops the stale copy
-	}
-	a.log.Debug("task_aged", zap.String("task_id", rec.ID), zap.Int("from", prio), zap.Int("to", prio-1), zap.Duration("waited", waited))
-	return true, nil
-}
-
-func (a *aging) deleteMsg(ctx context.Context, streamName string, seq uint64) {
-	if err := a.l.deleteMsg(ctx, streamName, seq); err != nil {
-		a.log.Debug("delete_copy_failed", zap.Uint64("seq", seq), zap.Error(err))
-	}
+	// Unclear (the copy is kept: the record decides), a full bucket above
+	// (nothing written), or a failed publish.
+	return false, err
 }

@@ -36,8 +36,8 @@ func TestReconcilerNeverReleasesPendingEarly(t *testing.T) {
 	b := setupReconcile(t)
 	ctx := context.Background()
 	runAt := time.Now().Add(3 * time.Second).UTC()
-	_, _, err := b.store.Create(ctx, &kv.Record{ID: "early", Type: "x", Tenant: "acme", Key: "k", Priority: 2,
-		State: kv.StatePending, Gen: 1, RunAt: &runAt}, kv.Actor{Action: "publish"})
+	_, _, err := b.store.Create(ctx, bound(&kv.Record{ID: "early", Type: "x", Tenant: "acme", Key: "k", Priority: 2,
+		State: kv.StatePending, RunAt: &runAt}, 1, "", 0), kv.Actor{Action: "publish"})
 	require.NoError(t, err)
 	msg := nats.NewMsg(streams.DefaultNames().SubmitSubject(2, "acme", "x", "k"))
 	msg.Header.Set(streams.HeaderMsgID, "early")

@@ -92,9 +92,10 @@ func (e *Elector) Leading() bool { return e.leading.Load() }
 
 // Held reports, synchronously and without I/O, whether this contender leads
 // and its lease is still valid by the local clock ([kv.Lease.Held]). Every
-// leader write is made only after it answers true: a leader frozen past its
-// lease (SIGSTOP, a long pause) finds it false the moment it wakes, even
-// before its guarded context ends, and stays false until it wins again.
+// leader write is made only after it answers true (a move's, its record's
+// compare-and-set: the move's guard): a leader frozen past its lease
+// (SIGSTOP, a long pause) finds it false the moment it wakes, even before
+// its guarded context ends, and stays false until it wins again.
 func (e *Elector) Held() bool { return e.leading.Load() && e.lease.Held() }
 
 // Leader returns the current leader's id, or "" when nobody leads.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/move"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -152,7 +153,8 @@ type Leader struct {
 	cfg     *Config
 	js      jetstream.JetStream
 	store   *kv.Store
-	client  *ax.Client // submits cron tasks
+	moves   *move.Mover // aging, release and the reconciler's re-publish
+	client  *ax.Client  // submits cron tasks
 	elector *Elector
 	log     *zap.Logger
 	// refusing says, per priority, whether the bucket refused non-core
@@ -179,7 +181,11 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Leader, err
 	if err != nil {
 		return nil, fmt.Errorf("new leader: %w", err)
 	}
-	return &Leader{cfg: cfg, js: js, store: store, client: client, elector: elector, log: cfg.Logger.Named("scheduler")}, nil
+	moves, err := move.New(js, store, &move.Config{Names: cfg.Names})
+	if err != nil {
+		return nil, fmt.Errorf("new leader: %w", err)
+	}
+	return &Leader{cfg: cfg, js: js, store: store, moves: moves, client: client, elector: elector, log: cfg.Logger.Named("scheduler")}, nil
 }
 
 // ID returns this contender's id.
@@ -194,6 +200,15 @@ func (l *Leader) Elector() *Elector { return l.elector }
 // held is the check every control loop makes right before a write: see
 // [Elector.Held].
 func (l *Leader) held() bool { return l.elector.Held() }
+
+// guard is a move's lease check ([move.Request.Guard]), made just before
+// its compare-and-set: a leader that no longer leads writes no record.
+func (l *Leader) guard(context.Context) error {
+	if !l.held() {
+		return errNotLeading
+	}
+	return nil
+}
 
 // deleteMsg deletes message seq of stream streamName; one already gone is
 // no error.

@@ -8,11 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ax-mesh/ax/internal/move"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 	"go.uber.org/zap"
 )
 
@@ -154,16 +154,18 @@ func (m *mover) receive(msg jetstream.Msg) {
 	}
 }
 
-// release moves one due task into its bucket: publish a copy (a
-// Nats-Msg-Id unique to this release), move the record PENDING -> READY
-// naming the copy as its current message, delete the fired schedule. A
-// worker that meets the copy first binds the record to it itself (a released
-// copy of a PENDING task is its next message). A failure leaves the fired
-// schedule for the next pass or the next leader; a second copy that a retry
-// publishes is dropped by workers, since the record names only one. A task
-// is never released before its record's run time. A copy its bucket
-// refuses for what it is ([streams.Refused]: too large, say) would be
-// refused forever: the task is buried instead ([mover.bury]).
+// release moves one due task into its bucket through the move protocol
+// ([move.Mover.Move]): publish a copy (a Nats-Msg-Id unique to this
+// release), move the record PENDING -> READY naming the copy as its current
+// message, delete the fired schedule. A worker that meets the copy first
+// binds the record to it itself (a released copy of a PENDING task is its
+// next message), so a lost compare-and-set keeps the copy. A failure leaves
+// the fired schedule for the next pass or the next leader; a second copy
+// that a retry publishes is dropped by workers, since the record names only
+// one. A task is never released before its record's run time. A copy its
+// bucket refuses for what it is ([streams.Refused]: too large, say) would
+// be refused forever: the task is buried instead ([mover.bury]); one a full
+// bucket refuses is released again a second later.
 func (m *mover) release(ctx context.Context, d *dueTask) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -192,7 +194,7 @@ func (m *mover) release(ctx context.Context, d *dueTask) {
 		m.recheck(d, time.Second)
 		return
 	}
-	msg, gen, ok := m.copyOf(d, rec)
+	task, ok := m.target(d, rec)
 	if !ok {
 		// No record, and a submit subject that does not parse or names
 		// another tenant than the schedule's: nothing of the tenant's can
@@ -203,36 +205,34 @@ func (m *mover) release(ctx context.Context, d *dueTask) {
 		return
 	}
 	sleep(ctx, time.Until(d.runAt)) // a change meanwhile fails the compare-and-set below
-	msg.Header.Set(streams.HeaderReleasedAt, time.Now().UTC().Format(time.RFC3339Nano))
-	if !m.l.held() {
-		return // no longer leading: the fired schedule stays for the next leader
-	}
-	ack, err := m.l.js.PublishMsg(ctx, msg)
-	if streams.Refused(err) {
-		m.bury(ctx, d, rec, rev, err) // a retry would be refused again
-		return
-	}
-	if err != nil {
-		m.retry(d, err)
-		return
-	}
+	set := nats.Header{}
+	set.Set(streams.HeaderReleasedAt, time.Now().UTC().Format(time.RFC3339Nano))
+	c := move.Copy{Data: d.msg.Data(), Header: d.msg.Headers(), Drop: []string{streams.HeaderSubject}, Set: set}
+	schedule := move.Message{Stream: m.l.cfg.Names.DelayedStream(), Seq: d.seq}
+	var res move.Result
 	if rec != nil {
-		_, _, err = m.l.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: "due"}, func(r *kv.Record) error {
-			r.Gen, r.Stream, r.StreamSeq = gen, ack.Stream, ack.Sequence
-			return nil
-		})
-		if errors.Is(err, kv.ErrConflict) {
-			// A worker bound the copy first, or an operator moved the task
-			// (paused or cancelled it): look again.
-			m.retry(d, nil)
-			return
-		}
-		if err != nil {
-			m.retry(d, err)
-			return
-		}
+		res, err = m.l.moves.Move(ctx, move.Request{Record: rec, Revision: rev, To: kv.StateReady, Priority: task.Priority,
+			Actor: kv.Actor{Action: "due"}, Copy: c, Old: schedule, Guard: m.l.guard})
+	} else {
+		res, err = m.l.moves.PublishFirst(ctx, move.FirstRequest{ID: d.id, Task: task, Copy: c, Old: schedule, Guard: m.l.guard})
 	}
-	m.done(ctx, d)
+	switch {
+	case res.Outcome == move.Landed:
+		if res.DeleteErr != nil {
+			m.log.Warn("delete_due_failed", zap.String("task_id", d.id), zap.Error(res.DeleteErr))
+		}
+	case errors.Is(err, errNotLeading):
+		// No longer leading: the fired schedule stays for the next leader
+		// (a copy already published is kept: a worker may bind it).
+	case res.Outcome == move.Lost:
+		// A worker bound the copy first, or an operator moved the task
+		// (paused or cancelled it): look again.
+		m.retry(d, nil)
+	case res.Outcome == 0 && streams.Refused(err):
+		m.bury(ctx, d, rec, rev, err) // a retry would be refused again
+	default: // unclear (the copy is kept), a full bucket, a failed publish
+		m.retry(d, err)
+	}
 }
 
 // held reports whether the release of a due task waits because its bucket
@@ -259,25 +259,16 @@ func (m *mover) held(d *dueTask, rec *kv.Record) bool {
 	return true
 }
 
-// copyOf builds the bucket message of a due task and its generation, or
-// false when a task without a record has no submit subject of its
-// schedule's tenant to be released to.
-func (m *mover) copyOf(d *dueTask, rec *kv.Record) (*nats.Msg, uint64, bool) {
-	src := d.msg.Headers()
-	names := m.l.cfg.Names
-	gen := uint64(1)
-	var subject string
+// target names the bucket a due task is released to (its tenant, type,
+// key and priority): its record's, or for a task without a record its
+// schedule's submit subject; false when that subject does not parse or
+// names another tenant than the schedule's.
+func (m *mover) target(d *dueTask, rec *kv.Record) (streams.Stored, bool) {
 	if rec != nil {
-		subject = names.CopySubject(rec.Priority, rec.Tenant, rec.Type, rec.Key)
-		gen = rec.Gen + 1
-	} else if s, err := names.ParseSubmit(src.Get(streams.HeaderSubject)); err == nil && s.Tenant == d.ref.Tenant {
-		subject = names.CopySubject(s.Priority, s.Tenant, s.Type, s.Key)
-	} else {
-		return nil, 0, false
+		return streams.Stored{Priority: rec.Priority, Tenant: rec.Tenant, Type: rec.Type, Key: rec.Key}, true
 	}
-	msg := streams.TaskCopy(subject, d.msg.Data(), src, d.id, gen, nuid.Next(), streams.HeaderSubject)
-	msg.Header.Set(streams.HeaderReleasedAt, time.Now().UTC().Format(time.RFC3339Nano))
-	return msg, gen, true
+	s, err := m.l.cfg.Names.ParseSubmit(d.msg.Headers().Get(streams.HeaderSubject))
+	return s, err == nil && s.Tenant == d.ref.Tenant
 }
 
 // done deletes the fired schedule of a released or dropped task.

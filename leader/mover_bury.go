@@ -52,7 +52,8 @@ func (m *mover) bury(ctx context.Context, d *dueTask, rec *kv.Record, rev uint64
 		return nil
 	}
 	if rec == nil {
-		born := &kv.Record{ID: d.id, Type: s.Type, Tenant: s.Tenant, Key: s.Key, Priority: s.Priority, State: kv.StateDead, Gen: gen, CreatedAt: now}
+		born := &kv.Record{ID: d.id, Type: s.Type, Tenant: s.Tenant, Key: s.Key, Priority: s.Priority, State: kv.StateDead, CreatedAt: now}
+		born.Bind(gen, "", 0)
 		_ = dead(born)
 		_, _, err = m.l.store.Create(ctx, born, actor)
 		if errors.Is(err, kv.ErrExists) {

@@ -7,10 +7,11 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/move"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 )
 
 // reconcileOpTimeout bounds the reads and writes of one check.
@@ -180,33 +181,33 @@ func (r *reconciler) repair(ctx context.Context, rec *kv.Record, rev uint64, los
 	return time.Time{}, nil
 }
 
-// republish publishes a control-plane copy of src with the next generation
-// and a Nats-Msg-Id of its own, then points the record at it by
-// compare-and-set (READY). On a definite conflict the copy is deleted.
+// republish moves the record to READY on a control-plane copy of src
+// through the move protocol ([move.Mover.Move]). src is not deleted: it is
+// a schedule the mover drops once the record is READY, a dead letter, or a
+// stale copy workers drop. A lost compare-and-set deletes the copy (not
+// that of a PENDING task, which a worker may have bound) and looks again
+// after a grace; an unclear one keeps it and the record decides.
 func (r *reconciler) republish(ctx context.Context, rec *kv.Record, rev uint64, lost string, src *payload) (time.Time, error) {
-	names := r.l.cfg.Names
-	gen := rec.Gen + 1
-	msg := streams.TaskCopy(names.CopySubject(rec.Priority, rec.Tenant, rec.Type, rec.Key), src.msg.Data, src.msg.Header,
-		rec.ID, gen, nuid.Next(), streams.DeadLetterHeaders()...)
-	msg.Header.Set(streams.HeaderReleasedAt, time.Now().UTC().Format(time.RFC3339Nano)) // due: no deferring again
-	ack, err := r.l.js.PublishMsg(ctx, msg)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("reconcile task %s: publish generation %d: %w", rec.ID, gen, err)
+	set := nats.Header{}
+	set.Set(streams.HeaderReleasedAt, time.Now().UTC().Format(time.RFC3339Nano)) // due: no deferring again
+	var reason string
+	res, err := r.l.moves.Move(ctx, move.Request{Record: rec, Revision: rev, To: kv.StateReady, Priority: rec.Priority,
+		Actor: kv.Actor{Action: "reconcile"},
+		ReasonFunc: func(copied move.Message) string {
+			reason = fmt.Sprintf("message lost: %s; re-published from its %s as %s #%d", lost, src.where, copied.Stream, copied.Seq)
+			return reason
+		},
+		Copy:  move.Copy{Data: src.msg.Data, Header: src.msg.Header, Drop: streams.DeadLetterHeaders(), Set: set},
+		Guard: r.l.guard})
+	switch {
+	case res.Outcome == move.Landed:
+		r.repaired(ax.Repair{TaskID: rec.ID, Tenant: rec.Tenant, State: rec.State, Action: "republished", Reason: reason, At: time.Now().UTC()})
+		return time.Time{}, nil // the watch brings its new revision
+	case res.Outcome == move.Lost && errors.Is(err, kv.ErrConflict):
+		return time.Now().Add(r.l.cfg.ReconcileGrace), nil // the record moved on
+	default: // unclear (the copy stays, the record decides), the lease lost, a full bucket, a failed publish
+		return time.Time{}, fmt.Errorf("reconcile task %s: %w", rec.ID, err)
 	}
-	reason := fmt.Sprintf("message lost: %s; re-published from its %s as %s #%d", lost, src.where, ack.Stream, ack.Sequence)
-	_, _, err = r.l.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Action: "reconcile", Error: reason}, func(next *kv.Record) error {
-		next.Gen, next.Stream, next.StreamSeq = gen, ack.Stream, ack.Sequence
-		return nil
-	})
-	if errors.Is(err, kv.ErrConflict) {
-		_ = r.l.deleteMsg(ctx, ack.Stream, ack.Sequence) // the record moved on: the copy is not its message
-		return time.Now().Add(r.l.cfg.ReconcileGrace), nil
-	}
-	if err != nil {
-		return time.Time{}, fmt.Errorf("reconcile task %s: %w", rec.ID, err) // ambiguous: the copy stays, the record decides
-	}
-	r.repaired(ax.Repair{TaskID: rec.ID, Tenant: rec.Tenant, State: rec.State, Action: "republished", Reason: reason, At: time.Now().UTC()})
-	return time.Time{}, nil // the watch brings its new revision
 }
 
 // reschedule moves a READY task whose payload still waits in AX_DELAYED
@@ -217,7 +218,8 @@ func (r *reconciler) reschedule(ctx context.Context, rec *kv.Record, rev uint64,
 	reason := fmt.Sprintf("message lost: %s; its %s still waits for %s: PENDING again", lost, src.where, src.runAt.UTC().Format(time.RFC3339Nano))
 	_, _, err := r.l.store.Apply(ctx, rec, rev, kv.StatePending, kv.Actor{Action: "reconcile", Error: reason}, func(next *kv.Record) error {
 		at := src.runAt.UTC()
-		next.RunAt, next.Stream, next.StreamSeq = &at, "", 0
+		next.RunAt = &at
+		next.Bind(next.Gen, "", 0) // unbound: the mover releases it
 		return nil
 	})
 	if errors.Is(err, kv.ErrConflict) {

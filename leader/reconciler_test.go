@@ -164,8 +164,8 @@ func TestReconcilerRepublishesFromDeadLetter(t *testing.T) {
 	letter.Header.Set(streams.HeaderError, "boom")
 	dl, err := b.js.PublishMsg(ctx, letter)
 	require.NoError(t, err)
-	_, _, err = b.store.Create(ctx, &kv.Record{ID: "replayed", Type: "x", Tenant: "t", Key: "replayed", Priority: 1, State: kv.StateReady,
-		Gen: 3, Stream: "AX_P1", StreamSeq: 999, DLQSeq: dl.Sequence}, kv.Actor{Action: "replay"})
+	_, _, err = b.store.Create(ctx, bound(&kv.Record{ID: "replayed", Type: "x", Tenant: "t", Key: "replayed", Priority: 1, State: kv.StateReady,
+		DLQSeq: dl.Sequence}, 3, "AX_P1", 999), kv.Actor{Action: "replay"})
 	require.NoError(t, err)
 
 	rec := b.waitState(t, "replayed", kv.StateReady)
@@ -189,7 +189,8 @@ func TestReconcilerRepublishesRetryFromStaleCopy(t *testing.T) {
 	info, err := b.client.Submit(ctx, ax.TaskSpec{ID: "retry", Type: "x", Priority: ax.P3, Payload: []byte("p")})
 	require.NoError(t, err)
 	_, _, err = b.store.Transition(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "retry"}, kv.StateReady, kv.StateRunning, kv.Actor{Worker: "w"}, func(r *kv.Record) error {
-		r.Gen, r.StreamSeq, r.Worker = 2, info.Sequence+50, "w" // its generation-2 message, since deleted
+		r.Worker = "w"
+		r.Bind(2, r.Stream, info.Sequence+50) // its generation-2 message, since deleted
 		return nil
 	})
 	require.NoError(t, err)
@@ -210,7 +211,7 @@ func TestReconcilerBuriesStuckRunningTask(t *testing.T) {
 	b := setupReconcile(t)
 	ctx := context.Background()
 	running := func(id string, seq uint64) {
-		_, _, err := b.store.Create(ctx, &kv.Record{ID: id, Type: "x", Tenant: "t", Key: id, State: kv.StateRunning, Worker: "w-gone", StreamSeq: seq, Gen: 1}, kv.Actor{Worker: "w-gone"})
+		_, _, err := b.store.Create(ctx, bound(&kv.Record{ID: id, Type: "x", Tenant: "t", Key: id, State: kv.StateRunning, Worker: "w-gone"}, 1, "", seq), kv.Actor{Worker: "w-gone"})
 		require.NoError(t, err)
 	}
 	ack, err := b.js.Publish(ctx, "ax.submit.p0.t.x.kept", nil)
@@ -282,7 +283,7 @@ func TestReconcilerRepublishesFromSchedule(t *testing.T) {
 	streams.Options{ID: "sched", RunAt: time.Now().Add(-time.Second), Gen: 1}.SetHeaders(submit.Header)
 	sched, err := b.js.PublishMsg(ctx, names.DelayedMsg("t", "sched", submit, time.Now().Add(time.Hour)))
 	require.NoError(t, err)
-	_, _, err = b.store.Create(ctx, &kv.Record{ID: "sched", Type: "x", Tenant: "t", Key: "sched", Priority: 2, State: kv.StateReady, Gen: 1},
+	_, _, err = b.store.Create(ctx, bound(&kv.Record{ID: "sched", Type: "x", Tenant: "t", Key: "sched", Priority: 2, State: kv.StateReady}, 1, "", 0),
 		kv.Actor{Action: "resume"})
 	require.NoError(t, err)
 
@@ -310,7 +311,7 @@ func TestReconcilerReschedulesFutureSchedule(t *testing.T) {
 	streams.Options{ID: "later", RunAt: runAt, Gen: 1}.SetHeaders(submit.Header)
 	_, err := b.js.PublishMsg(ctx, names.DelayedMsg("t", "later", submit, runAt.Add(-streams.DefaultScheduleEarly)))
 	require.NoError(t, err)
-	_, _, err = b.store.Create(ctx, &kv.Record{ID: "later", Type: "x", Tenant: "t", Key: "later", Priority: 2, State: kv.StateReady, Gen: 1},
+	_, _, err = b.store.Create(ctx, bound(&kv.Record{ID: "later", Type: "x", Tenant: "t", Key: "later", Priority: 2, State: kv.StateReady}, 1, "", 0),
 		kv.Actor{Action: "resume"})
 	require.NoError(t, err)
 
@@ -324,4 +325,10 @@ func TestReconcilerReschedulesFutureSchedule(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "later", string(natstest.GetMsg(t, b.js, "AX_P2", rec.StreamSeq).Data))
 	require.False(t, time.Now().Before(runAt), "not released before its run time")
+}
+
+// bound returns r bound to message seq of stream at generation gen.
+func bound(r *kv.Record, gen uint64, stream string, seq uint64) *kv.Record {
+	r.Bind(gen, stream, seq)
+	return r
 }

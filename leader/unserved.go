@@ -307,8 +307,8 @@ func (u *unservedExpiry) bury(ctx context.Context, stream jetstream.Stream, prio
 	}
 	if rec == nil {
 		born := &kv.Record{ID: id, Type: stored.Type, Tenant: stored.Tenant, Key: stored.Key, Priority: stored.Priority,
-			State: kv.StateDead, MaxAttempts: opts.MaxAttempts, Timeout: kv.Duration(opts.Timeout), Gen: opts.Gen,
-			CreatedAt: raw.Time.UTC(), Stream: bucket, StreamSeq: raw.Sequence}
+			State: kv.StateDead, MaxAttempts: opts.MaxAttempts, Timeout: kv.Duration(opts.Timeout), CreatedAt: raw.Time.UTC()}
+		born.Bind(opts.Gen, bucket, raw.Sequence)
 		_ = dead(born)
 		_, _, err = u.l.store.Create(ctx, born, actor)
 		if errors.Is(err, kv.ErrExists) {

@@ -206,7 +206,7 @@ func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec 
 		// The message the PENDING record was written from, due now, its
 		// move to AX_DELAYED never done: it is the task's message.
 		_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: "due"}, func(r *kv.Record) error {
-			r.Stream, r.StreamSeq = env.stream, env.seq
+			r.Bind(r.Gen, env.stream, env.seq)
 			return nil
 		})
 		return nil, 0, false, err // look again: it is the task's message now
@@ -247,7 +247,7 @@ func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec 
 			return nil, 0, true, nil
 		}
 		_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: "due"}, func(r *kv.Record) error {
-			r.Gen, r.Stream, r.StreamSeq = env.opts.Gen, env.stream, env.seq
+			r.Bind(env.opts.Gen, env.stream, env.seq)
 			return nil
 		})
 		return nil, 0, false, err
@@ -280,7 +280,7 @@ func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec 
 			// the resume runs this one and every other is dropped.
 			_, _, err := w.store.Apply(ctx, rec, rev, kv.StatePaused, kv.Actor{Worker: w.cfg.ID, Action: "bind"}, func(r *kv.Record) error {
 				r.Type, r.Tenant, r.Key, r.Priority = env.stored.Type, env.stored.Tenant, env.stored.Key, env.stored.Priority
-				r.Gen, r.Stream, r.StreamSeq = env.opts.Gen, env.stream, env.seq
+				r.Bind(env.opts.Gen, env.stream, env.seq)
 				return nil
 			})
 			if err != nil {
@@ -343,9 +343,10 @@ func (w *Worker) newRecord(env *envelope) *kv.Record {
 	rec := &kv.Record{
 		ID: env.id, Type: env.stored.Type, Tenant: env.stored.Tenant, Key: env.stored.Key,
 		Priority: env.stored.Priority, State: kv.StateRunning,
-		MaxAttempts: env.opts.MaxAttempts, Timeout: kv.Duration(env.opts.Timeout), Gen: env.opts.Gen,
+		MaxAttempts: env.opts.MaxAttempts, Timeout: kv.Duration(env.opts.Timeout),
 		CreatedAt: env.published,
 	}
+	rec.Bind(env.opts.Gen, env.stream, env.seq)
 	if !env.opts.Deadline.IsZero() {
 		t := env.opts.Deadline.UTC()
 		rec.Deadline = &t
@@ -365,7 +366,7 @@ func (w *Worker) start(r *kv.Record, env *envelope) {
 	}
 	r.Worker = w.cfg.ID
 	r.Delivery = env.delivered
-	r.Stream, r.StreamSeq = env.stream, env.seq
+	r.Bind(r.Gen, env.stream, env.seq)
 	r.StartedAt = &now
 	if env.unhandled {
 		return // put back at once: the type's handler sets the defaults below

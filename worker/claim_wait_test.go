@@ -28,8 +28,10 @@ func publishGoStyle(t *testing.T, b *testBundle, id string) (string, uint64) {
 // goStyleRecord is the READY record a Go client's Submit writes after the
 // publish.
 func goStyleRecord(id, stream string, seq uint64) *kv.Record {
-	return &kv.Record{ID: id, Type: "echo", Tenant: "default", Key: id, Priority: 2, State: kv.StateReady,
-		MaxAttempts: 3, Timeout: kv.Duration(time.Minute), Gen: 1, Stream: stream, StreamSeq: seq}
+	rec := &kv.Record{ID: id, Type: "echo", Tenant: "default", Key: id, Priority: 2, State: kv.StateReady,
+		MaxAttempts: 3, Timeout: kv.Duration(time.Minute)}
+	rec.Bind(1, stream, seq)
+	return rec
 }
 
 // An idle worker gets a Go-submitted message before the client has written

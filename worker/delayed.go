@@ -42,9 +42,10 @@ func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
 	s := env.stored
 	want := &kv.Record{
 		ID: env.id, Type: s.Type, Tenant: s.Tenant, Key: s.Key, Priority: s.Priority, State: kv.StatePending,
-		MaxAttempts: env.opts.MaxAttempts, Timeout: kv.Duration(env.opts.Timeout), Gen: 1,
+		MaxAttempts: env.opts.MaxAttempts, Timeout: kv.Duration(env.opts.Timeout),
 		CreatedAt: env.published,
 	}
+	want.Bind(1, "", 0)
 	at := runAt.UTC()
 	want.RunAt = &at
 	if !env.opts.Deadline.IsZero() {

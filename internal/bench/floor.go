@@ -395,10 +395,10 @@ func floorRecords(stream string) (ready, running, succeeded []byte, err error) {
 	id := nuid.Next()
 	r := &kv.Record{
 		ID: id, Type: "noop", Tenant: "floor", Key: "k", Priority: floorPriority, State: kv.StateReady,
-		MaxAttempts: 3, Timeout: kv.Duration(30 * time.Second), Gen: 1, CreatedAt: now,
-		Stream: stream, StreamSeq: 123456, UpdatedAt: now,
+		MaxAttempts: 3, Timeout: kv.Duration(30 * time.Second), CreatedAt: now, UpdatedAt: now,
 		Trail: []kv.Move{{Task: id, To: kv.StateReady, At: now, Action: "submit"}},
 	}
+	r.Bind(1, stream, 123456)
 	if ready, err = r.MarshalJSON(); err != nil {
 		return nil, nil, nil, err
 	}
