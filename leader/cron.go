@@ -12,6 +12,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/robfig/cron/v3"
 	"go.uber.org/zap"
@@ -169,8 +170,8 @@ func (c *cronLoop) fire(ctx context.Context, s *cronState, at time.Time) error {
 		if task.Headers == nil {
 			task.Headers = map[string]string{}
 		}
-		task.Headers["Ax-Cron"] = s.job.Name
-		task.Headers["Ax-Cron-Time"] = at.UTC().Format(time.RFC3339Nano)
+		task.Headers[streams.HeaderCron] = s.job.Name
+		task.Headers[streams.HeaderCronTime] = at.UTC().Format(time.RFC3339Nano)
 		if !c.l.held() {
 			return errNotLeading
 		}
