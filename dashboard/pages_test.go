@@ -201,6 +201,29 @@ func TestCron(t *testing.T) {
 	}
 }
 
+// The cron page's next runs of an "@every" job are the leader's: counted
+// from the job's creation (or last fire), not from the page's now.
+func TestCronEveryRunsAsTheLeaderCounts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dashboard.Config{})
+	ctx := context.Background()
+	bucket, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	require.NoError(t, err)
+	created := time.Now().UTC().Add(-20 * time.Minute).Truncate(time.Second)
+	_, err = bucket.Put(ctx, "cron.hourly", []byte(fmt.Sprintf(`{"name":"hourly","spec":"@every 1h",
+		"task":{"type":"report"},"created_at":%q}`, created.Format(time.RFC3339Nano))))
+	require.NoError(t, err)
+	var reply dashboard.CronReply
+	require.Equal(t, http.StatusOK, b.get(t, "/api/cron", &reply))
+	require.Len(t, reply.Jobs, 1)
+	job := reply.Jobs[0]
+	require.Empty(t, job.Error)
+	require.Len(t, job.Upcoming, 5)
+	for i, at := range job.Upcoming {
+		require.Equal(t, created.Add(time.Duration(i+1)*time.Hour), at.UTC(), "run %d: an hour after the one before, from the job's creation", i)
+	}
+}
+
 // The workers page lists the members of the workers bucket with their
 // shards. (Workers publish their membership lease there; the records are
 // written here as a worker writes them.)

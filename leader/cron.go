@@ -19,7 +19,7 @@ import (
 )
 
 // maxCatchUp bounds the missed times of one job fired when a leader starts.
-const maxCatchUp = 1000
+const maxCatchUp = ax.CronMaxCatchUp
 
 // cronState is a watched job and its schedule.
 type cronState struct {
@@ -98,11 +98,7 @@ func (c *cronLoop) update(entry jetstream.KeyValueEntry) {
 		c.log.Warn("bad_cron_job", zap.String("cron", name), zap.Error(err))
 		return
 	}
-	from := job.Last
-	if from.IsZero() {
-		from = job.CreatedAt
-	}
-	c.jobs[name] = &cronState{job: job, rev: entry.Revision(), sched: sched, next: sched.Next(from)}
+	c.jobs[name] = &cronState{job: job, rev: entry.Revision(), sched: sched, next: sched.Next(job.ScheduleFrom())}
 }
 
 // wait returns how long until the earliest next time.
