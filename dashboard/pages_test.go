@@ -224,6 +224,47 @@ func TestCronEveryRunsAsTheLeaderCounts(t *testing.T) {
 	}
 }
 
+// /api/cron never returns a job's secret, in any field: the record it
+// passes on has it masked, in every spelling encoding/json reads.
+func TestCronHidesSecrets(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dashboard.Config{})
+	ctx := context.Background()
+	added, err := b.client.AddCron(ctx, ax.CronJob{Name: "digest", Spec: "0 7 * * *", Task: ax.TaskSpec{Type: "digest"}})
+	require.NoError(t, err)
+	require.NotEmpty(t, added.Secret)
+	jobs, err := b.client.ListCron(ctx)
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	secrets := []string{jobs[0].Secret, "0123456789abcdef"}
+	bucket, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	require.NoError(t, err)
+	_, err = bucket.Put(ctx, "cron.legacy", []byte(`{"name":"legacy","spec":"@hourly","task":{"type":"x"},"Secret":"0123456789abcdef"}`))
+	require.NoError(t, err)
+	_, err = bucket.Put(ctx, "cron.broken", []byte(`{"name":"broken","secret":"0123456789abcdef"`))
+	require.NoError(t, err)
+
+	var raw json.RawMessage
+	require.Equal(t, http.StatusOK, b.get(t, "/api/cron", &raw))
+	for _, secret := range secrets {
+		require.NotContains(t, string(raw), secret)
+	}
+	var reply dashboard.CronReply
+	require.NoError(t, json.Unmarshal(raw, &reply))
+	require.Len(t, reply.Jobs, 3)
+	for _, job := range reply.Jobs {
+		if job.Name == "broken" {
+			require.Contains(t, job.Error, "unreadable record")
+			require.Contains(t, []string{"", "null"}, string(job.Record), "an unreadable record is not passed on")
+			continue
+		}
+		var stored ax.CronJob
+		require.NoError(t, json.Unmarshal(job.Record, &stored), job.Name)
+		require.Equal(t, "xxxxx", stored.Secret, job.Name)
+		require.Equal(t, job.Spec, stored.Spec, "the rest of the record is passed on")
+	}
+}
+
 // The workers page lists the members of the workers bucket with their
 // shards. (Workers publish their membership lease there; the records are
 // written here as a worker writes them.)
