@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/internal/denied"
+	"github.com/ax-mesh/ax/internal/stderrlog"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
@@ -32,7 +33,9 @@ const (
 type Config struct {
 	// Names of the deployment. Zero means [streams.DefaultNames].
 	Names streams.Names
-	// Logger; default zap.NewNop().
+	// Logger. Default: warnings and errors as JSON lines on standard
+	// error (zap's production encoding at warn level), so that a server
+	// outage is not silent; zap.NewNop() silences it.
 	Logger *zap.Logger
 	// MaxPending bounds the unacknowledged async publishes of SubmitBatch.
 	// Default 4,000.
@@ -79,7 +82,7 @@ func (c *Config) withDefaults() *Config {
 	}
 	out := *c
 	if out.Logger == nil {
-		out.Logger = zap.NewNop()
+		out.Logger = stderrlog.New()
 	}
 	out.MaxPending = cmp.Or(out.MaxPending, DefaultMaxPending)
 	out.PublishRetries = cmp.Or(out.PublishRetries, DefaultPublishRetries)

@@ -62,26 +62,28 @@ type TaskSpec struct {
 	Unique *UniqueOpts `json:"unique,omitempty"`
 }
 
-// TaskInfo describes an accepted task.
+// TaskInfo describes an accepted task. Its JSON form (`ax submit --json`)
+// has snake_case keys, as every JSON ax prints; run_at is left out when
+// the task runs at once.
 type TaskInfo struct {
-	ID       string
-	Type     string
-	Tenant   string
-	Priority int
-	Shard    int
-	Stream   string
-	Sequence uint64 // stream sequence of the task's message
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Tenant   string `json:"tenant"`
+	Priority int    `json:"priority"`
+	Shard    int    `json:"shard"`
+	Stream   string `json:"stream"`
+	Sequence uint64 `json:"sequence"` // stream sequence of the task's message
 	// RunAt is when a delayed task becomes due; zero when it runs at once.
-	RunAt time.Time
+	RunAt time.Time `json:"run_at,omitzero"`
 	// Duplicate is true when the id had been submitted already within the
 	// de-duplication window, or another task holds the unique key
 	// (UniqueSkipped); nothing new was stored.
-	Duplicate bool
+	Duplicate bool `json:"duplicate"`
 	// UniqueSkipped is true when the submit published nothing because
 	// another task holds its unique key ([TaskSpec.Unique]), as River's
 	// UniqueSkippedAsDuplicate: ID (and Stream, Sequence, Priority, Shard)
 	// are that task's.
-	UniqueSkipped bool
+	UniqueSkipped bool `json:"unique_skipped,omitempty"`
 }
 
 // normalize fills defaults and validates the task, naming the bad field.

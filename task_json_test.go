@@ -27,3 +27,37 @@ func TestTaskJSONKeys(t *testing.T) {
 	require.NoError(t, json.Unmarshal(data, &back))
 	require.Equal(t, task, back)
 }
+
+// TestTaskInfoJSONKeys: what `ax submit --json` prints has snake_case keys,
+// and no run_at (no "0001-01-01…") for a task that runs at once;
+// unique_skipped only when set.
+func TestTaskInfoJSONKeys(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		info ax.TaskInfo
+		want []string
+	}{
+		{"at once", ax.TaskInfo{ID: "a", Type: "echo", Tenant: "acme", Priority: 2, Shard: 3, Stream: "AX_P2", Sequence: 7},
+			[]string{"id", "type", "tenant", "priority", "shard", "stream", "sequence", "duplicate"}},
+		{"delayed", ax.TaskInfo{ID: "a", Type: "echo", Tenant: "acme", Stream: "AX_DELAYED", Sequence: 7, RunAt: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)},
+			[]string{"id", "type", "tenant", "priority", "shard", "stream", "sequence", "run_at", "duplicate"}},
+		{"unique skipped", ax.TaskInfo{ID: "a", Type: "echo", Tenant: "acme", Stream: "AX_P2", Duplicate: true, UniqueSkipped: true},
+			[]string{"id", "type", "tenant", "priority", "shard", "stream", "sequence", "duplicate", "unique_skipped"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			data, err := json.Marshal(c.info)
+			require.NoError(t, err)
+			require.NotContains(t, string(data), "0001-01-01")
+			var keys map[string]any
+			require.NoError(t, json.Unmarshal(data, &keys))
+			got := make([]string, 0, len(keys))
+			for k := range keys {
+				got = append(got, k)
+			}
+			require.ElementsMatch(t, c.want, got, string(data))
+		})
+	}
+}

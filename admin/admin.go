@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/internal/move"
+	"github.com/ax-mesh/ax/internal/stderrlog"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,7 +32,9 @@ type Config struct {
 	Names streams.Names
 	// Version reported by the micro service (semver). Default "0.0.0".
 	Version string
-	// Logger; default zap.NewNop().
+	// Logger. Default: warnings and errors as JSON lines on standard
+	// error (zap's production encoding at warn level), so that a server
+	// outage is not silent; zap.NewNop() silences it.
 	Logger *zap.Logger
 	// RequestTimeout bounds the work of one request. Default 30s.
 	RequestTimeout time.Duration
@@ -51,7 +54,7 @@ func (c *Config) withDefaults() *Config {
 	out := *c
 	out.Version = cmp.Or(out.Version, "0.0.0")
 	if out.Logger == nil {
-		out.Logger = zap.NewNop()
+		out.Logger = stderrlog.New()
 	}
 	out.RequestTimeout = cmp.Or(out.RequestTimeout, DefaultAdminTimeout)
 	out.NoticeTimeout = cmp.Or(out.NoticeTimeout, DefaultNoticeTimeout)

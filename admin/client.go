@@ -130,8 +130,9 @@ func (c *Client) Workers(ctx context.Context) (*WorkersReply, error) {
 	return call[WorkersReply](ctx, c, VerbWorkers, struct{}{})
 }
 
-// Control lists the control bucket's entries: backpressure, cron jobs and
-// paused types (control), every page of them.
+// Control lists the control bucket's entries (control), every page of
+// them: the pressure report, cron jobs, the shard and pool tables, the
+// deadlines of unserved types and the leader's reports (docs/WIRE.md).
 func (c *Client) Control(ctx context.Context) (*ControlReply, error) {
 	all := &ControlReply{Entries: []ControlEntry{}}
 	req := ControlRequest{}

@@ -3,9 +3,11 @@ package admin_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
@@ -85,4 +87,26 @@ func TestEveryVerbAnswersErrorsWithCode(t *testing.T) {
 	require.NoError(t, b.js.DeleteStream(context.Background(), "AX_DLQ"))
 	msg := b.raw(t, admin.VerbDLQList, admin.DLQListRequest{})
 	require.Contains(t, requireErrorReply(t, msg.Data, msg.Header, admin.CodeInternal), "dead-letter stream")
+}
+
+// The sample error reply of docs/API.md is the reply the service sends: its
+// headers and body, to the byte.
+func TestDocumentedErrorReply(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/API.md")
+	require.NoError(t, err)
+	_, sample, ok := strings.Cut(string(doc), "```\nNats-Service-Error-Code: ")
+	require.True(t, ok, "docs/API.md has no sample error reply")
+	sample, _, _ = strings.Cut("Nats-Service-Error-Code: "+sample, "\n```")
+	lines := strings.Split(sample, "\n")
+	require.Len(t, lines, 3, sample)
+
+	b := setupAdmin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	msg, err := b.nc.RequestWithContext(ctx, "ax.admin."+admin.VerbTaskGet, []byte(`{"id":"nope","tenant":"acme"}`))
+	require.NoError(t, err)
+	require.Equal(t, lines[0], micro.ErrorCodeHeader+": "+msg.Header.Get(micro.ErrorCodeHeader))
+	require.Equal(t, lines[1], micro.ErrorHeader+": "+msg.Header.Get(micro.ErrorHeader))
+	require.Equal(t, lines[2], string(msg.Data))
 }

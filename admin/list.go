@@ -53,7 +53,8 @@ type TasksListReply struct {
 }
 
 // ControlEntry is one key of the control bucket (AX_CONTROL): "pressure",
-// "cron.<name>", "paused.<type>".
+// "cron.<name>", "shards", "pools", "unserved-deadlines", "reconciler",
+// "rejects" (docs/WIRE.md).
 type ControlEntry struct {
 	Key      string `json:"key"`
 	Revision uint64 `json:"revision"`

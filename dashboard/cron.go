@@ -3,10 +3,12 @@ package dashboard
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/internal/redact"
 )
 
 // upcomingRuns is how many next runs the cron page lists per job.
@@ -25,11 +27,14 @@ type CronSchedule struct {
 	// recorded as next.
 	Last *time.Time `json:"last,omitempty"`
 	Next *time.Time `json:"next,omitempty"`
-	// Upcoming are the next runs from now, computed from Spec.
+	// Upcoming are the next runs from now, as the leader counts them
+	// ([ax.CronJob.Upcoming]).
 	Upcoming []time.Time `json:"upcoming"`
 	// Error says why the entry could not be read or its spec parsed.
 	Error string `json:"error,omitempty"`
-	// Record is the entry as stored.
+	// Record is the entry as stored, with its secret masked (it keeps the
+	// job's future task ids unguessable: [ax.CronJob.Secret]); null when
+	// the entry is not a JSON object, which could hide one anywhere.
 	Record json.RawMessage `json:"record"`
 }
 
@@ -57,7 +62,7 @@ func (d *Dashboard) handleCron(w http.ResponseWriter, r *http.Request) {
 
 // cronSchedule reads one job's record and lists its next runs.
 func cronSchedule(name string, value json.RawMessage, now time.Time) CronSchedule {
-	out := CronSchedule{Name: name, Record: value, Upcoming: []time.Time{}}
+	out := CronSchedule{Name: name, Record: maskSecret(value), Upcoming: []time.Time{}}
 	var job ax.CronJob
 	if err := json.Unmarshal(value, &job); err != nil {
 		out.Error = "unreadable record: " + err.Error()
@@ -77,5 +82,25 @@ func cronSchedule(name string, value json.RawMessage, now time.Time) CronSchedul
 		return out
 	}
 	out.Upcoming = upcoming
+	return out
+}
+
+// maskSecret returns a cron job's record with the value of its "secret"
+// (any spelling encoding/json reads as the secret) replaced by
+// [redact.Mask], or null when the record is not a JSON object.
+func maskSecret(value json.RawMessage) json.RawMessage {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(value, &fields) != nil || fields == nil {
+		return nil
+	}
+	for key := range fields {
+		if strings.EqualFold(key, "secret") { // as encoding/json matches keys
+			fields[key], _ = json.Marshal(redact.Mask)
+		}
+	}
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return nil
+	}
 	return out
 }

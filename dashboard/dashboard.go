@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/internal/stderrlog"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
@@ -63,7 +64,9 @@ type Config struct {
 	CallTimeout time.Duration
 	// Version is shown in the page header.
 	Version string
-	// Logger; default zap.NewNop().
+	// Logger. Default: warnings and errors as JSON lines on standard
+	// error (zap's production encoding at warn level), so that a server
+	// outage is not silent; zap.NewNop() silences it.
 	Logger *zap.Logger
 }
 
@@ -77,7 +80,7 @@ func (c *Config) withDefaults() *Config {
 	out.RateWindow = cmp.Or(out.RateWindow, DefaultRateWindow)
 	out.CallTimeout = cmp.Or(out.CallTimeout, DefaultCallTimeout)
 	if out.Logger == nil {
-		out.Logger = zap.NewNop()
+		out.Logger = stderrlog.New()
 	}
 	return &out
 }

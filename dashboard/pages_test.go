@@ -201,6 +201,70 @@ func TestCron(t *testing.T) {
 	}
 }
 
+// The cron page's next runs of an "@every" job are the leader's: counted
+// from the job's creation (or last fire), not from the page's now.
+func TestCronEveryRunsAsTheLeaderCounts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dashboard.Config{})
+	ctx := context.Background()
+	bucket, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	require.NoError(t, err)
+	created := time.Now().UTC().Add(-20 * time.Minute).Truncate(time.Second)
+	_, err = bucket.Put(ctx, "cron.hourly", []byte(fmt.Sprintf(`{"name":"hourly","spec":"@every 1h",
+		"task":{"type":"report"},"created_at":%q}`, created.Format(time.RFC3339Nano))))
+	require.NoError(t, err)
+	var reply dashboard.CronReply
+	require.Equal(t, http.StatusOK, b.get(t, "/api/cron", &reply))
+	require.Len(t, reply.Jobs, 1)
+	job := reply.Jobs[0]
+	require.Empty(t, job.Error)
+	require.Len(t, job.Upcoming, 5)
+	for i, at := range job.Upcoming {
+		require.Equal(t, created.Add(time.Duration(i+1)*time.Hour), at.UTC(), "run %d: an hour after the one before, from the job's creation", i)
+	}
+}
+
+// /api/cron never returns a job's secret, in any field: the record it
+// passes on has it masked, in every spelling encoding/json reads.
+func TestCronHidesSecrets(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dashboard.Config{})
+	ctx := context.Background()
+	added, err := b.client.AddCron(ctx, ax.CronJob{Name: "digest", Spec: "0 7 * * *", Task: ax.TaskSpec{Type: "digest"}})
+	require.NoError(t, err)
+	require.NotEmpty(t, added.Secret)
+	jobs, err := b.client.ListCron(ctx)
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	secrets := []string{jobs[0].Secret, "0123456789abcdef"}
+	bucket, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	require.NoError(t, err)
+	_, err = bucket.Put(ctx, "cron.legacy", []byte(`{"name":"legacy","spec":"@hourly","task":{"type":"x"},"Secret":"0123456789abcdef"}`))
+	require.NoError(t, err)
+	_, err = bucket.Put(ctx, "cron.broken", []byte(`{"name":"broken","secret":"0123456789abcdef"`))
+	require.NoError(t, err)
+
+	var raw json.RawMessage
+	require.Equal(t, http.StatusOK, b.get(t, "/api/cron", &raw))
+	for _, secret := range secrets {
+		require.NotContains(t, string(raw), secret)
+	}
+	var reply dashboard.CronReply
+	require.NoError(t, json.Unmarshal(raw, &reply))
+	require.Len(t, reply.Jobs, 3)
+	for _, job := range reply.Jobs {
+		if job.Name == "broken" {
+			require.Contains(t, job.Error, "unreadable record")
+			require.Contains(t, []string{"", "null"}, string(job.Record), "an unreadable record is not passed on")
+			continue
+		}
+		var stored ax.CronJob
+		require.NoError(t, json.Unmarshal(job.Record, &stored), job.Name)
+		require.Equal(t, "xxxxx", stored.Secret, job.Name)
+		require.Equal(t, job.Spec, stored.Spec, "the rest of the record is passed on")
+	}
+}
+
 // The workers page lists the members of the workers bucket with their
 // shards. (Workers publish their membership lease there; the records are
 // written here as a worker writes them.)

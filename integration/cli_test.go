@@ -84,6 +84,20 @@ func TestSubmitThenGet(t *testing.T) {
 	// is a task of its own.
 	other := strings.TrimSpace(runAx(t, "submit", "sleep", "--id", id, "--priority", "p1", "--tenant", "globex", "--server", dev.url))
 	require.Equal(t, id, other)
+
+	// --json prints snake_case keys, as every JSON of ax, without a zero
+	// run_at for a task that runs at once.
+	out = runAx(t, "submit", "sleep", "--payload", `{"ms":1}`, "--tenant", "acme", "--server", dev.url, "--json")
+	require.NotContains(t, out, "0001-01-01")
+	var info map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &info), out)
+	require.NotEmpty(t, info["id"], out)
+	require.Equal(t, "acme", info["tenant"], out)
+	require.NotContains(t, info, "run_at", out)
+	out = runAx(t, "submit", "sleep", "--delay", "1h", "--tenant", "acme", "--server", dev.url, "--json")
+	var delayed map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &delayed), out)
+	require.Contains(t, delayed, "run_at", out)
 }
 
 // `ax submit` takes a payload beyond a command line's limit from a file or

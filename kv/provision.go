@@ -43,7 +43,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg *BucketsConfig) 
 		{Bucket: names.TasksBucket(), Description: "ax task records (state machine, trail)"},
 		{Bucket: names.LocksBucket(), Description: "ax leases and the leader lock"},
 		{Bucket: names.WorkersBucket(), Description: "ax worker membership"},
-		{Bucket: names.ControlBucket(), Description: "ax control state: pressure, cron, paused types"},
+		{Bucket: names.ControlBucket(), Description: "ax control state: backpressure, cron jobs, shard and pool tables, unserved-type deadlines, the leader's reports"},
 	}
 	for _, b := range buckets {
 		b.History = 1

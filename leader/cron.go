@@ -12,13 +12,14 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/robfig/cron/v3"
 	"go.uber.org/zap"
 )
 
 // maxCatchUp bounds the missed times of one job fired when a leader starts.
-const maxCatchUp = 1000
+const maxCatchUp = ax.CronMaxCatchUp
 
 // cronState is a watched job and its schedule.
 type cronState struct {
@@ -97,11 +98,7 @@ func (c *cronLoop) update(entry jetstream.KeyValueEntry) {
 		c.log.Warn("bad_cron_job", zap.String("cron", name), zap.Error(err))
 		return
 	}
-	from := job.Last
-	if from.IsZero() {
-		from = job.CreatedAt
-	}
-	c.jobs[name] = &cronState{job: job, rev: entry.Revision(), sched: sched, next: sched.Next(from)}
+	c.jobs[name] = &cronState{job: job, rev: entry.Revision(), sched: sched, next: sched.Next(job.ScheduleFrom())}
 }
 
 // wait returns how long until the earliest next time.
@@ -169,8 +166,8 @@ func (c *cronLoop) fire(ctx context.Context, s *cronState, at time.Time) error {
 		if task.Headers == nil {
 			task.Headers = map[string]string{}
 		}
-		task.Headers["Ax-Cron"] = s.job.Name
-		task.Headers["Ax-Cron-Time"] = at.UTC().Format(time.RFC3339Nano)
+		task.Headers[streams.HeaderCron] = s.job.Name
+		task.Headers[streams.HeaderCronTime] = at.UTC().Format(time.RFC3339Nano)
 		if !c.l.held() {
 			return errNotLeading
 		}

@@ -47,7 +47,10 @@ func TestCronAcrossLeaderChange(t *testing.T) {
 		require.NoError(t, err, id)
 		times = append(times, sec)
 		require.Equal(t, "p", string(m.Data))
-		require.Equal(t, "tick", m.Header.Get("Ax-Cron"))
+		require.Equal(t, "tick", m.Header.Get(streams.HeaderCron))
+		fire, err := time.Parse(time.RFC3339Nano, m.Header.Get(streams.HeaderCronTime))
+		require.NoError(t, err)
+		require.Equal(t, sec, fire.Unix(), "%s is the fire's time", streams.HeaderCronTime)
 	}
 	for i := 1; i < len(times); i++ {
 		require.Equal(t, times[i-1]+1, times[i], "a second was missed or doubled: %v", times)

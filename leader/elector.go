@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ax-mesh/ax/internal/stderrlog"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -29,7 +30,9 @@ type ElectorConfig struct {
 	TTL time.Duration
 	// RenewEvery is how often the leader renews. Default 3s, at most TTL/2.
 	RenewEvery time.Duration
-	// Logger; default zap.NewNop().
+	// Logger. Default: warnings and errors as JSON lines on standard
+	// error (zap's production encoding at warn level), so that a server
+	// outage is not silent; zap.NewNop() silences it.
 	Logger *zap.Logger
 }
 
@@ -47,7 +50,7 @@ func (c *ElectorConfig) withDefaults() *ElectorConfig {
 	out.TTL = cmp.Or(out.TTL, kv.DefaultLeaseTTL)
 	out.RenewEvery = cmp.Or(out.RenewEvery, min(kv.DefaultLeaseRenew, out.TTL/2))
 	if out.Logger == nil {
-		out.Logger = zap.NewNop()
+		out.Logger = stderrlog.New()
 	}
 	return &out
 }

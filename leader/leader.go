@@ -11,6 +11,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/internal/move"
+	"github.com/ax-mesh/ax/internal/stderrlog"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -83,7 +84,9 @@ type Config struct {
 	// PausedRecheck is how often the mover looks again at a fired schedule
 	// whose task is PAUSED, so that it is released once resumed. Default 2s.
 	PausedRecheck time.Duration
-	// Logger; default zap.NewNop().
+	// Logger. Default: warnings and errors as JSON lines on standard
+	// error (zap's production encoding at warn level), so that a server
+	// outage is not silent; zap.NewNop() silences it.
 	Logger *zap.Logger
 	// Store configures the task record store.
 	Store kv.StoreConfig
@@ -107,7 +110,7 @@ func (c *Config) withDefaults() *Config {
 	out.PausedRecheck = cmp.Or(out.PausedRecheck, 2*time.Second)
 	out.UnservedInterval = cmp.Or(out.UnservedInterval, DefaultUnservedInterval)
 	if out.Logger == nil {
-		out.Logger = zap.NewNop()
+		out.Logger = stderrlog.New()
 	}
 	out.Store.Names = out.Names
 	return &out

@@ -53,6 +53,14 @@ const (
 	// HeaderSubject carries the original subject on a dead letter, and the
 	// submit subject on a delayed task's schedule.
 	HeaderSubject = "Ax-Subject"
+	// HeaderCron names the cron job whose fire submitted the task. The
+	// leader sets it on every cron task; it is an ordinary kept header
+	// (a handler reads it in Task.Headers), informative only: nothing in
+	// ax acts on it.
+	HeaderCron = "Ax-Cron"
+	// HeaderCronTime is the fire's scheduled time (RFC 3339 with
+	// nanoseconds, UTC) on a cron task, beside [HeaderCron].
+	HeaderCronTime = "Ax-Cron-Time"
 )
 
 // InternalHeaders returns the headers only ax may set: they are honoured

@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ax-mesh/ax/internal/stderrlog"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nuid"
@@ -94,7 +95,9 @@ type Config struct {
 	// GracePeriod is how long Stop lets running tasks finish before it
 	// cancels them (they are put back, not failed). Default 10s.
 	GracePeriod time.Duration
-	// Logger; default zap.NewNop().
+	// Logger. Default: warnings and errors as JSON lines on standard
+	// error (zap's production encoding at warn level), so that a server
+	// outage is not silent; zap.NewNop() silences it.
 	Logger *zap.Logger
 	// Observer hears about every settled attempt (metrics); nil: none.
 	Observer Observer
@@ -152,7 +155,7 @@ func (c *Config) withDefaults() *Config {
 	out.AbandonAfter = cmp.Or(out.AbandonAfter, DefaultAbandonAfter)
 	out.GracePeriod = cmp.Or(out.GracePeriod, DefaultGracePeriod)
 	if out.Logger == nil {
-		out.Logger = zap.NewNop()
+		out.Logger = stderrlog.New()
 	}
 	out.Store.Names = out.Names
 	return &out

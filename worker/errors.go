@@ -90,6 +90,21 @@ func RetryAfter(d time.Duration, err error) error {
 	return &RetryAfterError{Delay: d, Err: err}
 }
 
+// retriesExhausted is the reason of a task that dies because no attempt
+// remains: for a handler that asked for a retry ([RetryAfter]), it says the
+// retries ran out and gives the handler's error ("retries exhausted
+// (attempt 5 of 5): gateway busy"), not "retry after 500ms: gateway
+// busy", which reads as if a retry were still coming. Any other cause is
+// returned as is.
+func retriesExhausted(cause error, attempt, maxAttempts int) error {
+	var after *RetryAfterError
+	var permanent *PermanentError
+	if errors.As(cause, &permanent) || !errors.As(cause, &after) {
+		return cause
+	}
+	return fmt.Errorf("retries exhausted (attempt %d of %d): %w", attempt, maxAttempts, after.Err)
+}
+
 // ActionNoHandler is the trail action of a task put back READY by a worker
 // that has no handler for its type ([kv.ActionNoHandler]).
 const ActionNoHandler = kv.ActionNoHandler

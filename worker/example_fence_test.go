@@ -5,14 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -66,18 +64,20 @@ func charge(ctx context.Context, ledger jetstream.KeyValue, fence worker.Fence, 
 // that took the task over.
 func ExampleTask_Fence() {
 	ctx := context.Background()
-	dir, _ := os.MkdirTemp("", "ax-example")
-	defer os.RemoveAll(dir)
-	srv, _ := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
-	go srv.Start()
-	srv.ReadyForConnections(10 * time.Second)
-	defer srv.WaitForShutdown()
-	defer srv.Shutdown()
-	nc, _ := nats.Connect(srv.ClientURL())
+	url, stop := runDeployment(ctx)
+	defer stop()
+
+	nc, err := nats.Connect(url)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	_, _ = streams.Provision(ctx, js, nil)
-	_ = kv.Provision(ctx, js, &kv.BucketsConfig{})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	ledger, _ := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "LEDGER"})
 
 	reg := worker.NewRegistry()

@@ -203,7 +203,7 @@ func (w *Worker) succeed(d *delivery, env *envelope, rec *kv.Record, rev uint64)
 func (w *Worker) fail(d *delivery, env *envelope, rec *kv.Record, rev uint64, cause error) {
 	var permanent *PermanentError
 	if errors.As(cause, &permanent) || rec.Attempt >= rec.MaxAttempts {
-		w.bury(d, env, rec, rev, cause)
+		w.bury(d, env, rec, rev, retriesExhausted(cause, rec.Attempt, rec.MaxAttempts))
 		return
 	}
 	if w.fenced(d, env) {

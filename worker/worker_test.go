@@ -326,6 +326,32 @@ func TestTimeoutThenDead(t *testing.T) {
 	}, 5*time.Second, 20*time.Millisecond)
 }
 
+// A task whose handler asks for a retry (RetryAfter) on its last attempt
+// dies with a reason that says the retries ran out and gives the handler's
+// error, not "retry after …", in its record and its dead letter.
+func TestRetryAfterExhaustedReason(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("gateway", func(ctx context.Context, task *worker.Task) error {
+		return worker.RetryAfter(20*time.Millisecond, errors.New("gateway busy"))
+	}, nil))
+	b.startWorker(t, worker.Config{Registry: reg})
+
+	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "gateway", MaxAttempts: 2})
+	require.NoError(t, err)
+	rec := b.waitState(t, info.ID, kv.StateDead)
+	const want = "retries exhausted (attempt 2 of 2): gateway busy"
+	require.Equal(t, want, rec.LastError)
+	require.Equal(t, "retry after 20ms: gateway busy", rec.Trail[len(rec.Trail)-3].Error, "the retry's own move keeps its delay")
+	dlq, err := b.js.Stream(ctx, "AX_DLQ")
+	require.NoError(t, err)
+	msg, err := dlq.GetMsg(ctx, rec.DLQSeq)
+	require.NoError(t, err)
+	require.Equal(t, want, msg.Header.Get(streams.HeaderError))
+}
+
 // A worker that dies mid-task (its connection closes without an ack) loses
 // the task to another worker, which completes it; the trail shows both.
 func TestDeadWorkerTaskIsTakenOver(t *testing.T) {

@@ -147,7 +147,7 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 	fmt.Fprintf(e.errOut, "%d workers x %d slots running; try: ax task get <id> --server %s\n", len(ws), f.wf.concurrency, srv.ClientURL())
 
 	if f.demo > 0 {
-		client, err := ax.NewClient(ctx, js, &ax.Config{Names: names})
+		client, err := ax.NewClient(ctx, js, &ax.Config{Names: names, Logger: log})
 		if err != nil {
 			return err
 		}
