@@ -55,6 +55,11 @@ type ReadTestHooks struct {
 	// Batch, if set, is called with the keys of each read request before it
 	// is sent: one key for a read that goes alone.
 	Batch func(keys []string)
+	// Answered, if set, is called with the keys of each batch of more than
+	// one key that the server answered in full, before its callers see
+	// their answers: a write it makes lands between their reads and
+	// whatever they write next.
+	Answered func(keys []string)
 }
 
 // readCall is one caller's read.
@@ -225,6 +230,13 @@ func (b *batchReader) multi(batch []*readCall) {
 		if errors.Is(c.err, errReadAlone) {
 			c.err = ErrNotFound // no message of its subject
 		}
+	}
+	if b.test != nil && b.test.Answered != nil {
+		keys := make([]string, len(batch))
+		for i, c := range batch {
+			keys[i] = c.key
+		}
+		b.test.Answered(keys)
 	}
 }
 
