@@ -64,17 +64,17 @@ func floorPipelinedShard(ctx context.Context, e *env, cons jetstream.Consumer, o
 	running, succeeded []byte, handled func(jetstream.Msg)) error {
 	bucket := e.names.TasksBucket()
 	for ctx.Err() == nil {
-		pull, cancel := context.WithTimeout(ctx, time.Second)
-		batch, err := cons.Fetch(floorBatch, append(opts, jetstream.FetchContext(pull))...)
+		// The server ends the request (a context ending it in the client
+		// would drop the messages already on their way, to come back only
+		// after their ack wait).
+		batch, err := cons.Fetch(floorBatch, append(opts, jetstream.FetchMaxWait(time.Second))...)
 		if err != nil {
-			cancel()
 			return err
 		}
 		var msgs []jetstream.Msg
 		for msg := range batch.Messages() {
 			msgs = append(msgs, msg)
 		}
-		cancel()
 		if len(msgs) == 0 {
 			continue
 		}
