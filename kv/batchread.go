@@ -2,19 +2,30 @@ package kv
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // maxReadBatch is the most record reads one batched request asks for; the
 // server answers at most 1,024 subjects per request.
 const maxReadBatch = 256
+
+// statusHeader and descriptionHeader hold a status reply's code and text
+// (nats.go's names).
+const (
+	statusHeader      = "Status"
+	descriptionHeader = "Description"
+)
 
 // numPendingHeader is the header of a batched direct get's reply that says
 // how many of the matching messages are still to come.
@@ -39,9 +50,16 @@ const readTimeout = 5 * time.Second
 type batchReader struct {
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
-	stream string // KV_<bucket>
+	api    string // the batched read's subject: $JS.API.DIRECT.GET.KV_<bucket>
 	prefix string // "$KV.<bucket>."
 	test   *ReadTestHooks
+
+	// The reply subscription, made by the first batch, and the number of
+	// the last request; used by one request at a time (busy).
+	sub     *nats.Subscription
+	inbox   string
+	replies chan *nats.Msg
+	seq     uint64
 
 	alone atomic.Bool // the server cannot batch: every read goes alone
 
@@ -78,7 +96,7 @@ type readCall struct {
 var errReadAlone = errors.New("read the record on its own")
 
 func newBatchReader(js jetstream.JetStream, kv jetstream.KeyValue, bucket string, test *ReadTestHooks) *batchReader {
-	return &batchReader{js: js, kv: kv, stream: "KV_" + bucket, prefix: "$KV." + bucket + ".", test: test}
+	return &batchReader{js: js, kv: kv, api: apiPrefix(js) + "DIRECT.GET.KV_" + bucket, prefix: "$KV." + bucket + ".", test: test}
 }
 
 // get returns the latest value of key and its revision, or [ErrNotFound]
@@ -200,31 +218,17 @@ func (b *batchReader) multi(batch []*readCall) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
-	msgs, err := jetstreamext.GetLastMsgsFor(ctx, b.js, b.stream, subjects)
-	if err != nil {
-		return
-	}
-	complete := false // the last message says none is left unsent
-	for msg, err := range msgs {
-		if errors.Is(err, jetstreamext.ErrNoMessages) {
-			complete = true // none of the keys has a message
-			break
-		}
-		if err != nil {
-			return // the calls answered so far keep their answers
-		}
-		value, present := liveValue(msg)
-		for _, c := range bySubject[msg.Subject] {
+	err := b.request(ctx, subjects, func(subject string, seq uint64, value []byte, present bool) {
+		for _, c := range bySubject[subject] {
 			if present {
-				c.data, c.rev, c.err = value, msg.Sequence, nil
+				c.data, c.rev, c.err = value, seq, nil
 			} else {
 				c.err = ErrNotFound
 			}
 		}
-		complete = msg.Header.Get(numPendingHeader) == "0"
-	}
-	if !complete {
-		return // cut short: the keys it did not answer for are read alone
+	})
+	if err != nil {
+		return // failed or cut short: the keys it did not answer for are read alone
 	}
 	for _, c := range batch {
 		if errors.Is(c.err, errReadAlone) {
@@ -240,17 +244,91 @@ func (b *batchReader) multi(batch []*readCall) {
 	}
 }
 
+// errCutShort is a batched read the server ended before every matching
+// message was sent (its byte limit).
+var errCutShort = errors.New("batched read cut short")
+
+// request sends one direct get of the last message of each subject and
+// calls found for each message of the reply, until the end of the batch.
+// It returns nil only when the server sent every message it found: a
+// subject found did not name is then one with no message. Only one
+// request is in flight at a time (the reader's busy flag), so replies
+// share one subscription, told apart from a late reply to an earlier,
+// timed-out request by the last token of their subject.
+func (b *batchReader) request(ctx context.Context, subjects []string, found func(subject string, seq uint64, value []byte, present bool)) error {
+	if b.sub == nil {
+		b.inbox = b.js.Conn().NewRespInbox()
+		b.replies = make(chan *nats.Msg, 2*maxReadBatch)
+		sub, err := b.js.Conn().ChanSubscribe(b.inbox+".*", b.replies)
+		if err != nil {
+			return err
+		}
+		b.sub = sub
+	}
+	b.seq++
+	reply := b.inbox + "." + strconv.FormatUint(b.seq, 10)
+	body, err := json.Marshal(multiLastRequest{MultiLast: subjects})
+	if err != nil {
+		return err
+	}
+	if err := b.js.Conn().PublishRequest(b.api, reply, body); err != nil {
+		return err
+	}
+	for {
+		var msg *nats.Msg
+		select {
+		case msg = <-b.replies:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if msg.Subject != reply {
+			continue // a late reply to an earlier request
+		}
+		if len(msg.Data) == 0 && msg.Header.Get(statusHeader) != "" {
+			switch msg.Header.Get(statusHeader) {
+			case "204": // end of batch, and how many found were left unsent
+				if n := msg.Header.Get(numPendingHeader); n != "" && n != "0" {
+					return errCutShort
+				}
+				return nil
+			case "404": // none of the subjects has a message
+				return nil
+			default:
+				return &statusError{status: msg.Header.Get(statusHeader), desc: msg.Header.Get(descriptionHeader)}
+			}
+		}
+		subject := msg.Header.Get(jetstream.SubjectHeader)
+		seq, err := strconv.ParseUint(msg.Header.Get(jetstream.SequenceHeader), 10, 64)
+		if subject == "" || err != nil {
+			return fmt.Errorf("batched read: a reply without its subject or sequence")
+		}
+		value, present := liveValue(msg.Header, msg.Data)
+		found(subject, seq, value, present)
+	}
+}
+
+// statusError is a batched read the server answered with an error status.
+type statusError struct{ status, desc string }
+
+func (e *statusError) Error() string { return "batched read: status " + e.status + " " + e.desc }
+
+// multiLastRequest is a direct get of the last message of each subject
+// (JetStream 2.11).
+type multiLastRequest struct {
+	MultiLast []string `json:"multi_last"`
+}
+
 // liveValue is a KV entry's value, and false when the entry is a delete,
 // purge or expiry marker, as a KV get reads it.
-func liveValue(msg *jetstream.RawStreamMsg) ([]byte, bool) {
-	switch msg.Header.Get("KV-Operation") {
+func liveValue(h nats.Header, data []byte) ([]byte, bool) {
+	switch h.Get("KV-Operation") {
 	case "DEL", "PURGE":
 		return nil, false
 	}
-	if msg.Header.Get(jetstream.MarkerReasonHeader) != "" {
+	if h.Get(jetstream.MarkerReasonHeader) != "" {
 		return nil, false
 	}
-	return msg.Data, true
+	return data, true
 }
 
 // probe asks the server for a batch of one key no task has: a server that
@@ -258,28 +336,44 @@ func liveValue(msg *jetstream.RawStreamMsg) ([]byte, bool) {
 // JetStream 2.11) makes every read go alone. An error is a request the
 // server did not answer, such as one the user may not send.
 func (b *batchReader) probe(ctx context.Context) error {
-	msgs, err := jetstreamext.GetLastMsgsFor(ctx, b.js, b.stream, []string{b.prefix + probeKey})
-	if err != nil {
-		return err
-	}
-	for _, err := range msgs {
-		switch {
-		case err == nil, errors.Is(err, jetstreamext.ErrNoMessages):
-			return nil
-		case errors.Is(err, jetstreamext.ErrBatchUnsupported):
-			b.alone.Store(true)
-			return nil
-		default:
-			var api *jetstream.APIError
-			if errors.As(err, &api) {
-				b.alone.Store(true) // answered, but not as a batch
-				return nil
-			}
-			return err
+	b.mu.Lock() // no read may be in flight meanwhile: they share the reply subscription
+	for b.busy {
+		b.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
 		}
+		b.mu.Lock()
 	}
-	return nil
+	b.busy = true
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		b.busy = false
+		b.mu.Unlock()
+	}()
+	err := b.request(ctx, []string{b.prefix + probeKey}, func(string, uint64, []byte, bool) {})
+	var status *statusError
+	if errors.As(err, &status) {
+		b.alone.Store(true) // answered, but not as a batch: the server predates it
+		return nil
+	}
+	return err
 }
 
 // probeKey is a key no task record has (a record's key is <tenant>.<id>).
 const probeKey = "_ax_probe"
+
+// apiPrefix is the JetStream API prefix of js, with its trailing dot.
+func apiPrefix(js jetstream.JetStream) string {
+	o := js.Options()
+	switch {
+	case o.APIPrefix != "":
+		return strings.TrimSuffix(o.APIPrefix, ".") + "."
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	default:
+		return "$JS.API."
+	}
+}
