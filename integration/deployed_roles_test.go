@@ -352,3 +352,26 @@ func workerPublish(t *testing.T, conf string) string {
 	require.NotNil(t, m, "WORKER_PUBLISH in the permissions file")
 	return m[1] + "\n"
 }
+
+// A worker whose user may not send the batched record read (a direct get
+// of many keys, $JS.API.DIRECT.GET.KV_AX_TASKS itself: a permissions file
+// written before workers batched their claims) fails at New, at once,
+// naming the subject, instead of failing its first busy claim.
+func TestWorkerWithoutBatchedReadFailsFast(t *testing.T) {
+	t.Parallel()
+	shipped, err := os.ReadFile(permissionsFile)
+	require.NoError(t, err)
+	const lacking = "\"$JS.API.DIRECT.GET.KV_AX_TASKS\",\n"
+	require.Contains(t, string(shipped), lacking)
+	conf := strings.Replace(string(shipped), lacking, "", 1)
+	path := filepath.Join(t.TempDir(), "ax-permissions.conf")
+	require.NoError(t, os.WriteFile(path, []byte(conf), 0o600))
+	srv := startRoleServer(t, path)
+	mustAxAs(t, srv.ClientURL(), "scheduler", "provision")
+
+	start := time.Now()
+	_, err = worker.New(context.Background(), jsOf(t, connectRole(t, srv, "worker-1", "_INBOX.worker")), &worker.Config{Registry: worker.NewRegistry()})
+	require.ErrorIs(t, err, nats.ErrPermissionViolation)
+	require.ErrorContains(t, err, "user worker-1 may not publish $JS.API.DIRECT.GET.KV_AX_TASKS")
+	require.Less(t, time.Since(start), 4*time.Second)
+}

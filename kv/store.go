@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +33,14 @@ type StoreConfig struct {
 	// without waiting for the ack. Default false: the record's own trail is
 	// the trail of record.
 	TrailStream bool
+	// Test holds test knobs; zero in production.
+	Test StoreTestConfig
+}
+
+// StoreTestConfig holds a [Store]'s test knobs.
+type StoreTestConfig struct {
+	// Reads, if set, observes the store's batched record reads.
+	Reads *ReadTestHooks
 }
 
 func (c *StoreConfig) withDefaults() *StoreConfig {
@@ -56,6 +65,7 @@ type Store struct {
 	kv        jetstream.KeyValue
 	cfg       *StoreConfig
 	keyPrefix string // "$KV.AX_TASKS."
+	reads     *batchReader
 }
 
 // NewStore binds to the task bucket, which [Provision] creates.
@@ -72,7 +82,8 @@ func NewStore(ctx context.Context, js jetstream.JetStream, cfg *StoreConfig) (*S
 	if err != nil {
 		return nil, fmt.Errorf("bind task bucket %s: %w", bucket, err)
 	}
-	return &Store{js: js, kv: kv, cfg: cfg, keyPrefix: "$KV." + bucket + "."}, nil
+	return &Store{js: js, kv: kv, cfg: cfg, keyPrefix: "$KV." + bucket + ".",
+		reads: newBatchReader(js, kv, bucket, cfg.Test.Reads)}, nil
 }
 
 // Get returns the record of a task and its revision, or [ErrNotFound].
@@ -80,21 +91,32 @@ func (s *Store) Get(ctx context.Context, ref Ref) (*Record, uint64, error) {
 	if err := ref.Validate(); err != nil {
 		return nil, 0, fmt.Errorf("get task %s: %w", ref, err)
 	}
-	entry, err := s.kv.Get(ctx, ref.Key())
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, fmt.Errorf("get task %s: %w", ref, ErrNotFound)
-	}
+	data, rev, err := s.reads.get(ctx, ref.Key())
 	if err != nil {
 		return nil, 0, fmt.Errorf("get task %s: %w", ref, err)
 	}
 	var rec Record
-	if err := decodeRecord(entry.Value(), &rec); err != nil {
-		return nil, 0, fmt.Errorf("decode task %s (revision %d): %w", ref, entry.Revision(), err)
+	if err := decodeRecord(data, &rec); err != nil {
+		return nil, 0, fmt.Errorf("decode task %s (revision %d): %w", ref, rev, err)
 	}
 	if rec.Ref() != ref {
-		return nil, 0, fmt.Errorf("decode task %s (revision %d): the record names task %s: %w", ref, entry.Revision(), rec.Ref(), ErrForeignRecord)
+		return nil, 0, fmt.Errorf("decode task %s (revision %d): the record names task %s: %w", ref, rev, rec.Ref(), ErrForeignRecord)
 	}
-	return &rec, entry.Revision(), nil
+	return &rec, rev, nil
+}
+
+// CheckBatchedReads makes sure the store can batch its record reads (one
+// direct get of many keys: the permission to publish
+// $JS.API.DIRECT.GET.<stream> itself, which docs/ax-permissions.conf grants
+// workers): a server that cannot batch makes every read go alone, and a
+// request the server does not answer (refused, or timed out) is an error.
+func (s *Store) CheckBatchedReads(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	if err := s.reads.probe(ctx); err != nil {
+		return fmt.Errorf("batched record read of %s: %w", s.cfg.Names.TasksBucket(), err)
+	}
+	return nil
 }
 
 // Find returns the tasks of every tenant that have a record for id, sorted
@@ -223,13 +245,11 @@ func (s *Store) Apply(ctx context.Context, rec *Record, rev uint64, to State, ac
 	}
 	next.record(from, to, actor, time.Now().UTC())
 	data := encodeRecord(&next)
-	var newRev uint64
-	var err error
+	var ttl time.Duration
 	if s.expires(to) {
-		newRev, err = updateWithTTL(ctx, s.js, s.cfg.Names.TasksBucket(), rec.Ref().Key(), data, s.cfg.Retention, rev)
-	} else {
-		newRev, err = s.kv.Update(ctx, rec.Ref().Key(), data, rev)
+		ttl = s.cfg.Retention
 	}
+	newRev, err := s.compareAndSet(ctx, rec.Ref().Key(), data, rev, ttl)
 	if IsRevisionMismatch(err) {
 		return nil, 0, fmt.Errorf("move task %s %s -> %s at revision %d: %w", rec.Ref(), from, to, rev, ErrConflict)
 	}
@@ -258,6 +278,33 @@ func (s *Store) Delete(ctx context.Context, ref Ref, rev uint64) error {
 
 func (s *Store) expires(to State) bool {
 	return s.cfg.Retention > 0 && (to == StateSucceeded || to == StateCancelled)
+}
+
+// compareAndSet writes data to key if its last revision is rev, with a
+// per-message TTL when ttl > 0. The write is an asynchronous publish
+// awaited by its caller: the writes of concurrent callers go out together
+// (one flush carries all that are ready, and the server stores them in one
+// pass) instead of one request each, and each still learns its own
+// outcome; a lost compare-and-set fails its own write only.
+func (s *Store) compareAndSet(ctx context.Context, key string, data []byte, rev uint64, ttl time.Duration) (uint64, error) {
+	msg := nats.NewMsg(s.keyPrefix + key)
+	msg.Data = data
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	if ttl > 0 {
+		msg.Header.Set(jetstream.MsgTTLHeader, ttl.String())
+	}
+	ack, err := s.js.PublishMsgAsync(msg)
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case pa := <-ack.Ok():
+		return pa.Sequence, nil
+	case err := <-ack.Err():
+		return 0, err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
 }
 
 // updateWithTTL is a compare-and-set write of key in bucket with a

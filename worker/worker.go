@@ -68,6 +68,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Worker, err
 	if err != nil {
 		return nil, fmt.Errorf("new worker: %w", guard.Err(err))
 	}
+	if err := store.CheckBatchedReads(ctx); err != nil {
+		return nil, fmt.Errorf("new worker: %w", guard.Err(err))
+	}
 	w := &Worker{cfg: cfg, js: js, store: store, log: cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)), stopCh: make(chan struct{}), slotsDone: make(chan struct{})}
 	w.dispatch = newDispatchQueue()
 	w.held.items = map[*delivery]struct{}{}

@@ -56,7 +56,7 @@ func TestFloorDoesAxsOperations(t *testing.T) {
 	o := bench.Options{Tasks: 300, Concurrency: 8, Workers: 1, Payload: 64}
 	tp, err := bench.Throughput(ctx, o)
 	require.NoError(t, err)
-	records := map[string]float64{"floor": 3, "floor-noread": 3, "floor-claimcreate": 2, "floor-outcome": 1, "floor-async": 3}
+	records := map[string]float64{"floor": 3, "floor-noread": 3, "floor-claimcreate": 2, "floor-outcome": 1, "floor-async": 3, "floor-pipelined": 3}
 	requests := map[string]float64{}
 	for _, plan := range bench.FloorPlans() {
 		r, err := bench.Floor(ctx, o, plan)
@@ -86,4 +86,6 @@ func TestFloorDoesAxsOperations(t *testing.T) {
 	for _, name := range []string{"floor-noread", "floor-claimcreate", "floor-outcome"} {
 		require.Less(t, requests[name], 0.2, "%s: requests per task %v", name, requests)
 	}
+	// The pipelined plan reads a pull's records in one request.
+	require.Less(t, requests["floor-pipelined"], 0.5, "requests per task %v", requests)
 }

@@ -31,17 +31,22 @@ type FloorPlan struct {
 	// Running writes the record RUNNING before the handler (created there
 	// without SubmitRecord).
 	Running bool
+	// Pipelined takes the plan's operations in batches (a batched read,
+	// pipelined writes) instead of one synchronous round trip each per
+	// handler: the floor of ax's operations in the batched design.
+	Pipelined bool
 	// AsyncPersist creates the P2 stream and the task bucket in
 	// nats-server's async persist mode: a write is acknowledged before it
 	// is written to its file, and is lost if the server is killed first.
 	AsyncPersist bool
 }
 
-// FloorPlans returns ax's operations today ("floor"), three designs with
-// fewer, each priced by the same run (no claim read; no record at submit,
-// the claim creating it as for a raw publish; only the outcome written),
-// and ax's operations on streams that acknowledge writes before they are
-// written (async persist mode).
+// FloorPlans returns ax's operations one synchronous round trip each
+// ("floor"), three designs with fewer, each priced by the same run (no
+// claim read; no record at submit, the claim creating it as for a raw
+// publish; only the outcome written), ax's operations on streams that
+// acknowledge writes before they are written (async persist mode), and
+// ax's operations batched and pipelined ("floor-pipelined").
 func FloorPlans() []FloorPlan {
 	return []FloorPlan{
 		{Name: "floor", SubmitRecord: true, Running: true},
@@ -49,6 +54,7 @@ func FloorPlans() []FloorPlan {
 		{Name: "floor-claimcreate", Running: true},
 		{Name: "floor-outcome"},
 		{Name: "floor-async", SubmitRecord: true, Running: true, AsyncPersist: true},
+		{Name: "floor-pipelined", SubmitRecord: true, Running: true, Pipelined: true},
 	}
 }
 
@@ -107,11 +113,13 @@ func Floor(ctx context.Context, o Options, plan FloorPlan) (*Result, error) {
 	var done counter
 	var failMu sync.Mutex
 	var failed error
+	broke := make(chan struct{}) // closed by the first failure
 	fail := func(err error) {
 		failMu.Lock()
 		defer failMu.Unlock()
 		if failed == nil {
 			failed = err
+			close(broke)
 		}
 	}
 	all := make(chan struct{})
@@ -122,24 +130,11 @@ func Floor(ctx context.Context, o Options, plan FloorPlan) (*Result, error) {
 		close(quit)
 		wg.Wait()
 	}()
-	for range o.Concurrency {
-		wg.Go(func() {
-			for {
-				var msg jetstream.Msg
-				select {
-				case msg = <-work:
-				case <-quit:
-					return
-				}
-				lat.add(since(msg.Data()))
-				if err := floorTask(ctx, e.js, bucket, plan, msg, running, succeeded); err != nil {
-					fail(err)
-				}
-				if done.n.Add(1) == int64(o.Tasks) {
-					close(all)
-				}
-			}
-		})
+	handled := func(msg jetstream.Msg) {
+		lat.add(since(msg.Data()))
+		if done.n.Add(1) == int64(o.Tasks) {
+			close(all)
+		}
 	}
 	var consuming []jetstream.ConsumeContext
 	stop := func() {
@@ -149,25 +144,49 @@ func Floor(ctx context.Context, o Options, plan FloorPlan) (*Result, error) {
 		consuming = nil
 	}
 	defer stop()
-	for shard := range streams.Shards { // ax's own shard consumers
-		cons, err := stream.Consumer(ctx, e.names.ConsumerName(floorPriority, shard))
-		if err != nil {
-			return nil, err
-		}
-		var opts []jetstream.PullConsumeOpt
-		if len(cons.CachedInfo().Config.PriorityGroups) > 0 {
-			opts = append(opts, jetstream.PullPriorityGroup(streams.PriorityGroup))
-		}
-		cc, err := cons.Consume(func(msg jetstream.Msg) {
-			select {
-			case work <- msg:
-			case <-quit:
+	if plan.Pipelined {
+		wg.Go(func() {
+			if err := floorPipelined(ctx, e, stream, plan, running, succeeded, handled, quit); err != nil {
+				fail(err)
 			}
-		}, opts...)
-		if err != nil {
-			return nil, err
+		})
+	} else {
+		for range o.Concurrency {
+			wg.Go(func() {
+				for {
+					var msg jetstream.Msg
+					select {
+					case msg = <-work:
+					case <-quit:
+						return
+					}
+					if err := floorTask(ctx, e.js, bucket, plan, msg, running, succeeded); err != nil {
+						fail(err)
+					}
+					handled(msg)
+				}
+			})
 		}
-		consuming = append(consuming, cc)
+		for shard := range streams.Shards { // ax's own shard consumers
+			cons, err := stream.Consumer(ctx, e.names.ConsumerName(floorPriority, shard))
+			if err != nil {
+				return nil, err
+			}
+			var opts []jetstream.PullConsumeOpt
+			if len(cons.CachedInfo().Config.PriorityGroups) > 0 {
+				opts = append(opts, jetstream.PullPriorityGroup(streams.PriorityGroup))
+			}
+			cc, err := cons.Consume(func(msg jetstream.Msg) {
+				select {
+				case work <- msg:
+				case <-quit:
+				}
+			}, opts...)
+			if err != nil {
+				return nil, err
+			}
+			consuming = append(consuming, cc)
+		}
 	}
 	bar := startProgress(o.Progress, plan.Name, o.Tasks, done.load)
 	defer bar.end()
@@ -178,6 +197,7 @@ func Floor(ctx context.Context, o Options, plan FloorPlan) (*Result, error) {
 	submitted := time.Since(start)
 	select {
 	case <-all:
+	case <-broke:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
