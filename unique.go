@@ -150,9 +150,10 @@ func (c *Client) submitUnique(ctx context.Context, t TaskSpec) (TaskInfo, error)
 		}
 		return info, err
 	}
-	mine.Published, mine.Stream, mine.Seq = true, info.Stream, info.Sequence
 	if !info.RunAt.IsZero() && !c.cfg.PublishOnly {
-		mine.Stream, mine.Seq = "", 0 // its record names its schedule
+		mine.MarkPublished("", 0) // its record names its schedule
+	} else {
+		mine.MarkPublished(info.Stream, info.Sequence)
 	}
 	if _, err := c.claims.Update(fctx, key, mine, t.Unique.For, rev); err != nil {
 		// The task is stored; its claim stays unpublished, and holds for

@@ -40,6 +40,14 @@ type Claim struct {
 	Seq    uint64 `json:"seq,omitempty"`
 }
 
+// MarkPublished records that the claim's task was stored, as the message
+// at seq of stream (zero for a delayed task, whose record names its
+// schedule). Outside kv a write of a field named Stream reads as a write of
+// a record's binding (TestOnlyBindWritesTheBinding): claims are marked here.
+func (c *Claim) MarkPublished(stream string, seq uint64) {
+	c.Published, c.Stream, c.Seq = true, stream, seq
+}
+
 // ErrClaimed means a unique key already has a live claim.
 var ErrClaimed = errors.New("unique key already claimed")
 
