@@ -58,8 +58,10 @@ func (e *execution) ended() bool { return e.finished || e.failed || e.aborted }
 type journal struct {
 	executions map[string][]execution // by task, in order of start
 	// finalWriteFailed holds, by task, the workers that logged that the
-	// write settling an execution of it failed (final_write_failed): the
-	// outcome was not recorded, so the task runs again.
+	// write settling an execution of it failed (final_write_failed) or was
+	// not made because the claim had lapsed before it (final_write_fenced:
+	// no heartbeat confirmed within the ack wait, as on an overloaded
+	// machine): the outcome was not recorded, so the task runs again.
 	finalWriteFailed map[string]map[string]bool
 	logs             map[string][]string // the workers' log lines about each task, for failure reports
 	// deaths maps a worker id to when it was killed.
@@ -113,7 +115,7 @@ func (j *journal) noteLogs(worker, output string) {
 			continue
 		}
 		j.logs[entry.TaskID] = append(j.logs[entry.TaskID], worker+": "+strings.TrimSpace(line))
-		if entry.Msg != "final_write_failed" {
+		if entry.Msg != "final_write_failed" && entry.Msg != "final_write_fenced" {
 			continue
 		}
 		if j.finalWriteFailed[entry.TaskID] == nil {
