@@ -43,6 +43,11 @@ func TestTenantIsolation(t *testing.T) {
 		_, err = acme.nc.Request("$JS.API.DIRECT.GET.KV_AX_TASKS.$KV.AX_TASKS.t-globex", nil, time.Second)
 		require.Error(t, err)
 		acme.requireViolation(t, "Publish", "$JS.API.DIRECT.GET.KV_AX_TASKS.$KV.AX_TASKS.t-globex")
+		// The workers' batched read names its keys in the body, which the
+		// server does not check: a producer may not send it at all.
+		_, err = acme.nc.Request("$JS.API.DIRECT.GET.KV_AX_TASKS", []byte(`{"multi_last":["$KV.AX_TASKS.globex.t-globex"]}`), time.Second)
+		require.Error(t, err)
+		acme.requireViolation(t, "Publish", "$JS.API.DIRECT.GET.KV_AX_TASKS")
 		var reply admin.TaskReply
 		require.Error(t, callAdmin(acme, admin.VerbTaskGet, admin.TaskRequest{ID: "t-globex"}, &reply))
 		acme.requireViolation(t, "Publish", "ax.admin.task.get")
