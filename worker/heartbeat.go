@@ -16,8 +16,9 @@ type delivery struct {
 	from     *puller                // the puller whose credit it holds until a slot takes it; nil in tests
 	priority int
 	shard    int
-	since    time.Time // when the task began to wait: the dispatch order
-	order    uint64    // arrival at the dispatch queue: breaks ties
+	since    time.Time   // when the task began to wait: the dispatch order
+	order    uint64      // arrival at the dispatch queue: breaks ties
+	log      *zap.Logger // the worker's; nil in tests
 
 	mu       sync.Mutex
 	lastBeat time.Time // last ack-wait reset: receipt (queued as it arrives, so it is the delivery) or the send time of an answered in-progress (mu)
@@ -25,7 +26,11 @@ type delivery struct {
 	settled  bool      // acked, naked or termed: no more heartbeats (mu)
 }
 
-// settle marks d as answered, under its lock, and runs answer once.
+// settle marks d as answered, under its lock, and runs answer once. An
+// answer that fails (an ack, nak or term the connection could not send) is
+// logged here, once for every caller: the message then comes back after
+// its ack wait, and the record, already written, decides what that
+// delivery does.
 func (d *delivery) settle(answer func() error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -33,7 +38,16 @@ func (d *delivery) settle(answer func() error) error {
 		return nil
 	}
 	d.settled = true
-	return answer()
+	err := answer()
+	if err != nil && d.log != nil {
+		var stream string
+		var seq uint64
+		if d.meta != nil {
+			stream, seq = d.meta.Stream, d.meta.Sequence.Stream
+		}
+		d.log.Warn("settle_failed", zap.String("stream", stream), zap.Uint64("stream_seq", seq), zap.Error(err))
+	}
+	return err
 }
 
 // holds reports whether d's claim still holds at now: it lapses for good
