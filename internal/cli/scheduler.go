@@ -106,7 +106,8 @@ saying so, until the streams and buckets exist).`,
 			var wg sync.WaitGroup
 			defer wg.Wait()
 			wg.Go(func() { reportLeading(ctx, l, d.metrics) })
-			fmt.Fprintf(e.errOut, "scheduler %s campaigning on %s; management API on %s\n", l.ID(), d.nc.ConnectedUrlRedacted(), d.names.AdminSubject(">"))
+			fmt.Fprintf(e.errOut, "scheduler %s campaigning on %s (the deployment's ack wait: %s); management API on %s\n",
+				l.ID(), d.nc.ConnectedUrlRedacted(), dep.AckWait(), dep.Names().AdminSubject(">"))
 			return l.Run(ctx)
 		},
 	}

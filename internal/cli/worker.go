@@ -121,6 +121,7 @@ ax workers.`,
 			var reg *worker.Registry
 			closeReg := func() {}
 			var w *worker.Worker
+			var ackWait time.Duration
 			err = waitFor(cmd.Context(), d.log, provisionHint, func() error {
 				dep, err := e.openDeployment(cmd.Context(), d.js, deploy.Options{})
 				if err != nil {
@@ -135,13 +136,14 @@ ax workers.`,
 				cfg := wf.config(dep.Names(), reg, d.log)
 				cfg.Observer = d.metrics
 				w, err = dep.Worker(cmd.Context(), cfg)
+				ackWait = dep.AckWait()
 				return settled(err)
 			})
 			defer closeReg()
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.errOut, "worker %s joining the mesh on %s\n", w.ID(), d.nc.ConnectedUrlRedacted())
+			fmt.Fprintf(e.errOut, "worker %s joining the mesh on %s (the deployment's ack wait: %s)\n", w.ID(), d.nc.ConnectedUrlRedacted(), ackWait)
 			return w.Run(cmd.Context())
 		},
 	}
