@@ -155,6 +155,10 @@ func (n Names) legacyShardTransform(p int) string {
 	return fmt.Sprintf("%s.p%d.{{partition(%d,3)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}", n.Prefix(), p, Shards)
 }
 
+// StoredFilter returns the subjects of every task stored in priority
+// stream p, control-plane copies included: "<prefix>.p<N>.>".
+func (n Names) StoredFilter(p int) string { return fmt.Sprintf("%s.p%d.>", n.Prefix(), p) }
+
 // ShardFilter returns the filter subject of the consumer of (priority, shard).
 func (n Names) ShardFilter(p, shard int) string {
 	return fmt.Sprintf("%s.p%d.%d.>", n.Prefix(), p, shard)

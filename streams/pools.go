@@ -42,6 +42,13 @@ func (n Names) TypeFilter(p, shard int, taskType string) string {
 	return fmt.Sprintf("%s.p%d.%d.*.%s.>", n.Prefix(), p, shard, taskType)
 }
 
+// StoredTypeFilter returns the subjects of one task type's tasks stored in
+// priority stream p, on every shard and of every tenant, control-plane
+// copies included: "<prefix>.p<N>.*.*.<type>.>".
+func (n Names) StoredTypeFilter(p int, taskType string) string {
+	return fmt.Sprintf("%s.p%d.*.*.%s.>", n.Prefix(), p, taskType)
+}
+
 // TypeConsumerName returns the durable name of the consumer of (priority,
 // shard, task type), e.g. "p0-s07-t-email". A type that is not made of
 // letters, digits, '-' and '_' (at most 64) is named by a hash of it.
