@@ -165,7 +165,13 @@ func (n Names) ShardFilter(p, shard int) string {
 }
 
 // ConsumerName returns the durable consumer name of (priority, shard), e.g. "p0-s07".
-func (n Names) ConsumerName(p, shard int) string { return fmt.Sprintf("p%d-s%02d", p, shard) }
+func (n Names) ConsumerName(p, shard int) string {
+	return fmt.Sprintf("%s%02d", consumerPrefix(p), shard)
+}
+
+// consumerPrefix begins the name of every consumer of priority stream p,
+// a shard's or a type's: "p<N>-s".
+func consumerPrefix(p int) string { return fmt.Sprintf("p%d-s", p) }
 
 // DLQSubject returns the dead-letter subject of a task.
 func (n Names) DLQSubject(tenant, taskType string) string {

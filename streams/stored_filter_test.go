@@ -1,8 +1,11 @@
 package streams_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 
+	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/stretchr/testify/require"
 )
@@ -20,4 +23,37 @@ func TestStoredFilters(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "resize", stored.Type)
 	}
+}
+
+// The consumers that deliver a bucket's tasks are its shard consumers, or
+// on a pools deployment the consumers of its types, and no other bucket's.
+func TestBucketConsumers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	t.Run("default layout", func(t *testing.T) {
+		t.Parallel()
+		_, js := natstest.RunServer(t)
+		_, err := streams.Provision(ctx, js, nil)
+		require.NoError(t, err)
+		consumers, err := streams.BucketConsumers(ctx, js, streams.Names{}, 2)
+		require.NoError(t, err)
+		require.Len(t, consumers, streams.Shards)
+		require.Equal(t, "p2-s00", consumers[0])
+	})
+	t.Run("pools", func(t *testing.T) {
+		t.Parallel()
+		_, js := natstest.RunServer(t)
+		cfg := &streams.Config{Pools: true}
+		_, err := streams.Provision(ctx, js, cfg)
+		require.NoError(t, err)
+		_, err = streams.EnsureTypeConsumers(ctx, js, cfg, "email")
+		require.NoError(t, err)
+		consumers, err := streams.BucketConsumers(ctx, js, streams.Names{}, 2)
+		require.NoError(t, err)
+		require.Len(t, consumers, streams.Shards)
+		require.Contains(t, consumers, streams.Names{}.TypeConsumerName(2, 7, "email"))
+		for _, c := range consumers {
+			require.True(t, strings.HasPrefix(c, "p2-s"), c)
+		}
+	})
 }
