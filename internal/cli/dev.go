@@ -67,6 +67,8 @@ with --exit), so that other ax commands can use it with --server.`,
 	f.dash.addGuards(fs)
 	f.dash.interval, f.dash.window = dashboard.DefaultInterval, dashboard.DefaultRateWindow
 	f.wf.add(cmd)
+	// ax dev provisions the deployment: its --ack-wait is the one provisioned.
+	fs.Lookup("ack-wait").Usage = fmt.Sprintf("ack wait of the shard consumers ax dev provisions (0: %s)", streams.DefaultAckWait)
 	f.lf.add(cmd, false)
 	root.AddCommand(cmd)
 }
