@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/deploy"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go/jetstream"
@@ -32,4 +33,24 @@ func settled(err error) error {
 		return permanent{err}
 	}
 	return err
+}
+
+// submitClient returns the client of ax submit: the deployment's
+// (deploy.Open), or with publishOnly a publish-only one made by
+// ax.NewClient. A producer that may only publish (docs/ax-permissions.conf)
+// cannot open the deployment, which reads the streams' and buckets' info:
+// package deploy tells it to make its client this way.
+func (e *env) submitClient(ctx context.Context, js jetstream.JetStream, publishOnly bool) (*ax.Client, error) {
+	if publishOnly {
+		names, err := e.names()
+		if err != nil {
+			return nil, err
+		}
+		return ax.NewClient(ctx, js, &ax.Config{Names: names, PublishOnly: true})
+	}
+	dep, err := e.openDeployment(ctx, js, deploy.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return dep.Client(ctx, nil)
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -9,9 +8,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
-	"github.com/ax-mesh/ax/deploy"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 )
 
@@ -119,26 +116,6 @@ func addSubmit(root *cobra.Command, e *env) {
 	f.StringVar(&unique.Key, "unique-key", "", "with --unique-for: unique by this key instead of the payload")
 	f.StringSliceVar(&uniqueStates, "unique-states", nil, "with --unique-for: the states in which the earlier task blocks a new one (default: every state but dead and cancelled)")
 	root.AddCommand(cmd)
-}
-
-// submitClient returns the client of ax submit: the deployment's
-// (deploy.Open), or with publishOnly a publish-only one made by
-// ax.NewClient. A producer that may only publish (docs/ax-permissions.conf)
-// cannot open the deployment, which reads the streams' and buckets' info:
-// package deploy tells it to make its client this way.
-func (e *env) submitClient(ctx context.Context, js jetstream.JetStream, publishOnly bool) (*ax.Client, error) {
-	if publishOnly {
-		names, err := e.names()
-		if err != nil {
-			return nil, err
-		}
-		return ax.NewClient(ctx, js, &ax.Config{Names: names, PublishOnly: true})
-	}
-	dep, err := e.openDeployment(ctx, js, deploy.Options{})
-	if err != nil {
-		return nil, err
-	}
-	return dep.Client(ctx, nil)
 }
 
 // readPayload reads a payload from path, or from stdin when path is "-".
