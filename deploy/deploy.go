@@ -55,11 +55,21 @@ type Options struct {
 // Deployment is an opened deployment: its names and record store as
 // opened, and its ack wait and priority policy as the server holds them.
 type Deployment struct {
-	js      jetstream.JetStream
-	names   streams.Names
-	store   kv.StoreConfig
-	ackWait time.Duration
-	policy  jetstream.PriorityPolicy
+	js          jetstream.JetStream
+	names       streams.Names
+	store       kv.StoreConfig
+	ackWait     time.Duration
+	policy      jetstream.PriorityPolicy
+	provisioned *Provisioned
+}
+
+// Provisioned is what [Open] changed when it provisioned the deployment.
+type Provisioned struct {
+	// Streams lists the streams and consumers created and updated.
+	Streams *streams.Report
+	// Migrated counts the task records of ax before v3 moved under their
+	// tenant, and names those left under their old key.
+	Migrated *kv.MigrateReport
 }
 
 // Open provisions the deployment when opts.Provision is set, then reads
@@ -78,9 +88,27 @@ func Open(ctx context.Context, js jetstream.JetStream, opts *Options) (*Deployme
 	defer guard.Stop()
 	d, err := open(ctx, js, opts)
 	if refused := guard.Err(nil); err != nil && refused != nil {
+		var named *denied.Error
+		if errors.As(refused, &named) && (opts == nil || !opts.Provision) && named.Hint == "" &&
+			named.Subject == jetstream.DefaultAPIPrefix+"STREAM.INFO."+namesOf(opts).PriorityStream(0) {
+			// Every role but a producer may read the first bucket's info.
+			named.Hint = producerHint
+		}
 		return nil, fmt.Errorf("open deployment: %w", refused)
 	}
 	return d, err
+}
+
+// producerHint is what a producer refused the first read of [Open] does
+// instead (ax.NewClient says the same).
+const producerHint = "a producer allowed only to submit sets Config.PublishOnly (ax submit --publish-only)"
+
+// namesOf returns the names opts gives (the default's when nil).
+func namesOf(opts *Options) streams.Names {
+	if opts == nil {
+		return streams.Names{}
+	}
+	return opts.Names
 }
 
 func open(ctx context.Context, js jetstream.JetStream, opts *Options) (*Deployment, error) {
@@ -88,13 +116,15 @@ func open(ctx context.Context, js jetstream.JetStream, opts *Options) (*Deployme
 	if opts != nil {
 		o = *opts
 	}
+	var provisioned *Provisioned
 	if o.Provision {
 		scfg := streams.Config{}
 		if o.Streams != nil {
 			scfg = *o.Streams
 		}
 		scfg.Names = o.Names
-		if _, err := streams.Provision(ctx, js, &scfg); err != nil {
+		report, err := streams.Provision(ctx, js, &scfg)
+		if err != nil {
 			return nil, fmt.Errorf("open deployment: %w", err)
 		}
 		bcfg := kv.BucketsConfig{}
@@ -105,11 +135,13 @@ func open(ctx context.Context, js jetstream.JetStream, opts *Options) (*Deployme
 		if err := kv.Provision(ctx, js, &bcfg); err != nil {
 			return nil, fmt.Errorf("open deployment: %w", err)
 		}
-		if _, err := kv.MigrateKeys(ctx, js, o.Names); err != nil {
+		migrated, err := kv.MigrateKeys(ctx, js, o.Names)
+		if err != nil {
 			return nil, fmt.Errorf("open deployment: %w", err)
 		}
+		provisioned = &Provisioned{Streams: report, Migrated: migrated}
 	}
-	d := &Deployment{js: js, names: o.Names, store: o.Store}
+	d := &Deployment{js: js, names: o.Names, store: o.Store, provisioned: provisioned}
 	d.store.Names = o.Names
 	if err := d.readConsumerSettings(ctx, o.Names); err != nil {
 		return nil, fmt.Errorf("open deployment: %w", err)
@@ -155,6 +187,10 @@ func (d *Deployment) readConsumerSettings(ctx context.Context, names streams.Nam
 	d.ackWait, d.policy = info.Config.AckWait, info.Config.PriorityPolicy
 	return nil
 }
+
+// Provisioned returns what [Open] changed when it provisioned the
+// deployment ([Options.Provision]); nil when it only verified it.
+func (d *Deployment) Provisioned() *Provisioned { return d.provisioned }
 
 // Names returns the deployment's names.
 func (d *Deployment) Names() streams.Names { return d.names }

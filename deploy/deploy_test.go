@@ -24,11 +24,14 @@ func TestOpenReadsWhatProcessesMustAgreeOn(t *testing.T) {
 	_, js := natstest.RunServer(t)
 	ctx := context.Background()
 	store := kv.StoreConfig{Retention: time.Hour}
-	_, err := deploy.Open(ctx, js, &deploy.Options{Provision: true, Streams: &streams.Config{AckWait: 3 * time.Second}, Store: store})
+	provisioned, err := deploy.Open(ctx, js, &deploy.Options{Provision: true, Streams: &streams.Config{AckWait: 3 * time.Second}, Store: store})
 	require.NoError(t, err)
+	require.NotNil(t, provisioned.Provisioned(), "what provisioning changed")
+	require.Contains(t, provisioned.Provisioned().Streams.Created, "stream AX_P0")
 
 	d, err := deploy.Open(ctx, js, &deploy.Options{Store: store})
 	require.NoError(t, err)
+	require.Nil(t, d.Provisioned(), "only verified")
 	require.Equal(t, 3*time.Second, d.AckWait(), "read from the shard consumers, not a default")
 	require.Equal(t, "ax", d.Names().Prefix())
 

@@ -88,7 +88,7 @@ func waitingOf(ctx context.Context, js jetstream.JetStream, names streams.Names,
 			if err != nil {
 				return nil, fmt.Errorf("unserved types: %w", err)
 			}
-			filter := fmt.Sprintf("%s.p%d.*.*.%s.>", names.Prefix(), p, t)
+			filter := names.StoredTypeFilter(p, t)
 			info, err := stream.Info(ctx, jetstream.WithSubjectFilter(filter))
 			if err != nil {
 				return nil, fmt.Errorf("unserved types: info %s: %w", names.PriorityStream(p), err)
@@ -129,17 +129,19 @@ func WaitingTypes(ctx context.Context, js jetstream.JetStream, names streams.Nam
 		if err != nil {
 			return nil, fmt.Errorf("unserved types: %w", err)
 		}
-		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(fmt.Sprintf("%s.p%d.>", names.Prefix(), p)))
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(names.StoredFilter(p)))
 		if err != nil {
 			return nil, fmt.Errorf("unserved types: info %s: %w", names.PriorityStream(p), err)
 		}
 		waiting := map[string]bool{}
 		for subject, n := range info.State.Subjects {
-			tokens := strings.Split(subject, ".")
-			if len(tokens) < 6 || served[tokens[4]] {
+			// A subject ParseStored refuses (a token of control characters
+			// or over 256 bytes) names no type a worker could register.
+			stored, err := names.ParseStored(subject)
+			if err != nil || served[stored.Type] {
 				continue
 			}
-			t := tokens[4]
+			t := stored.Type
 			if byType[t] == nil {
 				byType[t] = &Unserved{Type: t}
 			}
@@ -147,7 +149,7 @@ func WaitingTypes(ctx context.Context, js jetstream.JetStream, names streams.Nam
 			waiting[t] = true
 		}
 		for t := range waiting {
-			msg, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(fmt.Sprintf("%s.p%d.*.*.%s.>", names.Prefix(), p, t)))
+			msg, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(names.StoredTypeFilter(p, t)))
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				continue // acked since
 			}

@@ -3,7 +3,6 @@ package leader
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -72,7 +71,7 @@ func (a *aging) pass(ctx context.Context, prio int, served func(context.Context)
 	if err != nil {
 		return err
 	}
-	filters := []string{fmt.Sprintf("%s.p%d.>", names.Prefix(), prio)}
+	filters := []string{names.StoredFilter(prio)}
 	if streams.UsesPools(stream.CachedInfo().Config) {
 		types, err := served(ctx)
 		if err != nil {
@@ -80,7 +79,7 @@ func (a *aging) pass(ctx context.Context, prio int, served func(context.Context)
 		}
 		filters = filters[:0]
 		for _, t := range types {
-			filters = append(filters, fmt.Sprintf("%s.p%d.*.*.%s.>", names.Prefix(), prio, t))
+			filters = append(filters, names.StoredTypeFilter(prio, t))
 		}
 	}
 	// Bound a pass: lifts, and messages looked at (in-flight ones stay in

@@ -294,9 +294,9 @@ func (p *pressureLoop) resume(ctx context.Context, prio int) error {
 }
 
 // eachConsumer calls fn for each consumer of bucket prio
-// ([bucketConsumers]); a failed listing is added to errs.
+// ([streams.BucketConsumers]); a failed listing is added to errs.
 func (p *pressureLoop) eachConsumer(ctx context.Context, prio int, errs *[]error, fn func(stream, consumer string)) {
-	consumers, err := bucketConsumers(ctx, p.l.js, p.l.cfg.Names, prio)
+	consumers, err := streams.BucketConsumers(ctx, p.l.js, p.l.cfg.Names, prio)
 	if err != nil {
 		*errs = append(*errs, err)
 		return

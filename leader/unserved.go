@@ -178,7 +178,7 @@ func (u *unservedExpiry) forgetCursors(expiring map[string]kv.Duration) {
 
 // filter is the subject filter of type t's messages in bucket prio.
 func (u *unservedExpiry) filter(prio int, t string) string {
-	return fmt.Sprintf("%s.p%d.*.*.%s.>", u.l.cfg.Names.Prefix(), prio, t)
+	return u.l.cfg.Names.StoredTypeFilter(prio, t)
 }
 
 // scan buries the messages of type t in bucket prio that waited deadline,

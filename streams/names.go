@@ -155,13 +155,23 @@ func (n Names) legacyShardTransform(p int) string {
 	return fmt.Sprintf("%s.p%d.{{partition(%d,3)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}", n.Prefix(), p, Shards)
 }
 
+// StoredFilter returns the subjects of every task stored in priority
+// stream p, control-plane copies included: "<prefix>.p<N>.>".
+func (n Names) StoredFilter(p int) string { return fmt.Sprintf("%s.p%d.>", n.Prefix(), p) }
+
 // ShardFilter returns the filter subject of the consumer of (priority, shard).
 func (n Names) ShardFilter(p, shard int) string {
 	return fmt.Sprintf("%s.p%d.%d.>", n.Prefix(), p, shard)
 }
 
 // ConsumerName returns the durable consumer name of (priority, shard), e.g. "p0-s07".
-func (n Names) ConsumerName(p, shard int) string { return fmt.Sprintf("p%d-s%02d", p, shard) }
+func (n Names) ConsumerName(p, shard int) string {
+	return fmt.Sprintf("%s%02d", consumerPrefix(p), shard)
+}
+
+// consumerPrefix begins the name of every consumer of priority stream p,
+// a shard's or a type's: "p<N>-s".
+func consumerPrefix(p int) string { return fmt.Sprintf("p%d-s", p) }
 
 // DLQSubject returns the dead-letter subject of a task.
 func (n Names) DLQSubject(tenant, taskType string) string {

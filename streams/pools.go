@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -42,11 +43,47 @@ func (n Names) TypeFilter(p, shard int, taskType string) string {
 	return fmt.Sprintf("%s.p%d.%d.*.%s.>", n.Prefix(), p, shard, taskType)
 }
 
+// StoredTypeFilter returns the subjects of one task type's tasks stored in
+// priority stream p, on every shard and of every tenant, control-plane
+// copies included: "<prefix>.p<N>.*.*.<type>.>".
+func (n Names) StoredTypeFilter(p int, taskType string) string {
+	return fmt.Sprintf("%s.p%d.*.*.%s.>", n.Prefix(), p, taskType)
+}
+
 // TypeConsumerName returns the durable name of the consumer of (priority,
 // shard, task type), e.g. "p0-s07-t-email". A type that is not made of
 // letters, digits, '-' and '_' (at most 64) is named by a hash of it.
 func (n Names) TypeConsumerName(p, shard int, taskType string) string {
-	return fmt.Sprintf("p%d-s%02d-t-%s", p, shard, typeNameToken(taskType))
+	return fmt.Sprintf("%s%02d-t-%s", consumerPrefix(p), shard, typeNameToken(taskType))
+}
+
+// BucketConsumers returns the names of the consumers that deliver priority
+// bucket p's tasks: its [Shards] shard consumers ([Names.ConsumerName]), or
+// on a pools deployment the consumers of every task type
+// ([Names.TypeConsumerName]), listed from the server.
+func BucketConsumers(ctx context.Context, js jetstream.JetStream, n Names, p int) ([]string, error) {
+	name := n.PriorityStream(p)
+	stream, err := js.Stream(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("bind stream %s: %w", name, err)
+	}
+	var out []string
+	if !UsesPools(stream.CachedInfo().Config) {
+		for shard := range Shards {
+			out = append(out, n.ConsumerName(p, shard))
+		}
+		return out, nil
+	}
+	list := stream.ConsumerNames(ctx)
+	for consumer := range list.Name() {
+		if strings.HasPrefix(consumer, consumerPrefix(p)) {
+			out = append(out, consumer)
+		}
+	}
+	if err := list.Err(); err != nil {
+		return nil, fmt.Errorf("list consumers of %s: %w", name, err)
+	}
+	return out, nil
 }
 
 var plainType = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)

@@ -6,9 +6,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
-	"github.com/ax-mesh/ax/streams"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/ax-mesh/ax/deploy"
 	"github.com/spf13/cobra"
 )
 
@@ -109,29 +107,22 @@ cron-<NAME>-<unix seconds>, across leader changes.`,
 	root.AddCommand(group)
 }
 
-// client connects and returns a scheduler client and a function that
-// closes both.
+// client connects, opens the deployment and returns its client and a
+// function that closes both.
 func (e *env) client(cmd *cobra.Command, name string) (*ax.Client, func(), error) {
-	nc, js, names, err := e.session(name)
+	nc, js, err := e.connect(name, roleScheduler) // cron records are control state
 	if err != nil {
 		return nil, nil, err
 	}
-	client, err := ax.NewClient(cmd.Context(), js, &ax.Config{Names: names})
+	dep, err := e.openDeployment(cmd.Context(), js, deploy.Options{})
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	client, err := dep.Client(cmd.Context(), nil)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
 	}
 	return client, func() { _ = client.Close(); nc.Close() }, nil
-}
-
-// session connects as the control plane (cron records are control
-// state) and returns the connection, JetStream and the deployment's names;
-// the caller closes the connection.
-func (e *env) session(name string) (*nats.Conn, jetstream.JetStream, streams.Names, error) {
-	names, err := e.names()
-	if err != nil {
-		return nil, nil, names, err
-	}
-	nc, js, err := e.connect(name, roleScheduler)
-	return nc, js, names, err
 }

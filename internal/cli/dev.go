@@ -8,6 +8,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/dashboard"
+	"github.com/ax-mesh/ax/deploy"
 	"github.com/ax-mesh/ax/internal/demo"
 	"github.com/ax-mesh/ax/internal/embedded"
 	"github.com/ax-mesh/ax/kv"
@@ -66,6 +67,8 @@ with --exit), so that other ax commands can use it with --server.`,
 	f.dash.addGuards(fs)
 	f.dash.interval, f.dash.window = dashboard.DefaultInterval, dashboard.DefaultRateWindow
 	f.wf.add(cmd)
+	// ax dev provisions the deployment: its --ack-wait is the one provisioned.
+	fs.Lookup("ack-wait").Usage = fmt.Sprintf("ack wait of the shard consumers ax dev provisions (0: %s)", streams.DefaultAckWait)
 	f.lf.add(cmd, false)
 	root.AddCommand(cmd)
 }
@@ -100,7 +103,8 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 	if err != nil {
 		return err
 	}
-	if err := provision(ctx, js, &streams.Config{Names: names, Capacity: f.capacity, AckWait: f.wf.ackWait, PriorityPolicy: f.policy, Pools: f.pools}, e); err != nil {
+	dep, err := e.provision(ctx, js, &streams.Config{Capacity: f.capacity, AckWait: f.wf.ackWait, PriorityPolicy: f.policy, Pools: f.pools})
+	if err != nil {
 		return err
 	}
 	m := metrics.New(f.wf.metrics.config(js, names))
@@ -109,9 +113,10 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 		return err
 	}
 	defer stopMetrics()
-	lcfg := f.lf.config(names, f.wf.ackWait, log.WithOptions(zap.IncreaseLevel(zap.WarnLevel)))
+	// The ack wait is the deployment's, just provisioned from --ack-wait.
+	lcfg := f.lf.config(names, 0, log.WithOptions(zap.IncreaseLevel(zap.WarnLevel)))
 	observeLeader(lcfg, m)
-	stopLeader, err := startLeader(ctx, js, lcfg, m)
+	stopLeader, err := startLeader(ctx, dep, lcfg, m)
 	if err != nil {
 		return err
 	}
@@ -121,7 +126,7 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 		return err
 	}
 	defer closeReg()
-	admin, err := startAdmin(ctx, js, names, log)
+	admin, err := startAdmin(ctx, dep, log)
 	if err != nil {
 		return err
 	}
@@ -132,8 +137,8 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 	}
 	defer stopDashboard()
 	wcfg := f.wf.config(names, reg, log.WithOptions(zap.IncreaseLevel(zap.WarnLevel)))
-	wcfg.Observer = m
-	ws, err := startWorkers(ctx, js, f.workers, wcfg)
+	wcfg.Observer, wcfg.AckWait = m, 0 // the deployment's, as for the leader
+	ws, err := startWorkers(ctx, dep, f.workers, wcfg)
 	if err != nil {
 		return err
 	}
@@ -147,7 +152,7 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 	fmt.Fprintf(e.errOut, "%d workers x %d slots running; try: ax task get <id> --server %s\n", len(ws), f.wf.concurrency, srv.ClientURL())
 
 	if f.demo > 0 {
-		client, err := ax.NewClient(ctx, js, &ax.Config{Names: names, Logger: log})
+		client, err := dep.Client(ctx, &ax.Config{Logger: log})
 		if err != nil {
 			return err
 		}
@@ -167,19 +172,15 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 	return nil
 }
 
-// provision creates or updates streams, consumers and buckets and says what changed.
-func provision(ctx context.Context, js jetstream.JetStream, cfg *streams.Config, e *env) error {
-	report, err := streams.Provision(ctx, js, cfg)
+// provision opens the deployment of --prefix provisioning it with cfg (its
+// streams, consumers and buckets created or updated, deploy.Open with
+// Provision) and says what changed.
+func (e *env) provision(ctx context.Context, js jetstream.JetStream, cfg *streams.Config) (*deploy.Deployment, error) {
+	dep, err := e.openDeployment(ctx, js, deploy.Options{Provision: true, Streams: cfg, Buckets: &kv.BucketsConfig{Replicas: cfg.Replicas}})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := kv.Provision(ctx, js, &kv.BucketsConfig{Names: cfg.Names, Replicas: cfg.Replicas}); err != nil {
-		return err
-	}
-	migrated, err := kv.MigrateKeys(ctx, js, cfg.Names)
-	if err != nil {
-		return err
-	}
+	report, migrated := dep.Provisioned().Streams, dep.Provisioned().Migrated
 	fmt.Fprintf(e.errOut, "provisioned: %s\n", report)
 	if migrated.Moved > 0 {
 		fmt.Fprintf(e.errOut, "  moved %d task records of ax before v3 under their tenant (docs/WIRE.md)\n", migrated.Moved)
@@ -190,5 +191,5 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg *streams.Config,
 	for _, u := range report.Updated {
 		fmt.Fprintf(e.errOut, "  updated %s\n", u)
 	}
-	return nil
+	return dep, nil
 }

@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/deploy"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/leader"
 	"github.com/ax-mesh/ax/metrics"
 	"github.com/ax-mesh/ax/streams"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 )
@@ -41,7 +41,7 @@ func (f *leaderFlags) add(cmd *cobra.Command, withAckWait bool) {
 	fs.Float64Var(&f.resume, "pressure-resume", def.Resume, "depth below which paused dispatch resumes")
 	fs.DurationVar(&f.sweepEvery, "sweep-interval", 0, "how often the reconciler checks the task records due for a check (default 1s)")
 	if withAckWait {
-		fs.DurationVar(&f.ackWait, "ack-wait", streams.DefaultAckWait, "ack wait of the shard consumers (as provisioned)")
+		fs.DurationVar(&f.ackWait, "ack-wait", 0, "ack wait of the shard consumers; 0 reads it from them, another value must equal theirs (else the command fails: the deployment owns it)")
 	}
 }
 
@@ -79,29 +79,35 @@ saying so, until the streams and buckets exist).`,
 			}
 			defer d.close()
 			// ax scheduler does not provision (ax provision does, with
-			// the deployment's settings): it waits for the buckets.
-			names := d.names
+			// the deployment's settings): it waits until deploy.Open
+			// finds the deployment, and the leader's lock bucket.
+			var dep *deploy.Deployment
 			err = waitFor(ctx, d.log, provisionHint, func() error {
-				return waitBuckets(ctx, d, names.TasksBucket(), names.LocksBucket(), names.WorkersBucket(), names.ControlBucket())
+				var err error
+				if dep, err = e.openDeployment(ctx, d.js, deploy.Options{}); err != nil {
+					return err
+				}
+				return waitBuckets(ctx, d, dep.Names().LocksBucket())
 			})
 			if err != nil {
 				return err
 			}
-			admin, err := startAdmin(ctx, d.js, d.names, d.log)
+			cfg := f.config(dep.Names(), f.ackWait, d.log)
+			observeLeader(cfg, d.metrics)
+			l, err := dep.Leader(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			admin, err := startAdmin(ctx, dep, d.log)
 			if err != nil {
 				return err
 			}
 			defer func() { _ = admin.Stop(context.WithoutCancel(ctx)) }()
-			cfg := f.config(d.names, f.ackWait, d.log)
-			observeLeader(cfg, d.metrics)
-			l, err := leader.New(ctx, d.js, cfg)
-			if err != nil {
-				return err
-			}
 			var wg sync.WaitGroup
 			defer wg.Wait()
 			wg.Go(func() { reportLeading(ctx, l, d.metrics) })
-			fmt.Fprintf(e.errOut, "scheduler %s campaigning on %s; management API on %s\n", l.ID(), d.nc.ConnectedUrlRedacted(), d.names.AdminSubject(">"))
+			fmt.Fprintf(e.errOut, "scheduler %s campaigning on %s (the deployment's ack wait: %s); management API on %s\n",
+				l.ID(), d.nc.ConnectedUrlRedacted(), dep.AckWait(), dep.Names().AdminSubject(">"))
 			return l.Run(ctx)
 		},
 	}
@@ -143,10 +149,10 @@ func reportLeading(ctx context.Context, l *leader.Leader, m *metrics.Metrics) {
 	}
 }
 
-// startLeader runs a leader contender in the background; the returned
-// function stops it and waits.
-func startLeader(ctx context.Context, js jetstream.JetStream, cfg *leader.Config, m *metrics.Metrics) (func(), error) {
-	l, err := leader.New(ctx, js, cfg)
+// startLeader runs a leader contender of dep in the background; the
+// returned function stops it and waits.
+func startLeader(ctx context.Context, dep *deploy.Deployment, cfg *leader.Config, m *metrics.Metrics) (func(), error) {
+	l, err := dep.Leader(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

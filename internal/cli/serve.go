@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/deploy"
 	"github.com/ax-mesh/ax/metrics"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
@@ -36,9 +37,9 @@ func (e *env) startMetrics(ctx context.Context, addr string, m *metrics.Metrics,
 	return func() { cancel(); <-errc }, nil
 }
 
-// startAdmin starts the management API on js.
-func startAdmin(ctx context.Context, js jetstream.JetStream, names streams.Names, log *zap.Logger) (*admin.Service, error) {
-	svc, err := admin.New(ctx, js, &admin.Config{Names: names, Version: Version, Logger: log})
+// startAdmin starts the management API of dep.
+func startAdmin(ctx context.Context, dep *deploy.Deployment, log *zap.Logger) (*admin.Service, error) {
+	svc, err := dep.Admin(ctx, &admin.Config{Version: Version, Logger: log})
 	if err != nil {
 		return nil, err
 	}

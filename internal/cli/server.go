@@ -70,12 +70,8 @@ func addProvision(root *cobra.Command, e *env) {
 				return err
 			}
 			defer nc.Close()
-			names, err := e.names()
-			if err != nil {
-				return err
-			}
-			cfg.Names = names
-			return provision(cmd.Context(), js, &cfg, e)
+			_, err = e.provision(cmd.Context(), js, &cfg)
+			return err
 		},
 	}
 	fs := cmd.Flags()

@@ -76,11 +76,7 @@ func addSubmit(root *cobra.Command, e *env) {
 				return err
 			}
 			defer nc.Close()
-			names, err := e.names()
-			if err != nil {
-				return err
-			}
-			client, err := ax.NewClient(cmd.Context(), js, &ax.Config{Names: names, PublishOnly: publishOnly})
+			client, err := e.submitClient(cmd.Context(), js, publishOnly)
 			if err != nil {
 				return err
 			}

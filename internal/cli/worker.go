@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ax-mesh/ax/deploy"
 	"github.com/ax-mesh/ax/internal/builtin"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
@@ -36,7 +37,7 @@ func (f *workerFlags) add(cmd *cobra.Command) {
 	fs.IntVarP(&f.concurrency, "concurrency", "c", worker.DefaultConcurrency, "tasks run at once per worker")
 	fs.DurationVar(&f.timeout, "timeout", worker.DefaultTimeout, "default timeout of a task")
 	fs.IntVar(&f.maxAttempts, "max-attempts", worker.DefaultMaxAttempts, "default attempts before a task is dead")
-	fs.DurationVar(&f.ackWait, "ack-wait", 0, "ack wait of the shard consumers; 0 reads it from them, another value must equal theirs")
+	fs.DurationVar(&f.ackWait, "ack-wait", 0, "ack wait of the shard consumers; 0 reads it from them, another value must equal theirs (else the command fails: the deployment owns it)")
 	fs.DurationVar(&f.grace, "grace", worker.DefaultGracePeriod, "how long running tasks may finish on stop")
 	f.metrics.add(cmd)
 	fs.StringVar(&f.probe, "probe-journal", "", `register the "probe" test type, journaling executions to this file`)
@@ -112,34 +113,37 @@ ax workers.`,
 				return err
 			}
 			defer d.close()
-			// The buckets may not exist yet (provisioned by ax provision
-			// or ax dev, started in any order): wait. Every bucket the
-			// worker binds, as it starts or later (not AX_LOCKS, the
-			// leader's, which a worker may not read).
+			// The deployment may not exist yet (provisioned by ax
+			// provision or ax dev, started in any order): wait until
+			// deploy.Open finds its streams and every bucket a worker
+			// binds (not AX_LOCKS, the leader's, which a worker may not
+			// read). A flag that disagrees with it is not waited out.
 			var reg *worker.Registry
 			closeReg := func() {}
 			var w *worker.Worker
+			var ackWait time.Duration
 			err = waitFor(cmd.Context(), d.log, provisionHint, func() error {
-				if err := waitBuckets(cmd.Context(), d, d.names.TasksBucket(), d.names.WorkersBucket(), d.names.ControlBucket()); err != nil {
+				dep, err := e.openDeployment(cmd.Context(), d.js, deploy.Options{})
+				if err != nil {
 					return err
 				}
-				var err error
 				if reg == nil {
-					if reg, closeReg, err = wf.registry(cmd.Context(), d.js, d.names, d.log); err != nil {
+					if reg, closeReg, err = wf.registry(cmd.Context(), d.js, dep.Names(), d.log); err != nil {
 						reg = nil
 						return err
 					}
 				}
-				cfg := wf.config(d.names, reg, d.log)
+				cfg := wf.config(dep.Names(), reg, d.log)
 				cfg.Observer = d.metrics
-				w, err = worker.New(cmd.Context(), d.js, cfg)
-				return err
+				w, err = dep.Worker(cmd.Context(), cfg)
+				ackWait = dep.AckWait()
+				return settled(err)
 			})
 			defer closeReg()
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.errOut, "worker %s joining the mesh on %s\n", w.ID(), d.nc.ConnectedUrlRedacted())
+			fmt.Fprintf(e.errOut, "worker %s joining the mesh on %s (the deployment's ack wait: %s)\n", w.ID(), d.nc.ConnectedUrlRedacted(), ackWait)
 			return w.Run(cmd.Context())
 		},
 	}
@@ -147,15 +151,15 @@ ax workers.`,
 	root.AddCommand(cmd)
 }
 
-// startWorkers starts n workers sharing js, each with its own config copy.
-func startWorkers(ctx context.Context, js jetstream.JetStream, n int, cfg *worker.Config) ([]*worker.Worker, error) {
+// startWorkers starts n workers of dep, each with its own config copy.
+func startWorkers(ctx context.Context, dep *deploy.Deployment, n int, cfg *worker.Config) ([]*worker.Worker, error) {
 	var out []*worker.Worker
 	for i := range n {
 		c := *cfg
 		if c.ID != "" && n > 1 {
 			c.ID = fmt.Sprintf("%s-%d", cfg.ID, i)
 		}
-		w, err := worker.New(ctx, js, &c)
+		w, err := dep.Worker(ctx, &c)
 		if err == nil {
 			err = w.Start(ctx)
 		}
