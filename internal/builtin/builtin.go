@@ -59,10 +59,12 @@ func Fail(_ context.Context, task *worker.Task) error {
 	return worker.Permanent(fmt.Errorf("fail: task %s fails by design: %w", task.ID, ErrInjected))
 }
 
-// Echo logs the payload and succeeds.
+// Echo logs the payload and succeeds with the payload as its result
+// (`ax submit echo --payload hi --wait` prints hi).
 func Echo(log *zap.Logger) worker.HandlerFunc {
 	return func(_ context.Context, task *worker.Task) error {
 		log.Info("echo", zap.String("task_id", task.ID), zap.ByteString("payload", task.Payload))
+		task.SetResult(task.Payload)
 		return nil
 	}
 }
