@@ -11,6 +11,7 @@ import (
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/internal/builtin"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
@@ -25,7 +26,7 @@ func runWorker(t testing.TB, b *testBundle, reg *worker.Registry) {
 		reg = worker.NewRegistry()
 	}
 	require.NoError(t, builtin.Register(reg, nil))
-	w, err := worker.New(context.Background(), b.js, &worker.Config{Registry: reg, Shards: []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
+	w, err := worker.New(context.Background(), b.js, &worker.Config{Registry: reg, Shards: allShards(),
 		Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(context.Background()))
@@ -191,4 +192,14 @@ func BenchmarkWait(b *testing.B) {
 	}
 	b.ReportMetric(at(0.50), "p50-ms")
 	b.ReportMetric(at(0.99), "p99-ms")
+}
+
+// allShards lists every shard, for a worker with fixed shards that serves
+// them all.
+func allShards() []int {
+	out := make([]int, streams.Shards)
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }

@@ -83,16 +83,16 @@ func (e *attemptRecord) report(ctx context.Context, t *Task, p *kv.Progress) err
 	if e.ended {
 		return fmt.Errorf("progress of task %s: the attempt has ended: %w", t.ID, context.Cause(ctx))
 	}
-	e.last, e.dirty = p, true
-	if time.Since(e.wrote) < e.w.cfg.ProgressEvery {
-		return nil
-	}
-	if !t.Held() {
+	if !t.Held() { // fenced: not kept, not folded into the outcome
 		cause := context.Cause(ctx)
 		if cause == nil {
 			cause = ErrClaimLapsed
 		}
 		return fmt.Errorf("progress of task %s: %w", t.ID, cause)
+	}
+	e.last, e.dirty = p, true
+	if time.Since(e.wrote) < e.w.cfg.ProgressEvery {
+		return nil
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()

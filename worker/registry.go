@@ -29,9 +29,9 @@ type Task struct {
 
 	fence    Fence
 	held     func() bool
-	result   []byte       // set by SetResult
-	exec     *attemptRecord   // nil for a Task a test built
-	progress *kv.Progress // the last report of a Task a test built
+	result   []byte         // set by SetResult
+	exec     *attemptRecord // nil for a Task a test built
+	progress *kv.Progress   // the last report of a Task a test built
 }
 
 // HandlerFunc runs a task. Its context is cancelled at the task's timeout
