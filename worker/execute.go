@@ -131,7 +131,7 @@ func (w *Worker) run(env *envelope, exec *attemptRecord, d *delivery) (*Task, er
 		held: func() bool {
 			return ctx.Err() == nil && d.alive(lapse) && w.member(epoch)
 		},
-		exec: exec,
+		exec: exec, resultLimit: w.cfg.MaxResultBytes,
 	}
 	if rec.Deadline != nil {
 		task.Deadline = *rec.Deadline

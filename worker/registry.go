@@ -27,11 +27,12 @@ type Task struct {
 	Headers     nats.Header // the message headers, "Ax-" ones included
 	Worker      string      // id of the worker running it
 
-	fence    Fence
-	held     func() bool
-	result   []byte         // set by SetResult
-	exec     *attemptRecord // nil for a Task a test built
-	progress *kv.Progress   // the last report of a Task a test built
+	fence       Fence
+	held        func() bool
+	result      []byte         // set by SetResult
+	resultLimit int            // Config.MaxResultBytes
+	exec        *attemptRecord // nil for a Task a test built
+	progress    *kv.Progress   // the last report of a Task a test built
 }
 
 // HandlerFunc runs a task. Its context is cancelled at the task's timeout

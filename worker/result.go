@@ -35,6 +35,10 @@ func (t *Task) SetResultJSON(v any) error {
 	return nil
 }
 
+// ResultLimit returns the largest result the worker running the task takes
+// ([Config.MaxResultBytes]), or 0 for a Task not run by a worker (a test's).
+func (t *Task) ResultLimit() int { return t.resultLimit }
+
 // Result returns the result set so far with [Task.SetResult] (for
 // middleware and tests), or nil.
 func (t *Task) Result() []byte { return t.result }
