@@ -3,6 +3,8 @@ package ax_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/internal/builtin"
+	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
@@ -202,4 +205,40 @@ func allShards() []int {
 		out[i] = i
 	}
 	return out
+}
+
+// A client whose user may not create the consumer a watch needs fails
+// Wait at once, naming the user and the subject, and says to use Result.
+func TestWaitWithoutPermissionFailsFast(t *testing.T) {
+	t.Parallel()
+	conf := filepath.Join(t.TempDir(), "nats.conf")
+	require.NoError(t, os.WriteFile(conf, []byte(`
+authorization {
+  users: [
+    { user: admin, password: admin }
+    { user: reader, password: reader, permissions: {
+        publish: { allow: [">"], deny: ["$JS.API.CONSUMER.CREATE.KV_AX_TASKS.>"] }
+        subscribe: { allow: [">"] } } }
+  ]
+}
+`), 0o600))
+	srv := natstest.Start(t, natstest.Options{ConfigFile: conf})
+	_, adminJS := srv.Connect(nats.UserInfo("admin", "admin"))
+	natstest.Provision(t, adminJS, nil)
+	_, js := srv.Connect(nats.UserInfo("reader", "reader"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client, err := ax.NewClient(ctx, js, nil)
+	require.NoError(t, err)
+	defer func() { _ = client.Close() }()
+	info, err := client.Submit(ctx, ax.TaskSpec{Type: "echo"})
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = client.Wait(ctx, info.Tenant, info.ID)
+	require.ErrorIs(t, err, nats.ErrPermissionViolation)
+	require.ErrorContains(t, err, "permission denied: user reader may not publish $JS.API.CONSUMER.CREATE.KV_AX_TASKS")
+	require.ErrorContains(t, err, "Client.Result")
+	require.Less(t, time.Since(start), 4*time.Second)
+	_, err = client.Result(ctx, info.Tenant, info.ID)
+	require.ErrorIs(t, err, ax.ErrNotFinished, "Result needs no watch")
 }
