@@ -206,7 +206,7 @@ func (c *Config) validate() error {
 	}
 	for i, m := range c.Middleware {
 		if m == nil {
-			errs = append(errs, fmt.Errorf("Middleware[%d] is nil", i))
+			errs = append(errs, fmt.Errorf("the Middleware at index %d is nil", i))
 		}
 	}
 	if c.StealThreshold < 1 && c.StealThreshold != -1 {

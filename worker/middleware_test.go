@@ -115,5 +115,5 @@ func TestMiddlewareNilRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	_, err := worker.New(context.Background(), b.js, &worker.Config{Registry: worker.NewRegistry(), Middleware: []worker.Middleware{nil}})
-	require.ErrorContains(t, err, "Middleware[0] is nil")
+	require.ErrorContains(t, err, "the Middleware at index 0 is nil")
 }
