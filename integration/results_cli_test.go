@@ -2,6 +2,9 @@ package integration
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -71,4 +74,24 @@ func TestResultsThroughTheCLI(t *testing.T) {
 	}
 	require.Contains(t, p.output(), "SUCCEEDED")
 	require.Zero(t, p.cmd.ProcessState.ExitCode(), p.output())
+}
+
+// A raw producer reads a task's result with the nats CLI command of
+// docs/WIRE.md, as written.
+func TestResultWithNatsCLI(t *testing.T) {
+	nats := natsCLI(t)
+	dev := startDev(t)
+	doc, err := os.ReadFile("../docs/WIRE.md")
+	require.NoError(t, err)
+	const line = "nats kv get AX_TASKS acme.order-42 --raw | jq -r .result | base64 -d"
+	require.Contains(t, string(doc), "\n"+line+"\n", "the command is documented as written")
+	require.Equal(t, "hi", runAx(t, "submit", "echo", "--payload", "hi", "--id", "order-42", "--tenant", "acme", "--wait", "--server", dev.url))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", "set -o pipefail; "+line)
+	cmd.Env = append(os.Environ(), "NATS_URL="+dev.url, "HOME="+t.TempDir(),
+		"PATH="+filepath.Dir(nats)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Equal(t, "hi", string(out))
 }
