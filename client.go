@@ -74,6 +74,10 @@ type Config struct {
 	// for dead and another submit may take the key over; a unique submit
 	// therefore publishes within half of it. At least 1s. Default 1m.
 	UniqueGrace time.Duration
+	// SubmitHooks run around the submit of every task, in order
+	// ([SubmitHook]); a tracer injects its trace context with one.
+	// Default none.
+	SubmitHooks []SubmitHook
 }
 
 func (c *Config) withDefaults() *Config {
@@ -196,10 +200,18 @@ func (c *Client) Submit(ctx context.Context, task TaskSpec) (TaskInfo, error) {
 	if err != nil {
 		return TaskInfo{ID: t.ID, Tenant: t.Tenant}, err
 	}
-	if t.Unique != nil {
-		return c.submitUnique(ctx, t)
+	after, err := c.beforeSubmit(ctx, &t)
+	if err != nil {
+		return TaskInfo{ID: t.ID, Tenant: t.Tenant}, err
 	}
-	return c.submit(ctx, t)
+	var info TaskInfo
+	if t.Unique != nil {
+		info, err = c.submitUnique(ctx, t)
+	} else {
+		info, err = c.submit(ctx, t)
+	}
+	after(info, err)
+	return info, err
 }
 
 // submit stores a normalized task: its message and record, or its
@@ -256,6 +268,14 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec) ([]TaskInfo,
 	failed := map[int]error{}
 	normalized := make([]TaskSpec, len(tasks))
 	msgs := make([]*nats.Msg, len(tasks))
+	afters := make([]func(TaskInfo, error), len(tasks))
+	defer func() {
+		for i, after := range afters {
+			if after != nil {
+				after(infos[i], failed[i])
+			}
+		}
+	}()
 	for i, task := range tasks {
 		t, err := task.normalize(now)
 		if err == nil {
@@ -263,6 +283,9 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec) ([]TaskInfo,
 		}
 		if err == nil {
 			err = c.admit(t, now)
+		}
+		if err == nil {
+			afters[i], err = c.beforeSubmit(ctx, &t) // nil on error: it was called
 		}
 		infos[i].ID, infos[i].Tenant = t.ID, t.Tenant
 		if err != nil {

@@ -60,6 +60,9 @@ type TaskSpec struct {
 	// in one of the chosen states: it returns that task, with
 	// [TaskInfo.UniqueSkipped] set. See [UniqueOpts].
 	Unique *UniqueOpts `json:"unique,omitempty"`
+
+	// hookHeader holds the headers the submit hooks set ([SubmitHook]).
+	hookHeader nats.Header
 }
 
 // TaskInfo describes an accepted task. Its JSON form (`ax submit --json`)
@@ -170,6 +173,9 @@ func (t TaskSpec) message(names streams.Names) *nats.Msg {
 	msg.Data = t.Payload
 	for name, value := range t.Headers {
 		msg.Header.Set(name, value)
+	}
+	for name, values := range t.hookHeader {
+		msg.Header[name] = values
 	}
 	streams.Options{ID: t.ID, Timeout: t.Timeout, MaxAttempts: t.MaxAttempts, Deadline: t.Deadline, RunAt: t.RunAt, Gen: 1}.SetHeaders(msg.Header)
 	// JetStream de-duplicates by Nats-Msg-Id across tenants: a token of this

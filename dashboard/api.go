@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/kv"
@@ -90,11 +91,50 @@ func (d *Dashboard) handleTasks(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// TaskDetail is a task's record with its whole trail.
+// TaskDetail is a task's record with its whole trail. The record's result
+// is left out of Task and shown in Result, cut to [MaxShownResult]; its
+// progress is Task's "progress".
 type TaskDetail struct {
-	Task     *kv.Record `json:"task"`
-	Revision uint64     `json:"revision"`
-	Trail    []kv.Move  `json:"trail"`
+	Task     *kv.Record  `json:"task"`
+	Revision uint64      `json:"revision"`
+	Trail    []kv.Move   `json:"trail"`
+	Result   *ResultView `json:"result,omitempty"`
+}
+
+// MaxShownResult is how many bytes of a task's result the task view
+// carries.
+const MaxShownResult = 4 << 10
+
+// ResultView is a task's result as the task view shows it.
+type ResultView struct {
+	// Size of the whole result, in bytes.
+	Size int `json:"size"`
+	// Text is the result when it is UTF-8 text, cut to [MaxShownResult]
+	// bytes; empty for a binary result.
+	Text string `json:"text,omitempty"`
+	// Binary is true when the result is not UTF-8 text (`ax task result`
+	// prints it).
+	Binary bool `json:"binary,omitempty"`
+	// Truncated is true when Text is cut.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// resultView shows result, nil when empty.
+func resultView(result []byte) *ResultView {
+	if len(result) == 0 {
+		return nil
+	}
+	v := &ResultView{Size: len(result)}
+	shown := result[:min(len(result), MaxShownResult)]
+	for i := 0; i < utf8.UTFMax-1 && len(shown) < len(result) && !utf8.Valid(shown); i++ {
+		shown = shown[:len(shown)-1] // a rune cut at the bound
+	}
+	if !utf8.Valid(shown) {
+		v.Binary = true
+		return v
+	}
+	v.Text, v.Truncated = string(shown), len(shown) < len(result)
+	return v
 }
 
 // handleTask reads one task: /api/tasks/{id}?tenant= (without a tenant,
@@ -117,7 +157,9 @@ func (d *Dashboard) handleTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	got.Task.Trail = nil
-	writeJSON(w, http.StatusOK, &TaskDetail{Task: got.Task, Revision: got.Revision, Trail: trail.Trail})
+	result := resultView(got.Task.Result)
+	got.Task.Result = nil
+	writeJSON(w, http.StatusOK, &TaskDetail{Task: got.Task, Revision: got.Revision, Trail: trail.Trail, Result: result})
 }
 
 // handleDLQ lists dead letters: ?type, tenant, limit, after (the next

@@ -204,7 +204,10 @@ func TestDeployedRoles(t *testing.T) {
 		d, err := deploy.Open(ctx, jsOf(t, connectRole(t, srv, "worker-2", "_INBOX.worker")), nil)
 		require.NoError(t, err)
 		reg := worker.NewRegistry()
-		require.NoError(t, reg.Handle("echo", func(context.Context, *worker.Task) error { return nil }, nil))
+		require.NoError(t, reg.Handle("echo", func(_ context.Context, task *worker.Task) error {
+			task.SetResult(task.Payload)
+			return nil
+		}, nil))
 		w2, err := d.Worker(ctx, &worker.Config{ID: "worker-2", Registry: reg, Logger: zaptest.NewLogger(t)})
 		require.NoError(t, err)
 		go func() { w2done <- w2.Run(wctx) }()
@@ -218,6 +221,12 @@ func TestDeployedRoles(t *testing.T) {
 			assert.Regexp(c, `State\s+SUCCEEDED`, out)
 		}, 30*time.Second, 200*time.Millisecond, "task %s", id)
 	}
+	t.Run("results: the scheduler waits, the operator watches and reads", func(t *testing.T) {
+		require.Equal(t, "hi", mustAxAs(t, url, "scheduler", "submit", "echo", "--payload", "hi", "--id", "role-wait", "--wait",
+			"--inbox-prefix", "_INBOX.scheduler"))
+		require.Contains(t, mustAxAs(t, url, "operator", "task", "watch", "role-wait"), "SUCCEEDED")
+		require.Equal(t, "hi", mustAxAs(t, url, "operator", "task", "result", "role-wait"))
+	})
 	t.Run("a succeeded unique task still holds its key", func(t *testing.T) {
 		require.Equal(t, "role-unique (duplicate: this task holds the unique key; nothing published)",
 			strings.TrimSpace(mustAxAs(t, url, "producer-acme", uniqueArgs("role-unique-3")...)))

@@ -1,8 +1,10 @@
 package kv
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"math"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -36,7 +38,10 @@ func (r *Record) UnmarshalJSON(data []byte) error {
 // encodeRecord is [Record.MarshalJSON] without encoding/json's check of the
 // output.
 func encodeRecord(r *Record) []byte {
-	size := 480 + 240*len(r.Trail) + len(r.LastError) + len(r.Burying) // no growth for most records
+	size := 480 + 240*len(r.Trail) + len(r.LastError) + len(r.Burying) + base64.StdEncoding.EncodedLen(len(r.Result)) // no growth for most records
+	if r.Progress != nil {
+		size += 80 + len(r.Progress.Note)
+	}
 	return r.appendJSON(make([]byte, 0, size))
 }
 
@@ -99,6 +104,20 @@ func (r *Record) appendJSON(b []byte) []byte {
 		b = append(b, `,"dlq_seq":`...)
 		b = strconv.AppendUint(b, r.DLQSeq, 10)
 	}
+	if p := r.Progress; p != nil {
+		b = append(b, `,"progress":{"percent":`...)
+		b = appendFloat(b, p.Percent)
+		if p.Note != "" {
+			b = appendStringField(b, "note", p.Note)
+		}
+		b = appendTime(b, "at", p.At)
+		b = append(b, '}')
+	}
+	if len(r.Result) > 0 {
+		b = append(b, `,"result":"`...)
+		b = base64.StdEncoding.AppendEncode(b, r.Result)
+		b = append(b, '"')
+	}
 	if r.Trail == nil {
 		return append(b, `,"trail":null}`...)
 	}
@@ -150,6 +169,25 @@ func appendIntField(b []byte, name string, v int64) []byte {
 	b = append(b, name...)
 	b = append(b, '"', ':')
 	return strconv.AppendInt(b, v, 10)
+}
+
+// appendFloat writes f as encoding/json does (its floatEncoder); f must be
+// finite.
+func appendFloat(b []byte, f float64) []byte {
+	abs := math.Abs(f)
+	format := byte('f')
+	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, f, format, -1, 64)
+	if format == 'e' {
+		// clean up e-09 to e-9
+		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b
 }
 
 func appendTime(b []byte, name string, t time.Time) []byte {
@@ -421,6 +459,10 @@ func (r *Record) decode(data []byte) error {
 			r.LastError, err = s.text()
 		case "dlq_seq":
 			r.DLQSeq, err = s.uint()
+		case "progress":
+			r.Progress, err = s.progress()
+		case "result":
+			r.Result, err = s.bytes()
 		case "trail":
 			r.Trail, err = s.trail()
 		default:
@@ -448,9 +490,73 @@ func keyBits(names ...string) map[string]uint {
 var (
 	recordKeys = keyBits("id", "type", "tenant", "key", "priority", "state", "attempt", "max_attempts", "timeout", "core",
 		"deadline", "run_at", "gen", "worker", "delivery", "stream", "stream_seq", "lost", "burying", "created_at",
-		"updated_at", "started_at", "finished_at", "last_error", "dlq_seq", "trail")
-	moveKeys = keyBits("task", "from", "to", "worker", "at", "took", "error", "action", "timed_out")
+		"updated_at", "started_at", "finished_at", "last_error", "dlq_seq", "progress", "result", "trail")
+	progressKeys = keyBits("percent", "note", "at")
+	moveKeys     = keyBits("task", "from", "to", "worker", "at", "took", "error", "action", "timed_out")
 )
+
+// float reads a JSON number.
+func (s *scanner) float() (float64, error) {
+	s.skipSpace()
+	start := s.i
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		if !(c >= '0' && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E') {
+			break
+		}
+		s.i++
+	}
+	if s.i == start {
+		return 0, errSlow
+	}
+	f, err := strconv.ParseFloat(string(s.b[start:s.i]), 64)
+	if err != nil {
+		return 0, errSlow
+	}
+	return f, nil
+}
+
+// bytes reads base64 as encoding/json does for a []byte (standard
+// alphabet, padded).
+func (s *scanner) bytes() ([]byte, error) {
+	v, err := s.str()
+	if err != nil {
+		return nil, err
+	}
+	out, err := base64.StdEncoding.AppendDecode(nil, v)
+	if err != nil {
+		return nil, errSlow
+	}
+	if len(out) == 0 {
+		return []byte{}, nil
+	}
+	return out, nil
+}
+
+func (s *scanner) progress() (*Progress, error) {
+	if s.skipSpace(); len(s.b)-s.i >= 4 && string(s.b[s.i:s.i+4]) == "null" {
+		return nil, errSlow
+	}
+	var p Progress
+	var err error
+	err = s.object(progressKeys, func(key []byte) error {
+		switch string(key) {
+		case "percent":
+			p.Percent, err = s.float()
+		case "note":
+			p.Note, err = s.text()
+		case "at":
+			p.At, err = s.time()
+		default:
+			return errSlow
+		}
+		return err
+	})
+	if err != nil {
+		return nil, errSlow
+	}
+	return &p, nil
+}
 
 func (s *scanner) trail() ([]Move, error) {
 	if s.skipSpace(); len(s.b)-s.i >= 4 && string(s.b[s.i:s.i+4]) == "null" {

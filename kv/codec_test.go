@@ -34,6 +34,16 @@ func randomRecord(r *rand.Rand) *Record {
 		Stream: str(), StreamSeq: r.Uint64() >> r.IntN(64), Lost: r.IntN(3), Burying: str(),
 		CreatedAt: ts(), UpdatedAt: ts(), StartedAt: tp(), FinishedAt: tp(), LastError: str(), DLQSeq: r.Uint64() >> r.IntN(64),
 	}
+	if r.IntN(2) == 0 {
+		percents := []float64{0, 100, 42.5, 1e-7, 1.0 / 3, 99.99999, 1e22, -0.5}
+		rec.Progress = &Progress{Percent: percents[r.IntN(len(percents))], Note: str(), At: ts()}
+	}
+	if n := r.IntN(4); n > 0 {
+		rec.Result = make([]byte, r.IntN(70))
+		for i := range rec.Result {
+			rec.Result[i] = byte(r.IntN(256))
+		}
+	}
 	if n := r.IntN(5); n > 0 {
 		rec.Trail = []Move{}
 		for range n - 1 {
@@ -80,6 +90,9 @@ func TestRecordCodecReadsOtherJSON(t *testing.T) {
 		`{"id":"a","timeout":1500000000}`,                     // a duration as nanoseconds
 		`{"id":"a","created_at":"2026-01-02T03:04:05+01:00"}`, // an offset
 		`{"id":"a","priority":-3,"gen":18446744073709551615}`,
+		`{"id":"a","result":"aGk=","progress":{"percent":50,"note":"half","at":"2026-01-02T03:04:05Z"}}`,
+		`{"id":"a","result":"","progress":null}`,
+		`{"id":"a","progress":{"percent":1e2,"extra":1}}`,
 	}
 	for _, doc := range docs {
 		var std, fast Record

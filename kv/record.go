@@ -56,9 +56,30 @@ type Record struct {
 	LastError  string     `json:"last_error,omitempty"`
 	// DLQSeq is the sequence of the task's dead letter in AX_DLQ.
 	DLQSeq uint64 `json:"dlq_seq,omitempty"`
+	// Progress is the last progress its handler reported (worker's
+	// Task.Progress), kept after the task ends; nil: none reported.
+	Progress *Progress `json:"progress,omitempty"`
+	// Result is what the handler of a SUCCEEDED task returned (worker's
+	// Task.SetResult), written by the compare-and-set that makes it
+	// SUCCEEDED and kept for the record's retention. In JSON it is base64
+	// (standard, padded), as encoding/json writes bytes; absent when empty.
+	Result []byte `json:"result,omitempty"`
 	// Trail lists the moves that led here, oldest first.
 	Trail []Move `json:"trail"`
 }
+
+// Progress is a handler's report of how far a running task has come.
+type Progress struct {
+	// Percent done, 0 to 100.
+	Percent float64 `json:"percent"`
+	// Note says what the handler is doing, at most [MaxProgressNote] bytes.
+	Note string `json:"note,omitempty"`
+	// At is when the handler reported it.
+	At time.Time `json:"at"`
+}
+
+// MaxProgressNote is how many bytes of a progress note a record keeps.
+const MaxProgressNote = 256
 
 // Move is one state change of a task: a trail event.
 type Move struct {

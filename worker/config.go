@@ -95,6 +95,19 @@ type Config struct {
 	// GracePeriod is how long Stop lets running tasks finish before it
 	// cancels them (they are put back, not failed). Default 10s.
 	GracePeriod time.Duration
+	// MaxResultBytes bounds a task's result ([Task.SetResult]): a larger
+	// one fails the attempt permanently ([ErrResultTooLarge]). Default 64
+	// KiB; its base64 form must fit in half the server's max_payload (the
+	// result is stored in the task's record, which the server's
+	// max_payload bounds: [New] refuses a larger bound).
+	MaxResultBytes int
+	// ProgressEvery is the least time between two progress writes of a
+	// task ([Task.Progress]); reports in between are kept and the last one
+	// written with the next write or the outcome. Default 1s.
+	ProgressEvery time.Duration
+	// Middleware wraps every handler, the first outermost ([Middleware]).
+	// Default none.
+	Middleware []Middleware
 	// Logger. Default: warnings and errors as JSON lines on standard
 	// error (zap's production encoding at warn level), so that a server
 	// outage is not silent; zap.NewNop() silences it.
@@ -154,6 +167,8 @@ func (c *Config) withDefaults() *Config {
 	out.Backoff = out.Backoff.withDefaults()
 	out.AbandonAfter = cmp.Or(out.AbandonAfter, DefaultAbandonAfter)
 	out.GracePeriod = cmp.Or(out.GracePeriod, DefaultGracePeriod)
+	out.MaxResultBytes = cmp.Or(out.MaxResultBytes, DefaultMaxResultBytes)
+	out.ProgressEvery = cmp.Or(out.ProgressEvery, DefaultProgressEvery)
 	if out.Logger == nil {
 		out.Logger = stderrlog.New()
 	}
@@ -185,6 +200,17 @@ func (c *Config) validate() error {
 	}
 	if c.MemberTTL < 4*time.Second || c.MemberTTL%time.Second != 0 {
 		errs = append(errs, fmt.Errorf("MemberTTL %s must be whole seconds, at least 4s", c.MemberTTL))
+	}
+	if c.MaxResultBytes < 1 {
+		errs = append(errs, fmt.Errorf("MaxResultBytes %d must be positive", c.MaxResultBytes))
+	}
+	if c.ProgressEvery < 0 {
+		errs = append(errs, fmt.Errorf("ProgressEvery %s must not be negative", c.ProgressEvery))
+	}
+	for i, m := range c.Middleware {
+		if m == nil {
+			errs = append(errs, fmt.Errorf("the Middleware at index %d is nil", i))
+		}
 	}
 	if c.StealThreshold < 1 && c.StealThreshold != -1 {
 		errs = append(errs, fmt.Errorf("StealThreshold %d must be positive, or -1", c.StealThreshold))

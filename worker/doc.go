@@ -47,4 +47,12 @@
 // who moved a running task to CANCELLED sends its id there and the handler's
 // context ends with [ErrCancelled]. A lost notice only delays the end: the
 // handler's final write fails and the redelivered message finds CANCELLED.
+//
+// Results, progress, middleware: a handler hands back a result with
+// [Task.SetResult] (stored by the compare-and-set that writes SUCCEEDED,
+// bounded by [Config.MaxResultBytes]) and reports progress with
+// [Task.Progress] (written at most once per [Config.ProgressEvery], fenced
+// like the outcome, the last report folded into the outcome's write).
+// [Config.Middleware] wraps every handler, the first outermost, inside the
+// worker's panic recovery ([Middleware]).
 package worker

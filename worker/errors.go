@@ -50,6 +50,11 @@ var (
 	// ErrConfigMismatch means a worker setting disagrees with the one the
 	// deployment was provisioned with (the shard consumers' config).
 	ErrConfigMismatch = errors.New("worker config disagrees with the provisioned consumers")
+	// ErrResultTooLarge means a handler set a result larger than
+	// [Config.MaxResultBytes], or one that would make its task's record
+	// larger than the server takes: the attempt fails permanently (the task
+	// is dead-lettered), since the same handler would return it again.
+	ErrResultTooLarge = errors.New("task result too large")
 	// ErrCancelled is the cause of a handler context cancelled because an
 	// operator cancelled the task.
 	ErrCancelled = errors.New("task cancelled by operator")

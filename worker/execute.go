@@ -25,7 +25,7 @@ func (w *Worker) process(d *delivery) {
 	}
 	env := w.parse(d, d.meta)
 	if !w.processing.enter(env.ref.Key()) {
-		// An execution of this task is still in flight here: wait for it
+		// An attemptRecord of this task is still in flight here: wait for it
 		// to settle rather than run a second one beside it.
 		w.stats.Dropped.Add(1)
 		_ = d.settle(func() error { return d.msg.NakWithDelay(inFlightRetry) })
@@ -69,14 +69,26 @@ func (w *Worker) process(d *delivery) {
 		w.bury(d, env, rec, rev, abandoned(rec))
 		return
 	}
-	runErr, cause := w.run(env, rec, rev, d)
+	exec := &attemptRecord{w: w, rec: rec, rev: rev}
+	task, runErr, cause := w.run(env, exec, d)
+	// Progress writes moved the record: the outcome is written from their
+	// last revision, with the last report not yet written folded in.
+	rec, rev, pending := exec.end()
+	if pending != nil {
+		folded := *rec
+		folded.Progress = pending
+		rec = &folded
+	}
+	if runErr == nil {
+		runErr = checkResult(rec, task.result, w.cfg.MaxResultBytes, w.maxRecord)
+	}
 	switch {
 	case errors.Is(runErr, ErrHandlerStuck) && errors.Is(cause, ErrCancelled):
 		w.cancelled(d, env, rec, rev)
 	case errors.Is(runErr, ErrHandlerStuck) && !errors.Is(cause, ErrClaimLapsed):
 		w.bury(d, env, rec, rev, runErr)
 	case runErr == nil:
-		w.succeed(d, env, rec, rev)
+		w.succeed(d, env, rec, rev, task.result)
 	case errors.Is(cause, ErrClaimLapsed):
 		w.lapsed(d, env)
 	case errors.Is(cause, ErrLeaseLost):
@@ -92,12 +104,14 @@ func (w *Worker) process(d *delivery) {
 	}
 }
 
-// run calls the handler under the task's timeout and returns its error and
-// the cause of its context's end, if it ended. A handler that ignores its
+// run calls the handler, wrapped in [Config.Middleware], under the task's
+// timeout and returns the task, its error and the cause of its context's
+// end, if it ended. A handler that ignores its
 // ended context keeps its claim (heartbeats go on) and its slot until it
 // returns, for at most [Config.AbandonAfter]; then run gives up on it with
 // [ErrHandlerStuck] and leaves its goroutine running.
-func (w *Worker) run(env *envelope, rec *kv.Record, rev uint64, d *delivery) (error, error) {
+func (w *Worker) run(env *envelope, exec *attemptRecord, d *delivery) (*Task, error, error) {
+	rec, rev := exec.rec, exec.rev
 	base, cancelBase := context.WithCancelCause(w.runCtx)
 	defer cancelBase(nil)
 	stopWatch := w.watchClaim(d, cancelBase)
@@ -117,15 +131,17 @@ func (w *Worker) run(env *envelope, rec *kv.Record, rev uint64, d *delivery) (er
 		held: func() bool {
 			return ctx.Err() == nil && d.alive(lapse) && w.member(epoch)
 		},
+		exec: exec, resultLimit: w.cfg.MaxResultBytes,
 	}
 	if rec.Deadline != nil {
 		task.Deadline = *rec.Deadline
 	}
 	done := make(chan error, 1)
-	go func() { done <- w.call(ctx, env.handler.fn, task) }()
+	fn := chain(env.handler.fn, w.cfg.Middleware)
+	go func() { done <- w.call(ctx, fn, task) }()
 	select {
 	case err := <-done:
-		return err, context.Cause(ctx)
+		return task, err, context.Cause(ctx)
 	case <-ctx.Done():
 	}
 	bound := time.NewTimer(w.cfg.AbandonAfter)
@@ -135,7 +151,7 @@ func (w *Worker) run(env *envelope, rec *kv.Record, rev uint64, d *delivery) (er
 		if err == nil {
 			err = context.Cause(ctx)
 		}
-		return err, context.Cause(ctx)
+		return task, err, context.Cause(ctx)
 	case <-bound.C:
 	}
 	cause := context.Cause(ctx)
@@ -146,7 +162,7 @@ func (w *Worker) run(env *envelope, rec *kv.Record, rev uint64, d *delivery) (er
 	if errors.Is(cause, ErrTimeout) {
 		after = fmt.Sprintf("after its timeout (%s)", rec.Timeout)
 	}
-	return fmt.Errorf("%w: handler did not return within %s %s; its goroutine was abandoned", ErrHandlerStuck, w.cfg.AbandonAfter, after), cause
+	return task, fmt.Errorf("%w: handler did not return within %s %s; its goroutine was abandoned", ErrHandlerStuck, w.cfg.AbandonAfter, after), cause
 }
 
 // member reports whether the worker still holds the membership it held
@@ -160,7 +176,8 @@ func (w *Worker) member(epoch uint64) bool {
 	return lease != nil && w.memberEpoch.Load() == epoch && lease.Held()
 }
 
-// call runs fn, turning a panic into a permanent error.
+// call runs fn (the handler in its middleware), turning a panic into a
+// permanent error.
 func (w *Worker) call(ctx context.Context, fn HandlerFunc, task *Task) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -177,7 +194,9 @@ func finalCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), opTimeout)
 }
 
-func (w *Worker) succeed(d *delivery, env *envelope, rec *kv.Record, rev uint64) {
+// succeed writes SUCCEEDED with the handler's result in one
+// compare-and-set.
+func (w *Worker) succeed(d *delivery, env *envelope, rec *kv.Record, rev uint64, result []byte) {
 	if w.fenced(d, env) {
 		return
 	}
@@ -187,6 +206,7 @@ func (w *Worker) succeed(d *delivery, env *envelope, rec *kv.Record, rev uint64)
 		now := time.Now().UTC()
 		r.FinishedAt = &now
 		r.LastError = ""
+		r.Result = result
 		return nil
 	})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 )
@@ -26,15 +27,20 @@ type Task struct {
 	Headers     nats.Header // the message headers, "Ax-" ones included
 	Worker      string      // id of the worker running it
 
-	fence Fence
-	held  func() bool
+	fence       Fence
+	held        func() bool
+	result      []byte         // set by SetResult
+	resultLimit int            // Config.MaxResultBytes
+	exec        *attemptRecord // nil for a Task a test built
+	progress    *kv.Progress   // the last report of a Task a test built
 }
 
 // HandlerFunc runs a task. Its context is cancelled at the task's timeout
 // (cause [ErrTimeout]), on operator cancel ([ErrCancelled]), when the
 // worker stops past its grace period ([ErrStop]), when its claim lapses
 // ([ErrClaimLapsed]) and when the worker loses its membership
-// ([ErrLeaseLost]). A nil error completes the task; [Permanent] sends it to
+// ([ErrLeaseLost]). A nil error completes the task, with the result set by
+// [Task.SetResult] if any; [Permanent] sends it to
 // the dead-letter stream; [RetryAfter] sets the delay; any other error
 // retries with backoff while attempts remain.
 //

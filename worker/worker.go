@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"sync"
@@ -31,6 +32,7 @@ type Worker struct {
 	typed      bool                     // a pools deployment: the sets are per task type
 	policy     jetstream.PriorityPolicy // of the consumers: set by bindShards before any switch, read-only after
 	maxMsgSize int32                    // the buckets' MaxMsgSize (AX_P0's); set by bindShards before any delivery, read-only after
+	maxRecord  int                      // the largest record the server takes (its max_payload); zero: unknown
 	stopMesh   context.CancelFunc       // nil with fixed shards
 	lease      atomic.Pointer[kv.Lease] // the membership lease; nil with fixed shards
 	// memberEpoch counts the memberships lost: an execution started in an
@@ -72,6 +74,13 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Worker, err
 		return nil, fmt.Errorf("new worker: %w", guard.Err(err))
 	}
 	w := &Worker{cfg: cfg, js: js, store: store, log: cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)), stopCh: make(chan struct{}), slotsDone: make(chan struct{})}
+	if payload := int(js.Conn().MaxPayload()); payload > 0 {
+		w.maxRecord = payload
+		if base64.StdEncoding.EncodedLen(cfg.MaxResultBytes) > payload/2 {
+			return nil, fmt.Errorf("worker config: MaxResultBytes %d (%d in base64) must fit in half the server's max_payload (%d bytes): the result is stored in the task's record",
+				cfg.MaxResultBytes, base64.StdEncoding.EncodedLen(cfg.MaxResultBytes), payload)
+		}
+	}
 	w.dispatch = newDispatchQueue()
 	w.held.items = map[*delivery]struct{}{}
 	w.runCtx, w.runCancel = context.WithCancelCause(context.Background())

@@ -332,6 +332,15 @@ async function pageTask(id, tenant) {
     ["generation", t.gen], ["worker", t.worker], ["created", fmtTime(t.created_at)], ["updated", fmtTime(t.updated_at)],
     ["started", fmtTime(t.started_at)], ["finished", fmtTime(t.finished_at)], ["last error", t.last_error],
     ["dead letter", t.dlq_seq ? `AX_DLQ #${t.dlq_seq}` : ""], ["revision", r.revision]];
+  if (t.progress) fields.splice(2, 0, ["progress", progressBar(t.progress)]);
+  if (r.result) fields.splice(2, 0, ["result", resultView(r.result)]);
+  // A task that has not ended is read again every second while shown: its
+  // progress bar and state follow the record.
+  if (["PENDING", "READY", "RUNNING", "RETRYING"].includes(t.state)) {
+    const shown = location.hash;
+    clearTimeout(pageTask.timer);
+    pageTask.timer = setTimeout(() => { if (location.hash === shown) route().render(); }, 1000);
+  }
   main.replaceChildren(h("h2", {}, "Task ", h("code", {}, t.id)),
     h("div", { class: "actions" },
       act("task.cancel", "Cancel", { id: t.id, tenant: t.tenant }, `Cancel task ${t.id} of ${t.tenant}? A running handler is stopped; it is never retried.`),
@@ -350,6 +359,19 @@ async function pageTask(id, tenant) {
       h("div", {}, h("b", {}, `${m.from ? m.from + " → " : ""}${m.to}`), " ", h("span", { class: "muted" }, m.action || "")),
       h("div", { class: "muted" }, fmtTime(m.at), m.took ? ` · after ${fmtDur(m.took)}` : "", m.worker ? ` · ${m.worker}` : ""),
       m.error ? h("div", { class: "err" }, m.error) : null))));
+}
+
+// progressBar shows a handler's progress report: a bar, the percent, the note.
+function progressBar(p) {
+  return h("span", { id: "progress" }, h("progress", { max: 100, value: p.percent }), ` ${Math.round(p.percent * 10) / 10}% `,
+    h("span", { class: "muted" }, p.note || ""));
+}
+
+// resultView shows a result: its text (cut to what the server sends) or its size.
+function resultView(r) {
+  if (r.binary) return h("span", { id: "result", class: "muted" }, `${r.size} bytes of binary (ax task result ID prints them)`);
+  return h("span", { id: "result" }, h("code", { class: "result" }, r.text),
+    r.truncated ? h("span", { class: "muted" }, ` …cut: ${r.size} bytes in all (ax task result ID prints them)`) : "");
 }
 
 async function pageDLQ(params) {

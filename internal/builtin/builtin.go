@@ -59,10 +59,19 @@ func Fail(_ context.Context, task *worker.Task) error {
 	return worker.Permanent(fmt.Errorf("fail: task %s fails by design: %w", task.ID, ErrInjected))
 }
 
-// Echo logs the payload and succeeds.
+// Echo logs the payload and succeeds with the payload as its result
+// (`ax submit echo --payload hi --wait` prints hi). A payload larger than
+// the worker takes as a result ([worker.Config.MaxResultBytes]) succeeds
+// without one (logged as echo_result_dropped): echo also carries large
+// payloads through the mesh in tests and smoke checks.
 func Echo(log *zap.Logger) worker.HandlerFunc {
 	return func(_ context.Context, task *worker.Task) error {
 		log.Info("echo", zap.String("task_id", task.ID), zap.ByteString("payload", task.Payload))
+		if limit := task.ResultLimit(); limit > 0 && len(task.Payload) > limit {
+			log.Info("echo_result_dropped", zap.String("task_id", task.ID), zap.Int("size", len(task.Payload)), zap.Int("limit", limit))
+			return nil
+		}
+		task.SetResult(task.Payload)
 		return nil
 	}
 }

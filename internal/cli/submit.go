@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -18,7 +19,7 @@ func addSubmit(root *cobra.Command, e *env) {
 	var priority string
 	var deadline string
 	var runAt string
-	var publishOnly bool
+	var publishOnly, wait bool
 	var unique ax.UniqueOpts
 	var uniqueStates []string
 	cmd := &cobra.Command{
@@ -29,6 +30,7 @@ func addSubmit(root *cobra.Command, e *env) {
   ax submit echo --payload later --delay 30s
   ax submit report --payload '{"day":"2026-12-01"}' --unique-for 1h
   ax submit rebuild --unique-key index --unique-for 10m --unique-states pending,ready,running,retrying
+  ax submit echo --payload hi --wait
   NATS_USER=service ax submit echo --payload hi --publish-only`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -71,6 +73,9 @@ func addSubmit(root *cobra.Command, e *env) {
 			} else if unique.Key != "" || len(uniqueStates) > 0 {
 				return fmt.Errorf("--unique-key and --unique-states need --unique-for (the period)")
 			}
+			if wait && publishOnly {
+				return fmt.Errorf("--wait watches the task's record, which a --publish-only producer may not read; read the result later with ax task result ID")
+			}
 			nc, js, err := e.connect("ax submit", roleService)
 			if err != nil {
 				return err
@@ -83,6 +88,9 @@ func addSubmit(root *cobra.Command, e *env) {
 			info, err := client.Submit(cmd.Context(), t)
 			if err != nil {
 				return err
+			}
+			if wait {
+				return e.waitResult(cmd.Context(), client, info)
 			}
 			if e.jsonOut {
 				return writeJSON(e.out, info)
@@ -112,10 +120,27 @@ func addSubmit(root *cobra.Command, e *env) {
 	f.StringVar(&runAt, "run-at", "", "RFC 3339 time the task becomes due (PENDING until then)")
 	f.DurationVar(&t.Delay, "delay", 0, "delay the task by this long (PENDING until then)")
 	f.BoolVar(&publishOnly, "publish-only", false, "only publish the task, as a producer allowed only to submit does (the service and producer-<tenant> users of docs/ax-permissions.conf): no record is written at submit, the worker that first sees the task writes it, and a delayed task is deferred by a worker")
+	f.BoolVar(&wait, "wait", false, "wait until the task ends (a watch of its record) and print its result (raw bytes; with --json the task and its result); a task that ends DEAD or CANCELLED fails the command with its last error")
 	f.DurationVar(&unique.For, "unique-for", 0, "unique for this period (at least 1s): while a task of the tenant and type with the same payload (or --unique-key) is in one of --unique-states, print its id and publish nothing")
 	f.StringVar(&unique.Key, "unique-key", "", "with --unique-for: unique by this key instead of the payload")
 	f.StringSliceVar(&uniqueStates, "unique-states", nil, "with --unique-for: the states in which the earlier task blocks a new one (default: every state but dead and cancelled)")
 	root.AddCommand(cmd)
+}
+
+// waitResult waits for the end of the submitted task and prints its result.
+func (e *env) waitResult(ctx context.Context, client *ax.Client, info ax.TaskInfo) error {
+	result, err := client.Wait(ctx, info.Tenant, info.ID)
+	if err != nil {
+		return err
+	}
+	if e.jsonOut {
+		return writeJSON(e.out, struct {
+			Task   ax.TaskInfo `json:"task"`
+			Result []byte      `json:"result"`
+		}{info, result})
+	}
+	_, err = e.out.Write(result)
+	return err
 }
 
 // readPayload reads a payload from path, or from stdin when path is "-".

@@ -113,6 +113,7 @@ func addTask(root *cobra.Command, e *env) {
 			return e.printAction(reply)
 		},
 	}, &reprioritizeTenant))
+	addTaskResult(task, e)
 	root.AddCommand(task)
 }
 
@@ -205,6 +206,12 @@ func printRecord(w io.Writer, r *kv.Record) {
 	}
 	if r.FinishedAt != nil {
 		row("Finished", r.FinishedAt.Format(time.RFC3339Nano))
+	}
+	if r.Progress != nil {
+		row("Progress", fmt.Sprintf("%s (at %s)", progressText(r.Progress), r.Progress.At.Format(time.RFC3339Nano)))
+	}
+	if r.State == kv.StateSucceeded {
+		row("Result", resultText(r.Result))
 	}
 	if r.LastError != "" {
 		row("Last error", r.LastError)

@@ -1,0 +1,187 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/worker"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+// recordWrites watches a task's record key (the bucket keeps one revision)
+// and returns a function that gives every revision written, once the task
+// reached a final state.
+func recordWrites(t *testing.T, b *testBundle, ref kv.Ref) func() []*kv.Record {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w, err := b.store.Bucket().Watch(ctx, ref.Key(), jetstream.UpdatesOnly())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Stop() })
+	return func() []*kv.Record {
+		var out []*kv.Record
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case e := <-w.Updates():
+				if e == nil || e.Operation() != jetstream.KeyValuePut {
+					continue
+				}
+				var rec kv.Record
+				require.NoError(t, rec.UnmarshalJSON(e.Value()))
+				out = append(out, &rec)
+				if rec.State == kv.StateSucceeded || rec.State == kv.StateDead {
+					return out
+				}
+			case <-timeout:
+				t.Fatalf("task %s did not end: %d writes seen", ref, len(out))
+			}
+		}
+	}
+}
+
+// A handler's result is stored by the compare-and-set that makes the task
+// SUCCEEDED: no other write, and Client.Result reads it.
+func TestResultStoredWithSuccess(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("sum", func(ctx context.Context, task *worker.Task) error {
+		return task.SetResultJSON(map[string]int{"sum": 42})
+	}, nil))
+	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL})
+	writes := recordWrites(t, b, kv.Ref{Tenant: "acme", ID: "sum-1"})
+	info, err := b.client.Submit(ctx, ax.TaskSpec{ID: "sum-1", Type: "sum", Tenant: "acme"})
+	require.NoError(t, err)
+	rec := b.waitState(t, info.ID, kv.StateSucceeded)
+	require.JSONEq(t, `{"sum":42}`, string(rec.Result))
+	result, err := b.client.Result(ctx, "acme", info.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"sum":42}`, string(result))
+
+	var states []kv.State
+	for _, r := range writes() {
+		states = append(states, r.State)
+	}
+	require.Equal(t, []kv.State{kv.StateReady, kv.StateRunning, kv.StateSucceeded}, states, "the result costs no write of its own")
+}
+
+// A result above MaxResultBytes fails the attempt permanently, naming the
+// bound; a failed attempt's result is not stored.
+func TestResultTooLarge(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("big", func(ctx context.Context, task *worker.Task) error {
+		task.SetResult([]byte(strings.Repeat("x", 11)))
+		return nil
+	}, &worker.TypeConfig{MaxAttempts: 3}))
+	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL, MaxResultBytes: 10})
+	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "big"})
+	require.NoError(t, err)
+	rec := b.waitState(t, info.ID, kv.StateDead)
+	require.Equal(t, 1, rec.Attempt, "permanent: not retried")
+	require.Contains(t, rec.LastError, worker.ErrResultTooLarge.Error())
+	require.Contains(t, rec.LastError, "11 bytes, above the worker's MaxResultBytes (10 bytes)")
+	require.Empty(t, rec.Result)
+
+	_, err = worker.New(ctx, b.js, &worker.Config{Registry: reg, MaxResultBytes: 1 << 20})
+	require.ErrorContains(t, err, "MaxResultBytes 1048576")
+	require.ErrorContains(t, err, "max_payload")
+}
+
+// Progress is written at most once per ProgressEvery, fenced, and the last
+// report is folded into the outcome's write.
+func TestProgressThrottledAndFolded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	reg := worker.NewRegistry()
+	var ref kv.Ref
+	seen := make(chan error, 1)
+	require.NoError(t, reg.Handle("long", func(ctx context.Context, task *worker.Task) error {
+		ref = kv.Ref{Tenant: task.Tenant, ID: task.ID}
+		for i := 1; i <= 5; i++ {
+			if err := task.Progress(ctx, float64(i*10), "step"); err != nil {
+				return err
+			}
+		}
+		// The first report was written; the others wait for the next write.
+		rec, _, err := b.store.Get(ctx, ref)
+		if err == nil && (rec.Progress == nil || rec.Progress.Percent != 10) {
+			err = errors.New("first report not written")
+		}
+		seen <- err
+		return task.Progress(ctx, 101, "too far") // refused, not written
+	}, &worker.TypeConfig{MaxAttempts: 1}))
+	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL, ProgressEvery: time.Hour})
+	all := recordWrites(t, b, kv.Ref{Tenant: ax.DefaultTenant, ID: "long-1"})
+	info, err := b.client.Submit(ctx, ax.TaskSpec{ID: "long-1", Type: "long"})
+	require.NoError(t, err)
+	require.NoError(t, <-seen)
+	rec := b.waitState(t, info.ID, kv.StateDead) // percent 101 is an error
+	require.Contains(t, rec.LastError, "percent 101 is not 0..100")
+	require.NotNil(t, rec.Progress)
+	require.Equal(t, 50.0, rec.Progress.Percent, "the last report is folded into the outcome")
+	require.Equal(t, "step", rec.Progress.Note)
+	var writes []float64
+	for _, r := range all() {
+		if r.Progress != nil {
+			writes = append(writes, r.Progress.Percent)
+		}
+	}
+	require.Equal(t, []float64{10, 50}, writes, "one progress write, then the outcome")
+}
+
+// A handler whose claim lapsed cannot write progress: Progress returns
+// the cause and writes nothing, and nothing is folded into a later write.
+func TestProgressFencedAfterLapse(t *testing.T) {
+	t.Parallel()
+	const ackWait = 3 * time.Second
+	b := setup(t, &streams.Config{AckWait: ackWait})
+	ctx := context.Background()
+	reg := worker.NewRegistry()
+	var once sync.Once
+	lapsed := make(chan error, 1)
+	require.NoError(t, reg.Handle("slow", func(ctx context.Context, task *worker.Task) error {
+		first := false
+		once.Do(func() { first = true })
+		if !first {
+			return nil // the redelivery completes it
+		}
+		<-ctx.Done() // no heartbeats: the claim lapses
+		lapsed <- task.Progress(ctx, 50, "late")
+		return ctx.Err()
+	}, nil))
+	b.startWorker(t, worker.Config{Registry: reg, AckWait: ackWait, MemberTTL: memberTTL, Shards: allShards(),
+		Test: worker.TestConfig{DisableHeartbeats: true}})
+	all := recordWrites(t, b, kv.Ref{Tenant: ax.DefaultTenant, ID: "slow-1"})
+	info, err := b.client.Submit(ctx, ax.TaskSpec{ID: "slow-1", Type: "slow"})
+	require.NoError(t, err)
+	require.ErrorIs(t, <-lapsed, worker.ErrClaimLapsed)
+	rec := b.waitState(t, info.ID, kv.StateSucceeded)
+	require.Nil(t, rec.Progress)
+	for _, r := range all() {
+		require.Nil(t, r.Progress, "revision in %s", r.State)
+	}
+}
+
+// allShards lists every shard, for a worker with fixed shards that serves
+// them all.
+func allShards() []int {
+	out := make([]int, streams.Shards)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
