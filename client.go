@@ -10,10 +10,12 @@ import (
 
 	"github.com/ax-mesh/ax/internal/denied"
 	"github.com/ax-mesh/ax/internal/stderrlog"
+	"github.com/ax-mesh/ax/internal/tracing"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -33,6 +35,12 @@ const (
 type Config struct {
 	// Names of the deployment. Zero means [streams.DefaultNames].
 	Names streams.Names
+	// TracerProvider, when set, gives each submit a span ("ax.submit
+	// <type>", a producer span with the task's id, type, tenant and
+	// priority). Whether or not it is set, the trace context of the
+	// submit's ctx travels with the task (W3C traceparent and tracestate
+	// headers) to the handler. Default nil: no spans.
+	TracerProvider trace.TracerProvider
 	// Logger. Default: warnings and errors as JSON lines on standard
 	// error (zap's production encoding at warn level), so that a server
 	// outage is not silent; zap.NewNop() silences it.
@@ -121,8 +129,9 @@ type Client struct {
 	// sent counts, per priority, the tasks this client stored since that
 	// report: admission adds them to the report's depth, so a burst is
 	// refused near the threshold rather than a report interval later.
-	sent  [streams.Priorities]atomic.Int64
-	watch pressureWatch
+	sent   [streams.Priorities]atomic.Int64
+	watch  pressureWatch
+	tracer trace.Tracer // nil: no spans
 }
 
 // NewClient returns a client on the connection of js. The streams and
@@ -144,7 +153,7 @@ func NewClient(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Clien
 	}
 	guard, ctx := denied.Watch(ctx, js.Conn())
 	defer guard.Stop()
-	c := &Client{cfg: cfg, js: own, claims: kv.NewClaims(own, cfg.Names)}
+	c := &Client{cfg: cfg, js: own, claims: kv.NewClaims(own, cfg.Names), tracer: tracing.Tracer(cfg.TracerProvider)}
 	if err := c.open(ctx, guard); err != nil {
 		var d *denied.Error
 		if !cfg.PublishOnly && errors.As(err, &d) {
@@ -200,8 +209,10 @@ func (c *Client) Submit(ctx context.Context, task TaskSpec) (TaskInfo, error) {
 	if err != nil {
 		return TaskInfo{ID: t.ID, Tenant: t.Tenant}, err
 	}
+	ctx, span := c.traceSubmit(ctx, &t)
 	after, err := c.beforeSubmit(ctx, &t)
 	if err != nil {
+		endSpan(span, err)
 		return TaskInfo{ID: t.ID, Tenant: t.Tenant}, err
 	}
 	var info TaskInfo
@@ -211,6 +222,7 @@ func (c *Client) Submit(ctx context.Context, task TaskSpec) (TaskInfo, error) {
 		info, err = c.submit(ctx, t)
 	}
 	after(info, err)
+	endSpan(span, err)
 	return info, err
 }
 
@@ -269,11 +281,15 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec) ([]TaskInfo,
 	normalized := make([]TaskSpec, len(tasks))
 	msgs := make([]*nats.Msg, len(tasks))
 	afters := make([]func(TaskInfo, error), len(tasks))
+	spans := map[int]trace.Span{} // with a tracer provider: each task's submit span
 	defer func() {
 		for i, after := range afters {
 			if after != nil {
 				after(infos[i], failed[i])
 			}
+		}
+		for i, span := range spans {
+			endSpan(span, failed[i])
 		}
 	}()
 	for i, task := range tasks {
@@ -285,6 +301,9 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec) ([]TaskInfo,
 			err = c.admit(t, now)
 		}
 		if err == nil {
+			if _, span := c.traceSubmit(ctx, &t); span != nil {
+				spans[i] = span
+			}
 			afters[i], err = c.beforeSubmit(ctx, &t) // nil on error: it was called
 		}
 		infos[i].ID, infos[i].Tenant = t.ID, t.Tenant

@@ -26,7 +26,9 @@ const maxHeaderBytes = 1<<16 - 1
 // its own writes (a schedule, a control-plane copy, a dead letter): the
 // options of the wire contract a producer may set ([HeaderTimeout],
 // [HeaderMaxAttempts], [HeaderCore], [HeaderDeadline], [HeaderRunAt]) and
-// the other "Ax-" headers, passed to the handler. Nothing else of a
+// the other "Ax-" headers, passed to the handler, and a well-formed W3C
+// trace context ([HeaderTraceParent], [HeaderTraceState]), so that a
+// task's trace runs through its copies. Nothing else of a
 // producer's is copied: no "Nats-" header (the server acts on many: a
 // schedule's source, target and TTL, rollups, expected-state checks,
 // tracing), no [InternalHeaders] (the writer sets its own), no header
@@ -35,6 +37,12 @@ const maxHeaderBytes = 1<<16 - 1
 func KeptHeaders(h nats.Header) nats.Header {
 	kept := nats.Header{}
 	for name, values := range h {
+		if name == HeaderTraceParent || name == HeaderTraceState {
+			if v := keptTrace(name, values); v != "" {
+				kept[name] = []string{v}
+			}
+			continue
+		}
 		if !keptName(name) {
 			continue
 		}
@@ -45,6 +53,51 @@ func KeptHeaders(h nats.Header) nats.Header {
 		}
 	}
 	return kept
+}
+
+// The W3C trace context headers a task's message may carry: kept, when
+// well formed, so that a task's trace goes on through its copies.
+const (
+	HeaderTraceParent = "traceparent"
+	HeaderTraceState  = "tracestate"
+)
+
+// keptTrace returns the one value of a trace context header that is kept:
+// a traceparent of the W3C form (version 00: "00-" 32 hex digits "-" 16
+// hex digits "-" 2 hex digits, ids not all zero), a tracestate of at most
+// 512 printable ASCII characters; "" otherwise, or when the header is
+// repeated.
+func keptTrace(name string, values []string) string {
+	if len(values) != 1 {
+		return ""
+	}
+	v := values[0]
+	if name == HeaderTraceState {
+		if len(v) > 512 {
+			return ""
+		}
+		for i := 0; i < len(v); i++ {
+			if v[i] < 0x20 || v[i] > 0x7e {
+				return ""
+			}
+		}
+		return v
+	}
+	if len(v) != 55 || v[:3] != "00-" || v[35] != '-' || v[52] != '-' {
+		return ""
+	}
+	for i, c := range []byte(v) {
+		if i < 3 || i == 35 || i == 52 {
+			continue
+		}
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return ""
+		}
+	}
+	if v[3:35] == strings.Repeat("0", 32) || v[36:52] == strings.Repeat("0", 16) {
+		return ""
+	}
+	return v
 }
 
 // keptName reports whether a header named name is kept: "Ax-" followed by

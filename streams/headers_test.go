@@ -170,3 +170,26 @@ func TestProvisionFitsMaxPayload(t *testing.T) {
 	require.Equal(t, map[string]int32{"AX_P0": 8 << 10, "AX_P4": 8 << 10, "AX_DELAYED": 8<<10 + streams.HeaderRoom,
 		"AX_DLQ": 8<<10 + streams.HeaderRoom}, maxMsgSizes(js))
 }
+
+// A well-formed W3C trace context is kept (a task's trace runs through
+// its copies); a malformed or repeated one, or another spelling, is not.
+func TestKeptTraceContext(t *testing.T) {
+	t.Parallel()
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	h := nats.Header{streams.HeaderTraceParent: {parent}, streams.HeaderTraceState: {"congo=t61rcWkgMzE"}}
+	require.Equal(t, h, streams.KeptHeaders(h))
+	for _, bad := range []nats.Header{
+		{streams.HeaderTraceParent: {"evil"}},
+		{streams.HeaderTraceParent: {"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
+		{streams.HeaderTraceParent: {"00-00000000000000000000000000000000-00f067aa0ba902b7-01"}},
+		{streams.HeaderTraceParent: {"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"}},
+		{streams.HeaderTraceParent: {"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"}},
+		{streams.HeaderTraceParent: {parent + "\r\nNats-Rollup: all"}},
+		{streams.HeaderTraceParent: {parent, parent}},
+		{"Traceparent": {parent}},
+		{streams.HeaderTraceState: {strings.Repeat("a", 513)}},
+		{streams.HeaderTraceState: {"a=b\r\nNats-Rollup: all"}},
+	} {
+		require.Empty(t, streams.KeptHeaders(bad), "%v", bad)
+	}
+}

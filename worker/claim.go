@@ -35,6 +35,7 @@ type envelope struct {
 	// it first instead of trying to create it. Only the order of the two
 	// reads depends on it, never what the claim decides.
 	recorded bool
+	trace    *taskTrace // the delivery's spans; nil when tracing is off
 }
 
 // parse reads a message's subject and headers. A malformed message still

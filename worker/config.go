@@ -11,6 +11,7 @@ import (
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -112,6 +113,12 @@ type Config struct {
 	// error (zap's production encoding at warn level), so that a server
 	// outage is not silent; zap.NewNop() silences it.
 	Logger *zap.Logger
+	// TracerProvider, when set, gives each delivery the spans "ax.task
+	// <type>" (a consumer span, child of the trace context the task's
+	// message carries: the submit's), "ax.claim", "ax.run <type>" (the
+	// handler's context carries it) and "ax.settle", with the task's id,
+	// type, tenant, priority and attempt. Default nil: no spans.
+	TracerProvider trace.TracerProvider
 	// Observer hears about every settled attempt (metrics); nil: none.
 	Observer Observer
 	// Store configures the task record store.

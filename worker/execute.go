@@ -24,8 +24,10 @@ func (w *Worker) process(d *delivery) {
 		return
 	}
 	env := w.parse(d, d.meta)
+	env.trace = w.traceTask(d, env)
+	defer env.trace.end()
 	if !w.processing.enter(env.ref.Key()) {
-		// An attemptRecord of this task is still in flight here: wait for it
+		// An execution of this task is still in flight here: wait for it
 		// to settle rather than run a second one beside it.
 		w.stats.Dropped.Add(1)
 		_ = d.settle(func() error { return d.msg.NakWithDelay(inFlightRetry) })
@@ -39,11 +41,14 @@ func (w *Worker) process(d *delivery) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	claimed := env.trace.step("ax.claim")
 	rec, rev, ok := w.claim(ctx, d, env)
 	cancel()
 	if !ok {
+		endSpan(claimed, errNotClaimed)
 		return
 	}
+	endSpan(claimed, nil)
 	deadlinePassed := rec.Deadline != nil && time.Now().After(*rec.Deadline)
 	if env.unhandled && env.bad == nil && rec.Burying == "" && !deadlinePassed {
 		w.decline(d, env, rec, rev)
@@ -71,6 +76,7 @@ func (w *Worker) process(d *delivery) {
 	}
 	exec := &attemptRecord{w: w, rec: rec, rev: rev}
 	task, runErr, cause := w.run(env, exec, d)
+	env.trace.endRun(runErr)
 	// Progress writes moved the record: the outcome is written from their
 	// last revision, with the last report not yet written folded in.
 	rec, rev, pending := exec.end()
@@ -82,6 +88,8 @@ func (w *Worker) process(d *delivery) {
 	if runErr == nil {
 		runErr = checkResult(rec, task.result, w.cfg.MaxResultBytes, w.maxRecord)
 	}
+	settling := env.trace.step("ax.settle")
+	defer endSpan(settling, nil)
 	switch {
 	case errors.Is(runErr, ErrHandlerStuck) && errors.Is(cause, ErrCancelled):
 		w.cancelled(d, env, rec, rev)
@@ -118,6 +126,7 @@ func (w *Worker) run(env *envelope, exec *attemptRecord, d *delivery) (*Task, er
 	defer stopWatch()
 	ctx, cancel := context.WithTimeoutCause(base, time.Duration(rec.Timeout), ErrTimeout)
 	defer cancel()
+	ctx = env.trace.startRun(ctx, rec.Type, rec.Attempt)
 	epoch := w.memberEpoch.Load()
 	w.track(d, rec.Ref().Key(), cancelBase)
 	defer w.untrack(d)

@@ -10,18 +10,21 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/internal/denied"
+	"github.com/ax-mesh/ax/internal/tracing"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
 // Worker pulls and runs tasks. Create it with [New], then [Worker.Start] and
 // [Worker.Stop] it once.
 type Worker struct {
-	cfg   *Config
-	js    jetstream.JetStream
-	store *kv.Store
-	log   *zap.Logger
+	cfg    *Config
+	js     jetstream.JetStream
+	store  *kv.Store
+	log    *zap.Logger
+	tracer trace.Tracer // nil: no spans
 
 	dispatch   *dispatchQueue           // received deliveries, for the slots
 	held       heldSet                  // every message held, for heartbeats
@@ -73,7 +76,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Worker, err
 	if err := store.CheckBatchedReads(ctx); err != nil {
 		return nil, fmt.Errorf("new worker: %w", guard.Err(err))
 	}
-	w := &Worker{cfg: cfg, js: js, store: store, log: cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)), stopCh: make(chan struct{}), slotsDone: make(chan struct{})}
+	w := &Worker{cfg: cfg, js: js, store: store, tracer: tracing.Tracer(cfg.TracerProvider), log: cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)), stopCh: make(chan struct{}), slotsDone: make(chan struct{})}
 	if payload := int(js.Conn().MaxPayload()); payload > 0 {
 		w.maxRecord = payload
 		if base64.StdEncoding.EncodedLen(cfg.MaxResultBytes) > payload/2 {

@@ -19,6 +19,7 @@ import (
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -40,6 +41,9 @@ type Options struct {
 	// Pools provisions a pools deployment (routing by task type,
 	// [streams.Config.Pools]) instead of catch-all shard consumers.
 	Pools bool
+	// Tracer, when set, is the tracer provider of the run's client and
+	// workers (every task traced: what tracing costs).
+	Tracer trace.TracerProvider
 }
 
 // env is one scenario's NATS server, connection and provisioned ax.
@@ -164,7 +168,7 @@ func newRun(ctx context.Context, o Options) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := ax.NewClient(ctx, e.js, &ax.Config{Names: e.names})
+	client, err := ax.NewClient(ctx, e.js, &ax.Config{Names: e.names, TracerProvider: o.Tracer})
 	if err != nil {
 		e.close()
 		return nil, err
@@ -179,7 +183,7 @@ func (r *run) start(ctx context.Context, o Options, taskType string, fn worker.H
 		return err
 	}
 	for range o.Workers {
-		w, err := worker.New(ctx, r.js, &worker.Config{Names: r.names, Registry: reg, Concurrency: o.Concurrency, Logger: zap.NewNop()})
+		w, err := worker.New(ctx, r.js, &worker.Config{Names: r.names, Registry: reg, Concurrency: o.Concurrency, Logger: zap.NewNop(), TracerProvider: o.Tracer})
 		if err == nil {
 			err = w.Start(ctx)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ax-mesh/ax/internal/bench"
 	"github.com/spf13/cobra"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // benchFlags are the flags of `ax bench` beyond [bench.Options].
@@ -25,6 +26,7 @@ type benchFlags struct {
 	transport string // tcp, in-process or both
 	quiet     bool
 	profile   string // CPU profile file
+	trace     bool   // trace every task (an SDK tracer provider, spans dropped)
 }
 
 type benchRunner func(context.Context, bench.Options) ([]*bench.Result, error)
@@ -212,6 +214,11 @@ statistics. See docs/BENCHMARKS.md.
 			if !f.quiet {
 				o.Progress = e.errOut
 			}
+			if f.trace {
+				provider := sdktrace.NewTracerProvider() // no exporter: spans are made, sampled and dropped
+				defer func() { _ = provider.Shutdown(context.WithoutCancel(cmd.Context())) }()
+				o.Tracer = provider
+			}
 			if f.profile != "" {
 				pf, err := os.Create(f.profile)
 				if err != nil {
@@ -256,6 +263,7 @@ statistics. See docs/BENCHMARKS.md.
 	fs.BoolVar(&f.useServer, "use-server", false, "run against --server instead of a server of the run's own")
 	fs.StringVar(&f.transport, "transport", "tcp", "the run's own server: tcp (its own process, loopback TCP), in-process (embedded) or both")
 	fs.BoolVarP(&f.quiet, "quiet", "q", false, "no progress bar")
+	fs.BoolVar(&f.trace, "trace", false, "trace every task with the OpenTelemetry SDK (every span sampled, then dropped): what tracing costs")
 	fs.StringVar(&f.profile, "cpuprofile", "", "write a CPU profile of the bench process (client and workers; the server too with --transport in-process) to this file")
 	root.AddCommand(cmd)
 }

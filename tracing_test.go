@@ -1,0 +1,48 @@
+package ax_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/natstest"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// With a tracer provider, a submit makes a producer span and its message
+// carries the span's trace context; without one, the message carries the
+// trace context of the submit's ctx, and none when ctx has none.
+func TestSubmitCarriesTraceContext(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	exporter := tracetest.NewInMemoryExporter()
+	provider := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
+	traced := setup(t, nil, &ax.Config{TracerProvider: provider})
+	info, err := traced.client.Submit(ctx, ax.TaskSpec{ID: "traced", Type: "echo"})
+	require.NoError(t, err)
+	spans := exporter.GetSpans()
+	require.Len(t, spans, 1)
+	require.Equal(t, "ax.submit echo", spans[0].Name)
+	require.Equal(t, trace.SpanKindProducer, spans[0].SpanKind)
+	msg := natstest.GetMsg(t, traced.js, info.Stream, info.Sequence)
+	want := "00-" + spans[0].SpanContext.TraceID().String() + "-" + spans[0].SpanContext.SpanID().String() + "-01"
+	require.Equal(t, want, msg.Header.Get(streams.HeaderTraceParent))
+
+	plain := setup(t, nil, nil)
+	parentCtx, parent := provider.Tracer("caller").Start(ctx, "request")
+	info, err = plain.client.Submit(parentCtx, ax.TaskSpec{ID: "carried", Type: "echo"})
+	parent.End()
+	require.NoError(t, err)
+	msg = natstest.GetMsg(t, plain.js, info.Stream, info.Sequence)
+	require.Equal(t, "00-"+parent.SpanContext().TraceID().String()+"-"+parent.SpanContext().SpanID().String()+"-01",
+		msg.Header.Get(streams.HeaderTraceParent), "the caller's trace context travels without a provider")
+
+	info, err = plain.client.Submit(ctx, ax.TaskSpec{ID: "untraced", Type: "echo"})
+	require.NoError(t, err)
+	msg = natstest.GetMsg(t, plain.js, info.Stream, info.Sequence)
+	require.Empty(t, msg.Header.Get(streams.HeaderTraceParent))
+}

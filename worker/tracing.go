@@ -1,0 +1,87 @@
+package worker
+
+import (
+	"context"
+	"errors"
+
+	"github.com/ax-mesh/ax/internal/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// taskTrace holds the spans of one delivery's processing ([Config.TracerProvider]):
+// "ax.task <type>", a consumer span whose parent is the trace context the
+// message carries (the submit's), and its children "ax.claim", "ax.run
+// <type>" (the handler's context carries it) and "ax.settle". A nil
+// *taskTrace (tracing off) does nothing.
+type taskTrace struct {
+	tracer trace.Tracer
+	span   trace.Span
+	run    trace.Span
+}
+
+// traceTask starts the task span of a delivery, or returns nil without a
+// tracer provider.
+func (w *Worker) traceTask(d *delivery, env *envelope) *taskTrace {
+	if w.tracer == nil {
+		return nil
+	}
+	parent := tracing.Extract(context.Background(), d.msg.Headers())
+	attrs := append(tracing.Task(env.id, env.stored.Type, env.stored.Tenant, env.stored.Priority),
+		tracing.AttrWorker.String(w.cfg.ID), attribute.Int64("ax.delivery", int64(env.delivered)))
+	_, span := w.tracer.Start(parent, "ax.task "+env.stored.Type, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+	return &taskTrace{tracer: w.tracer, span: span}
+}
+
+// step starts a child span of the task span; nil when tracing is off.
+func (t *taskTrace) step(name string) trace.Span {
+	if t == nil {
+		return nil
+	}
+	_, span := t.tracer.Start(trace.ContextWithSpan(context.Background(), t.span), name)
+	return span
+}
+
+// startRun returns ctx carrying the "ax.run" span of the attempt, a child
+// of the task span, so that the handler's own spans are its children.
+func (t *taskTrace) startRun(ctx context.Context, typ string, attempt int) context.Context {
+	if t == nil {
+		return ctx
+	}
+	t.span.SetAttributes(tracing.AttrTaskAttempt.Int(attempt))
+	ctx = trace.ContextWithSpan(ctx, t.span)
+	ctx, t.run = t.tracer.Start(ctx, "ax.run "+typ, trace.WithAttributes(tracing.AttrTaskAttempt.Int(attempt)))
+	return ctx
+}
+
+// endRun ends the run span with the handler's error.
+func (t *taskTrace) endRun(err error) {
+	if t == nil || t.run == nil {
+		return
+	}
+	endSpan(t.run, err)
+}
+
+// end ends the task span.
+func (t *taskTrace) end() {
+	if t == nil {
+		return
+	}
+	t.span.End()
+}
+
+// endSpan ends span (nil: nothing), marking it failed with err.
+func endSpan(span trace.Span, err error) {
+	if span == nil {
+		return
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// errNotClaimed marks a claim span whose delivery did not run.
+var errNotClaimed = errors.New("not claimed: the delivery does not run")
