@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ax-mesh/ax/kv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -149,7 +150,7 @@ type pressureWatch struct {
 // is at the alert level or above (each valid for its ValidFor: once they
 // stop, the last one lapses).
 func (c *Client) watchPressure(ctx context.Context) error {
-	subject := "$KV." + c.cfg.Names.ControlBucket() + "." + PressureKey
+	subject := kv.KeySubject(c.cfg.Names.ControlBucket(), PressureKey)
 	if c.cfg.PublishOnly {
 		subject = c.cfg.Names.EventSubject("pressure")
 	}

@@ -111,7 +111,7 @@ func (a *Service) unseen(ctx context.Context, f Filter) ([]kv.Ref, error) {
 		if err != nil {
 			return nil, fmt.Errorf("find unseen tasks: %w", err)
 		}
-		filter := fmt.Sprintf("%s.p%d.*.%s.%s.*", names.Prefix(), p, tenant, taskType)
+		filter := names.StoredMessageFilter(p, tenant, taskType)
 		for seq := stream.CachedInfo().State.FirstSeq; ; {
 			msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
 			if errors.Is(err, jetstream.ErrMsgNotFound) {

@@ -70,6 +70,7 @@ func (b *liveBundle) state(t tb, id string) kv.State {
 // Cancel a running 30 s task: its handler's context ends with
 // worker.ErrCancelled within 1 s, and the task never runs again.
 func TestCancelRunningTaskReachesHandler(t *testing.T) {
+	t.Parallel()
 	var runs atomic.Int32
 	started := make(chan struct{}, 4)
 	ended := make(chan error, 4)
@@ -121,6 +122,7 @@ func TestCancelRunningTaskReachesHandler(t *testing.T) {
 // dlq.replay puts it back READY with its attempts reset and its history
 // kept; it then runs again from the dead letter's payload.
 func TestReplayFromDLQ(t *testing.T) {
+	t.Parallel()
 	var fail atomic.Bool
 	fail.Store(true)
 	payloads := make(chan string, 4)
@@ -177,6 +179,7 @@ func TestReplayFromDLQ(t *testing.T) {
 // A task paused before any worker saw it stays put with its payload, and
 // runs once resumed; the worker drops the older generation.
 func TestPauseResumeWithWorker(t *testing.T) {
+	t.Parallel()
 	var runs atomic.Int32
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("job", func(context.Context, *worker.Task) error { runs.Add(1); return nil }, nil))

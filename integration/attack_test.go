@@ -52,6 +52,7 @@ func (b *meshBundle) nothingWaits(c *assert.CollectT) {
 // the resume then deletes the record born unseen, and the accepted task is
 // gone without a trace.
 func TestDelayedSubmitOfPausedUnseenIDRuns(t *testing.T) {
+	t.Parallel()
 	b := setupMesh(t)
 	b.startWorker(t)
 	ctx := context.Background()
@@ -72,6 +73,7 @@ func TestDelayedSubmitOfPausedUnseenIDRuns(t *testing.T) {
 // fires the mover finds no record, releases it as a new task, and the
 // cancelled task runs.
 func TestCancelledDelayedTaskNeverRunsAfterItsRecordExpires(t *testing.T) {
+	t.Parallel()
 	b := setupMeshWith(t, kv.StoreConfig{Retention: time.Second})
 	b.startWorker(t)
 	id := b.submit(t, ax.TaskSpec{ID: "cx-delayed", Payload: payload(t, identityArgs{}), Delay: 4 * time.Second})
@@ -91,6 +93,7 @@ func TestCancelledDelayedTaskNeverRunsAfterItsRecordExpires(t *testing.T) {
 // the first worker to see it after the record expired creates a new
 // record and runs the cancelled task.
 func TestCancelledReadyTaskNeverRunsAfterItsRecordExpires(t *testing.T) {
+	t.Parallel()
 	b := setupMeshWith(t, kv.StoreConfig{Retention: time.Second})
 	id := b.submit(t, ax.TaskSpec{ID: "cx-ready", Priority: ax.P3, Payload: payload(t, identityArgs{})})
 	require.NoError(t, b.call(admin.VerbTaskCancel, admin.TaskRequest{ID: id}, nil))
@@ -115,6 +118,7 @@ func (b *meshBundle) bucketEmpty(t tb, name string) bool {
 // expires. Held at 7ef3887: the mover looks again every PausedRecheck,
 // sees CANCELLED and deletes the fired schedule before the record expires.
 func TestCancelledPausedDelayedTaskNeverRuns(t *testing.T) {
+	t.Parallel()
 	b := setupMeshWith(t, kv.StoreConfig{Retention: time.Second})
 	b.startWorker(t)
 	id := b.submit(t, ax.TaskSpec{ID: "cx-paused", Payload: payload(t, identityArgs{}), Delay: 1500 * time.Millisecond})
@@ -150,6 +154,7 @@ func TestCancelledPausedDelayedTaskNeverRuns(t *testing.T) {
 // matches the revision it read: the record names a deleted message, the
 // task's own message is deleted next, and the task is READY forever.
 func TestLateAgingCASCannotNameADroppedOrphan(t *testing.T) {
+	t.Parallel()
 	b := setupMesh(t)
 	ctx := context.Background()
 	names := streams.DefaultNames()
@@ -198,6 +203,7 @@ func TestLateAgingCASCannotNameADroppedOrphan(t *testing.T) {
 // the victim, none strands or cancels it, and every one is settled (no
 // consumer slot or message held for good). Held at 3ebfff8.
 func TestHostileProducerCannotTouchTasksInAnyState(t *testing.T) {
+	t.Parallel()
 	b := setupMesh(t)
 	ctx := context.Background()
 	real := payload(t, identityArgs{})
@@ -296,6 +302,7 @@ func hostile(subject, data string, headers ...string) *nats.Msg {
 // adoption rule ignores its bucket): the task runs from P3 while its record
 // says P1, and the operator's reprioritize is silently lost.
 func TestReleasedCopyFromBeforeReprioritizeIsNotAdopted(t *testing.T) {
+	t.Parallel()
 	b := setupMesh(t)
 	ctx := context.Background()
 	names := streams.DefaultNames()
@@ -365,6 +372,7 @@ func (b *meshBundle) handMove(t *testing.T, id string, priority int, to kv.State
 // publish (an orphan copy). Each task runs once from the message its
 // record names, and every copy is settled. Held at 90cbd4b.
 func TestMovesInterruptedAtEveryStepRunOnce(t *testing.T) {
+	t.Parallel()
 	b := setupMesh(t)
 	ctx := context.Background()
 	ok := payload(t, identityArgs{})
@@ -420,6 +428,7 @@ func TestMovesInterruptedAtEveryStepRunOnce(t *testing.T) {
 // PENDING, PAUSED or RUNNING), a SUCCEEDED task ran exactly once, a
 // CANCELLED one at most once, no two runs overlap, and every bucket drains.
 func TestMoversRacingOnTheSameTasks(t *testing.T) {
+	t.Parallel()
 	b := setupMeshAging(t, kv.StoreConfig{}, 200*time.Millisecond)
 	const n = 120
 	ids := make([]string, n)
@@ -491,6 +500,7 @@ func TestMoversRacingOnTheSameTasks(t *testing.T) {
 // "evil" and the accepted task was dropped as foreign. At 9b723bb (ids
 // global) the raw message of "evil" bound the owner's held id.
 func TestPausedUnseenIDKeepsTheAcceptedTask(t *testing.T) {
+	t.Parallel()
 	b := setupMesh(t)
 	ctx := context.Background()
 	b.startWorker(t)

@@ -259,6 +259,7 @@ func payload(t *testing.T, args identityArgs) []byte {
 // Issue 11.1: pause, then resume, a delayed task: it runs at its time.
 // At 54cd21a it stayed READY forever with no message anywhere.
 func TestResumedDelayedTaskRuns(t *testing.T) {
+	t.Parallel()
 	b := setupMesh(t)
 	b.startWorker(t)
 	id := b.submit(t, ax.TaskSpec{ID: "v", Payload: payload(t, identityArgs{}), Delay: 1500 * time.Millisecond})
@@ -273,6 +274,7 @@ func TestResumedDelayedTaskRuns(t *testing.T) {
 // a state that something moves on: each ends SUCCEEDED, CANCELLED or DEAD,
 // and none succeeds twice.
 func TestOperatorVerbsNeverStrandATask(t *testing.T) {
+	t.Parallel()
 	verbs := []string{"pause", "resume", "reprioritize", "cancel", "replay"}
 	act := func(b *meshBundle, verb, id string) error {
 		switch verb {
@@ -356,6 +358,7 @@ func TestOperatorVerbsNeverStrandATask(t *testing.T) {
 // 54cd21a the reprioritize's publish was de-duplicated onto the aging
 // copy's id, and deleting that copy left the record READY at nothing.
 func TestDeletedLosingCopyDoesNotStrandTask(t *testing.T) {
+	t.Parallel()
 	b := setupMesh(t)
 	ctx := context.Background()
 	id := b.submit(t, ax.TaskSpec{ID: "lost-cas", Priority: ax.P3, Payload: payload(t, identityArgs{})})
@@ -381,6 +384,7 @@ func TestDeletedLosingCopyDoesNotStrandTask(t *testing.T) {
 // whose id arrives raw in two buckets runs once. At 54cd21a the second
 // message was stored and, when sequences collided, took over the live run.
 func TestOneIDInTwoBucketsRunsOnce(t *testing.T) {
+	t.Parallel()
 	b := setupMesh(t)
 	ctx := context.Background()
 	args := payload(t, identityArgs{SleepMS: 1500})
@@ -430,6 +434,7 @@ func TestOneIDInTwoBucketsRunsOnce(t *testing.T) {
 // bucket is recreated (sequences start again at 1). At 54cd21a the new
 // task got the old one's id, met its SUCCEEDED record and was acked unrun.
 func TestFallbackIDsSurviveBucketRecreation(t *testing.T) {
+	t.Parallel()
 	b := setupMesh(t)
 	ctx := context.Background()
 	stop := b.startWorker(t)
@@ -463,6 +468,7 @@ func (b *meshBundle) total() int {
 // task runs once with its own payload. At 54cd21a the forged payload ran
 // as the victim and the victim's message was acked away.
 func TestForeignMessageCannotReplaceTask(t *testing.T) {
+	t.Parallel()
 	b := setupMesh(t)
 	ctx := context.Background()
 	real := payload(t, identityArgs{})
@@ -488,6 +494,7 @@ func TestForeignMessageCannotReplaceTask(t *testing.T) {
 // worker has seen (they have no record yet). At 54cd21a it answered "0
 // match" for them, and they ran.
 func TestBatchCancelCoversUnseenTasks(t *testing.T) {
+	t.Parallel()
 	b := setupMesh(t)
 	ctx := context.Background()
 	for i, id := range []string{"raw-1", "raw-2", ""} { // the last has no Nats-Msg-Id
@@ -523,6 +530,7 @@ func TestBatchCancelCoversUnseenTasks(t *testing.T) {
 // job's secret. At 54cd21a the real fire was de-duplicated onto the
 // producer's message, which ran as the cron task.
 func TestCronFiresCannotBePrePublished(t *testing.T) {
+	t.Parallel()
 	b := setupMesh(t)
 	ctx := context.Background()
 	real := payload(t, identityArgs{SleepMS: 1})

@@ -363,6 +363,7 @@ func firstN[T any](s []T, n int) []T { return s[:min(n, len(s))] }
 // worker recorded (it died between the handler's return and the outcome's
 // write), unexplained when the trail shows one or was not read.
 func TestJournalExplainsAKillBeforeTheOutcome(t *testing.T) {
+	t.Parallel()
 	t0 := time.Now()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	first := execution{task: "t", worker: "w1", attempt: 1, start: at(0), effect: true, effectAt: at(10), end: at(20), finished: true}

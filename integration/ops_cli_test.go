@@ -37,6 +37,7 @@ func submitCLI(t *testing.T, url string, args ...string) string {
 
 // With workers: cancel a running task, dead letters, stats, workers, metrics.
 func TestOperatorCLIWithWorkers(t *testing.T) {
+	t.Parallel()
 	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	dev := startDev(t, "--metrics-addr", metricsAddr)
 	s := dev.url
@@ -101,6 +102,7 @@ func TestOperatorCLIWithWorkers(t *testing.T) {
 
 // Without workers tasks stay READY: pause, resume, reprioritize, batch cancel.
 func TestOperatorCLIOnWaitingTasks(t *testing.T) {
+	t.Parallel()
 	dev := startDev(t, "--workers", "0")
 	s := dev.url
 	a := submitCLI(t, s, "echo", "--tenant", "acme", "--priority", "p3")
@@ -138,6 +140,7 @@ func TestOperatorCLIOnWaitingTasks(t *testing.T) {
 // ax scheduler serves the management API and metrics; ax worker and ax
 // scheduler log JSON lines (ax dev logs in the console format).
 func TestSchedulerAndWorkerProcesses(t *testing.T) {
+	t.Parallel()
 	dev := startDev(t, "--workers", "0")
 	schedMetrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	sched := startAx(t, "scheduler", "--server", dev.url, "--metrics-addr", schedMetrics)

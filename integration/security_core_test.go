@@ -22,6 +22,7 @@ import (
 // publish there. At 54cd21a core was the header Ax-Core, honoured from
 // anyone, and the server stored every submit up to the bucket's capacity.
 func TestCoreIsAPermission(t *testing.T) {
+	t.Parallel()
 	m := startSecureMesh(t, &streams.Config{Capacity: 20})
 	ctx := context.Background()
 	leader, err := leader.New(ctx, m.control.js, &leader.Config{

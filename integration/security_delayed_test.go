@@ -128,6 +128,7 @@ var serverActedHeaders = []struct{ name, value string }{
 // delayed task with Nats-Schedule-Source ran with globex's payload, and the
 // headers AX_DELAYED refuses made the reconciler release tasks early.
 func TestProducerHeadersNeverReachAxWrites(t *testing.T) {
+	t.Parallel()
 	m := startSecureMesh(t, nil)
 	ran := collectRan(t, m)
 	startSecureLeader(t, m, leader.Config{SweepInterval: 100 * time.Millisecond, ReconcileGrace: time.Second,
@@ -350,6 +351,7 @@ func TestDelayedTaskNeverReleasedEarly(t *testing.T) {
 // max_payload 1 MiB) the first was accepted and stayed PENDING forever,
 // the second ran about a grace after its submit.
 func TestDelayedTaskSizeAtTheLimits(t *testing.T) {
+	t.Parallel()
 	m := startSecureMesh(t, nil)
 	startSecureLeader(t, m, leader.Config{SweepInterval: 100 * time.Millisecond, ReconcileGrace: time.Second,
 		ReconcileRecheck: 2 * time.Second, AgingThreshold: -1})

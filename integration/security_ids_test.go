@@ -115,6 +115,7 @@ func (m *idMesh) ranPayloads(t *testing.T, want int) map[string]string {
 // two tasks, and what an operator does to one tenant's tasks never touches
 // another's. Each attack is made as the roles of docs/ax-permissions.conf.
 func TestTenantsOwnTheirIDs(t *testing.T) {
+	t.Parallel()
 	t.Run("a cancel scoped to one tenant leaves the other's task with the same id", func(t *testing.T) {
 		// Reproduced before the fix: same id submitted by two tenants, no
 		// workers running, `ax tasks cancel --tenant acme`: globex's task

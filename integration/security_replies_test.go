@@ -57,6 +57,7 @@ func publishHeaders(rc *roleConn, subject, id string, headers map[string]string)
 // what is stored. Each is answered with an error that says nothing of
 // another tenant, and nothing is stored or removed.
 func TestProducerHeadersTheBucketsRefuse(t *testing.T) {
+	t.Parallel()
 	m := startIDMesh(t)
 	require.False(t, publish(t, m.globex, "ax.submit.p2.globex.echo.k", "globex-waits", "globex-payload"))
 	before := bucketCount(t, m.control, "AX_P2")
@@ -97,6 +98,7 @@ func TestProducerHeadersTheBucketsRefuse(t *testing.T) {
 // deployment that closes it. This test pins the list: if a server release
 // answers otherwise, it fails, and the document is to be read again.
 func TestServerAnswersAProducerAsDocumented(t *testing.T) {
+	t.Parallel()
 	m := startIDMesh(t)
 	ctx := context.Background()
 	for i := range 3 {
@@ -148,6 +150,7 @@ func TestServerAnswersAProducerAsDocumented(t *testing.T) {
 // ack at anything of ax: the service import replaces it. The same attack
 // on the shipped single-account file writes over globex's record.
 func TestTenantAccountsCloseTheReplyDoor(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, c := range []struct {
 		file  string
@@ -197,6 +200,7 @@ func TestTenantAccountsCloseTheReplyDoor(t *testing.T) {
 // producers moved to accounts of their own: every other user, and every
 // user's permissions, are the same.
 func TestTenantAccountsFileFollowsTheShippedOne(t *testing.T) {
+	t.Parallel()
 	shipped, err := server.ProcessConfigFile(permissionsFile)
 	require.NoError(t, err)
 	accounts, err := server.ProcessConfigFile(accountsFile)

@@ -18,6 +18,7 @@ import (
 // tenant token in the submit subject: one cannot submit, read, cancel or
 // replace the other's tasks.
 func TestTenantIsolation(t *testing.T) {
+	t.Parallel()
 	m := startSecureMesh(t, nil)
 	ctx := context.Background()
 	acme := connectAs(t, m.srv, "producer-acme", "producer-acme")
@@ -101,6 +102,7 @@ func TestTenantIsolation(t *testing.T) {
 // account limit, so that what they hold can never take the storage the task
 // records and leases need.
 func TestStreamsBoundedUnderTheAccountLimit(t *testing.T) {
+	t.Parallel()
 	m := startSecureMesh(t, nil)
 	ctx := context.Background()
 	account, err := m.control.js.AccountInfo(ctx)
@@ -125,6 +127,7 @@ func TestStreamsBoundedUnderTheAccountLimit(t *testing.T) {
 // an oversized message at once, while the mesh keeps running: records and
 // leases are still written and new tasks still run.
 func TestFloodingProducerIsRefused(t *testing.T) {
+	t.Parallel()
 	m := startSecureMesh(t, &streams.Config{BucketMaxBytes: 256 << 10, MaxMsgSize: 8 << 10})
 	ctx := context.Background()
 	service := connectAs(t, m.srv, "service", "service")

@@ -171,6 +171,7 @@ func waitState(t *testing.T, operator *roleConn, id string, state kv.State) *kv.
 // operator sees it and cancels through the API, while every role is refused
 // what belongs to another.
 func TestPermissionsOfEachRole(t *testing.T) {
+	t.Parallel()
 	m := startSecureMesh(t, nil)
 	ctx := context.Background()
 	srv, wc := m.srv, m.worker

@@ -96,7 +96,7 @@ type readCall struct {
 var errReadAlone = errors.New("read the record on its own")
 
 func newBatchReader(js jetstream.JetStream, kv jetstream.KeyValue, bucket string, test *ReadTestHooks) *batchReader {
-	return &batchReader{js: js, kv: kv, api: apiPrefix(js) + "DIRECT.GET.KV_" + bucket, prefix: "$KV." + bucket + ".", test: test}
+	return &batchReader{js: js, kv: kv, api: apiPrefix(js) + "DIRECT.GET." + StreamName(bucket), prefix: KeyPrefix(bucket), test: test}
 }
 
 // get returns the latest value of key and its revision, or [ErrNotFound]

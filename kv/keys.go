@@ -11,6 +11,18 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// KeySubject is the subject of key in the KV bucket named bucket
+// ("$KV.<bucket>.<key>"): where its values are written and stored. Every
+// subject of a bucket's key is formed here.
+func KeySubject(bucket, key string) string { return KeyPrefix(bucket) + key }
+
+// KeyPrefix is the subject prefix of every key of bucket ("$KV.<bucket>.").
+func KeyPrefix(bucket string) string { return "$KV." + bucket + "." }
+
+// StreamName is the name of the stream that holds the KV bucket named
+// bucket ("KV_<bucket>").
+func StreamName(bucket string) string { return "KV_" + bucket }
+
 // ListKeys returns the keys of the KV bucket named bucket that match filter
 // (a key with NATS wildcards; "" for every key), sorted. A deleted key may
 // be listed (its delete marker is a message of its subject): a Get of it
@@ -28,11 +40,11 @@ import (
 // the list, for good; one expired by its TTL or deleted with [DeleteKey]
 // (a released lease, a removed cron job) leaves with its marker.
 func ListKeys(ctx context.Context, js jetstream.JetStream, bucket, filter string) ([]string, error) {
-	stream, err := js.Stream(ctx, "KV_"+bucket)
+	stream, err := js.Stream(ctx, StreamName(bucket))
 	if err != nil {
 		return nil, fmt.Errorf("list keys of %s: %w", bucket, err)
 	}
-	prefix := "$KV." + bucket + "."
+	prefix := KeyPrefix(bucket)
 	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(prefix+cmp.Or(filter, ">")))
 	if err != nil {
 		return nil, fmt.Errorf("list keys of %s: %w", bucket, err)

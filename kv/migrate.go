@@ -84,11 +84,11 @@ func MigrateKeys(ctx context.Context, js jetstream.JetStream, names streams.Name
 // copyRecord creates key to with the value of key from, keeping what is
 // left of its per-message TTL (a finished record's retention).
 func copyRecord(ctx context.Context, js jetstream.JetStream, bucket, from, to string) error {
-	stream, err := js.Stream(ctx, "KV_"+bucket)
+	stream, err := js.Stream(ctx, StreamName(bucket))
 	if err != nil {
 		return err
 	}
-	prefix := "$KV." + bucket + "."
+	prefix := KeyPrefix(bucket)
 	raw, err := stream.GetLastMsgForSubject(ctx, prefix+from)
 	if err != nil {
 		return err

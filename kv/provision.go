@@ -67,9 +67,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg *BucketsConfig) 
 // has a TTL of its own.
 func provisionUnique(ctx context.Context, js jetstream.JetStream, bucket string, replicas int, maxBytes int64) error {
 	cfg := jetstream.StreamConfig{
-		Name:              "KV_" + bucket,
+		Name:              StreamName(bucket),
 		Description:       "ax unique-task claims (per-key TTL: the unique period)",
-		Subjects:          []string{"$KV." + bucket + ".>"},
+		Subjects:          []string{KeySubject(bucket, ">")},
 		MaxMsgsPerSubject: 1,
 		MaxBytes:          maxBytes,
 		MaxMsgs:           -1,

@@ -82,7 +82,7 @@ func NewStore(ctx context.Context, js jetstream.JetStream, cfg *StoreConfig) (*S
 	if err != nil {
 		return nil, fmt.Errorf("bind task bucket %s: %w", bucket, err)
 	}
-	return &Store{js: js, kv: kv, cfg: cfg, keyPrefix: "$KV." + bucket + ".",
+	return &Store{js: js, kv: kv, cfg: cfg, keyPrefix: KeyPrefix(bucket),
 		reads: newBatchReader(js, kv, bucket, cfg.Test.Reads)}, nil
 }
 
@@ -312,7 +312,7 @@ func (s *Store) compareAndSet(ctx context.Context, key string, data []byte, rev 
 // subject with Nats-TTL and the expected last subject sequence rev. Task
 // records use it for their retention and leases for their expiry.
 func updateWithTTL(ctx context.Context, js jetstream.JetStream, bucket, key string, data []byte, ttl time.Duration, rev uint64) (uint64, error) {
-	ack, err := js.Publish(ctx, "$KV."+bucket+"."+key, data,
+	ack, err := js.Publish(ctx, KeySubject(bucket, key), data,
 		jetstream.WithMsgTTL(ttl), jetstream.WithExpectLastSequencePerSubject(rev))
 	if err != nil {
 		return 0, err

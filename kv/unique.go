@@ -152,7 +152,7 @@ func (c *Claims) GetStored(ctx context.Context, key string) (*Claim, uint64, tim
 }
 
 func (c *Claims) get(ctx context.Context, key string) (*Claim, uint64, time.Time, error) {
-	msg, err := directGetLast(ctx, c.js.Conn(), "KV_"+c.bucket, c.subject(key))
+	msg, err := directGetLast(ctx, c.js.Conn(), StreamName(c.bucket), c.subject(key))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, 0, time.Time{}, fmt.Errorf("claim %s/%s: %w", c.bucket, key, ErrNotFound)
 	}
@@ -175,7 +175,7 @@ func (c *Claims) get(ctx context.Context, key string) (*Claim, uint64, time.Time
 	return &claim, msg.Sequence, msg.Time, nil
 }
 
-func (c *Claims) subject(key string) string { return "$KV." + c.bucket + "." + key }
+func (c *Claims) subject(key string) string { return KeySubject(c.bucket, key) }
 
 // explain names the bucket of a request no stream answered: a deployment
 // provisioned before unique tasks.
@@ -195,7 +195,7 @@ func GetRecord(ctx context.Context, nc *nats.Conn, names streams.Names, ref Ref)
 		return nil, 0, fmt.Errorf("get task %s: %w", ref, err)
 	}
 	bucket := names.TasksBucket()
-	msg, err := directGetLast(ctx, nc, "KV_"+bucket, "$KV."+bucket+"."+ref.Key())
+	msg, err := directGetLast(ctx, nc, StreamName(bucket), KeySubject(bucket, ref.Key()))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, 0, fmt.Errorf("get task %s: %w", ref, ErrNotFound)
 	}

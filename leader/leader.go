@@ -164,9 +164,13 @@ type Leader struct {
 	// tasks at the pressure loop's last reading: the mover holds the
 	// release of delayed tasks into it.
 	refusing [streams.Priorities]atomic.Bool
+
+	started atomic.Bool
+	stop    context.CancelFunc // ends the Run that Start began
+	done    chan error         // Run's result, once it returned
 }
 
-// New returns a leader contender; it does nothing until Run.
+// New returns a leader contender; it does nothing until Run or Start.
 func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Leader, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -235,6 +239,36 @@ var errNotLeading = fmt.Errorf("%w: this process no longer leads; the write was 
 func (l *Leader) Run(ctx context.Context) error {
 	defer func() { _ = l.client.Close() }()
 	return l.elector.Run(ctx, l.lead)
+}
+
+// Start runs the leader in the background ([Leader.Run] until
+// [Leader.Stop]) and returns at once, as a worker's and the management
+// API's Start do.
+func (l *Leader) Start(ctx context.Context) error {
+	if !l.started.CompareAndSwap(false, true) {
+		return errors.New("leader already started")
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	l.stop, l.done = cancel, make(chan error, 1)
+	go func() { l.done <- l.Run(runCtx) }()
+	return nil
+}
+
+// Stop ends a leader begun by [Leader.Start]: its loops stop and it
+// releases the lease (another contender leads at once). It waits until
+// then, or until ctx ends. Stopping a leader not started does nothing.
+func (l *Leader) Stop(ctx context.Context) error {
+	if l.stop == nil {
+		return nil
+	}
+	l.stop()
+	select {
+	case err := <-l.done:
+		l.done <- err // a second Stop returns at once
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // lead runs every control loop until ctx ends (the lease was lost or Run's

@@ -184,3 +184,27 @@ func TestLeaderFailover(t *testing.T) {
 	wg.Wait()
 	require.Zero(t, both.Load(), "two leaders at once")
 }
+
+// Start runs a leader in the background and Stop ends it: its loops stop,
+// its lease is released (another contender leads well within the lease's
+// TTL) and a second Stop returns at once.
+func TestLeaderStartStop(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	const ttl = 5 * time.Second
+	_, js := srv.Connect()
+	l, err := leader.New(context.Background(), js, &leader.Config{LeaseTTL: ttl})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, l.Start(ctx))
+	require.Error(t, l.Start(ctx), "a leader starts once")
+	require.Eventually(t, l.Leading, 10*time.Second, 5*time.Millisecond)
+	other := startContender(t, srv, leader.Config{LeaseTTL: ttl})
+
+	stopped := time.Now()
+	require.NoError(t, l.Stop(ctx))
+	require.False(t, l.Leading())
+	require.Eventually(t, other.leader.Leading, ttl, 5*time.Millisecond)
+	require.Less(t, time.Since(stopped), ttl, "the lease was released, not left to expire")
+	require.NoError(t, l.Stop(ctx))
+}

@@ -62,6 +62,15 @@ const (
 	HeaderTraceState  = "tracestate"
 )
 
+// TraceID returns the trace id of the well-formed traceparent h carries
+// (32 hex digits), or "".
+func TraceID(h nats.Header) string {
+	if v := keptTrace(HeaderTraceParent, h.Values(HeaderTraceParent)); v != "" {
+		return v[3:35]
+	}
+	return ""
+}
+
 // keptTrace returns the one value of a trace context header that is kept:
 // a traceparent of the W3C form (version 00: "00-" 32 hex digits "-" 16
 // hex digits "-" 2 hex digits, ids not all zero), a tracestate of at most

@@ -159,6 +159,13 @@ func (n Names) legacyShardTransform(p int) string {
 // stream p, control-plane copies included: "<prefix>.p<N>.>".
 func (n Names) StoredFilter(p int) string { return fmt.Sprintf("%s.p%d.>", n.Prefix(), p) }
 
+// StoredMessageFilter returns the subjects of the tasks a producer's
+// message stored in priority stream p (not the control-plane copies) of
+// tenant and taskType, "*" for any of each: "<prefix>.p<N>.*.<tenant>.<type>.*".
+func (n Names) StoredMessageFilter(p int, tenant, taskType string) string {
+	return fmt.Sprintf("%s.p%d.*.%s.%s.*", n.Prefix(), p, tenant, taskType)
+}
+
 // ShardFilter returns the filter subject of the consumer of (priority, shard).
 func (n Names) ShardFilter(p, shard int) string {
 	return fmt.Sprintf("%s.p%d.%d.>", n.Prefix(), p, shard)

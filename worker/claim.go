@@ -11,6 +11,7 @@ import (
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // opTimeout bounds each KV and stream operation of the task path.
@@ -36,6 +37,22 @@ type envelope struct {
 	// reads depends on it, never what the claim decides.
 	recorded bool
 	trace    *taskTrace // the delivery's spans; nil when tracing is off
+	traceID  string     // the trace the message's traceparent names, for the logs; "" if none
+}
+
+// logID is the log field naming the task, and its trace when the message
+// carries one (task_id, trace_id).
+func (e *envelope) logID() zap.Field { return zap.Inline(taskLog{id: e.id, traceID: e.traceID}) }
+
+// taskLog writes a task's log fields.
+type taskLog struct{ id, traceID string }
+
+func (t taskLog) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	enc.AddString("task_id", t.id)
+	if t.traceID != "" {
+		enc.AddString("trace_id", t.traceID)
+	}
+	return nil
 }
 
 // parse reads a message's subject and headers. A malformed message still
@@ -62,6 +79,7 @@ func (w *Worker) parse(d *delivery, meta *jetstream.MsgMetadata) *envelope {
 	env.opts = opts
 	env.id = opts.ID
 	env.released = stored.Copy && d.msg.Headers().Get(streams.HeaderReleasedAt) != ""
+	env.traceID = streams.TraceID(d.msg.Headers())
 	env.recorded = !stored.Copy && d.msg.Headers().Get(streams.HeaderGen) != ""
 	if env.id == "" {
 		env.id = streams.FallbackID(meta.Stream, meta.Sequence.Stream, meta.Timestamp) // no Nats-Msg-Id
@@ -119,7 +137,7 @@ func (w *Worker) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Rec
 			}
 		}
 		if err != nil {
-			w.log.Warn("claim_failed", zap.String("task_id", env.id), zap.Error(err))
+			w.log.Warn("claim_failed", env.logID(), zap.Error(err))
 			d.retryLater()
 			return nil, 0, false
 		}
@@ -133,7 +151,7 @@ func (w *Worker) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Rec
 			if rec, rev, ok := w.claimLanded(ctx, env); ok {
 				return rec, rev, true
 			}
-			w.log.Warn("claim_failed", zap.String("task_id", env.id), zap.Error(err))
+			w.log.Warn("claim_failed", env.logID(), zap.Error(err))
 			d.retryLater()
 			return nil, 0, false
 		}
@@ -144,7 +162,7 @@ func (w *Worker) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Rec
 			return nil, 0, false
 		}
 	}
-	w.log.Warn("claim_contended", zap.String("task_id", env.id))
+	w.log.Warn("claim_contended", env.logID())
 	d.retryLater()
 	return nil, 0, false
 }
@@ -386,9 +404,9 @@ func (w *Worker) drop(d *delivery, env *envelope, why string, ack bool) {
 	w.stats.Dropped.Add(1)
 	if ack {
 		_ = d.settle(d.msg.Ack)
-		w.log.Debug("delivery_dropped", zap.String("task_id", env.id), zap.String("reason", why))
+		w.log.Debug("delivery_dropped", env.logID(), zap.String("reason", why))
 		return
 	}
 	_ = d.settle(func() error { return nil })
-	w.log.Warn("lost_claim", zap.String("task_id", env.id), zap.String("reason", why), zap.Uint64("delivery", env.delivered))
+	w.log.Warn("lost_claim", env.logID(), zap.String("reason", why), zap.Uint64("delivery", env.delivered))
 }

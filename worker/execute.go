@@ -165,7 +165,7 @@ func (w *Worker) run(env *envelope, exec *attemptRecord, d *delivery) (*Task, er
 	}
 	cause := context.Cause(ctx)
 	w.stats.Abandoned.Add(1)
-	w.log.Error("handler_abandoned", zap.String("task_id", rec.ID), zap.String("type", rec.Type),
+	w.log.Error("handler_abandoned", env.logID(), zap.String("type", rec.Type),
 		zap.Duration("waited", w.cfg.AbandonAfter), zap.NamedError("cause", cause))
 	after := fmt.Sprintf("after its context ended (%s)", cause)
 	if errors.Is(cause, ErrTimeout) {
@@ -255,7 +255,7 @@ func (w *Worker) fail(d *delivery, env *envelope, rec *kv.Record, rev uint64, ca
 	}
 	w.stats.Retried.Add(1)
 	w.observe(rec, OutcomeRetry)
-	w.log.Debug("task_retry", zap.String("task_id", rec.ID), zap.Int("attempt", rec.Attempt), zap.Duration("delay", delay), zap.Error(cause))
+	w.log.Debug("task_retry", env.logID(), zap.Int("attempt", rec.Attempt), zap.Duration("delay", delay), zap.Error(cause))
 	_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
 }
 
@@ -292,14 +292,14 @@ func (w *Worker) bury(d *delivery, env *envelope, rec *kv.Record, rev uint64, ca
 			// The write may have landed: the letter stays (at worst an
 			// orphan, which names its task), never a DEAD record whose
 			// dlq_seq names a deleted letter.
-			w.log.Warn("dead_letter_kept", zap.String("task_id", rec.ID), zap.Uint64("dlq_seq", dlqSeq), zap.Error(err))
+			w.log.Warn("dead_letter_kept", env.logID(), zap.Uint64("dlq_seq", dlqSeq), zap.Error(err))
 		}
 		w.settleFailedWrite(d, env, err)
 		return
 	}
 	w.stats.Dead.Add(1)
 	w.observe(rec, OutcomeDead)
-	w.log.Info("task_dead", zap.String("task_id", rec.ID), zap.String("type", rec.Type), zap.Int("attempt", rec.Attempt), zap.Error(cause))
+	w.log.Info("task_dead", env.logID(), zap.String("type", rec.Type), zap.Int("attempt", rec.Attempt), zap.Error(cause))
 	_ = d.settle(func() error { return d.msg.TermWithReason(truncate(cause.Error(), 256)) })
 }
 
@@ -308,7 +308,7 @@ func (w *Worker) bury(d *delivery, env *envelope, rec *kv.Record, rev uint64, ca
 // the dead-letter failure in the trail; the message is naked with a
 // backoff, and its next delivery buries the task without running it.
 func (w *Worker) decideBurial(ctx context.Context, d *delivery, env *envelope, rec *kv.Record, rev uint64, cause, dlqErr error) {
-	w.log.Error("dead_letter_failed", zap.String("task_id", rec.ID), zap.Error(dlqErr))
+	w.log.Error("dead_letter_failed", env.logID(), zap.Error(dlqErr))
 	actor := kv.Actor{Worker: w.cfg.ID, Action: "burying", Error: "dead-letter stream unavailable: " + dlqErr.Error()}
 	_, _, err := w.store.Apply(ctx, rec, rev, kv.StateRetrying, actor, func(r *kv.Record) error {
 		r.Burying = cause.Error()
@@ -320,7 +320,7 @@ func (w *Worker) decideBurial(ctx context.Context, d *delivery, env *envelope, r
 		return
 	}
 	delay := buryRetryDelay(env.delivered)
-	w.log.Warn("task_burying", zap.String("task_id", rec.ID), zap.Duration("delay", delay), zap.Error(cause))
+	w.log.Warn("task_burying", env.logID(), zap.Duration("delay", delay), zap.Error(cause))
 	_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
 }
 
@@ -362,7 +362,7 @@ func (w *Worker) putBack(d *delivery, env *envelope, rec *kv.Record, rev uint64,
 		return nil
 	})
 	if err != nil {
-		w.log.Warn("put_back_failed", zap.String("task_id", rec.ID), zap.Error(err))
+		w.log.Warn("put_back_failed", env.logID(), zap.Error(err))
 		w.settleFailedWrite(d, env, err)
 		return
 	}
@@ -392,7 +392,7 @@ func (w *Worker) settleFailedWrite(d *delivery, env *envelope, err error) {
 		w.drop(d, env, "final write lost the compare-and-set: "+err.Error(), false)
 		return
 	}
-	w.log.Error("final_write_failed", zap.String("task_id", env.id), zap.Error(err))
+	w.log.Error("final_write_failed", env.logID(), zap.Error(err))
 	_ = d.settle(func() error { return nil })
 }
 

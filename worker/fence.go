@@ -3,8 +3,6 @@ package worker
 import (
 	"context"
 	"time"
-
-	"go.uber.org/zap"
 )
 
 // watchClaim cancels a running task's context with [ErrClaimLapsed] once its
@@ -60,7 +58,7 @@ func (w *Worker) fenced(d *delivery, env *envelope) bool {
 	if d.alive(w.lapse()) {
 		return false
 	}
-	w.log.Warn("final_write_fenced", zap.String("task_id", env.id))
+	w.log.Warn("final_write_fenced", env.logID())
 	w.lapsed(d, env)
 	return true
 }

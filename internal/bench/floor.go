@@ -230,7 +230,7 @@ func Floor(ctx context.Context, o Options, plan FloorPlan) (*Result, error) {
 // server says, and fails unless both do.
 func floorPersistMode(ctx context.Context, e *env, mode jetstream.PersistModeType) (int, error) {
 	inMode := 0
-	for _, name := range []string{e.names.PriorityStream(floorPriority), "KV_" + e.names.TasksBucket()} {
+	for _, name := range []string{e.names.PriorityStream(floorPriority), kv.StreamName(e.names.TasksBucket())} {
 		stream, err := e.js.Stream(ctx, name)
 		if err != nil {
 			return inMode, err
@@ -290,7 +290,7 @@ func floorSubmit(ctx context.Context, e *env, o Options, plan FloorPlan, ready [
 		}
 		creates := func() error {
 			return floorPublishAll(ctx, e.js, ids, revs, func(id string) *nats.Msg {
-				m := &nats.Msg{Subject: "$KV." + e.names.TasksBucket() + "." + id, Data: ready, Header: nats.Header{}}
+				m := &nats.Msg{Subject: kv.KeySubject(e.names.TasksBucket(), id), Data: ready, Header: nats.Header{}}
 				m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 				return m
 			})
@@ -384,7 +384,7 @@ func floorTask(ctx context.Context, js jetstream.JetStream, bucket jetstream.Key
 		}
 	}
 	// A terminal record expires (ax writes it with a message TTL).
-	if _, err := js.Publish(ctx, "$KV."+bucket.Bucket()+"."+id, succeeded,
+	if _, err := js.Publish(ctx, kv.KeySubject(bucket.Bucket(), id), succeeded,
 		jetstream.WithMsgTTL(kv.DefaultRetention), jetstream.WithExpectLastSequencePerSubject(rev)); err != nil {
 		return fmt.Errorf("write SUCCEEDED %s: %w", id, err)
 	}

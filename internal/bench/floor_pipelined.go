@@ -81,7 +81,7 @@ func floorPipelinedShard(ctx context.Context, e *env, cons jetstream.Consumer, o
 		subjects := make([]string, len(msgs))
 		revs := make(map[string]uint64, len(msgs)) // 0: the first write creates the record
 		for i, msg := range msgs {
-			subjects[i] = "$KV." + bucket + "." + msg.Headers().Get(jetstream.MsgIDHeader)
+			subjects[i] = kv.KeySubject(bucket, msg.Headers().Get(jetstream.MsgIDHeader))
 		}
 		if plan.SubmitRecord {
 			if err := floorReadAll(ctx, e, subjects, revs); err != nil {
@@ -112,7 +112,7 @@ func floorPipelinedShard(ctx context.Context, e *env, cons jetstream.Consumer, o
 func floorReadAll(ctx context.Context, e *env, subjects []string, revs map[string]uint64) error {
 	want := subjects
 	for range 1_000 {
-		got, err := jetstreamext.GetLastMsgsFor(ctx, e.js, "KV_"+e.names.TasksBucket(), want)
+		got, err := jetstreamext.GetLastMsgsFor(ctx, e.js, kv.StreamName(e.names.TasksBucket()), want)
 		if err != nil {
 			return fmt.Errorf("batched read: %w", err)
 		}

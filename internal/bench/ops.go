@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"github.com/ax-mesh/ax/kv"
 	"strings"
 	"time"
 
@@ -123,7 +124,7 @@ func ops(before, after *serverStats, tasks int, recordBucket string) map[string]
 		writes := float64(a.last - b.last)
 		if strings.HasPrefix(name, "KV_") {
 			kvWrites += writes
-			if name == "KV_"+recordBucket {
+			if name == kv.StreamName(recordBucket) {
 				records += writes
 			}
 			continue
