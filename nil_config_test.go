@@ -7,8 +7,8 @@ import (
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/internal/natstest"
-	"github.com/ax-mesh/ax/leader"
 	"github.com/ax-mesh/ax/metrics"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
 )
@@ -26,9 +26,9 @@ func TestConstructorsAcceptNilConfig(t *testing.T) {
 	defer func() { _ = client.Close() }()
 	_, err = admin.New(ctx, js, nil)
 	require.NoError(t, err)
-	_, err = leader.NewElector(ctx, js, nil)
+	_, err = scheduler.NewElector(ctx, js, nil)
 	require.NoError(t, err)
-	_, err = leader.New(ctx, js, nil)
+	_, err = scheduler.New(ctx, js, nil)
 	require.NoError(t, err)
 	_, err = worker.New(ctx, js, nil)
 	require.ErrorContains(t, err, "a Registry is required", "refused with a reason, not a panic")
@@ -47,7 +47,7 @@ func TestDefaultElectorIDsDiffer(t *testing.T) {
 	ctx := context.Background()
 	seen := map[string]bool{}
 	for range 100 {
-		e, err := leader.NewElector(ctx, js, nil)
+		e, err := scheduler.NewElector(ctx, js, nil)
 		require.NoError(t, err)
 		require.False(t, seen[e.ID()], "id %s given twice", e.ID())
 		seen[e.ID()] = true

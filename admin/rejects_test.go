@@ -13,8 +13,8 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
-	"github.com/ax-mesh/ax/leader"
 	"github.com/ax-mesh/ax/metrics"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -47,7 +47,7 @@ func setupRejects(t *testing.T) *rejectsBundle {
 	b.metricsURL = "http://" + (<-served).String() + "/metrics"
 	core, logs := observer.New(zapcore.WarnLevel)
 	b.logs = logs
-	l, err := leader.New(ctx, b.js, &leader.Config{Logger: zap.New(core),
+	l, err := scheduler.New(ctx, b.js, &scheduler.Config{Logger: zap.New(core),
 		OnReject: func(r ax.RejectedSubmit) { m.RejectedSubmit(r.Reason) }})
 	require.NoError(t, err)
 	led := make(chan struct{})

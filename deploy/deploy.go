@@ -21,7 +21,7 @@ import (
 	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/internal/denied"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/leader"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go/jetstream"
@@ -235,8 +235,8 @@ func (d *Deployment) Worker(ctx context.Context, cfg *worker.Config) (*worker.Wo
 // Leader returns a leader contender of the deployment. cfg may be nil; its
 // Names, Store and AckWait are the deployment's (a cfg naming others is
 // [ErrMismatch]).
-func (d *Deployment) Leader(ctx context.Context, cfg *leader.Config) (*leader.Leader, error) {
-	var c leader.Config
+func (d *Deployment) Leader(ctx context.Context, cfg *scheduler.Config) (*scheduler.Leader, error) {
+	var c scheduler.Config
 	if cfg != nil {
 		c = *cfg
 	}
@@ -244,7 +244,7 @@ func (d *Deployment) Leader(ctx context.Context, cfg *leader.Config) (*leader.Le
 		return nil, err
 	}
 	c.Names, c.Store, c.AckWait = d.names, d.store, d.ackWait
-	return leader.New(ctx, d.js, &c)
+	return scheduler.New(ctx, d.js, &c)
 }
 
 // Admin returns the management API of the deployment (not started). cfg

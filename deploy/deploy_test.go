@@ -10,7 +10,7 @@ import (
 	"github.com/ax-mesh/ax/deploy"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/leader"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
@@ -53,7 +53,7 @@ func TestOpenReadsWhatProcessesMustAgreeOn(t *testing.T) {
 		open func() error
 		want string
 	}{
-		{"leader ack wait", func() error { _, err := d.Leader(ctx, &leader.Config{AckWait: 30 * time.Second}); return err },
+		{"leader ack wait", func() error { _, err := d.Leader(ctx, &scheduler.Config{AckWait: 30 * time.Second}); return err },
 			"AckWait 30s, the shard consumers' is 3s"},
 		{"worker ack wait", func() error {
 			_, err := d.Worker(ctx, &worker.Config{Registry: worker.NewRegistry(), AckWait: time.Minute})

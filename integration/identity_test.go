@@ -14,7 +14,7 @@ import (
 	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/leader"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
@@ -134,12 +134,12 @@ func setupMeshAging(t *testing.T, store kv.StoreConfig, aging time.Duration) *me
 	require.NoError(t, svc.Start(ctx))
 	t.Cleanup(func() { _ = svc.Stop(ctx) })
 	_, ljs := srv.Connect()
-	leader, err := leader.New(ctx, ljs, &leader.Config{LeaseTTL: 2 * time.Second, AgingThreshold: aging,
+	l, err := scheduler.New(ctx, ljs, &scheduler.Config{LeaseTTL: 2 * time.Second, AgingThreshold: aging,
 		AckWait: 5 * time.Second, PausedRecheck: 200 * time.Millisecond, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	lctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); _ = leader.Run(lctx) }()
+	go func() { defer close(done); _ = l.Run(lctx) }()
 	t.Cleanup(func() { stop(); <-done })
 	client, err := ax.NewClient(ctx, js, nil)
 	require.NoError(t, err)

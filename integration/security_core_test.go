@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-mesh/ax/leader"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -25,12 +25,12 @@ func TestCoreIsAPermission(t *testing.T) {
 	t.Parallel()
 	m := startSecureMesh(t, &streams.Config{Capacity: 20})
 	ctx := context.Background()
-	leader, err := leader.New(ctx, m.control.js, &leader.Config{
+	l, err := scheduler.New(ctx, m.control.js, &scheduler.Config{
 		PressureInterval: 50 * time.Millisecond, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	lctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); _ = leader.Run(lctx) }()
+	go func() { defer close(done); _ = l.Run(lctx) }()
 	t.Cleanup(func() { stop(); <-done })
 
 	service := connectAs(t, m.srv, "service", "service")

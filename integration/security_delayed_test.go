@@ -12,7 +12,7 @@ import (
 
 	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/leader"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
@@ -24,12 +24,12 @@ import (
 // startSecureLeader runs the leader loops as the scheduler user of
 // docs/ax-permissions.conf until the test ends. cfg's zero fields take the
 // leader's defaults.
-func startSecureLeader(t *testing.T, m *secureMesh, cfg leader.Config) {
+func startSecureLeader(t *testing.T, m *secureMesh, cfg scheduler.Config) {
 	t.Helper()
 	sc := connectAs(t, m.srv, "scheduler", "scheduler")
 	cfg.Logger = zaptest.NewLogger(t)
 	cfg.LeaseTTL, cfg.RenewEvery = 2*time.Second, 500*time.Millisecond
-	l, err := leader.New(context.Background(), sc.js, &cfg)
+	l, err := scheduler.New(context.Background(), sc.js, &cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -131,7 +131,7 @@ func TestProducerHeadersNeverReachAxWrites(t *testing.T) {
 	t.Parallel()
 	m := startSecureMesh(t, nil)
 	ran := collectRan(t, m)
-	startSecureLeader(t, m, leader.Config{SweepInterval: 100 * time.Millisecond, ReconcileGrace: time.Second,
+	startSecureLeader(t, m, scheduler.Config{SweepInterval: 100 * time.Millisecond, ReconcileGrace: time.Second,
 		ReconcileRecheck: 2 * time.Second, AgingThreshold: -1})
 	ctx := context.Background()
 	acme := connectAs(t, m.srv, "producer-acme", "producer-acme")
@@ -301,7 +301,7 @@ func blockDelayedMoves(t *testing.T, m *secureMesh) func() {
 // after their submit.
 func TestDelayedTaskNeverReleasedEarly(t *testing.T) {
 	m := startSecureMesh(t, nil)
-	startSecureLeader(t, m, leader.Config{SweepInterval: 100 * time.Millisecond, ReconcileGrace: time.Second,
+	startSecureLeader(t, m, scheduler.Config{SweepInterval: 100 * time.Millisecond, ReconcileGrace: time.Second,
 		ReconcileRecheck: 2 * time.Second, AgingThreshold: -1})
 	acme := connectAs(t, m.srv, "producer-acme", "producer-acme")
 	operator := connectAs(t, m.srv, "operator", "operator")
@@ -353,7 +353,7 @@ func TestDelayedTaskNeverReleasedEarly(t *testing.T) {
 func TestDelayedTaskSizeAtTheLimits(t *testing.T) {
 	t.Parallel()
 	m := startSecureMesh(t, nil)
-	startSecureLeader(t, m, leader.Config{SweepInterval: 100 * time.Millisecond, ReconcileGrace: time.Second,
+	startSecureLeader(t, m, scheduler.Config{SweepInterval: 100 * time.Millisecond, ReconcileGrace: time.Second,
 		ReconcileRecheck: 2 * time.Second, AgingThreshold: -1})
 	ctx := context.Background()
 	acme := connectAs(t, m.srv, "producer-acme", "producer-acme")

@@ -7,7 +7,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
-	"github.com/ax-mesh/ax/leader"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -21,7 +21,7 @@ func TestMistypedSubmitSeenUnderPermissions(t *testing.T) {
 	t.Parallel()
 	m := startSecureMesh(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	l, err := leader.New(ctx, m.control.js, &leader.Config{Logger: zaptest.NewLogger(t)})
+	l, err := scheduler.New(ctx, m.control.js, &scheduler.Config{Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	done := make(chan struct{})
 	go func() {

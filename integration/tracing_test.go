@@ -13,7 +13,7 @@ import (
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/internal/tracing"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/leader"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
@@ -44,7 +44,7 @@ func TestTaskTraceIsOneTrace(t *testing.T) {
 	require.NoError(t, svc.Start(ctx))
 	t.Cleanup(func() { _ = svc.Stop(ctx) })
 	_, ljs := srv.Connect()
-	l, err := leader.New(ctx, ljs, &leader.Config{LeaseTTL: 2 * time.Second, AgingThreshold: 500 * time.Millisecond,
+	l, err := scheduler.New(ctx, ljs, &scheduler.Config{LeaseTTL: 2 * time.Second, AgingThreshold: 500 * time.Millisecond,
 		AckWait: 5 * time.Second, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	lctx, stop := context.WithCancel(ctx)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/leader"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
@@ -18,7 +18,7 @@ import (
 func (b *testBundle) startLeader(t *testing.T) {
 	t.Helper()
 	_, js := b.srv.Connect()
-	l, err := leader.New(context.Background(), js, &leader.Config{LeaseTTL: 2 * time.Second, Logger: zaptest.NewLogger(t)})
+	l, err := scheduler.New(context.Background(), js, &scheduler.Config{LeaseTTL: 2 * time.Second, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
-	"github.com/ax-mesh/ax/leader"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"go.uber.org/zap"
 )
@@ -24,7 +24,7 @@ func Delay(ctx context.Context, o Options, window time.Duration) (*Result, error
 		return nil, err
 	}
 	defer e.close()
-	l, err := leader.New(ctx, e.js, &leader.Config{Names: e.names, Logger: zap.NewNop(), AgingThreshold: -1})
+	l, err := scheduler.New(ctx, e.js, &scheduler.Config{Names: e.names, Logger: zap.NewNop(), AgingThreshold: -1})
 	if err != nil {
 		return nil, err
 	}

@@ -9,8 +9,8 @@ import (
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/deploy"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/leader"
 	"github.com/ax-mesh/ax/metrics"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
@@ -33,7 +33,7 @@ func (f *leaderFlags) add(cmd *cobra.Command, withAckWait bool) {
 	fs := cmd.Flags()
 	fs.StringVar(&f.id, "scheduler-id", "", "id of this scheduler in the leader lease (default: <hostname>-<random>)")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", kv.DefaultLeaseTTL, "TTL of the leader lease (whole seconds); a new leader takes over within it")
-	fs.DurationVar(&f.agingThreshold, "aging-threshold", leader.DefaultAgingThreshold, "lift a task waiting this long one priority level (-1ns: off)")
+	fs.DurationVar(&f.agingThreshold, "aging-threshold", scheduler.DefaultAgingThreshold, "lift a task waiting this long one priority level (-1ns: off)")
 	def := ax.DefaultPressureThresholds()
 	fs.Float64Var(&f.alert, "pressure-alert", def.Alert, "bucket depth that raises an alert, and below which a refusing bucket admits non-core tasks again")
 	fs.Float64Var(&f.refuse, "pressure-refuse", def.Refuse, "bucket depth from which the server refuses non-core tasks (until the depth is below --pressure-alert)")
@@ -45,12 +45,12 @@ func (f *leaderFlags) add(cmd *cobra.Command, withAckWait bool) {
 	}
 }
 
-func (f *leaderFlags) config(names streams.Names, ackWait time.Duration, log *zap.Logger) *leader.Config {
+func (f *leaderFlags) config(names streams.Names, ackWait time.Duration, log *zap.Logger) *scheduler.Config {
 	aging := f.agingThreshold
 	if aging < 0 {
 		aging = -1
 	}
-	return &leader.Config{
+	return &scheduler.Config{
 		Names: names, ID: f.id, LeaseTTL: f.leaseTTL, AgingThreshold: aging,
 		Pressure: ax.PressureThresholds{Alert: f.alert, Refuse: f.refuse, Pause: f.pause, Resume: f.resume},
 		AckWait:  ackWait, SweepInterval: f.sweepEvery, Logger: log,
@@ -119,7 +119,7 @@ saying so, until the streams and buckets exist).`,
 // observeLeader feeds the leader's pressure reports to m (the highest
 // bucket level; only the leader reports) and counts its reconciler's repairs
 // and the mistyped submits its watch saw.
-func observeLeader(cfg *leader.Config, m *metrics.Metrics) {
+func observeLeader(cfg *scheduler.Config, m *metrics.Metrics) {
 	if m == nil {
 		return
 	}
@@ -135,7 +135,7 @@ func observeLeader(cfg *leader.Config, m *metrics.Metrics) {
 }
 
 // reportLeading sets the leader gauge of m from l every second until ctx ends.
-func reportLeading(ctx context.Context, l *leader.Leader, m *metrics.Metrics) {
+func reportLeading(ctx context.Context, l *scheduler.Leader, m *metrics.Metrics) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -151,7 +151,7 @@ func reportLeading(ctx context.Context, l *leader.Leader, m *metrics.Metrics) {
 
 // startLeader runs a leader contender of dep in the background; the
 // returned function stops it and waits.
-func startLeader(ctx context.Context, dep *deploy.Deployment, cfg *leader.Config, m *metrics.Metrics) (func(), error) {
+func startLeader(ctx context.Context, dep *deploy.Deployment, cfg *scheduler.Config, m *metrics.Metrics) (func(), error) {
 	l, err := dep.Leader(ctx, cfg)
 	if err != nil {
 		return nil, err
