@@ -40,6 +40,11 @@ func (w *Worker) process(d *delivery) {
 	if env.unhandled && env.bad == nil && w.stillUnhandled(d, env) {
 		return
 	}
+	release, admitted := w.admit(d, env) // paused or over a limit: naked, it waits
+	if !admitted {
+		return
+	}
+	defer release()
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	claimed := env.trace.step("ax.claim")
 	rec, rev, ok := w.claim(ctx, d, env)

@@ -1,0 +1,343 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"go.uber.org/zap"
+)
+
+// Flow control: the mesh's pauses and limits ([kv.Limits] in AX_CONTROL)
+// are watched by every worker and checked before a task's claim, so that a
+// task held back writes nothing and uses none of its attempts: its message
+// is naked with a delay and waits in its bucket, and the slot that took it
+// takes the next message. With nothing configured the check reads one
+// pointer and does no I/O.
+const (
+	// pausedFirstDelay is the nak delay of a paused task's first
+	// delivery; it doubles with each delivery up to pausedMaxDelay, which
+	// bounds how long a resumed task waits to start.
+	pausedFirstDelay = 500 * time.Millisecond
+	pausedMaxDelay   = 5 * time.Second
+	// limitedFirstDelay is the nak delay of a task over a limit; it
+	// doubles with each delivery up to limitedMaxDelay (plus up to half
+	// of it at random, so that waiting tasks spread out).
+	limitedFirstDelay = 50 * time.Millisecond
+	limitedMaxDelay   = time.Second
+	// limitsRetry is how long the watch of the limits waits after a
+	// failure before it watches again.
+	limitsRetry = time.Second
+	// limitsFirstWait bounds how long Start waits for the limits.
+	limitsFirstWait = 5 * time.Second
+)
+
+// errWatchClosed means nats.go closed the watch of the limits.
+var errWatchClosed = errors.New("watch limits: closed")
+
+// flowTable is a worker's compiled view of [kv.Limits].
+type flowTable struct {
+	pausedTypes   map[string]bool
+	pausedTenants map[string]bool
+	types         map[string]kv.Limit // by task type
+	tenants       map[string]kv.Limit // by tenant
+	keys          []keyLimit
+}
+
+type keyLimit struct {
+	pattern string
+	limit   kv.Limit
+}
+
+// boundLimit is a limit that applies to a task, named by its target.
+type boundLimit struct {
+	target string
+	limit  kv.Limit
+}
+
+func compileFlow(l kv.Limits) *flowTable {
+	if l.Empty() {
+		return nil
+	}
+	t := &flowTable{pausedTypes: map[string]bool{}, pausedTenants: map[string]bool{},
+		types: map[string]kv.Limit{}, tenants: map[string]kv.Limit{}}
+	for target := range l.Paused {
+		kind, name, err := kv.ParseTarget(target, true)
+		switch {
+		case err != nil:
+		case kind == "tenant":
+			t.pausedTenants[name] = true
+		default:
+			t.pausedTypes[name] = true
+		}
+	}
+	for _, target := range l.Targets() {
+		limit := l.Limits[target]
+		kind, name, err := kv.ParseTarget(target, false)
+		if err != nil || limit.Validate() != nil {
+			continue
+		}
+		switch kind {
+		case "tenant":
+			t.tenants[name] = limit
+		case "key":
+			t.keys = append(t.keys, keyLimit{pattern: name, limit: limit})
+		default:
+			t.types[name] = limit
+		}
+	}
+	return t
+}
+
+func (t *flowTable) paused(taskType, tenant string) bool {
+	return t.pausedTypes[taskType] || t.pausedTenants[tenant]
+}
+
+// match returns the limits that apply to a task, in a fixed order.
+func (t *flowTable) match(taskType, tenant, key string) []boundLimit {
+	var out []boundLimit
+	if l, ok := t.types[taskType]; ok {
+		out = append(out, boundLimit{target: taskType, limit: l})
+	}
+	if l, ok := t.tenants[tenant]; ok {
+		out = append(out, boundLimit{target: kv.TenantTargetPrefix + tenant, limit: l})
+	}
+	for _, k := range t.keys {
+		if kv.MatchKey(k.pattern, key) {
+			out = append(out, boundLimit{target: kv.KeyTargetPrefix + k.pattern, limit: k.limit})
+		}
+	}
+	return out
+}
+
+// limitState is a worker's flow control state.
+type limitState struct {
+	table atomic.Pointer[flowTable] // nil: nothing paused or limited
+	ready chan struct{}             // closed once the limits were first read
+	once  sync.Once
+
+	mu    sync.Mutex
+	use   *kv.LimitUse                   // bound at first use (mu)
+	holds map[string]map[string]struct{} // target -> holders of its slots here (mu)
+}
+
+// limitUse returns the bound limits bucket.
+func (w *Worker) limitUse(ctx context.Context) (*kv.LimitUse, error) {
+	w.limits.mu.Lock()
+	defer w.limits.mu.Unlock()
+	if w.limits.use != nil {
+		return w.limits.use, nil
+	}
+	use, err := kv.NewLimitUse(ctx, w.js, w.cfg.Names)
+	if err != nil {
+		return nil, err
+	}
+	w.limits.use = use
+	return use, nil
+}
+
+// limitsLoop watches the limits in AX_CONTROL and renews the slots held
+// here, until every slot has returned.
+func (w *Worker) limitsLoop() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for {
+		err := w.watchLimits(ctx)
+		if err != nil {
+			w.log.Warn("limits_watch_failed", zap.Error(err))
+		}
+		select {
+		case <-w.slotsDone:
+			return
+		case <-time.After(limitsRetry):
+		}
+	}
+}
+
+// watchLimits follows the limits key; it returns when the watch fails, or
+// nil once every slot has returned.
+func (w *Worker) watchLimits(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	control, err := w.js.KeyValue(ctx, w.cfg.Names.ControlBucket())
+	if err != nil {
+		w.limits.once.Do(func() { close(w.limits.ready) }) // serve without limits meanwhile
+		return err
+	}
+	watch, err := control.Watch(ctx, kv.LimitsKey)
+	if err != nil {
+		w.limits.once.Do(func() { close(w.limits.ready) })
+		return err
+	}
+	defer func() { _ = kv.StopWatch(watch) }()
+	renew := time.NewTicker(w.cfg.MemberTTL / 3)
+	defer renew.Stop()
+	for {
+		select {
+		case <-w.slotsDone:
+			return nil
+		case <-renew.C:
+			w.renewSlots(ctx)
+		case e, ok := <-watch.Updates():
+			if !ok {
+				return errWatchClosed
+			}
+			if e == nil {
+				w.limits.once.Do(func() { close(w.limits.ready) })
+				continue
+			}
+			var limits kv.Limits
+			if e.Operation() == jetstream.KeyValuePut {
+				if limits, err = kv.DecodeLimits(e.Value()); err != nil {
+					w.log.Error("limits_decode", zap.Uint64("revision", e.Revision()), zap.Error(err))
+					continue // keep the last good limits
+				}
+			}
+			w.limits.table.Store(compileFlow(limits))
+			w.log.Info("limits_changed", zap.Int("limits", len(limits.Limits)), zap.Int("paused", len(limits.Paused)))
+		}
+	}
+}
+
+// awaitLimits waits until the limits were first read, at most
+// limitsFirstWait.
+func (w *Worker) awaitLimits(ctx context.Context) {
+	timer := time.NewTimer(limitsFirstWait)
+	defer timer.Stop()
+	select {
+	case <-w.limits.ready:
+	case <-ctx.Done():
+	case <-timer.C:
+		w.log.Warn("limits_slow", zap.Duration("waited", limitsFirstWait))
+	}
+}
+
+// renewSlots extends every slot held here by the member TTL.
+func (w *Worker) renewSlots(ctx context.Context) {
+	w.limits.mu.Lock()
+	held := make(map[string][]string, len(w.limits.holds))
+	for target, hs := range w.limits.holds {
+		for h := range hs {
+			held[target] = append(held[target], h)
+		}
+	}
+	use := w.limits.use
+	w.limits.mu.Unlock()
+	for target, holders := range held {
+		rctx, cancel := context.WithTimeout(ctx, opTimeout)
+		lost, err := use.Renew(rctx, target, holders, w.cfg.MemberTTL)
+		cancel()
+		if err != nil || len(lost) > 0 {
+			w.log.Warn("limit_slots_not_renewed", zap.String("target", target), zap.Strings("lost", lost), zap.Error(err))
+		}
+	}
+}
+
+func (w *Worker) noteHold(target, holder string, held bool) {
+	w.limits.mu.Lock()
+	defer w.limits.mu.Unlock()
+	if w.limits.holds == nil {
+		w.limits.holds = map[string]map[string]struct{}{}
+	}
+	if held {
+		if w.limits.holds[target] == nil {
+			w.limits.holds[target] = map[string]struct{}{}
+		}
+		w.limits.holds[target][holder] = struct{}{}
+		return
+	}
+	delete(w.limits.holds[target], holder)
+	if len(w.limits.holds[target]) == 0 {
+		delete(w.limits.holds, target)
+	}
+}
+
+func noRelease() {}
+
+// admit decides, before the claim, whether a delivery's task may start
+// under the mesh's pauses and limits. If not, it naks the message with a
+// delay and reports false. If so, release gives back the slots it took;
+// call it once the task is settled.
+func (w *Worker) admit(d *delivery, env *envelope) (release func(), ok bool) {
+	t := w.limits.table.Load()
+	if t == nil || env.bad != nil || env.unhandled {
+		return noRelease, true
+	}
+	s := env.stored
+	if t.paused(s.Type, s.Tenant) {
+		w.stats.Paused.Add(1)
+		delay := min(pausedFirstDelay<<min(max(env.delivered, 1)-1, 8), pausedMaxDelay)
+		_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
+		return nil, false
+	}
+	bound := t.match(s.Type, s.Tenant, s.Key)
+	if len(bound) == 0 {
+		return noRelease, true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	release, wait, err := w.takeLimits(ctx, bound)
+	if err != nil {
+		w.log.Warn("limit_check_failed", zap.String("task_id", env.id), zap.Error(err))
+	}
+	if release != nil {
+		return release, true
+	}
+	w.stats.Limited.Add(1)
+	delay := max(wait, limitedFirstDelay<<min(max(env.delivered, 1)-1, 8))
+	delay = min(delay, limitedMaxDelay)
+	delay += rand.N(delay/2 + 1)
+	_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
+	return nil, false
+}
+
+// takeLimits takes a slot of each concurrency limit, then a start of each
+// rate limit, of bound. It returns the release of what it took, or nil and
+// how long to wait (what it took already given back).
+func (w *Worker) takeLimits(ctx context.Context, bound []boundLimit) (func(), time.Duration, error) {
+	use, err := w.limitUse(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	holder := w.cfg.ID + "/" + nuid.Next()
+	var taken []string
+	release := func() {
+		rctx, cancel := finalCtx()
+		defer cancel()
+		for _, target := range taken {
+			if err := use.Release(rctx, target, holder); err != nil {
+				w.log.Warn("limit_release_failed", zap.String("target", target), zap.Error(err))
+			}
+			w.noteHold(target, holder, false)
+		}
+	}
+	for _, b := range bound {
+		if b.limit.Concurrency == 0 {
+			continue
+		}
+		w.noteHold(b.target, holder, true) // renewed from now on, even if the write's reply is lost
+		got, err := use.Acquire(ctx, b.target, b.limit.Concurrency, holder, w.cfg.MemberTTL)
+		taken = append(taken, b.target)
+		if err != nil || !got {
+			release()
+			return nil, 0, err
+		}
+	}
+	for _, b := range bound {
+		if b.limit.Rate == 0 {
+			continue
+		}
+		wait, err := use.Take(ctx, b.target, b.limit.Rate, b.limit.Burst)
+		if err != nil || wait > 0 {
+			release()
+			return nil, wait, err
+		}
+	}
+	return release, 0, nil
+}
