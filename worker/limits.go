@@ -38,6 +38,11 @@ const (
 	limitsFirstWait = 5 * time.Second
 )
 
+// ActionRateLimited is the trail action of a claimed task put back READY,
+// its attempt not counted, because another worker took the last start its
+// rate limit had to give between its admission and its claim.
+const ActionRateLimited = "rate_limited"
+
 // errWatchClosed means nats.go closed the watch of the limits.
 var errWatchClosed = errors.New("watch limits: closed")
 
@@ -258,16 +263,32 @@ func (w *Worker) noteHold(target, holder string, held bool) {
 	}
 }
 
-func noRelease() {}
+// admission is what a delivery admitted under the limits holds: the
+// slots it took, and the rate limits whose start it takes once claimed.
+type admission struct {
+	release func()
+	rates   []boundLimit
+}
+
+// done gives back the slots the admission took; call it once the task is
+// settled.
+func (a *admission) done() {
+	if a != nil && a.release != nil {
+		a.release()
+	}
+}
 
 // admit decides, before the claim, whether a delivery's task may start
-// under the mesh's pauses and limits. If not, it naks the message with a
-// delay and reports false. If so, release gives back the slots it took;
-// call it once the task is settled.
-func (w *Worker) admit(d *delivery, env *envelope) (release func(), ok bool) {
+// under the mesh's pauses and limits: not while its type or tenant is
+// paused; only with a slot of each concurrency limit it falls under, which
+// it takes; only while each rate limit has a start to give (taken after
+// the claim, [Worker.startRated], so that the start is counted when the
+// handler is about to run). If not, it naks the message with a delay and
+// reports false.
+func (w *Worker) admit(d *delivery, env *envelope) (*admission, bool) {
 	t := w.limits.table.Load()
 	if t == nil || env.bad != nil || env.unhandled {
-		return noRelease, true
+		return nil, true
 	}
 	s := env.stored
 	if t.paused(s.Type, s.Tenant) {
@@ -278,36 +299,42 @@ func (w *Worker) admit(d *delivery, env *envelope) (release func(), ok bool) {
 	}
 	bound := t.match(s.Type, s.Tenant, s.Key)
 	if len(bound) == 0 {
-		return noRelease, true
+		return nil, true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	release, wait, err := w.takeLimits(ctx, bound)
+	adm, wait, err := w.takeLimits(ctx, bound)
 	if err != nil {
 		w.log.Warn("limit_check_failed", zap.String("task_id", env.id), zap.Error(err))
 	}
-	if release != nil {
-		return release, true
+	if adm != nil {
+		return adm, true
 	}
-	w.stats.Limited.Add(1)
-	delay := max(wait, limitedFirstDelay<<min(max(env.delivered, 1)-1, 8))
-	delay = min(delay, limitedMaxDelay)
-	delay += rand.N(delay/2 + 1)
-	_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
+	w.holdBack(d, env.delivered, wait)
 	return nil, false
 }
 
-// takeLimits takes a slot of each concurrency limit, then a start of each
-// rate limit, of bound. It returns the release of what it took, or nil and
-// how long to wait (what it took already given back).
-func (w *Worker) takeLimits(ctx context.Context, bound []boundLimit) (func(), time.Duration, error) {
+// holdBack naks a delivery held back by a limit: after wait, or the
+// limited delay of its delivery count if longer, plus up to half of it.
+func (w *Worker) holdBack(d *delivery, delivered uint64, wait time.Duration) {
+	w.stats.Limited.Add(1)
+	delay := max(wait, limitedFirstDelay<<min(max(delivered, 1)-1, 8))
+	delay = min(delay, limitedMaxDelay)
+	delay += rand.N(delay/2 + 1)
+	_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
+}
+
+// takeLimits takes a slot of each concurrency limit of bound and checks
+// that each rate limit has a start to give. It returns the admission, or
+// nil and how long to wait (the slots it took already given back).
+func (w *Worker) takeLimits(ctx context.Context, bound []boundLimit) (*admission, time.Duration, error) {
 	use, err := w.limitUse(ctx)
 	if err != nil {
 		return nil, 0, err
 	}
 	holder := w.cfg.ID + "/" + nuid.Next()
 	var taken []string
-	release := func() {
+	adm := &admission{release: func() {
 		rctx, cancel := finalCtx()
 		defer cancel()
 		for _, target := range taken {
@@ -316,16 +343,16 @@ func (w *Worker) takeLimits(ctx context.Context, bound []boundLimit) (func(), ti
 			}
 			w.noteHold(target, holder, false)
 		}
-	}
+	}}
 	for _, b := range bound {
 		if b.limit.Concurrency == 0 {
 			continue
 		}
 		w.noteHold(b.target, holder, true) // renewed from now on, even if the write's reply is lost
-		got, err := use.Acquire(ctx, b.target, b.limit.Concurrency, holder, w.cfg.MemberTTL)
 		taken = append(taken, b.target)
+		got, err := use.Acquire(ctx, b.target, b.limit.Concurrency, holder, w.cfg.MemberTTL)
 		if err != nil || !got {
-			release()
+			adm.release()
 			return nil, 0, err
 		}
 	}
@@ -333,11 +360,52 @@ func (w *Worker) takeLimits(ctx context.Context, bound []boundLimit) (func(), ti
 		if b.limit.Rate == 0 {
 			continue
 		}
-		wait, err := use.Take(ctx, b.target, b.limit.Rate, b.limit.Burst)
-		if err != nil || wait > 0 {
-			release()
-			return nil, wait, err
+		tokens, err := use.Tokens(ctx, b.target, b.limit.Rate, b.limit.Burst)
+		if err != nil || tokens < 1 {
+			adm.release()
+			return nil, time.Duration((1 - tokens) / b.limit.Rate * float64(time.Second)), err
 		}
+		adm.rates = append(adm.rates, b)
 	}
-	return release, 0, nil
+	return adm, 0, nil
+}
+
+// startRated takes, for a claimed task, a start of each rate limit its
+// admission names. If one has none left (another worker took it since
+// the admission), the task is put back READY, its attempt not counted,
+// and its message naked with a delay; it reports false.
+func (w *Worker) startRated(adm *admission, d *delivery, env *envelope, rec *kv.Record, rev uint64) bool {
+	if adm == nil || len(adm.rates) == 0 {
+		return true
+	}
+	ctx, cancel := finalCtx()
+	defer cancel()
+	use, err := w.limitUse(ctx)
+	var wait time.Duration
+	for _, b := range adm.rates {
+		if err != nil || wait > 0 {
+			break
+		}
+		wait, err = use.Take(ctx, b.target, b.limit.Rate, b.limit.Burst)
+	}
+	if err == nil && wait == 0 {
+		return true
+	}
+	if err != nil {
+		w.log.Warn("limit_check_failed", zap.String("task_id", rec.ID), zap.Error(err))
+	}
+	if w.fenced(d, env) {
+		return false
+	}
+	_, _, err = w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: ActionRateLimited}, func(r *kv.Record) error {
+		r.Attempt--
+		return nil
+	})
+	if err != nil {
+		w.log.Warn("put_back_failed", zap.String("task_id", rec.ID), zap.Error(err))
+		w.settleFailedWrite(d, env, err)
+		return false
+	}
+	w.holdBack(d, env.delivered, wait)
+	return false
 }

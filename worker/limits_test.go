@@ -204,3 +204,45 @@ func TestRateLimitAcrossWorkers(t *testing.T) {
 	}
 	require.Greater(t, starts[len(starts)-1].Sub(starts[0]), time.Second)
 }
+
+// A worker cut off while it holds a slot gives it back within its member
+// TTL: its slot expires unrenewed, and another worker runs the tasks that
+// waited for it. Fails if slots do not expire: the second task never runs.
+func TestDeadWorkerGivesItsSlotsBack(t *testing.T) {
+	t.Parallel()
+	const ackWait = 3 * time.Second
+	b := setup(t, &streams.Config{AckWait: ackWait})
+	ctx := context.Background()
+	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"job": {Concurrency: 1}}})
+
+	started := make(chan string, 1)
+	blocked := worker.NewRegistry()
+	require.NoError(t, blocked.Handle("job", func(ctx context.Context, task *worker.Task) error {
+		started <- task.Worker
+		<-ctx.Done()
+		return ctx.Err()
+	}, nil))
+	_, ncA := b.startWorker(t, worker.Config{ID: "A", Registry: blocked, AckWait: ackWait, MemberTTL: memberTTL, GracePeriod: 100 * time.Millisecond})
+	first, err := b.client.Submit(ctx, ax.TaskSpec{Type: "job"})
+	require.NoError(t, err)
+	require.Equal(t, "A", <-started)
+	use, err := kv.NewLimitUse(ctx, b.js, streams.Names{})
+	require.NoError(t, err)
+	n, err := use.InUse(ctx, "job")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	ncA.Close() // A dies holding the slot: no release, no renewal
+	cut := time.Now()
+
+	var g gauge
+	done := worker.NewRegistry()
+	require.NoError(t, done.Handle("job", g.handler(0), nil))
+	b.startWorker(t, worker.Config{ID: "B", Registry: done, AckWait: ackWait, MemberTTL: memberTTL})
+	second, err := b.client.Submit(ctx, ax.TaskSpec{Type: "job"})
+	require.NoError(t, err)
+	b.waitState(t, second.ID, kv.StateSucceeded)
+	require.Less(t, time.Since(cut), memberTTL+5*time.Second)
+	rec := b.waitState(t, first.ID, kv.StateSucceeded)
+	require.Equal(t, "B", rec.Worker)
+	require.Equal(t, 1, g.peakNow())
+}
