@@ -57,6 +57,13 @@ func (a *Service) stats(ctx context.Context, data []byte) (any, error) {
 			return nil, err
 		}
 	}
+	limits, err := a.readLimits(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(limits.Limits) > 0 || len(limits.Paused) > 0 {
+		reply.Limits = limits
+	}
 	a.cutStats(reply)
 	return reply, nil
 }
