@@ -43,6 +43,26 @@ const (
 // rate limit had to give between its admission and its claim.
 const ActionRateLimited = "rate_limited"
 
+// Reasons a task is held back, as a [HoldObserver] hears them.
+const (
+	HeldPaused  = "paused"
+	HeldLimited = "limited"
+)
+
+// HoldObserver, when the [Config.Observer] implements it too, hears about
+// every delivery held back by a pause or a limit (reason [HeldPaused] or
+// [HeldLimited]). It must not block.
+type HoldObserver interface {
+	TaskHeldBack(taskType, tenant, reason string)
+}
+
+// heldBack reports a delivery held back to the observer.
+func (w *Worker) heldBack(env *envelope, reason string) {
+	if o, ok := w.cfg.Observer.(HoldObserver); ok {
+		o.TaskHeldBack(env.stored.Type, env.stored.Tenant, reason)
+	}
+}
+
 // errWatchClosed means nats.go closed the watch of the limits.
 var errWatchClosed = errors.New("watch limits: closed")
 
@@ -293,6 +313,7 @@ func (w *Worker) admit(d *delivery, env *envelope) (*admission, bool) {
 	s := env.stored
 	if t.paused(s.Type, s.Tenant) {
 		w.stats.Paused.Add(1)
+		w.heldBack(env, HeldPaused)
 		delay := min(pausedFirstDelay<<min(max(env.delivered, 1)-1, 8), pausedMaxDelay)
 		_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
 		return nil, false
@@ -310,15 +331,16 @@ func (w *Worker) admit(d *delivery, env *envelope) (*admission, bool) {
 	if adm != nil {
 		return adm, true
 	}
-	w.holdBack(d, env.delivered, wait)
+	w.holdBack(d, env, wait)
 	return nil, false
 }
 
 // holdBack naks a delivery held back by a limit: after wait, or the
 // limited delay of its delivery count if longer, plus up to half of it.
-func (w *Worker) holdBack(d *delivery, delivered uint64, wait time.Duration) {
+func (w *Worker) holdBack(d *delivery, env *envelope, wait time.Duration) {
 	w.stats.Limited.Add(1)
-	delay := max(wait, limitedFirstDelay<<min(max(delivered, 1)-1, 8))
+	w.heldBack(env, HeldLimited)
+	delay := max(wait, limitedFirstDelay<<min(max(env.delivered, 1)-1, 8))
 	delay = min(delay, limitedMaxDelay)
 	delay += rand.N(delay/2 + 1)
 	_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
@@ -406,6 +428,6 @@ func (w *Worker) startRated(adm *admission, d *delivery, env *envelope, rec *kv.
 		w.settleFailedWrite(d, env, err)
 		return false
 	}
-	w.holdBack(d, env.delivered, wait)
+	w.holdBack(d, env, wait)
 	return false
 }
