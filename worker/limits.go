@@ -21,6 +21,10 @@ import (
 // takes the next message. With nothing configured the check reads one
 // pointer and does no I/O.
 const (
+	// limitedPoll is how often a worker tries again the oldest delivery
+	// parked for each concurrency limit (besides when it gives back a slot
+	// of the limit itself).
+	limitedPoll = 50 * time.Millisecond
 	// pausedFirstDelay is the nak delay of a paused task's first
 	// delivery; it doubles with each delivery up to pausedMaxDelay, which
 	// bounds how long a resumed task waits to start.
@@ -36,6 +40,8 @@ const (
 	limitsRetry = time.Second
 	// limitsFirstWait bounds how long Start waits for the limits.
 	limitsFirstWait = 5 * time.Second
+	// maxParked bounds the deliveries a worker parks per limit.
+	maxParked = 64
 )
 
 // ActionRateLimited is the trail action of a claimed task put back READY,
@@ -147,9 +153,11 @@ type limitState struct {
 	ready chan struct{}             // closed once the limits were first read
 	once  sync.Once
 
-	mu    sync.Mutex
-	use   *kv.LimitUse                   // bound at first use (mu)
-	holds map[string]map[string]struct{} // target -> holders of its slots here (mu)
+	mu     sync.Mutex
+	use    *kv.LimitUse                   // bound at first use (mu)
+	holds  map[string]map[string]struct{} // target -> holders of its slots here (mu)
+	parked map[string][]*delivery         // target -> deliveries waiting here for one of its slots, oldest first (mu)
+	closed bool                           // no more parking: the slots have returned (mu)
 }
 
 // limitUse returns the bound limits bucket.
@@ -179,6 +187,7 @@ func (w *Worker) limitsLoop() {
 		}
 		select {
 		case <-w.slotsDone:
+			w.closeParking()
 			return
 		case <-time.After(limitsRetry):
 		}
@@ -203,12 +212,17 @@ func (w *Worker) watchLimits(ctx context.Context) error {
 	defer func() { _ = kv.StopWatch(watch) }()
 	renew := time.NewTicker(w.cfg.MemberTTL / 3)
 	defer renew.Stop()
+	poll := time.NewTicker(limitedPoll)
+	defer poll.Stop()
 	for {
 		select {
 		case <-w.slotsDone:
+			w.closeParking()
 			return nil
 		case <-renew.C:
 			w.renewSlots(ctx)
+		case <-poll.C:
+			w.unparkOldest()
 		case e, ok := <-watch.Updates():
 			if !ok {
 				return errWatchClosed
@@ -225,6 +239,7 @@ func (w *Worker) watchLimits(ctx context.Context) error {
 				}
 			}
 			w.limits.table.Store(compileFlow(limits))
+			w.unparkAll() // each tries the new limits
 			w.log.Info("limits_changed", zap.Int("limits", len(limits.Limits)), zap.Int("paused", len(limits.Paused)))
 		}
 	}
@@ -324,15 +339,123 @@ func (w *Worker) admit(d *delivery, env *envelope) (*admission, bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	adm, wait, err := w.takeLimits(ctx, bound)
+	adm, full, wait, err := w.takeLimits(ctx, bound)
 	if err != nil {
 		w.log.Warn("limit_check_failed", zap.String("task_id", env.id), zap.Error(err))
 	}
 	if adm != nil {
 		return adm, true
 	}
+	if err == nil && full.target != "" && w.parkRoom(full) {
+		// Parked rather than naked: it waits here, heartbeated, holding
+		// no slot, and tries again when a slot of the limit is given
+		// back here, or at the next poll.
+		w.stats.Limited.Add(1)
+		w.heldBack(env, HeldLimited)
+		d.park = full.target
+		return nil, false
+	}
 	w.holdBack(d, env, wait)
 	return nil, false
+}
+
+// parkRoom reports whether b's limit has room for one more parked
+// delivery here: at most its concurrency, so that a worker holds a bounded
+// number of messages, enough to use the whole limit.
+func (w *Worker) parkRoom(b boundLimit) bool {
+	w.limits.mu.Lock()
+	defer w.limits.mu.Unlock()
+	return !w.limits.closed && len(w.limits.parked[b.target]) < min(b.limit.Concurrency, maxParked)
+}
+
+// parkHeld parks d if its admission asked for it (d.park), once process
+// has returned; the slot calls it. It reports whether d is still held.
+func (w *Worker) parkHeld(d *delivery) bool {
+	target := d.park
+	if target == "" {
+		return false
+	}
+	d.park = ""
+	w.limits.mu.Lock()
+	if w.limits.closed {
+		w.limits.mu.Unlock()
+		w.release(d)
+		return true
+	}
+	if w.limits.parked == nil {
+		w.limits.parked = map[string][]*delivery{}
+	}
+	w.limits.parked[target] = append(w.limits.parked[target], d)
+	w.limits.mu.Unlock()
+	return true
+}
+
+// unpark hands the oldest delivery parked for target back to the slots.
+func (w *Worker) unpark(target string) {
+	w.limits.mu.Lock()
+	q := w.limits.parked[target]
+	if len(q) == 0 {
+		w.limits.mu.Unlock()
+		return
+	}
+	d := q[0]
+	q[0] = nil
+	if len(q) == 1 {
+		delete(w.limits.parked, target)
+	} else {
+		w.limits.parked[target] = q[1:]
+	}
+	w.limits.mu.Unlock()
+	w.redispatch(d)
+}
+
+// redispatch queues a parked delivery for the slots again; it holds no
+// puller credit (given back when a slot first took it).
+func (w *Worker) redispatch(d *delivery) {
+	d.from = nil
+	if !w.dispatch.push(d) {
+		w.release(d) // the worker is stopping
+	}
+}
+
+// unparkOldest hands the oldest delivery of each limit back to the slots.
+func (w *Worker) unparkOldest() {
+	w.limits.mu.Lock()
+	targets := make([]string, 0, len(w.limits.parked))
+	for t := range w.limits.parked {
+		targets = append(targets, t)
+	}
+	w.limits.mu.Unlock()
+	for _, t := range targets {
+		w.unpark(t)
+	}
+}
+
+// unparkAll hands every parked delivery back to the slots.
+func (w *Worker) unparkAll() {
+	w.limits.mu.Lock()
+	parked := w.limits.parked
+	w.limits.parked = nil
+	w.limits.mu.Unlock()
+	for _, q := range parked {
+		for _, d := range q {
+			w.redispatch(d)
+		}
+	}
+}
+
+// closeParking naks every parked delivery and parks no more: the slots
+// have returned.
+func (w *Worker) closeParking() {
+	w.limits.mu.Lock()
+	parked := w.limits.parked
+	w.limits.parked, w.limits.closed = nil, true
+	w.limits.mu.Unlock()
+	for _, q := range parked {
+		for _, d := range q {
+			w.release(d)
+		}
+	}
 }
 
 // holdBack naks a delivery held back by a limit: after wait, or the
@@ -348,11 +471,12 @@ func (w *Worker) holdBack(d *delivery, env *envelope, wait time.Duration) {
 
 // takeLimits takes a slot of each concurrency limit of bound and checks
 // that each rate limit has a start to give. It returns the admission, or
-// nil and how long to wait (the slots it took already given back).
-func (w *Worker) takeLimits(ctx context.Context, bound []boundLimit) (*admission, time.Duration, error) {
+// nil and the concurrency limit found full, or how long to wait for a
+// rate (the slots it took already given back).
+func (w *Worker) takeLimits(ctx context.Context, bound []boundLimit) (*admission, boundLimit, time.Duration, error) {
 	use, err := w.limitUse(ctx)
 	if err != nil {
-		return nil, 0, err
+		return nil, boundLimit{}, 0, err
 	}
 	holder := w.cfg.ID + "/" + nuid.Next()
 	var taken []string
@@ -364,6 +488,7 @@ func (w *Worker) takeLimits(ctx context.Context, bound []boundLimit) (*admission
 				w.log.Warn("limit_release_failed", zap.String("target", target), zap.Error(err))
 			}
 			w.noteHold(target, holder, false)
+			w.unpark(target) // the slot given back: the oldest waiting here tries it
 		}
 	}}
 	for _, b := range bound {
@@ -374,8 +499,12 @@ func (w *Worker) takeLimits(ctx context.Context, bound []boundLimit) (*admission
 		taken = append(taken, b.target)
 		got, err := use.Acquire(ctx, b.target, b.limit.Concurrency, holder, w.cfg.MemberTTL)
 		if err != nil || !got {
+			if err == nil { // definitely not held (an error may hide a write that landed)
+				taken = taken[:len(taken)-1]
+				w.noteHold(b.target, holder, false)
+			}
 			adm.release()
-			return nil, 0, err
+			return nil, b, 0, err
 		}
 	}
 	for _, b := range bound {
@@ -385,11 +514,11 @@ func (w *Worker) takeLimits(ctx context.Context, bound []boundLimit) (*admission
 		tokens, err := use.Tokens(ctx, b.target, b.limit.Rate, b.limit.Burst)
 		if err != nil || tokens < 1 {
 			adm.release()
-			return nil, time.Duration((1 - tokens) / b.limit.Rate * float64(time.Second)), err
+			return nil, boundLimit{}, time.Duration((1 - tokens) / b.limit.Rate * float64(time.Second)), err
 		}
 		adm.rates = append(adm.rates, b)
 	}
-	return adm, 0, nil
+	return adm, boundLimit{}, 0, nil
 }
 
 // startRated takes, for a claimed task, a start of each rate limit its

@@ -279,6 +279,8 @@ func (w *Worker) slot() {
 			continue
 		}
 		w.process(d)
-		w.held.remove(d)
+		if !w.parkHeld(d) { // still held while it waits for a slot of its limit
+			w.held.remove(d)
+		}
 	}
 }
