@@ -246,3 +246,49 @@ func TestDeadWorkerGivesItsSlotsBack(t *testing.T) {
 	require.Equal(t, "B", rec.Worker)
 	require.Equal(t, 1, g.peakNow())
 }
+
+// Tasks parked on a worker for a full limit go back to their bucket when it
+// stops: another worker runs them, no attempt used by the wait. Fails if
+// parked deliveries are kept: they are redelivered only after the ack wait.
+func TestStopHandsParkedTasksBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &streams.Config{AckWait: time.Minute})
+	ctx := context.Background()
+	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"slow": {Concurrency: 1}}})
+	started := make(chan struct{}, 8)
+	blocked := worker.NewRegistry()
+	require.NoError(t, blocked.Handle("slow", func(ctx context.Context, _ *worker.Task) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}, nil))
+	nc, js := b.srv.Connect()
+	defer nc.Close()
+	a, err := worker.New(ctx, js, &worker.Config{ID: "A", Registry: blocked, MemberTTL: memberTTL, AckWait: time.Minute, GracePeriod: 100 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, a.Start(ctx))
+	var ids []string
+	for i := range 4 {
+		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "slow", Key: fmt.Sprintf("s%d", i)})
+		require.NoError(t, err)
+		ids = append(ids, info.ID)
+	}
+	<-started
+	require.Eventually(t, func() bool { return a.Stats().Limited >= 3 }, 10*time.Second, 10*time.Millisecond)
+	require.Len(t, started, 0, "one at a time")
+
+	var g gauge
+	quick := worker.NewRegistry()
+	require.NoError(t, quick.Handle("slow", g.handler(0), nil))
+	b.startWorker(t, worker.Config{ID: "B", Registry: quick, MemberTTL: memberTTL, AckWait: time.Minute})
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, a.Stop(stopCtx))
+	stopped := time.Now()
+	for _, id := range ids {
+		rec := b.waitState(t, id, kv.StateSucceeded)
+		require.Equal(t, "B", rec.Worker)
+		require.Equal(t, 1, rec.Attempt)
+	}
+	require.Less(t, time.Since(stopped), 20*time.Second)
+}
