@@ -30,9 +30,9 @@ holding slots gives them back within its member TTL (10s by default).
 --rate R [--burst B]: at most R of TARGET's tasks start per second, and at most R + B in any
 second (B defaults to 1).
 
-A task over a limit waits in its bucket without using an attempt or a worker slot: its message
-comes back after a short delay (50ms doubling to 1s). A set replaces TARGET's limit: give both
-flags to have both.`,
+A task over a limit waits without using an attempt or a worker slot: parked on its worker until
+a slot is given back (at most N per worker), or in its bucket, its message coming back after a
+short delay (50ms doubling to 1s). A set replaces TARGET's limit: give both flags to have both.`,
 		Example: `  ax limit set partner-api --concurrency 10
   ax limit set tenant:acme --rate 100 --burst 20
   ax limit set key:order-* --concurrency 1`,
