@@ -51,6 +51,9 @@ type LimitStatus struct {
 	InUse int `json:"in_use"`
 	// Tokens is how many starts its rate has to give now.
 	Tokens float64 `json:"tokens,omitempty"`
+	// Waiting is how many READY tasks it applies to (stats only: it
+	// scans the records; a raw publish no worker has seen has none).
+	Waiting *int `json:"waiting,omitempty"`
 	// Error says why its use could not be read.
 	Error string `json:"error,omitempty"`
 }
@@ -59,6 +62,9 @@ type LimitStatus struct {
 type PauseStatus struct {
 	Target string    `json:"target"`
 	At     time.Time `json:"at"`
+	// Waiting is how many READY tasks it holds (stats only, as for
+	// [LimitStatus.Waiting]).
+	Waiting *int `json:"waiting,omitempty"`
 }
 
 // LimitsReply lists the limits with their use, and the pauses
@@ -280,4 +286,43 @@ func (c *Client) PauseTasksOf(ctx context.Context, req PauseRequest) (*LimitsRep
 // ResumeTasksOf resumes a paused task type or tenant (resume).
 func (c *Client) ResumeTasksOf(ctx context.Context, req PauseRequest) (*LimitsReply, error) {
 	return call[LimitsReply](ctx, c, VerbResume, req)
+}
+
+// waitingCounter returns a record visitor that counts, in reply, the READY
+// tasks each limit and pause applies to; nil when reply has neither.
+func waitingCounter(reply *LimitsReply) func(*kv.Record) {
+	if reply == nil || len(reply.Limits) == 0 && len(reply.Paused) == 0 {
+		return nil
+	}
+	type matcher struct {
+		kind, name string
+		n          *int
+	}
+	var ms []matcher
+	add := func(target string, pause bool) *int {
+		n := new(int)
+		if kind, name, err := kv.ParseTarget(target, pause); err == nil {
+			ms = append(ms, matcher{kind: kind, name: name, n: n})
+		}
+		return n
+	}
+	for i := range reply.Limits {
+		reply.Limits[i].Waiting = add(reply.Limits[i].Target, false)
+	}
+	for i := range reply.Paused {
+		reply.Paused[i].Waiting = add(reply.Paused[i].Target, true)
+	}
+	return func(r *kv.Record) {
+		if r.State != kv.StateReady {
+			return
+		}
+		for _, m := range ms {
+			switch {
+			case m.kind == "type" && r.Type == m.name,
+				m.kind == "tenant" && r.Tenant == m.name,
+				m.kind == "key" && kv.MatchKey(m.name, r.Key):
+				*m.n++
+			}
+		}
+	}
 }

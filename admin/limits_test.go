@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
@@ -52,11 +53,22 @@ func TestAdminLimitsAndPauses(t *testing.T) {
 	require.Equal(t, "key:order-*", list.Limits[1].Target)
 	require.Equal(t, "tenant:acme", list.Limits[2].Target)
 	require.InDelta(t, 20, list.Limits[2].Tokens, 0.001)
+	require.Nil(t, list.Limits[0].Waiting, "limit.ls does not scan the records")
+	b.submit(t, ax.TaskSpec{Type: "email", Tenant: "acme", Key: "order-1"})
+	b.submit(t, ax.TaskSpec{Type: "report", Tenant: "initech", Key: "r"})
 	var stats admin.StatsReply
 	require.NoError(t, b.call(t, admin.VerbStats, admin.StatsRequest{}, &stats))
 	require.NotNil(t, stats.Limits)
 	require.Len(t, stats.Limits.Limits, 3)
 	require.Len(t, stats.Limits.Paused, 2)
+	waiting := map[string]int{}
+	for _, l := range stats.Limits.Limits {
+		waiting[l.Target] = *l.Waiting
+	}
+	for _, p := range stats.Limits.Paused {
+		waiting[p.Target] = *p.Waiting
+	}
+	require.Equal(t, map[string]int{"email": 1, "key:order-*": 1, "tenant:acme": 1, "report": 1, "tenant:globex": 0}, waiting)
 
 	_, err = b.api.RemoveLimit(ctx, "email")
 	require.NoError(t, err)

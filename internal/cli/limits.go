@@ -121,7 +121,7 @@ func printLimits(out io.Writer, reply *admin.LimitsReply, now time.Time) {
 	}
 	if len(reply.Limits) > 0 {
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "LIMIT\tCONCURRENCY\tIN USE\tRATE/S\tBURST\tTOKENS")
+		fmt.Fprintln(tw, "LIMIT\tCONCURRENCY\tIN USE\tRATE/S\tBURST\tTOKENS\tWAITING")
 		for _, l := range reply.Limits {
 			conc, inUse, rate, burst, tokens := "-", "-", "-", "-", "-"
 			if l.Concurrency > 0 {
@@ -130,7 +130,7 @@ func printLimits(out io.Writer, reply *admin.LimitsReply, now time.Time) {
 			if l.Rate > 0 {
 				rate, burst, tokens = strconv.FormatFloat(l.Rate, 'g', -1, 64), strconv.Itoa(max(l.Burst, 1)), fmt.Sprintf("%.1f", l.Tokens)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s", l.Target, conc, inUse, rate, burst, tokens)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s", l.Target, conc, inUse, rate, burst, tokens, count(l.Waiting))
 			if l.Error != "" {
 				fmt.Fprintf(tw, "\t(use unknown: %s)", l.Error)
 			}
@@ -139,6 +139,18 @@ func printLimits(out io.Writer, reply *admin.LimitsReply, now time.Time) {
 		_ = tw.Flush()
 	}
 	for _, p := range reply.Paused {
-		fmt.Fprintf(out, "paused %s since %s (%s ago)\n", p.Target, p.At.Format(time.RFC3339), now.Sub(p.At).Round(time.Second))
+		waiting := ""
+		if p.Waiting != nil {
+			waiting = fmt.Sprintf("; %d READY tasks held", *p.Waiting)
+		}
+		fmt.Fprintf(out, "paused %s since %s (%s ago%s)\n", p.Target, p.At.Format(time.RFC3339), now.Sub(p.At).Round(time.Second), waiting)
 	}
+}
+
+// count prints a count that may be unknown ("-").
+func count(n *int) string {
+	if n == nil {
+		return "-"
+	}
+	return strconv.Itoa(*n)
 }
