@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -175,74 +176,90 @@ func (w *Worker) limitUse(ctx context.Context) (*kv.LimitUse, error) {
 	return use, nil
 }
 
-// limitsLoop watches the limits in AX_CONTROL and renews the slots held
-// here, until every slot has returned.
+// limitsLoop watches the limits in AX_CONTROL, renews the slots held here
+// and tries the parked deliveries again, until every slot has returned. A
+// failed watch is made again after limitsRetry; renewals go on meanwhile.
 func (w *Worker) limitsLoop() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	for {
-		err := w.watchLimits(ctx)
-		if err != nil {
-			w.log.Warn("limits_watch_failed", zap.Error(err))
-		}
-		select {
-		case <-w.slotsDone:
-			w.closeParking()
-			return
-		case <-time.After(limitsRetry):
-		}
-	}
-}
-
-// watchLimits follows the limits key; it returns when the watch fails, or
-// nil once every slot has returned.
-func (w *Worker) watchLimits(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	control, err := w.js.KeyValue(ctx, w.cfg.Names.ControlBucket())
-	if err != nil {
-		w.limits.once.Do(func() { close(w.limits.ready) }) // serve without limits meanwhile
-		return err
-	}
-	watch, err := control.Watch(ctx, kv.LimitsKey)
-	if err != nil {
-		w.limits.once.Do(func() { close(w.limits.ready) })
-		return err
-	}
-	defer func() { _ = kv.StopWatch(watch) }()
 	renew := time.NewTicker(w.cfg.MemberTTL / 3)
 	defer renew.Stop()
 	poll := time.NewTicker(limitedPoll)
 	defer poll.Stop()
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	var watch jetstream.KeyWatcher
+	var updates <-chan jetstream.KeyValueEntry // nil while there is no watch
+	stopWatch := func() {
+		if watch != nil {
+			_ = kv.StopWatch(watch)
+			watch, updates = nil, nil
+		}
+	}
+	defer stopWatch()
 	for {
 		select {
 		case <-w.slotsDone:
 			w.closeParking()
-			return nil
+			return
 		case <-renew.C:
 			w.renewSlots(ctx)
 		case <-poll.C:
 			w.unparkOldest()
-		case e, ok := <-watch.Updates():
-			if !ok {
-				return errWatchClosed
-			}
-			if e == nil {
-				w.limits.once.Do(func() { close(w.limits.ready) })
+		case <-retry.C:
+			var err error
+			if watch, err = w.watchLimits(ctx); err != nil {
+				w.limits.once.Do(func() { close(w.limits.ready) }) // serve without limits meanwhile
+				w.log.Warn("limits_watch_failed", zap.Error(err))
+				retry.Reset(limitsRetry)
 				continue
 			}
-			var limits kv.Limits
-			if e.Operation() == jetstream.KeyValuePut {
-				if limits, err = kv.DecodeLimits(e.Value()); err != nil {
-					w.log.Error("limits_decode", zap.Uint64("revision", e.Revision()), zap.Error(err))
-					continue // keep the last good limits
-				}
+			updates = watch.Updates()
+		case e, ok := <-updates:
+			if !ok {
+				stopWatch()
+				w.log.Warn("limits_watch_failed", zap.Error(errWatchClosed))
+				retry.Reset(limitsRetry)
+				continue
 			}
-			w.limits.table.Store(compileFlow(limits))
-			w.unparkAll() // each tries the new limits
-			w.log.Info("limits_changed", zap.Int("limits", len(limits.Limits)), zap.Int("paused", len(limits.Paused)))
+			w.applyLimits(e)
 		}
 	}
+}
+
+// watchLimits starts a watch of the limits key.
+func (w *Worker) watchLimits(ctx context.Context) (jetstream.KeyWatcher, error) {
+	bctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	control, err := w.js.KeyValue(bctx, w.cfg.Names.ControlBucket())
+	if err != nil {
+		return nil, fmt.Errorf("bind %s: %w", w.cfg.Names.ControlBucket(), err)
+	}
+	watch, err := control.Watch(ctx, kv.LimitsKey)
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", kv.LimitsKey, err)
+	}
+	return watch, nil
+}
+
+// applyLimits applies an update of the limits key (nil: the watch's
+// initial values were delivered).
+func (w *Worker) applyLimits(e jetstream.KeyValueEntry) {
+	if e == nil {
+		w.limits.once.Do(func() { close(w.limits.ready) })
+		return
+	}
+	var limits kv.Limits
+	if e.Operation() == jetstream.KeyValuePut {
+		var err error
+		if limits, err = kv.DecodeLimits(e.Value()); err != nil {
+			w.log.Error("limits_decode", zap.Uint64("revision", e.Revision()), zap.Error(err))
+			return // keep the last good limits
+		}
+	}
+	w.limits.table.Store(compileFlow(limits))
+	w.unparkAll() // each tries the new limits
+	w.log.Info("limits_changed", zap.Int("limits", len(limits.Limits)), zap.Int("paused", len(limits.Paused)))
 }
 
 // awaitLimits waits until the limits were first read, at most

@@ -292,3 +292,29 @@ func TestStopHandsParkedTasksBack(t *testing.T) {
 	}
 	require.Less(t, time.Since(stopped), 20*time.Second)
 }
+
+// A slot is renewed while its task runs: a task that runs longer than the
+// member TTL keeps its slot, and a task waiting for it starts only after
+// it ends. Fails without renewals: the slot expires after the TTL and the
+// second task runs beside the first.
+func TestSlotsOfLongTasksAreRenewed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"long": {Concurrency: 1}}})
+	var g gauge
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("long", g.handler(memberTTL+2*time.Second), nil))
+	b.startWorker(t, worker.Config{ID: "A", Registry: reg, MemberTTL: memberTTL})
+	b.startWorker(t, worker.Config{ID: "B", Registry: reg, MemberTTL: memberTTL})
+	var ids []string
+	for i := range 2 {
+		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "long", Key: fmt.Sprintf("l%d", i)})
+		require.NoError(t, err)
+		ids = append(ids, info.ID)
+	}
+	for _, id := range ids {
+		b.waitState(t, id, kv.StateSucceeded)
+	}
+	require.Equal(t, 1, g.peakNow())
+}
