@@ -354,6 +354,17 @@ func (w *Worker) admit(d *delivery, env *envelope) (*admission, bool) {
 	if len(bound) == 0 {
 		return nil, true
 	}
+	woken := d.woken
+	d.woken = false
+	if !woken {
+		// Deliveries parked here wait for a full limit of this task's:
+		// it joins them (or waits in its bucket) without asking, so that
+		// a backlog of a full limit costs no round trip per delivery.
+		if full, ok := w.parkedFor(bound); ok {
+			w.parkOrHoldBack(d, env, full, 0)
+			return nil, false
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	adm, full, wait, err := w.takeLimits(ctx, bound)
@@ -363,17 +374,40 @@ func (w *Worker) admit(d *delivery, env *envelope) (*admission, bool) {
 	if adm != nil {
 		return adm, true
 	}
-	if err == nil && full.target != "" && w.parkRoom(full) {
-		// Parked rather than naked: it waits here, heartbeated, holding
-		// no slot, and tries again when a slot of the limit is given
-		// back here, or at the next poll.
-		w.stats.Limited.Add(1)
-		w.heldBack(env, HeldLimited)
-		d.park = full.target
+	if err == nil && full.target != "" {
+		w.parkOrHoldBack(d, env, full, wait)
 		return nil, false
 	}
 	w.holdBack(d, env, wait)
 	return nil, false
+}
+
+// parkOrHoldBack parks d for the full limit b if it has room here, else
+// naks it with a delay ([Worker.holdBack]).
+func (w *Worker) parkOrHoldBack(d *delivery, env *envelope, b boundLimit, wait time.Duration) {
+	if !w.parkRoom(b) {
+		w.holdBack(d, env, wait)
+		return
+	}
+	// Parked rather than naked: it waits here, heartbeated, holding no
+	// slot, and tries again when a slot of the limit is given back here,
+	// or at the next poll.
+	w.stats.Limited.Add(1)
+	w.heldBack(env, HeldLimited)
+	d.park = b.target
+}
+
+// parkedFor returns a concurrency limit of bound that deliveries wait for,
+// parked here.
+func (w *Worker) parkedFor(bound []boundLimit) (boundLimit, bool) {
+	w.limits.mu.Lock()
+	defer w.limits.mu.Unlock()
+	for _, b := range bound {
+		if b.limit.Concurrency > 0 && len(w.limits.parked[b.target]) > 0 {
+			return b, true
+		}
+	}
+	return boundLimit{}, false
 }
 
 // parkRoom reports whether b's limit has room for one more parked
@@ -430,6 +464,7 @@ func (w *Worker) unpark(target string) {
 // puller credit (given back when a slot first took it).
 func (w *Worker) redispatch(d *delivery) {
 	d.from = nil
+	d.woken = true
 	if !w.dispatch.push(d) {
 		w.release(d) // the worker is stopping
 	}
