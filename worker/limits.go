@@ -93,16 +93,21 @@ type boundLimit struct {
 	limit  kv.Limit
 }
 
-func compileFlow(l kv.Limits) *flowTable {
+// compileFlow compiles l; it returns the targets it ignores (not a task
+// type, tenant:NAME or key:PATTERN, or a limit that is not valid), which
+// only a value written by hand can hold.
+func compileFlow(l kv.Limits) (*flowTable, []string) {
 	if l.Empty() {
-		return nil
+		return nil, nil
 	}
 	t := &flowTable{pausedTypes: map[string]bool{}, pausedTenants: map[string]bool{},
 		types: map[string]kv.Limit{}, tenants: map[string]kv.Limit{}}
+	var ignored []string
 	for target := range l.Paused {
 		kind, name, err := kv.ParseTarget(target, true)
 		switch {
 		case err != nil:
+			ignored = append(ignored, "paused "+target)
 		case kind == "tenant":
 			t.pausedTenants[name] = true
 		default:
@@ -113,6 +118,7 @@ func compileFlow(l kv.Limits) *flowTable {
 		limit := l.Limits[target]
 		kind, name, err := kv.ParseTarget(target, false)
 		if err != nil || limit.Validate() != nil {
+			ignored = append(ignored, target)
 			continue
 		}
 		switch kind {
@@ -124,7 +130,7 @@ func compileFlow(l kv.Limits) *flowTable {
 			t.types[name] = limit
 		}
 	}
-	return t
+	return t, ignored
 }
 
 func (t *flowTable) paused(taskType, tenant string) bool {
@@ -257,7 +263,11 @@ func (w *Worker) applyLimits(e jetstream.KeyValueEntry) {
 			return // keep the last good limits
 		}
 	}
-	w.limits.table.Store(compileFlow(limits))
+	table, ignored := compileFlow(limits)
+	if len(ignored) > 0 {
+		w.log.Error("limits_ignored", zap.Strings("targets", ignored), zap.Uint64("revision", e.Revision()))
+	}
+	w.limits.table.Store(table)
 	w.unparkAll() // each tries the new limits
 	w.log.Info("limits_changed", zap.Int("limits", len(limits.Limits)), zap.Int("paused", len(limits.Paused)))
 }
