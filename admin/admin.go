@@ -134,6 +134,8 @@ func (a *Service) Start(ctx context.Context) error {
 		VerbTasksCancel: a.tasksCancel, VerbDLQList: a.dlqList, VerbDLQReplay: a.dlqReplay,
 		VerbStats: a.stats, VerbWorkers: a.workers, VerbTasksList: a.tasksList, VerbControl: a.control,
 		VerbRejectsSample: a.rejectsSample, VerbUnservedDeadline: a.unservedDeadline,
+		VerbLimitSet: a.limitSet, VerbLimitRemove: a.limitRemove, VerbLimitList: a.limitList,
+		VerbPause: a.pause, VerbResume: a.resume,
 	}
 	for _, verb := range Verbs() {
 		name := strings.ReplaceAll(verb, ".", "_")

@@ -40,6 +40,10 @@ func badRequest(format string, args ...any) error {
 	return &Error{Code: CodeBadRequest, Message: fmt.Sprintf(format, args...)}
 }
 
+func notFoundf(format string, args ...any) error {
+	return &Error{Code: CodeNotFound, Message: fmt.Sprintf(format, args...)}
+}
+
 func conflict(format string, args ...any) error {
 	return &Error{Code: CodeConflict, Message: fmt.Sprintf(format, args...)}
 }

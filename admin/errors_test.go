@@ -68,6 +68,11 @@ func TestEveryVerbAnswersErrorsWithCode(t *testing.T) {
 		{admin.VerbControl, map[string]any{"bogus": 1}, admin.CodeBadRequest, "not valid JSON"},
 		{admin.VerbRejectsSample, admin.RejectsSampleRequest{For: "1h"}, admin.CodeBadRequest, `"for"`},
 		{admin.VerbUnservedDeadline, admin.UnservedDeadlineRequest{Deadline: 1}, admin.CodeBadRequest, "needs the task type"},
+		{admin.VerbLimitSet, admin.LimitRequest{Target: "email"}, admin.CodeBadRequest, "needs a concurrency or a rate"},
+		{admin.VerbLimitRemove, admin.LimitRequest{Target: "email"}, admin.CodeNotFound, "no limit on"},
+		{admin.VerbLimitList, map[string]any{"bogus": 1}, admin.CodeBadRequest, "not valid JSON"},
+		{admin.VerbPause, admin.PauseRequest{Type: "a", Tenant: "b"}, admin.CodeBadRequest, "one of them"},
+		{admin.VerbResume, admin.PauseRequest{Type: "email"}, admin.CodeNotFound, "not paused"},
 	}
 	covered := map[string]bool{}
 	for _, tc := range cases {

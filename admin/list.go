@@ -54,7 +54,7 @@ type TasksListReply struct {
 
 // ControlEntry is one key of the control bucket (AX_CONTROL): "pressure",
 // "cron.<name>", "shards", "pools", "unserved-deadlines", "reconciler",
-// "rejects" (docs/WIRE.md).
+// "rejects", "limits" (docs/WIRE.md).
 type ControlEntry struct {
 	Key      string `json:"key"`
 	Revision uint64 `json:"revision"`

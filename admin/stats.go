@@ -37,7 +37,14 @@ func (a *Service) stats(ctx context.Context, data []byte) (any, error) {
 		}
 		reply.Buckets = append(reply.Buckets, b)
 	}
-	if err := a.tallyRecords(ctx, reply, window); err != nil {
+	limits, err := a.readLimits(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(limits.Limits) > 0 || len(limits.Paused) > 0 {
+		reply.Limits = limits
+	}
+	if err := a.tallyRecords(ctx, reply, window, waitingCounter(reply.Limits)); err != nil {
 		return nil, err
 	}
 	if reply.DLQ, err = a.dlqDepth(ctx); err != nil {
@@ -114,13 +121,16 @@ func statsWindow(raw string) (time.Duration, error) {
 
 // tallyRecords scans every record into reply: the count per state, and per
 // bucket and per type the rates and run times of the tasks submitted or
-// finished within window.
-func (a *Service) tallyRecords(ctx context.Context, reply *StatsReply, window time.Duration) error {
+// finished within window; each record is also given to also, if not nil.
+func (a *Service) tallyRecords(ctx context.Context, reply *StatsReply, window time.Duration, also func(*kv.Record)) error {
 	runTimes := make([][]time.Duration, streams.Priorities)
 	types := map[string]*typeTally{}
 	since := time.Now().Add(-window)
 	var err error
 	reply.Unreadable, err = a.scan(ctx, func(r *kv.Record) {
+		if also != nil {
+			also(r)
+		}
 		reply.Records++
 		reply.States[r.State]++
 		if r.Priority < 0 || r.Priority >= streams.Priorities {

@@ -24,13 +24,19 @@ const (
 	VerbControl          = "control"
 	VerbRejectsSample    = "rejects.sample"
 	VerbUnservedDeadline = "unserved.deadline"
+	VerbLimitSet         = "limit.set"
+	VerbLimitRemove      = "limit.rm"
+	VerbLimitList        = "limit.ls"
+	VerbPause            = "pause"
+	VerbResume           = "resume"
 )
 
 // Verbs returns every verb of the management API.
 func Verbs() []string {
 	return []string{VerbTaskGet, VerbTaskTrail, VerbTaskCancel, VerbTaskPause, VerbTaskResume,
 		VerbTaskReprioritize, VerbTasksCancel, VerbDLQList, VerbDLQReplay, VerbStats, VerbWorkers,
-		VerbTasksList, VerbControl, VerbRejectsSample, VerbUnservedDeadline}
+		VerbTasksList, VerbControl, VerbRejectsSample, VerbUnservedDeadline,
+		VerbLimitSet, VerbLimitRemove, VerbLimitList, VerbPause, VerbResume}
 }
 
 // TaskRequest names one task (task.get, task.trail, task.cancel, task.pause,
@@ -208,6 +214,9 @@ type StatsReply struct {
 	// sorted by type: timeouts are set per type, so this is where to read
 	// the recommended one.
 	Types []TypeStats `json:"types"`
+	// Limits lists the mesh's limits with their use, and the paused types
+	// and tenants (nil: none).
+	Limits *LimitsReply `json:"limits,omitempty"`
 	// Unreadable reports the records the scan could not decode; they are
 	// in no count (nil: none).
 	Unreadable *Unreadable `json:"unreadable,omitempty"`

@@ -19,7 +19,8 @@ import (
 
 // actionVerbs are the admin verbs POST /api/actions/{verb} may call.
 var actionVerbs = []string{admin.VerbTaskCancel, admin.VerbTaskPause, admin.VerbTaskResume,
-	admin.VerbTaskReprioritize, admin.VerbDLQReplay}
+	admin.VerbTaskReprioritize, admin.VerbDLQReplay,
+	admin.VerbLimitSet, admin.VerbLimitRemove, admin.VerbPause, admin.VerbResume}
 
 // maxActionBody bounds an action request's body.
 const maxActionBody = 64 << 10
@@ -55,6 +56,13 @@ func proxy[R any](d *Dashboard, w http.ResponseWriter, r *http.Request, verb str
 func (d *Dashboard) handleWorkers(w http.ResponseWriter, r *http.Request) {
 	proxy(d, w, r, admin.VerbWorkers, func(ctx context.Context, api *admin.Client) (*admin.WorkersReply, error) {
 		return api.Workers(ctx)
+	})
+}
+
+// handleLimits lists the mesh's limits with their use, and the pauses.
+func (d *Dashboard) handleLimits(w http.ResponseWriter, r *http.Request) {
+	proxy(d, w, r, admin.VerbLimitList, func(ctx context.Context, api *admin.Client) (*admin.LimitsReply, error) {
+		return api.Limits(ctx)
 	})
 }
 

@@ -157,6 +157,7 @@ func (d *Dashboard) routes() *http.ServeMux {
 	mux.HandleFunc("GET /api/tasks/{id}", d.handleTask)
 	mux.HandleFunc("GET /api/dlq", d.handleDLQ)
 	mux.HandleFunc("GET /api/cron", d.handleCron)
+	mux.HandleFunc("GET /api/limits", d.handleLimits)
 	mux.HandleFunc("POST /api/actions/{verb}", d.handleAction)
 	return mux
 }

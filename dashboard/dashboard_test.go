@@ -122,6 +122,7 @@ func TestStaticPages(t *testing.T) {
 	for _, tc := range []struct{ path, contains, ctype string }{
 		{"/", `<script src="app.js">`, "text/html"},
 		{"/app.js", "EventSource", "javascript"},
+		{"/app.js", "pageLimits", "javascript"},
 		{"/style.css", ".timeline", "text/css"},
 	} {
 		t.Run(tc.path, func(t *testing.T) {

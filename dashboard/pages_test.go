@@ -289,3 +289,26 @@ func TestWorkers(t *testing.T) {
 	require.Equal(t, []int{0, 2, 4}, reply.Workers[0].Shards)
 	require.Equal(t, []int{1, 3}, reply.Workers[1].Shards)
 }
+
+// The limits page lists the limits with their use and the pauses; the
+// operator sets and removes a limit and pauses and resumes a type through
+// the dashboard's actions.
+func TestLimits(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dashboard.Config{AllowActions: true})
+	var reply admin.LimitsReply
+	require.Equal(t, http.StatusOK, b.get(t, "/api/limits", &reply))
+	require.Empty(t, reply.Limits)
+	require.Equal(t, http.StatusOK, b.act(t, admin.VerbLimitSet, `{"target":"partner","concurrency":10}`, nil, &reply))
+	require.Equal(t, http.StatusOK, b.act(t, admin.VerbPause, `{"tenant":"acme"}`, nil, &reply))
+	require.Equal(t, http.StatusOK, b.get(t, "/api/limits", &reply))
+	require.Len(t, reply.Limits, 1)
+	require.Equal(t, "partner", reply.Limits[0].Target)
+	require.Equal(t, 10, reply.Limits[0].Concurrency)
+	require.Len(t, reply.Paused, 1)
+	require.Equal(t, "tenant:acme", reply.Paused[0].Target)
+	require.Equal(t, http.StatusOK, b.act(t, admin.VerbResume, `{"tenant":"acme"}`, nil, &reply))
+	require.Equal(t, http.StatusOK, b.act(t, admin.VerbLimitRemove, `{"target":"partner"}`, nil, &reply))
+	require.Empty(t, reply.Limits)
+	require.Empty(t, reply.Paused)
+}

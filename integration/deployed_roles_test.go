@@ -18,6 +18,7 @@ import (
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/deploy"
 	"github.com/ax-mesh/ax/internal/natstest"
+	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -155,6 +156,10 @@ func TestDeployedRoles(t *testing.T) {
 		30*time.Second, 50*time.Millisecond, "ax worker did not join:\n%s", w.output())
 	require.False(t, w.exited(), "ax worker exited:\n%s", w.output())
 
+	// The operator limits echo mesh-wide, with the CLI: every worker (as
+	// deployed, in its role) takes a slot of AX_LIMITS for each echo task.
+	require.Contains(t, mustAxAs(t, url, "operator", "limit", "set", "echo", "--concurrency", "2", "--rate", "100"), "echo")
+
 	// Submits as the service and as a tenant's producer, with the CLI.
 	require.Equal(t, "role-service", strings.TrimSpace(mustAxAs(t, url, "service",
 		"submit", "echo", "--publish-only", "--payload", "hi", "--id", "role-service")))
@@ -232,6 +237,18 @@ func TestDeployedRoles(t *testing.T) {
 			strings.TrimSpace(mustAxAs(t, url, "producer-acme", uniqueArgs("role-unique-3")...)))
 		_, _, err := runAxAs(url, "operator", time.Minute, "task", "get", "role-unique-2", "--tenant", "acme")
 		require.ErrorContains(t, err, "unknown task", "the duplicates made no task")
+	})
+	t.Run("the workers honoured the operator's limit", func(t *testing.T) {
+		require.Regexp(t, `(?m)^echo\s+2\s+0\s+100\s`, mustAxAs(t, url, "operator", "limit", "ls"))
+		limits, err := jsOf(t, connectRole(t, srv, "operator", "_INBOX.operator")).KeyValue(ctx, "AX_LIMITS")
+		require.NoError(t, err)
+		_, err = limits.Get(ctx, kv.SlotsKey("echo"))
+		require.NoError(t, err, "no worker took a slot of the limit")
+		_, err = limits.Get(ctx, kv.RateKey("echo"))
+		require.NoError(t, err, "no worker took a start of the limit")
+		require.Contains(t, mustAxAs(t, url, "operator", "pause", "--type", "echo"), "paused echo")
+		require.NotContains(t, mustAxAs(t, url, "operator", "resume", "--type", "echo"), "paused echo")
+		require.Contains(t, mustAxAs(t, url, "operator", "limit", "rm", "echo"), "no limits, nothing paused")
 	})
 	require.Regexp(t, `(?m)^P2\s+0\s`, mustAxAs(t, url, "operator", "stats"))
 	require.Contains(t, mustAxAs(t, url, "operator", "workers"), "worker-1")

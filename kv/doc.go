@@ -18,4 +18,10 @@
 // claim lives for its period at most (its per-message TTL). It reads with
 // direct gets that name one key, so that a producer whose permissions are
 // limited to its tenant's keys can use it.
+//
+// Limits: [Limits] is the mesh's configuration of concurrency and rate
+// limits and pauses (AX_CONTROL key [LimitsKey]); [LimitUse] keeps each
+// limit's use in AX_LIMITS by compare-and-set: the slots held, each with an
+// expiry its holder renews (so a dead holder's slots expire), and a token
+// bucket per rate limit.
 package kv

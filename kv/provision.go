@@ -29,8 +29,8 @@ type BucketsConfig struct {
 // DefaultUniqueMaxBytes is the default [BucketsConfig.UniqueMaxBytes].
 const DefaultUniqueMaxBytes = 256 << 20
 
-// Provision creates or updates the task, lock, worker, control and
-// unique-claims buckets.
+// Provision creates or updates the task, lock, worker, control, limits
+// and unique-claims buckets.
 // It is idempotent. A nil cfg means every default.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg *BucketsConfig) error {
 	if cfg == nil {
@@ -43,7 +43,8 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg *BucketsConfig) 
 		{Bucket: names.TasksBucket(), Description: "ax task records (state machine, trail)"},
 		{Bucket: names.LocksBucket(), Description: "ax leases and the leader lock"},
 		{Bucket: names.WorkersBucket(), Description: "ax worker membership"},
-		{Bucket: names.ControlBucket(), Description: "ax control state: backpressure, cron jobs, shard and pool tables, unserved-type deadlines, the leader's reports"},
+		{Bucket: names.ControlBucket(), Description: "ax control state: backpressure, cron jobs, shard and pool tables, unserved-type deadlines, the leader's reports, limits and pauses"},
+		{Bucket: names.LimitsBucket(), Description: "ax limits in use: concurrency slots held, rate tokens"},
 	}
 	for _, b := range buckets {
 		b.History = 1

@@ -61,6 +61,7 @@ type Metrics struct {
 	pressure prometheus.Gauge
 	repairs  *prometheus.CounterVec
 	rejects  *prometheus.CounterVec
+	held     *prometheus.CounterVec
 }
 
 // New returns the metrics of one ax process.
@@ -90,8 +91,11 @@ func New(cfg *Config) *Metrics {
 		rejects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_rejected_submits_total",
 			Help: "Messages published under a submit root that no priority bucket stored, seen by the leader's watch, by reason (tokens, priority)."},
 			[]string{"reason"}),
+		held: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_tasks_held_back_total",
+			Help: "Deliveries a worker held back, unstarted, because their type or tenant is paused or a concurrency or rate limit is reached, by type, tenant and reason (paused, limited)."},
+			[]string{"type", "tenant", "reason"}),
 	}
-	m.reg.MustRegister(m.tasks, m.retries, m.runTime, m.leader, m.pressure, m.repairs, m.rejects,
+	m.reg.MustRegister(m.tasks, m.retries, m.runTime, m.leader, m.pressure, m.repairs, m.rejects, m.held,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	maxValues := cmp.Or(cfg.MaxLabelValues, DefaultMaxLabelValues)
 	m.types = newLabelBound(maxValues, func(v string) { m.dropSeries("type", v) })
@@ -101,7 +105,8 @@ func New(cfg *Config) *Metrics {
 		if timeout <= 0 {
 			timeout = 5 * time.Second
 		}
-		m.reg.MustRegister(newStreamCollector(cfg.JetStream, names, timeout), newUnservedCollector(cfg.JetStream, names, timeout, maxValues))
+		m.reg.MustRegister(newStreamCollector(cfg.JetStream, names, timeout), newUnservedCollector(cfg.JetStream, names, timeout, maxValues),
+			newLimitsCollector(cfg.JetStream, names, timeout))
 	}
 	return m
 }
@@ -112,6 +117,7 @@ func (m *Metrics) dropSeries(label, value string) {
 	match := prometheus.Labels{label: value}
 	m.tasks.DeletePartialMatch(match)
 	m.retries.DeletePartialMatch(match)
+	m.held.DeletePartialMatch(match)
 	if label == "type" {
 		m.runTime.DeletePartialMatch(match)
 	}
@@ -136,6 +142,19 @@ func (m *Metrics) TaskFinished(taskType, tenant string, priority int, outcome wo
 		m.retries.WithLabelValues(taskType, tenant, p).Inc()
 	}
 	m.runTime.WithLabelValues(taskType, p).Observe(runTime.Seconds())
+}
+
+// Metrics hears about held-back deliveries.
+var _ worker.HoldObserver = (*Metrics)(nil)
+
+// TaskHeldBack counts a delivery held back by a pause or a limit; it
+// implements [worker.HoldObserver]. The type and the tenant are bounded as
+// for [Metrics.TaskFinished].
+func (m *Metrics) TaskHeldBack(taskType, tenant, reason string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	taskType, tenant = m.types.value(taskType), m.tenants.value(tenant)
+	m.held.WithLabelValues(taskType, tenant, reason).Inc()
 }
 
 // SetLeader is the hook of the leader loop: true while it holds the lease.

@@ -90,6 +90,11 @@ func (n Names) ControlBucket() string { return n.upperPrefix() + "_CONTROL" }
 // "AX_UNIQUE" (docs/WIRE.md, "Unique tasks").
 func (n Names) UniqueBucket() string { return n.upperPrefix() + "_UNIQUE" }
 
+// LimitsBucket returns the KV bucket of the mesh-wide limits' use (slots
+// held and rate tokens), e.g. "AX_LIMITS" (docs/WIRE.md, "Limits and
+// pauses").
+func (n Names) LimitsBucket() string { return n.upperPrefix() + "_LIMITS" }
+
 // SubmitSubject returns the subject a service publishes a task to.
 func (n Names) SubmitSubject(priority int, tenant, taskType, key string) string {
 	return fmt.Sprintf("%s.submit.p%d.%s.%s.%s", n.Prefix(), priority, tenant, taskType, key)

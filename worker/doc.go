@@ -43,6 +43,20 @@
 // worker, which takes the task over. A dead worker's lease expires after its
 // TTL and the survivors split its shards.
 //
+// Flow control: every worker watches the mesh's pauses and limits
+// ([kv.Limits], AX_CONTROL key "limits") and checks them before it claims a
+// task. A paused type's or tenant's task is naked with a delay and stays
+// READY. A concurrency limit's slots are kept in AX_LIMITS ([kv.LimitUse])
+// by compare-and-set, so no more than the limit are held at once; a slot is
+// taken before the claim and given back once the task is settled, and it
+// expires unless its worker renews it within its member TTL, so a dead
+// worker's slots come back within that TTL. A rate limit's start is taken
+// from a token bucket in AX_LIMITS once the task is claimed. A task held back
+// uses no attempt and no slot of the worker: it is parked on its worker
+// (at most the limit's size) until a slot is given back, or naked with a
+// delay; it is never dead-lettered for a limit. With nothing configured the
+// check does no I/O.
+//
 // Cancellation: a worker listens on "ax.worker.<id>.cancel"; an operator
 // who moved a running task to CANCELLED sends its id there and the handler's
 // context ends with [ErrCancelled]. A lost notice only delays the end: the

@@ -40,6 +40,11 @@ func (w *Worker) process(d *delivery) {
 	if env.unhandled && env.bad == nil && w.stillUnhandled(d, env) {
 		return
 	}
+	adm, admitted := w.admit(d, env) // paused or over a limit: naked, it waits (limits.go)
+	if !admitted {
+		return
+	}
+	defer adm.done()
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	claimed := env.trace.step("ax.claim")
 	rec, rev, ok := w.claim(ctx, d, env)
@@ -52,6 +57,9 @@ func (w *Worker) process(d *delivery) {
 	deadlinePassed := rec.Deadline != nil && time.Now().After(*rec.Deadline)
 	if env.unhandled && env.bad == nil && rec.Burying == "" && !deadlinePassed {
 		w.decline(d, env, rec, rev)
+		return
+	}
+	if !w.startRated(adm, d, env, rec, rev) {
 		return
 	}
 	w.stats.Started.Add(1)

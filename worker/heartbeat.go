@@ -19,6 +19,13 @@ type delivery struct {
 	since    time.Time   // when the task began to wait: the dispatch order
 	order    uint64      // arrival at the dispatch queue: breaks ties
 	log      *zap.Logger // the worker's; nil in tests
+	// park names the concurrency limit a slot's admission found full: the
+	// slot parks the delivery once process returns (limits.go). Only the
+	// slot that holds the delivery reads or writes it.
+	park string
+	// woken is set on a parked delivery handed back to the slots: its
+	// admission tries the limits even while others wait parked.
+	woken bool
 
 	mu       sync.Mutex
 	lastBeat time.Time // last ack-wait reset: receipt (queued as it arrives, so it is the delivery) or the send time of an answered in-progress (mu)

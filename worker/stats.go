@@ -16,11 +16,14 @@ type Stats struct {
 	// Unhandled counts deliveries put back because the worker has no
 	// handler for their type (they wait for a worker that has one).
 	Unhandled int64
+	// Paused counts deliveries held back because their type or tenant is
+	// paused, Limited those held back by a concurrency or rate limit.
+	Paused, Limited int64
 }
 
 // counters are the live outcome counters behind [Stats].
 type counters struct {
-	Started, Succeeded, Retried, Dead, Dropped, Abandoned, Unhandled atomic.Int64
+	Started, Succeeded, Retried, Dead, Dropped, Abandoned, Unhandled, Paused, Limited atomic.Int64
 }
 
 // Stats returns a snapshot of the worker's outcome counters. Each counter is
@@ -29,5 +32,6 @@ type counters struct {
 func (w *Worker) Stats() Stats {
 	c := &w.stats
 	return Stats{Started: c.Started.Load(), Succeeded: c.Succeeded.Load(), Retried: c.Retried.Load(),
-		Dead: c.Dead.Load(), Dropped: c.Dropped.Load(), Abandoned: c.Abandoned.Load(), Unhandled: c.Unhandled.Load()}
+		Dead: c.Dead.Load(), Dropped: c.Dropped.Load(), Abandoned: c.Abandoned.Load(), Unhandled: c.Unhandled.Load(),
+		Paused: c.Paused.Load(), Limited: c.Limited.Load()}
 }

@@ -45,6 +45,7 @@ type Worker struct {
 	serving     chan struct{}             // closed once the mesh's shards are first served
 	peers       atomic.Pointer[peerTypes] // what the live peers handle; nil with fixed shards
 	unhandled   unhandledTypes            // types put back lately for want of a handler
+	limits      limitState                // the mesh's pauses and limits, and the slots held here
 
 	stopping  atomic.Bool
 	stopCh    chan struct{} // closed when Stop begins
@@ -85,6 +86,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Worker, err
 		}
 	}
 	w.dispatch = newDispatchQueue()
+	w.limits.ready = make(chan struct{})
 	w.held.items = map[*delivery]struct{}{}
 	w.runCtx, w.runCancel = context.WithCancelCause(context.Background())
 	return w, nil
@@ -119,6 +121,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	if !w.cfg.Test.DisableHeartbeats {
 		w.loops.Go(w.heartbeats)
 	}
+	w.loops.Go(w.limitsLoop)
+	w.awaitLimits(ctx) // before any delivery: a paused or limited task must not slip through
 	if w.cfg.mesh {
 		m, err := w.newMember(ctx)
 		if err != nil {
@@ -275,6 +279,8 @@ func (w *Worker) slot() {
 			continue
 		}
 		w.process(d)
-		w.held.remove(d)
+		if !w.parkHeld(d) { // still held while it waits for a slot of its limit
+			w.held.remove(d)
+		}
 	}
 }

@@ -428,6 +428,49 @@ async function pageCron() {
           h("td", {}, j.upcoming.map((t) => h("div", {}, fmtTime(t)))), h("td", { class: "err" }, j.error || "")))));
 }
 
+// pageLimits lists the mesh-wide limits with their use and the paused
+// types and tenants, and sets, removes, pauses and resumes them.
+async function pageLimits() {
+  const r = await api("/api/limits");
+  const target = h("input", { id: "limit-target", placeholder: "type, tenant:NAME or key:PATTERN" });
+  const conc = h("input", { id: "limit-concurrency", type: "number", min: "0", placeholder: "concurrency" });
+  const rate = h("input", { id: "limit-rate", type: "number", min: "0", step: "any", placeholder: "rate/s" });
+  const burst = h("input", { id: "limit-burst", type: "number", min: "0", placeholder: "burst" });
+  const pauseType = h("input", { id: "pause-type", placeholder: "task type" });
+  const pauseTenant = h("input", { id: "pause-tenant", placeholder: "tenant" });
+  const num = (el) => (el.value === "" ? undefined : Number(el.value));
+  const done = (reply) => { if (reply) pageLimits(); };
+  main.replaceChildren(h("h2", {}, `Limits (${r.limits.length})`),
+    r.limits.length === 0 ? h("p", { class: "muted", id: "no-limits" }, "No limits: every task starts as soon as a worker slot takes it.") :
+      h("table", { id: "limits" }, h("tr", {}, ["target", "concurrency", "in use", "rate/s", "burst", "tokens", ""].map((c) => h("th", {}, c))),
+        r.limits.map((l) => h("tr", { "data-limit": l.target }, h("td", {}, l.target),
+          h("td", { class: "num" }, l.concurrency || "–"), h("td", { class: "num" }, l.concurrency ? l.in_use : "–"),
+          h("td", { class: "num" }, l.rate || "–"), h("td", { class: "num" }, l.rate ? (l.burst || 1) : "–"),
+          h("td", { class: "num" }, l.rate ? l.tokens.toFixed(1) : "–"),
+          h("td", {}, l.error ? h("span", { class: "err" }, l.error) : null,
+            actionButton("Remove", { "data-remove": l.target }, async () =>
+              done(await confirmAction(`Remove the limit of ${l.target}?`, "limit.rm", { target: l.target }))))))),
+    h("form", { id: "limit-form", onsubmit: async (e) => {
+      e.preventDefault();
+      done(await confirmAction(`Set the limit of ${target.value}? It replaces its limit, on every worker at once.`, "limit.set",
+        { target: target.value, concurrency: num(conc), rate: num(rate), burst: num(burst) }));
+    } }, target, conc, rate, burst, actionButton("Set limit", { type: "submit" })),
+    h("h2", {}, `Paused (${r.paused.length})`),
+    r.paused.length === 0 ? h("p", { class: "muted", id: "no-paused" }, "Nothing paused.") :
+      h("table", { id: "paused" }, h("tr", {}, ["target", "since", ""].map((c) => h("th", {}, c))),
+        r.paused.map((p) => {
+          const body = p.target.startsWith("tenant:") ? { tenant: p.target.slice(7) } : { type: p.target };
+          return h("tr", { "data-paused": p.target }, h("td", {}, p.target), h("td", {}, fmtTime(p.at)),
+            h("td", {}, actionButton("Resume", { "data-resume": p.target }, async () =>
+              done(await confirmAction(`Resume ${p.target}? Its tasks start within 5 s.`, "resume", body)))));
+        })),
+    h("form", { id: "pause-form", onsubmit: async (e) => {
+      e.preventDefault();
+      const body = pauseTenant.value ? { tenant: pauseTenant.value } : { type: pauseType.value };
+      done(await confirmAction(`Pause ${JSON.stringify(body)}? No worker starts its tasks until it is resumed.`, "pause", body));
+    } }, pauseType, pauseTenant, actionButton("Pause", { type: "submit" })));
+}
+
 function route() {
   const [path, query] = location.hash.replace(/^#\/?/, "").split("?");
   const params = new URLSearchParams(query || "");
@@ -436,6 +479,7 @@ function route() {
   const pages = {
     "": ["overview", renderOverview], workers: ["workers", pageWorkers], tasks: ["tasks", () => pageTasks(params)],
     task: ["tasks", () => pageTask(id, params.get("tenant"))], dlq: ["dlq", () => pageDLQ(params)], cron: ["cron", pageCron],
+    limits: ["limits", pageLimits],
   };
   const [name, fn] = pages[page] || pages[""];
   return { page: page === "" ? "overview" : page, nav: name, render: async () => {

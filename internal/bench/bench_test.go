@@ -89,3 +89,15 @@ func TestFloorDoesAxsOperations(t *testing.T) {
 	// The pipelined plan reads a pull's records in one request.
 	require.Less(t, requests["floor-pipelined"], 0.5, "requests per task %v", requests)
 }
+
+// The limits scenario runs at a small size: the handlers never see more
+// limited executions at once than the limit, and the limit is used.
+func TestLimitsScenarioRuns(t *testing.T) {
+	r, err := bench.Limits(context.Background(), bench.Options{Tasks: 300, Concurrency: 16, Workers: 3, Payload: 64})
+	require.NoError(t, err)
+	require.LessOrEqual(t, r.Extra["peak_concurrent"], float64(bench.LimitsConcurrency))
+	require.Equal(t, float64(bench.LimitsConcurrency), r.Extra["peak_concurrent"])
+	require.Positive(t, r.Extra["utilisation"])
+	require.Positive(t, r.Extra["free_ratio_to_alone"])
+	t.Logf("%+v", r.Extra)
+}

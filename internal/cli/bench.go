@@ -140,6 +140,9 @@ func (f *benchFlags) scenarios() map[string]benchScenario {
 		"delay": {tasks: 10_000, run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
 			return single(bench.Delay(ctx, o, f.window))
 		}},
+		"limits": {tasks: 2_000, workers: 3, slots: 64, run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
+			return single(bench.Limits(ctx, o))
+		}},
 		"article": {tasks: 500_000, workers: 8, slots: 16, run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
 			return single(bench.Article(ctx, o, bench.ArticleOptions{TimeScale: f.timeScale, Tenants: f.tenants}))
 		}},
@@ -182,7 +185,12 @@ statistics. See docs/BENCHMARKS.md.
   latency     a paced load (--rate for --duration): submit-to-start latency
   priority    a P4 backlog of N tasks, then P0 tasks at --rate: P0 latency
   article     the design article's load test, scaled (--tasks, --time-scale)
-  delay       N delayed tasks due within --window: release lateness p50/p99/max`,
+  delay       N delayed tasks due within --window: release lateness p50/p99/max
+  limits      3 workers x 64 slots: N no-op tasks of one type alone, then N tasks
+              of a type limited to 10 at once mesh-wide (20 ms each) beside N more
+              of the first: the peak of limited executions at once (counted by
+              the handlers), the limit's utilisation while tasks waited, and the
+              unlimited type's rate beside the limited one over its rate alone`,
 		Args:      cobra.ExactArgs(1),
 		ValidArgs: names,
 		RunE: func(cmd *cobra.Command, args []string) error {

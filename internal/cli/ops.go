@@ -198,6 +198,9 @@ func statsCommand(e *env) *cobra.Command {
 			printReconciler(e, reply.Reconciler)
 			printRejects(e, reply.Rejects)
 			printUnserved(e, reply.Unserved)
+			if reply.Limits != nil {
+				printLimits(e.out, reply.Limits, time.Now())
+			}
 			if reply.Truncated {
 				fmt.Fprintf(e.out, "the reply was cut to fit the server's max_payload: %d task types (the fewest finished) and %d unserved types (the shallowest) left out\n",
 					reply.TypesOmitted, reply.UnservedOmitted)

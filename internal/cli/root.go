@@ -78,6 +78,7 @@ func Execute(ctx context.Context, args []string, out, errOut io.Writer) int {
 // registrations add the command groups to the root, one per file.
 var registrations = []func(*cobra.Command, *env){
 	addDev, addServer, addProvision, addWorker, addSubmit, addTask, addBench, addOps, addScheduler, addCron, addPools, addDashboard,
+	addLimits,
 }
 
 // NewRoot builds the ax command tree.

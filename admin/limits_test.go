@@ -1,0 +1,79 @@
+package admin_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/stretchr/testify/require"
+)
+
+// Limits and pauses set through the management API land in AX_CONTROL's
+// limits key, where workers read them; limit.ls and stats show them with
+// their use; limit.rm and resume take them away.
+func TestAdminLimitsAndPauses(t *testing.T) {
+	t.Parallel()
+	b := setupAdmin(t)
+	ctx := context.Background()
+	_, err := b.api.SetLimit(ctx, "email", kv.Limit{Concurrency: 10})
+	require.NoError(t, err)
+	_, err = b.api.SetLimit(ctx, "tenant:acme", kv.Limit{Rate: 100, Burst: 20})
+	require.NoError(t, err)
+	_, err = b.api.SetLimit(ctx, "key:order-*", kv.Limit{Concurrency: 2, Rate: 5})
+	require.NoError(t, err)
+	_, err = b.api.SetLimit(ctx, "a.b", kv.Limit{Concurrency: 1})
+	requireCode(t, err, admin.CodeBadRequest, "bad limit target")
+	_, err = b.api.PauseTasksOf(ctx, admin.PauseRequest{Type: "report"})
+	require.NoError(t, err)
+	reply, err := b.api.PauseTasksOf(ctx, admin.PauseRequest{Tenant: "globex"})
+	require.NoError(t, err)
+	require.Len(t, reply.Limits, 3)
+	require.Equal(t, []string{"report", "tenant:globex"}, []string{reply.Paused[0].Target, reply.Paused[1].Target})
+
+	use, err := kv.NewLimitUse(ctx, b.js, streams.Names{})
+	require.NoError(t, err)
+	ok, err := use.Acquire(ctx, "email", 10, "w/1", 60e9)
+	require.NoError(t, err)
+	require.True(t, ok)
+	control, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	require.NoError(t, err)
+	stored, _, err := kv.ReadLimits(ctx, control)
+	require.NoError(t, err)
+	require.Equal(t, kv.Limit{Concurrency: 10}, stored.Limits["email"])
+	require.Equal(t, kv.Limit{Rate: 100, Burst: 20}, stored.Limits["tenant:acme"])
+	require.Contains(t, stored.Paused, "report")
+
+	list, err := b.api.Limits(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "email", list.Limits[0].Target)
+	require.Equal(t, 1, list.Limits[0].InUse)
+	require.Equal(t, "key:order-*", list.Limits[1].Target)
+	require.Equal(t, "tenant:acme", list.Limits[2].Target)
+	require.InDelta(t, 20, list.Limits[2].Tokens, 0.001)
+	require.Nil(t, list.Limits[0].Waiting, "limit.ls does not scan the records")
+	b.submit(t, ax.TaskSpec{Type: "email", Tenant: "acme", Key: "order-1"})
+	b.submit(t, ax.TaskSpec{Type: "report", Tenant: "initech", Key: "r"})
+	var stats admin.StatsReply
+	require.NoError(t, b.call(t, admin.VerbStats, admin.StatsRequest{}, &stats))
+	require.NotNil(t, stats.Limits)
+	require.Len(t, stats.Limits.Limits, 3)
+	require.Len(t, stats.Limits.Paused, 2)
+	waiting := map[string]int{}
+	for _, l := range stats.Limits.Limits {
+		waiting[l.Target] = *l.Waiting
+	}
+	for _, p := range stats.Limits.Paused {
+		waiting[p.Target] = *p.Waiting
+	}
+	require.Equal(t, map[string]int{"email": 1, "key:order-*": 1, "tenant:acme": 1, "report": 1, "tenant:globex": 0}, waiting)
+
+	_, err = b.api.RemoveLimit(ctx, "email")
+	require.NoError(t, err)
+	reply, err = b.api.ResumeTasksOf(ctx, admin.PauseRequest{Type: "report"})
+	require.NoError(t, err)
+	require.Len(t, reply.Limits, 2)
+	require.Len(t, reply.Paused, 1)
+}

@@ -1,0 +1,225 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/worker"
+	"go.uber.org/zap"
+)
+
+// Figures of the limits scenario.
+const (
+	// LimitsConcurrency is the limit of the limited type.
+	LimitsConcurrency = 10
+	// limitsHold is how long a limited task's handler runs.
+	limitsHold = 20 * time.Millisecond
+	// limitsBatch is the size of a submit batch.
+	limitsBatch = 500
+)
+
+// execGauge counts the executions of a handler running at once, from the
+// handlers themselves, with the time of each change.
+type execGauge struct {
+	mu     sync.Mutex
+	now    int
+	peak   int
+	events []gaugeEvent
+}
+
+type gaugeEvent struct {
+	at      time.Time
+	running int
+}
+
+func (g *execGauge) change(delta int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.now += delta
+	g.peak = max(g.peak, g.now)
+	g.events = append(g.events, gaugeEvent{at: time.Now(), running: g.now})
+}
+
+// utilisation is the mean of running/limit between from and to.
+func (g *execGauge) utilisation(limit int, from, to time.Time) float64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !to.After(from) {
+		return 0
+	}
+	var area float64
+	running, last := 0, from
+	for _, e := range g.events {
+		if e.at.After(to) {
+			break
+		}
+		if e.at.After(from) {
+			area += float64(min(running, limit)) * e.at.Sub(last).Seconds()
+			last = e.at
+		}
+		running = e.running
+	}
+	area += float64(min(running, limit)) * to.Sub(last).Seconds()
+	return area / (float64(limit) * to.Sub(from).Seconds())
+}
+
+// lastStart is when the handler last started an execution.
+func (g *execGauge) lastStart() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var at time.Time
+	for i, e := range g.events {
+		if i == 0 || e.running > g.events[i-1].running {
+			at = e.at
+		}
+	}
+	return at
+}
+
+// Limits runs o.Workers workers of o.Concurrency slots with two task
+// types: "partner", limited to [LimitsConcurrency] running at once
+// mesh-wide, whose handler runs 20 ms, and "free", unlimited, a no-op. It
+// first runs o.Tasks free tasks alone, then o.Tasks partner tasks with
+// o.Tasks free tasks beside them, and reports the peak of partner
+// executions at once (counted by the handlers), the limit's utilisation
+// while partner tasks waited, and the free type's rate with the limited
+// type beside it over its rate alone.
+func Limits(ctx context.Context, o Options) (*Result, error) {
+	r, err := newRun(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	limits, err := json.Marshal(kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: LimitsConcurrency}}})
+	if err != nil {
+		return nil, err
+	}
+	control, err := r.js.KeyValue(ctx, r.names.ControlBucket())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := control.Put(ctx, kv.LimitsKey, limits); err != nil {
+		return nil, err
+	}
+	var partner execGauge
+	var freeDone, partnerDone counter
+	reg := worker.NewRegistry()
+	if err := reg.Handle("partner", func(ctx context.Context, _ *worker.Task) error {
+		partner.change(1)
+		defer partner.change(-1)
+		select {
+		case <-time.After(limitsHold):
+		case <-ctx.Done():
+		}
+		partnerDone.n.Add(1)
+		return nil
+	}, nil); err != nil {
+		return nil, err
+	}
+	if err := reg.Handle("free", func(context.Context, *worker.Task) error {
+		freeDone.n.Add(1)
+		return nil
+	}, nil); err != nil {
+		return nil, err
+	}
+	for range o.Workers {
+		w, err := worker.New(ctx, r.js, &worker.Config{Names: r.names, Registry: reg, Concurrency: o.Concurrency, Logger: zap.NewNop()})
+		if err == nil {
+			err = w.Start(ctx)
+		}
+		if err != nil {
+			return nil, err
+		}
+		r.workers = append(r.workers, w)
+	}
+
+	// The free type alone.
+	bar := startProgress(o.Progress, "free alone", o.Tasks, freeDone.load)
+	start := time.Now()
+	if err := r.submitMany(ctx, "free", o.Tasks); err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, func() bool { return freeDone.load() >= int64(o.Tasks) }); err != nil {
+		return nil, err
+	}
+	bar.end()
+	alone := float64(o.Tasks) / time.Since(start).Seconds()
+
+	// The limited type, and the free type beside it.
+	freeDone.n.Store(0)
+	bar = startProgress(o.Progress, "limited", o.Tasks, partnerDone.load)
+	before, start := r.usage(), time.Now()
+	errs := make(chan error, 2)
+	var freeTook time.Duration
+	var wg sync.WaitGroup
+	wg.Go(func() { errs <- r.submitMany(ctx, "partner", o.Tasks) })
+	wg.Go(func() {
+		if err := r.submitMany(ctx, "free", o.Tasks); err != nil {
+			errs <- err
+			return
+		}
+		errs <- waitFor(ctx, func() bool { return freeDone.load() >= int64(o.Tasks) })
+		freeTook = time.Since(start)
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := waitFor(ctx, func() bool { return partnerDone.load() >= int64(o.Tasks) }); err != nil {
+		return nil, err
+	}
+	elapsed := time.Since(start)
+	after := r.usage()
+	bar.end()
+	var firstStart time.Time
+	partner.mu.Lock()
+	if len(partner.events) > 0 {
+		firstStart = partner.events[0].at
+	}
+	peak := partner.peak
+	partner.mu.Unlock()
+	res := &Result{Scenario: "limits", Sync: o.Sync, Workers: o.Workers, Concurrency: o.Concurrency}
+	measure(res, o.Tasks, elapsed, before, after)
+	beside := float64(o.Tasks) / freeTook.Seconds()
+	var held int64
+	for _, w := range r.workers {
+		held += w.Stats().Limited
+	}
+	res.Extra = map[string]float64{
+		"limit":                  LimitsConcurrency,
+		"peak_concurrent":        float64(peak),
+		"utilisation":            partner.utilisation(LimitsConcurrency, firstStart, partner.lastStart()),
+		"free_alone_per_s":       alone,
+		"free_beside_per_s":      beside,
+		"free_ratio_to_alone":    beside / alone,
+		"held_back_per_task":     float64(held) / float64(o.Tasks),
+		"limited_ideal_seconds":  float64(o.Tasks) * limitsHold.Seconds() / LimitsConcurrency,
+		"limited_actual_seconds": elapsed.Seconds(),
+	}
+	if peak > LimitsConcurrency {
+		return res, fmt.Errorf("limits: %d partner tasks ran at once, above the limit of %d", peak, LimitsConcurrency)
+	}
+	return res, nil
+}
+
+// submitMany submits n tasks of taskType in batches.
+func (r *run) submitMany(ctx context.Context, taskType string, n int) error {
+	for i := 0; i < n; i += limitsBatch {
+		specs := make([]ax.TaskSpec, 0, limitsBatch)
+		for range min(limitsBatch, n-i) {
+			specs = append(specs, ax.TaskSpec{Type: taskType, Priority: ax.P2})
+		}
+		if _, err := r.client.SubmitBatch(ctx, specs); err != nil {
+			return fmt.Errorf("limits submit %s: %w", taskType, err)
+		}
+	}
+	return nil
+}

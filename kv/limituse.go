@@ -1,0 +1,229 @@
+package kv
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// limitTries bounds the compare-and-set rounds of one change of a limit's
+// use; past it the change fails with [ErrConflict].
+const limitTries = 32
+
+// LimitUse keeps the use of the mesh-wide limits ([Limits]) in the limits
+// bucket (AX_LIMITS): per concurrency limit one key, "c.<hash>", holding
+// the slots held and when each expires; per rate limit one key,
+// "r.<hash>", holding a token bucket. Every change is a compare-and-set on
+// the revision read, so two workers never take the same last slot or
+// token. A slot names its holder and expires unless renewed: a worker that
+// dies holding slots gives them back within their TTL.
+type LimitUse struct {
+	bucket jetstream.KeyValue
+}
+
+// NewLimitUse binds the limits bucket of names.
+func NewLimitUse(ctx context.Context, js jetstream.JetStream, names streams.Names) (*LimitUse, error) {
+	b, err := js.KeyValue(ctx, names.LimitsBucket())
+	if err != nil {
+		return nil, fmt.Errorf("bind %s: %w", names.LimitsBucket(), err)
+	}
+	return &LimitUse{bucket: b}, nil
+}
+
+// SlotsKey returns the key of target's concurrency slots in AX_LIMITS:
+// "c." and the first 32 hex digits of the SHA-256 of the target.
+func SlotsKey(target string) string { return "c." + targetHash(target) }
+
+// RateKey returns the key of target's token bucket in AX_LIMITS: "r." and
+// the first 32 hex digits of the SHA-256 of the target.
+func RateKey(target string) string { return "r." + targetHash(target) }
+
+func targetHash(target string) string {
+	sum := sha256.Sum256([]byte(target))
+	return hex.EncodeToString(sum[:16])
+}
+
+// Slots is the value of a concurrency limit's key: the slots held, each
+// by a holder (a worker id, "/" and a token of the execution) until its
+// expiry (Unix milliseconds).
+type Slots struct {
+	Target  string           `json:"target"`
+	Holders map[string]int64 `json:"holders"`
+}
+
+// live drops the slots expired at now and returns how many remain.
+func (s *Slots) live(now time.Time) int {
+	for h, exp := range s.Holders {
+		if exp <= now.UnixMilli() {
+			delete(s.Holders, h)
+		}
+	}
+	return len(s.Holders)
+}
+
+// TokenBucket is the value of a rate limit's key: the tokens left at At
+// (Unix nanoseconds); they grow by the rate per second up to the burst.
+type TokenBucket struct {
+	Target string  `json:"target"`
+	Tokens float64 `json:"tokens"`
+	At     int64   `json:"at"`
+}
+
+// change reads key, lets fn change the decoded value v (found false: no
+// key) and writes it back by compare-and-set when fn says so, trying again
+// on a conflict.
+func change[T any](ctx context.Context, u *LimitUse, key string, fn func(v *T, found bool) (write bool, err error)) error {
+	for range limitTries {
+		var v T
+		var rev uint64
+		entry, err := u.bucket.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			return fmt.Errorf("read %s: %w", key, err)
+		case entry.Operation() == jetstream.KeyValuePut:
+			rev = entry.Revision()
+			if err := json.Unmarshal(entry.Value(), &v); err != nil {
+				return fmt.Errorf("decode %s: %w", key, err)
+			}
+		default:
+			rev = entry.Revision()
+		}
+		write, err := fn(&v, rev != 0)
+		if err != nil || !write {
+			return err
+		}
+		data, err := json.Marshal(&v)
+		if err != nil {
+			return fmt.Errorf("encode %s: %w", key, err)
+		}
+		if rev == 0 {
+			_, err = u.bucket.Create(ctx, key, data)
+		} else {
+			_, err = u.bucket.Update(ctx, key, data, rev)
+		}
+		if IsRevisionMismatch(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("write %s: %w", key, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("write %s: %w", key, ErrConflict)
+}
+
+// Acquire takes one of target's n slots for holder, until now + ttl, and
+// reports whether it got one (false: all n are held).
+func (u *LimitUse) Acquire(ctx context.Context, target string, n int, holder string, ttl time.Duration) (bool, error) {
+	got := false
+	err := change(ctx, u, SlotsKey(target), func(s *Slots, _ bool) (bool, error) {
+		now := time.Now()
+		got = false
+		if s.Holders == nil {
+			s.Holders = map[string]int64{}
+		}
+		s.Target = target
+		if s.live(now) >= n {
+			return false, nil
+		}
+		s.Holders[holder] = now.Add(ttl).UnixMilli()
+		got = true
+		return true, nil
+	})
+	return got && err == nil, err
+}
+
+// Release gives holder's slot of target back (nothing if it holds none).
+func (u *LimitUse) Release(ctx context.Context, target, holder string) error {
+	return change(ctx, u, SlotsKey(target), func(s *Slots, _ bool) (bool, error) {
+		if _, ok := s.Holders[holder]; !ok {
+			return false, nil
+		}
+		delete(s.Holders, holder)
+		s.live(time.Now())
+		return true, nil
+	})
+}
+
+// Renew extends the slots of target that holders hold to now + ttl. It
+// returns the holders whose slot had expired (given to others meanwhile,
+// or soon): they are not renewed.
+func (u *LimitUse) Renew(ctx context.Context, target string, holders []string, ttl time.Duration) ([]string, error) {
+	var lost []string
+	err := change(ctx, u, SlotsKey(target), func(s *Slots, _ bool) (bool, error) {
+		now := time.Now()
+		lost = lost[:0]
+		s.live(now)
+		for _, h := range holders {
+			if _, ok := s.Holders[h]; !ok {
+				lost = append(lost, h)
+				continue
+			}
+			s.Holders[h] = now.Add(ttl).UnixMilli()
+		}
+		return len(lost) < len(holders), nil
+	})
+	return lost, err
+}
+
+// InUse returns how many of target's slots are held now.
+func (u *LimitUse) InUse(ctx context.Context, target string) (int, error) {
+	n := 0
+	err := change(ctx, u, SlotsKey(target), func(s *Slots, _ bool) (bool, error) {
+		n = s.live(time.Now())
+		return false, nil
+	})
+	return n, err
+}
+
+// refill brings b to now under rate and capacity.
+func (b *TokenBucket) refill(now time.Time, rate float64, capacity float64, found bool) {
+	if !found {
+		b.Tokens, b.At = capacity, now.UnixNano()
+		return
+	}
+	if elapsed := now.UnixNano() - b.At; elapsed > 0 {
+		b.Tokens = min(capacity, b.Tokens+rate*float64(elapsed)/float64(time.Second))
+		b.At = now.UnixNano()
+	}
+}
+
+// Take takes one start from target's token bucket (rate per second, at
+// most max(burst, 1) at once). It returns 0 if it took one, else how long
+// until a token is due.
+func (u *LimitUse) Take(ctx context.Context, target string, rate float64, burst int) (time.Duration, error) {
+	capacity := float64(max(burst, 1))
+	var wait time.Duration
+	err := change(ctx, u, RateKey(target), func(b *TokenBucket, found bool) (bool, error) {
+		now := time.Now()
+		b.Target = target
+		b.refill(now, rate, capacity, found)
+		if b.Tokens < 1 {
+			wait = time.Duration((1 - b.Tokens) / rate * float64(time.Second))
+			return false, nil
+		}
+		wait = 0
+		b.Tokens--
+		return true, nil
+	})
+	return wait, err
+}
+
+// Tokens returns the tokens target's bucket holds now.
+func (u *LimitUse) Tokens(ctx context.Context, target string, rate float64, burst int) (float64, error) {
+	var tokens float64
+	err := change(ctx, u, RateKey(target), func(b *TokenBucket, found bool) (bool, error) {
+		b.refill(time.Now(), rate, float64(max(burst, 1)), found)
+		tokens = b.Tokens
+		return false, nil
+	})
+	return tokens, err
+}

@@ -1,0 +1,624 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"go.uber.org/zap"
+)
+
+// Flow control: the mesh's pauses and limits ([kv.Limits] in AX_CONTROL)
+// are watched by every worker and checked before a task's claim, so that a
+// task held back writes nothing and uses none of its attempts: its message
+// is naked with a delay and waits in its bucket, and the slot that took it
+// takes the next message. With nothing configured the check reads one
+// pointer and does no I/O.
+const (
+	// limitedPoll is how often a worker tries again the oldest delivery
+	// parked for each concurrency limit (besides when it gives back a slot
+	// of the limit itself).
+	limitedPoll = 50 * time.Millisecond
+	// pausedFirstDelay is the nak delay of a paused task's first
+	// delivery; it doubles with each delivery up to pausedMaxDelay, which
+	// bounds how long a resumed task waits to start.
+	pausedFirstDelay = 500 * time.Millisecond
+	pausedMaxDelay   = 5 * time.Second
+	// limitedFirstDelay is the nak delay of a task over a limit; it
+	// doubles with each delivery up to limitedMaxDelay (plus up to half
+	// of it at random, so that waiting tasks spread out).
+	limitedFirstDelay = 50 * time.Millisecond
+	limitedMaxDelay   = time.Second
+	// limitsRetry is how long the watch of the limits waits after a
+	// failure before it watches again.
+	limitsRetry = time.Second
+	// limitsFirstWait bounds how long Start waits for the limits.
+	limitsFirstWait = 5 * time.Second
+	// maxParked bounds the deliveries a worker parks per limit.
+	maxParked = 64
+)
+
+// ActionRateLimited is the trail action of a claimed task put back READY,
+// its attempt not counted, because another worker took the last start its
+// rate limit had to give between its admission and its claim.
+const ActionRateLimited = "rate_limited"
+
+// Reasons a task is held back, as a [HoldObserver] hears them.
+const (
+	HeldPaused  = "paused"
+	HeldLimited = "limited"
+)
+
+// HoldObserver, when the [Config.Observer] implements it too, hears about
+// every delivery held back by a pause or a limit (reason [HeldPaused] or
+// [HeldLimited]). It must not block.
+type HoldObserver interface {
+	TaskHeldBack(taskType, tenant, reason string)
+}
+
+// heldBack reports a delivery held back to the observer.
+func (w *Worker) heldBack(env *envelope, reason string) {
+	if o, ok := w.cfg.Observer.(HoldObserver); ok {
+		o.TaskHeldBack(env.stored.Type, env.stored.Tenant, reason)
+	}
+}
+
+// errWatchClosed means nats.go closed the watch of the limits.
+var errWatchClosed = errors.New("watch limits: closed")
+
+// flowTable is a worker's compiled view of [kv.Limits].
+type flowTable struct {
+	pausedTypes   map[string]bool
+	pausedTenants map[string]bool
+	types         map[string]kv.Limit // by task type
+	tenants       map[string]kv.Limit // by tenant
+	keys          []keyLimit
+}
+
+type keyLimit struct {
+	pattern string
+	limit   kv.Limit
+}
+
+// boundLimit is a limit that applies to a task, named by its target.
+type boundLimit struct {
+	target string
+	limit  kv.Limit
+}
+
+// compileFlow compiles l; it returns the targets it ignores (not a task
+// type, tenant:NAME or key:PATTERN, or a limit that is not valid), which
+// only a value written by hand can hold.
+func compileFlow(l kv.Limits) (*flowTable, []string) {
+	if l.Empty() {
+		return nil, nil
+	}
+	t := &flowTable{pausedTypes: map[string]bool{}, pausedTenants: map[string]bool{},
+		types: map[string]kv.Limit{}, tenants: map[string]kv.Limit{}}
+	var ignored []string
+	for target := range l.Paused {
+		kind, name, err := kv.ParseTarget(target, true)
+		switch {
+		case err != nil:
+			ignored = append(ignored, "paused "+target)
+		case kind == "tenant":
+			t.pausedTenants[name] = true
+		default:
+			t.pausedTypes[name] = true
+		}
+	}
+	for _, target := range l.Targets() {
+		limit := l.Limits[target]
+		kind, name, err := kv.ParseTarget(target, false)
+		if err != nil || limit.Validate() != nil {
+			ignored = append(ignored, target)
+			continue
+		}
+		switch kind {
+		case "tenant":
+			t.tenants[name] = limit
+		case "key":
+			t.keys = append(t.keys, keyLimit{pattern: name, limit: limit})
+		default:
+			t.types[name] = limit
+		}
+	}
+	return t, ignored
+}
+
+func (t *flowTable) paused(taskType, tenant string) bool {
+	return t.pausedTypes[taskType] || t.pausedTenants[tenant]
+}
+
+// match returns the limits that apply to a task, in a fixed order.
+func (t *flowTable) match(taskType, tenant, key string) []boundLimit {
+	var out []boundLimit
+	if l, ok := t.types[taskType]; ok {
+		out = append(out, boundLimit{target: taskType, limit: l})
+	}
+	if l, ok := t.tenants[tenant]; ok {
+		out = append(out, boundLimit{target: kv.TenantTargetPrefix + tenant, limit: l})
+	}
+	for _, k := range t.keys {
+		if kv.MatchKey(k.pattern, key) {
+			out = append(out, boundLimit{target: kv.KeyTargetPrefix + k.pattern, limit: k.limit})
+		}
+	}
+	return out
+}
+
+// limitState is a worker's flow control state.
+type limitState struct {
+	table atomic.Pointer[flowTable] // nil: nothing paused or limited
+	ready chan struct{}             // closed once the limits were first read
+	once  sync.Once
+
+	mu     sync.Mutex
+	use    *kv.LimitUse                   // bound at first use (mu)
+	holds  map[string]map[string]struct{} // target -> holders of its slots here (mu)
+	parked map[string][]*delivery         // target -> deliveries waiting here for one of its slots, oldest first (mu)
+	closed bool                           // no more parking: the slots have returned (mu)
+}
+
+// limitUse returns the bound limits bucket.
+func (w *Worker) limitUse(ctx context.Context) (*kv.LimitUse, error) {
+	w.limits.mu.Lock()
+	defer w.limits.mu.Unlock()
+	if w.limits.use != nil {
+		return w.limits.use, nil
+	}
+	use, err := kv.NewLimitUse(ctx, w.js, w.cfg.Names)
+	if err != nil {
+		return nil, err
+	}
+	w.limits.use = use
+	return use, nil
+}
+
+// limitsLoop watches the limits in AX_CONTROL, renews the slots held here
+// and tries the parked deliveries again, until every slot has returned. A
+// failed watch is made again after limitsRetry; renewals go on meanwhile.
+func (w *Worker) limitsLoop() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	renew := time.NewTicker(w.cfg.MemberTTL / 3)
+	defer renew.Stop()
+	poll := time.NewTicker(limitedPoll)
+	defer poll.Stop()
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	var watch jetstream.KeyWatcher
+	var updates <-chan jetstream.KeyValueEntry // nil while there is no watch
+	stopWatch := func() {
+		if watch != nil {
+			_ = kv.StopWatch(watch)
+			watch, updates = nil, nil
+		}
+	}
+	defer stopWatch()
+	for {
+		select {
+		case <-w.slotsDone:
+			w.closeParking()
+			return
+		case <-renew.C:
+			w.renewSlots(ctx)
+		case <-poll.C:
+			w.unparkOldest()
+		case <-retry.C:
+			var err error
+			if watch, err = w.watchLimits(ctx); err != nil {
+				w.limits.once.Do(func() { close(w.limits.ready) }) // serve without limits meanwhile
+				w.log.Warn("limits_watch_failed", zap.Error(err))
+				retry.Reset(limitsRetry)
+				continue
+			}
+			updates = watch.Updates()
+		case e, ok := <-updates:
+			if !ok {
+				stopWatch()
+				w.log.Warn("limits_watch_failed", zap.Error(errWatchClosed))
+				retry.Reset(limitsRetry)
+				continue
+			}
+			w.applyLimits(e)
+		}
+	}
+}
+
+// watchLimits starts a watch of the limits key.
+func (w *Worker) watchLimits(ctx context.Context) (jetstream.KeyWatcher, error) {
+	bctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	control, err := w.js.KeyValue(bctx, w.cfg.Names.ControlBucket())
+	if err != nil {
+		return nil, fmt.Errorf("bind %s: %w", w.cfg.Names.ControlBucket(), err)
+	}
+	watch, err := control.Watch(ctx, kv.LimitsKey)
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", kv.LimitsKey, err)
+	}
+	return watch, nil
+}
+
+// applyLimits applies an update of the limits key (nil: the watch's
+// initial values were delivered).
+func (w *Worker) applyLimits(e jetstream.KeyValueEntry) {
+	if e == nil {
+		w.limits.once.Do(func() { close(w.limits.ready) })
+		return
+	}
+	var limits kv.Limits
+	if e.Operation() == jetstream.KeyValuePut {
+		var err error
+		if limits, err = kv.DecodeLimits(e.Value()); err != nil {
+			w.log.Error("limits_decode", zap.Uint64("revision", e.Revision()), zap.Error(err))
+			return // keep the last good limits
+		}
+	}
+	table, ignored := compileFlow(limits)
+	if len(ignored) > 0 {
+		w.log.Error("limits_ignored", zap.Strings("targets", ignored), zap.Uint64("revision", e.Revision()))
+	}
+	w.limits.table.Store(table)
+	w.unparkAll() // each tries the new limits
+	w.log.Info("limits_changed", zap.Int("limits", len(limits.Limits)), zap.Int("paused", len(limits.Paused)))
+}
+
+// awaitLimits waits until the limits were first read, at most
+// limitsFirstWait.
+func (w *Worker) awaitLimits(ctx context.Context) {
+	timer := time.NewTimer(limitsFirstWait)
+	defer timer.Stop()
+	select {
+	case <-w.limits.ready:
+	case <-ctx.Done():
+	case <-timer.C:
+		w.log.Warn("limits_slow", zap.Duration("waited", limitsFirstWait))
+	}
+}
+
+// renewSlots extends every slot held here by the member TTL.
+func (w *Worker) renewSlots(ctx context.Context) {
+	w.limits.mu.Lock()
+	held := make(map[string][]string, len(w.limits.holds))
+	for target, hs := range w.limits.holds {
+		for h := range hs {
+			held[target] = append(held[target], h)
+		}
+	}
+	use := w.limits.use
+	w.limits.mu.Unlock()
+	for target, holders := range held {
+		rctx, cancel := context.WithTimeout(ctx, opTimeout)
+		lost, err := use.Renew(rctx, target, holders, w.cfg.MemberTTL)
+		cancel()
+		if err != nil || len(lost) > 0 {
+			w.log.Warn("limit_slots_not_renewed", zap.String("target", target), zap.Strings("lost", lost), zap.Error(err))
+		}
+	}
+}
+
+func (w *Worker) noteHold(target, holder string, held bool) {
+	w.limits.mu.Lock()
+	defer w.limits.mu.Unlock()
+	if w.limits.holds == nil {
+		w.limits.holds = map[string]map[string]struct{}{}
+	}
+	if held {
+		if w.limits.holds[target] == nil {
+			w.limits.holds[target] = map[string]struct{}{}
+		}
+		w.limits.holds[target][holder] = struct{}{}
+		return
+	}
+	delete(w.limits.holds[target], holder)
+	if len(w.limits.holds[target]) == 0 {
+		delete(w.limits.holds, target)
+	}
+}
+
+// admission is what a delivery admitted under the limits holds: the
+// slots it took, and the rate limits whose start it takes once claimed.
+type admission struct {
+	release func()
+	rates   []boundLimit
+}
+
+// done gives back the slots the admission took; call it once the task is
+// settled.
+func (a *admission) done() {
+	if a != nil && a.release != nil {
+		a.release()
+	}
+}
+
+// admit decides, before the claim, whether a delivery's task may start
+// under the mesh's pauses and limits: not while its type or tenant is
+// paused; only with a slot of each concurrency limit it falls under, which
+// it takes; only while each rate limit has a start to give (taken after
+// the claim, [Worker.startRated], so that the start is counted when the
+// handler is about to run). If not, it naks the message with a delay and
+// reports false.
+func (w *Worker) admit(d *delivery, env *envelope) (*admission, bool) {
+	t := w.limits.table.Load()
+	if t == nil || env.bad != nil || env.unhandled {
+		return nil, true
+	}
+	s := env.stored
+	if t.paused(s.Type, s.Tenant) {
+		w.stats.Paused.Add(1)
+		w.heldBack(env, HeldPaused)
+		delay := min(pausedFirstDelay<<min(max(env.delivered, 1)-1, 8), pausedMaxDelay)
+		_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
+		return nil, false
+	}
+	bound := t.match(s.Type, s.Tenant, s.Key)
+	if len(bound) == 0 {
+		return nil, true
+	}
+	woken := d.woken
+	d.woken = false
+	if !woken {
+		// Deliveries parked here wait for a full limit of this task's:
+		// it joins them (or waits in its bucket) without asking, so that
+		// a backlog of a full limit costs no round trip per delivery.
+		if full, ok := w.parkedFor(bound); ok {
+			w.parkOrHoldBack(d, env, full, 0)
+			return nil, false
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	adm, full, wait, err := w.takeLimits(ctx, bound)
+	if err != nil {
+		w.log.Warn("limit_check_failed", zap.String("task_id", env.id), zap.Error(err))
+	}
+	if adm != nil {
+		return adm, true
+	}
+	if err == nil && full.target != "" {
+		w.parkOrHoldBack(d, env, full, wait)
+		return nil, false
+	}
+	w.holdBack(d, env, wait)
+	return nil, false
+}
+
+// parkOrHoldBack parks d for the full limit b if it has room here, else
+// naks it with a delay ([Worker.holdBack]).
+func (w *Worker) parkOrHoldBack(d *delivery, env *envelope, b boundLimit, wait time.Duration) {
+	if !w.parkRoom(b) {
+		w.holdBack(d, env, wait)
+		return
+	}
+	// Parked rather than naked: it waits here, heartbeated, holding no
+	// slot, and tries again when a slot of the limit is given back here,
+	// or at the next poll.
+	w.stats.Limited.Add(1)
+	w.heldBack(env, HeldLimited)
+	d.park = b.target
+}
+
+// parkedFor returns a concurrency limit of bound that deliveries wait for,
+// parked here.
+func (w *Worker) parkedFor(bound []boundLimit) (boundLimit, bool) {
+	w.limits.mu.Lock()
+	defer w.limits.mu.Unlock()
+	for _, b := range bound {
+		if b.limit.Concurrency > 0 && len(w.limits.parked[b.target]) > 0 {
+			return b, true
+		}
+	}
+	return boundLimit{}, false
+}
+
+// parkRoom reports whether b's limit has room for one more parked
+// delivery here: at most its concurrency, so that a worker holds a bounded
+// number of messages, enough to use the whole limit.
+func (w *Worker) parkRoom(b boundLimit) bool {
+	w.limits.mu.Lock()
+	defer w.limits.mu.Unlock()
+	return !w.limits.closed && len(w.limits.parked[b.target]) < min(b.limit.Concurrency, maxParked)
+}
+
+// parkHeld parks d if its admission asked for it (d.park), once process
+// has returned; the slot calls it. It reports whether d is still held.
+func (w *Worker) parkHeld(d *delivery) bool {
+	target := d.park
+	if target == "" {
+		return false
+	}
+	d.park = ""
+	w.limits.mu.Lock()
+	if w.limits.closed {
+		w.limits.mu.Unlock()
+		w.release(d)
+		return true
+	}
+	if w.limits.parked == nil {
+		w.limits.parked = map[string][]*delivery{}
+	}
+	w.limits.parked[target] = append(w.limits.parked[target], d)
+	w.limits.mu.Unlock()
+	return true
+}
+
+// unpark hands the oldest delivery parked for target back to the slots.
+func (w *Worker) unpark(target string) {
+	w.limits.mu.Lock()
+	q := w.limits.parked[target]
+	if len(q) == 0 {
+		w.limits.mu.Unlock()
+		return
+	}
+	d := q[0]
+	q[0] = nil
+	if len(q) == 1 {
+		delete(w.limits.parked, target)
+	} else {
+		w.limits.parked[target] = q[1:]
+	}
+	w.limits.mu.Unlock()
+	w.redispatch(d)
+}
+
+// redispatch queues a parked delivery for the slots again; it holds no
+// puller credit (given back when a slot first took it).
+func (w *Worker) redispatch(d *delivery) {
+	d.from = nil
+	d.woken = true
+	if !w.dispatch.push(d) {
+		w.release(d) // the worker is stopping
+	}
+}
+
+// unparkOldest hands the oldest delivery of each limit back to the slots.
+func (w *Worker) unparkOldest() {
+	w.limits.mu.Lock()
+	targets := make([]string, 0, len(w.limits.parked))
+	for t := range w.limits.parked {
+		targets = append(targets, t)
+	}
+	w.limits.mu.Unlock()
+	for _, t := range targets {
+		w.unpark(t)
+	}
+}
+
+// unparkAll hands every parked delivery back to the slots.
+func (w *Worker) unparkAll() {
+	w.limits.mu.Lock()
+	parked := w.limits.parked
+	w.limits.parked = nil
+	w.limits.mu.Unlock()
+	for _, q := range parked {
+		for _, d := range q {
+			w.redispatch(d)
+		}
+	}
+}
+
+// closeParking naks every parked delivery and parks no more: the slots
+// have returned.
+func (w *Worker) closeParking() {
+	w.limits.mu.Lock()
+	parked := w.limits.parked
+	w.limits.parked, w.limits.closed = nil, true
+	w.limits.mu.Unlock()
+	for _, q := range parked {
+		for _, d := range q {
+			w.release(d)
+		}
+	}
+}
+
+// holdBack naks a delivery held back by a limit: after wait, or the
+// limited delay of its delivery count if longer, plus up to half of it.
+func (w *Worker) holdBack(d *delivery, env *envelope, wait time.Duration) {
+	w.stats.Limited.Add(1)
+	w.heldBack(env, HeldLimited)
+	delay := max(wait, limitedFirstDelay<<min(max(env.delivered, 1)-1, 8))
+	delay = min(delay, limitedMaxDelay)
+	delay += rand.N(delay/2 + 1)
+	_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
+}
+
+// takeLimits takes a slot of each concurrency limit of bound and checks
+// that each rate limit has a start to give. It returns the admission, or
+// nil and the concurrency limit found full, or how long to wait for a
+// rate (the slots it took already given back).
+func (w *Worker) takeLimits(ctx context.Context, bound []boundLimit) (*admission, boundLimit, time.Duration, error) {
+	use, err := w.limitUse(ctx)
+	if err != nil {
+		return nil, boundLimit{}, 0, err
+	}
+	holder := w.cfg.ID + "/" + nuid.Next()
+	var taken []string
+	adm := &admission{release: func() {
+		rctx, cancel := finalCtx()
+		defer cancel()
+		for _, target := range taken {
+			if err := use.Release(rctx, target, holder); err != nil {
+				w.log.Warn("limit_release_failed", zap.String("target", target), zap.Error(err))
+			}
+			w.noteHold(target, holder, false)
+			w.unpark(target) // the slot given back: the oldest waiting here tries it
+		}
+	}}
+	for _, b := range bound {
+		if b.limit.Concurrency == 0 {
+			continue
+		}
+		w.noteHold(b.target, holder, true) // renewed from now on, even if the write's reply is lost
+		taken = append(taken, b.target)
+		got, err := use.Acquire(ctx, b.target, b.limit.Concurrency, holder, w.cfg.MemberTTL)
+		if err != nil || !got {
+			if err == nil { // definitely not held (an error may hide a write that landed)
+				taken = taken[:len(taken)-1]
+				w.noteHold(b.target, holder, false)
+			}
+			adm.release()
+			return nil, b, 0, err
+		}
+	}
+	for _, b := range bound {
+		if b.limit.Rate == 0 {
+			continue
+		}
+		tokens, err := use.Tokens(ctx, b.target, b.limit.Rate, b.limit.Burst)
+		if err != nil || tokens < 1 {
+			adm.release()
+			return nil, boundLimit{}, time.Duration((1 - tokens) / b.limit.Rate * float64(time.Second)), err
+		}
+		adm.rates = append(adm.rates, b)
+	}
+	return adm, boundLimit{}, 0, nil
+}
+
+// startRated takes, for a claimed task, a start of each rate limit its
+// admission names. If one has none left (another worker took it since
+// the admission), the task is put back READY, its attempt not counted,
+// and its message naked with a delay; it reports false.
+func (w *Worker) startRated(adm *admission, d *delivery, env *envelope, rec *kv.Record, rev uint64) bool {
+	if adm == nil || len(adm.rates) == 0 {
+		return true
+	}
+	ctx, cancel := finalCtx()
+	defer cancel()
+	use, err := w.limitUse(ctx)
+	var wait time.Duration
+	for _, b := range adm.rates {
+		if err != nil || wait > 0 {
+			break
+		}
+		wait, err = use.Take(ctx, b.target, b.limit.Rate, b.limit.Burst)
+	}
+	if err == nil && wait == 0 {
+		return true
+	}
+	if err != nil {
+		w.log.Warn("limit_check_failed", zap.String("task_id", rec.ID), zap.Error(err))
+	}
+	if w.fenced(d, env) {
+		return false
+	}
+	_, _, err = w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: ActionRateLimited}, func(r *kv.Record) error {
+		r.Attempt--
+		return nil
+	})
+	if err != nil {
+		w.log.Warn("put_back_failed", zap.String("task_id", rec.ID), zap.Error(err))
+		w.settleFailedWrite(d, env, err)
+		return false
+	}
+	w.holdBack(d, env, wait)
+	return false
+}

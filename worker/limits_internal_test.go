@@ -1,0 +1,45 @@
+package worker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/stretchr/testify/require"
+)
+
+// The compiled limits match a task by its type, its tenant and its key's
+// patterns; targets a worker cannot read are ignored and named; nothing
+// configured compiles to nil (no check, no I/O).
+func TestCompileFlow(t *testing.T) {
+	t.Parallel()
+	table, ignored := compileFlow(kv.Limits{})
+	require.Nil(t, table)
+	require.Empty(t, ignored)
+
+	table, ignored = compileFlow(kv.Limits{
+		Limits: map[string]kv.Limit{
+			"email":       {Concurrency: 2},
+			"tenant:acme": {Rate: 5},
+			"key:order-*": {Concurrency: 1},
+			"a.b":         {Concurrency: 1}, // not a target
+			"report":      {Burst: 3},       // not a limit
+		},
+		Paused: map[string]kv.Pause{"resize": {At: time.Now()}, "tenant:globex": {At: time.Now()}, "key:x": {At: time.Now()}},
+	})
+	require.ElementsMatch(t, []string{"a.b", "report", "paused key:x"}, ignored)
+	require.True(t, table.paused("resize", "acme"))
+	require.True(t, table.paused("email", "globex"))
+	require.False(t, table.paused("email", "acme"))
+
+	targets := func(bound []boundLimit) []string {
+		var out []string
+		for _, b := range bound {
+			out = append(out, b.target)
+		}
+		return out
+	}
+	require.Equal(t, []string{"email", "tenant:acme", "key:order-*"}, targets(table.match("email", "acme", "order-7")))
+	require.Equal(t, []string{"key:order-*"}, targets(table.match("sms", "initech", "order-")))
+	require.Empty(t, table.match("sms", "initech", "invoice-1"))
+}

@@ -1,0 +1,320 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/worker"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+// setLimits writes the mesh's limits and pauses to AX_CONTROL, as the
+// management API does.
+func setLimits(t *testing.T, js jetstream.JetStream, l kv.Limits) {
+	t.Helper()
+	control, err := js.KeyValue(context.Background(), streams.Names{}.ControlBucket())
+	require.NoError(t, err)
+	data, err := json.Marshal(l)
+	require.NoError(t, err)
+	_, err = control.Put(context.Background(), kv.LimitsKey, data)
+	require.NoError(t, err)
+}
+
+// gauge counts the handlers running now and the peak.
+type gauge struct {
+	mu         sync.Mutex
+	now, peak  int
+	starts     []time.Time
+	executions atomic.Int64
+}
+
+func (g *gauge) handler(hold time.Duration) worker.HandlerFunc {
+	return func(ctx context.Context, _ *worker.Task) error {
+		g.mu.Lock()
+		g.now++
+		g.peak = max(g.peak, g.now)
+		g.starts = append(g.starts, time.Now())
+		g.mu.Unlock()
+		g.executions.Add(1)
+		select {
+		case <-time.After(hold):
+		case <-ctx.Done():
+		}
+		g.mu.Lock()
+		g.now--
+		g.mu.Unlock()
+		return nil
+	}
+}
+
+func (g *gauge) peakNow() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.peak
+}
+
+// A paused type's and a paused tenant's tasks do not start on any worker:
+// they wait READY, no attempt used; the others run. Resumed, they run
+// within the pause's longest nak delay. Fails without the pause check: the
+// paused tasks run at once.
+func TestPauseHoldsTypeAndTenantMeshWide(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	var paused, other gauge
+	for _, id := range []string{"A", "B"} {
+		reg := worker.NewRegistry()
+		require.NoError(t, reg.Handle("report", paused.handler(0), nil))
+		require.NoError(t, reg.Handle("email", other.handler(0), nil))
+		b.startWorker(t, worker.Config{ID: id, MemberTTL: memberTTL, Registry: reg})
+	}
+	setLimits(t, b.js, kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}, "tenant:acme": {At: time.Now()}}})
+	time.Sleep(200 * time.Millisecond) // the watch delivers the change
+	var held []ax.TaskInfo
+	for i := range 6 {
+		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: fmt.Sprintf("k%d", i)})
+		require.NoError(t, err)
+		held = append(held, info)
+		info, err = b.client.Submit(ctx, ax.TaskSpec{Type: "email", Tenant: "acme", Key: fmt.Sprintf("a%d", i)})
+		require.NoError(t, err)
+		held = append(held, info)
+	}
+	var ran []string
+	for i := range 4 {
+		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "email", Key: fmt.Sprintf("e%d", i)})
+		require.NoError(t, err)
+		ran = append(ran, info.ID)
+	}
+	for _, id := range ran {
+		b.waitState(t, id, kv.StateSucceeded)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	require.Zero(t, paused.executions.Load(), "a paused type ran")
+	require.Equal(t, int64(4), other.executions.Load(), "a paused tenant's task ran")
+	for _, info := range held {
+		rec, _, err := b.store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
+		require.NoError(t, err)
+		require.Equal(t, kv.StateReady, rec.State)
+		require.Zero(t, rec.Attempt)
+	}
+	setLimits(t, b.js, kv.Limits{})
+	resumed := time.Now()
+	for _, info := range held {
+		rec := b.waitState(t, info.ID, kv.StateSucceeded)
+		require.Equal(t, 1, rec.Attempt)
+	}
+	require.Less(t, time.Since(resumed), 8*time.Second)
+}
+
+// A concurrency limit holds across workers: 3 workers of 16 slots never
+// run more than 3 tasks of the limited type at once (counted by the
+// handlers), while an unlimited type runs beside it. Fails without the
+// limit: the peak is near 48.
+func TestConcurrencyLimitAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	var limited, free gauge
+	var workers []*worker.Worker
+	for _, id := range []string{"A", "B", "C"} {
+		reg := worker.NewRegistry()
+		require.NoError(t, reg.Handle("partner", limited.handler(50*time.Millisecond), nil))
+		require.NoError(t, reg.Handle("email", free.handler(50*time.Millisecond), nil))
+		w, _ := b.startWorker(t, worker.Config{ID: id, MemberTTL: memberTTL, Registry: reg, Concurrency: 16})
+		workers = append(workers, w)
+	}
+	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 3}}})
+	time.Sleep(200 * time.Millisecond)
+	var ids []string
+	for i := range 40 {
+		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: fmt.Sprintf("p%d", i)})
+		require.NoError(t, err)
+		ids = append(ids, info.ID)
+		info, err = b.client.Submit(ctx, ax.TaskSpec{Type: "email", Key: fmt.Sprintf("e%d", i)})
+		require.NoError(t, err)
+		ids = append(ids, info.ID)
+	}
+	for _, id := range ids {
+		rec := b.waitState(t, id, kv.StateSucceeded)
+		require.Equal(t, 1, rec.Attempt)
+	}
+	require.LessOrEqual(t, limited.peakNow(), 3)
+	require.Equal(t, 3, limited.peakNow(), "the limit was never used in full")
+	require.Greater(t, free.peakNow(), 3)
+	var held int64
+	for _, w := range workers {
+		held += w.Stats().Limited
+	}
+	require.Positive(t, held)
+	use, err := kv.NewLimitUse(ctx, b.js, streams.Names{})
+	require.NoError(t, err)
+	n, err := use.InUse(ctx, "partner")
+	require.NoError(t, err)
+	require.Zero(t, n, "slots left held")
+}
+
+// A rate limit holds across workers: of 3 workers, the starts of the
+// limited type in any second are at most rate + burst, counted by the
+// handlers, and every task runs (none dead-lettered). Fails without the
+// limit: all 45 start within a few hundred milliseconds.
+func TestRateLimitAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	var g gauge
+	for _, id := range []string{"A", "B", "C"} {
+		reg := worker.NewRegistry()
+		require.NoError(t, reg.Handle("sms", g.handler(0), nil))
+		b.startWorker(t, worker.Config{ID: id, MemberTTL: memberTTL, Registry: reg, Concurrency: 16})
+	}
+	const rate, burst = 15, 5
+	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"tenant:acme": {Rate: rate, Burst: burst}}})
+	time.Sleep(200 * time.Millisecond)
+	var ids []string
+	for i := range 45 {
+		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "sms", Tenant: "acme", Key: fmt.Sprintf("s%d", i)})
+		require.NoError(t, err)
+		ids = append(ids, info.ID)
+	}
+	for _, id := range ids {
+		rec := b.waitState(t, id, kv.StateSucceeded)
+		require.Equal(t, 1, rec.Attempt)
+	}
+	g.mu.Lock()
+	starts := g.starts
+	g.mu.Unlock()
+	require.Len(t, starts, 45)
+	for i, s := range starts {
+		n := 0
+		for _, o := range starts[i:] {
+			if o.Sub(s) < time.Second {
+				n++
+			}
+		}
+		require.LessOrEqual(t, n, rate+burst, "starts in the second from %s", s)
+	}
+	require.Greater(t, starts[len(starts)-1].Sub(starts[0]), time.Second)
+}
+
+// A worker cut off while it holds a slot gives it back within its member
+// TTL: its slot expires unrenewed, and another worker runs the tasks that
+// waited for it. Fails if slots do not expire: the second task never runs.
+func TestDeadWorkerGivesItsSlotsBack(t *testing.T) {
+	t.Parallel()
+	const ackWait = 3 * time.Second
+	b := setup(t, &streams.Config{AckWait: ackWait})
+	ctx := context.Background()
+	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"job": {Concurrency: 1}}})
+
+	started := make(chan string, 1)
+	blocked := worker.NewRegistry()
+	require.NoError(t, blocked.Handle("job", func(ctx context.Context, task *worker.Task) error {
+		started <- task.Worker
+		<-ctx.Done()
+		return ctx.Err()
+	}, nil))
+	_, ncA := b.startWorker(t, worker.Config{ID: "A", Registry: blocked, AckWait: ackWait, MemberTTL: memberTTL, GracePeriod: 100 * time.Millisecond})
+	first, err := b.client.Submit(ctx, ax.TaskSpec{Type: "job"})
+	require.NoError(t, err)
+	require.Equal(t, "A", <-started)
+	use, err := kv.NewLimitUse(ctx, b.js, streams.Names{})
+	require.NoError(t, err)
+	n, err := use.InUse(ctx, "job")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	ncA.Close() // A dies holding the slot: no release, no renewal
+	cut := time.Now()
+
+	var g gauge
+	done := worker.NewRegistry()
+	require.NoError(t, done.Handle("job", g.handler(0), nil))
+	b.startWorker(t, worker.Config{ID: "B", Registry: done, AckWait: ackWait, MemberTTL: memberTTL})
+	second, err := b.client.Submit(ctx, ax.TaskSpec{Type: "job"})
+	require.NoError(t, err)
+	b.waitState(t, second.ID, kv.StateSucceeded)
+	require.Less(t, time.Since(cut), memberTTL+5*time.Second)
+	rec := b.waitState(t, first.ID, kv.StateSucceeded)
+	require.Equal(t, "B", rec.Worker)
+	require.Equal(t, 1, g.peakNow())
+}
+
+// Tasks parked on a worker for a full limit go back to their bucket when it
+// stops: another worker runs them, no attempt used by the wait. Fails if
+// parked deliveries are kept: they are redelivered only after the ack wait.
+func TestStopHandsParkedTasksBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &streams.Config{AckWait: time.Minute})
+	ctx := context.Background()
+	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"slow": {Concurrency: 1}}})
+	started := make(chan struct{}, 8)
+	blocked := worker.NewRegistry()
+	require.NoError(t, blocked.Handle("slow", func(ctx context.Context, _ *worker.Task) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}, nil))
+	nc, js := b.srv.Connect()
+	defer nc.Close()
+	a, err := worker.New(ctx, js, &worker.Config{ID: "A", Registry: blocked, MemberTTL: memberTTL, AckWait: time.Minute, GracePeriod: 100 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, a.Start(ctx))
+	var ids []string
+	for i := range 4 {
+		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "slow", Key: fmt.Sprintf("s%d", i)})
+		require.NoError(t, err)
+		ids = append(ids, info.ID)
+	}
+	<-started
+	require.Eventually(t, func() bool { return a.Stats().Limited >= 3 }, 10*time.Second, 10*time.Millisecond)
+	require.Len(t, started, 0, "one at a time")
+
+	var g gauge
+	quick := worker.NewRegistry()
+	require.NoError(t, quick.Handle("slow", g.handler(0), nil))
+	b.startWorker(t, worker.Config{ID: "B", Registry: quick, MemberTTL: memberTTL, AckWait: time.Minute})
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, a.Stop(stopCtx))
+	stopped := time.Now()
+	for _, id := range ids {
+		rec := b.waitState(t, id, kv.StateSucceeded)
+		require.Equal(t, "B", rec.Worker)
+		require.Equal(t, 1, rec.Attempt)
+	}
+	require.Less(t, time.Since(stopped), 20*time.Second)
+}
+
+// A slot is renewed while its task runs: a task that runs longer than the
+// member TTL keeps its slot, and a task waiting for it starts only after
+// it ends. Fails without renewals: the slot expires after the TTL and the
+// second task runs beside the first.
+func TestSlotsOfLongTasksAreRenewed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"long": {Concurrency: 1}}})
+	var g gauge
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("long", g.handler(memberTTL+2*time.Second), nil))
+	b.startWorker(t, worker.Config{ID: "A", Registry: reg, MemberTTL: memberTTL})
+	b.startWorker(t, worker.Config{ID: "B", Registry: reg, MemberTTL: memberTTL})
+	var ids []string
+	for i := range 2 {
+		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "long", Key: fmt.Sprintf("l%d", i)})
+		require.NoError(t, err)
+		ids = append(ids, info.ID)
+	}
+	for _, id := range ids {
+		b.waitState(t, id, kv.StateSucceeded)
+	}
+	require.Equal(t, 1, g.peakNow())
+}
