@@ -12,15 +12,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/robfig/cron/v3"
 )
-
-// CronKeyPrefix prefixes the AX_CONTROL key of a cron job: "cron.<name>"
-// (the leader watches these keys).
-const CronKeyPrefix = "cron."
 
 // cronParser reads 5-field (minute first) and 6-field (second first) cron
 // specs and descriptors such as "@hourly" and "@every 10s".
@@ -100,12 +97,12 @@ func (c *Client) AddCron(ctx context.Context, job CronJob) (CronJob, error) {
 	if c.cfg.PublishOnly {
 		return job, fmt.Errorf("add cron %s: %w", job.Name, ErrPublishOnly)
 	}
-	bucket, err := c.js.KeyValue(ctx, c.cfg.Names.ControlBucket())
+	bucket, err := control.Open(ctx, c.js, c.cfg.Names)
 	if err != nil {
 		return job, fmt.Errorf("add cron %s: %w", job.Name, err)
 	}
 	sched, _ := job.Schedule()
-	key := CronKeyPrefix + job.Name
+	key := control.CronKeyPrefix + job.Name
 	for {
 		job.CreatedAt, job.Last, job.Secret = now, time.Time{}, NewCronSecret()
 		entry, err := bucket.Get(ctx, key)
@@ -144,11 +141,11 @@ func (c *Client) ListCron(ctx context.Context) ([]CronJob, error) {
 	if c.cfg.PublishOnly {
 		return nil, fmt.Errorf("list cron: %w", ErrPublishOnly)
 	}
-	bucket, err := c.js.KeyValue(ctx, c.cfg.Names.ControlBucket())
+	bucket, err := control.Open(ctx, c.js, c.cfg.Names)
 	if err != nil {
 		return nil, fmt.Errorf("list cron: %w", err)
 	}
-	keys, err := kv.ListKeys(ctx, c.js, c.cfg.Names.ControlBucket(), CronKeyPrefix+"*")
+	keys, err := kv.ListKeys(ctx, c.js, c.cfg.Names.ControlBucket(), control.CronKeyPrefix+"*")
 	if err != nil {
 		return nil, fmt.Errorf("list cron: %w", err)
 	}
@@ -176,16 +173,16 @@ func (c *Client) RemoveCron(ctx context.Context, name string) error {
 	if c.cfg.PublishOnly {
 		return fmt.Errorf("remove cron %s: %w", name, ErrPublishOnly)
 	}
-	bucket, err := c.js.KeyValue(ctx, c.cfg.Names.ControlBucket())
+	bucket, err := control.Open(ctx, c.js, c.cfg.Names)
 	if err != nil {
 		return fmt.Errorf("remove cron %s: %w", name, err)
 	}
-	entry, err := bucket.Get(ctx, CronKeyPrefix+name)
+	entry, err := bucket.Get(ctx, control.CronKeyPrefix+name)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("remove cron %s: %w", name, ErrCronNotFound)
 	}
 	if err == nil {
-		err = kv.DeleteKey(ctx, bucket, CronKeyPrefix+name, entry.Revision())
+		err = kv.DeleteKey(ctx, bucket, control.CronKeyPrefix+name, entry.Revision())
 	}
 	if err != nil {
 		return fmt.Errorf("remove cron %s: %w", name, err)

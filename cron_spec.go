@@ -3,11 +3,13 @@ package ax
 import (
 	"strings"
 	"time"
+
+	"github.com/ax-mesh/ax/control"
 )
 
 // CronJobName returns the job name of a control bucket key ("cron.<name>"),
 // and whether the key is a cron job's.
-func CronJobName(key string) (string, bool) { return strings.CutPrefix(key, CronKeyPrefix) }
+func CronJobName(key string) (string, bool) { return strings.CutPrefix(key, control.CronKeyPrefix) }
 
 // CronMaxCatchUp is how many missed times of one job the leader fires when
 // it finds them due at once (after a time without a leader); it skips the

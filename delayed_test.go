@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
@@ -51,12 +52,12 @@ func TestDelayedTaskTooLargeIsRefusedAtSubmit(t *testing.T) {
 	require.NoError(t, err)
 
 	// A bucket provisioned smaller, as the leader's report says.
-	control, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	board, err := b.js.KeyValue(ctx, "AX_CONTROL")
 	require.NoError(t, err)
 	report, err := json.Marshal(ax.Pressure{UpdatedAt: time.Now(), ValidFor: time.Minute, Thresholds: ax.DefaultPressureThresholds(),
 		Buckets: []ax.BucketPressure{{Stream: "AX_P2", Priority: 2, Capacity: 1000, MaxMsgSize: 32 << 10}}})
 	require.NoError(t, err)
-	_, err = control.Put(ctx, ax.PressureKey, report)
+	_, err = board.Put(ctx, control.PressureKey, report)
 	require.NoError(t, err)
 	client, err := ax.NewClient(ctx, b.js, nil)
 	require.NoError(t, err)

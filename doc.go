@@ -13,6 +13,6 @@
 //
 // The leader's control loops are in package leader, the management API in
 // package admin, task handling in package worker; the reports they share
-// through AX_CONTROL ([Pressure], [ReconcilerReport], [RejectsReport]) are
+// through AX_CONTROL ([Pressure], [control.ReconcilerReport], [control.RejectsReport]) are
 // here, next to the client that reads the pressure report.
 package ax

@@ -15,10 +15,6 @@ var (
 	ErrInvalidTask = errors.New("invalid task")
 	// ErrCronNotFound means no cron job has the name.
 	ErrCronNotFound = errors.New("no such cron job")
-	// ErrUndecodableDeadlines means the unserved deadlines in AX_CONTROL
-	// are not the JSON ax writes (edited by hand); setting any deadline
-	// with the management API replaces them.
-	ErrUndecodableDeadlines = errors.New("unserved deadlines are not readable")
 )
 
 // BatchError reports the tasks of a [Client.SubmitBatch] that were not

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 	"time"
 
@@ -13,9 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )
-
-// PressureKey is the key of the backpressure report in AX_CONTROL.
-const PressureKey = "pressure"
 
 // Level is a bucket's backpressure level.
 type Level int
@@ -82,7 +80,7 @@ type BucketPressure struct {
 }
 
 // Pressure is the backpressure report the leader publishes in AX_CONTROL
-// under [PressureKey] and clients watch.
+// under [control.PressureKey] and clients watch.
 type Pressure struct {
 	Buckets []BucketPressure `json:"buckets"`
 	// Paused is true while the dispatch of any bucket is paused;
@@ -150,7 +148,7 @@ type pressureWatch struct {
 // is at the alert level or above (each valid for its ValidFor: once they
 // stop, the last one lapses).
 func (c *Client) watchPressure(ctx context.Context) error {
-	subject := kv.KeySubject(c.cfg.Names.ControlBucket(), PressureKey)
+	subject := kv.KeySubject(c.cfg.Names.ControlBucket(), control.PressureKey)
 	if c.cfg.PublishOnly {
 		subject = c.cfg.Names.EventSubject("pressure")
 	}
@@ -162,12 +160,12 @@ func (c *Client) watchPressure(ctx context.Context) error {
 	if c.cfg.PublishOnly {
 		return nil
 	}
-	bucket, err := c.js.KeyValue(ctx, c.cfg.Names.ControlBucket())
+	bucket, err := control.Open(ctx, c.js, c.cfg.Names)
 	if err != nil {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("watch pressure: bind %s: %w", c.cfg.Names.ControlBucket(), err)
 	}
-	entry, err := bucket.Get(ctx, PressureKey)
+	entry, err := bucket.Get(ctx, control.PressureKey)
 	switch {
 	case err == nil:
 		c.setPressure(entry.Value())

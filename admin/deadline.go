@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,22 +34,22 @@ func (a *Service) unservedDeadline(ctx context.Context, data []byte) (any, error
 	d := time.Duration(req.Deadline)
 	switch {
 	case req.Type == "" && d != 0:
-		return nil, badRequest("a deadline needs the task type it applies to (or %q for every type)", ax.AnyUnservedType)
-	case req.Type != "" && req.Type != ax.AnyUnservedType:
+		return nil, badRequest("a deadline needs the task type it applies to (or %q for every type)", control.AnyUnservedType)
+	case req.Type != "" && req.Type != control.AnyUnservedType:
 		if err := streams.ValidateToken("type", req.Type); err != nil {
 			return nil, badRequest("%s", err.Error())
 		}
 	}
-	if d != 0 && (d < ax.MinUnservedDeadline || d > ax.MaxUnservedDeadline) {
-		return nil, badRequest("deadline %s: want 0 (none) or between %s and %s", d, ax.MinUnservedDeadline, ax.MaxUnservedDeadline)
+	if d != 0 && (d < control.MinUnservedDeadline || d > control.MaxUnservedDeadline) {
+		return nil, badRequest("deadline %s: want 0 (none) or between %s and %s", d, control.MinUnservedDeadline, control.MaxUnservedDeadline)
 	}
-	control, err := a.js.KeyValue(ctx, a.cfg.Names.ControlBucket())
+	board, err := control.Open(ctx, a.js, a.cfg.Names)
 	if err != nil {
 		return nil, fmt.Errorf("bind %s: %w", a.cfg.Names.ControlBucket(), err)
 	}
 	for range maxMoveTries {
-		table, rev, err := ax.ReadUnservedDeadlines(ctx, control)
-		if errors.Is(err, ax.ErrUndecodableDeadlines) && req.Type != "" {
+		table, rev, err := control.ReadUnservedDeadlines(ctx, board)
+		if errors.Is(err, control.ErrUndecodableDeadlines) && req.Type != "" {
 			a.log.Warn("unserved_deadlines_replaced", zap.Error(err)) // written by hand: a change starts a new table
 			err = nil
 		}
@@ -63,39 +63,39 @@ func (a *Service) unservedDeadline(ctx context.Context, data []byte) (any, error
 		}
 		value, err := json.Marshal(table)
 		if err != nil {
-			return nil, fmt.Errorf("encode %s: %w", ax.UnservedDeadlinesKey, err)
+			return nil, fmt.Errorf("encode %s: %w", control.UnservedDeadlinesKey, err)
 		}
 		if rev == 0 {
-			_, err = control.Create(ctx, ax.UnservedDeadlinesKey, value)
+			_, err = board.Create(ctx, control.UnservedDeadlinesKey, value)
 		} else {
-			_, err = control.Update(ctx, ax.UnservedDeadlinesKey, value, rev)
+			_, err = board.Update(ctx, control.UnservedDeadlinesKey, value, rev)
 		}
 		if kv.IsRevisionMismatch(err) || errors.Is(err, jetstream.ErrKeyExists) {
 			continue // another operator changed it: apply the change to theirs
 		}
 		if err != nil {
-			return nil, fmt.Errorf("write %s: %w", ax.UnservedDeadlinesKey, err)
+			return nil, fmt.Errorf("write %s: %w", control.UnservedDeadlinesKey, err)
 		}
 		a.log.Info("unserved_deadline_set", zap.String("type", req.Type), zap.Duration("deadline", d))
 		return &table, nil
 	}
-	return nil, fmt.Errorf("write %s: %w", ax.UnservedDeadlinesKey, kv.ErrConflict)
+	return nil, fmt.Errorf("write %s: %w", control.UnservedDeadlinesKey, kv.ErrConflict)
 }
 
 // unservedDeadlines fills in the deadline of each unserved type.
 func (a *Service) unservedDeadlines(ctx context.Context, unserved []kv.Unserved) error {
-	control, err := a.js.KeyValue(ctx, a.cfg.Names.ControlBucket())
+	board, err := control.Open(ctx, a.js, a.cfg.Names)
 	if err != nil {
 		return fmt.Errorf("bind %s: %w", a.cfg.Names.ControlBucket(), err)
 	}
-	table, _, err := ax.ReadUnservedDeadlines(ctx, control)
+	table, _, err := control.ReadUnservedDeadlines(ctx, board)
 	if err != nil {
 		return err
 	}
 	for i := range unserved {
 		d, ok := table.Deadlines[unserved[i].Type]
 		if !ok {
-			d = table.Deadlines[ax.AnyUnservedType]
+			d = table.Deadlines[control.AnyUnservedType]
 		}
 		unserved[i].Deadline = d
 	}
@@ -104,11 +104,11 @@ func (a *Service) unservedDeadlines(ctx context.Context, unserved []kv.Unserved)
 
 // SetUnservedDeadline sets the deadline of task type t (0 removes it) and
 // returns the table of deadlines as it is now.
-func (c *Client) SetUnservedDeadline(ctx context.Context, t string, d time.Duration) (*ax.UnservedDeadlines, error) {
-	return call[ax.UnservedDeadlines](ctx, c, VerbUnservedDeadline, UnservedDeadlineRequest{Type: t, Deadline: kv.Duration(d)})
+func (c *Client) SetUnservedDeadline(ctx context.Context, t string, d time.Duration) (*control.UnservedDeadlines, error) {
+	return call[control.UnservedDeadlines](ctx, c, VerbUnservedDeadline, UnservedDeadlineRequest{Type: t, Deadline: kv.Duration(d)})
 }
 
 // UnservedDeadlines returns the table of deadlines of unserved task types.
-func (c *Client) UnservedDeadlines(ctx context.Context) (*ax.UnservedDeadlines, error) {
-	return call[ax.UnservedDeadlines](ctx, c, VerbUnservedDeadline, UnservedDeadlineRequest{})
+func (c *Client) UnservedDeadlines(ctx context.Context) (*control.UnservedDeadlines, error) {
+	return call[control.UnservedDeadlines](ctx, c, VerbUnservedDeadline, UnservedDeadlineRequest{})
 }

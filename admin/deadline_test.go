@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -29,7 +29,7 @@ func TestUnservedDeadlineVerb(t *testing.T) {
 		{admin.UnservedDeadlineRequest{Type: "report", Deadline: kv.Duration(400 * 24 * time.Hour)}, "between 1s and"},
 		{admin.UnservedDeadlineRequest{Deadline: kv.Duration(time.Hour)}, "needs the task type"},
 	} {
-		var reply ax.UnservedDeadlines
+		var reply control.UnservedDeadlines
 		requireCode(t, b.call(t, admin.VerbUnservedDeadline, tc.req, &reply), admin.CodeBadRequest, tc.want)
 	}
 	table, err := b.api.UnservedDeadlines(ctx)
@@ -75,9 +75,9 @@ func TestUnservedDeadlinesReplaceAnUnreadableTable(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
 	ctx := context.Background()
-	control, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	board, err := b.js.KeyValue(ctx, "AX_CONTROL")
 	require.NoError(t, err)
-	_, err = control.PutString(ctx, ax.UnservedDeadlinesKey, `{"deadlines":{"report":"soon"}}`)
+	_, err = board.PutString(ctx, control.UnservedDeadlinesKey, `{"deadlines":{"report":"soon"}}`)
 	require.NoError(t, err)
 	_, err = b.api.UnservedDeadlines(ctx)
 	require.ErrorContains(t, err, "unserved deadlines are not readable")

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -167,7 +168,7 @@ func (a *Service) control(ctx context.Context, data []byte) (any, error) {
 	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
-	bucket, err := a.js.KeyValue(ctx, a.cfg.Names.ControlBucket())
+	bucket, err := control.Open(ctx, a.js, a.cfg.Names)
 	if err != nil {
 		return nil, fmt.Errorf("bind %s: %w", a.cfg.Names.ControlBucket(), err)
 	}

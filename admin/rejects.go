@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
@@ -56,7 +56,7 @@ type RejectsSampleReply struct {
 	Truncated bool            `json:"truncated,omitempty"`
 	// Watch is the report of the leader's always-on watch, nil until a
 	// leader ran it.
-	Watch *ax.RejectsReport `json:"watch,omitempty"`
+	Watch *control.RejectsReport `json:"watch,omitempty"`
 }
 
 // SampledReject is one rejected subject of a sample.

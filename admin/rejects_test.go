@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/metrics"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
@@ -48,7 +48,7 @@ func setupRejects(t *testing.T) *rejectsBundle {
 	core, logs := observer.New(zapcore.WarnLevel)
 	b.logs = logs
 	l, err := scheduler.New(ctx, b.js, &scheduler.Config{Logger: zap.New(core),
-		OnReject: func(r ax.RejectedSubmit) { m.RejectedSubmit(r.Reason) }})
+		OnReject: func(r control.RejectedSubmit) { m.RejectedSubmit(r.Reason) }})
 	require.NoError(t, err)
 	led := make(chan struct{})
 	go func() {
@@ -63,7 +63,7 @@ func setupRejects(t *testing.T) *rejectsBundle {
 }
 
 // rejects reads the watch's report through `ax stats` (the stats verb).
-func (b *rejectsBundle) rejects(t *testing.T) *ax.RejectsReport {
+func (b *rejectsBundle) rejects(t *testing.T) *control.RejectsReport {
 	var reply admin.StatsReply
 	require.NoError(t, b.call(t, admin.VerbStats, admin.StatsRequest{}, &reply))
 	return reply.Rejects

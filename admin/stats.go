@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -198,9 +198,9 @@ func (a *Service) dlqDepth(ctx context.Context) (uint64, error) {
 
 // rejectsReport reads the leader's rejected-submit report from AX_CONTROL,
 // or nil when no leader wrote one yet.
-func (a *Service) rejectsReport(ctx context.Context) (*ax.RejectsReport, error) {
-	var r ax.RejectsReport
-	ok, err := a.controlReport(ctx, ax.RejectsKey, &r)
+func (a *Service) rejectsReport(ctx context.Context) (*control.RejectsReport, error) {
+	var r control.RejectsReport
+	ok, err := a.controlReport(ctx, control.RejectsKey, &r)
 	if !ok || err != nil {
 		return nil, err
 	}
@@ -209,9 +209,9 @@ func (a *Service) rejectsReport(ctx context.Context) (*ax.RejectsReport, error) 
 
 // reconcilerReport reads the leader reconciler's report from AX_CONTROL,
 // or nil when no leader wrote one yet.
-func (a *Service) reconcilerReport(ctx context.Context) (*ax.ReconcilerReport, error) {
-	var r ax.ReconcilerReport
-	ok, err := a.controlReport(ctx, ax.ReconcilerKey, &r)
+func (a *Service) reconcilerReport(ctx context.Context) (*control.ReconcilerReport, error) {
+	var r control.ReconcilerReport
+	ok, err := a.controlReport(ctx, control.ReconcilerKey, &r)
 	if !ok || err != nil {
 		return nil, err
 	}
@@ -221,11 +221,11 @@ func (a *Service) reconcilerReport(ctx context.Context) (*ax.ReconcilerReport, e
 // controlReport decodes the report under key in AX_CONTROL into v; false
 // when no leader wrote one yet.
 func (a *Service) controlReport(ctx context.Context, key string, v any) (bool, error) {
-	control, err := a.js.KeyValue(ctx, a.cfg.Names.ControlBucket())
+	board, err := control.Open(ctx, a.js, a.cfg.Names)
 	if err != nil {
-		return false, fmt.Errorf("bind control bucket: %w", err)
+		return false, fmt.Errorf("bind board bucket: %w", err)
 	}
-	entry, err := control.Get(ctx, key)
+	entry, err := board.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, nil
 	}

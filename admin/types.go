@@ -3,7 +3,7 @@ package admin
 import (
 	"time"
 
-	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 )
 
@@ -222,10 +222,10 @@ type StatsReply struct {
 	Unreadable *Unreadable `json:"unreadable,omitempty"`
 	// Reconciler is the leader reconciler's last report: lost tasks found
 	// and repaired. Nil until a leader ran it.
-	Reconciler *ax.ReconcilerReport `json:"reconciler,omitempty"`
+	Reconciler *control.ReconcilerReport `json:"reconciler,omitempty"`
 	// Rejects is the leader's report of mistyped submit subjects it saw
 	// (messages no bucket stored). Nil until a leader ran its watch.
-	Rejects *ax.RejectsReport `json:"rejects,omitempty"`
+	Rejects *control.RejectsReport `json:"rejects,omitempty"`
 	// Unserved lists the task types waiting in the buckets that no live
 	// worker serves, with their depth and the store time of their oldest
 	// message ([kv.UnservedTypes]); nil when there are none.

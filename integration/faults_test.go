@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
@@ -99,7 +100,7 @@ func (m *mesh) waitTable(ids ...string) worker.Assignment {
 	want := slices.Sorted(slices.Values(ids))
 	var table worker.ShardTable
 	require.Eventually(m.t, func() bool {
-		entry, err := bucket.Get(ctx, worker.ShardTableKey)
+		entry, err := bucket.Get(ctx, control.ShardTableKey)
 		return err == nil && json.Unmarshal(entry.Value(), &table) == nil && slices.Equal(table.Members, want)
 	}, 30*time.Second, 50*time.Millisecond, "no shard table for %v (last: %v)", want, table.Members)
 	return table.Owners

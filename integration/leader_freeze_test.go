@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax/control"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-mesh/ax"
@@ -61,9 +62,9 @@ func TestLeaderFrozenAndResumed(t *testing.T) {
 
 	// Every pressure report, in order, by its writer: a blind put, so a
 	// resumed leader that still wrote one would show here.
-	control, err := js.KeyValue(ctx, "AX_CONTROL")
+	board, err := js.KeyValue(ctx, "AX_CONTROL")
 	require.NoError(t, err)
-	watch, err := control.Watch(ctx, ax.PressureKey, jetstream.UpdatesOnly())
+	watch, err := board.Watch(ctx, control.PressureKey, jetstream.UpdatesOnly())
 	require.NoError(t, err)
 	defer func() { _ = watch.Stop() }()
 	var writersMu sync.Mutex

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/internal/builtin"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
@@ -141,7 +142,7 @@ func (m *mesh) waitPools(want map[string][]string) {
 	require.NoError(m.t, err)
 	var table worker.PoolTable
 	require.Eventually(m.t, func() bool {
-		entry, err := bucket.Get(ctx, worker.PoolTableKey)
+		entry, err := bucket.Get(ctx, control.PoolTableKey)
 		if err != nil || json.Unmarshal(entry.Value(), &table) != nil {
 			return false
 		}

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/stretchr/testify/require"
@@ -30,7 +30,7 @@ func TestMistypedSubmitSeenUnderPermissions(t *testing.T) {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	operator := connectAs(t, m.srv, "operator", "operator")
-	rejects := func() *ax.RejectsReport {
+	rejects := func() *control.RejectsReport {
 		var reply admin.StatsReply
 		if callAdmin(operator, admin.VerbStats, admin.StatsRequest{}, &reply) != nil {
 			return nil

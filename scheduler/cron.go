@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -51,12 +52,12 @@ func newCronLoop(l *Leader) *cronLoop {
 }
 
 func (c *cronLoop) run(ctx context.Context) error {
-	bucket, err := c.l.js.KeyValue(ctx, c.l.cfg.Names.ControlBucket())
+	bucket, err := control.Open(ctx, c.l.js, c.l.cfg.Names)
 	if err != nil {
 		return fmt.Errorf("cron: bind %s: %w", c.l.cfg.Names.ControlBucket(), err)
 	}
 	c.bucket = bucket
-	w, err := bucket.Watch(ctx, ax.CronKeyPrefix+"*")
+	w, err := bucket.Watch(ctx, control.CronKeyPrefix+"*")
 	if err != nil {
 		return fmt.Errorf("cron: watch jobs: %w", err)
 	}
@@ -83,7 +84,7 @@ func (c *cronLoop) run(ctx context.Context) error {
 
 // update applies a watched change of a job.
 func (c *cronLoop) update(entry jetstream.KeyValueEntry) {
-	name := strings.TrimPrefix(entry.Key(), ax.CronKeyPrefix)
+	name := strings.TrimPrefix(entry.Key(), control.CronKeyPrefix)
 	if entry.Operation() != jetstream.KeyValuePut {
 		delete(c.jobs, name)
 		return
@@ -187,7 +188,7 @@ func (c *cronLoop) fire(ctx context.Context, s *cronState, at time.Time) error {
 	if !c.l.held() {
 		return errNotLeading
 	}
-	rev, err := c.bucket.Update(ctx, ax.CronKeyPrefix+job.Name, data, s.rev)
+	rev, err := c.bucket.Update(ctx, control.CronKeyPrefix+job.Name, data, s.rev)
 	if err != nil {
 		// Changed or removed meanwhile: the watch brings the new record,
 		// and the task's id keeps a re-fire from doubling it.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/internal/move"
 	"github.com/ax-mesh/ax/internal/stderrlog"
 	"github.com/ax-mesh/ax/kv"
@@ -70,11 +71,11 @@ type Config struct {
 	ReconcileRecheck time.Duration
 	// OnRepair, when set, is called with every task the reconciler
 	// repaired: the hook of the repairs counter. It must not block.
-	OnRepair func(ax.Repair)
+	OnRepair func(control.Repair)
 	// OnReject, when set, is called with every mistyped submit the
 	// leader's watch saw (a message no bucket stored): the hook of the
 	// rejected-submits counter. It must not block.
-	OnReject func(ax.RejectedSubmit)
+	OnReject func(control.RejectedSubmit)
 	// MoverWorkers release due tasks concurrently. Default 32.
 	MoverWorkers int
 	// UnservedInterval is how often, on a pools deployment, the leader

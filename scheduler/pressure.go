@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,7 +37,7 @@ const pauseFor = time.Minute
 type pressureLoop struct {
 	l           *Leader
 	log         *zap.Logger
-	control     jetstream.KeyValue
+	board       jetstream.KeyValue
 	paused      map[int]bool        // per paused priority
 	pausedUntil map[int]time.Time   // per paused priority
 	alerted     map[string]ax.Level // last level logged per bucket
@@ -47,13 +48,13 @@ func newPressureLoop(l *Leader) *pressureLoop {
 }
 
 func (p *pressureLoop) run(ctx context.Context) error {
-	control, err := p.l.js.KeyValue(ctx, p.l.cfg.Names.ControlBucket())
+	board, err := control.Open(ctx, p.l.js, p.l.cfg.Names)
 	if err != nil {
 		return fmt.Errorf("pressure: bind %s: %w", p.l.cfg.Names.ControlBucket(), err)
 	}
-	p.control = control
+	p.board = board
 	// A previous leader may have paused dispatch: carry its state over.
-	if entry, err := control.Get(ctx, ax.PressureKey); err == nil {
+	if entry, err := board.Get(ctx, control.PressureKey); err == nil {
 		var prev ax.Pressure
 		if json.Unmarshal(entry.Value(), &prev) == nil {
 			for _, prio := range prev.PausedPriorities {
@@ -192,7 +193,7 @@ func (p *pressureLoop) measure(ctx context.Context) error {
 	if !p.l.held() {
 		return errNotLeading
 	}
-	if _, err := p.control.Put(ctx, ax.PressureKey, data); err != nil {
+	if _, err := p.board.Put(ctx, control.PressureKey, data); err != nil {
 		errs = append(errs, fmt.Errorf("pressure: publish report: %w", err))
 	}
 	p.alert(report, data)

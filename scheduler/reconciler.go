@@ -9,7 +9,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -47,7 +47,7 @@ const maxRecentRepairs = 20
 // It re-reads a record before acting and acts by compare-and-set on that
 // revision. A lost READY, RETRYING or PENDING task whose payload still
 // exists (a schedule or fired schedule in AX_DELAYED, its dead letter, or
-// a stale copy in a bucket) is re-published as a control-plane copy with
+// a stale copy in a bucket) is re-published as a board-plane copy with
 // the next generation and a fresh Nats-Msg-Id, and the record is pointed
 // at it (READY). Otherwise, and for every lost RUNNING task (its outcome
 // is unknown: running it again could double its effect), the record moves
@@ -57,23 +57,23 @@ type reconciler struct {
 	l       *Leader
 	log     *zap.Logger
 	index   *recordIndex
-	control jetstream.KeyValue
-	report  ax.ReconcilerReport
+	board   jetstream.KeyValue
+	report  control.ReconcilerReport
 	changed bool
 	members map[string]bool // live workers, read once per pass when needed
 }
 
 func newReconciler(l *Leader) *reconciler {
 	return &reconciler{l: l, log: l.log.Named("reconciler"), index: newRecordIndex(l.cfg.ReconcileGrace),
-		report: ax.ReconcilerReport{Republished: map[kv.State]uint64{}, Dead: map[kv.State]uint64{}}}
+		report: control.ReconcilerReport{Republished: map[kv.State]uint64{}, Dead: map[kv.State]uint64{}}}
 }
 
 func (r *reconciler) run(ctx context.Context) error {
-	control, err := r.l.js.KeyValue(ctx, r.l.cfg.Names.ControlBucket())
+	board, err := control.Open(ctx, r.l.js, r.l.cfg.Names)
 	if err != nil {
 		return fmt.Errorf("reconciler: bind %s: %w", r.l.cfg.Names.ControlBucket(), err)
 	}
-	r.control = control
+	r.board = board
 	r.carryOver(ctx)
 	w, err := r.l.store.Bucket().WatchAll(ctx)
 	if err != nil {
@@ -106,11 +106,11 @@ func (r *reconciler) run(ctx context.Context) error {
 
 // carryOver starts from the totals of the previous leader's report.
 func (r *reconciler) carryOver(ctx context.Context) {
-	entry, err := r.control.Get(ctx, ax.ReconcilerKey)
+	entry, err := r.board.Get(ctx, control.ReconcilerKey)
 	if err != nil {
 		return
 	}
-	var prev ax.ReconcilerReport
+	var prev control.ReconcilerReport
 	if json.Unmarshal(entry.Value(), &prev) != nil {
 		return
 	}
@@ -162,7 +162,7 @@ func (r *reconciler) publish(ctx context.Context) error {
 	if !r.l.held() {
 		return errNotLeading
 	}
-	if _, err := r.control.Put(ctx, ax.ReconcilerKey, data); err != nil {
+	if _, err := r.board.Put(ctx, control.ReconcilerKey, data); err != nil {
 		return fmt.Errorf("reconciler: publish report: %w", err)
 	}
 	r.changed = false
@@ -170,7 +170,7 @@ func (r *reconciler) publish(ctx context.Context) error {
 }
 
 // repaired counts a repair, logs it and calls the hook.
-func (r *reconciler) repaired(rep ax.Repair) {
+func (r *reconciler) repaired(rep control.Repair) {
 	switch rep.Action {
 	case "dead":
 		r.report.Dead[rep.State]++

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/internal/move"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
@@ -177,7 +177,7 @@ func (r *reconciler) repair(ctx context.Context, rec *kv.Record, rev uint64, los
 	if err != nil {
 		return time.Time{}, err
 	}
-	r.repaired(ax.Repair{TaskID: rec.ID, Tenant: rec.Tenant, State: rec.State, Action: "dead", Reason: reason, At: time.Now().UTC()})
+	r.repaired(control.Repair{TaskID: rec.ID, Tenant: rec.Tenant, State: rec.State, Action: "dead", Reason: reason, At: time.Now().UTC()})
 	return time.Time{}, nil
 }
 
@@ -201,7 +201,7 @@ func (r *reconciler) republish(ctx context.Context, rec *kv.Record, rev uint64, 
 		Guard: r.l.guard})
 	switch {
 	case res.Outcome == move.Landed:
-		r.repaired(ax.Repair{TaskID: rec.ID, Tenant: rec.Tenant, State: rec.State, Action: "republished", Reason: reason, At: time.Now().UTC()})
+		r.repaired(control.Repair{TaskID: rec.ID, Tenant: rec.Tenant, State: rec.State, Action: "republished", Reason: reason, At: time.Now().UTC()})
 		return time.Time{}, nil // the watch brings its new revision
 	case res.Outcome == move.Lost && errors.Is(err, kv.ErrConflict):
 		return time.Now().Add(r.l.cfg.ReconcileGrace), nil // the record moved on
@@ -228,7 +228,7 @@ func (r *reconciler) reschedule(ctx context.Context, rec *kv.Record, rev uint64,
 	if err != nil {
 		return time.Time{}, fmt.Errorf("reconcile task %s: %w", rec.ID, err)
 	}
-	r.repaired(ax.Repair{TaskID: rec.ID, Tenant: rec.Tenant, State: rec.State, Action: "rescheduled", Reason: reason, At: time.Now().UTC()})
+	r.repaired(control.Repair{TaskID: rec.ID, Tenant: rec.Tenant, State: rec.State, Action: "rescheduled", Reason: reason, At: time.Now().UTC()})
 	return time.Time{}, nil
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
@@ -123,15 +124,15 @@ func TestReconcilerBuriesLostReadyTask(t *testing.T) {
 	require.Equal(t, "lost", stats.Reconciler.Recent[0].TaskID)
 }
 
-func reconcilerReport(t natstest.TB, js jetstream.JetStream) *ax.ReconcilerReport {
+func reconcilerReport(t natstest.TB, js jetstream.JetStream) *control.ReconcilerReport {
 	t.Helper()
-	control, err := js.KeyValue(context.Background(), "AX_CONTROL")
+	board, err := js.KeyValue(context.Background(), "AX_CONTROL")
 	require.NoError(t, err)
-	entry, err := control.Get(context.Background(), ax.ReconcilerKey)
+	entry, err := board.Get(context.Background(), control.ReconcilerKey)
 	if err != nil {
 		return nil
 	}
-	var r ax.ReconcilerReport
+	var r control.ReconcilerReport
 	require.NoError(t, json.Unmarshal(entry.Value(), &r))
 	return &r
 }

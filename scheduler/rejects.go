@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,8 +34,8 @@ const (
 type rejectWatch struct {
 	l       *Leader
 	log     *zap.Logger
-	control jetstream.KeyValue
-	report  ax.RejectsReport
+	board   jetstream.KeyValue
+	report  control.RejectsReport
 	changed bool
 	logged  int    // log lines in the current second
 	hushed  uint64 // rejections not logged in the current second
@@ -43,15 +43,15 @@ type rejectWatch struct {
 
 func newRejectWatch(l *Leader) *rejectWatch {
 	return &rejectWatch{l: l, log: l.log.Named("rejects"),
-		report: ax.RejectsReport{ByReason: map[string]uint64{}, Watching: l.cfg.Names.RejectWatchSubjects()}}
+		report: control.RejectsReport{ByReason: map[string]uint64{}, Watching: l.cfg.Names.RejectWatchSubjects()}}
 }
 
 func (w *rejectWatch) run(ctx context.Context) error {
-	control, err := w.l.js.KeyValue(ctx, w.l.cfg.Names.ControlBucket())
+	board, err := control.Open(ctx, w.l.js, w.l.cfg.Names)
 	if err != nil {
 		return fmt.Errorf("rejects: bind %s: %w", w.l.cfg.Names.ControlBucket(), err)
 	}
-	w.control = control
+	w.board = board
 	w.carryOver(ctx)
 	nc := w.l.js.Conn()
 	msgs := make(chan *nats.Msg, rejectBuffer)
@@ -98,7 +98,7 @@ func (w *rejectWatch) reject(m *nats.Msg) {
 	if reason == "" { // cannot happen: the watch subjects match no valid shape
 		return
 	}
-	r := ax.RejectedSubmit{Subject: m.Subject, Reason: reason, Detail: detail, At: time.Now().UTC()}
+	r := control.RejectedSubmit{Subject: m.Subject, Reason: reason, Detail: detail, At: time.Now().UTC()}
 	streams.AnswerRejected(m, r.Subject, r.Detail)
 	w.report.Total++
 	w.report.ByReason[reason]++
@@ -138,11 +138,11 @@ func (w *rejectWatch) second(subs []*nats.Subscription) {
 
 // carryOver starts from the totals of the previous leader's report.
 func (w *rejectWatch) carryOver(ctx context.Context) {
-	entry, err := w.control.Get(ctx, ax.RejectsKey)
+	entry, err := w.board.Get(ctx, control.RejectsKey)
 	if err != nil {
 		return
 	}
-	var prev ax.RejectsReport
+	var prev control.RejectsReport
 	if json.Unmarshal(entry.Value(), &prev) != nil {
 		return
 	}
@@ -160,7 +160,7 @@ func (w *rejectWatch) publish(ctx context.Context) error {
 	if !w.l.held() {
 		return errNotLeading
 	}
-	if _, err := w.control.Put(ctx, ax.RejectsKey, data); err != nil {
+	if _, err := w.board.Put(ctx, control.RejectsKey, data); err != nil {
 		return fmt.Errorf("rejects: publish report: %w", err)
 	}
 	w.changed = false

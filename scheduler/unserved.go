@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -45,7 +45,7 @@ import (
 type unservedExpiry struct {
 	l        *Leader
 	log      *zap.Logger
-	control  jetstream.KeyValue
+	board    jetstream.KeyValue
 	start    time.Time
 	servedAt map[string]time.Time // when this leader last saw a live worker serve the type
 	// allServedAt is when this leader last saw a live worker that does not
@@ -62,11 +62,11 @@ func newUnservedExpiry(l *Leader) *unservedExpiry {
 }
 
 func (u *unservedExpiry) run(ctx context.Context) error {
-	control, err := u.l.js.KeyValue(ctx, u.l.cfg.Names.ControlBucket())
+	board, err := control.Open(ctx, u.l.js, u.l.cfg.Names)
 	if err != nil {
 		return fmt.Errorf("unserved deadlines: bind %s: %w", u.l.cfg.Names.ControlBucket(), err)
 	}
-	u.control = control
+	u.board = board
 	tick := time.NewTicker(u.l.cfg.UnservedInterval)
 	defer tick.Stop()
 	for {
@@ -106,7 +106,7 @@ func (u *unservedExpiry) pass(ctx context.Context) error {
 	for t := range served {
 		u.servedAt[t] = now
 	}
-	deadlines, _, err := ax.ReadUnservedDeadlines(ctx, u.control)
+	deadlines, _, err := control.ReadUnservedDeadlines(ctx, u.board)
 	if err != nil {
 		return err
 	}
@@ -115,8 +115,8 @@ func (u *unservedExpiry) pass(ctx context.Context) error {
 		return nil
 	}
 	expiring := maps.Clone(deadlines.Deadlines)
-	delete(expiring, ax.AnyUnservedType)
-	if fallback, ok := deadlines.Deadlines[ax.AnyUnservedType]; ok {
+	delete(expiring, control.AnyUnservedType)
+	if fallback, ok := deadlines.Deadlines[control.AnyUnservedType]; ok {
 		// Every type waiting unserved, as the operators' stats list them:
 		// a type without a deadline of its own takes this one.
 		waiting, err := kv.UnservedAmong(ctx, u.l.js, names, members, pools)
@@ -133,11 +133,11 @@ func (u *unservedExpiry) pass(ctx context.Context) error {
 	budget := scanBudget{lifts: u.l.cfg.AgingBatch, scans: 10 * u.l.cfg.AgingBatch}
 	for _, t := range slices.Sorted(maps.Keys(expiring)) {
 		deadline := time.Duration(expiring[t])
-		if deadline < ax.MinUnservedDeadline || deadline > ax.MaxUnservedDeadline {
+		if deadline < control.MinUnservedDeadline || deadline > control.MaxUnservedDeadline {
 			// Written by hand into AX_CONTROL (a bare number is nanoseconds):
 			// applying it could bury every task of the type at once.
 			u.log.Warn("unserved_deadline_out_of_bounds", zap.String("type", t), zap.Duration("deadline", deadline),
-				zap.Duration("min", ax.MinUnservedDeadline), zap.Duration("max", ax.MaxUnservedDeadline))
+				zap.Duration("min", control.MinUnservedDeadline), zap.Duration("max", control.MaxUnservedDeadline))
 			continue
 		}
 		since, ok := u.servedAt[t]
@@ -249,7 +249,7 @@ func (u *unservedExpiry) bury(ctx context.Context, stream jetstream.Stream, prio
 	switch {
 	case errors.Is(err, kv.ErrNotFound):
 		if stored.Copy {
-			return false, nil // a control-plane copy whose record expired: a worker drops it
+			return false, nil // a board-plane copy whose record expired: a worker drops it
 		}
 		// A raw publish no worker has seen (or a Go submit whose record
 		// write never came: the client died in between; its Ax-Gen header
@@ -339,7 +339,7 @@ func (u *unservedExpiry) deleteLetter(ctx context.Context, id string, seq uint64
 	}
 }
 
-// stray reports whether a producer's message (not a control-plane copy)
+// stray reports whether a producer's message (not a board-plane copy)
 // cannot become its task's message, so that a worker would drop it (see
 // worker claimFrom): the record is bound to another message, or to
 // another type or key, or the task is finished (born CANCELLED by

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
@@ -598,9 +599,9 @@ func TestUnservedDeadlineIgnoresOutOfBounds(t *testing.T) {
 	t.Parallel()
 	b := setupUnserved(t)
 	ctx := context.Background()
-	control, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	board, err := b.js.KeyValue(ctx, "AX_CONTROL")
 	require.NoError(t, err)
-	_, err = control.Put(ctx, ax.UnservedDeadlinesKey, []byte(`{"deadlines":{"report":60,"x":"-1h"}}`))
+	_, err = board.Put(ctx, control.UnservedDeadlinesKey, []byte(`{"deadlines":{"report":60,"x":"-1h"}}`))
 	require.NoError(t, err)
 	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k"})
 	require.NoError(t, err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
@@ -289,7 +290,7 @@ func TestUnservedDeadlineForAnyType(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.api.SetUnservedDeadline(ctx, "report", time.Hour)
 	require.NoError(t, err)
-	table, err := b.api.SetUnservedDeadline(ctx, ax.AnyUnservedType, time.Second)
+	table, err := b.api.SetUnservedDeadline(ctx, control.AnyUnservedType, time.Second)
 	require.NoError(t, err)
 	require.Equal(t, map[string]kv.Duration{"report": kv.Duration(time.Hour), "*": kv.Duration(time.Second)}, table.Deadlines)
 	stats, err := b.api.Stats(ctx, admin.StatsRequest{})

@@ -7,15 +7,11 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )
-
-// ShardTableKey is the key of the shard table in the control bucket
-// (AX_CONTROL): the current [Assignment] and the members it was computed
-// for, as [ShardTable] JSON.
-const ShardTableKey = "shards"
 
 // ShardTable is the mesh's shared assignment. Any member that sees the live
 // members differ from Members writes [Rebalance](Owners, live) by
@@ -85,7 +81,7 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) (err error) {
 	if err != nil {
 		return fmt.Errorf("bind %s: %w", w.cfg.Names.WorkersBucket(), err)
 	}
-	control, err := w.js.KeyValue(guarded, w.cfg.Names.ControlBucket())
+	board, err := w.js.KeyValue(guarded, w.cfg.Names.ControlBucket())
 	if err != nil {
 		return fmt.Errorf("bind %s: %w", w.cfg.Names.ControlBucket(), err)
 	}
@@ -101,11 +97,11 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) (err error) {
 		return fmt.Errorf("watch members: %w", err)
 	}
 	defer func() { _ = kv.StopWatch(memberWatch) }()
-	tableKey := ShardTableKey
+	tableKey := control.ShardTableKey
 	if w.typed {
-		tableKey = PoolTableKey
+		tableKey = control.PoolTableKey
 	}
-	tableWatch, err := control.Watch(guarded, tableKey)
+	tableWatch, err := board.Watch(guarded, tableKey)
 	if err != nil {
 		return fmt.Errorf("watch shard table: %w", err)
 	}
@@ -148,7 +144,7 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) (err error) {
 		case <-refresh.C: // also retries a failed switch
 			w.announce(m) // the next renewal carries the in-flight count of now
 		}
-		if v.liveReady && v.tableReady && w.reconcileAny(guarded, control, v) {
+		if v.liveReady && v.tableReady && w.reconcileAny(guarded, board, v) {
 			// Announce the new shards now rather than at the next renewal.
 			w.announce(m)
 			if _, err := m.lease.Renew(guarded); err != nil && guarded.Err() == nil {
@@ -218,7 +214,7 @@ func tableEntry[T any](v *meshView, e jetstream.KeyValueEntry, dst *T, log *zap.
 // worker last saw and reports its new revision, or false if another member
 // wrote first (its table arrives on the watch), the worker is leaving, or
 // the write failed (logged; the next event or tick tries again).
-func (w *Worker) writeTable(ctx context.Context, control jetstream.KeyValue, key string, table any, rev uint64) (uint64, bool) {
+func (w *Worker) writeTable(ctx context.Context, board jetstream.KeyValue, key string, table any, rev uint64) (uint64, bool) {
 	data, err := json.Marshal(table)
 	if err != nil {
 		w.log.Error("table_encode", zap.String("key", key), zap.Error(err))
@@ -226,7 +222,7 @@ func (w *Worker) writeTable(ctx context.Context, control jetstream.KeyValue, key
 	}
 	wctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	next, err := control.Update(wctx, key, data, rev)
+	next, err := board.Update(wctx, key, data, rev)
 	switch {
 	case err == nil:
 		return next, true
@@ -239,17 +235,17 @@ func (w *Worker) writeTable(ctx context.Context, control jetstream.KeyValue, key
 
 // reconcileAny reconciles the worker's shards with the table of its
 // deployment: the catch-all [ShardTable] or the per-type [PoolTable].
-func (w *Worker) reconcileAny(ctx context.Context, control jetstream.KeyValue, v *meshView) bool {
+func (w *Worker) reconcileAny(ctx context.Context, board jetstream.KeyValue, v *meshView) bool {
 	if w.typed {
-		return w.reconcilePools(ctx, control, v)
+		return w.reconcilePools(ctx, board, v)
 	}
-	return w.reconcile(ctx, control, v)
+	return w.reconcile(ctx, board, v)
 }
 
 // reconcile writes a new table if the live members differ from the table's,
 // then serves the shards the table gives this worker. It reports whether
 // the shards it serves changed.
-func (w *Worker) reconcile(ctx context.Context, control jetstream.KeyValue, v *meshView) bool {
+func (w *Worker) reconcile(ctx context.Context, board jetstream.KeyValue, v *meshView) bool {
 	live := make([]string, 0, len(v.live))
 	for id := range v.live {
 		live = append(live, id)
@@ -257,7 +253,7 @@ func (w *Worker) reconcile(ctx context.Context, control jetstream.KeyValue, v *m
 	slices.Sort(live)
 	if !slices.Equal(live, v.table.Members) {
 		next := ShardTable{Members: live, Owners: Rebalance(v.table.Owners, live), At: time.Now().UTC()}
-		if rev, ok := w.writeTable(ctx, control, ShardTableKey, next, v.tableRev); ok {
+		if rev, ok := w.writeTable(ctx, board, control.ShardTableKey, next, v.tableRev); ok {
 			w.log.Info("shard_table_written", zap.Strings("members", live), zap.Int("moved", v.table.Owners.Moved(next.Owners)), zap.Uint64("revision", rev))
 			v.table, v.tableRev = next, rev
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
@@ -105,9 +106,9 @@ func TestShardTableIsShared(t *testing.T) {
 	b.startWorker(t, worker.Config{ID: "B", MemberTTL: memberTTL})
 	members := waitMembers(t, b.js, "A", "B")
 
-	control, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	board, err := b.js.KeyValue(ctx, "AX_CONTROL")
 	require.NoError(t, err)
-	entry, err := control.Get(ctx, worker.ShardTableKey)
+	entry, err := board.Get(ctx, control.ShardTableKey)
 	require.NoError(t, err)
 	var table worker.ShardTable
 	require.NoError(t, json.Unmarshal(entry.Value(), &table))
@@ -133,7 +134,7 @@ func TestJoinerSeesAMemberRenewing(t *testing.T) {
 	defer cancel()
 	members, err := b.js.KeyValue(ctx, "AX_WORKERS")
 	require.NoError(t, err)
-	control, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	board, err := b.js.KeyValue(ctx, "AX_CONTROL")
 	require.NoError(t, err)
 
 	// Z: a member renewing as fast as it can, without a worker behind it.
@@ -155,7 +156,7 @@ func TestJoinerSeesAMemberRenewing(t *testing.T) {
 		renewing <- nil
 	}()
 
-	tables, err := control.Watch(ctx, worker.ShardTableKey, jetstream.UpdatesOnly())
+	tables, err := board.Watch(ctx, control.ShardTableKey, jetstream.UpdatesOnly())
 	require.NoError(t, err)
 	defer func() { _ = kv.StopWatch(tables) }()
 	ids := []string{"A", "B", "C", "D", "E", "F"}

@@ -7,13 +7,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ax-mesh/ax/control"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )
-
-// PoolTableKey is the key of the per-type shard tables of a pools
-// deployment in the control bucket (AX_CONTROL), as [PoolTable] JSON.
-const PoolTableKey = "pools"
 
 // PoolTable holds one [ShardTable] per task type on a pools deployment:
 // the workers that register a type form its ring and split its 32 shards by
@@ -59,7 +56,7 @@ func (v *meshView) membersOf(taskType string) []string {
 // reconcilePools writes new tables for the worker's types whose live
 // members differ from their table's, then serves the shards each type's
 // table gives this worker. It reports whether the shards it serves changed.
-func (w *Worker) reconcilePools(ctx context.Context, control jetstream.KeyValue, v *meshView) bool {
+func (w *Worker) reconcilePools(ctx context.Context, board jetstream.KeyValue, v *meshView) bool {
 	next := PoolTable{Types: maps.Clone(v.pools.Types)}
 	if next.Types == nil {
 		next.Types = map[string]ShardTable{}
@@ -74,7 +71,7 @@ func (w *Worker) reconcilePools(ctx context.Context, control jetstream.KeyValue,
 		}
 	}
 	if changed {
-		if rev, ok := w.writeTable(ctx, control, PoolTableKey, next, v.tableRev); ok {
+		if rev, ok := w.writeTable(ctx, board, control.PoolTableKey, next, v.tableRev); ok {
 			w.log.Info("pool_table_written", zap.Strings("types", w.types()), zap.Uint64("revision", rev))
 			v.pools, v.tableRev = next, rev
 		}

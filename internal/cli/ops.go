@@ -9,8 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/spf13/cobra"
 )
@@ -228,7 +228,7 @@ func printUnreadable(e *env, u *admin.Unreadable) {
 }
 
 // printReconciler prints the leader reconciler's counts of lost tasks.
-func printReconciler(e *env, r *ax.ReconcilerReport) {
+func printReconciler(e *env, r *control.ReconcilerReport) {
 	if r == nil {
 		fmt.Fprintln(e.out, "reconciler: no report yet (no leader has run it)")
 		return

@@ -8,8 +8,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/spf13/cobra"
 )
@@ -46,7 +46,7 @@ removes the type's deadline.`,
 					return fmt.Errorf("DURATION %q: %w (e.g. 90s, 30m, 24h; 0 removes)", args[1], err)
 				}
 			}
-			reply, err := callAdmin(cmd.Context(), e, admin.VerbUnservedDeadline, func(ctx context.Context, api *admin.Client) (*ax.UnservedDeadlines, error) {
+			reply, err := callAdmin(cmd.Context(), e, admin.VerbUnservedDeadline, func(ctx context.Context, api *admin.Client) (*control.UnservedDeadlines, error) {
 				if len(args) == 0 {
 					return api.UnservedDeadlines(ctx)
 				}
@@ -68,14 +68,14 @@ removes the type's deadline.`,
 	root.AddCommand(pools)
 }
 
-func printDeadlines(out io.Writer, table *ax.UnservedDeadlines) {
+func printDeadlines(out io.Writer, table *control.UnservedDeadlines) {
 	if len(table.Deadlines) == 0 {
 		fmt.Fprintln(out, "no deadlines: tasks of an unserved type wait until a worker serves it")
 		return
 	}
 	for _, t := range slices.Sorted(maps.Keys(table.Deadlines)) {
 		name := t
-		if t == ax.AnyUnservedType {
+		if t == control.AnyUnservedType {
 			name = "* (every type without its own)"
 		}
 		fmt.Fprintf(out, "%s: dead-lettered after %s unserved\n", name, time.Duration(table.Deadlines[t]))

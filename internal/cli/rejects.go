@@ -8,8 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/control"
 	"github.com/spf13/cobra"
 )
 
@@ -70,7 +70,7 @@ While it runs, every valid submit is delivered once more, to the sample.`,
 }
 
 // printRejects prints the leader watch's counts of mistyped submits.
-func printRejects(e *env, r *ax.RejectsReport) {
+func printRejects(e *env, r *control.RejectsReport) {
 	if r == nil {
 		fmt.Fprintln(e.out, "rejected submits: no report yet (no leader has run the watch)")
 		return

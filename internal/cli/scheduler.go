@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/deploy"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/metrics"
@@ -130,8 +131,8 @@ func observeLeader(cfg *scheduler.Config, m *metrics.Metrics) {
 		}
 		m.SetPressure(level)
 	}
-	cfg.OnRepair = func(r ax.Repair) { m.Repaired(string(r.State), r.Action) }
-	cfg.OnReject = func(r ax.RejectedSubmit) { m.RejectedSubmit(r.Reason) }
+	cfg.OnRepair = func(r control.Repair) { m.Repaired(string(r.State), r.Action) }
+	cfg.OnReject = func(r control.RejectedSubmit) { m.RejectedSubmit(r.Reason) }
 }
 
 // reportLeading sets the leader gauge of m from l every second until ctx ends.

@@ -1,12 +1,11 @@
-package ax_test
+package control_test
 
 import (
 	"os"
 	"strings"
 	"testing"
 
-	"github.com/ax-mesh/ax"
-	"github.com/ax-mesh/ax/worker"
+	"github.com/ax-mesh/ax/control"
 	"github.com/stretchr/testify/require"
 )
 
@@ -14,7 +13,7 @@ import (
 // no key it does not ("paused types" were never stored there).
 func TestControlBucketKeysAreDocumented(t *testing.T) {
 	t.Parallel()
-	doc, err := os.ReadFile("docs/WIRE.md")
+	doc, err := os.ReadFile("../docs/WIRE.md")
 	require.NoError(t, err)
 	var row string
 	for line := range strings.SplitSeq(string(doc), "\n") {
@@ -28,7 +27,7 @@ func TestControlBucketKeysAreDocumented(t *testing.T) {
 	for _, k := range strings.Split(keys, ",") {
 		documented = append(documented, strings.Trim(strings.TrimSpace(k), "`"))
 	}
-	written := []string{ax.PressureKey, ax.CronKeyPrefix + "<name>", worker.ShardTableKey, worker.PoolTableKey,
-		ax.UnservedDeadlinesKey, ax.ReconcilerKey, ax.RejectsKey}
+	written := []string{control.PressureKey, control.CronKeyPrefix + "<name>", control.ShardTableKey, control.PoolTableKey,
+		control.UnservedDeadlinesKey, control.ReconcilerKey, control.RejectsKey}
 	require.ElementsMatch(t, written, documented, row)
 }

@@ -1,4 +1,4 @@
-package ax
+package control
 
 import (
 	"context"
@@ -13,9 +13,6 @@ import (
 
 // The reports the leader publishes in AX_CONTROL and the management API,
 // `ax stats` and the dashboard read.
-
-// ReconcilerKey is the key of the reconciler's report in AX_CONTROL.
-const ReconcilerKey = "reconciler"
 
 // Repair is one task the reconciler found lost and acted on.
 type Repair struct {
@@ -63,9 +60,6 @@ func (r *ReconcilerReport) Repairs() uint64 {
 	return n
 }
 
-// RejectsKey is the key of the rejected-submit report in AX_CONTROL.
-const RejectsKey = "rejects"
-
 // RejectedSubmit is one message published under a submit root that no
 // priority bucket accepts: it was not stored and no task exists for it.
 type RejectedSubmit struct {
@@ -96,10 +90,6 @@ type RejectsReport struct {
 	// Recent lists the last rejected messages, newest last (at most 20).
 	Recent []RejectedSubmit `json:"recent"`
 }
-
-// UnservedDeadlinesKey is the key in AX_CONTROL of the deadlines an
-// operator sets for unserved task types (`ax pools deadline`).
-const UnservedDeadlinesKey = "unserved-deadlines"
 
 // Bounds of an unserved deadline.
 const (

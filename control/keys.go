@@ -1,0 +1,42 @@
+package control
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The keys of AX_CONTROL, every one of them: what each holds is in
+// docs/WIRE.md ("AX_CONTROL"), and TestControlBucketKeysAreDocumented keeps
+// the two together.
+const (
+	// PressureKey holds the leader's backpressure report (ax.Pressure),
+	// which Go clients watch.
+	PressureKey = "pressure"
+	// ShardTableKey holds the shard table: which live worker consumes
+	// which shards (written by the workers, worker/mesh.go).
+	ShardTableKey = "shards"
+	// PoolTableKey holds the per-type shard tables of a pools deployment.
+	PoolTableKey = "pools"
+	// CronKeyPrefix prefixes the key of a cron job: "cron.<name>".
+	CronKeyPrefix = "cron."
+	// ReconcilerKey holds the reconciler's report ([ReconcilerReport]).
+	ReconcilerKey = "reconciler"
+	// RejectsKey holds the report of mistyped submits ([RejectsReport]).
+	RejectsKey = "rejects"
+	// UnservedDeadlinesKey holds the deadlines an operator set for
+	// unserved task types ([UnservedDeadlines]).
+	UnservedDeadlinesKey = "unserved-deadlines"
+)
+
+// Open binds the AX_CONTROL bucket of the deployment named names, which
+// kv.Provision creates.
+func Open(ctx context.Context, js jetstream.JetStream, names streams.Names) (jetstream.KeyValue, error) {
+	bucket, err := js.KeyValue(ctx, names.ControlBucket())
+	if err != nil {
+		return nil, fmt.Errorf("bind the control bucket %s: %w", names.ControlBucket(), err)
+	}
+	return bucket, nil
+}
