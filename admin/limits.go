@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -78,12 +79,12 @@ type LimitsReply struct {
 // so that two operators' changes never undo each other, and answers the
 // limits after the change.
 func (a *Service) changeLimits(ctx context.Context, fn func(l *kv.Limits) error) (*LimitsReply, error) {
-	control, err := a.js.KeyValue(ctx, a.cfg.Names.ControlBucket())
+	board, err := a.js.KeyValue(ctx, a.cfg.Names.ControlBucket())
 	if err != nil {
 		return nil, fmt.Errorf("bind %s: %w", a.cfg.Names.ControlBucket(), err)
 	}
 	for range maxMoveTries {
-		limits, rev, err := kv.ReadLimits(ctx, control)
+		limits, rev, err := kv.ReadLimits(ctx, board)
 		if err != nil && rev == 0 {
 			return nil, err
 		}
@@ -102,22 +103,22 @@ func (a *Service) changeLimits(ctx context.Context, fn func(l *kv.Limits) error)
 		}
 		value, err := json.Marshal(limits)
 		if err != nil {
-			return nil, fmt.Errorf("encode %s: %w", kv.LimitsKey, err)
+			return nil, fmt.Errorf("encode %s: %w", control.LimitsKey, err)
 		}
 		if rev == 0 {
-			_, err = control.Create(ctx, kv.LimitsKey, value)
+			_, err = board.Create(ctx, control.LimitsKey, value)
 		} else {
-			_, err = control.Update(ctx, kv.LimitsKey, value, rev)
+			_, err = board.Update(ctx, control.LimitsKey, value, rev)
 		}
 		if kv.IsRevisionMismatch(err) || errors.Is(err, jetstream.ErrKeyExists) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("write %s: %w", kv.LimitsKey, err)
+			return nil, fmt.Errorf("write %s: %w", control.LimitsKey, err)
 		}
 		return a.limitsReply(ctx, limits), nil
 	}
-	return nil, fmt.Errorf("write %s: %w", kv.LimitsKey, kv.ErrConflict)
+	return nil, fmt.Errorf("write %s: %w", control.LimitsKey, kv.ErrConflict)
 }
 
 // limitSet serves [VerbLimitSet].
@@ -173,11 +174,11 @@ func (a *Service) limitList(ctx context.Context, data []byte) (any, error) {
 
 // readLimits reads the limits and their use.
 func (a *Service) readLimits(ctx context.Context) (*LimitsReply, error) {
-	control, err := a.js.KeyValue(ctx, a.cfg.Names.ControlBucket())
+	board, err := a.js.KeyValue(ctx, a.cfg.Names.ControlBucket())
 	if err != nil {
 		return nil, fmt.Errorf("bind %s: %w", a.cfg.Names.ControlBucket(), err)
 	}
-	limits, _, err := kv.ReadLimits(ctx, control)
+	limits, _, err := kv.ReadLimits(ctx, board)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -29,6 +30,10 @@ const (
 	// UnservedDeadlinesKey holds the deadlines an operator set for
 	// unserved task types ([UnservedDeadlines]).
 	UnservedDeadlinesKey = "unserved-deadlines"
+	// LimitsKey holds the operator's concurrency and rate limits and the
+	// paused types and tenants (kv.Limits; its reader and writer live with
+	// the slots and tokens they govern, in kv/limits.go).
+	LimitsKey = kv.LimitsKey
 )
 
 // Open binds the AX_CONTROL bucket of the deployment named names, which

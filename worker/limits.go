@@ -9,13 +9,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"go.uber.org/zap"
 )
 
-// Flow control: the mesh's pauses and limits ([kv.Limits] in AX_CONTROL)
+// Flow board: the mesh's pauses and limits ([kv.Limits] in AX_CONTROL)
 // are watched by every worker and checked before a task's claim, so that a
 // task held back writes nothing and uses none of its attempts: its message
 // is naked with a delay and waits in its bucket, and the slot that took it
@@ -154,7 +155,7 @@ func (t *flowTable) match(taskType, tenant, key string) []boundLimit {
 	return out
 }
 
-// limitState is a worker's flow control state.
+// limitState is a worker's flow board state.
 type limitState struct {
 	table atomic.Pointer[flowTable] // nil: nothing paused or limited
 	ready chan struct{}             // closed once the limits were first read
@@ -237,13 +238,13 @@ func (w *Worker) limitsLoop() {
 func (w *Worker) watchLimits(ctx context.Context) (jetstream.KeyWatcher, error) {
 	bctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	control, err := w.js.KeyValue(bctx, w.cfg.Names.ControlBucket())
+	board, err := w.js.KeyValue(bctx, w.cfg.Names.ControlBucket())
 	if err != nil {
 		return nil, fmt.Errorf("bind %s: %w", w.cfg.Names.ControlBucket(), err)
 	}
-	watch, err := control.Watch(ctx, kv.LimitsKey)
+	watch, err := board.Watch(ctx, control.LimitsKey)
 	if err != nil {
-		return nil, fmt.Errorf("watch %s: %w", kv.LimitsKey, err)
+		return nil, fmt.Errorf("watch %s: %w", control.LimitsKey, err)
 	}
 	return watch, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/worker"
 	"go.uber.org/zap"
@@ -99,11 +100,11 @@ func Limits(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	control, err := r.js.KeyValue(ctx, r.names.ControlBucket())
+	board, err := r.js.KeyValue(ctx, r.names.ControlBucket())
 	if err != nil {
 		return nil, err
 	}
-	if _, err := control.Put(ctx, kv.LimitsKey, limits); err != nil {
+	if _, err := board.Put(ctx, control.LimitsKey, limits); err != nil {
 		return nil, err
 	}
 	var partner execGauge
