@@ -79,7 +79,7 @@ type LimitsReply struct {
 // so that two operators' changes never undo each other, and answers the
 // limits after the change.
 func (a *Service) changeLimits(ctx context.Context, fn func(l *kv.Limits) error) (*LimitsReply, error) {
-	board, err := a.js.KeyValue(ctx, a.cfg.Names.ControlBucket())
+	board, err := control.Open(ctx, a.js, a.cfg.Names)
 	if err != nil {
 		return nil, fmt.Errorf("bind %s: %w", a.cfg.Names.ControlBucket(), err)
 	}
@@ -174,7 +174,7 @@ func (a *Service) limitList(ctx context.Context, data []byte) (any, error) {
 
 // readLimits reads the limits and their use.
 func (a *Service) readLimits(ctx context.Context) (*LimitsReply, error) {
-	board, err := a.js.KeyValue(ctx, a.cfg.Names.ControlBucket())
+	board, err := control.Open(ctx, a.js, a.cfg.Names)
 	if err != nil {
 		return nil, fmt.Errorf("bind %s: %w", a.cfg.Names.ControlBucket(), err)
 	}

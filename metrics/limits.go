@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -47,11 +48,11 @@ func (c *limitsCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *limitsCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	control, err := c.js.KeyValue(ctx, c.names.ControlBucket())
+	board, err := control.Open(ctx, c.js, c.names)
 	if err != nil {
 		return
 	}
-	limits, _, err := kv.ReadLimits(ctx, control)
+	limits, _, err := kv.ReadLimits(ctx, board)
 	if err != nil {
 		return
 	}

@@ -238,7 +238,7 @@ func (w *Worker) limitsLoop() {
 func (w *Worker) watchLimits(ctx context.Context) (jetstream.KeyWatcher, error) {
 	bctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	board, err := w.js.KeyValue(bctx, w.cfg.Names.ControlBucket())
+	board, err := control.Open(bctx, w.js, w.cfg.Names)
 	if err != nil {
 		return nil, fmt.Errorf("bind %s: %w", w.cfg.Names.ControlBucket(), err)
 	}

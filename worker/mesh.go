@@ -81,7 +81,7 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) (err error) {
 	if err != nil {
 		return fmt.Errorf("bind %s: %w", w.cfg.Names.WorkersBucket(), err)
 	}
-	board, err := w.js.KeyValue(guarded, w.cfg.Names.ControlBucket())
+	board, err := control.Open(guarded, w.js, w.cfg.Names)
 	if err != nil {
 		return fmt.Errorf("bind %s: %w", w.cfg.Names.ControlBucket(), err)
 	}

@@ -100,7 +100,7 @@ func Limits(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	board, err := r.js.KeyValue(ctx, r.names.ControlBucket())
+	board, err := control.Open(ctx, r.js, r.names)
 	if err != nil {
 		return nil, err
 	}
