@@ -20,7 +20,7 @@ const DefaultProgressEvery = time.Second
 // the last write is kept and written with the next one, or with the
 // attempt's outcome, so the last report is never lost and a chatty
 // handler costs one write a second. A write is fenced like the worker's
-// own: an attemptRecord that no longer holds its task ([Task.Held] false)
+// own: an attempt that no longer holds its task ([Task.Held] false)
 // writes nothing and gets an error wrapping the context's cause or
 // [ErrClaimLapsed]; a record moved by someone else (an operator's cancel)
 // gives an error wrapping [kv.ErrConflict]. Either way the handler should
