@@ -153,7 +153,7 @@ func (w *Worker) run(env *envelope, exec *attemptRecord, d *delivery) (*Task, er
 		task.Deadline = *rec.Deadline
 	}
 	done := make(chan error, 1)
-	fn := w.chains.of(rec.Type, env.handler.fn) // Recover is its outermost link
+	fn := w.chains.of(env.stored.Type, env.handler.fn) // the type env.handler was looked up by; Recover is the outermost link
 	go func() { done <- fn(ctx, task) }()
 	select {
 	case err := <-done:
