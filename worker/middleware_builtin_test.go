@@ -136,7 +136,10 @@ func TestBuiltinMiddlewareReusable(t *testing.T) {
 	var permanent *worker.PermanentError
 	require.True(t, errors.As(err, &permanent), "a panic is a permanent failure: %v", err)
 	require.ErrorContains(t, err, "handler panicked: boom")
-	require.Equal(t, 1, logs.FilterMessage("handler_panic").FilterField(zap.String("task_id", "t2")).Len())
+	panics := logs.FilterMessage("handler_panic").All()
+	require.Len(t, panics, 1)
+	require.Equal(t, "t2", panics[0].ContextMap()["task_id"])
+	require.Equal(t, "boom", panics[0].ContextMap()["panic"])
 
 	spans := exporter.GetSpans()
 	require.Len(t, spans, 2)
