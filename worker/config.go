@@ -106,8 +106,9 @@ type Config struct {
 	// task ([Task.Progress]); reports in between are kept and the last one
 	// written with the next write or the outcome. Default 1s.
 	ProgressEvery time.Duration
-	// Middleware wraps every handler, the first outermost ([Middleware]).
-	// Default none.
+	// Middleware wraps every handler, the first outermost, inside the
+	// worker's built-ins [Recover], [Trace] and [TaskContext]
+	// ([Middleware]). Default none.
 	Middleware []Middleware
 	// Logger. Default: warnings and errors as JSON lines on standard
 	// error (zap's production encoding at warn level), so that a server
@@ -116,8 +117,9 @@ type Config struct {
 	// TracerProvider, when set, gives each delivery the spans "ax.task
 	// <type>" (a consumer span, child of the trace context the task's
 	// message carries: the submit's), "ax.claim", "ax.run <type>" (the
-	// handler's context carries it) and "ax.settle", with the task's id,
-	// type, tenant, priority and attempt. Default nil: no spans.
+	// [Trace] middleware; the handler's context carries it) and
+	// "ax.settle", with the task's id, type, tenant, priority and attempt.
+	// Default nil: no spans.
 	TracerProvider trace.TracerProvider
 	// Observer hears about every settled attempt (metrics); nil: none.
 	Observer Observer

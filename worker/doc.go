@@ -67,6 +67,11 @@
 // bounded by [Config.MaxResultBytes]) and reports progress with
 // [Task.Progress] (written at most once per [Config.ProgressEvery], fenced
 // like the outcome, the last report folded into the outcome's write).
-// [Config.Middleware] wraps every handler, the first outermost, inside the
-// worker's panic recovery ([Middleware]).
+// Every task runs in one chain of middleware, outermost first: [Recover]
+// (a panic fails the attempt permanently), [Trace] (the "ax.run" span,
+// with [Config.TracerProvider] only), [TaskContext] (the task in the
+// context, [TaskFromContext]), then [Config.Middleware], the first
+// outermost, then the handler ([Middleware]). Outcome logging and metrics
+// ([Observer]) are not middleware: they report the settled outcome, which
+// is decided after the chain returns.
 package worker

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
@@ -84,7 +83,6 @@ func (w *Worker) process(d *delivery) {
 	}
 	exec := &attemptRecord{w: w, rec: rec, rev: rev}
 	task, runErr, cause := w.run(env, exec, d)
-	env.trace.endRun(runErr)
 	// Progress writes moved the record: the outcome is written from their
 	// last revision, with the last report not yet written folded in.
 	rec, rev, pending := exec.end()
@@ -120,9 +118,10 @@ func (w *Worker) process(d *delivery) {
 	}
 }
 
-// run calls the handler, wrapped in [Config.Middleware], under the task's
-// timeout and returns the task, its error and the cause of its context's
-// end, if it ended. A handler that ignores its
+// run calls the handler in the worker's chain of middleware (Recover,
+// Trace, TaskContext, then [Config.Middleware]; see [Middleware]) under the
+// task's timeout and returns the task, its error and the cause of its
+// context's end, if it ended. A handler that ignores its
 // ended context keeps its claim (heartbeats go on) and its slot until it
 // returns, for at most [Config.AbandonAfter]; then run gives up on it with
 // [ErrHandlerStuck] and leaves its goroutine running.
@@ -134,7 +133,7 @@ func (w *Worker) run(env *envelope, exec *attemptRecord, d *delivery) (*Task, er
 	defer stopWatch()
 	ctx, cancel := context.WithTimeoutCause(base, time.Duration(rec.Timeout), ErrTimeout)
 	defer cancel()
-	ctx = env.trace.startRun(ctx, rec.Type, rec.Attempt)
+	ctx = env.trace.enterRun(ctx, rec.Attempt)
 	epoch := w.memberEpoch.Load()
 	w.track(d, rec.Ref().Key(), cancelBase)
 	defer w.untrack(d)
@@ -154,8 +153,8 @@ func (w *Worker) run(env *envelope, exec *attemptRecord, d *delivery) (*Task, er
 		task.Deadline = *rec.Deadline
 	}
 	done := make(chan error, 1)
-	fn := chain(env.handler.fn, w.cfg.Middleware)
-	go func() { done <- w.call(ctx, fn, task) }()
+	fn := w.chains.of(env.stored.Type, env.handler.fn) // the type env.handler was looked up by; Recover is the outermost link
+	go func() { done <- fn(ctx, task) }()
 	select {
 	case err := <-done:
 		return task, err, context.Cause(ctx)
@@ -191,18 +190,6 @@ func (w *Worker) member(epoch uint64) bool {
 	}
 	lease := w.lease.Load()
 	return lease != nil && w.memberEpoch.Load() == epoch && lease.Held()
-}
-
-// call runs fn (the handler in its middleware), turning a panic into a
-// permanent error.
-func (w *Worker) call(ctx context.Context, fn HandlerFunc, task *Task) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			w.log.Error("handler_panic", zap.String("task_id", task.ID), zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
-			err = Permanent(fmt.Errorf("handler panicked: %v", r))
-		}
-	}()
-	return fn(ctx, task)
 }
 
 // finalCtx bounds the writes that settle an outcome; they must happen even

@@ -13,12 +13,12 @@ import (
 // taskTrace holds the spans of one delivery's processing ([Config.TracerProvider]):
 // "ax.task <type>", a consumer span whose parent is the trace context the
 // message carries (the submit's), and its children "ax.claim", "ax.run
-// <type>" (the handler's context carries it) and "ax.settle". A nil
-// *taskTrace (tracing off) does nothing.
+// <type>" (started by the [Trace] middleware in the worker's chain; the
+// handler's context carries it) and "ax.settle". A nil *taskTrace (tracing
+// off) does nothing.
 type taskTrace struct {
 	tracer trace.Tracer
 	span   trace.Span
-	run    trace.Span
 }
 
 // traceTask starts the task span of a delivery, or returns nil without a
@@ -43,24 +43,15 @@ func (t *taskTrace) step(name string) trace.Span {
 	return span
 }
 
-// startRun returns ctx carrying the "ax.run" span of the attempt, a child
-// of the task span, so that the handler's own spans are its children.
-func (t *taskTrace) startRun(ctx context.Context, typ string, attempt int) context.Context {
+// enterRun returns ctx carrying the task span, with the attempt set on
+// it, so that the worker's Trace middleware starts the attempt's "ax.run"
+// span as its child; ctx itself with tracing off.
+func (t *taskTrace) enterRun(ctx context.Context, attempt int) context.Context {
 	if t == nil {
 		return ctx
 	}
 	t.span.SetAttributes(tracing.AttrTaskAttempt.Int(attempt))
-	ctx = trace.ContextWithSpan(ctx, t.span)
-	ctx, t.run = t.tracer.Start(ctx, "ax.run "+typ, trace.WithAttributes(tracing.AttrTaskAttempt.Int(attempt)))
-	return ctx
-}
-
-// endRun ends the run span with the handler's error.
-func (t *taskTrace) endRun(err error) {
-	if t == nil || t.run == nil {
-		return
-	}
-	endSpan(t.run, err)
+	return trace.ContextWithSpan(ctx, t.span)
 }
 
 // end ends the task span.

@@ -25,6 +25,7 @@ type Worker struct {
 	store  *kv.Store
 	log    *zap.Logger
 	tracer trace.Tracer // nil: no spans
+	chains *chains      // the handlers in their middleware
 
 	dispatch   *dispatchQueue           // received deliveries, for the slots
 	held       heldSet                  // every message held, for heartbeats
@@ -85,6 +86,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Worker, err
 				cfg.MaxResultBytes, base64.StdEncoding.EncodedLen(cfg.MaxResultBytes), payload)
 		}
 	}
+	w.chains = newChains(cfg, w.log, w.tracer)
 	w.dispatch = newDispatchQueue()
 	w.limits.ready = make(chan struct{})
 	w.held.items = map[*delivery]struct{}{}
