@@ -13,6 +13,7 @@ import (
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -45,8 +46,14 @@ func TestWorkerStartedFirstWaits(t *testing.T) {
 	ctx := context.Background()
 	_, err := streams.Provision(ctx, js, nil)
 	require.NoError(t, err)
-	require.NoError(t, kv.Provision(ctx, js, &kv.BucketsConfig{}))
-	require.NoError(t, js.DeleteKeyValue(ctx, "AX_WORKERS"))
+	// Every bucket but AX_WORKERS, as kv.Provision makes them: a bucket
+	// provisioned and then deleted would leave the worker a moment in
+	// which the deployment is whole (it could start, then fail to bind).
+	names := streams.Names{}
+	for _, bucket := range []string{names.TasksBucket(), names.LocksBucket(), names.ControlBucket(), names.LimitsBucket()} {
+		_, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: 1, Storage: jetstream.FileStorage, LimitMarkerTTL: time.Minute})
+		require.NoError(t, err)
+	}
 	require.Eventually(t, func() bool { return strings.Contains(w.output(), "AX_WORKERS") }, 30*time.Second, 50*time.Millisecond,
 		"the worker says it waits for AX_WORKERS:\n%s", w.output())
 	require.False(t, w.exited(), "the worker exited:\n%s", w.output())
