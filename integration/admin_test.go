@@ -192,11 +192,20 @@ func TestPauseResumeWithWorker(t *testing.T) {
 		return nil
 	}, nil))
 	b := setupLive(t, reg)
-	// Occupy the worker's 4 slots so that the next task waits READY.
+	// Occupy the worker's 4 slots so that the next task waits READY: the
+	// job is submitted only once all four run (submitted together, the
+	// job could be taken before the last of them).
+	var gates []string
 	for range 4 {
-		_, err := b.client.Submit(context.Background(), ax.TaskSpec{Type: "gate", Priority: ax.P0})
+		gate, err := b.client.Submit(context.Background(), ax.TaskSpec{Type: "gate", Priority: ax.P0})
 		require.NoError(t, err)
+		gates = append(gates, gate.ID)
 	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, id := range gates {
+			assert.Equal(c, kv.StateRunning, b.state(c, id))
+		}
+	}, 30*time.Second, 20*time.Millisecond, "the four gate tasks hold the worker's slots")
 	info, err := b.client.Submit(context.Background(), ax.TaskSpec{Type: "job", Priority: ax.P4})
 	require.NoError(t, err)
 	var reply admin.TaskReply
