@@ -34,6 +34,9 @@ const (
 	// paused types and tenants (kv.Limits; its reader and writer live with
 	// the slots and tokens they govern, in kv/limits.go).
 	LimitsKey = kv.LimitsKey
+	// TenantsKey holds the tenants a fair deployment serves ([Tenants]):
+	// those whose consumers exist, which the workers pull from.
+	TenantsKey = "tenants"
 )
 
 // Open binds the AX_CONTROL bucket of the deployment named names, which

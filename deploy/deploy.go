@@ -163,8 +163,8 @@ func (d *Deployment) readConsumerSettings(ctx context.Context, names streams.Nam
 	if err != nil {
 		return fmt.Errorf("priority bucket %s (provision the deployment first): %w", name, err)
 	}
-	if sc := stream.CachedInfo().Config; streams.UsesPools(sc) {
-		cfg, err := streams.PoolsConfig(names, sc)
+	if sc := stream.CachedInfo().Config; streams.Routed(sc) {
+		cfg, err := streams.RoutedConfig(names, sc)
 		if err != nil {
 			return err
 		}

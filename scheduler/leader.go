@@ -285,6 +285,7 @@ func (l *Leader) lead(ctx context.Context) {
 		{"reconciler", newReconciler(l).run},
 		{"rejects", newRejectWatch(l).run},
 		{"unserved", newUnservedExpiry(l).run},
+		{"tenants", newTenantDiscovery(l).run},
 	}
 	if l.cfg.AgingThreshold > 0 {
 		loops = append(loops, struct {

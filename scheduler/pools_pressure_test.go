@@ -117,7 +117,7 @@ func TestTypeJoiningDuringPauseStartsPaused(t *testing.T) {
 	// as bindShards does.
 	stream, err := js.Stream(ctx, "AX_P0")
 	require.NoError(t, err)
-	poolsCfg, err := streams.PoolsConfig(streams.Names{}, stream.CachedInfo().Config)
+	poolsCfg, err := streams.RoutedConfig(streams.Names{}, stream.CachedInfo().Config)
 	require.NoError(t, err)
 	_, err = streams.EnsureTypeConsumers(ctx, js, poolsCfg, "z")
 	require.NoError(t, err)

@@ -28,12 +28,13 @@ import (
 // type consumers' settings are kept there so that a worker creates them as
 // provisioning would.
 const (
-	MetaRouting        = "ax_routing"          // RoutingTypes on a pools deployment
+	MetaRouting        = "ax_routing"          // RoutingTypes on a pools deployment, RoutingTenants on a fair one
 	metaAckWait        = "ax_ack_wait"         // Go duration
 	metaMaxAckPending  = "ax_max_ack_pending"  // integer
 	metaPriorityPolicy = "ax_priority_policy"  // none, overflow, pinned_client
 	metaPinnedTTL      = "ax_pinned_ttl"       // Go duration
-	RoutingTypes       = "types"               // value of MetaRouting
+	RoutingTypes       = "types"               // value of MetaRouting: worker pools
+	RoutingTenants     = "tenants"             // value of MetaRouting: fair shares between tenants
 	poolsMaxConsumers  = 32 * Priorities * 320 // room for 320 types per bucket
 )
 
@@ -59,8 +60,9 @@ func (n Names) TypeConsumerName(p, shard int, taskType string) string {
 
 // BucketConsumers returns the names of the consumers that deliver priority
 // bucket p's tasks: its [Shards] shard consumers ([Names.ConsumerName]), or
-// on a pools deployment the consumers of every task type
-// ([Names.TypeConsumerName]), listed from the server.
+// on a pools or fair deployment the consumers of every task type
+// ([Names.TypeConsumerName]) or tenant ([Names.TenantConsumerName]), listed
+// from the server.
 func BucketConsumers(ctx context.Context, js jetstream.JetStream, n Names, p int) ([]string, error) {
 	name := n.PriorityStream(p)
 	stream, err := js.Stream(ctx, name)
@@ -68,7 +70,7 @@ func BucketConsumers(ctx context.Context, js jetstream.JetStream, n Names, p int
 		return nil, fmt.Errorf("bind stream %s: %w", name, err)
 	}
 	var out []string
-	if !UsesPools(stream.CachedInfo().Config) {
+	if !Routed(stream.CachedInfo().Config) {
 		for shard := range Shards {
 			out = append(out, n.ConsumerName(p, shard))
 		}
@@ -100,9 +102,22 @@ func typeNameToken(taskType string) string {
 // pools deployment.
 func UsesPools(sc jetstream.StreamConfig) bool { return sc.Metadata[MetaRouting] == RoutingTypes }
 
-func poolsMetadata(cfg *Config) map[string]string {
+// UsesTenants reports whether a priority bucket's configuration marks a
+// fair deployment ([Config.Fair]).
+func UsesTenants(sc jetstream.StreamConfig) bool { return sc.Metadata[MetaRouting] == RoutingTenants }
+
+// Routed reports whether a priority bucket has no catch-all shard
+// consumers: a pools or a fair deployment, whose consumers are made per
+// task type or per tenant.
+func Routed(sc jetstream.StreamConfig) bool { return UsesPools(sc) || UsesTenants(sc) }
+
+func routedMetadata(cfg *Config) map[string]string {
+	routing := RoutingTypes
+	if cfg.Fair {
+		routing = RoutingTenants
+	}
 	return map[string]string{
-		MetaRouting:        RoutingTypes,
+		MetaRouting:        routing,
 		metaAckWait:        cfg.AckWait.String(),
 		metaMaxAckPending:  strconv.Itoa(cfg.MaxAckPending),
 		metaPriorityPolicy: cfg.PriorityPolicy,
@@ -110,21 +125,21 @@ func poolsMetadata(cfg *Config) map[string]string {
 	}
 }
 
-// PoolsConfig reads back the consumer settings a pools deployment was
-// provisioned with from a priority bucket's configuration.
-func PoolsConfig(n Names, sc jetstream.StreamConfig) (*Config, error) {
-	if !UsesPools(sc) {
-		return nil, fmt.Errorf("stream %s is not provisioned for pools", sc.Name)
+// RoutedConfig reads back the consumer settings a pools or fair deployment
+// was provisioned with from a priority bucket's configuration.
+func RoutedConfig(n Names, sc jetstream.StreamConfig) (*Config, error) {
+	if !Routed(sc) {
+		return nil, fmt.Errorf("stream %s is not provisioned for pools or fair shares", sc.Name)
 	}
 	md := sc.Metadata
 	ackWait, err1 := time.ParseDuration(md[metaAckWait])
 	pinned, err2 := time.ParseDuration(md[metaPinnedTTL])
 	pending, err3 := strconv.Atoi(md[metaMaxAckPending])
 	if err := errors.Join(err1, err2, err3); err != nil {
-		return nil, fmt.Errorf("stream %s: pools metadata: %w", sc.Name, err)
+		return nil, fmt.Errorf("stream %s: routing metadata: %w", sc.Name, err)
 	}
 	cfg := (&Config{Names: n, Replicas: sc.Replicas, AckWait: ackWait, MaxAckPending: pending,
-		PriorityPolicy: md[metaPriorityPolicy], PinnedTTL: pinned, Pools: true}).withDefaults()
+		PriorityPolicy: md[metaPriorityPolicy], PinnedTTL: pinned, Pools: UsesPools(sc), Fair: UsesTenants(sc)}).withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -149,18 +164,27 @@ func TypeConsumerConfig(cfg *Config, priority, shard int, taskType string) (jets
 }
 
 // EnsureTypeConsumers creates the consumers of taskType on every (priority,
-// shard) of a pools deployment, as [PoolsConfig] of its buckets says, and
+// shard) of a pools deployment, as [RoutedConfig] of its buckets says, and
 // leaves those that exist (a type's consumers are the same whichever
 // workers serve it, so moving a type between pools changes no consumer).
 // It returns how many it created.
 func EnsureTypeConsumers(ctx context.Context, js jetstream.JetStream, cfg *Config, taskType string) (int, error) {
+	return ensureRoutedConsumers(ctx, js, cfg, func(p, shard int) (jetstream.ConsumerConfig, error) {
+		return TypeConsumerConfig(cfg, p, shard, taskType)
+	})
+}
+
+// ensureRoutedConsumers creates the consumer configFor gives on every
+// (priority, shard) where it does not exist yet, paused as long as the
+// bucket's other consumers ([bucketPause]). It returns how many it created.
+func ensureRoutedConsumers(ctx context.Context, js jetstream.JetStream, cfg *Config, configFor func(p, shard int) (jetstream.ConsumerConfig, error)) (int, error) {
 	created := 0
 	for p := range Priorities {
 		stream := cfg.Names.PriorityStream(p)
 		var pause *time.Time
 		pauseRead := false
 		for shard := range Shards {
-			cc, err := TypeConsumerConfig(cfg, p, shard, taskType)
+			cc, err := configFor(p, shard)
 			if err != nil {
 				return created, err
 			}

@@ -35,7 +35,7 @@ func TestPoolsProvisioning(t *testing.T) {
 	require.NoError(t, err)
 	sc := stream.CachedInfo().Config
 	require.True(t, streams.UsesPools(sc))
-	back, err := streams.PoolsConfig(streams.Names{}, sc)
+	back, err := streams.RoutedConfig(streams.Names{}, sc)
 	require.NoError(t, err)
 	require.Equal(t, 7*time.Second, back.AckWait)
 	require.Equal(t, streams.DefaultPriorityPolicy, back.PriorityPolicy)

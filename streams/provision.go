@@ -116,6 +116,15 @@ type Config struct {
 	// Types whose consumers Provision creates up front on a pools
 	// deployment (for workers not allowed to create consumers).
 	Types []string
+	// Fair provisions the priority buckets for fair shares between
+	// tenants (routing by tenant): no catch-all shard consumer; each
+	// tenant gets its own consumer per (priority, shard) when the leader
+	// first sees it ([EnsureTenantConsumers]) or from Tenants. It excludes
+	// Pools. A deployment keeps the layout it was created with.
+	Fair bool
+	// Tenants whose consumers Provision creates up front on a fair
+	// deployment.
+	Tenants []string
 }
 
 func (c *Config) withDefaults() *Config {
@@ -158,6 +167,17 @@ func (c *Config) validate() error {
 	}
 	if len(c.Types) > 0 && !c.Pools {
 		return fmt.Errorf("streams config: Types %v need Pools", c.Types)
+	}
+	if c.Fair && c.Pools {
+		return fmt.Errorf("streams config: Fair and Pools exclude each other (a bucket routes by tenant or by task type)")
+	}
+	if len(c.Tenants) > 0 && !c.Fair {
+		return fmt.Errorf("streams config: Tenants %v need Fair", c.Tenants)
+	}
+	for _, t := range c.Tenants {
+		if err := ValidateToken("tenant", t); err != nil {
+			return fmt.Errorf("streams config: %w", err)
+		}
 	}
 	for _, t := range c.Types {
 		if err := ValidateToken("task type", t); err != nil {
@@ -262,7 +282,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Repor
 		}
 	}
 	for p := range Priorities {
-		if cfg.Pools { // no catch-all consumers: one per type ([EnsureTypeConsumers])
+		if cfg.Pools || cfg.Fair { // no catch-all consumers: one per type or tenant ([EnsureTypeConsumers], [EnsureTenantConsumers])
 			if err := refuseShardConsumers(ctx, js, cfg.Names, p); err != nil {
 				return report, err
 			}
@@ -283,6 +303,15 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Repor
 		n, err := EnsureTypeConsumers(ctx, js, cfg, t)
 		if n > 0 {
 			report.Created = append(report.Created, fmt.Sprintf("%d consumers of type %s", n, t))
+		}
+		if err != nil {
+			return report, err
+		}
+	}
+	for _, t := range cfg.Tenants {
+		n, err := EnsureTenantConsumers(ctx, js, cfg, t)
+		if n > 0 {
+			report.Created = append(report.Created, fmt.Sprintf("%d consumers of tenant %s", n, t))
 		}
 		if err != nil {
 			return report, err
@@ -328,8 +357,8 @@ func StreamConfigs(cfg *Config) []jetstream.StreamConfig {
 	for p := range Priorities {
 		var metadata map[string]string
 		maxConsumers := 0
-		if cfg.Pools {
-			metadata, maxConsumers = poolsMetadata(cfg), poolsMaxConsumers
+		if cfg.Pools || cfg.Fair {
+			metadata, maxConsumers = routedMetadata(cfg), poolsMaxConsumers
 		}
 		// What a producer's headers could make the server do is refused
 		// here (the zero values, written out): no roll-up (Nats-Rollup
@@ -494,7 +523,7 @@ func checkLayout(n Names, have, want jetstream.StreamConfig) error {
 		return fmt.Errorf("%w: stream %s has shard transform %q, want %q (the shard count is part of the data layout; drain and recreate the stream to change it)",
 			ErrLayoutChange, want.Name, transform(have.SubjectTransform), transform(want.SubjectTransform))
 	}
-	if _, ok := n.PriorityOf(want.Name); ok && UsesPools(have) != UsesPools(want) {
+	if _, ok := n.PriorityOf(want.Name); ok && have.Metadata[MetaRouting] != want.Metadata[MetaRouting] {
 		return fmt.Errorf("%w: stream %s routes by %s, want %s (a deployment keeps the layout it was created with: drain and recreate the stream to change it)",
 			ErrLayoutChange, want.Name, routing(have), routing(want))
 	}
@@ -560,6 +589,9 @@ func axMetadata(md map[string]string) map[string]string {
 func routing(sc jetstream.StreamConfig) string {
 	if UsesPools(sc) {
 		return "task type (pools)"
+	}
+	if UsesTenants(sc) {
+		return "tenant (fair shares)"
 	}
 	return "shard (one consumer per priority and shard)"
 }

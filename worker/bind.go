@@ -12,7 +12,7 @@ import (
 
 // deploymentPools reads the first priority bucket's configuration, retrying
 // like [Worker.bindConsumer]: on a pools deployment it returns the type
-// consumers' settings ([streams.PoolsConfig]), otherwise nil. It keeps the
+// consumers' settings ([streams.RoutedConfig]), otherwise nil. It keeps the
 // buckets' MaxMsgSize, which bounds a delayed task ([Worker.delayedLimit]).
 func (w *Worker) deploymentPools(ctx context.Context) (*streams.Config, error) {
 	name := w.cfg.Names.PriorityStream(0)
@@ -22,10 +22,10 @@ func (w *Worker) deploymentPools(ctx context.Context) (*streams.Config, error) {
 		if err == nil {
 			sc := stream.CachedInfo().Config
 			w.maxMsgSize = sc.MaxMsgSize
-			if !streams.UsesPools(sc) {
+			if !streams.Routed(sc) {
 				return nil, nil
 			}
-			return streams.PoolsConfig(w.cfg.Names, sc)
+			return streams.RoutedConfig(w.cfg.Names, sc)
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("look up stream %s: %w", name, err)

@@ -13,16 +13,21 @@ import (
 // dispatchQueue hands received deliveries to the task slots: the highest
 // priority first and, within a priority, the task that has waited longest
 // (so a task that aging lifted into a busy level runs before the younger
-// tasks there). A delivery holds a credit of its [puller] until a slot
-// takes it, so the queue holds at most PrefetchPerShard deliveries per
-// consumer.
+// tasks there). On a fair deployment the deliveries of a priority are
+// grouped by tenant (the tenant of the consumers they came from) and the
+// groups take turns, each giving its longest-waiting task: a tenant with
+// a deep backlog gets one start in turn with each other tenant waiting,
+// not all the starts its older tasks would win by age. Elsewhere every
+// delivery is in one group. A delivery holds a credit of its [puller]
+// until a slot takes it, so the queue holds at most PrefetchPerShard
+// deliveries per consumer.
 type dispatchQueue struct {
 	mu     sync.Mutex
-	levels [streams.Priorities]deliveryHeap // (mu)
-	queued int                              // deliveries in levels (mu)
-	pushed uint64                           // pushes so far: ties keep arrival order (mu)
-	closed bool                             // no more pushes (mu)
-	wake   chan struct{}                    // a token: a delivery may be waiting
+	levels [streams.Priorities]turns // (mu)
+	queued int                       // deliveries in levels (mu)
+	pushed uint64                    // pushes so far: ties keep arrival order (mu)
+	closed bool                      // no more pushes (mu)
+	wake   chan struct{}             // a token: a delivery may be waiting
 }
 
 func newDispatchQueue() *dispatchQueue {
@@ -38,7 +43,7 @@ func (q *dispatchQueue) push(d *delivery) bool {
 	}
 	q.pushed++
 	d.order = q.pushed
-	heap.Push(&q.levels[d.priority], d)
+	q.levels[d.priority].push(d)
 	q.queued++
 	q.mu.Unlock()
 	q.signal()
@@ -75,10 +80,10 @@ func (q *dispatchQueue) pop(stop <-chan struct{}) *delivery {
 func (q *dispatchQueue) take() *delivery {
 	q.mu.Lock()
 	for p := range q.levels {
-		if q.levels[p].Len() == 0 {
+		d := q.levels[p].pop()
+		if d == nil {
 			continue
 		}
-		d := heap.Pop(&q.levels[p]).(*delivery)
 		q.queued--
 		more := q.queued > 0
 		q.mu.Unlock()
@@ -101,8 +106,10 @@ func (q *dispatchQueue) close() []*delivery {
 	q.closed = true
 	var left []*delivery
 	for p := range q.levels {
-		left = append(left, q.levels[p]...)
-		q.levels[p] = nil
+		for _, h := range q.levels[p].groups {
+			left = append(left, *h...)
+		}
+		q.levels[p] = turns{}
 	}
 	q.queued = 0
 	return left
@@ -122,6 +129,54 @@ func waitingSince(msg jetstream.Msg, meta *jetstream.MsgMetadata, now time.Time)
 		return meta.Timestamp
 	}
 	return now
+}
+
+// turns holds one priority's deliveries in groups, one per tenant on a
+// fair deployment (else one group), which take turns: pop takes the
+// longest-waiting delivery of the group whose turn it is and puts the group
+// at the back of the line.
+type turns struct {
+	groups map[string]*deliveryHeap // by the tenant of the delivery's consumers; "" elsewhere
+	line   []string                 // the groups with deliveries, next turn first
+}
+
+func (t *turns) push(d *delivery) {
+	group := d.group()
+	h := t.groups[group]
+	if h == nil {
+		if t.groups == nil {
+			t.groups = map[string]*deliveryHeap{}
+		}
+		h = &deliveryHeap{}
+		t.groups[group] = h
+		t.line = append(t.line, group)
+	}
+	heap.Push(h, d)
+}
+
+func (t *turns) pop() *delivery {
+	if len(t.line) == 0 {
+		return nil
+	}
+	group := t.line[0]
+	h := t.groups[group]
+	d := heap.Pop(h).(*delivery)
+	if h.Len() == 0 {
+		delete(t.groups, group)
+		t.line = t.line[1:]
+	} else if len(t.line) > 1 {
+		t.line = append(t.line[1:], group)
+	}
+	return d
+}
+
+// group returns the dispatch group of d: the tenant of its consumers on a
+// fair deployment, else "".
+func (d *delivery) group() string {
+	if d.set == nil {
+		return ""
+	}
+	return d.set.tenant
 }
 
 // deliveryHeap orders one priority's deliveries by waitingSince, oldest

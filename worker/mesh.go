@@ -263,7 +263,7 @@ func (w *Worker) reconcile(ctx context.Context, board jetstream.KeyValue, v *mes
 		return false
 	}
 	mine := v.table.Owners.Shards(w.cfg.ID)
-	if err := w.serveShards(ctx, w.sets[0], mine, assist); err != nil {
+	if err := w.serveAll(ctx, mine, assist); err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn("serve_shards_failed", zap.Error(err))
 		}

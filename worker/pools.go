@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"maps"
 	"slices"
 	"time"
@@ -33,11 +32,7 @@ func (w *Worker) types() []string {
 
 // serveFixed serves the fixed [Config.Shards] in every set.
 func (w *Worker) serveFixed(ctx context.Context) error {
-	var errs []error
-	for _, s := range w.sets {
-		errs = append(errs, w.serveShards(ctx, s, w.cfg.Shards, nil))
-	}
-	return errors.Join(errs...)
+	return w.serveAll(ctx, w.cfg.Shards, nil)
 }
 
 // membersOf returns the sorted ids of the live members that serve

@@ -28,9 +28,10 @@ const (
 // shardSet holds the consumers of the shards a worker serves, five per shard
 // (one per priority), and switches them when ownership changes. A worker
 // has one set for the catch-all shard consumers, or on a pools deployment
-// one per task type it registers.
+// one per task type it registers, or on a fair deployment one per tenant.
 type shardSet struct {
 	typ    string        // the task type of a pools deployment; "" for the catch-all consumers
+	tenant string        // the tenant of a fair deployment; ""  for the catch-all consumers
 	accept atomic.Uint32 // bit s set: deliveries of shard s may start here
 	owned  atomic.Uint32 // bit s set: the worker owns shard s
 
@@ -57,19 +58,25 @@ func (s *shardSet) ownedShards() []int {
 
 // consumerName returns the name of the consumer of (p, shard) in set s.
 func (w *Worker) consumerName(s *shardSet, p, shard int) string {
-	if s.typ == "" {
-		return w.cfg.Names.ConsumerName(p, shard)
+	switch {
+	case s.typ != "":
+		return w.cfg.Names.TypeConsumerName(p, shard, s.typ)
+	case s.tenant != "":
+		return w.cfg.Names.TenantConsumerName(p, shard, s.tenant)
 	}
-	return w.cfg.Names.TypeConsumerName(p, shard, s.typ)
+	return w.cfg.Names.ConsumerName(p, shard)
 }
 
 // consumerFilter returns the filter subject of the consumer of (p, shard)
 // in set s.
 func (w *Worker) consumerFilter(s *shardSet, p, shard int) string {
-	if s.typ == "" {
-		return w.cfg.Names.ShardFilter(p, shard)
+	switch {
+	case s.typ != "":
+		return w.cfg.Names.TypeFilter(p, shard, s.typ)
+	case s.tenant != "":
+		return w.cfg.Names.TenantFilter(p, shard, s.tenant)
 	}
-	return w.cfg.Names.TypeFilter(p, shard, s.typ)
+	return w.cfg.Names.ShardFilter(p, shard)
 }
 
 // bindShards learns the ack wait and priority policy of the shard
@@ -81,6 +88,9 @@ func (w *Worker) bindShards(ctx context.Context) error {
 	pools, err := w.deploymentPools(ctx)
 	if err != nil {
 		return err
+	}
+	if pools != nil && pools.Fair {
+		return w.bindTenants(ctx, pools)
 	}
 	if pools == nil {
 		if w.cfg.Registry.narrowed {
@@ -283,7 +293,7 @@ func pinned(info *jetstream.ConsumerInfo) bool {
 // stopShards stops every shard's pullers.
 func (w *Worker) stopShards() {
 	var all []*puller
-	for _, s := range w.sets {
+	for _, s := range w.shardSets() {
 		s.accept.Store(0)
 		s.owned.Store(0)
 		for shard := range s.pullers {
@@ -299,7 +309,7 @@ func (w *Worker) stopShards() {
 // serveNone stops consuming every set's shards.
 func (w *Worker) serveNone(ctx context.Context) error {
 	var errs []error
-	for _, s := range w.sets {
+	for _, s := range w.shardSets() {
 		errs = append(errs, w.serveShards(ctx, s, nil, nil))
 	}
 	return errors.Join(errs...)
@@ -308,6 +318,9 @@ func (w *Worker) serveNone(ctx context.Context) error {
 // ownedShards lists the shards the worker owns in any set, and per task
 // type on a pools deployment (nil otherwise).
 func (w *Worker) ownedShards() ([]int, map[string][]int) {
+	if w.fair {
+		return w.fairOwned(), nil
+	}
 	if !w.typed {
 		return w.sets[0].ownedShards(), nil
 	}

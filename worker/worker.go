@@ -32,8 +32,10 @@ type Worker struct {
 	running    sync.Map                 // *delivery -> execution: the handlers running now
 	processing inFlight                 // task ids between claim and settled outcome here
 	cancels    cancelNotes              // operator cancel notices
-	sets       []*shardSet              // consumers of the shards served: one set, or one per task type (pools); fixed by bindShards
+	sets       []*shardSet              // consumers of the shards served: one set, one per task type (pools), or one per tenant (fair: added as tenants come, under tenants.mu); set by bindShards
 	typed      bool                     // a pools deployment: the sets are per task type
+	fair       bool                     // a fair deployment: the sets are per tenant, added as tenants come (tenants.go); set by bindShards
+	tenants    tenantSets               // on a fair deployment: the sets' lock and what they serve
 	policy     jetstream.PriorityPolicy // of the consumers: set by bindShards before any switch, read-only after
 	maxMsgSize int32                    // the buckets' MaxMsgSize (AX_P0's); set by bindShards before any delivery, read-only after
 	maxRecord  int                      // the largest record the server takes (its max_payload); zero: unknown
@@ -140,6 +142,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	// A refused subscription (the cancel subject of another id than the
 	// user's) is reported only after the subscribe returned.
+	if w.fair {
+		w.startTenants()
+	}
 	if err := guard.Check(ctx); err != nil {
 		return errors.Join(fmt.Errorf("start worker: %w", w.refused(guard, err)), w.Stop(context.WithoutCancel(ctx)))
 	}
@@ -173,6 +178,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 			w.stopMesh() // leaves the mesh: stops consuming, releases the lease
 			<-w.meshDone
 		}
+		w.stopTenants() // adds no set from here on
 		w.stopShards()
 	})
 	slotsDone := w.slotsDone

@@ -80,5 +80,7 @@ func addProvision(root *cobra.Command, e *env) {
 	fs.DurationVar(&cfg.AckWait, "ack-wait", streams.DefaultAckWait, "ack wait of the shard consumers")
 	fs.BoolVar(&cfg.Pools, "pools", false, "route by task type (worker pools): one consumer per type, priority and shard instead of a catch-all per shard; only on a new deployment")
 	fs.StringSliceVar(&cfg.Types, "types", nil, "with --pools, create these types' consumers now (for workers not allowed to create consumers)")
+	fs.BoolVar(&cfg.Fair, "fair", false, "fair shares between tenants: one consumer per tenant, priority and shard instead of a catch-all per shard, served in turn; only on a new deployment, not with --pools")
+	fs.StringSliceVar(&cfg.Tenants, "tenants", nil, "with --fair, create these tenants' consumers now (the leader creates the others when it first sees them)")
 	root.AddCommand(cmd)
 }

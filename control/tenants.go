@@ -1,0 +1,81 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Tenants is what AX_CONTROL holds under [TenantsKey] on a fair deployment
+// (streams.Config.Fair): the tenants whose consumers exist, sorted. The
+// leader adds a tenant once it has created its consumers; every worker
+// watches the key and pulls from the consumers of each tenant listed.
+type Tenants struct {
+	Tenants []string `json:"tenants"`
+}
+
+// DecodeTenants decodes the value of [TenantsKey].
+func DecodeTenants(data []byte) (Tenants, error) {
+	var t Tenants
+	if err := json.Unmarshal(data, &t); err != nil {
+		return Tenants{}, fmt.Errorf("decode %s: %w", TenantsKey, err)
+	}
+	return t, nil
+}
+
+// ReadTenants reads the tenants of a fair deployment and the key's
+// revision (0: none listed yet).
+func ReadTenants(ctx context.Context, board jetstream.KeyValue) (Tenants, uint64, error) {
+	entry, err := board.Get(ctx, TenantsKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Tenants{}, 0, nil
+	}
+	if err != nil {
+		return Tenants{}, 0, fmt.Errorf("read %s: %w", TenantsKey, err)
+	}
+	t, err := DecodeTenants(entry.Value())
+	return t, entry.Revision(), err
+}
+
+// AddTenants adds tenants to the list under [TenantsKey] by compare-and-set,
+// retrying on a concurrent write; it leaves the list as it is when it holds
+// them already.
+func AddTenants(ctx context.Context, board jetstream.KeyValue, tenants ...string) error {
+	for range 32 {
+		have, rev, err := ReadTenants(ctx, board)
+		if err != nil {
+			return err
+		}
+		next := slices.Clone(have.Tenants)
+		for _, t := range tenants {
+			if !slices.Contains(next, t) {
+				next = append(next, t)
+			}
+		}
+		if len(next) == len(have.Tenants) {
+			return nil
+		}
+		slices.Sort(next)
+		data, err := json.Marshal(Tenants{Tenants: next})
+		if err != nil {
+			return err
+		}
+		if rev == 0 {
+			_, err = board.Create(ctx, TenantsKey, data)
+		} else {
+			_, err = board.Update(ctx, TenantsKey, data, rev)
+		}
+		if err == nil {
+			return nil
+		}
+		if !kv.IsRevisionMismatch(err) && !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("write %s: %w", TenantsKey, err)
+		}
+	}
+	return fmt.Errorf("write %s: too many concurrent writes", TenantsKey)
+}

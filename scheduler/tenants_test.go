@@ -1,0 +1,162 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/control"
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/worker"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+)
+
+// starts records when each task started, counted in the handler.
+type starts struct {
+	mu sync.Mutex
+	at map[string]time.Time // task id -> first start
+	n  map[string]int       // tenant -> starts
+}
+
+func newStarts() *starts { return &starts{at: map[string]time.Time{}, n: map[string]int{}} }
+
+func (s *starts) handler(delay time.Duration) worker.HandlerFunc {
+	return func(ctx context.Context, t *worker.Task) error {
+		s.mu.Lock()
+		if _, ok := s.at[t.Tenant+"/"+t.ID]; !ok {
+			s.at[t.Tenant+"/"+t.ID] = time.Now()
+			s.n[t.Tenant]++
+		}
+		s.mu.Unlock()
+		time.Sleep(delay)
+		return nil
+	}
+}
+
+func (s *starts) count(tenant string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n[tenant]
+}
+
+func (s *starts) startedAt(tenant, id string) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.at[tenant+"/"+id]
+	return at, ok
+}
+
+// startFairWorker starts a worker of every type "job" with concurrency n.
+func startFairWorker(t *testing.T, b *loopsBundle, n int, handle worker.HandlerFunc) {
+	t.Helper()
+	ctx := context.Background()
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("job", handle, nil))
+	_, wjs := b.srv.Connect()
+	w, err := worker.New(ctx, wjs, &worker.Config{Registry: reg, Concurrency: n, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, w.Stop(sctx))
+	})
+}
+
+func submitJobs(t *testing.T, c *ax.Client, tenant string, n int) []string {
+	t.Helper()
+	specs := make([]ax.TaskSpec, n)
+	for i := range specs {
+		specs[i] = ax.TaskSpec{Type: "job", Tenant: tenant, Priority: ax.P2}
+	}
+	infos, err := c.SubmitBatch(context.Background(), specs)
+	require.NoError(t, err)
+	ids := make([]string, len(infos))
+	for i, info := range infos {
+		ids[i] = info.ID
+	}
+	return ids
+}
+
+// On a fair deployment a tenant's backlog does not hold back another
+// tenant's tasks of the same priority: "small" submits one task every 20 ms
+// while "bulk" has 3,000 waiting, and each small task starts within a
+// second (by the handler's clock), long before bulk's backlog drains. On a
+// deployment without fair shares the small tasks wait behind the backlog
+// (set fair to false to see it fail).
+func TestFairSharesBetweenTenants(t *testing.T) {
+	t.Parallel()
+	const fair = true
+	b := setupLoops(t, 1, &streams.Config{Fair: fair}, scheduler.Config{Logger: zaptest.NewLogger(t)})
+	s := newStarts()
+	startFairWorker(t, b, 4, s.handler(5*time.Millisecond))
+	// Both tenants known first (the first task of a new tenant waits for
+	// its consumers).
+	for _, tenant := range []string{"bulk", "small"} {
+		id := submitJobs(t, b.client, tenant, 1)[0]
+		require.Eventually(t, func() bool { _, ok := s.startedAt(tenant, id); return ok }, 30*time.Second, 10*time.Millisecond, tenant)
+	}
+	bulk := submitJobs(t, b.client, "bulk", 3000)
+	require.Eventually(t, func() bool { return s.count("bulk") > 20 }, 30*time.Second, 10*time.Millisecond)
+	submitted := map[string]time.Time{}
+	var small []string
+	for range 20 {
+		at := time.Now()
+		id := submitJobs(t, b.client, "small", 1)[0]
+		submitted[id] = at
+		small = append(small, id)
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Eventually(t, func() bool { return s.count("small") == 21 }, 60*time.Second, 10*time.Millisecond)
+	var waits []time.Duration
+	for _, id := range small {
+		at, _ := s.startedAt("small", id)
+		waits = append(waits, at.Sub(submitted[id]))
+	}
+	slices.Sort(waits)
+	left := len(bulk) + 1 - s.count("bulk")
+	t.Logf("small's waits %v; bulk tasks not started when small's last started: %d", waits, left)
+	require.Greater(t, left, 500, "bulk's backlog had drained: the test proves nothing")
+	require.Less(t, waits[len(waits)-1], time.Second, "a small task waited behind bulk's backlog")
+}
+
+// A tenant whose tasks were submitted while no leader ran is found by the
+// leader's scan of the buckets when one is elected: its consumers are made
+// and its tasks run. A tenant the leader hears gets its consumers too.
+func TestTenantsFoundWithoutALeader(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, &streams.Config{Fair: true})
+	_, js := srv.Connect()
+	client := newClient(t, js, nil)
+	early := submitJobs(t, client, "early", 30)
+	b := &loopsBundle{srv: srv, js: js, client: client}
+	b.contenders = append(b.contenders, startContender(t, srv, scheduler.Config{Logger: zaptest.NewLogger(t)}))
+	b.leader = waitLeader(t, b.contenders...)
+	s := newStarts()
+	startFairWorker(t, b, 4, s.handler(0))
+	require.Eventually(t, func() bool { return s.count("early") == len(early) }, 30*time.Second, 10*time.Millisecond)
+	late := submitJobs(t, client, "late", 5)
+	require.Eventually(t, func() bool { return s.count("late") == len(late) }, 30*time.Second, 10*time.Millisecond)
+
+	board, err := control.Open(context.Background(), js, streams.Names{})
+	require.NoError(t, err)
+	listed, _, err := control.ReadTenants(context.Background(), board)
+	require.NoError(t, err)
+	require.Equal(t, []string{"early", "late"}, listed.Tenants)
+	stream, err := js.Stream(context.Background(), "AX_P2")
+	require.NoError(t, err)
+	names := stream.ConsumerNames(context.Background())
+	var consumers []string
+	for n := range names.Name() {
+		consumers = append(consumers, n)
+	}
+	require.NoError(t, names.Err())
+	require.Len(t, consumers, 2*streams.Shards, "one consumer per shard and tenant: %v", consumers)
+	require.Contains(t, consumers, fmt.Sprintf("p2-s%02d-n-early", 7))
+}

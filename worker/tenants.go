@@ -1,0 +1,211 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ax-mesh/ax/control"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// Fair deployments (streams.Config.Fair): each tenant has its own
+// consumer per (priority, shard), which the leader creates when it first
+// sees the tenant and lists in AX_CONTROL/tenants. A worker has one
+// [shardSet] per tenant listed, all serving the shards the catch-all
+// shard table gives it; it watches the list and adds a set, serving the
+// same shards, for each tenant added. The dispatch queue takes the
+// tenants' deliveries in turn ([turns]).
+
+// tenantsRetry is how often a worker retries serving a tenant's consumers
+// it failed to serve, and watching the tenants after a failed watch.
+const tenantsRetry = time.Second
+
+// tenantSets is what a worker's shard sets serve, and the lock under which
+// sets are added and switched.
+type tenantSets struct {
+	mu       sync.Mutex
+	mine     []int       // the shards every set serves as owned, as last applied (mu)
+	assist   []int       // and as assisted (mu)
+	applied  bool        // mine and assist were applied (mu)
+	unserved []*shardSet // sets added since, not serving yet (mu)
+	owned    atomic.Uint32
+
+	stop context.CancelFunc // ends the watch of the tenants; nil before it starts
+	done chan struct{}      // closed when the watch has returned
+}
+
+// shardSets returns the worker's shard sets.
+func (w *Worker) shardSets() []*shardSet {
+	w.tenants.mu.Lock()
+	defer w.tenants.mu.Unlock()
+	return slices.Clone(w.sets)
+}
+
+// fairOwned lists the shards a worker of a fair deployment owns.
+func (w *Worker) fairOwned() []int {
+	bits := w.tenants.owned.Load()
+	out := []int{}
+	for shard := range streams.Shards {
+		if bits&(1<<shard) != 0 {
+			out = append(out, shard)
+		}
+	}
+	return out
+}
+
+// serveAll serves mine (owned) and assist in every set, and remembers them
+// for the sets added later.
+func (w *Worker) serveAll(ctx context.Context, mine, assist []int) error {
+	w.tenants.mu.Lock()
+	defer w.tenants.mu.Unlock()
+	var errs []error
+	for _, s := range w.sets {
+		errs = append(errs, w.serveShards(ctx, s, mine, assist))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	w.tenants.mine, w.tenants.assist, w.tenants.applied = slices.Clone(mine), slices.Clone(assist), true
+	w.tenants.unserved = nil
+	var bits uint32
+	for _, shard := range mine {
+		bits |= 1 << shard
+	}
+	w.tenants.owned.Store(bits)
+	return nil
+}
+
+// bindTenants prepares a worker of a fair deployment: one set per tenant
+// listed, and the consumer settings the deployment was provisioned with
+// (kept in the buckets' metadata), which an explicit AckWait must match.
+func (w *Worker) bindTenants(ctx context.Context, cfg *streams.Config) error {
+	board, err := control.Open(ctx, w.js, w.cfg.Names)
+	if err != nil {
+		return err
+	}
+	listed, _, err := control.ReadTenants(ctx, board)
+	if err != nil {
+		return err
+	}
+	cc, err := streams.ConsumerConfig(cfg, 0, 0)
+	if err != nil {
+		return err
+	}
+	if w.cfg.AckWait != 0 && w.cfg.AckWait != cc.AckWait {
+		return fmt.Errorf("%w: AckWait is %s here but %s on the deployment's consumers (stream %s metadata): set the worker's AckWait (--ack-wait) to %s, or leave it zero to adopt the consumers'",
+			ErrConfigMismatch, w.cfg.AckWait, cc.AckWait, w.cfg.Names.PriorityStream(0), cc.AckWait)
+	}
+	w.cfg.AckWait, w.policy, w.fair = cc.AckWait, cc.PriorityPolicy, true
+	for _, t := range listed.Tenants {
+		w.sets = append(w.sets, &shardSet{tenant: t})
+	}
+	return nil
+}
+
+// startTenants starts the watch of the tenants of a fair deployment.
+func (w *Worker) startTenants() {
+	ctx, cancel := context.WithCancel(context.Background())
+	w.tenants.stop, w.tenants.done = cancel, make(chan struct{})
+	go func() { defer close(w.tenants.done); w.watchTenants(ctx) }()
+}
+
+// stopTenants ends the watch of the tenants and waits for it.
+func (w *Worker) stopTenants() {
+	if w.tenants.stop != nil {
+		w.tenants.stop()
+		<-w.tenants.done
+	}
+}
+
+// watchTenants adds a set for each tenant listed in AX_CONTROL/tenants and
+// serves it, until ctx ends. A failed watch is made again after
+// tenantsRetry; so is a set that failed to serve.
+func (w *Worker) watchTenants(ctx context.Context) {
+	retry := time.NewTicker(tenantsRetry)
+	defer retry.Stop()
+	var watch jetstream.KeyWatcher
+	var updates <-chan jetstream.KeyValueEntry // nil while there is no watch
+	defer func() {
+		if watch != nil {
+			_ = kv.StopWatch(watch)
+		}
+	}()
+	for {
+		if watch == nil {
+			board, err := control.Open(ctx, w.js, w.cfg.Names)
+			if err == nil {
+				watch, err = board.Watch(ctx, control.TenantsKey)
+			}
+			if err != nil && ctx.Err() == nil {
+				w.log.Warn("tenants_watch_failed", zap.Error(err))
+			}
+			if watch != nil {
+				updates = watch.Updates()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-retry.C:
+			w.serveAdded(ctx)
+		case e, ok := <-updates:
+			if !ok {
+				_ = kv.StopWatch(watch)
+				watch, updates = nil, nil
+				continue
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			listed, err := control.DecodeTenants(e.Value())
+			if err != nil {
+				w.log.Error("tenants_decode", zap.Uint64("revision", e.Revision()), zap.Error(err))
+				continue
+			}
+			w.addTenants(listed.Tenants)
+			w.serveAdded(ctx)
+		}
+	}
+}
+
+// addTenants adds a set for each of tenants the worker has none for.
+func (w *Worker) addTenants(tenants []string) {
+	w.tenants.mu.Lock()
+	defer w.tenants.mu.Unlock()
+	for _, t := range tenants {
+		if slices.ContainsFunc(w.sets, func(s *shardSet) bool { return s.tenant == t }) {
+			continue
+		}
+		s := &shardSet{tenant: t}
+		w.sets = append(w.sets, s)
+		w.tenants.unserved = append(w.tenants.unserved, s)
+		w.log.Info("tenant_added", zap.String("tenant", t))
+	}
+}
+
+// serveAdded serves, in the sets added since, the shards the others serve.
+func (w *Worker) serveAdded(ctx context.Context) {
+	w.tenants.mu.Lock()
+	defer w.tenants.mu.Unlock()
+	if !w.tenants.applied || w.stopping.Load() {
+		return
+	}
+	var left []*shardSet
+	for _, s := range w.tenants.unserved {
+		if err := w.serveShards(ctx, s, w.tenants.mine, w.tenants.assist); err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("serve_shards_failed", zap.String("tenant", s.tenant), zap.Error(err))
+			}
+			left = append(left, s)
+		}
+	}
+	w.tenants.unserved = left
+}
