@@ -401,3 +401,47 @@ func TestWorkerWithoutBatchedReadFailsFast(t *testing.T) {
 	require.ErrorContains(t, err, "user worker-1 may not publish $JS.API.DIRECT.GET.KV_AX_TASKS")
 	require.Less(t, time.Since(start), 4*time.Second)
 }
+
+// A fair deployment as deployed: the shipped permission file, each role a
+// process. The scheduler provisions it with --fair, the leader gives each
+// tenant it hears (the service's default tenant, acme's and globex's
+// producers) its consumers, and the worker, in its role, watches the
+// tenants and runs every task; nobody is refused a subject.
+func TestDeployedFairRoles(t *testing.T) {
+	t.Parallel()
+	srv := startRoleServer(t, permissionsFile)
+	url := srv.ClientURL()
+	mustAxAs(t, url, "scheduler", "provision", "--fair")
+	sched := startAxAs(t, url, "scheduler", "scheduler")
+	w := startAxAs(t, url, "worker-1", "worker", "--id", "worker-1", "--concurrency", "4")
+	require.Eventually(t, func() bool { return strings.Contains(w.output(), "joining the mesh") || w.exited() },
+		30*time.Second, 50*time.Millisecond, "ax worker did not join:\n%s", w.output())
+	require.False(t, w.exited(), "ax worker exited:\n%s", w.output())
+
+	submits := map[string][]string{
+		"service":         {"submit", "echo", "--publish-only", "--id", "fair-service"},
+		"producer-acme":   {"submit", "echo", "--publish-only", "--tenant", "acme", "--inbox-prefix", "_INBOX.producer-acme", "--id", "fair-acme"},
+		"producer-globex": {"submit", "echo", "--publish-only", "--tenant", "globex", "--inbox-prefix", "_INBOX.producer-globex", "--id", "fair-globex"},
+	}
+	for user, args := range submits {
+		mustAxAs(t, url, user, args...)
+	}
+	for id, tenant := range map[string]string{"fair-service": "default", "fair-acme": "acme", "fair-globex": "globex"} {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			out, _, err := runAxAs(url, "operator", time.Minute, "task", "get", id, "--tenant", tenant)
+			assert.NoError(c, err)
+			assert.Regexp(c, `State\s+SUCCEEDED`, out)
+		}, 60*time.Second, 200*time.Millisecond, "task %s", id)
+	}
+	for name, p := range map[string]*process{"worker": w, "scheduler": sched} {
+		p.signal(t, os.Interrupt)
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("ax %s did not stop:\n%s", name, p.output())
+		}
+		require.Zero(t, p.cmd.ProcessState.ExitCode(), "ax %s:\n%s", name, p.output())
+		require.NotContains(t, p.output(), "ermission", "ax %s", name)
+	}
+	require.Empty(t, srv.Violations(), "the server reported permission violations")
+}

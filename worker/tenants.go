@@ -87,11 +87,7 @@ func (w *Worker) serveAll(ctx context.Context, mine, assist []int) error {
 // listed, and the consumer settings the deployment was provisioned with
 // (kept in the buckets' metadata), which an explicit AckWait must match.
 func (w *Worker) bindTenants(ctx context.Context, cfg *streams.Config) error {
-	board, err := control.Open(ctx, w.js, w.cfg.Names)
-	if err != nil {
-		return err
-	}
-	listed, _, err := control.ReadTenants(ctx, board)
+	listed, err := w.readTenants(ctx)
 	if err != nil {
 		return err
 	}
@@ -108,6 +104,42 @@ func (w *Worker) bindTenants(ctx context.Context, cfg *streams.Config) error {
 		w.sets = append(w.sets, &shardSet{tenant: t})
 	}
 	return nil
+}
+
+// readTenants reads the tenants listed in AX_CONTROL/tenants through a
+// watch (a worker may watch the control keys, not read them with a direct
+// get), waiting at most opTimeout.
+func (w *Worker) readTenants(ctx context.Context) (control.Tenants, error) {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	board, err := control.Open(ctx, w.js, w.cfg.Names)
+	if err != nil {
+		return control.Tenants{}, err
+	}
+	watch, err := board.Watch(ctx, control.TenantsKey)
+	if err != nil {
+		return control.Tenants{}, fmt.Errorf("watch %s: %w", control.TenantsKey, err)
+	}
+	defer func() { _ = kv.StopWatch(watch) }()
+	var listed control.Tenants
+	for {
+		select {
+		case <-ctx.Done():
+			return control.Tenants{}, fmt.Errorf("read %s: %w", control.TenantsKey, ctx.Err())
+		case e, ok := <-watch.Updates():
+			if !ok {
+				return control.Tenants{}, fmt.Errorf("read %s: the watch closed", control.TenantsKey)
+			}
+			if e == nil {
+				return listed, nil
+			}
+			if e.Operation() == jetstream.KeyValuePut {
+				if listed, err = control.DecodeTenants(e.Value()); err != nil {
+					return control.Tenants{}, err
+				}
+			}
+		}
+	}
 }
 
 // startTenants starts the watch of the tenants of a fair deployment.
