@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/internal/embedded"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
@@ -41,6 +42,10 @@ type Options struct {
 	// Pools provisions a pools deployment (routing by task type,
 	// [streams.Config.Pools]) instead of catch-all shard consumers.
 	Pools bool
+	// FairTenants, when set, provisions a fair deployment
+	// ([streams.Config.Fair]) with these tenants' consumers made and
+	// listed up front.
+	FairTenants []string
 	// Tracer, when set, is the tracer provider of the run's client and
 	// workers (every task traced: what tracing costs).
 	Tracer trace.TracerProvider
@@ -101,13 +106,28 @@ func newEnv(ctx context.Context, o Options, prefix string, capacity int64) (*env
 		e.close()
 		return nil, err
 	}
-	if _, err := streams.Provision(ctx, e.js, &streams.Config{Names: e.names, Capacity: capacity, Pools: o.Pools && prefix != "axbase"}); err != nil {
+	fair := len(o.FairTenants) > 0 && prefix != "axbase"
+	scfg := &streams.Config{Names: e.names, Capacity: capacity, Pools: o.Pools && prefix != "axbase"}
+	if fair {
+		scfg.Fair, scfg.Tenants = true, o.FairTenants
+	}
+	if _, err := streams.Provision(ctx, e.js, scfg); err != nil {
 		e.close()
 		return nil, err
 	}
 	if err := kv.Provision(ctx, e.js, &kv.BucketsConfig{Names: e.names}); err != nil {
 		e.close()
 		return nil, err
+	}
+	if fair {
+		board, err := control.Open(ctx, e.js, e.names)
+		if err == nil {
+			err = control.AddTenants(ctx, board, o.FairTenants...)
+		}
+		if err != nil {
+			e.close()
+			return nil, err
+		}
 	}
 	return e, nil
 }

@@ -27,6 +27,7 @@ type benchFlags struct {
 	quiet     bool
 	profile   string // CPU profile file
 	trace     bool   // trace every task (an SDK tracer provider, spans dropped)
+	shared    bool   // fairness: on a deployment without fair shares
 }
 
 type benchRunner func(context.Context, bench.Options) ([]*bench.Result, error)
@@ -143,6 +144,9 @@ func (f *benchFlags) scenarios() map[string]benchScenario {
 		"limits": {tasks: 2_000, workers: 3, slots: 64, run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
 			return single(bench.Limits(ctx, o))
 		}},
+		"fairness": {tasks: 100_000, rate: 20, run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
+			return bench.Fairness(ctx, o, f.rate, f.shared)
+		}},
 		"article": {tasks: 500_000, workers: 8, slots: 16, run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
 			return single(bench.Article(ctx, o, bench.ArticleOptions{TimeScale: f.timeScale, Tenants: f.tenants}))
 		}},
@@ -190,7 +194,12 @@ statistics. See docs/BENCHMARKS.md.
               of a type limited to 10 at once mesh-wide (20 ms each) beside N more
               of the first: the peak of limited executions at once (counted by
               the handlers), the limit's utilisation while tasks waited, and the
-              unlimited type's rate beside the limited one over its rate alone`,
+              unlimited type's rate beside the limited one over its rate alone
+  fairness    a fair deployment: tenant bulk's backlog of N tasks (default 100,000)
+              drains alone, then again while tenant paced submits --rate tasks a
+              second (default 20): the backlog's rate beside the paced tenant over
+              its rate alone, and the paced tenant's submit-to-start latency;
+              --shared-layout runs it without fair shares, for comparison`,
 		Args:      cobra.ExactArgs(1),
 		ValidArgs: names,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -263,7 +272,7 @@ statistics. See docs/BENCHMARKS.md.
 	fs.IntVar(&f.o.Workers, "workers", 1, "workers in this process (article: default 8)")
 	fs.IntVar(&f.o.Payload, "payload", 200, "payload bytes")
 	fs.StringVar(&f.o.Sync, "sync", "", `the run's server flush policy: "always" or an interval (default: the server's)`)
-	fs.IntVar(&f.rate, "rate", 2_000, "tasks per second of the paced scenarios (priority: P0 tasks, default 200)")
+	fs.IntVar(&f.rate, "rate", 2_000, "tasks per second of the paced scenarios (priority: P0 tasks, default 200; fairness: the paced tenant's, default 20)")
 	fs.DurationVar(&f.duration, "duration", 10*time.Second, "length of the paced scenarios")
 	fs.Float64Var(&f.timeScale, "time-scale", 0.01, "article: handler durations of 100 ms–2 s are multiplied by this")
 	fs.IntVar(&f.tenants, "tenants", 10, "article: tenants")
@@ -272,6 +281,7 @@ statistics. See docs/BENCHMARKS.md.
 	fs.StringVar(&f.transport, "transport", "tcp", "the run's own server: tcp (its own process, loopback TCP), in-process (embedded) or both")
 	fs.BoolVarP(&f.quiet, "quiet", "q", false, "no progress bar")
 	fs.BoolVar(&f.trace, "trace", false, "trace every task with the OpenTelemetry SDK (every span sampled, then dropped): what tracing costs")
+	fs.BoolVar(&f.shared, "shared-layout", false, "fairness: on a deployment without fair shares (one catch-all consumer per shard)")
 	fs.StringVar(&f.profile, "cpuprofile", "", "write a CPU profile of the bench process (client and workers; the server too with --transport in-process) to this file")
 	root.AddCommand(cmd)
 }

@@ -1,0 +1,184 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/worker"
+	"go.uber.org/zap"
+)
+
+// The tenants of the fairness scenario.
+const (
+	// FairBulk is the tenant with the backlog.
+	FairBulk = "bulk"
+	// FairPaced is the tenant that submits at a steady rate.
+	FairPaced = "paced"
+	// fairBatch is the size of a submit batch of the backlog.
+	fairBatch = 500
+)
+
+// Fairness measures fair shares between tenants at one priority. Tenant
+// FairBulk submits o.Tasks no-op tasks while no worker runs; then o.Workers
+// workers of o.Concurrency slots start and drain them. It does this twice:
+// alone, and with tenant FairPaced submitting one task every 1/rate s
+// while the backlog drains. It reports the backlog's drain rate alone and
+// beside the paced tenant (and their ratio), and the paced tenant's
+// submit-to-start latency (p50, p99, max), counted by the handler. The
+// drain is timed from the backlog's first start (the workers' start, which
+// binds a consumer per tenant, priority and shard, is left out); the CPU
+// per task counts from before the workers start. shared
+// runs it on a deployment without fair shares (one catch-all consumer per
+// shard), for comparison.
+func Fairness(ctx context.Context, o Options, rate int, shared bool) ([]*Result, error) {
+	if rate <= 0 {
+		return nil, fmt.Errorf("fairness: --rate must be positive")
+	}
+	prefix := "axfair"
+	if shared {
+		prefix = "axfairshared"
+	} else {
+		o.FairTenants = []string{FairBulk, FairPaced}
+	}
+	e, err := newEnv(ctx, o, prefix, int64(o.Tasks)+100_000)
+	if err != nil {
+		return nil, err
+	}
+	client, err := ax.NewClient(ctx, e.js, &ax.Config{Names: e.names})
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	r := &run{env: e, client: client}
+	defer r.close()
+	layout := "fair"
+	if shared {
+		layout = "shared"
+	}
+	alone, err := r.fairPhase(ctx, o, 0)
+	if err != nil {
+		return nil, err
+	}
+	alone.Scenario = "fairness-alone-" + layout
+	beside, err := r.fairPhase(ctx, o, rate)
+	if err != nil {
+		return nil, err
+	}
+	beside.Scenario = "fairness-" + layout
+	beside.Extra["bulk_ratio_to_alone"] = beside.CompletePerSec / alone.CompletePerSec
+	return []*Result{alone, beside}, nil
+}
+
+// fairPhase submits the backlog, starts the workers, drains it (with the
+// paced tenant beside it if rate > 0) and stops the workers.
+func (r *run) fairPhase(ctx context.Context, o Options, rate int) (*Result, error) {
+	var bulkDone, pacedDone counter
+	var lat latencies
+	var firstMu sync.Mutex
+	var first time.Time // the backlog's first start: the drain is timed from there
+	reg := worker.NewRegistry()
+	if err := reg.Handle("job", func(_ context.Context, t *worker.Task) error {
+		if t.Tenant == FairPaced {
+			lat.add(since(t.Payload))
+			pacedDone.n.Add(1)
+		} else {
+			firstMu.Lock()
+			if first.IsZero() {
+				first = time.Now()
+			}
+			firstMu.Unlock()
+			bulkDone.n.Add(1)
+		}
+		return nil
+	}, nil); err != nil {
+		return nil, err
+	}
+	for i := 0; i < o.Tasks; i += fairBatch {
+		specs := make([]ax.TaskSpec, 0, fairBatch)
+		for range min(fairBatch, o.Tasks-i) {
+			specs = append(specs, ax.TaskSpec{Type: "job", Tenant: FairBulk, Priority: ax.P2})
+		}
+		if _, err := r.client.SubmitBatch(ctx, specs); err != nil {
+			return nil, fmt.Errorf("fairness: submit the backlog: %w", err)
+		}
+	}
+	label := "backlog alone"
+	if rate > 0 {
+		label = "backlog, paced tenant beside"
+	}
+	bar := startProgress(o.Progress, label, o.Tasks, bulkDone.load)
+	before, start := r.usage(), time.Now()
+	var workers []*worker.Worker
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		for _, w := range workers {
+			_ = w.Stop(sctx)
+		}
+	}()
+	for range o.Workers {
+		w, err := worker.New(ctx, r.js, &worker.Config{Names: r.names, Registry: reg, Concurrency: o.Concurrency, Logger: zap.NewNop()})
+		if err == nil {
+			err = w.Start(ctx)
+		}
+		if err != nil {
+			return nil, err
+		}
+		workers = append(workers, w)
+	}
+	pctx, stopPacer := context.WithCancel(ctx)
+	var paced int64
+	var pacerErr error
+	var wg sync.WaitGroup
+	if rate > 0 {
+		wg.Go(func() {
+			tick := time.NewTicker(time.Second / time.Duration(rate))
+			defer tick.Stop()
+			for {
+				select {
+				case <-pctx.Done():
+					return
+				case <-tick.C:
+				}
+				if _, err := r.client.Submit(pctx, ax.TaskSpec{Type: "job", Tenant: FairPaced, Priority: ax.P2, Payload: stamp(nil)}); err != nil {
+					if pctx.Err() == nil {
+						pacerErr = err
+					}
+					return
+				}
+				paced++
+			}
+		})
+	}
+	err := waitFor(ctx, func() bool { return bulkDone.load() >= int64(o.Tasks) })
+	after := r.usage()
+	firstMu.Lock()
+	elapsed := time.Since(first)
+	firstMu.Unlock()
+	if elapsed <= 0 {
+		elapsed = time.Since(start)
+	}
+	stopPacer()
+	wg.Wait()
+	bar.end()
+	if err != nil {
+		return nil, err
+	}
+	if pacerErr != nil {
+		return nil, fmt.Errorf("fairness: the paced tenant's submit: %w", pacerErr)
+	}
+	if err := waitFor(ctx, func() bool { return pacedDone.load() >= paced }); err != nil {
+		return nil, err
+	}
+	res := &Result{Workers: o.Workers, Concurrency: o.Concurrency, Sync: o.Sync}
+	measure(res, o.Tasks, elapsed, before, after)
+	lat.fill(res)
+	res.Extra = map[string]float64{"paced_tasks": float64(paced)}
+	if rate > 0 {
+		res.Extra["paced_rate"] = float64(rate)
+	}
+	return res, nil
+}
