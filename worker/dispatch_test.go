@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -129,4 +130,33 @@ func TestExpiredDeliveryIsNotClaimed(t *testing.T) {
 	require.True(t, w.expired(stale))
 	require.True(t, stale.settled, "no heartbeat or answer goes out for it any more")
 	require.EqualValues(t, 1, w.stats.Dropped.Load())
+}
+
+// On a fair deployment the tenants of a priority take turns, each giving
+// its longest-waiting delivery: a tenant with many old deliveries gets one
+// start in turn with each other tenant, and a higher priority still goes
+// first. Elsewhere (every delivery of one group) the order is by age.
+func TestDispatchTakesTenantsInTurn(t *testing.T) {
+	q := newDispatchQueue()
+	base := time.Now()
+	bulk, small, other := &shardSet{tenant: "bulk"}, &shardSet{tenant: "small"}, &shardSet{tenant: "other"}
+	names := map[*delivery]string{}
+	push := func(name string, set *shardSet, priority int, waited time.Duration) {
+		d := &delivery{priority: priority, since: base.Add(-waited), set: set}
+		names[d] = name
+		require.True(t, q.push(d))
+	}
+	for i := range 5 {
+		push(fmt.Sprintf("bulk-%d", i), bulk, 2, time.Duration(60-i)*time.Second) // bulk-0 oldest
+	}
+	push("small-young", small, 2, time.Second)
+	push("small-old", small, 2, 2*time.Second)
+	push("other", other, 2, 0)
+	push("p0", bulk, 0, 0)
+	stop := make(chan struct{})
+	var got []string
+	for range names {
+		got = append(got, names[q.pop(stop)])
+	}
+	require.Equal(t, []string{"p0", "bulk-0", "small-old", "other", "bulk-1", "small-young", "bulk-2", "bulk-3", "bulk-4"}, got)
 }
