@@ -20,6 +20,7 @@ import (
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/internal/denied"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
@@ -134,6 +135,15 @@ func open(ctx context.Context, js jetstream.JetStream, opts *Options) (*Deployme
 		bcfg.Names = o.Names
 		if err := kv.Provision(ctx, js, &bcfg); err != nil {
 			return nil, fmt.Errorf("open deployment: %w", err)
+		}
+		if len(scfg.Tenants) > 0 { // listed for the workers, as the leader lists a tenant it finds
+			board, err := control.Open(ctx, js, o.Names)
+			if err == nil {
+				err = control.AddTenants(ctx, board, scfg.Tenants...)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("open deployment: %w", err)
+			}
 		}
 		migrated, err := kv.MigrateKeys(ctx, js, o.Names)
 		if err != nil {

@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -159,4 +160,65 @@ func TestTenantsFoundWithoutALeader(t *testing.T) {
 	require.NoError(t, names.Err())
 	require.Len(t, consumers, 2*streams.Shards, "one consumer per shard and tenant: %v", consumers)
 	require.Contains(t, consumers, fmt.Sprintf("p2-s%02d-n-early", 7))
+}
+
+// Workers of a fair deployment split the shards of every tenant as the
+// mesh splits the catch-all shards: a worker that joins takes its share of
+// each tenant's consumers (the tenants listed before it started), one that
+// leaves hands its share back, and every task runs once.
+func TestFairMeshSplitsEveryTenant(t *testing.T) {
+	t.Parallel()
+	b := setupLoops(t, 1, &streams.Config{Fair: true, Tenants: []string{"a", "b"}}, scheduler.Config{Logger: zaptest.NewLogger(t)})
+	var mu sync.Mutex
+	runs := map[string]int{}
+	handle := func(ctx context.Context, task *worker.Task) error {
+		mu.Lock()
+		runs[task.Tenant+"/"+task.ID]++
+		mu.Unlock()
+		time.Sleep(2 * time.Millisecond)
+		return nil
+	}
+	ctx := context.Background()
+	start := func() *worker.Worker {
+		reg := worker.NewRegistry()
+		require.NoError(t, reg.Handle("job", handle, nil))
+		_, wjs := b.srv.Connect()
+		w, err := worker.New(ctx, wjs, &worker.Config{Registry: reg, Concurrency: 4, Logger: zaptest.NewLogger(t)})
+		require.NoError(t, err)
+		require.NoError(t, w.Start(ctx))
+		t.Cleanup(func() { _ = w.Stop(context.Background()) })
+		return w
+	}
+	first := start()
+	ids := map[string][]string{}
+	for _, tenant := range []string{"a", "b", "c"} {
+		ids[tenant] = submitJobs(t, b.client, tenant, 300)
+	}
+	second := start()
+	board, err := control.Open(ctx, b.js, streams.Names{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		e, err := board.Get(ctx, control.ShardTableKey)
+		if err != nil {
+			return false
+		}
+		var table worker.ShardTable
+		return json.Unmarshal(e.Value(), &table) == nil && len(table.Members) == 2 &&
+			len(table.Owners.Shards(first.ID())) > 0 && len(table.Owners.Shards(second.ID())) > 0
+	}, 30*time.Second, 20*time.Millisecond, "the two workers split the shards")
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, first.Stop(sctx))
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(runs) == 900
+	}, 60*time.Second, 20*time.Millisecond, "every task runs")
+	mu.Lock()
+	defer mu.Unlock()
+	for tenant, list := range ids {
+		for _, id := range list {
+			require.Equal(t, 1, runs[tenant+"/"+id], "task %s/%s", tenant, id)
+		}
+	}
 }
