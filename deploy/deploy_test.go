@@ -7,6 +7,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/deploy"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
@@ -98,4 +99,23 @@ func TestOpenReadsAPoolsDeployment(t *testing.T) {
 	d, err := deploy.Open(ctx, js, nil)
 	require.NoError(t, err)
 	require.Equal(t, 4*time.Second, d.AckWait())
+}
+
+// A fair deployment has no catch-all consumer either: Open reads the
+// consumers' settings from the buckets' metadata, and provisioning lists
+// the tenants it made consumers for, which a worker then serves.
+func TestOpenReadsAFairDeployment(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.RunServer(t)
+	ctx := context.Background()
+	_, err := deploy.Open(ctx, js, &deploy.Options{Provision: true, Streams: &streams.Config{Fair: true, AckWait: 4 * time.Second, Tenants: []string{"acme"}}})
+	require.NoError(t, err)
+	d, err := deploy.Open(ctx, js, nil)
+	require.NoError(t, err)
+	require.Equal(t, 4*time.Second, d.AckWait())
+	board, err := control.Open(ctx, js, streams.Names{})
+	require.NoError(t, err)
+	listed, _, err := control.ReadTenants(ctx, board)
+	require.NoError(t, err)
+	require.Equal(t, []string{"acme"}, listed.Tenants)
 }
