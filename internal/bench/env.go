@@ -57,8 +57,10 @@ type env struct {
 	child *child           // the server process, or nil
 	dir   string
 	nc    *nats.Conn
-	js    jetstream.JetStream
-	names streams.Names
+	// connectOpts are the options of nc, for another connection.
+	connectOpts []nats.Option
+	js          jetstream.JetStream
+	names       streams.Names
 }
 
 // newEnv starts the run's server (unless o.Server is set) and provisions
@@ -97,7 +99,7 @@ func newEnv(ctx context.Context, o Options, prefix string, capacity int64) (*env
 		e.close()
 		return nil, fmt.Errorf("bench: connect: %w", err)
 	}
-	e.nc = nc
+	e.nc, e.connectOpts = nc, opts
 	if e.js, err = jetstream.New(nc); err != nil {
 		e.close()
 		return nil, err

@@ -8,6 +8,8 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/worker"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )
 
@@ -54,16 +56,33 @@ func Fairness(ctx context.Context, o Options, rate int, shared bool) ([]*Result,
 	}
 	r := &run{env: e, client: client}
 	defer r.close()
+	// The paced tenant submits on a connection of its own, as a service of
+	// its own would: on the workers' connection its submits would queue
+	// behind their traffic in the client.
+	pacedNC, err := nats.Connect(e.nc.ConnectedUrl(), e.connectOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("fairness: connect: %w", err)
+	}
+	defer pacedNC.Close()
+	pacedJS, err := jetstream.New(pacedNC)
+	if err != nil {
+		return nil, err
+	}
+	paced, err := ax.NewClient(ctx, pacedJS, &ax.Config{Names: e.names})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = paced.Close() }()
 	layout := "fair"
 	if shared {
 		layout = "shared"
 	}
-	alone, err := r.fairPhase(ctx, o, 0)
+	alone, err := r.fairPhase(ctx, o, paced, 0)
 	if err != nil {
 		return nil, err
 	}
 	alone.Scenario = "fairness-alone-" + layout
-	beside, err := r.fairPhase(ctx, o, rate)
+	beside, err := r.fairPhase(ctx, o, paced, rate)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +93,7 @@ func Fairness(ctx context.Context, o Options, rate int, shared bool) ([]*Result,
 
 // fairPhase submits the backlog, starts the workers, drains it (with the
 // paced tenant beside it if rate > 0) and stops the workers.
-func (r *run) fairPhase(ctx context.Context, o Options, rate int) (*Result, error) {
+func (r *run) fairPhase(ctx context.Context, o Options, paced *ax.Client, rate int) (*Result, error) {
 	var bulkDone, pacedDone counter
 	var lat latencies
 	var firstMu sync.Mutex
@@ -130,7 +149,7 @@ func (r *run) fairPhase(ctx context.Context, o Options, rate int) (*Result, erro
 		workers = append(workers, w)
 	}
 	pctx, stopPacer := context.WithCancel(ctx)
-	var paced int64
+	var submitted int64
 	var pacerErr error
 	var wg sync.WaitGroup
 	if rate > 0 {
@@ -143,13 +162,13 @@ func (r *run) fairPhase(ctx context.Context, o Options, rate int) (*Result, erro
 					return
 				case <-tick.C:
 				}
-				if _, err := r.client.Submit(pctx, ax.TaskSpec{Type: "job", Tenant: FairPaced, Priority: ax.P2, Payload: stamp(nil)}); err != nil {
+				if _, err := paced.Submit(pctx, ax.TaskSpec{Type: "job", Tenant: FairPaced, Priority: ax.P2, Payload: stamp(nil)}); err != nil {
 					if pctx.Err() == nil {
 						pacerErr = err
 					}
 					return
 				}
-				paced++
+				submitted++
 			}
 		})
 	}
@@ -170,13 +189,13 @@ func (r *run) fairPhase(ctx context.Context, o Options, rate int) (*Result, erro
 	if pacerErr != nil {
 		return nil, fmt.Errorf("fairness: the paced tenant's submit: %w", pacerErr)
 	}
-	if err := waitFor(ctx, func() bool { return pacedDone.load() >= paced }); err != nil {
+	if err := waitFor(ctx, func() bool { return pacedDone.load() >= submitted }); err != nil {
 		return nil, err
 	}
 	res := &Result{Workers: o.Workers, Concurrency: o.Concurrency, Sync: o.Sync}
 	measure(res, o.Tasks, elapsed, before, after)
 	lat.fill(res)
-	res.Extra = map[string]float64{"paced_tasks": float64(paced)}
+	res.Extra = map[string]float64{"paced_tasks": float64(submitted)}
 	if rate > 0 {
 		res.Extra["paced_rate"] = float64(rate)
 	}
