@@ -34,7 +34,10 @@ const (
 // binds a consumer per tenant, priority and shard, is left out); the CPU
 // per task counts from before the workers start. shared
 // runs it on a deployment without fair shares (one catch-all consumer per
-// shard), for comparison.
+// shard), for comparison. As the other scenarios, it runs no leader: the
+// tenants' consumers are made up front (streams.Config.Tenants), and the
+// leader's copy of each submit, with which it finds new tenants, is not
+// counted (admin's BenchmarkRejectWatchCost prices such a subscription).
 func Fairness(ctx context.Context, o Options, rate int, shared bool) ([]*Result, error) {
 	if rate <= 0 {
 		return nil, fmt.Errorf("fairness: --rate must be positive")
