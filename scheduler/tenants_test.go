@@ -14,6 +14,7 @@ import (
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 )
@@ -221,4 +222,27 @@ func TestFairMeshSplitsEveryTenant(t *testing.T) {
 			require.Equal(t, 1, runs[tenant+"/"+id], "task %s/%s", tenant, id)
 		}
 	}
+}
+
+// A submit that no bucket stored makes no consumers: the leader hears it
+// but finds none of the tenant's tasks (here the bucket is full).
+func TestRefusedSubmitMakesNoTenant(t *testing.T) {
+	t.Parallel()
+	b := setupLoops(t, 1, &streams.Config{Fair: true, Capacity: 2}, scheduler.Config{Logger: zaptest.NewLogger(t)})
+	ctx := context.Background()
+	submitJobs(t, b.client, "filler", 2)
+	board, err := control.Open(ctx, b.js, streams.Names{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		listed, _, err := control.ReadTenants(ctx, board)
+		return err == nil && slices.Contains(listed.Tenants, "filler")
+	}, 30*time.Second, 20*time.Millisecond, "a stored tenant gets its consumers")
+	_, err = b.js.Publish(ctx, "ax.submit.p2.ghost.job.k", nil)
+	require.Error(t, err, "the full bucket refuses it")
+	time.Sleep(3 * time.Second) // the leader looks for the tenant's tasks for 2 s
+	listed, _, err := control.ReadTenants(ctx, board)
+	require.NoError(t, err)
+	require.Equal(t, []string{"filler"}, listed.Tenants)
+	_, err = b.js.Consumer(ctx, "AX_P2", "p2-s00-n-ghost")
+	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound)
 }
