@@ -306,13 +306,10 @@ func (w *Worker) stopShards() {
 	drain(all)
 }
 
-// serveNone stops consuming every set's shards.
+// serveNone stops consuming every set's shards (and a set added later
+// serves none either).
 func (w *Worker) serveNone(ctx context.Context) error {
-	var errs []error
-	for _, s := range w.shardSets() {
-		errs = append(errs, w.serveShards(ctx, s, nil, nil))
-	}
-	return errors.Join(errs...)
+	return w.serveAll(ctx, nil, nil)
 }
 
 // ownedShards lists the shards the worker owns in any set, and per task
