@@ -137,7 +137,7 @@ func waitingSince(msg jetstream.Msg, meta *jetstream.MsgMetadata, now time.Time)
 // at the back of the line.
 type turns struct {
 	groups map[string]*deliveryHeap // by the tenant of the delivery's consumers; "" elsewhere
-	line   []string                 // the groups with deliveries, next turn first
+	line   []string                 // the groups with deliveries, next turn first (each once)
 }
 
 func (t *turns) push(d *delivery) {
@@ -148,7 +148,9 @@ func (t *turns) push(d *delivery) {
 			t.groups = map[string]*deliveryHeap{}
 		}
 		h = &deliveryHeap{}
-		t.groups[group] = h
+		t.groups[group] = h // kept when it empties: a worker's groups are its tenants
+	}
+	if h.Len() == 0 {
 		t.line = append(t.line, group)
 	}
 	heap.Push(h, d)
@@ -161,10 +163,10 @@ func (t *turns) pop() *delivery {
 	group := t.line[0]
 	h := t.groups[group]
 	d := heap.Pop(h).(*delivery)
-	if h.Len() == 0 {
-		delete(t.groups, group)
+	switch {
+	case h.Len() == 0:
 		t.line = t.line[1:]
-	} else if len(t.line) > 1 {
+	case len(t.line) > 1:
 		t.line = append(t.line[1:], group)
 	}
 	return d
