@@ -176,11 +176,13 @@ func Limits(ctx context.Context, o Options) (*Result, error) {
 	res := &Result{Scenario: "limits", Sync: o.Sync, Workers: o.Workers, Concurrency: o.Concurrency}
 	measure(res, o.Tasks, elapsed, before, after)
 	beside := float64(o.Tasks) / freeTook.Seconds()
-	var held int64
+	var held, handed int64
 	for _, w := range r.workers {
 		held += w.Stats().Limited
+		handed += w.Stats().HandedOn
 	}
 	res.Extra = map[string]float64{
+		"handed_on_per_task":     float64(handed) / float64(o.Tasks),
 		"limit":                  LimitsConcurrency,
 		"peak_concurrent":        float64(peak),
 		"utilisation":            partner.utilisation(LimitsConcurrency, firstStart, partner.lastStart()),
