@@ -50,12 +50,25 @@ func (w *Worker) passSlot(table *flowTable, s heldSlot) {
 			return
 		}
 	}
+	if s.handoffs >= maxHandoffs {
+		// Its turn here is over: the deliveries parked here learn of the
+		// give-back as the other workers' do, from the watch of AX_LIMITS
+		// (or the poll), so that they do not always win it.
+		w.releaseSlot(s)
+		return
+	}
 	w.giveBack(s)
 }
 
 // giveBack removes s's holder from AX_LIMITS and wakes the oldest delivery
 // parked here for its limit.
 func (w *Worker) giveBack(s heldSlot) {
+	w.releaseSlot(s)
+	w.unpark(s.target) // the slot given back: the oldest waiting here tries it
+}
+
+// releaseSlot removes s's holder from AX_LIMITS.
+func (w *Worker) releaseSlot(s heldSlot) {
 	w.limits.mu.Lock()
 	use := w.limits.use
 	w.limits.mu.Unlock()
@@ -67,7 +80,6 @@ func (w *Worker) giveBack(s heldSlot) {
 		cancel()
 	}
 	w.noteHold(s.target, s.holder, false)
-	w.unpark(s.target) // the slot given back: the oldest waiting here tries it
 }
 
 func (w *Worker) giveBackAll(slots []heldSlot) {
