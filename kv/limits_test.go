@@ -129,16 +129,56 @@ func TestLimitTokens(t *testing.T) {
 	use, err := kv.NewLimitUse(ctx, js, streams.Names{})
 	require.NoError(t, err)
 	for range 4 {
-		wait, err := use.Take(ctx, "sms", 10, 4)
+		wait, err := use.Take(ctx, "sms", 10, 4, "")
 		require.NoError(t, err)
 		require.Zero(t, wait)
 	}
-	wait, err := use.Take(ctx, "sms", 10, 4)
+	wait, err := use.Take(ctx, "sms", 10, 4, "")
 	require.NoError(t, err)
 	require.Positive(t, wait)
 	require.LessOrEqual(t, wait, 100*time.Millisecond)
 	time.Sleep(wait)
-	wait, err = use.Take(ctx, "sms", 10, 4)
+	wait, err = use.Take(ctx, "sms", 10, 4, "")
 	require.NoError(t, err)
 	require.Zero(t, wait)
+}
+
+// A reservation promises a token to one holder: no other is admitted for
+// it while it lasts, the holder takes it, and a dropped or expired one
+// frees it. Fails without reservations: the second Reserve gets the token
+// the first was promised.
+func TestLimitTokenReservations(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.RunServer(t)
+	natstest.Provision(t, js, nil)
+	ctx := context.Background()
+	use, err := kv.NewLimitUse(ctx, js, streams.Names{})
+	require.NoError(t, err)
+	const rate = 0.5 // a token every 2 s: none comes back during the test
+	wait, err := use.Reserve(ctx, "sms", rate, 1, "a", time.Minute)
+	require.NoError(t, err)
+	require.Zero(t, wait)
+	wait, err = use.Reserve(ctx, "sms", rate, 1, "b", time.Minute)
+	require.NoError(t, err)
+	require.Positive(t, wait, "the one token is promised to a")
+	require.NoError(t, use.Unreserve(ctx, "sms", "a"))
+	wait, err = use.Reserve(ctx, "sms", rate, 1, "b", 300*time.Millisecond)
+	require.NoError(t, err)
+	require.Zero(t, wait, "a's reservation dropped")
+	wait, err = use.Take(ctx, "sms", rate, 1, "b")
+	require.NoError(t, err)
+	require.Zero(t, wait, "b takes its token")
+	tokens, err := use.Tokens(ctx, "sms", rate, 1)
+	require.NoError(t, err)
+	require.Less(t, tokens, 1.0)
+
+	// An expired reservation frees its token.
+	time.Sleep(2100 * time.Millisecond)
+	wait, err = use.Reserve(ctx, "sms", rate, 1, "c", 200*time.Millisecond)
+	require.NoError(t, err)
+	require.Zero(t, wait)
+	time.Sleep(300 * time.Millisecond)
+	wait, err = use.Reserve(ctx, "sms", rate, 1, "d", time.Minute)
+	require.NoError(t, err)
+	require.Zero(t, wait, "c's reservation expired")
 }

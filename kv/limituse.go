@@ -74,6 +74,24 @@ type TokenBucket struct {
 	Target string  `json:"target"`
 	Tokens float64 `json:"tokens"`
 	At     int64   `json:"at"`
+	// Reserved are the tokens promised to tasks being claimed, each by a
+	// holder until its expiry (Unix milliseconds) ([LimitUse.Reserve]):
+	// they are not taken yet, but no other task is admitted for them.
+	Reserved map[string]int64 `json:"reserved,omitempty"`
+}
+
+// unreserved drops the reservations expired at now (and holder's, if not
+// empty) and returns the tokens left to reserve.
+func (b *TokenBucket) unreserved(now time.Time, holder string) float64 {
+	for h, exp := range b.Reserved {
+		if exp <= now.UnixMilli() || h == holder {
+			delete(b.Reserved, h)
+		}
+	}
+	if len(b.Reserved) == 0 {
+		b.Reserved = nil
+	}
+	return b.Tokens - float64(len(b.Reserved))
 }
 
 // change reads key, lets fn change the decoded value v (found false: no
@@ -196,19 +214,61 @@ func (b *TokenBucket) refill(now time.Time, rate float64, capacity float64, foun
 	}
 }
 
-// Take takes one start from target's token bucket (rate per second, at
-// most max(burst, 1) at once). It returns 0 if it took one, else how long
-// until a token is due.
-func (u *LimitUse) Take(ctx context.Context, target string, rate float64, burst int) (time.Duration, error) {
+// Reserve promises holder, until now + ttl, a start of target's token
+// bucket (rate per second, at most max(burst, 1) at once) that no other
+// reservation has: the start itself is taken later, by [LimitUse.Take],
+// when the task is about to run. It returns 0 if it reserved one, else
+// how long until one is due.
+func (u *LimitUse) Reserve(ctx context.Context, target string, rate float64, burst int, holder string, ttl time.Duration) (time.Duration, error) {
 	capacity := float64(max(burst, 1))
 	var wait time.Duration
 	err := change(ctx, u, RateKey(target), func(b *TokenBucket, found bool) (bool, error) {
 		now := time.Now()
 		b.Target = target
 		b.refill(now, rate, capacity, found)
+		if free := b.unreserved(now, holder); free < 1 {
+			wait = time.Duration((1 - free) / rate * float64(time.Second))
+			return false, nil
+		}
+		wait = 0
+		if b.Reserved == nil {
+			b.Reserved = map[string]int64{}
+		}
+		b.Reserved[holder] = now.Add(ttl).UnixMilli()
+		return true, nil
+	})
+	return wait, err
+}
+
+// Unreserve drops holder's reservation of target (nothing if it has
+// none).
+func (u *LimitUse) Unreserve(ctx context.Context, target, holder string) error {
+	return change(ctx, u, RateKey(target), func(b *TokenBucket, _ bool) (bool, error) {
+		if _, ok := b.Reserved[holder]; !ok {
+			return false, nil
+		}
+		b.unreserved(time.Now(), holder)
+		return true, nil
+	})
+}
+
+// Take takes one start from target's token bucket (rate per second, at
+// most max(burst, 1) at once), for holder's reservation if it has one
+// (dropped either way; holder may be empty). It returns 0 if it took one,
+// else how long until a token is due. The starts it gives are at most
+// max(burst, 1) + rate × t in any t, reservations or not.
+func (u *LimitUse) Take(ctx context.Context, target string, rate float64, burst int, holder string) (time.Duration, error) {
+	capacity := float64(max(burst, 1))
+	var wait time.Duration
+	err := change(ctx, u, RateKey(target), func(b *TokenBucket, found bool) (bool, error) {
+		now := time.Now()
+		b.Target = target
+		b.refill(now, rate, capacity, found)
+		_, reserved := b.Reserved[holder]
+		b.unreserved(now, holder)
 		if b.Tokens < 1 {
 			wait = time.Duration((1 - b.Tokens) / rate * float64(time.Second))
-			return false, nil
+			return reserved, nil
 		}
 		wait = 0
 		b.Tokens--
@@ -226,4 +286,26 @@ func (u *LimitUse) Tokens(ctx context.Context, target string, rate float64, burs
 		return false, nil
 	})
 	return tokens, err
+}
+
+// WatchSlots watches the slots of every concurrency limit (the keys
+// "c.*"): each change, as it is written. A worker whose tasks wait for a
+// full limit learns from it that another worker gave back a slot.
+func (u *LimitUse) WatchSlots(ctx context.Context) (jetstream.KeyWatcher, error) {
+	w, err := u.bucket.Watch(ctx, "c.*", jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("watch slots: %w", err)
+	}
+	return w, nil
+}
+
+// SlotsHeld decodes a concurrency limit's slots ([Slots], the value of a
+// "c." key) and returns its target and how many of its slots are held at
+// now.
+func SlotsHeld(data []byte, now time.Time) (string, int, error) {
+	var s Slots
+	if err := json.Unmarshal(data, &s); err != nil {
+		return "", 0, fmt.Errorf("decode slots: %w", err)
+	}
+	return s.Target, s.live(now), nil
 }

@@ -83,6 +83,11 @@ func (w *Worker) process(d *delivery) {
 	}
 	exec := &attemptRecord{w: w, rec: rec, rev: rev}
 	task, runErr, cause := w.run(env, exec, d)
+	if !errors.Is(runErr, ErrHandlerStuck) {
+		// The handler has returned: its slots go on to the next tasks of
+		// their limits while this one's outcome is written.
+		adm.done()
+	}
 	// Progress writes moved the record: the outcome is written from their
 	// last revision, with the last report not yet written folded in.
 	rec, rev, pending := exec.end()

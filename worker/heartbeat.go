@@ -23,9 +23,18 @@ type delivery struct {
 	// slot parks the delivery once process returns (limits.go). Only the
 	// slot that holds the delivery reads or writes it.
 	park string
+	// parkWait is when, from now, the rate limit it parks for has its
+	// next start due (0: it waits for a slot).
+	parkWait time.Duration
 	// woken is set on a parked delivery handed back to the slots: its
 	// admission tries the limits even while others wait parked.
 	woken bool
+	// handed are the slots handed to a parked delivery by a finished task
+	// of its limit (limits_park.go), taken under the limits handedUnder;
+	// its admission takes them, and whatever drops it before gives them
+	// back. Only the slot that holds the delivery reads or writes them.
+	handed      []heldSlot
+	handedUnder *flowTable
 
 	mu       sync.Mutex
 	lastBeat time.Time // last ack-wait reset: receipt (queued as it arrives, so it is the delivery) or the send time of an answered in-progress (mu)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,8 +42,12 @@ const (
 	limitsRetry = time.Second
 	// limitsFirstWait bounds how long Start waits for the limits.
 	limitsFirstWait = 5 * time.Second
+	// reservedFor is how long a start of a rate limit stays reserved
+	// for a task being claimed (it is taken, or dropped, as soon as the
+	// claim is decided).
+	reservedFor = 5 * time.Second
 	// maxParked bounds the deliveries a worker parks per limit.
-	maxParked = 64
+	maxParked = 256
 )
 
 // ActionRateLimited is the trail action of a claimed task put back READY,
@@ -81,6 +85,7 @@ type flowTable struct {
 	types         map[string]kv.Limit // by task type
 	tenants       map[string]kv.Limit // by tenant
 	keys          []keyLimit
+	concurrency   map[string]int // by target: its concurrency limit, if any
 }
 
 type keyLimit struct {
@@ -102,7 +107,7 @@ func compileFlow(l kv.Limits) (*flowTable, []string) {
 		return nil, nil
 	}
 	t := &flowTable{pausedTypes: map[string]bool{}, pausedTenants: map[string]bool{},
-		types: map[string]kv.Limit{}, tenants: map[string]kv.Limit{}}
+		types: map[string]kv.Limit{}, tenants: map[string]kv.Limit{}, concurrency: map[string]int{}}
 	var ignored []string
 	for target := range l.Paused {
 		kind, name, err := kv.ParseTarget(target, true)
@@ -121,6 +126,9 @@ func compileFlow(l kv.Limits) (*flowTable, []string) {
 		if err != nil || limit.Validate() != nil {
 			ignored = append(ignored, target)
 			continue
+		}
+		if limit.Concurrency > 0 {
+			t.concurrency[target] = limit.Concurrency
 		}
 		switch kind {
 		case "tenant":
@@ -164,7 +172,8 @@ type limitState struct {
 	mu     sync.Mutex
 	use    *kv.LimitUse                   // bound at first use (mu)
 	holds  map[string]map[string]struct{} // target -> holders of its slots here (mu)
-	parked map[string][]*delivery         // target -> deliveries waiting here for one of its slots, oldest first (mu)
+	parked map[string][]*delivery         // parkKey -> deliveries waiting here for a slot or a start of the limit, oldest first (mu)
+	wakes  map[string]time.Time           // parkKey -> when its oldest delivery is woken for its rate's next start (mu)
 	closed bool                           // no more parking: the slots have returned (mu)
 }
 
@@ -204,6 +213,15 @@ func (w *Worker) limitsLoop() {
 		}
 	}
 	defer stopWatch()
+	// The watch of the slots in AX_LIMITS, made once deliveries are parked
+	// here, and made again at a poll after a failure.
+	var slotWatch jetstream.KeyWatcher
+	var slotUpdates <-chan jetstream.KeyValueEntry // nil while there is no watch
+	defer func() {
+		if slotWatch != nil {
+			_ = kv.StopWatch(slotWatch)
+		}
+	}()
 	for {
 		select {
 		case <-w.slotsDone:
@@ -213,6 +231,22 @@ func (w *Worker) limitsLoop() {
 			w.renewSlots(ctx)
 		case <-poll.C:
 			w.unparkOldest()
+			if slotWatch == nil && w.anyParked() {
+				var err error
+				if slotWatch, err = w.watchSlots(ctx); err != nil {
+					w.log.Warn("slots_watch_failed", zap.Error(err))
+					continue
+				}
+				slotUpdates = slotWatch.Updates()
+			}
+		case e, ok := <-slotUpdates:
+			if !ok {
+				_ = kv.StopWatch(slotWatch)
+				slotWatch, slotUpdates = nil, nil
+				w.log.Warn("slots_watch_failed", zap.Error(errWatchClosed))
+				continue
+			}
+			w.slotsChanged(e)
 		case <-retry.C:
 			var err error
 			if watch, err = w.watchLimits(ctx); err != nil {
@@ -327,34 +361,77 @@ func (w *Worker) noteHold(target, holder string, held bool) {
 }
 
 // admission is what a delivery admitted under the limits holds: the
-// slots it took, and the rate limits whose start it takes once claimed.
+// slots it took (or was handed), and the rate limits whose start it takes
+// once claimed.
 type admission struct {
-	release func()
-	rates   []boundLimit
+	w      *Worker
+	table  *flowTable // the limits its slots were taken under
+	holder string     // its holder in AX_LIMITS: of the slots it took and the starts it reserved
+	slots  []heldSlot
+	rates  []boundLimit // the rate limits whose start it reserved and has not taken
+	ended  bool         // its slots were passed on (only the slot running it reads or writes it)
 }
 
-// done gives back the slots the admission took; call it once the task is
-// settled.
+// done passes on the slots the admission took, once its handler has
+// returned: each to a delivery parked here for its limit ([Worker.passSlot])
+// or back to AX_LIMITS. Later calls do nothing.
 func (a *admission) done() {
-	if a != nil && a.release != nil {
-		a.release()
+	if a == nil || a.ended {
+		return
 	}
+	a.ended = true
+	for _, s := range a.slots {
+		a.w.passSlot(a.table, s)
+	}
+	a.unreserve()
+}
+
+// unreserve drops the starts the admission reserved and did not take.
+func (a *admission) unreserve() {
+	if len(a.rates) == 0 {
+		return
+	}
+	ctx, cancel := finalCtx()
+	defer cancel()
+	use, err := a.w.limitUse(ctx)
+	for _, b := range a.rates {
+		if err == nil {
+			err = use.Unreserve(ctx, b.target, a.holder)
+		}
+		if err != nil {
+			a.w.log.Warn("limit_unreserve_failed", zap.String("target", b.target), zap.Error(err))
+		}
+	}
+	a.rates = nil
+}
+
+// abort gives the admission's slots back to AX_LIMITS (it was not
+// admitted after all).
+func (a *admission) abort() {
+	a.ended = true
+	for _, s := range a.slots {
+		a.w.giveBack(s)
+	}
+	a.unreserve()
 }
 
 // admit decides, before the claim, whether a delivery's task may start
 // under the mesh's pauses and limits: not while its type or tenant is
 // paused; only with a slot of each concurrency limit it falls under, which
-// it takes; only while each rate limit has a start to give (taken after
-// the claim, [Worker.startRated], so that the start is counted when the
-// handler is about to run). If not, it naks the message with a delay and
-// reports false.
+// it takes (or was handed, [Worker.passSlot]); only while each rate limit
+// has a start to give (taken after the claim, [Worker.startRated], so that
+// the start is counted when the handler is about to run). If not, it parks
+// the delivery or naks it with a delay and reports false.
 func (w *Worker) admit(d *delivery, env *envelope) (*admission, bool) {
 	t := w.limits.table.Load()
+	handed := w.takeHanded(d, t)
 	if t == nil || env.bad != nil || env.unhandled {
+		w.giveBackAll(handed)
 		return nil, true
 	}
 	s := env.stored
 	if t.paused(s.Type, s.Tenant) {
+		w.giveBackAll(handed)
 		w.stats.Paused.Add(1)
 		w.heldBack(env, HeldPaused)
 		delay := min(pausedFirstDelay<<min(max(env.delivered, 1)-1, 8), pausedMaxDelay)
@@ -363,6 +440,7 @@ func (w *Worker) admit(d *delivery, env *envelope) (*admission, bool) {
 	}
 	bound := t.match(s.Type, s.Tenant, s.Key)
 	if len(bound) == 0 {
+		w.giveBackAll(handed)
 		return nil, true
 	}
 	woken := d.woken
@@ -372,13 +450,14 @@ func (w *Worker) admit(d *delivery, env *envelope) (*admission, bool) {
 		// it joins them (or waits in its bucket) without asking, so that
 		// a backlog of a full limit costs no round trip per delivery.
 		if full, ok := w.parkedFor(bound); ok {
+			w.giveBackAll(handed)
 			w.parkOrHoldBack(d, env, full, 0)
 			return nil, false
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	adm, full, wait, err := w.takeLimits(ctx, bound)
+	adm, full, wait, err := w.takeLimits(ctx, t, bound, handed)
 	if err != nil {
 		w.log.Warn("limit_check_failed", zap.String("task_id", env.id), zap.Error(err))
 	}
@@ -393,180 +472,42 @@ func (w *Worker) admit(d *delivery, env *envelope) (*admission, bool) {
 	return nil, false
 }
 
-// parkOrHoldBack parks d for the full limit b if it has room here, else
-// naks it with a delay ([Worker.holdBack]).
-func (w *Worker) parkOrHoldBack(d *delivery, env *envelope, b boundLimit, wait time.Duration) {
-	if !w.parkRoom(b) {
-		w.holdBack(d, env, wait)
-		return
-	}
-	// Parked rather than naked: it waits here, heartbeated, holding no
-	// slot, and tries again when a slot of the limit is given back here,
-	// or at the next poll.
-	w.stats.Limited.Add(1)
-	w.heldBack(env, HeldLimited)
-	d.park = b.target
-}
-
-// parkedFor returns a concurrency limit of bound that deliveries wait for,
-// parked here.
-func (w *Worker) parkedFor(bound []boundLimit) (boundLimit, bool) {
-	w.limits.mu.Lock()
-	defer w.limits.mu.Unlock()
-	for _, b := range bound {
-		if b.limit.Concurrency > 0 && len(w.limits.parked[b.target]) > 0 {
-			return b, true
-		}
-	}
-	return boundLimit{}, false
-}
-
-// parkRoom reports whether b's limit has room for one more parked
-// delivery here: at most its concurrency, so that a worker holds a bounded
-// number of messages, enough to use the whole limit.
-func (w *Worker) parkRoom(b boundLimit) bool {
-	w.limits.mu.Lock()
-	defer w.limits.mu.Unlock()
-	return !w.limits.closed && len(w.limits.parked[b.target]) < min(b.limit.Concurrency, maxParked)
-}
-
-// parkHeld parks d if its admission asked for it (d.park), once process
-// has returned; the slot calls it. It reports whether d is still held.
-func (w *Worker) parkHeld(d *delivery) bool {
-	target := d.park
-	if target == "" {
-		return false
-	}
-	d.park = ""
-	w.limits.mu.Lock()
-	if w.limits.closed {
-		w.limits.mu.Unlock()
-		w.release(d)
-		return true
-	}
-	if w.limits.parked == nil {
-		w.limits.parked = map[string][]*delivery{}
-	}
-	w.limits.parked[target] = append(w.limits.parked[target], d)
-	w.limits.mu.Unlock()
-	return true
-}
-
-// unpark hands the oldest delivery parked for target back to the slots.
-func (w *Worker) unpark(target string) {
-	w.limits.mu.Lock()
-	q := w.limits.parked[target]
-	if len(q) == 0 {
-		w.limits.mu.Unlock()
-		return
-	}
-	d := q[0]
-	q[0] = nil
-	if len(q) == 1 {
-		delete(w.limits.parked, target)
-	} else {
-		w.limits.parked[target] = q[1:]
-	}
-	w.limits.mu.Unlock()
-	w.redispatch(d)
-}
-
-// redispatch queues a parked delivery for the slots again; it holds no
-// puller credit (given back when a slot first took it).
-func (w *Worker) redispatch(d *delivery) {
-	d.from = nil
-	d.woken = true
-	if !w.dispatch.push(d) {
-		w.release(d) // the worker is stopping
-	}
-}
-
-// unparkOldest hands the oldest delivery of each limit back to the slots.
-func (w *Worker) unparkOldest() {
-	w.limits.mu.Lock()
-	targets := make([]string, 0, len(w.limits.parked))
-	for t := range w.limits.parked {
-		targets = append(targets, t)
-	}
-	w.limits.mu.Unlock()
-	for _, t := range targets {
-		w.unpark(t)
-	}
-}
-
-// unparkAll hands every parked delivery back to the slots.
-func (w *Worker) unparkAll() {
-	w.limits.mu.Lock()
-	parked := w.limits.parked
-	w.limits.parked = nil
-	w.limits.mu.Unlock()
-	for _, q := range parked {
-		for _, d := range q {
-			w.redispatch(d)
-		}
-	}
-}
-
-// closeParking naks every parked delivery and parks no more: the slots
-// have returned.
-func (w *Worker) closeParking() {
-	w.limits.mu.Lock()
-	parked := w.limits.parked
-	w.limits.parked, w.limits.closed = nil, true
-	w.limits.mu.Unlock()
-	for _, q := range parked {
-		for _, d := range q {
-			w.release(d)
-		}
-	}
-}
-
-// holdBack naks a delivery held back by a limit: after wait, or the
-// limited delay of its delivery count if longer, plus up to half of it.
-func (w *Worker) holdBack(d *delivery, env *envelope, wait time.Duration) {
-	w.stats.Limited.Add(1)
-	w.heldBack(env, HeldLimited)
-	delay := max(wait, limitedFirstDelay<<min(max(env.delivered, 1)-1, 8))
-	delay = min(delay, limitedMaxDelay)
-	delay += rand.N(delay/2 + 1)
-	_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
-}
-
-// takeLimits takes a slot of each concurrency limit of bound and checks
-// that each rate limit has a start to give. It returns the admission, or
-// nil and the concurrency limit found full, or how long to wait for a
-// rate (the slots it took already given back).
-func (w *Worker) takeLimits(ctx context.Context, bound []boundLimit) (*admission, boundLimit, time.Duration, error) {
+// takeLimits takes a slot of each concurrency limit of bound (using the
+// slots handed to the delivery, taken under t, where it has one) and
+// checks that each rate limit has a start to give. It returns the
+// admission, or nil and the concurrency limit found full, or how long to
+// wait for a rate (the slots it took or was handed already given back).
+func (w *Worker) takeLimits(ctx context.Context, t *flowTable, bound []boundLimit, handed []heldSlot) (*admission, boundLimit, time.Duration, error) {
 	use, err := w.limitUse(ctx)
 	if err != nil {
+		w.giveBackAll(handed)
 		return nil, boundLimit{}, 0, err
 	}
-	holder := w.cfg.ID + "/" + nuid.Next()
-	var taken []string
-	adm := &admission{release: func() {
-		rctx, cancel := finalCtx()
-		defer cancel()
-		for _, target := range taken {
-			if err := use.Release(rctx, target, holder); err != nil {
-				w.log.Warn("limit_release_failed", zap.String("target", target), zap.Error(err))
-			}
-			w.noteHold(target, holder, false)
-			w.unpark(target) // the slot given back: the oldest waiting here tries it
-		}
-	}}
+	adm := &admission{w: w, table: t, holder: w.cfg.ID + "/" + nuid.Next()}
 	for _, b := range bound {
 		if b.limit.Concurrency == 0 {
 			continue
 		}
+		if i := slices.IndexFunc(handed, func(s heldSlot) bool { return s.target == b.target }); i >= 0 {
+			adm.slots = append(adm.slots, handed[i])
+			handed = slices.Delete(handed, i, i+1)
+		}
+	}
+	w.giveBackAll(handed) // none unless the task's limits changed: the table did not
+	holder := adm.holder
+	for _, b := range bound {
+		if b.limit.Concurrency == 0 || slices.ContainsFunc(adm.slots, func(s heldSlot) bool { return s.target == b.target }) {
+			continue
+		}
 		w.noteHold(b.target, holder, true) // renewed from now on, even if the write's reply is lost
-		taken = append(taken, b.target)
+		adm.slots = append(adm.slots, heldSlot{target: b.target, holder: holder})
 		got, err := use.Acquire(ctx, b.target, b.limit.Concurrency, holder, w.cfg.MemberTTL)
 		if err != nil || !got {
 			if err == nil { // definitely not held (an error may hide a write that landed)
-				taken = taken[:len(taken)-1]
+				adm.slots = adm.slots[:len(adm.slots)-1]
 				w.noteHold(b.target, holder, false)
 			}
-			adm.release()
+			adm.abort()
 			return nil, b, 0, err
 		}
 	}
@@ -574,12 +515,15 @@ func (w *Worker) takeLimits(ctx context.Context, bound []boundLimit) (*admission
 		if b.limit.Rate == 0 {
 			continue
 		}
-		tokens, err := use.Tokens(ctx, b.target, b.limit.Rate, b.limit.Burst)
-		if err != nil || tokens < 1 {
-			adm.release()
-			return nil, boundLimit{}, time.Duration((1 - tokens) / b.limit.Rate * float64(time.Second)), err
+		wait, err := use.Reserve(ctx, b.target, b.limit.Rate, b.limit.Burst, holder, reservedFor)
+		if err != nil || wait > 0 {
+			adm.abort()
+			return nil, b, wait, err
 		}
 		adm.rates = append(adm.rates, b)
+		// A start reserved: the next delivery waiting here for the rate
+		// tries for another (the burst, or a token due meanwhile).
+		w.unpark(rateParkKey(b.target))
 	}
 	return adm, boundLimit{}, 0, nil
 }
@@ -596,11 +540,11 @@ func (w *Worker) startRated(adm *admission, d *delivery, env *envelope, rec *kv.
 	defer cancel()
 	use, err := w.limitUse(ctx)
 	var wait time.Duration
-	for _, b := range adm.rates {
-		if err != nil || wait > 0 {
-			break
-		}
-		wait, err = use.Take(ctx, b.target, b.limit.Rate, b.limit.Burst)
+	var over boundLimit // the rate limit that had no start
+	for len(adm.rates) > 0 && err == nil && wait == 0 {
+		over = adm.rates[0]
+		wait, err = use.Take(ctx, over.target, over.limit.Rate, over.limit.Burst, adm.holder)
+		adm.rates = adm.rates[1:] // its reservation dropped either way
 	}
 	if err == nil && wait == 0 {
 		return true
@@ -618,6 +562,10 @@ func (w *Worker) startRated(adm *admission, d *delivery, env *envelope, rec *kv.
 	if err != nil {
 		w.log.Warn("put_back_failed", zap.String("task_id", rec.ID), zap.Error(err))
 		w.settleFailedWrite(d, env, err)
+		return false
+	}
+	if err == nil {
+		w.parkOrHoldBack(d, env, over, wait)
 		return false
 	}
 	w.holdBack(d, env, wait)

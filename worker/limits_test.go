@@ -188,6 +188,11 @@ func TestRateLimitAcrossWorkers(t *testing.T) {
 	for _, id := range ids {
 		rec := b.waitState(t, id, kv.StateSucceeded)
 		require.Equal(t, 1, rec.Attempt)
+		for _, step := range rec.Trail {
+			// Each start was reserved before the claim: no task is claimed
+			// and then put back for a token another worker took.
+			require.NotEqual(t, worker.ActionRateLimited, step.Action, "task %s put back", id)
+		}
 	}
 	g.mu.Lock()
 	starts := g.starts
@@ -317,4 +322,97 @@ func TestSlotsOfLongTasksAreRenewed(t *testing.T) {
 		b.waitState(t, id, kv.StateSucceeded)
 	}
 	require.Equal(t, 1, g.peakNow())
+}
+
+// A finished task's slot goes straight to a task parked for its limit on
+// the same worker: the limit's key in AX_LIMITS is written for far fewer
+// than the two writes per task a take and a give-back make, while the
+// handlers never see more than the limit at once, and no slot is left
+// held. Fails without hand-offs: the key is written at least twice per
+// task.
+func TestSlotsHandedOnWithoutRoundTrips(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	var g gauge
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("partner", g.handler(10*time.Millisecond), nil))
+	w, _ := b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 16})
+	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 2}}})
+	time.Sleep(200 * time.Millisecond)
+	const tasks = 60
+	var ids []string
+	for i := range tasks {
+		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: fmt.Sprintf("p%d", i)})
+		require.NoError(t, err)
+		ids = append(ids, info.ID)
+	}
+	for _, id := range ids {
+		rec := b.waitState(t, id, kv.StateSucceeded)
+		require.Equal(t, 1, rec.Attempt)
+	}
+	require.LessOrEqual(t, g.peakNow(), 2)
+	require.Positive(t, w.Stats().HandedOn)
+	bucket, err := b.js.KeyValue(ctx, streams.Names{}.LimitsBucket())
+	require.NoError(t, err)
+	entry, err := bucket.Get(ctx, kv.SlotsKey("partner"))
+	require.NoError(t, err)
+	require.Less(t, entry.Revision(), uint64(tasks), "AX_LIMITS written for most tasks: slots not handed on")
+	use, err := kv.NewLimitUse(ctx, b.js, streams.Names{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		n, err := use.InUse(ctx, "partner")
+		return err == nil && n == 0
+	}, 5*time.Second, 20*time.Millisecond, "slots left held")
+}
+
+// A worker hands a slot on to its own parked tasks only so many times in
+// a row: then it gives it back, and a task parked on another worker takes
+// it. With one slot and both workers' tasks waiting, both run tasks while
+// the backlog lasts. Fails if hand-offs are not bounded: the worker that
+// took the slot first keeps it until its own parked tasks run out.
+func TestHandOffsLeaveOtherWorkersTheirTurn(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	var mu sync.Mutex
+	var order []string
+	handler := func(ctx context.Context, task *worker.Task) error {
+		mu.Lock()
+		order = append(order, task.Worker)
+		mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+		return nil
+	}
+	for _, id := range []string{"A", "B"} {
+		reg := worker.NewRegistry()
+		require.NoError(t, reg.Handle("partner", handler, nil))
+		b.startWorker(t, worker.Config{ID: id, MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	}
+	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 1}}})
+	time.Sleep(200 * time.Millisecond)
+	const tasks = 120
+	var ids []string
+	for i := range tasks {
+		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: fmt.Sprintf("p%d", i)})
+		require.NoError(t, err)
+		ids = append(ids, info.ID)
+	}
+	for _, id := range ids {
+		b.waitState(t, id, kv.StateSucceeded)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The longest run of one worker's tasks in a row, in the first half
+	// (while both have tasks parked).
+	longest, run := 0, 0
+	for i := range order[:tasks/2] {
+		if i > 0 && order[i] == order[i-1] {
+			run++
+		} else {
+			run = 1
+		}
+		longest = max(longest, run)
+	}
+	require.Less(t, longest, tasks/4, "one worker kept the slot: %v", order)
 }

@@ -19,11 +19,15 @@ type Stats struct {
 	// Paused counts deliveries held back because their type or tenant is
 	// paused, Limited those held back by a concurrency or rate limit.
 	Paused, Limited int64
+	// HandedOn counts slots of a concurrency limit passed from a finished
+	// task straight to a task waiting here for the limit, without a round
+	// trip to the limits bucket.
+	HandedOn int64
 }
 
 // counters are the live outcome counters behind [Stats].
 type counters struct {
-	Started, Succeeded, Retried, Dead, Dropped, Abandoned, Unhandled, Paused, Limited atomic.Int64
+	Started, Succeeded, Retried, Dead, Dropped, Abandoned, Unhandled, Paused, Limited, HandedOn atomic.Int64
 }
 
 // Stats returns a snapshot of the worker's outcome counters. Each counter is
@@ -33,5 +37,5 @@ func (w *Worker) Stats() Stats {
 	c := &w.stats
 	return Stats{Started: c.Started.Load(), Succeeded: c.Succeeded.Load(), Retried: c.Retried.Load(),
 		Dead: c.Dead.Load(), Dropped: c.Dropped.Load(), Abandoned: c.Abandoned.Load(), Unhandled: c.Unhandled.Load(),
-		Paused: c.Paused.Load(), Limited: c.Limited.Load()}
+		Paused: c.Paused.Load(), Limited: c.Limited.Load(), HandedOn: c.HandedOn.Load()}
 }

@@ -267,6 +267,7 @@ func (w *Worker) expired(d *delivery) bool {
 
 // release hands an unstarted message back to the stream at once.
 func (w *Worker) release(d *delivery) {
+	w.returnHanded(d)
 	w.held.remove(d)
 	_ = d.msg.Nak()
 }
@@ -283,10 +284,12 @@ func (w *Worker) slot() {
 			continue
 		}
 		if w.expired(d) {
+			w.returnHanded(d)
 			w.held.remove(d)
 			continue
 		}
 		w.process(d)
+		w.returnHanded(d)   // dropped before its admission took them
 		if !w.parkHeld(d) { // still held while it waits for a slot of its limit
 			w.held.remove(d)
 		}

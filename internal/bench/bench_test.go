@@ -103,3 +103,15 @@ func TestLimitsScenarioRuns(t *testing.T) {
 	require.Positive(t, r.Extra["free_ratio_to_alone"])
 	t.Logf("%+v", r.Extra)
 }
+
+// The rate-limit scenario runs briefly: the handlers never see more starts
+// in a second than the rate and the burst, and the limit is used.
+func TestRateLimitsScenarioRuns(t *testing.T) {
+	const rate, burst = 50, 5
+	r, err := bench.RateLimits(context.Background(), bench.Options{Tasks: 120, Concurrency: 16, Workers: 3, Payload: 64}, rate, burst)
+	require.NoError(t, err)
+	require.LessOrEqual(t, r.Extra["most_starts_in_1s"], float64(rate+burst))
+	require.Greater(t, r.Extra["most_starts_in_1s"], float64(rate/2))
+	require.Positive(t, r.Extra["rate_used"])
+	t.Logf("%+v", r.Extra)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -96,15 +97,7 @@ func Limits(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	defer r.close()
-	limits, err := json.Marshal(kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: LimitsConcurrency}}})
-	if err != nil {
-		return nil, err
-	}
-	board, err := control.Open(ctx, r.js, r.names)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := board.Put(ctx, control.LimitsKey, limits); err != nil {
+	if err := r.setLimits(ctx, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: LimitsConcurrency}}}); err != nil {
 		return nil, err
 	}
 	var partner execGauge
@@ -128,15 +121,8 @@ func Limits(ctx context.Context, o Options) (*Result, error) {
 	}, nil); err != nil {
 		return nil, err
 	}
-	for range o.Workers {
-		w, err := worker.New(ctx, r.js, &worker.Config{Names: r.names, Registry: reg, Concurrency: o.Concurrency, Logger: zap.NewNop()})
-		if err == nil {
-			err = w.Start(ctx)
-		}
-		if err != nil {
-			return nil, err
-		}
-		r.workers = append(r.workers, w)
+	if err := r.startWorkers(ctx, o, reg); err != nil {
+		return nil, err
 	}
 
 	// The free type alone.
@@ -190,11 +176,13 @@ func Limits(ctx context.Context, o Options) (*Result, error) {
 	res := &Result{Scenario: "limits", Sync: o.Sync, Workers: o.Workers, Concurrency: o.Concurrency}
 	measure(res, o.Tasks, elapsed, before, after)
 	beside := float64(o.Tasks) / freeTook.Seconds()
-	var held int64
+	var held, handed int64
 	for _, w := range r.workers {
 		held += w.Stats().Limited
+		handed += w.Stats().HandedOn
 	}
 	res.Extra = map[string]float64{
+		"handed_on_per_task":     float64(handed) / float64(o.Tasks),
 		"limit":                  LimitsConcurrency,
 		"peak_concurrent":        float64(peak),
 		"utilisation":            partner.utilisation(LimitsConcurrency, firstStart, partner.lastStart()),
@@ -223,4 +211,118 @@ func (r *run) submitMany(ctx context.Context, taskType string, n int) error {
 		}
 	}
 	return nil
+}
+
+// setLimits writes the mesh's limits to AX_CONTROL, as `ax limit set` does.
+func (r *run) setLimits(ctx context.Context, l kv.Limits) error {
+	data, err := json.Marshal(l)
+	if err != nil {
+		return err
+	}
+	board, err := control.Open(ctx, r.js, r.names)
+	if err != nil {
+		return err
+	}
+	_, err = board.Put(ctx, control.LimitsKey, data)
+	return err
+}
+
+// startWorkers starts o.Workers workers of o.Concurrency slots serving reg.
+func (r *run) startWorkers(ctx context.Context, o Options, reg *worker.Registry) error {
+	for range o.Workers {
+		w, err := worker.New(ctx, r.js, &worker.Config{Names: r.names, Registry: reg, Concurrency: o.Concurrency, Logger: zap.NewNop()})
+		if err == nil {
+			err = w.Start(ctx)
+		}
+		if err != nil {
+			return err
+		}
+		r.workers = append(r.workers, w)
+	}
+	return nil
+}
+
+// RateLimits runs o.Workers workers of o.Concurrency slots with one task
+// type, "sms", limited to rate starts per second mesh-wide with burst, and
+// a no-op handler; it submits o.Tasks tasks at once and reports, from the
+// starts the handlers saw, the most in any 1 s window (it fails above
+// rate + burst) and the limit's use while tasks waited: the starts a token
+// bucket of that rate and burst allows between the first start and the
+// last, over those made.
+func RateLimits(ctx context.Context, o Options, rate, burst int) (*Result, error) {
+	if rate <= 0 {
+		return nil, fmt.Errorf("limits: rate %d: want at least 1", rate)
+	}
+	r, err := newRun(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	if err := r.setLimits(ctx, kv.Limits{Limits: map[string]kv.Limit{"sms": {Rate: float64(rate), Burst: burst}}}); err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	var starts []time.Time
+	var done counter
+	reg := worker.NewRegistry()
+	if err := reg.Handle("sms", func(context.Context, *worker.Task) error {
+		mu.Lock()
+		starts = append(starts, time.Now())
+		mu.Unlock()
+		done.n.Add(1)
+		return nil
+	}, nil); err != nil {
+		return nil, err
+	}
+	if err := r.startWorkers(ctx, o, reg); err != nil {
+		return nil, err
+	}
+	bar := startProgress(o.Progress, "rate limited", o.Tasks, done.load)
+	before, start := r.usage(), time.Now()
+	if err := r.submitMany(ctx, "sms", o.Tasks); err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, func() bool { return done.load() >= int64(o.Tasks) }); err != nil {
+		return nil, err
+	}
+	elapsed := time.Since(start)
+	after := r.usage()
+	bar.end()
+	mu.Lock()
+	defer mu.Unlock()
+	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+	most := 0 // starts in the busiest 1 s window
+	for i, j := 0, 0; i < len(starts); i++ {
+		for starts[i].Sub(starts[j]) >= time.Second {
+			j++
+		}
+		most = max(most, i-j+1)
+	}
+	span := starts[len(starts)-1].Sub(starts[0]).Seconds()
+	// A token bucket of rate and burst, full at the first start, allows
+	// burst + rate × span starts by the last: at least burst+1 must wait
+	// for it, so used is 1 when the limit was used in full.
+	used := 1.0
+	if span > 0 {
+		used = float64(len(starts)-max(burst, 1)) / (float64(rate) * span)
+	}
+	res := &Result{Scenario: "limits-rate", Sync: o.Sync, Workers: o.Workers, Concurrency: o.Concurrency}
+	measure(res, o.Tasks, elapsed, before, after)
+	var held int64
+	for _, w := range r.workers {
+		held += w.Stats().Limited
+	}
+	res.Extra = map[string]float64{
+		"rate":                   float64(rate),
+		"burst":                  float64(burst),
+		"most_starts_in_1s":      float64(most),
+		"rate_used":              used,
+		"held_back_per_task":     float64(held) / float64(o.Tasks),
+		"limited_ideal_seconds":  float64(o.Tasks-max(burst, 1)) / float64(rate),
+		"limited_actual_seconds": span,
+	}
+	if most > rate+burst {
+		return res, fmt.Errorf("limits: %d tasks started within 1 s, above the rate limit's %d + %d", most, rate, burst)
+	}
+	return res, nil
 }

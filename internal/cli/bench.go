@@ -18,6 +18,8 @@ import (
 type benchFlags struct {
 	o         bench.Options
 	rate      int
+	burst     int    // limits: the rate limit's burst
+	limit     string // limits: concurrency, rate or both
 	duration  time.Duration
 	timeScale float64
 	tenants   int
@@ -141,8 +143,29 @@ func (f *benchFlags) scenarios() map[string]benchScenario {
 		"delay": {tasks: 10_000, run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
 			return single(bench.Delay(ctx, o, f.window))
 		}},
-		"limits": {tasks: 2_000, workers: 3, slots: 64, run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
-			return single(bench.Limits(ctx, o))
+		// limits runs the concurrency scenario, then the rate one with half
+		// as many tasks (--limit picks one).
+		"limits": {tasks: 2_000, workers: 3, slots: 64, rate: 100, run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
+			if f.limit != "concurrency" && f.limit != "rate" && f.limit != "both" {
+				return nil, fmt.Errorf("--limit %q: want concurrency, rate or both", f.limit)
+			}
+			var out []*bench.Result
+			if f.limit != "rate" {
+				r, err := bench.Limits(ctx, o)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, r)
+			}
+			if f.limit != "concurrency" {
+				o.Tasks /= 2
+				r, err := bench.RateLimits(ctx, o, f.rate, f.burst)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, r)
+			}
+			return out, nil
 		}},
 		"fairness": {tasks: 100_000, rate: 20, run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
 			return bench.Fairness(ctx, o, f.rate, f.shared)
@@ -194,7 +217,11 @@ statistics. See docs/BENCHMARKS.md.
               of a type limited to 10 at once mesh-wide (20 ms each) beside N more
               of the first: the peak of limited executions at once (counted by
               the handlers), the limit's utilisation while tasks waited, and the
-              unlimited type's rate beside the limited one over its rate alone
+              unlimited type's rate beside the limited one over its rate alone;
+              then N/2 tasks of a type limited to --rate starts per second
+              (default 100) with --burst: the most starts in any 1 s window
+              (counted by the handlers) and the limit's use while tasks waited
+              (--limit concurrency or rate runs one of the two)
   fairness    a fair deployment: tenant bulk's backlog of N tasks (default 100,000)
               drains alone, then again while tenant paced submits --rate tasks a
               second (default 20): the backlog's rate beside the paced tenant over
@@ -272,7 +299,9 @@ statistics. See docs/BENCHMARKS.md.
 	fs.IntVar(&f.o.Workers, "workers", 1, "workers in this process (article: default 8)")
 	fs.IntVar(&f.o.Payload, "payload", 200, "payload bytes")
 	fs.StringVar(&f.o.Sync, "sync", "", `the run's server flush policy: "always" or an interval (default: the server's)`)
-	fs.IntVar(&f.rate, "rate", 2_000, "tasks per second of the paced scenarios (priority: P0 tasks, default 200; fairness: the paced tenant's, default 20)")
+	fs.IntVar(&f.rate, "rate", 2_000, "tasks per second of the paced scenarios (priority: P0 tasks, default 200; limits: the rate limit, default 100; fairness: the paced tenant's, default 20)")
+	fs.IntVar(&f.burst, "burst", 10, "limits: the rate limit's burst")
+	fs.StringVar(&f.limit, "limit", "both", "limits: the scenarios to run: concurrency, rate or both")
 	fs.DurationVar(&f.duration, "duration", 10*time.Second, "length of the paced scenarios")
 	fs.Float64Var(&f.timeScale, "time-scale", 0.01, "article: handler durations of 100 ms–2 s are multiplied by this")
 	fs.IntVar(&f.tenants, "tenants", 10, "article: tenants")
