@@ -31,12 +31,16 @@ func (a *Service) stats(ctx context.Context, data []byte) (any, error) {
 	}
 	reply := &StatsReply{Window: kv.Duration(window), States: map[kv.State]int{}}
 	for p := range streams.Priorities {
-		b, err := a.bucketState(ctx, p)
+		b, tenants, err := a.bucketState(ctx, p)
 		if err != nil {
 			return nil, err
 		}
 		reply.Buckets = append(reply.Buckets, b)
+		reply.Tenants = append(reply.Tenants, tenants...)
 	}
+	slices.SortStableFunc(reply.Tenants, func(x, y TenantQueue) int {
+		return cmp.Or(cmp.Compare(x.Priority, y.Priority), cmp.Compare(y.Waiting, x.Waiting), strings.Compare(x.Tenant, y.Tenant))
+	})
 	limits, err := a.readLimits(ctx)
 	if err != nil {
 		return nil, err
@@ -270,24 +274,46 @@ func (t *typeTally) add(r *kv.Record) {
 	}
 }
 
-// bucketState reads a bucket's depth, capacity and in-flight count.
-func (a *Service) bucketState(ctx context.Context, p int) (BucketStats, error) {
+// bucketState reads a bucket's depth, capacity and in-flight count, and
+// on a fair deployment each tenant's queue in it (those with tasks).
+func (a *Service) bucketState(ctx context.Context, p int) (BucketStats, []TenantQueue, error) {
 	name := a.cfg.Names.PriorityStream(p)
 	b := BucketStats{Priority: p, Stream: name}
 	stream, err := a.js.Stream(ctx, name)
 	if err != nil {
-		return b, fmt.Errorf("bind stream %s: %w", name, err)
+		return b, nil, fmt.Errorf("bind stream %s: %w", name, err)
 	}
 	info := stream.CachedInfo()
 	b.Depth, b.Capacity = info.State.Msgs, info.Config.MaxMsgs
+	fair := streams.UsesTenants(info.Config)
+	queues := map[string]*TenantQueue{}
 	consumers := stream.ListConsumers(ctx)
 	for c := range consumers.Info() {
 		b.InFlight += c.NumAckPending
+		if !fair {
+			continue
+		}
+		// A tenant's consumer filters "<prefix>.p<N>.<shard>.<tenant>.>".
+		tokens := strings.Split(c.Config.FilterSubject, ".")
+		if len(tokens) != 5 || (c.NumPending == 0 && c.NumAckPending == 0) {
+			continue
+		}
+		q := queues[tokens[3]]
+		if q == nil {
+			q = &TenantQueue{Tenant: tokens[3], Priority: p}
+			queues[tokens[3]] = q
+		}
+		q.Waiting += c.NumPending
+		q.InFlight += c.NumAckPending
 	}
 	if err := consumers.Err(); err != nil {
-		return b, fmt.Errorf("list consumers of %s: %w", name, err)
+		return b, nil, fmt.Errorf("list consumers of %s: %w", name, err)
 	}
-	return b, nil
+	var tenants []TenantQueue
+	for _, q := range queues {
+		tenants = append(tenants, *q)
+	}
+	return b, tenants, nil
 }
 
 // percentiles returns p50, p99 and the timeout they recommend: 1.5 x p99

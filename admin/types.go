@@ -226,6 +226,11 @@ type StatsReply struct {
 	// Rejects is the leader's report of mistyped submit subjects it saw
 	// (messages no bucket stored). Nil until a leader ran its watch.
 	Rejects *control.RejectsReport `json:"rejects,omitempty"`
+	// Tenants lists, on a fair deployment, each tenant's queue of each
+	// bucket with tasks: waiting and in flight, summed over the tenant's
+	// consumers of the bucket; the most waiting first (nil: none, or not
+	// a fair deployment).
+	Tenants []TenantQueue `json:"tenants,omitempty"`
 	// Unserved lists the task types waiting in the buckets that no live
 	// worker serves, with their depth and the store time of their oldest
 	// message ([kv.UnservedTypes]); nil when there are none.
@@ -260,6 +265,16 @@ type TypeStats struct {
 }
 
 // BucketStats describes one priority bucket.
+// TenantQueue is one tenant's tasks in one bucket of a fair deployment.
+type TenantQueue struct {
+	Tenant   string `json:"tenant"`
+	Priority int    `json:"priority"`
+	// Waiting is the tasks not delivered yet (the consumers' pending);
+	// InFlight those delivered and not yet acknowledged.
+	Waiting  uint64 `json:"waiting"`
+	InFlight int    `json:"in_flight"`
+}
+
 type BucketStats struct {
 	Priority int    `json:"priority"`
 	Stream   string `json:"stream"`

@@ -187,6 +187,13 @@ func statsCommand(e *env) *cobra.Command {
 						t.P50, t.P99, set, t.RecommendedTimeout)
 				}
 			}
+			if len(reply.Tenants) > 0 {
+				fmt.Fprintln(tw, "")
+				fmt.Fprintln(tw, "TENANT\tBUCKET\tWAITING\tIN FLIGHT")
+				for _, q := range reply.Tenants {
+					fmt.Fprintf(tw, "%s\tP%d\t%d\t%d\n", q.Tenant, q.Priority, q.Waiting, q.InFlight)
+				}
+			}
 			_ = tw.Flush()
 			var states []string
 			for s, n := range reply.States {

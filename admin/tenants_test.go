@@ -1,0 +1,51 @@
+package admin_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/internal/natstest"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/stretchr/testify/require"
+)
+
+// On a fair deployment stats lists each tenant's queue of each bucket with
+// tasks, the most waiting first; elsewhere it lists none.
+func TestStatsListTenantQueues(t *testing.T) {
+	t.Parallel()
+	nc, js := natstest.RunServer(t)
+	natstest.Provision(t, js, &streams.Config{Fair: true, Tenants: []string{"acme", "globex", "idle"}})
+	ctx := context.Background()
+	svc, err := admin.New(ctx, js, nil)
+	require.NoError(t, err)
+	require.NoError(t, svc.Start(ctx))
+	t.Cleanup(func() { _ = svc.Stop(ctx) })
+	client, err := ax.NewClient(ctx, js, nil)
+	require.NoError(t, err)
+	submit := func(tenant string, p ax.Priority, n int) {
+		specs := make([]ax.TaskSpec, n)
+		for i := range specs {
+			specs[i] = ax.TaskSpec{Type: "job", Tenant: tenant, Priority: p}
+		}
+		_, err := client.SubmitBatch(ctx, specs)
+		require.NoError(t, err)
+	}
+	submit("acme", ax.P2, 3)
+	submit("globex", ax.P2, 7)
+	submit("acme", ax.P0, 1)
+	var reply admin.StatsReply
+	require.NoError(t, admin.NewClient(nc, streams.Names{}).Call(ctx, "stats", admin.StatsRequest{}, &reply))
+	require.Equal(t, []admin.TenantQueue{
+		{Tenant: "acme", Priority: 0, Waiting: 1},
+		{Tenant: "globex", Priority: 2, Waiting: 7},
+		{Tenant: "acme", Priority: 2, Waiting: 3},
+	}, reply.Tenants)
+
+	b := setupAdmin(t) // not fair
+	b.submit(t, ax.TaskSpec{Type: "job", Tenant: "acme"})
+	reply = admin.StatsReply{}
+	require.NoError(t, b.call(t, "stats", admin.StatsRequest{}, &reply))
+	require.Nil(t, reply.Tenants)
+}
