@@ -285,34 +285,11 @@ func (a *Service) bucketState(ctx context.Context, p int) (BucketStats, []Tenant
 	}
 	info := stream.CachedInfo()
 	b.Depth, b.Capacity = info.State.Msgs, info.Config.MaxMsgs
-	fair := streams.UsesTenants(info.Config)
-	queues := map[string]*TenantQueue{}
-	consumers := stream.ListConsumers(ctx)
-	for c := range consumers.Info() {
-		b.InFlight += c.NumAckPending
-		if !fair {
-			continue
-		}
-		// A tenant's consumer filters "<prefix>.p<N>.<shard>.<tenant>.>".
-		tokens := strings.Split(c.Config.FilterSubject, ".")
-		if len(tokens) != 5 || (c.NumPending == 0 && c.NumAckPending == 0) {
-			continue
-		}
-		q := queues[tokens[3]]
-		if q == nil {
-			q = &TenantQueue{Tenant: tokens[3], Priority: p}
-			queues[tokens[3]] = q
-		}
-		q.Waiting += c.NumPending
-		q.InFlight += c.NumAckPending
+	tenants, inFlight, err := streams.TenantQueues(ctx, stream, p)
+	if err != nil {
+		return b, nil, err
 	}
-	if err := consumers.Err(); err != nil {
-		return b, nil, fmt.Errorf("list consumers of %s: %w", name, err)
-	}
-	var tenants []TenantQueue
-	for _, q := range queues {
-		tenants = append(tenants, *q)
-	}
+	b.InFlight = inFlight
 	return b, tenants, nil
 }
 

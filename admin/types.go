@@ -5,6 +5,7 @@ import (
 
 	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
 )
 
 // Verbs of the management API; each is served on "<prefix>.admin.<verb>".
@@ -266,14 +267,7 @@ type TypeStats struct {
 
 // BucketStats describes one priority bucket.
 // TenantQueue is one tenant's tasks in one bucket of a fair deployment.
-type TenantQueue struct {
-	Tenant   string `json:"tenant"`
-	Priority int    `json:"priority"`
-	// Waiting is the tasks not delivered yet (the consumers' pending);
-	// InFlight those delivered and not yet acknowledged.
-	Waiting  uint64 `json:"waiting"`
-	InFlight int    `json:"in_flight"`
-}
+type TenantQueue = streams.TenantQueue
 
 type BucketStats struct {
 	Priority int    `json:"priority"`

@@ -106,7 +106,7 @@ func New(cfg *Config) *Metrics {
 			timeout = 5 * time.Second
 		}
 		m.reg.MustRegister(newStreamCollector(cfg.JetStream, names, timeout), newUnservedCollector(cfg.JetStream, names, timeout, maxValues),
-			newLimitsCollector(cfg.JetStream, names, timeout))
+			newLimitsCollector(cfg.JetStream, names, timeout), newTenantsCollector(cfg.JetStream, names, timeout, maxValues))
 	}
 	return m
 }

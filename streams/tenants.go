@@ -3,6 +3,7 @@ package streams
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -79,4 +80,52 @@ func (n Names) TenantOfStored(subject string) string {
 // "<prefix>.p<N>.*.<tenant>.>".
 func (n Names) TenantStoredFilter(p int, tenant string) string {
 	return fmt.Sprintf("%s.p%d.*.%s.>", n.Prefix(), p, tenant)
+}
+
+// TenantQueue is one tenant's tasks in one priority bucket of a fair
+// deployment, summed over the tenant's consumers of the bucket.
+type TenantQueue struct {
+	Tenant   string `json:"tenant"`
+	Priority int    `json:"priority"`
+	// Waiting is the tasks not delivered yet (the consumers' pending);
+	// InFlight those delivered and not yet acknowledged.
+	Waiting  uint64 `json:"waiting"`
+	InFlight int    `json:"in_flight"`
+}
+
+// TenantQueues reads, from the consumers of priority bucket p of a fair
+// deployment, each tenant's queue that holds tasks, and the in-flight
+// count of every consumer of the bucket. On another layout it returns no
+// queue.
+func TenantQueues(ctx context.Context, stream jetstream.Stream, p int) ([]TenantQueue, int, error) {
+	fair := UsesTenants(stream.CachedInfo().Config)
+	queues := map[string]*TenantQueue{}
+	inFlight := 0
+	consumers := stream.ListConsumers(ctx)
+	for c := range consumers.Info() {
+		inFlight += c.NumAckPending
+		if !fair {
+			continue
+		}
+		// A tenant's consumer filters "<prefix>.p<N>.<shard>.<tenant>.>".
+		tokens := strings.Split(c.Config.FilterSubject, ".")
+		if len(tokens) != 5 || tokens[4] != ">" || (c.NumPending == 0 && c.NumAckPending == 0) {
+			continue
+		}
+		q := queues[tokens[3]]
+		if q == nil {
+			q = &TenantQueue{Tenant: tokens[3], Priority: p}
+			queues[tokens[3]] = q
+		}
+		q.Waiting += c.NumPending
+		q.InFlight += c.NumAckPending
+	}
+	if err := consumers.Err(); err != nil {
+		return nil, 0, fmt.Errorf("list consumers of %s: %w", stream.CachedInfo().Config.Name, err)
+	}
+	out := make([]TenantQueue, 0, len(queues))
+	for _, q := range queues {
+		out = append(out, *q)
+	}
+	return out, inFlight, nil
 }
