@@ -88,10 +88,11 @@ func submitJobs(t *testing.T, c *ax.Client, tenant string, n int) []string {
 
 // On a fair deployment a tenant's backlog does not hold back another
 // tenant's tasks of the same priority: "small" submits one task every 20 ms
-// while "bulk" has 3,000 waiting, and each small task starts within a
-// second (by the handler's clock), long before bulk's backlog drains. On a
-// deployment without fair shares the small tasks wait behind the backlog
-// (set fair to false to see it fail).
+// while "bulk" has 3,000 waiting, and each small task starts within 2 s
+// (by the handler's clock; 0.03 s on a quiet machine), long before bulk's
+// backlog drains (about 4 s of work). On a deployment without fair shares
+// the small tasks wait behind the backlog, 8 s (set fair to false to see
+// it fail).
 func TestFairSharesBetweenTenants(t *testing.T) {
 	t.Parallel()
 	const fair = true
@@ -125,7 +126,7 @@ func TestFairSharesBetweenTenants(t *testing.T) {
 	left := len(bulk) + 1 - s.count("bulk")
 	t.Logf("small's waits %v; bulk tasks not started when small's last started: %d", waits, left)
 	require.Greater(t, left, 500, "bulk's backlog had drained: the test proves nothing")
-	require.Less(t, waits[len(waits)-1], time.Second, "a small task waited behind bulk's backlog")
+	require.Less(t, waits[len(waits)-1], 2*time.Second, "a small task waited behind bulk's backlog")
 }
 
 // A tenant whose tasks were submitted while no leader ran is found by the
