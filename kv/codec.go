@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -38,11 +39,42 @@ func (r *Record) UnmarshalJSON(data []byte) error {
 // encodeRecord is [Record.MarshalJSON] without encoding/json's check of the
 // output.
 func encodeRecord(r *Record) []byte {
-	size := 480 + 240*len(r.Trail) + len(r.LastError) + len(r.Burying) + base64.StdEncoding.EncodedLen(len(r.Result)) // no growth for most records
+	return r.appendJSON(make([]byte, 0, encodedSize(r)))
+}
+
+// encodedSize is a capacity that most records encode into without growth.
+func encodedSize(r *Record) int {
+	size := 480 + 240*len(r.Trail) + len(r.LastError) + len(r.Burying) + base64.StdEncoding.EncodedLen(len(r.Result))
 	if r.Progress != nil {
 		size += 80 + len(r.Progress.Note)
 	}
-	return r.appendJSON(make([]byte, 0, size))
+	return size
+}
+
+// encodeBuffers hold the buffers of record writes ([Store.Apply]): a
+// record is about a kilobyte, written twice per task, and its encoding is
+// garbage as soon as it is published (nats.go copies it).
+var encodeBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledEncodeBuffer is the largest buffer put back in encodeBuffers: a
+// record with a large result or a long trail does not pin its buffer.
+const maxPooledEncodeBuffer = 16 << 10
+
+// getEncodeBuffer returns an empty buffer with room for r's encoding; give
+// it back with putEncodeBuffer once nothing reads it.
+func getEncodeBuffer(r *Record) *[]byte {
+	buf := encodeBuffers.Get().(*[]byte)
+	if size := encodedSize(r); cap(*buf) < size {
+		*buf = make([]byte, 0, size)
+	}
+	*buf = (*buf)[:0]
+	return buf
+}
+
+func putEncodeBuffer(buf *[]byte) {
+	if cap(*buf) <= maxPooledEncodeBuffer {
+		encodeBuffers.Put(buf)
+	}
 }
 
 // decodeRecord is [Record.UnmarshalJSON] without encoding/json's scan of

@@ -247,12 +247,14 @@ func (s *Store) Apply(ctx context.Context, rec *Record, rev uint64, to State, ac
 		}
 	}
 	next.record(from, to, actor, time.Now().UTC())
-	data := encodeRecord(&next)
+	buf := getEncodeBuffer(&next)
+	defer putEncodeBuffer(buf)
+	*buf = next.appendJSON(*buf)
 	var ttl time.Duration
 	if s.expires(to) {
 		ttl = s.cfg.Retention
 	}
-	newRev, err := s.compareAndSet(ctx, rec.Ref().Key(), data, rev, ttl)
+	newRev, err := s.compareAndSet(ctx, rec.Ref().Key(), *buf, rev, ttl)
 	if IsRevisionMismatch(err) {
 		return nil, 0, fmt.Errorf("move task %s %s -> %s at revision %d: %w", rec.Ref(), from, to, rev, ErrConflict)
 	}
@@ -289,7 +291,9 @@ func (s *Store) expires(to State) bool {
 // writes of concurrent callers go out together (one flush carries all that
 // are ready, and the server stores them in one pass) instead of one round
 // trip each, and each still learns its own outcome; a lost compare-and-set
-// fails its own write only. Its acknowledgement is read by hand
+// fails its own write only. data is not kept after the publish (nats.go
+// copies it into its write buffer), so the caller may reuse it once
+// compareAndSet returns. Its acknowledgement is read by hand
 // ([parsePubAck]), not by encoding/json as nats.go's asynchronous publish
 // reads it.
 func (s *Store) compareAndSet(ctx context.Context, key string, data []byte, rev uint64, ttl time.Duration) (uint64, error) {
