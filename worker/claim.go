@@ -14,7 +14,8 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// opTimeout bounds each KV and stream operation of the task path.
+// opTimeout bounds each KV and stream operation of the task path (up to
+// opShare more: the claim and the final writes share contexts, [opCtx]).
 const opTimeout = 10 * time.Second
 
 // envelope is what a message says about its task.

@@ -44,10 +44,8 @@ func (w *Worker) process(d *delivery) {
 		return
 	}
 	defer adm.done()
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	claimed := env.trace.step("ax.claim")
-	rec, rev, ok := w.claim(ctx, d, env)
-	cancel()
+	rec, rev, ok := w.claim(opCtx(), d, env)
 	if !ok {
 		endSpan(claimed, errNotClaimed)
 		return
@@ -192,10 +190,11 @@ func (w *Worker) member(epoch uint64) bool {
 	return lease != nil && w.memberEpoch.Load() == epoch && lease.Held()
 }
 
-// finalCtx bounds the writes that settle an outcome; they must happen even
-// while the worker stops.
+// finalCtx bounds the writes that settle an outcome by opTimeout (up to
+// opShare more, [opCtx]); they must happen even while the worker stops. Its
+// cancel function does nothing: the context is shared.
 func finalCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), opTimeout)
+	return opCtx(), func() {}
 }
 
 // succeed writes SUCCEEDED with the handler's result in one
