@@ -97,7 +97,7 @@ func (r *Record) appendJSON(b []byte) []byte {
 	b = appendStringField(b, "state", string(r.State))
 	b = appendIntField(b, "attempt", int64(r.Attempt))
 	b = appendIntField(b, "max_attempts", int64(r.MaxAttempts))
-	b = appendStringField(b, "timeout", r.Timeout.String())
+	b = appendDurationField(b, "timeout", r.Timeout)
 	if r.Core {
 		b = append(b, `,"core":true`...)
 	}
@@ -175,7 +175,7 @@ func (m *Move) appendJSON(b []byte) []byte {
 	}
 	b = appendTime(b, "at", m.At)
 	if m.Took != 0 {
-		b = appendStringField(b, "took", m.Took.String())
+		b = appendDurationField(b, "took", m.Took)
 	}
 	if m.Error != "" {
 		b = appendStringField(b, "error", m.Error)
@@ -194,6 +194,17 @@ func appendStringField(b []byte, name, s string) []byte {
 	b = append(b, name...)
 	b = append(b, '"', ':')
 	return appendString(b, s)
+}
+
+// appendDurationField writes d as "1.5s" (its String form: digits, '.',
+// '-' and unit letters, none of which JSON escapes), without the string's
+// allocation.
+func appendDurationField(b []byte, name string, d Duration) []byte {
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, `":"`...)
+	b = append(b, time.Duration(d).String()...)
+	return append(b, '"')
 }
 
 func appendIntField(b []byte, name string, v int64) []byte {
