@@ -320,6 +320,22 @@ func (s *scanner) text() (string, error) {
 	return string(v), nil
 }
 
+// textOr reads a string, and returns known when the string equals it
+// (without a copy).
+func (s *scanner) textOr(known string) (string, error) {
+	v, err := s.str()
+	if err != nil {
+		return "", err
+	}
+	if known != "" && string(v) == known {
+		return known, nil
+	}
+	if !utf8.Valid(v) {
+		return "", errSlow
+	}
+	return string(v), nil
+}
+
 // state reads a state name; the known ones cost no allocation.
 func (s *scanner) state() (State, error) {
 	v, err := s.str()
@@ -507,7 +523,7 @@ func (r *Record) decode(data []byte) error {
 		case "result":
 			r.Result, err = s.bytes()
 		case "trail":
-			r.Trail, err = s.trail()
+			r.Trail, err = s.trail(r.ID)
 		default:
 			return errSlow
 		}
@@ -601,7 +617,9 @@ func (s *scanner) progress() (*Progress, error) {
 	return &p, nil
 }
 
-func (s *scanner) trail() ([]Move, error) {
+// trail reads a record's trail; id is the record's id, if read already,
+// which each move names (and then shares, rather than a copy each).
+func (s *scanner) trail(id string) ([]Move, error) {
 	if s.skipSpace(); len(s.b)-s.i >= 4 && string(s.b[s.i:s.i+4]) == "null" {
 		s.i += 4
 		return nil, nil
@@ -619,7 +637,7 @@ func (s *scanner) trail() ([]Move, error) {
 		err = s.object(moveKeys, func(key []byte) error {
 			switch string(key) {
 			case "task":
-				m.Task, err = s.text()
+				m.Task, err = s.textOr(id)
 			case "from":
 				m.From, err = s.state()
 			case "to":
