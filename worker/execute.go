@@ -25,14 +25,14 @@ func (w *Worker) process(d *delivery) {
 	env := w.parse(d, d.meta)
 	env.trace = w.traceTask(d, env)
 	defer env.trace.end()
-	if !w.processing.enter(env.ref.Key()) {
+	if !w.processing.enter(env.key) {
 		// An execution of this task is still in flight here: wait for it
 		// to settle rather than run a second one beside it.
 		w.stats.Dropped.Add(1)
 		_ = d.settle(func() error { return d.msg.NakWithDelay(inFlightRetry) })
 		return
 	}
-	defer w.processing.leave(env.ref.Key())
+	defer w.processing.leave(env.key)
 	if w.deferDelayed(d, env) {
 		return
 	}
@@ -133,7 +133,7 @@ func (w *Worker) run(env *envelope, exec *attemptRecord, d *delivery) (*Task, er
 	defer cancel()
 	ctx = env.trace.enterRun(ctx, rec.Attempt)
 	epoch := w.memberEpoch.Load()
-	w.track(d, rec.Ref().Key(), cancelBase)
+	w.track(d, env.key, cancelBase) // rec.Ref() is env.ref (the store checks it)
 	defer w.untrack(d)
 
 	lapse := w.lapse()
