@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -38,11 +39,42 @@ func (r *Record) UnmarshalJSON(data []byte) error {
 // encodeRecord is [Record.MarshalJSON] without encoding/json's check of the
 // output.
 func encodeRecord(r *Record) []byte {
-	size := 480 + 240*len(r.Trail) + len(r.LastError) + len(r.Burying) + base64.StdEncoding.EncodedLen(len(r.Result)) // no growth for most records
+	return r.appendJSON(make([]byte, 0, encodedSize(r)))
+}
+
+// encodedSize is a capacity that most records encode into without growth.
+func encodedSize(r *Record) int {
+	size := 480 + 240*len(r.Trail) + len(r.LastError) + len(r.Burying) + base64.StdEncoding.EncodedLen(len(r.Result))
 	if r.Progress != nil {
 		size += 80 + len(r.Progress.Note)
 	}
-	return r.appendJSON(make([]byte, 0, size))
+	return size
+}
+
+// encodeBuffers hold the buffers of record writes ([Store.Apply]): a
+// record is about a kilobyte, written twice per task, and its encoding is
+// garbage as soon as it is published (nats.go copies it).
+var encodeBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledEncodeBuffer is the largest buffer put back in encodeBuffers: a
+// record with a large result or a long trail does not pin its buffer.
+const maxPooledEncodeBuffer = 16 << 10
+
+// getEncodeBuffer returns an empty buffer with room for r's encoding; give
+// it back with putEncodeBuffer once nothing reads it.
+func getEncodeBuffer(r *Record) *[]byte {
+	buf := encodeBuffers.Get().(*[]byte)
+	if size := encodedSize(r); cap(*buf) < size {
+		*buf = make([]byte, 0, size)
+	}
+	*buf = (*buf)[:0]
+	return buf
+}
+
+func putEncodeBuffer(buf *[]byte) {
+	if cap(*buf) <= maxPooledEncodeBuffer {
+		encodeBuffers.Put(buf)
+	}
 }
 
 // decodeRecord is [Record.UnmarshalJSON] without encoding/json's scan of
@@ -65,7 +97,7 @@ func (r *Record) appendJSON(b []byte) []byte {
 	b = appendStringField(b, "state", string(r.State))
 	b = appendIntField(b, "attempt", int64(r.Attempt))
 	b = appendIntField(b, "max_attempts", int64(r.MaxAttempts))
-	b = appendStringField(b, "timeout", r.Timeout.String())
+	b = appendDurationField(b, "timeout", r.Timeout)
 	if r.Core {
 		b = append(b, `,"core":true`...)
 	}
@@ -143,7 +175,7 @@ func (m *Move) appendJSON(b []byte) []byte {
 	}
 	b = appendTime(b, "at", m.At)
 	if m.Took != 0 {
-		b = appendStringField(b, "took", m.Took.String())
+		b = appendDurationField(b, "took", m.Took)
 	}
 	if m.Error != "" {
 		b = appendStringField(b, "error", m.Error)
@@ -162,6 +194,17 @@ func appendStringField(b []byte, name, s string) []byte {
 	b = append(b, name...)
 	b = append(b, '"', ':')
 	return appendString(b, s)
+}
+
+// appendDurationField writes d as "1.5s" (its String form: digits, '.',
+// '-' and unit letters, none of which JSON escapes), without the string's
+// allocation.
+func appendDurationField(b []byte, name string, d Duration) []byte {
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, `":"`...)
+	b = append(b, time.Duration(d).String()...)
+	return append(b, '"')
 }
 
 func appendIntField(b []byte, name string, v int64) []byte {
@@ -272,6 +315,22 @@ func (s *scanner) str() ([]byte, error) {
 func (s *scanner) text() (string, error) {
 	v, err := s.str()
 	if err != nil || !utf8.Valid(v) {
+		return "", errSlow
+	}
+	return string(v), nil
+}
+
+// textOr reads a string, and returns known when the string equals it
+// (without a copy).
+func (s *scanner) textOr(known string) (string, error) {
+	v, err := s.str()
+	if err != nil {
+		return "", err
+	}
+	if known != "" && string(v) == known {
+		return known, nil
+	}
+	if !utf8.Valid(v) {
 		return "", errSlow
 	}
 	return string(v), nil
@@ -464,7 +523,7 @@ func (r *Record) decode(data []byte) error {
 		case "result":
 			r.Result, err = s.bytes()
 		case "trail":
-			r.Trail, err = s.trail()
+			r.Trail, err = s.trail(r.ID)
 		default:
 			return errSlow
 		}
@@ -558,7 +617,9 @@ func (s *scanner) progress() (*Progress, error) {
 	return &p, nil
 }
 
-func (s *scanner) trail() ([]Move, error) {
+// trail reads a record's trail; id is the record's id, if read already,
+// which each move names (and then shares, rather than a copy each).
+func (s *scanner) trail(id string) ([]Move, error) {
 	if s.skipSpace(); len(s.b)-s.i >= 4 && string(s.b[s.i:s.i+4]) == "null" {
 		s.i += 4
 		return nil, nil
@@ -576,7 +637,7 @@ func (s *scanner) trail() ([]Move, error) {
 		err = s.object(moveKeys, func(key []byte) error {
 			switch string(key) {
 			case "task":
-				m.Task, err = s.text()
+				m.Task, err = s.textOr(id)
 			case "from":
 				m.From, err = s.state()
 			case "to":

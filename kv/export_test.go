@@ -6,3 +6,11 @@ func DecodeFast(data []byte) (*Record, error) {
 	var r Record
 	return &r, r.decode(data)
 }
+
+// ScanPubAck reads a publish acknowledgement with the hand-written reader
+// alone; ParsePubAck with its encoding/json fallback.
+var (
+	ScanPubAck  = scanPubAck
+	ParsePubAck = parsePubAck
+	ErrSlow     = errSlow
+)

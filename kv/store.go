@@ -66,6 +66,9 @@ type Store struct {
 	cfg       *StoreConfig
 	keyPrefix string // "$KV.AX_TASKS."
 	reads     *batchReader
+	// retentionTTL is the Nats-TTL header value of a terminal record:
+	// Retention, formatted once.
+	retentionTTL []string
 }
 
 // NewStore binds to the task bucket, which [Provision] creates.
@@ -83,7 +86,7 @@ func NewStore(ctx context.Context, js jetstream.JetStream, cfg *StoreConfig) (*S
 		return nil, fmt.Errorf("bind task bucket %s: %w", bucket, err)
 	}
 	return &Store{js: js, kv: kv, cfg: cfg, keyPrefix: KeyPrefix(bucket),
-		reads: newBatchReader(js, kv, bucket, cfg.Test.Reads)}, nil
+		reads: newBatchReader(js, kv, bucket, cfg.Test.Reads), retentionTTL: []string{cfg.Retention.String()}}, nil
 }
 
 // Get returns the record of a task and its revision, or [ErrNotFound].
@@ -244,12 +247,14 @@ func (s *Store) Apply(ctx context.Context, rec *Record, rev uint64, to State, ac
 		}
 	}
 	next.record(from, to, actor, time.Now().UTC())
-	data := encodeRecord(&next)
+	buf := getEncodeBuffer(&next)
+	defer putEncodeBuffer(buf)
+	*buf = next.appendJSON(*buf)
 	var ttl time.Duration
 	if s.expires(to) {
 		ttl = s.cfg.Retention
 	}
-	newRev, err := s.compareAndSet(ctx, rec.Ref().Key(), data, rev, ttl)
+	newRev, err := s.compareAndSet(ctx, rec.Ref().Key(), *buf, rev, ttl)
 	if IsRevisionMismatch(err) {
 		return nil, 0, fmt.Errorf("move task %s %s -> %s at revision %d: %w", rec.Ref(), from, to, rev, ErrConflict)
 	}
@@ -281,30 +286,34 @@ func (s *Store) expires(to State) bool {
 }
 
 // compareAndSet writes data to key if its last revision is rev, with a
-// per-message TTL when ttl > 0. The write is an asynchronous publish
-// awaited by its caller: the writes of concurrent callers go out together
-// (one flush carries all that are ready, and the server stores them in one
-// pass) instead of one request each, and each still learns its own
-// outcome; a lost compare-and-set fails its own write only.
+// per-message TTL when ttl > 0. The write is a publish sent as a request
+// (nats.go's shared reply subscription) and awaited by its caller: the
+// writes of concurrent callers go out together (one flush carries all that
+// are ready, and the server stores them in one pass) instead of one round
+// trip each, and each still learns its own outcome; a lost compare-and-set
+// fails its own write only. data is not kept after the publish (nats.go
+// copies it into its write buffer), so the caller may reuse it once
+// compareAndSet returns. Its acknowledgement is read by hand
+// ([parsePubAck]), not by encoding/json as nats.go's asynchronous publish
+// reads it.
 func (s *Store) compareAndSet(ctx context.Context, key string, data []byte, rev uint64, ttl time.Duration) (uint64, error) {
-	msg := nats.NewMsg(s.keyPrefix + key)
-	msg.Data = data
-	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	msg := &nats.Msg{Subject: s.keyPrefix + key, Data: data, Header: make(nats.Header, 2)}
+	msg.Header[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(rev, 10)}
 	if ttl > 0 {
-		msg.Header.Set(jetstream.MsgTTLHeader, ttl.String())
+		value := s.retentionTTL // read only: the header is only encoded
+		if ttl != s.cfg.Retention {
+			value = []string{ttl.String()}
+		}
+		msg.Header[jetstream.MsgTTLHeader] = value
 	}
-	ack, err := s.js.PublishMsgAsync(msg)
+	reply, err := s.js.Conn().RequestMsgWithContext(ctx, msg)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return 0, jetstream.ErrNoStreamResponse // as nats.go's publish says it
+	}
 	if err != nil {
 		return 0, err
 	}
-	select {
-	case pa := <-ack.Ok():
-		return pa.Sequence, nil
-	case err := <-ack.Err():
-		return 0, err
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
+	return parsePubAck(reply.Data)
 }
 
 // updateWithTTL is a compare-and-set write of key in bucket with a

@@ -14,13 +14,15 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// opTimeout bounds each KV and stream operation of the task path.
+// opTimeout bounds each KV and stream operation of the task path (up to
+// opShare more: the claim and the final writes share contexts, [opCtx]).
 const opTimeout = 10 * time.Second
 
 // envelope is what a message says about its task.
 type envelope struct {
 	id        string
 	ref       kv.Ref // the task: the message's tenant and id
+	key       string // ref.Key(), made once
 	stored    streams.Stored
 	opts      streams.Options
 	bad       error // why the message breaks the contract; nil if it does not
@@ -85,6 +87,7 @@ func (w *Worker) parse(d *delivery, meta *jetstream.MsgMetadata) *envelope {
 		env.id = streams.FallbackID(meta.Stream, meta.Sequence.Stream, meta.Timestamp) // no Nats-Msg-Id
 	}
 	env.ref = kv.Ref{Tenant: stored.Tenant, ID: env.id} // a task id belongs to its tenant
+	env.key = env.ref.Key()
 	h, ok := w.cfg.Registry.lookup(stored.Type)
 	env.handler, env.unhandled = h, !ok
 	return env

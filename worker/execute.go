@@ -25,14 +25,14 @@ func (w *Worker) process(d *delivery) {
 	env := w.parse(d, d.meta)
 	env.trace = w.traceTask(d, env)
 	defer env.trace.end()
-	if !w.processing.enter(env.ref.Key()) {
+	if !w.processing.enter(env.key) {
 		// An execution of this task is still in flight here: wait for it
 		// to settle rather than run a second one beside it.
 		w.stats.Dropped.Add(1)
 		_ = d.settle(func() error { return d.msg.NakWithDelay(inFlightRetry) })
 		return
 	}
-	defer w.processing.leave(env.ref.Key())
+	defer w.processing.leave(env.key)
 	if w.deferDelayed(d, env) {
 		return
 	}
@@ -44,10 +44,8 @@ func (w *Worker) process(d *delivery) {
 		return
 	}
 	defer adm.done()
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	claimed := env.trace.step("ax.claim")
-	rec, rev, ok := w.claim(ctx, d, env)
-	cancel()
+	rec, rev, ok := w.claim(opCtx(), d, env)
 	if !ok {
 		endSpan(claimed, errNotClaimed)
 		return
@@ -140,7 +138,7 @@ func (w *Worker) run(env *envelope, exec *attemptRecord, d *delivery) (*Task, er
 	defer cancel()
 	ctx = env.trace.enterRun(ctx, rec.Attempt)
 	epoch := w.memberEpoch.Load()
-	w.track(d, rec.Ref().Key(), cancelBase)
+	w.track(d, env.key, cancelBase) // rec.Ref() is env.ref (the store checks it)
 	defer w.untrack(d)
 
 	lapse := w.lapse()
@@ -197,10 +195,11 @@ func (w *Worker) member(epoch uint64) bool {
 	return lease != nil && w.memberEpoch.Load() == epoch && lease.Held()
 }
 
-// finalCtx bounds the writes that settle an outcome; they must happen even
-// while the worker stops.
+// finalCtx bounds the writes that settle an outcome by opTimeout (up to
+// opShare more, [opCtx]); they must happen even while the worker stops. Its
+// cancel function does nothing: the context is shared.
 func finalCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), opTimeout)
+	return opCtx(), func() {}
 }
 
 // succeed writes SUCCEEDED with the handler's result in one
