@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ax-mesh/ax/control"
@@ -28,7 +29,32 @@ const (
 	// is looked for in its bucket before it is forgotten (its submit was
 	// refused, or it was a request that matched no bucket).
 	tenantStoreChecks = 20
+	// tenantNoteBuffer is how many tenants the leader's own loops may note
+	// ([tenantNotes]) before the discovery takes them (more trigger a scan).
+	tenantNoteBuffer = 8192
 )
+
+// tenantNotes carries to the discovery the tenants of the tasks the
+// leader's own loops put in a bucket without a submit: the mover's release
+// of a delayed task (whose submit went to AX_DELAYED, which the discovery
+// does not hear), so that a tenant whose first task is delayed gets its
+// consumers when the task is released. A note that finds the buffer full
+// is not lost: the discovery scans the buckets instead.
+type tenantNotes struct {
+	ch     chan string
+	missed atomic.Bool
+}
+
+func newTenantNotes() *tenantNotes { return &tenantNotes{ch: make(chan string, tenantNoteBuffer)} }
+
+// note hands tenant to the discovery without waiting.
+func (n *tenantNotes) note(tenant string) {
+	select {
+	case n.ch <- tenant:
+	default:
+		n.missed.Store(true)
+	}
+}
 
 // tenantDiscovery is the leader loop of a fair deployment that gives each
 // tenant its consumers. It subscribes (core NATS) to the submit subjects,
@@ -115,7 +141,12 @@ func (d *tenantDiscovery) run(ctx context.Context) error {
 			return ctx.Err()
 		case m := <-msgs:
 			d.heard(m.Subject)
+		case tenant := <-d.l.tenants.ch:
+			d.note(tenant)
 		case <-tick.C:
+			if d.l.tenants.missed.Swap(false) {
+				scan = true
+			}
 			for i, s := range subs {
 				if n, err := s.Dropped(); err == nil && n > dropped[i] {
 					dropped[i], scan = n, true
@@ -135,7 +166,11 @@ func (d *tenantDiscovery) heard(subject string) {
 	if _, err := streams.ParsePriority(tokens[2]); err != nil {
 		return
 	}
-	tenant := tokens[3]
+	d.note(tokens[3])
+}
+
+// note makes tenant pending unless it is known.
+func (d *tenantDiscovery) note(tenant string) {
 	if d.known[tenant] || streams.ValidateToken("tenant", tenant) != nil {
 		return
 	}
