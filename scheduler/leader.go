@@ -165,8 +165,8 @@ type Leader struct {
 	// tasks at the pressure loop's last reading: the mover holds the
 	// release of delayed tasks into it.
 	refusing [streams.Priorities]atomic.Bool
-	// tenants carries the tenants of the delayed tasks the mover released
-	// to the discovery of a fair deployment.
+	// tenants collects for the discovery of a fair deployment the tenants
+	// of the submits it hears and of the delayed tasks the mover releases.
 	tenants *tenantNotes
 
 	started atomic.Bool

@@ -2,6 +2,8 @@ package scheduler_test
 
 import (
 	"context"
+	"fmt"
+	"github.com/ax-mesh/ax/worker"
 	"testing"
 	"time"
 
@@ -25,4 +27,48 @@ func TestDelayedFirstTaskOfATenantRuns(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { _, ok := s.startedAt("later", info.ID); return ok }, 15*time.Second, 20*time.Millisecond,
 		"the delayed first task of a new tenant waits in its bucket for good")
+}
+
+// A flood of submits of distinct tenants that no bucket stores (here the
+// bucket is full; a service user may submit as any tenant) does not hold
+// back a real new tenant: its first task starts within seconds.
+func TestTenantFloodKeepsDiscoveryResponsive(t *testing.T) {
+	t.Parallel()
+	b := setupLoops(t, 1, &streams.Config{Fair: true, Capacity: 2}, scheduler.Config{Logger: zaptest.NewLogger(t)})
+	ctx := context.Background()
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	s := newStarts()
+	startFairWorker(t, b, 3, func(ctx context.Context, task *worker.Task) error {
+		if task.Tenant == "filler" {
+			select { // holds the P2 bucket full
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return s.handler(0)(ctx, task)
+	})
+	submitJobs(t, b.client, "filler", 2)
+	nc, _ := b.srv.Connect()
+	for i := range 20000 {
+		require.NoError(t, nc.Publish(fmt.Sprintf("ax.submit.p2.ghost-%05d.job.k", i), nil))
+	}
+	require.NoError(t, nc.Flush())
+	start := time.Now()
+	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "job", Tenant: "real", Priority: ax.P1})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { _, ok := s.startedAt("real", info.ID); return ok }, 60*time.Second, 20*time.Millisecond)
+	t.Logf("the real tenant's first task started after %s", time.Since(start))
+	require.Less(t, time.Since(start), 8*time.Second, "the ghosts held back the real tenant")
+	for range 3 { // and more ghosts, so that the leader has some to look for when it stops
+		for i := range 20000 {
+			require.NoError(t, nc.Publish(fmt.Sprintf("ax.submit.p2.more-%05d.job.k", i), nil))
+		}
+		require.NoError(t, nc.Flush())
+		time.Sleep(300 * time.Millisecond)
+	}
+	start = time.Now()
+	b.leader.stop()
+	t.Logf("the leader stopped in %s", time.Since(start))
+	require.Less(t, time.Since(start), 5*time.Second, "the leader's discovery kept looking for the ghosts after it stopped")
 }
