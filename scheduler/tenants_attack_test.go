@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/ax-mesh/ax/worker"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,4 +72,18 @@ func TestTenantFloodKeepsDiscoveryResponsive(t *testing.T) {
 	b.leader.stop()
 	t.Logf("the leader stopped in %s", time.Since(start))
 	require.Less(t, time.Since(start), 5*time.Second, "the leader's discovery kept looking for the ghosts after it stopped")
+}
+
+// Tenants whose consumer names are hashes (a ':' or 'é', or longer than 64)
+// get their consumers and their tasks run, as a plain one's.
+func TestHashedTenantsRun(t *testing.T) {
+	t.Parallel()
+	b := setupLoops(t, 1, &streams.Config{Fair: true}, scheduler.Config{Logger: zaptest.NewLogger(t)})
+	s := newStarts()
+	startFairWorker(t, b, 4, s.handler(0))
+	tenants := []string{"acme:eu", "café", strings.Repeat("x", 100)}
+	for _, tenant := range tenants {
+		ids := submitJobs(t, b.client, tenant, 3)
+		require.Eventually(t, func() bool { return s.count(tenant) == len(ids) }, 30*time.Second, 20*time.Millisecond, tenant)
+	}
 }
