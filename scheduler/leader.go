@@ -165,6 +165,9 @@ type Leader struct {
 	// tasks at the pressure loop's last reading: the mover holds the
 	// release of delayed tasks into it.
 	refusing [streams.Priorities]atomic.Bool
+	// tenants collects for the discovery of a fair deployment the tenants
+	// of the submits it hears and of the delayed tasks the mover releases.
+	tenants *tenantNotes
 
 	started atomic.Bool
 	stop    context.CancelFunc // ends the Run that Start began
@@ -193,7 +196,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Leader, err
 	if err != nil {
 		return nil, fmt.Errorf("new leader: %w", err)
 	}
-	return &Leader{cfg: cfg, js: js, store: store, moves: moves, client: client, elector: elector, log: cfg.Logger.Named("scheduler")}, nil
+	return &Leader{cfg: cfg, js: js, store: store, moves: moves, client: client, elector: elector,
+		log: cfg.Logger.Named("scheduler"), tenants: newTenantNotes()}, nil
 }
 
 // ID returns this contender's id.

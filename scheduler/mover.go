@@ -216,6 +216,7 @@ func (m *mover) release(ctx context.Context, d *dueTask) {
 	} else {
 		res, err = m.l.moves.PublishFirst(ctx, move.FirstRequest{ID: d.id, Task: task, Copy: c, Old: schedule, Guard: m.l.guard})
 	}
+	m.l.tenants.note(d.ref.Tenant, task.Priority) // its first task in a bucket may be this copy
 	switch {
 	case res.Outcome == move.Landed:
 		if res.DeleteErr != nil {
