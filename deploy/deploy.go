@@ -19,8 +19,8 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
-	"github.com/ax-mesh/ax/internal/denied"
 	"github.com/ax-mesh/ax/control"
+	"github.com/ax-mesh/ax/internal/denied"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
