@@ -168,6 +168,12 @@ type Leader struct {
 	// tenants collects for the discovery of a fair deployment the tenants
 	// of the submits it hears and of the delayed tasks the mover releases.
 	tenants *tenantNotes
+	// consumersMu serializes the pressure loop's pause and resume of a
+	// bucket's consumers with the discovery's creation of a tenant's, so
+	// that a tenant's new consumers are either in a pause's (or resume's)
+	// listing or created after it, paused as the others are
+	// (streams.EnsureTenantConsumers reads the bucket's pause).
+	consumersMu sync.Mutex
 
 	started atomic.Bool
 	stop    context.CancelFunc // ends the Run that Start began

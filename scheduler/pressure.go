@@ -269,6 +269,8 @@ func (p *pressureLoop) alert(report ax.Pressure, data []byte) {
 
 // pause pauses the shard consumers of bucket prio for pauseFor.
 func (p *pressureLoop) pause(ctx context.Context, prio int) error {
+	p.l.consumersMu.Lock()
+	defer p.l.consumersMu.Unlock()
 	until := time.Now().Add(pauseFor)
 	var errs []error
 	p.eachConsumer(ctx, prio, &errs, func(stream, consumer string) {
@@ -284,6 +286,8 @@ func (p *pressureLoop) pause(ctx context.Context, prio int) error {
 
 // resume resumes the shard consumers of bucket prio.
 func (p *pressureLoop) resume(ctx context.Context, prio int) error {
+	p.l.consumersMu.Lock()
+	defer p.l.consumersMu.Unlock()
 	var errs []error
 	p.eachConsumer(ctx, prio, &errs, func(stream, consumer string) {
 		if _, err := p.l.js.ResumeConsumer(ctx, stream, consumer); err != nil {

@@ -313,7 +313,9 @@ func (d *tenantDiscovery) add(ctx context.Context, tenant string) error {
 	if !d.l.held() {
 		return errNotLeading
 	}
+	d.l.consumersMu.Lock() // not between a pause's listing and its end
 	n, err := streams.EnsureTenantConsumers(ctx, d.l.js, d.cfg, tenant)
+	d.l.consumersMu.Unlock()
 	if err != nil {
 		return err
 	}
