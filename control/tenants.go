@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -78,4 +79,19 @@ func AddTenants(ctx context.Context, board jetstream.KeyValue, tenants ...string
 		}
 	}
 	return fmt.Errorf("write %s: too many concurrent writes", TenantsKey)
+}
+
+// ListTenants adds tenants to [TenantsKey] of the deployment named names,
+// as provisioning a fair deployment does once it made their consumers
+// (streams.Config.Tenants), so that workers serve them before the leader
+// finds them. Without tenants it does nothing.
+func ListTenants(ctx context.Context, js jetstream.JetStream, names streams.Names, tenants ...string) error {
+	if len(tenants) == 0 {
+		return nil
+	}
+	board, err := Open(ctx, js, names)
+	if err != nil {
+		return err
+	}
+	return AddTenants(ctx, board, tenants...)
 }

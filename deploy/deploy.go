@@ -136,14 +136,8 @@ func open(ctx context.Context, js jetstream.JetStream, opts *Options) (*Deployme
 		if err := kv.Provision(ctx, js, &bcfg); err != nil {
 			return nil, fmt.Errorf("open deployment: %w", err)
 		}
-		if len(scfg.Tenants) > 0 { // listed for the workers, as the leader lists a tenant it finds
-			board, err := control.Open(ctx, js, o.Names)
-			if err == nil {
-				err = control.AddTenants(ctx, board, scfg.Tenants...)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("open deployment: %w", err)
-			}
+		if err := control.ListTenants(ctx, js, o.Names, scfg.Tenants...); err != nil {
+			return nil, fmt.Errorf("open deployment: %w", err)
 		}
 		migrated, err := kv.MigrateKeys(ctx, js, o.Names)
 		if err != nil {

@@ -203,7 +203,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Leader, err
 		return nil, fmt.Errorf("new leader: %w", err)
 	}
 	return &Leader{cfg: cfg, js: js, store: store, moves: moves, client: client, elector: elector,
-		log: cfg.Logger.Named("scheduler"), tenants: newTenantNotes()}, nil
+		log: cfg.Logger.Named("scheduler"), tenants: newTenantNotes(cfg.Names)}, nil
 }
 
 // ID returns this contender's id.

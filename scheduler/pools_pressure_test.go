@@ -133,3 +133,28 @@ func consumerPaused(t *testing.T, js jetstream.JetStream, stream, name string) b
 	require.NoError(t, err)
 	return cons.CachedInfo().Paused
 }
+
+// On a fair deployment the leader pauses every tenant's consumers of the
+// buckets below a full one, and the consumers it creates for a tenant it
+// first hears while the pause holds start paused as the others.
+func TestTenantJoiningDuringPauseStartsPaused(t *testing.T) {
+	t.Parallel()
+	cfg := &streams.Config{Capacity: 20, Fair: true, Tenants: []string{"acme"}}
+	lb := setupLoops(t, 1, cfg, scheduler.Config{PressureInterval: 20 * time.Millisecond})
+	js, client, ctx := lb.js, lb.client, context.Background()
+	for range 19 { // P3 at 95%
+		_, err := client.Submit(ctx, ax.TaskSpec{Type: "x", Tenant: "acme", Priority: ax.P3, Core: true})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return consumerPaused(t, js, "AX_P4", "p4-s00-n-acme") },
+		10*time.Second, 10*time.Millisecond, "a full P3 pauses acme's consumers of P4")
+	_, err := client.Submit(ctx, ax.TaskSpec{Type: "x", Tenant: "globex", Priority: ax.P4})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := js.Consumer(ctx, "AX_P4", "p4-s31-n-globex")
+		return err == nil
+	}, 30*time.Second, 20*time.Millisecond, "the leader makes the new tenant's consumers")
+	require.True(t, consumerPaused(t, js, "AX_P4", "p4-s00-n-globex"), "the new tenant's P4 consumers start paused")
+	require.True(t, consumerPaused(t, js, "AX_P4", "p4-s31-n-globex"))
+	require.False(t, consumerPaused(t, js, "AX_P3", "p3-s00-n-globex"), "the full bucket's keep draining")
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +50,7 @@ const (
 // released. At most [tenantPendingMax] are held; a tenant that does not
 // fit is not lost: the discovery scans the buckets.
 type tenantNotes struct {
+	names streams.Names
 	known atomic.Pointer[map[string]bool] // the tenants the discovery knows: not noted
 
 	mu      sync.Mutex
@@ -58,7 +58,9 @@ type tenantNotes struct {
 	missed  bool             // a tenant did not fit (mu)
 }
 
-func newTenantNotes() *tenantNotes { return &tenantNotes{tenants: map[string]uint8{}} }
+func newTenantNotes(names streams.Names) *tenantNotes {
+	return &tenantNotes{names: names, tenants: map[string]uint8{}}
+}
 
 // note notes tenant, seen at priority p, unless the discovery knows it or
 // no tenant can be added any more.
@@ -79,15 +81,9 @@ func (n *tenantNotes) note(tenant string, p int) {
 // heard notes the tenant of a submit subject
 // "<prefix>.<submit|core>.<priority>.<tenant>.<type>.<key>".
 func (n *tenantNotes) heard(subject string) {
-	tokens := strings.Split(subject, ".")
-	if len(tokens) != 6 {
-		return
+	if s, err := n.names.ParseSubmit(subject); err == nil {
+		n.note(s.Tenant, s.Priority)
 	}
-	p, err := streams.ParsePriority(tokens[2])
-	if err != nil || streams.ValidateToken("tenant", tokens[3]) != nil {
-		return
-	}
-	n.note(tokens[3], p)
 }
 
 // take returns the tenants noted since the last take, and whether one was
@@ -338,8 +334,8 @@ func (d *tenantDiscovery) scan(ctx context.Context) error {
 			return fmt.Errorf("subjects of %s: %w", d.l.cfg.Names.PriorityStream(p), err)
 		}
 		for subject := range info.State.Subjects {
-			if t := d.l.cfg.Names.TenantOfStored(subject); t != "" && !d.known[t] {
-				found[t] = true
+			if s, err := d.l.cfg.Names.ParseStored(subject); err == nil && !d.known[s.Tenant] {
+				found[s.Tenant] = true
 			}
 		}
 	}

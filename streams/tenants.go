@@ -64,17 +64,6 @@ func EnsureTenantConsumers(ctx context.Context, js jetstream.JetStream, cfg *Con
 	})
 }
 
-// TenantOfStored returns the tenant token of a subject stored in a priority
-// bucket, "<prefix>.p<N>.<shard>.<tenant>.<type>.<key>[.ctl]", or "" if the
-// subject is not of that form.
-func (n Names) TenantOfStored(subject string) string {
-	s, err := n.ParseStored(subject)
-	if err != nil {
-		return ""
-	}
-	return s.Tenant
-}
-
 // TenantStoredFilter returns the subjects of one tenant's tasks stored in
 // priority stream p, on every shard, control-plane copies included:
 // "<prefix>.p<N>.*.<tenant>.>".

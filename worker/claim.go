@@ -15,7 +15,7 @@ import (
 )
 
 // opTimeout bounds each KV and stream operation of the task path (up to
-// opShare more: the claim and the final writes share contexts, [opCtx]).
+// opShare more: the claim and the final writes share contexts, [opContexts]).
 const opTimeout = 10 * time.Second
 
 // envelope is what a message says about its task.

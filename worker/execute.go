@@ -45,7 +45,7 @@ func (w *Worker) process(d *delivery) {
 	}
 	defer adm.done()
 	claimed := env.trace.step("ax.claim")
-	rec, rev, ok := w.claim(opCtx(), d, env)
+	rec, rev, ok := w.claim(w.ops.get(), d, env)
 	if !ok {
 		endSpan(claimed, errNotClaimed)
 		return
@@ -196,10 +196,10 @@ func (w *Worker) member(epoch uint64) bool {
 }
 
 // finalCtx bounds the writes that settle an outcome by opTimeout (up to
-// opShare more, [opCtx]); they must happen even while the worker stops. Its
-// cancel function does nothing: the context is shared.
-func finalCtx() (context.Context, context.CancelFunc) {
-	return opCtx(), func() {}
+// opShare more, [opContexts]); they must happen even while the worker
+// stops. Its cancel function does nothing: the context is shared.
+func (w *Worker) finalCtx() (context.Context, context.CancelFunc) {
+	return w.ops.get(), func() {}
 }
 
 // succeed writes SUCCEEDED with the handler's result in one
@@ -208,7 +208,7 @@ func (w *Worker) succeed(d *delivery, env *envelope, rec *kv.Record, rev uint64,
 	if w.fenced(d, env) {
 		return
 	}
-	ctx, cancel := finalCtx()
+	ctx, cancel := w.finalCtx()
 	defer cancel()
 	_, _, err := w.store.Apply(ctx, rec, rev, kv.StateSucceeded, kv.Actor{Worker: w.cfg.ID, Action: "complete"}, func(r *kv.Record) error {
 		now := time.Now().UTC()
@@ -242,7 +242,7 @@ func (w *Worker) fail(d *delivery, env *envelope, rec *kv.Record, rev uint64, ca
 	if errors.As(cause, &after) {
 		delay = after.Delay
 	}
-	ctx, cancel := finalCtx()
+	ctx, cancel := w.finalCtx()
 	defer cancel()
 	_, _, err := w.store.Apply(ctx, rec, rev, kv.StateRetrying, kv.Actor{Worker: w.cfg.ID, Action: "retry", Error: cause.Error(), TimedOut: errors.Is(cause, ErrTimeout)}, func(r *kv.Record) error {
 		r.LastError = cause.Error()
@@ -266,7 +266,7 @@ func (w *Worker) bury(d *delivery, env *envelope, rec *kv.Record, rev uint64, ca
 	if w.fenced(d, env) {
 		return
 	}
-	ctx, cancel := finalCtx()
+	ctx, cancel := w.finalCtx()
 	defer cancel()
 	dlqSeq, err := w.deadLetter(ctx, d, env, rec, cause)
 	if err != nil {
@@ -354,7 +354,7 @@ func (w *Worker) putBack(d *delivery, env *envelope, rec *kv.Record, rev uint64,
 	if w.fenced(d, env) {
 		return
 	}
-	ctx, cancel := finalCtx()
+	ctx, cancel := w.finalCtx()
 	defer cancel()
 	_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: action}, func(r *kv.Record) error {
 		r.Attempt--
@@ -371,7 +371,7 @@ func (w *Worker) putBack(d *delivery, env *envelope, rec *kv.Record, rev uint64,
 // cancelled settles a task whose handler was cancelled by an operator: the
 // operator's write made it CANCELLED; the message is acked, never retried.
 func (w *Worker) cancelled(d *delivery, env *envelope, rec *kv.Record, rev uint64) {
-	ctx, cancel := finalCtx()
+	ctx, cancel := w.finalCtx()
 	defer cancel()
 	_, _, err := w.store.Apply(ctx, rec, rev, kv.StateCancelled, kv.Actor{Worker: w.cfg.ID, Action: "cancel"}, nil)
 	if err != nil && !errors.Is(err, kv.ErrConflict) {

@@ -391,7 +391,7 @@ func (a *admission) unreserve() {
 	if len(a.rates) == 0 {
 		return
 	}
-	ctx, cancel := finalCtx()
+	ctx, cancel := a.w.finalCtx()
 	defer cancel()
 	use, err := a.w.limitUse(ctx)
 	for _, b := range a.rates {
@@ -536,7 +536,7 @@ func (w *Worker) startRated(adm *admission, d *delivery, env *envelope, rec *kv.
 	if adm == nil || len(adm.rates) == 0 {
 		return true
 	}
-	ctx, cancel := finalCtx()
+	ctx, cancel := w.finalCtx()
 	defer cancel()
 	use, err := w.limitUse(ctx)
 	var wait time.Duration

@@ -73,7 +73,7 @@ func (w *Worker) releaseSlot(s heldSlot) {
 	use := w.limits.use
 	w.limits.mu.Unlock()
 	if use != nil { // bound before any slot was taken
-		ctx, cancel := finalCtx()
+		ctx, cancel := w.finalCtx()
 		if err := use.Release(ctx, s.target, s.holder); err != nil {
 			w.log.Warn("limit_release_failed", zap.String("target", s.target), zap.Error(err))
 		}

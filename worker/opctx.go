@@ -25,19 +25,21 @@ type sharedOp struct {
 	until  time.Time          // when it stops being handed out (monotonic)
 }
 
-// opContexts is the current shared operation context.
-var opContexts atomic.Pointer[sharedOp]
+// opContexts holds a worker's current shared operation context.
+type opContexts struct {
+	current atomic.Pointer[sharedOp]
+}
 
-// opCtx returns a context that ends between opTimeout and opTimeout+opShare
+// get returns a context that ends between opTimeout and opTimeout+opShare
 // from now, never earlier: not a child of any other (it outlives a stopping
 // worker, as the writes that settle an outcome must).
-func opCtx() context.Context {
+func (o *opContexts) get() context.Context {
 	now := time.Now()
-	if op := opContexts.Load(); op != nil && now.Before(op.until) {
+	if op := o.current.Load(); op != nil && now.Before(op.until) {
 		return op.ctx
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), now.Add(opTimeout+opShare))
 	op := &sharedOp{ctx: ctx, cancel: cancel, until: now.Add(opShare)}
-	opContexts.Store(op) // a racing caller's context is as good
+	o.current.Store(op) // a racing caller's context is as good
 	return ctx
 }

@@ -11,6 +11,8 @@ import (
 // opTimeout and opTimeout+opShare away, never nearer: a busy worker makes
 // one per opShare, not one per operation.
 func TestOperationContextsAreSharedAndBounded(t *testing.T) {
+	var ops opContexts
+	opCtx := ops.get
 	for range 3 {
 		before := time.Now()
 		ctx := opCtx()

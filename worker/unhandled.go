@@ -130,7 +130,7 @@ func (w *Worker) decline(d *delivery, env *envelope, rec *kv.Record, rev uint64)
 	if w.fenced(d, env) {
 		return
 	}
-	ctx, cancel := finalCtx()
+	ctx, cancel := w.finalCtx()
 	defer cancel()
 	why := fmt.Sprintf("worker %s has no handler for task type %q (it handles %s); the task waits for a worker that has one",
 		w.cfg.ID, rec.Type, strings.Join(slices.Sorted(slices.Values(w.cfg.Registry.Types())), ", "))

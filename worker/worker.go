@@ -49,6 +49,7 @@ type Worker struct {
 	peers       atomic.Pointer[peerTypes] // what the live peers handle; nil with fixed shards
 	unhandled   unhandledTypes            // types put back lately for want of a handler
 	limits      limitState                // the mesh's pauses and limits, and the slots held here
+	ops         opContexts                // the shared context of the task path's operations
 
 	stopping  atomic.Bool
 	stopCh    chan struct{} // closed when Stop begins

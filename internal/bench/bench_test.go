@@ -115,3 +115,20 @@ func TestRateLimitsScenarioRuns(t *testing.T) {
 	require.Positive(t, r.Extra["rate_used"])
 	t.Logf("%+v", r.Extra)
 }
+
+// The fairness scenario runs briefly on a fair deployment: the paced
+// tenant's tasks start while the backlog drains, at a p50 far below the
+// drain's length (about a tenth of it or more without fair shares,
+// --shared-layout), and the ratio is reported.
+func TestFairnessScenarioRuns(t *testing.T) {
+	const shared = false
+	rs, err := bench.Fairness(context.Background(), bench.Options{Tasks: 3000, Concurrency: 16, Workers: 1, Payload: 64}, 50, shared)
+	require.NoError(t, err)
+	require.Len(t, rs, 2)
+	beside := rs[1]
+	require.Equal(t, "fairness-fair", beside.Scenario)
+	require.Positive(t, beside.Extra["paced_tasks"])
+	require.Positive(t, beside.Extra["bulk_ratio_to_alone"])
+	t.Logf("%+v p50 %.1f ms p99 %.1f ms, drain %.2f s", beside.Extra, beside.LatencyP50Ms, beside.LatencyP99Ms, beside.ElapsedSeconds)
+	require.Less(t, beside.LatencyP50Ms, 1000*beside.ElapsedSeconds/10, "the paced tenant waited behind the backlog")
+}

@@ -121,15 +121,9 @@ func newEnv(ctx context.Context, o Options, prefix string, capacity int64) (*env
 		e.close()
 		return nil, err
 	}
-	if fair {
-		board, err := control.Open(ctx, e.js, e.names)
-		if err == nil {
-			err = control.AddTenants(ctx, board, o.FairTenants...)
-		}
-		if err != nil {
-			e.close()
-			return nil, err
-		}
+	if err := control.ListTenants(ctx, e.js, e.names, scfg.Tenants...); err != nil {
+		e.close()
+		return nil, err
 	}
 	return e, nil
 }

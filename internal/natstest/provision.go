@@ -28,13 +28,7 @@ func Provision(t testing.TB, js jetstream.JetStream, cfg *streams.Config) {
 	if err := kv.Provision(ctx, js, &kv.BucketsConfig{Names: cfg.Names, Replicas: cfg.Replicas}); err != nil {
 		t.Fatalf("natstest: provision buckets: %v", err)
 	}
-	if len(cfg.Tenants) > 0 {
-		board, err := control.Open(ctx, js, cfg.Names)
-		if err == nil {
-			err = control.AddTenants(ctx, board, cfg.Tenants...)
-		}
-		if err != nil {
-			t.Fatalf("natstest: list tenants: %v", err)
-		}
+	if err := control.ListTenants(ctx, js, cfg.Names, cfg.Tenants...); err != nil {
+		t.Fatalf("natstest: list tenants: %v", err)
 	}
 }
