@@ -174,6 +174,7 @@ type limitState struct {
 	holds  map[string]map[string]struct{} // target -> holders of its slots here (mu)
 	parked map[string][]*delivery         // parkKey -> deliveries waiting here for a slot or a start of the limit, oldest first (mu)
 	wakes  map[string]time.Time           // parkKey -> when its oldest delivery is woken for its rate's next start (mu)
+	yields map[string]time.Time           // target -> until when the deliveries parked here leave a slot given back at the end of a turn to the other workers (mu)
 	closed bool                           // no more parking: the slots have returned (mu)
 }
 

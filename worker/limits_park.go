@@ -21,6 +21,12 @@ import (
 // whose deliveries wait for the limit may take it, this one too.
 const maxHandoffs = 8
 
+// turnYield is how long, after a slot's turn here ended (maxHandoffs), the
+// deliveries parked here for its limit leave it to the other workers'
+// parked deliveries, which learn of it from the watch of AX_LIMITS within
+// a millisecond or two; if none takes it, one parked here does then.
+const turnYield = 10 * time.Millisecond
+
 // heldSlot is a concurrency limit's slot held here: its target, its holder
 // in AX_LIMITS, and how many times in a row it was handed on here.
 type heldSlot struct {
@@ -51,9 +57,16 @@ func (w *Worker) passSlot(table *flowTable, s heldSlot) {
 		}
 	}
 	if s.handoffs >= maxHandoffs {
-		// Its turn here is over: the deliveries parked here learn of the
-		// give-back as the other workers' do, from the watch of AX_LIMITS
-		// (or the poll), so that they do not always win it.
+		// Its turn here is over: the deliveries parked here leave the slot
+		// to the other workers for turnYield, so that the worker that gave
+		// it back does not always win it again.
+		w.limits.mu.Lock()
+		if w.limits.yields == nil {
+			w.limits.yields = map[string]time.Time{}
+		}
+		w.limits.yields[s.target] = time.Now().Add(turnYield)
+		w.wakeAfter(s.target, turnYield)
+		w.limits.mu.Unlock()
 		w.releaseSlot(s)
 		return
 	}
@@ -216,14 +229,30 @@ func (w *Worker) wakeAfter(key string, wait time.Duration) {
 	})
 }
 
-// unpark hands the oldest delivery parked for target back to the slots.
+// unpark hands the oldest delivery parked for target back to the slots,
+// unless they yield its slots to the other workers now.
 func (w *Worker) unpark(target string) {
 	w.limits.mu.Lock()
-	d := w.popParked(target)
+	var d *delivery
+	if !w.yielding(target) {
+		d = w.popParked(target)
+	}
 	w.limits.mu.Unlock()
 	if d != nil {
 		w.redispatch(d)
 	}
+}
+
+// yielding reports whether the deliveries parked here for target leave
+// its slots to the other workers now, its turn here having just ended.
+// limits.mu must be held.
+func (w *Worker) yielding(target string) bool {
+	until, ok := w.limits.yields[target]
+	if ok && !time.Now().Before(until) {
+		delete(w.limits.yields, target)
+		return false
+	}
+	return ok
 }
 
 // popParked takes the oldest delivery parked for target, or nil.
@@ -336,7 +365,10 @@ func (w *Worker) slotsChanged(e jetstream.KeyValueEntry) {
 	}
 	for range t.concurrency[target] - held {
 		w.limits.mu.Lock()
-		d := w.popParked(target)
+		var d *delivery
+		if !w.yielding(target) {
+			d = w.popParked(target)
+		}
 		w.limits.mu.Unlock()
 		if d == nil {
 			return
