@@ -19,7 +19,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// asyncAckTimeout bounds the wait for one async publish ack.
+// asyncAckTimeout bounds the wait for one pipelined publish's ack.
 const asyncAckTimeout = 10 * time.Second
 
 // maxMoveTries bounds the re-reads of an action that loses a compare-and-set.
@@ -45,7 +45,8 @@ type Config struct {
 	// error (zap's production encoding at warn level), so that a server
 	// outage is not silent; zap.NewNop() silences it.
 	Logger *zap.Logger
-	// MaxPending bounds the unacknowledged async publishes of SubmitBatch.
+	// MaxPending bounds the unacknowledged pipelined publishes of
+	// SubmitBatch (messages and records), of all calls together.
 	// Default 4,000.
 	MaxPending int
 	// PublishRetries is how often a publish that timed out or found no
@@ -122,7 +123,8 @@ func (c *Config) validate() error {
 // Client submits tasks. It is safe for concurrent use.
 type Client struct {
 	cfg      *Config
-	js       jetstream.JetStream // own handle: its async publish window is ours
+	js       jetstream.JetStream // own handle: its async publish window (the trail stream's) is ours
+	pub      *kv.Publisher       // SubmitBatch's pipelined publishes: messages and records
 	store    *kv.Store
 	claims   *kv.Claims
 	pressure atomic.Pointer[Pressure] // last backpressure report seen
@@ -144,16 +146,21 @@ func NewClient(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Clien
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	// An async publish whose ack never comes (a reply dropped under load)
-	// times out and is retried with its id, instead of blocking forever.
+	// A pipelined publish whose ack never comes (a reply dropped under
+	// load) times out and is retried with its id, instead of blocking
+	// forever.
 	own, err := jetstream.New(js.Conn(), jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
 		jetstream.WithPublishAsyncTimeout(asyncAckTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("new client: %w", err)
 	}
+	pub, err := kv.NewPublisher(js.Conn(), &kv.PublisherConfig{MaxPending: cfg.MaxPending, Timeout: asyncAckTimeout})
+	if err != nil {
+		return nil, fmt.Errorf("new client: %w", err)
+	}
 	guard, ctx := denied.Watch(ctx, js.Conn())
 	defer guard.Stop()
-	c := &Client{cfg: cfg, js: own, claims: kv.NewClaims(own, cfg.Names), tracer: tracing.Tracer(cfg.TracerProvider)}
+	c := &Client{cfg: cfg, js: own, pub: pub, claims: kv.NewClaims(own, cfg.Names), tracer: tracing.Tracer(cfg.TracerProvider)}
 	if err := c.open(ctx, guard); err != nil {
 		var d *denied.Error
 		if !cfg.PublishOnly && errors.As(err, &d) {
@@ -268,12 +275,12 @@ func (c *Client) submit(ctx context.Context, t TaskSpec) (TaskInfo, error) {
 	return t.info(c.cfg.Names, seq, dup), nil
 }
 
-// SubmitBatch submits many tasks with pipelined asynchronous publishes. It
-// waits out a full publish window (ErrTooManyStalledMsgs) and retries
+// SubmitBatch submits many tasks with pipelined publishes, messages and
+// then records (at most [Config.MaxPending] in flight), and retries
 // timeouts with the same ids, so no task is lost or doubled. The returned
-// infos line up with tasks and carry every id; on partial failure the error
-// is a [*BatchError] naming the tasks that were not accepted (retrying
-// exactly those, with their ids, is safe).
+// infos line up with tasks and carry every id; on partial failure the
+// error is a [*BatchError] naming the tasks that were not accepted
+// (retrying exactly those, with their ids, is safe).
 func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec) ([]TaskInfo, error) {
 	now := time.Now()
 	infos := make([]TaskInfo, len(tasks))
@@ -326,38 +333,49 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec) ([]TaskInfo,
 		normalized[i] = t
 		msgs[i] = t.message(c.cfg.Names)
 	}
-	pending := make([]int, 0, len(tasks))
+	c.storeBatch(ctx, normalized, msgs, infos, failed)
+	if len(failed) > 0 {
+		return infos, &BatchError{Failed: failed}
+	}
+	return infos, nil
+}
+
+// storeBatch publishes msgs[i], the message of tasks[i], for every i whose
+// message is not nil, pipelined, and retries the retryable failures with
+// the same ids; then it writes the records of the stored tasks, pipelined,
+// and sets infos[i] or failed[i].
+func (c *Client) storeBatch(ctx context.Context, tasks []TaskSpec, msgs []*nats.Msg, infos []TaskInfo, failed map[int]error) {
+	pending := make([]int, 0, len(msgs))
 	for i, msg := range msgs {
 		if msg != nil {
 			pending = append(pending, i)
 		}
 	}
-	acks := make([]*jetstream.PubAck, len(tasks))
+	acks := make([]*jetstream.PubAck, len(msgs))
 	for attempt := 0; len(pending) > 0; attempt++ {
-		futures := c.publishAll(ctx, msgs, pending, failed)
+		batch := make([]*nats.Msg, len(pending))
+		for k, i := range pending {
+			batch[k] = msgs[i]
+		}
+		results := c.pub.PublishAll(ctx, batch)
 		var again []int
-		for i, f := range futures {
-			if f == nil {
-				continue
-			}
-			select {
-			case ack := <-f.Ok():
-				acks[i] = ack
-			case err := <-f.Err():
-				if retryable(err) && attempt < c.cfg.PublishRetries && ctx.Err() == nil {
-					again = append(again, i)
-				} else {
-					failed[i] = c.submitError(normalized[i], err)
-				}
-			case <-ctx.Done():
-				failed[i] = fmt.Errorf("submit task %s: %w", infos[i].ID, ctx.Err())
+		for k, i := range pending {
+			switch err := results[k].Err; {
+			case err == nil:
+				acks[i] = &results[k].Ack
+			case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+				failed[i] = fmt.Errorf("submit task %s: %w", tasks[i].ID, err)
+			case retryable(err) && attempt < c.cfg.PublishRetries && ctx.Err() == nil:
+				again = append(again, i)
+			default:
+				failed[i] = c.submitError(tasks[i], err)
 			}
 		}
 		pending = again
 	}
 	existed := map[int]bool{}
 	if !c.cfg.PublishOnly { // else the workers write the records
-		existed = c.writeRecords(ctx, normalized, acks, failed)
+		existed = c.writeRecords(ctx, tasks, acks, failed)
 	}
 	for i, ack := range acks {
 		if ack == nil || failed[i] != nil {
@@ -365,89 +383,50 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec) ([]TaskInfo,
 		}
 		dup, seq := ack.Duplicate, ack.Sequence
 		if existed[i] {
-			other, err := c.existing(ctx, normalized[i], ack)
+			other, err := c.existing(ctx, tasks[i], ack)
 			if err != nil {
-				failed[i] = fmt.Errorf("submit task %s: stored, but its record was not read: %w", normalized[i].ID, err)
+				failed[i] = fmt.Errorf("submit task %s: stored, but its record was not read: %w", tasks[i].ID, err)
 				continue
 			}
 			if other != nil {
 				dup, seq = true, duplicateSeq(other, ack)
 			}
 		}
-		infos[i] = normalized[i].info(c.cfg.Names, seq, dup)
+		infos[i] = tasks[i].info(c.cfg.Names, seq, dup)
 		if !dup {
-			c.sent[normalized[i].Priority.level()].Add(1)
+			c.sent[tasks[i].Priority.level()].Add(1)
 		}
 	}
-	if len(failed) > 0 {
-		return infos, &BatchError{Failed: failed}
-	}
-	return infos, nil
-}
-
-// publishAll publishes msgs[i] for every i in indexes asynchronously. When
-// the window is full it waits until the outstanding acks are in and tries
-// again. (It must not receive from a future's Ok or Err channel: each
-// carries its result once, and the caller reads it.)
-func (c *Client) publishAll(ctx context.Context, msgs []*nats.Msg, indexes []int, failed map[int]error) map[int]jetstream.PubAckFuture {
-	futures := make(map[int]jetstream.PubAckFuture, len(indexes))
-	for _, i := range indexes {
-		for {
-			f, err := c.js.PublishMsgAsync(msgs[i])
-			if err == nil {
-				futures[i] = f
-				break
-			}
-			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) || ctx.Err() != nil {
-				failed[i] = fmt.Errorf("submit task %s: %w", streams.TaskIDOf(msgs[i].Header.Get(streams.HeaderMsgID)), err)
-				break
-			}
-			select { // wait for the window to drain, then retry
-			case <-c.js.PublishAsyncComplete():
-			case <-ctx.Done():
-			}
-		}
-	}
-	return futures
 }
 
 // writeRecords creates the READY records of the accepted tasks, pipelined,
 // and returns the tasks whose record existed already (see [Client.existing]).
 func (c *Client) writeRecords(ctx context.Context, tasks []TaskSpec, acks []*jetstream.PubAck, failed map[int]error) map[int]bool {
-	futures := map[int]jetstream.PubAckFuture{}
 	existed := map[int]bool{}
+	indexes := make([]int, 0, len(acks))
+	msgs := make([]*nats.Msg, 0, len(acks))
 	for i, ack := range acks {
 		if ack == nil {
 			continue
 		}
 		msg, err := c.store.CreateMsg(tasks[i].record(ack.Stream, ack.Sequence), kv.Actor{Action: "submit"})
-		if err == nil {
-			futures[i], err = c.js.PublishMsgAsync(msg)
-		}
-		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
-			_, _, err = c.store.Create(ctx, tasks[i].record(ack.Stream, ack.Sequence), kv.Actor{Action: "submit"})
-			delete(futures, i)
-		}
-		if errors.Is(err, kv.ErrExists) {
-			existed[i] = true
-		} else if err != nil {
+		if err != nil {
 			failed[i] = fmt.Errorf("submit task %s: stored, but its record was not written: %w", tasks[i].ID, err)
-		}
-	}
-	for i, f := range futures {
-		if f == nil {
 			continue
 		}
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			if kv.IsRevisionMismatch(err) {
-				existed[i] = true
-			} else {
-				failed[i] = fmt.Errorf("submit task %s: stored, but its record was not written: %w", tasks[i].ID, err)
-			}
-		case <-ctx.Done():
-			failed[i] = fmt.Errorf("submit task %s: %w", tasks[i].ID, ctx.Err())
+		indexes = append(indexes, i)
+		msgs = append(msgs, msg)
+	}
+	for k, res := range c.pub.PublishAll(ctx, msgs) {
+		i := indexes[k]
+		switch {
+		case res.Err == nil:
+		case kv.IsRevisionMismatch(res.Err):
+			existed[i] = true
+		case ctx.Err() != nil && errors.Is(res.Err, ctx.Err()):
+			failed[i] = fmt.Errorf("submit task %s: %w", tasks[i].ID, res.Err)
+		default:
+			failed[i] = fmt.Errorf("submit task %s: stored, but its record was not written: %w", tasks[i].ID, res.Err)
 		}
 	}
 	return existed

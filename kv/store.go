@@ -170,7 +170,7 @@ func (s *Store) Create(ctx context.Context, rec *Record, actor Actor) (*Record, 
 }
 
 // CreateMsg returns the message that creates rec when published (with
-// JetStream, waiting for its ack, e.g. pipelined with PublishMsgAsync); a
+// JetStream, waiting for its ack, e.g. pipelined with a [Publisher]); a
 // publish error that [IsRevisionMismatch] means the record already exists.
 func (s *Store) CreateMsg(rec *Record, actor Actor) (*nats.Msg, error) {
 	_, data, err := s.birth(rec, actor)
