@@ -114,15 +114,21 @@ func (p *Publisher) PublishAll(ctx context.Context, msgs []*nats.Msg) []Publishe
 	r := &publishRun{p: p, msgs: msgs, out: out, inbox: inbox, state: make([]publishState, len(msgs))}
 	defer r.stop()
 	next := 0 // the first message not yet sent
+	low := 0  // once the window is full: send again when r.held is down to low
 	for next < len(msgs) || r.held > 0 {
-		// Send what the window takes without waiting, then wait for
-		// whichever comes first.
-		for next < len(msgs) && r.acquire() {
-			r.send(next)
-			next++
+		// Send what the window takes without waiting. When it is full, wait
+		// until half of this call's publishes are answered before sending
+		// more (as nats.go waits for all of them): sent one per answer,
+		// each publish would leave in a write of its own.
+		if next < len(msgs) && r.held <= low {
+			for next < len(msgs) && r.acquire() {
+				r.send(next)
+				next++
+			}
+			low = r.held / 2
 		}
 		var window chan<- struct{}
-		if next < len(msgs) {
+		if next < len(msgs) && r.held == 0 { // the window is others': wait for a token
 			window = p.window
 		}
 		var due <-chan time.Time
@@ -134,6 +140,7 @@ func (p *Publisher) PublishAll(ctx context.Context, msgs []*nats.Msg) []Publishe
 			r.held++
 			r.send(next)
 			next++
+			low = r.held // and whatever else is free
 		case msg := <-replies:
 			r.reply(msg)
 		case now := <-due:
