@@ -200,6 +200,11 @@ func TestDeployedRoles(t *testing.T) {
 	again, err := acme.Submit(ctx, ax.TaskSpec{Type: "echo", Tenant: "acme", ID: "role-go-acme"})
 	require.NoError(t, err)
 	require.False(t, again.Duplicate, "a publish-only client cannot read the record that decides")
+	// A batch pipelines its publishes through replies to the producer's
+	// own inbox prefix, the only one its permissions let it subscribe to.
+	batch, err := acme.SubmitBatch(ctx, []ax.TaskSpec{{Type: "echo", Tenant: "acme", ID: "role-go-acme-batch-1"}, {Type: "echo", Tenant: "acme", ID: "role-go-acme-batch-2"}})
+	require.NoError(t, err)
+	require.Len(t, batch, 2)
 
 	// A second worker through the Go API as worker-2, opened on the
 	// deployment handle.
@@ -219,7 +224,7 @@ func TestDeployedRoles(t *testing.T) {
 	}
 
 	// The operator sees every task succeed, and the workers.
-	for _, id := range []string{"role-service", "role-acme", "role-later", "role-go-service", "role-go-batch-1", "role-go-batch-2", "role-go-acme", "role-unique"} {
+	for _, id := range []string{"role-service", "role-acme", "role-later", "role-go-service", "role-go-batch-1", "role-go-batch-2", "role-go-acme", "role-go-acme-batch-1", "role-go-acme-batch-2", "role-unique"} {
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			out, _, err := runAxAs(url, "operator", time.Minute, "task", "get", id)
 			assert.NoError(c, err)
