@@ -23,9 +23,10 @@ import (
 // takes the next message. With nothing configured the check reads one
 // pointer and does no I/O.
 const (
-	// limitedPoll is how often a worker tries again the oldest delivery
-	// parked for each concurrency limit (besides when it gives back a slot
-	// of the limit itself).
+	// limitedPoll is how often a worker tries again to take slots for the
+	// deliveries parked for each concurrency limit, and the oldest parked
+	// for each rate limit (besides when a slot of the limit is given back,
+	// here or elsewhere).
 	limitedPoll = 50 * time.Millisecond
 	// pausedFirstDelay is the nak delay of a paused task's first
 	// delivery; it doubles with each delivery up to pausedMaxDelay, which
