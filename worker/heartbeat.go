@@ -41,9 +41,6 @@ type delivery struct {
 	// ([Worker.readAhead]). Only the slot that holds the delivery reads or
 	// writes it.
 	readAhead *recordRead
-	// parkedAt is when it first parked ([Worker.parkHeld]). Only the slot
-	// that holds the delivery, or limits.mu, guards it.
-	parkedAt time.Time
 
 	mu       sync.Mutex
 	lastBeat time.Time // last ack-wait reset: receipt (queued as it arrives, so it is the delivery) or the send time of an answered in-progress (mu)

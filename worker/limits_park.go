@@ -29,11 +29,6 @@ const maxHandoffs = 8
 // a millisecond or two; if none takes it, one parked here does then.
 const turnYield = 10 * time.Millisecond
 
-// fullParkMaxDelay bounds the nak delay of a delivery that finds as many
-// deliveries parked for its limit here as park ([maxParked]): it is about
-// how long the oldest of them has waited, at most this.
-const fullParkMaxDelay = 5 * time.Second
-
 // heldSlot is a concurrency limit's slot held here: its target, its holder
 // in AX_LIMITS, and how many times in a row it was handed on here.
 type heldSlot struct {
@@ -152,12 +147,8 @@ func parkKey(b boundLimit) string {
 // ([Worker.holdBack]).
 func (w *Worker) parkOrHoldBack(d *delivery, env *envelope, b boundLimit, wait time.Duration) {
 	key := parkKey(b)
-	room, oldest := w.parkRoom(key)
-	if !room {
-		// As many wait here as park: the oldest of them has waited about
-		// as long as those ahead of a newcomer take to start, so this one
-		// comes back about then, not many times meanwhile.
-		w.holdBackAtLeast(d, env, wait, min(time.Since(oldest), fullParkMaxDelay))
+	if !w.parkRoom(key) {
+		w.holdBack(d, env, wait)
 		return
 	}
 	// Parked rather than naked: it waits here, heartbeated, holding no
@@ -305,16 +296,11 @@ func (w *Worker) fillSlots(t *flowTable, target string, limit, n int) {
 // parkRoom reports whether key has room for one more parked delivery
 // here: at most maxParked, a bounded number of messages, enough to use the
 // whole limit and few enough to leave the consumers' ack-pending room to
-// the other tasks. If not, it returns when the oldest delivery parked for
-// key parked.
-func (w *Worker) parkRoom(key string) (bool, time.Time) {
+// the other tasks.
+func (w *Worker) parkRoom(key string) bool {
 	w.limits.mu.Lock()
 	defer w.limits.mu.Unlock()
-	q := w.limits.parked[key]
-	if w.limits.closed || len(q) < maxParked {
-		return !w.limits.closed, time.Now()
-	}
-	return false, q[0].parkedAt
+	return !w.limits.closed && len(w.limits.parked[key]) < maxParked
 }
 
 // parkHeld parks d if its admission asked for it (d.park), once process
@@ -333,9 +319,6 @@ func (w *Worker) parkHeld(d *delivery) bool {
 	}
 	if w.limits.parked == nil {
 		w.limits.parked = map[string][]*delivery{}
-	}
-	if d.parkedAt.IsZero() {
-		d.parkedAt = time.Now()
 	}
 	w.limits.parked[target] = append(w.limits.parked[target], d)
 	if d.parkWait > 0 {
@@ -497,19 +480,12 @@ func (w *Worker) readAheadClaimable(d *delivery, env *envelope) *recordRead {
 }
 
 // holdBack naks a delivery held back by a limit: after wait, or the
-// limited delay of its delivery count if longer, at most limitedMaxDelay,
-// plus up to half of it.
+// limited delay of its delivery count if longer, plus up to half of it.
 func (w *Worker) holdBack(d *delivery, env *envelope, wait time.Duration) {
-	w.holdBackAtLeast(d, env, wait, 0)
-}
-
-// holdBackAtLeast is [Worker.holdBack] with a delay of at least floor
-// (plus up to half of it).
-func (w *Worker) holdBackAtLeast(d *delivery, env *envelope, wait, floor time.Duration) {
 	w.stats.Limited.Add(1)
 	w.heldBack(env, HeldLimited)
 	delay := max(wait, limitedFirstDelay<<min(max(env.delivered, 1)-1, 8))
-	delay = max(min(delay, limitedMaxDelay), floor)
+	delay = min(delay, limitedMaxDelay)
 	delay += rand.N(delay/2 + 1)
 	_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
 }
