@@ -120,6 +120,42 @@ func TestLimitSlots(t *testing.T) {
 	require.True(t, ok, "a released slot is free")
 }
 
+// AcquireSome takes the free slots, up to one per holder, in the holders'
+// order, and never more than the limit, however many ask at once.
+func TestLimitSlotsTakenSome(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.RunServer(t)
+	natstest.Provision(t, js, nil)
+	ctx := context.Background()
+	use, err := kv.NewLimitUse(ctx, js, streams.Names{})
+	require.NoError(t, err)
+	got, err := use.AcquireSome(ctx, "partner", 5, []string{"a/1", "a/2"}, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a/1", "a/2"}, got)
+	var taken atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			holders := []string{fmt.Sprintf("w%d/1", i), fmt.Sprintf("w%d/2", i)}
+			got, err := use.AcquireSome(ctx, "partner", 5, holders, time.Minute)
+			require.NoError(t, err)
+			require.Equal(t, holders[:len(got)], got, "the first holders get the slots")
+			taken.Add(int64(len(got)))
+		})
+	}
+	wg.Wait()
+	require.Equal(t, int64(3), taken.Load())
+	n, err := use.InUse(ctx, "partner")
+	require.NoError(t, err)
+	require.Equal(t, 5, n)
+	got, err = use.AcquireSome(ctx, "partner", 5, []string{"late/1"}, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, got, "all held")
+	got, err = use.AcquireSome(ctx, "partner", 3, []string{"lowered/1"}, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, got, "more held than a lowered limit")
+}
+
 // A token bucket gives its burst at once, then the rate.
 func TestLimitTokens(t *testing.T) {
 	t.Parallel()

@@ -141,22 +141,41 @@ func change[T any](ctx context.Context, u *LimitUse, key string, fn func(v *T, f
 // Acquire takes one of target's n slots for holder, until now + ttl, and
 // reports whether it got one (false: all n are held).
 func (u *LimitUse) Acquire(ctx context.Context, target string, n int, holder string, ttl time.Duration) (bool, error) {
-	got := false
+	got, err := u.AcquireSome(ctx, target, n, []string{holder}, ttl)
+	return len(got) == 1, err
+}
+
+// AcquireSome takes as many of target's n slots as are free, up to one
+// for each of holders (in their order), until now + ttl, in one
+// compare-and-set, and returns the holders that got one (none: all n are
+// held). A worker with several tasks waiting for the limit takes their
+// slots in one write instead of racing itself for each.
+func (u *LimitUse) AcquireSome(ctx context.Context, target string, n int, holders []string, ttl time.Duration) ([]string, error) {
+	var got []string
 	err := change(ctx, u, SlotsKey(target), func(s *Slots, _ bool) (bool, error) {
 		now := time.Now()
-		got = false
+		got = got[:0]
 		if s.Holders == nil {
 			s.Holders = map[string]int64{}
 		}
 		s.Target = target
-		if s.live(now) >= n {
-			return false, nil
+		free := n - s.live(now)
+		for _, h := range holders {
+			if len(got) >= free {
+				break
+			}
+			if _, held := s.Holders[h]; held {
+				continue
+			}
+			s.Holders[h] = now.Add(ttl).UnixMilli()
+			got = append(got, h)
 		}
-		s.Holders[holder] = now.Add(ttl).UnixMilli()
-		got = true
-		return true, nil
+		return len(got) > 0, nil
 	})
-	return got && err == nil, err
+	if err != nil {
+		return nil, err
+	}
+	return got, nil
 }
 
 // Release gives holder's slot of target back (nothing if it holds none).

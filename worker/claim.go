@@ -98,19 +98,27 @@ func (w *Worker) parse(d *delivery, meta *jetstream.MsgMetadata) *envelope {
 func (w *Worker) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Record, uint64, bool) {
 	const maxTries = 8
 	waits := 0
+	ahead := w.readAheadClaimable(d, env)
 	for try := 0; try < maxTries; try++ {
 		var rec *kv.Record
 		var rev uint64
 		var err error
-		if env.opts.Gen == 0 && try == 0 && !env.recorded {
-			// A raw publish has no record yet: its first sight creates it.
-			rec, rev, err = w.store.Create(ctx, w.newRecord(env), kv.Actor{Worker: w.cfg.ID, Action: "claim"})
-			if err == nil {
-				return rec, rev, true
+		if ahead != nil {
+			// Read while the delivery waited for a slot of its limit: the
+			// claim's compare-and-set fails if the record moved since, and
+			// the next try reads it again.
+			rec, rev, ahead = ahead.rec, ahead.rev, nil
+		} else {
+			if env.opts.Gen == 0 && try == 0 && !env.recorded {
+				// A raw publish has no record yet: its first sight creates it.
+				rec, rev, err = w.store.Create(ctx, w.newRecord(env), kv.Actor{Worker: w.cfg.ID, Action: "claim"})
+				if err == nil {
+					return rec, rev, true
+				}
 			}
-		}
-		if err == nil || errors.Is(err, kv.ErrExists) {
-			rec, rev, err = w.store.Get(ctx, env.ref)
+			if err == nil || errors.Is(err, kv.ErrExists) {
+				rec, rev, err = w.store.Get(ctx, env.ref)
+			}
 		}
 		if errors.Is(err, kv.ErrNotFound) && env.recorded && waits < recordWaits {
 			// A Go client publishes, then creates the record: give its

@@ -48,14 +48,14 @@
 // task. A paused type's or tenant's task is naked with a delay and stays
 // READY. A concurrency limit's slots are kept in AX_LIMITS ([kv.LimitUse])
 // by compare-and-set, so no more than the limit are held at once; a slot is
-// taken before the claim and given back once the task is settled, and it
-// expires unless its worker renews it within its member TTL, so a dead
-// worker's slots come back within that TTL. A rate limit's start is taken
-// from a token bucket in AX_LIMITS once the task is claimed. A task held back
-// uses no attempt and no slot of the worker: it is parked on its worker
-// (at most the limit's size) until a slot is given back, or naked with a
-// delay; it is never dead-lettered for a limit. With nothing configured the
-// check does no I/O.
+// taken before the claim and handed on or given back once its handler has
+// returned, and it expires unless its worker renews it within its member
+// TTL, so a dead worker's slots come back within that TTL. A rate limit's
+// start is taken from a token bucket in AX_LIMITS once the task is claimed.
+// A task held back uses no attempt and no slot of the worker: it is parked
+// on its worker (at most 256 per limit) until a slot is handed on or given
+// back, or naked with a delay; it is never dead-lettered for a limit. With
+// nothing configured the check does no I/O.
 //
 // Cancellation: a worker listens on "ax.worker.<id>.cancel"; an operator
 // who moved a running task to CANCELLED sends its id there and the handler's

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ax-mesh/ax/kv"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )
@@ -35,11 +36,22 @@ type delivery struct {
 	// back. Only the slot that holds the delivery reads or writes them.
 	handed      []heldSlot
 	handedUnder *flowTable
+	// readAhead is its task's record as read when it parked, so that its
+	// claim, once it has its slot, is one write, not a read and a write
+	// ([Worker.readAhead]). Only the slot that holds the delivery reads or
+	// writes it.
+	readAhead *recordRead
 
 	mu       sync.Mutex
 	lastBeat time.Time // last ack-wait reset: receipt (queued as it arrives, so it is the delivery) or the send time of an answered in-progress (mu)
 	lapsed   bool      // the claim lapsed: sticky, no more heartbeats, no writes (mu)
 	settled  bool      // acked, naked or termed: no more heartbeats (mu)
+}
+
+// recordRead is a task's record and its revision, as read.
+type recordRead struct {
+	rec *kv.Record
+	rev uint64
 }
 
 // settle marks d as answered, under its lock, and runs answer once. An

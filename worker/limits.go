@@ -23,9 +23,10 @@ import (
 // takes the next message. With nothing configured the check reads one
 // pointer and does no I/O.
 const (
-	// limitedPoll is how often a worker tries again the oldest delivery
-	// parked for each concurrency limit (besides when it gives back a slot
-	// of the limit itself).
+	// limitedPoll is how often a worker tries again to take slots for the
+	// deliveries parked for each concurrency limit, and the oldest parked
+	// for each rate limit (besides when a slot of the limit is given back,
+	// here or elsewhere).
 	limitedPoll = 50 * time.Millisecond
 	// pausedFirstDelay is the nak delay of a paused task's first
 	// delivery; it doubles with each delivery up to pausedMaxDelay, which
@@ -175,6 +176,8 @@ type limitState struct {
 	parked map[string][]*delivery         // parkKey -> deliveries waiting here for a slot or a start of the limit, oldest first (mu)
 	wakes  map[string]time.Time           // parkKey -> when its oldest delivery is woken for its rate's next start (mu)
 	yields map[string]time.Time           // target -> until when the deliveries parked here leave a slot given back at the end of a turn to the other workers (mu)
+	taking map[string]bool                // target -> a take of its slots is in flight here: a fresh delivery's or a fill's (mu)
+	refill map[string]bool                // target -> fill again once the take in flight ends: a slot may have been given back meanwhile (mu)
 	closed bool                           // no more parking: the slots have returned (mu)
 }
 
@@ -446,19 +449,26 @@ func (w *Worker) admit(d *delivery, env *envelope) (*admission, bool) {
 	}
 	woken := d.woken
 	d.woken = false
+	var taking []string // the concurrency limits whose slot this delivery alone takes here now
 	if !woken {
-		// Deliveries parked here wait for a full limit of this task's:
-		// it joins them (or waits in its bucket) without asking, so that
-		// a backlog of a full limit costs no round trip per delivery.
-		if full, ok := w.parkedFor(bound); ok {
+		// Deliveries parked here wait for a full limit of this task's, or
+		// another delivery is taking a slot of it: it joins them (or waits
+		// in its bucket) without asking, so that a backlog of a full limit
+		// costs no round trip per delivery, and a burst of deliveries does
+		// not race itself for the same slots.
+		var full boundLimit
+		var ok bool
+		if full, taking, ok = w.waitingFor(bound); ok {
 			w.giveBackAll(handed)
 			w.parkOrHoldBack(d, env, full, 0)
+			w.readAhead(d, env)
 			return nil, false
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	adm, full, wait, err := w.takeLimits(ctx, t, bound, handed)
+	w.tookSlots(taking, adm != nil)
 	if err != nil {
 		w.log.Warn("limit_check_failed", zap.String("task_id", env.id), zap.Error(err))
 	}
@@ -467,6 +477,7 @@ func (w *Worker) admit(d *delivery, env *envelope) (*admission, bool) {
 	}
 	if err == nil && full.target != "" {
 		w.parkOrHoldBack(d, env, full, wait)
+		w.readAhead(d, env)
 		return nil, false
 	}
 	w.holdBack(d, env, wait)

@@ -3,10 +3,12 @@ package worker
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"go.uber.org/zap"
 )
 
@@ -157,18 +159,138 @@ func (w *Worker) parkOrHoldBack(d *delivery, env *envelope, b boundLimit, wait t
 	d.park, d.parkWait = key, wait
 }
 
-// parkedFor returns a limit of bound that deliveries wait for, parked
-// here.
-func (w *Worker) parkedFor(bound []boundLimit) (boundLimit, bool) {
+// waitingFor returns a limit of bound that deliveries parked here wait
+// for, or whose slot one is taking here now. If there is none, the caller
+// is to take the slots of bound's concurrency limits alone: it returns
+// their targets, marked as being taken ([Worker.tookSlots] ends that).
+func (w *Worker) waitingFor(bound []boundLimit) (boundLimit, []string, bool) {
 	w.limits.mu.Lock()
 	defer w.limits.mu.Unlock()
 	for _, b := range bound {
-		if (b.limit.Concurrency > 0 && len(w.limits.parked[b.target]) > 0) ||
+		if (b.limit.Concurrency > 0 && (len(w.limits.parked[b.target]) > 0 || w.limits.taking[b.target])) ||
 			(b.limit.Rate > 0 && len(w.limits.parked[rateParkKey(b.target)]) > 0) {
-			return b, true
+			return b, nil, true
 		}
 	}
-	return boundLimit{}, false
+	var taking []string
+	for _, b := range bound {
+		if b.limit.Concurrency > 0 {
+			if w.limits.taking == nil {
+				w.limits.taking = map[string]bool{}
+			}
+			w.limits.taking[b.target] = true
+			taking = append(taking, b.target)
+		}
+	}
+	return boundLimit{}, taking, false
+}
+
+// tookSlots ends the takes of the slots of targets that
+// [Worker.waitingFor] marked: the deliveries parked meanwhile take theirs
+// now ([Worker.fill]) if the take got a slot (more may be free) or if a
+// slot was given back meanwhile.
+func (w *Worker) tookSlots(targets []string, got bool) {
+	for _, target := range targets {
+		w.limits.mu.Lock()
+		delete(w.limits.taking, target)
+		again := got || w.limits.refill[target]
+		delete(w.limits.refill, target)
+		w.limits.mu.Unlock()
+		if again {
+			w.fill(target)
+		}
+	}
+}
+
+// fill takes, in one write to AX_LIMITS, slots of target's concurrency
+// limit for the deliveries parked here for it, as many as are free, and
+// hands one to each, oldest first: they start as a finished task's slot
+// handed on does ([Worker.passSlot]). At most one take of a limit's slots
+// is in flight here: asked meanwhile, fill runs again once it ends. It
+// does nothing while the deliveries parked here yield the limit's slots to
+// the other workers.
+func (w *Worker) fill(target string) {
+	t := w.limits.table.Load()
+	w.limits.mu.Lock()
+	defer w.limits.mu.Unlock()
+	parked := len(w.limits.parked[target])
+	if parked == 0 || w.limits.closed || w.yielding(target) {
+		return
+	}
+	if w.limits.taking[target] {
+		if w.limits.refill == nil {
+			w.limits.refill = map[string]bool{}
+		}
+		w.limits.refill[target] = true
+		return
+	}
+	limit := 0
+	if t != nil {
+		limit = t.concurrency[target]
+	}
+	if limit == 0 {
+		return // no longer a concurrency limit: the change of the limits woke every parked delivery
+	}
+	if w.limits.taking == nil {
+		w.limits.taking = map[string]bool{}
+	}
+	w.limits.taking[target] = true
+	w.loops.Add(1) // before the limits loop ends: it sets closed under mu
+	go w.fillSlots(t, target, limit, min(parked, limit))
+}
+
+// fillSlots takes up to n slots of target's concurrency limit, taken under
+// t, for the deliveries parked here for it; see [Worker.fill].
+func (w *Worker) fillSlots(t *flowTable, target string, limit, n int) {
+	defer w.loops.Done()
+	ctx, cancel := w.finalCtx()
+	defer cancel()
+	holders := make([]string, n)
+	for i := range holders {
+		holders[i] = w.cfg.ID + "/" + nuid.Next()
+		w.noteHold(target, holders[i], true) // renewed from now on, even if the write's reply is lost
+	}
+	use, err := w.limitUse(ctx)
+	var got []string
+	if err == nil {
+		got, err = use.AcquireSome(ctx, target, limit, holders, w.cfg.MemberTTL)
+	}
+	if err != nil {
+		w.log.Warn("limit_check_failed", zap.String("target", target), zap.Error(err))
+		for _, h := range holders { // an error may hide a write that landed
+			w.releaseSlot(heldSlot{target: target, holder: h})
+		}
+		got = nil
+	}
+	for _, h := range holders {
+		if err == nil && !slices.Contains(got, h) {
+			w.noteHold(target, h, false) // definitely not held
+		}
+	}
+	w.limits.mu.Lock()
+	var ds []*delivery
+	for range got {
+		d := w.popParked(target)
+		if d == nil {
+			break
+		}
+		ds = append(ds, d)
+	}
+	delete(w.limits.taking, target)
+	again := w.limits.refill[target]
+	delete(w.limits.refill, target)
+	w.limits.mu.Unlock()
+	for i, d := range ds {
+		d.handed = append(d.handed, heldSlot{target: target, holder: got[i]})
+		d.handedUnder = t
+		w.redispatch(d)
+	}
+	for _, h := range got[len(ds):] { // the deliveries parked here ran out meanwhile
+		w.releaseSlot(heldSlot{target: target, holder: h})
+	}
+	if again {
+		w.fill(target)
+	}
 }
 
 // parkRoom reports whether key has room for one more parked delivery
@@ -229,13 +351,19 @@ func (w *Worker) wakeAfter(key string, wait time.Duration) {
 	})
 }
 
-// unpark hands the oldest delivery parked for target back to the slots,
-// unless they yield its slots to the other workers now.
-func (w *Worker) unpark(target string) {
+// unpark hands the oldest delivery parked for key back to the slots,
+// unless they yield its slots to the other workers now; for a concurrency
+// limit it takes the slots free for the deliveries parked here
+// ([Worker.fill]).
+func (w *Worker) unpark(key string) {
+	if t := w.limits.table.Load(); t != nil && t.concurrency[key] > 0 {
+		w.fill(key)
+		return
+	}
 	w.limits.mu.Lock()
 	var d *delivery
-	if !w.yielding(target) {
-		d = w.popParked(target)
+	if !w.yielding(key) {
+		d = w.popParked(key)
 	}
 	w.limits.mu.Unlock()
 	if d != nil {
@@ -323,6 +451,34 @@ func (w *Worker) closeParking() {
 	}
 }
 
+// readAhead reads the record of d's task when d is to park (d.park set),
+// unless it was read at an earlier park: once a slot is handed to d, its
+// claim is then one compare-and-set ([Worker.readAheadClaimable]), and the
+// limit's slot waits one round trip less for its next task. A failed read
+// is left to the claim.
+func (w *Worker) readAhead(d *delivery, env *envelope) {
+	if d.park == "" || d.readAhead != nil || env.bad != nil || (env.opts.Gen == 0 && !env.recorded) {
+		return // a raw publish's record may not exist yet: the claim creates it
+	}
+	if rec, rev, err := w.store.Get(w.ops.get(), env.ref); err == nil {
+		d.readAhead = &recordRead{rec: rec, rev: rev}
+	}
+}
+
+// readAheadClaimable takes the record read ahead for d, if any, and returns
+// it if the claim can start from it: READY or RETRYING, bound to d's
+// message, so that all the claim does with it is its compare-and-set to
+// RUNNING. Any other state is read again: the claim's other decisions
+// (drop, wait) are made on a fresh read only.
+func (w *Worker) readAheadClaimable(d *delivery, env *envelope) *recordRead {
+	r := d.readAhead
+	d.readAhead = nil
+	if r == nil || (r.rec.State != kv.StateReady && r.rec.State != kv.StateRetrying) || !r.rec.Names(w.cfg.Names, env.stream, env.seq) {
+		return nil
+	}
+	return r
+}
+
 // holdBack naks a delivery held back by a limit: after wait, or the
 // limited delay of its delivery count if longer, plus up to half of it.
 func (w *Worker) holdBack(d *delivery, env *envelope, wait time.Duration) {
@@ -350,9 +506,9 @@ func (w *Worker) watchSlots(ctx context.Context) (jetstream.KeyWatcher, error) {
 	return use.WatchSlots(ctx)
 }
 
-// slotsChanged wakes, on a change of a limit's slots in AX_LIMITS (another
-// worker gave one back, or took one), as many deliveries parked here for
-// the limit as it has slots free: each tries to take one.
+// slotsChanged takes, on a change of a limit's slots in AX_LIMITS
+// (another worker gave one back, or took one) that left some free, those
+// free for the deliveries parked here for the limit ([Worker.fill]).
 func (w *Worker) slotsChanged(e jetstream.KeyValueEntry) {
 	t := w.limits.table.Load()
 	if t == nil || e.Operation() != jetstream.KeyValuePut {
@@ -363,16 +519,7 @@ func (w *Worker) slotsChanged(e jetstream.KeyValueEntry) {
 		w.log.Warn("slots_decode", zap.String("key", e.Key()), zap.Error(err))
 		return
 	}
-	for range t.concurrency[target] - held {
-		w.limits.mu.Lock()
-		var d *delivery
-		if !w.yielding(target) {
-			d = w.popParked(target)
-		}
-		w.limits.mu.Unlock()
-		if d == nil {
-			return
-		}
-		w.redispatch(d)
+	if held < t.concurrency[target] {
+		w.fill(target)
 	}
 }

@@ -416,3 +416,116 @@ func TestHandOffsLeaveOtherWorkersTheirTurn(t *testing.T) {
 	}
 	require.Less(t, longest, tasks/4, "one worker kept the slot: %v", order)
 }
+
+// blockingGauge is a handler that counts the executions running at once
+// and holds each until release is closed.
+type blockingGauge struct {
+	gauge
+	release chan struct{}
+	ran     sync.Map // task id -> true: its handler ran
+}
+
+func newBlockingGauge() *blockingGauge { return &blockingGauge{release: make(chan struct{})} }
+
+func (g *blockingGauge) handler(ctx context.Context, task *worker.Task) error {
+	g.ran.Store(task.ID, true)
+	g.mu.Lock()
+	g.now++
+	g.peak = max(g.peak, g.now)
+	g.mu.Unlock()
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	g.now--
+	g.mu.Unlock()
+	return nil
+}
+
+func (g *blockingGauge) running() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.now
+}
+
+// A burst of deliveries over a free limit takes its slots in a few writes
+// to AX_LIMITS: one delivery takes a slot while the others park, then one
+// write takes the free slots for those parked, instead of each delivery
+// racing the others for a slot with a write of its own. The handlers see
+// the limit used in full, never exceeded. Fails without the batched take:
+// each of the 8 slots is a write of its own (8 or more).
+func TestBurstTakesFreeSlotsInFewWrites(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	const limit = 8
+	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: limit}}})
+	var ids []string
+	for i := range 3 * limit { // stored before the worker starts: they come as one burst
+		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: fmt.Sprintf("p%d", i)})
+		require.NoError(t, err)
+		ids = append(ids, info.ID)
+	}
+	g := newBlockingGauge()
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("partner", g.handler, nil))
+	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 32})
+	require.Eventually(t, func() bool { return g.running() == limit }, 10*time.Second, 5*time.Millisecond,
+		"the limit was never used in full")
+	bucket, err := b.js.KeyValue(ctx, streams.Names{}.LimitsBucket())
+	require.NoError(t, err)
+	entry, err := bucket.Get(ctx, kv.SlotsKey("partner"))
+	require.NoError(t, err)
+	require.Less(t, entry.Revision(), uint64(limit), "a write to AX_LIMITS for each slot taken")
+	close(g.release)
+	for _, id := range ids {
+		rec := b.waitState(t, id, kv.StateSucceeded)
+		require.Equal(t, 1, rec.Attempt)
+	}
+	require.Equal(t, limit, g.peakNow())
+	use, err := kv.NewLimitUse(ctx, b.js, streams.Names{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		n, err := use.InUse(ctx, "partner")
+		return err == nil && n == 0
+	}, 5*time.Second, 20*time.Millisecond, "slots left held")
+}
+
+// A task cancelled while it waits parked for its limit does not run,
+// though its record was read when it parked (so that its claim, once it
+// has a slot, is one write): the claim's compare-and-set fails on the
+// moved record, the claim reads it again and drops the delivery. Guards
+// the read ahead of the claim: without the compare-and-set on the
+// revision read, the cancelled task would run.
+func TestTaskCancelledWhileParkedDoesNotRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	g := newBlockingGauge()
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("partner", g.handler, nil))
+	w, _ := b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 1}}})
+	time.Sleep(200 * time.Millisecond)
+	first, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "first"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return g.running() == 1 }, 10*time.Second, 5*time.Millisecond)
+	second, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "second"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return w.Stats().Limited >= 1 }, 10*time.Second, 5*time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // its record read as it parks
+	_, _, err = b.store.Transition(ctx, kv.Ref{Tenant: second.Tenant, ID: second.ID}, kv.StateReady, kv.StateCancelled, kv.Actor{Action: "cancel"}, nil)
+	require.NoError(t, err)
+	close(g.release)
+	b.waitState(t, first.ID, kv.StateSucceeded)
+	use, err := kv.NewLimitUse(ctx, b.js, streams.Names{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { // the slot handed to the parked delivery is given back once it is dropped
+		n, err := use.InUse(ctx, "partner")
+		return err == nil && n == 0
+	}, 10*time.Second, 20*time.Millisecond, "slot left held")
+	_, ran := g.ran.Load(second.ID)
+	require.False(t, ran, "the cancelled task ran")
+	require.Equal(t, kv.StateCancelled, b.waitState(t, second.ID, kv.StateCancelled).State)
+}
