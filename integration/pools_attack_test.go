@@ -38,7 +38,11 @@ func TestAttackPoolsKillOnlyWorkerOfType(t *testing.T) {
 	a := m.spawnPool("email")
 	r := m.spawnPool("report")
 	m.waitPools(map[string][]string{"email": {a}, "report": {r}})
-	reports := m.submitTyped(300, 300, "report")
+	// About 9 s of work for its 16 slots (300 tasks of 0-1 s): a backlog
+	// still there when the kill lands, however long the reads of the
+	// states below take on a loaded machine (300 tasks of 0-300 ms all ran
+	// before the kill in one CI run, and the new worker had none left).
+	reports := m.submitTyped(300, 1000, "report")
 	require.Eventually(t, func() bool { return m.states(reports)[kv.StateSucceeded] > 20 }, time.Minute, 50*time.Millisecond)
 	m.kill(r)
 	time.Sleep(3 * time.Second) // past the member TTL of the tests' ack wait
