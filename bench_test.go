@@ -24,7 +24,7 @@ func BenchmarkSubmit(b *testing.B) {
 // window (Config.MaxPending, 4,000), and of 5,000, beyond it (as ax bench
 // throughput does).
 func BenchmarkSubmitBatch(b *testing.B) {
-	for _, batch := range []int{1000, 5000} {
+	for _, batch := range []int{1, 10, 1000, 5000} {
 		b.Run(fmt.Sprint(batch), func(b *testing.B) {
 			bundle := setup(b, nil, nil)
 			ctx := context.Background()

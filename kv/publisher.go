@@ -3,6 +3,7 @@ package kv
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -96,6 +97,10 @@ type Published struct {
 func (p *Publisher) PublishAll(ctx context.Context, msgs []*nats.Msg) []Published {
 	out := make([]Published, len(msgs))
 	if len(msgs) == 0 {
+		return out
+	}
+	if len(msgs) == 1 {
+		out[0] = p.publishOne(ctx, msgs[0])
 		return out
 	}
 	inbox := p.nc.NewInbox() + "."
@@ -310,5 +315,43 @@ func (r *publishRun) cancel(err error) {
 func (r *publishRun) stop() {
 	if r.timer != nil {
 		r.timer.Stop()
+	}
+}
+
+// publishOne sends a lone publish as a request on the connection's shared
+// reply subscription: a subscription of its own costs a call of one
+// publish more than it saves (BenchmarkSubmitBatch/1: 149 µs a batch with
+// nats.go's publish, 218 µs with a subscription per call). Its outcomes,
+// retries and window are those of [Publisher.PublishAll].
+func (p *Publisher) publishOne(ctx context.Context, msg *nats.Msg) Published {
+	select {
+	case p.window <- struct{}{}:
+	case <-ctx.Done():
+		return Published{Err: ctx.Err()}
+	}
+	defer func() { <-p.window }()
+	for sends := 1; ; sends++ {
+		rctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+		reply, err := p.nc.RequestMsgWithContext(rctx, msg)
+		cancel()
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			if sends > jetstream.DefaultPubRetryAttempts {
+				return Published{Err: jetstream.ErrNoStreamResponse}
+			}
+			select { // as nats.go: sent again after a wait, twice, then no stream
+			case <-time.After(jetstream.DefaultPubRetryWait):
+			case <-ctx.Done():
+				return Published{Err: ctx.Err()}
+			}
+		case err != nil:
+			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+				err = jetstream.ErrAsyncPublishTimeout
+			}
+			return Published{Err: err}
+		default:
+			ack, err := readPubAck(reply.Data, &p.streams)
+			return Published{Ack: ack, Err: err}
+		}
 	}
 }

@@ -86,6 +86,42 @@ func TestPublisherReadsEveryOutcome(t *testing.T) {
 	require.EqualValues(t, n, natstest.StreamMsgs(t, b.js, "PUB"))
 }
 
+// A call of one publish (a request on the connection's shared reply
+// subscription) reads the same outcomes as a batch: stored, de-duplicated,
+// refused, no stream, unanswered, and the context's end.
+func TestPublisherReadsALonePublish(t *testing.T) {
+	t.Parallel()
+	b := setupPublisher(t)
+	sub, err := b.nc.Subscribe("silent.>", func(*nats.Msg) {})
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	require.NoError(t, b.nc.Flush())
+	pub, err := kv.NewPublisher(b.nc, &kv.PublisherConfig{MaxPending: 1, Timeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	one := func(ctx context.Context, msg *nats.Msg) kv.Published {
+		out := pub.PublishAll(ctx, []*nats.Msg{msg})
+		require.Len(t, out, 1)
+		return out[0]
+	}
+	first := one(context.Background(), pubMsg("pub.1", "lone-1"))
+	require.NoError(t, first.Err)
+	require.Equal(t, "PUB", first.Ack.Stream)
+	require.False(t, first.Ack.Duplicate)
+	dup := one(context.Background(), pubMsg("pub.1", "lone-1"))
+	require.NoError(t, dup.Err)
+	require.True(t, dup.Ack.Duplicate)
+	require.Equal(t, first.Ack.Sequence, dup.Ack.Sequence)
+	refused := pubMsg("pub.1", "")
+	refused.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "999")
+	require.True(t, kv.IsRevisionMismatch(one(context.Background(), refused).Err))
+	require.ErrorIs(t, one(context.Background(), pubMsg("nostream.x", "")).Err, jetstream.ErrNoStreamResponse)
+	require.ErrorIs(t, one(context.Background(), pubMsg("silent.1", "")).Err, jetstream.ErrAsyncPublishTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, one(ctx, pubMsg("silent.2", "")).Err, context.DeadlineExceeded)
+	require.NoError(t, one(context.Background(), pubMsg("pub.2", "")).Err, "the window given back each time")
+}
+
 // At most MaxPending publishes are in flight: a subscriber that never
 // replies sees that many, and each times out in turn.
 func TestPublisherWindowAndTimeout(t *testing.T) {
