@@ -86,16 +86,23 @@ func TestPublisherReadsEveryOutcome(t *testing.T) {
 	require.EqualValues(t, n, natstest.StreamMsgs(t, b.js, "PUB"))
 }
 
+// silent subscribes to "silent.>" for the test, calling got for each
+// publish and never replying: its publishes time out.
+func silent(t *testing.T, b *publisherBundle, got func()) {
+	t.Helper()
+	sub, err := b.nc.Subscribe("silent.>", func(*nats.Msg) { got() })
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, b.nc.Flush())
+}
+
 // A call of one publish (a request on the connection's shared reply
 // subscription) reads the same outcomes as a batch: stored, de-duplicated,
 // refused, no stream, unanswered, and the context's end.
 func TestPublisherReadsALonePublish(t *testing.T) {
 	t.Parallel()
 	b := setupPublisher(t)
-	sub, err := b.nc.Subscribe("silent.>", func(*nats.Msg) {})
-	require.NoError(t, err)
-	defer func() { _ = sub.Unsubscribe() }()
-	require.NoError(t, b.nc.Flush())
+	silent(t, b, func() {})
 	pub, err := kv.NewPublisher(b.nc, &kv.PublisherConfig{MaxPending: 1, Timeout: 300 * time.Millisecond})
 	require.NoError(t, err)
 	one := func(ctx context.Context, msg *nats.Msg) kv.Published {
@@ -128,10 +135,7 @@ func TestPublisherWindowAndTimeout(t *testing.T) {
 	t.Parallel()
 	b := setupPublisher(t)
 	var seen atomic.Int64
-	sub, err := b.nc.Subscribe("silent.>", func(*nats.Msg) { seen.Add(1) })
-	require.NoError(t, err)
-	defer func() { _ = sub.Unsubscribe() }()
-	require.NoError(t, b.nc.Flush())
+	silent(t, b, func() { seen.Add(1) })
 	pub, err := kv.NewPublisher(b.nc, &kv.PublisherConfig{MaxPending: 5, Timeout: 400 * time.Millisecond})
 	require.NoError(t, err)
 	msgs := make([]*nats.Msg, 15)
@@ -159,10 +163,7 @@ func TestPublisherWindowAndTimeout(t *testing.T) {
 func TestPublisherHonoursContext(t *testing.T) {
 	t.Parallel()
 	b := setupPublisher(t)
-	sub, err := b.nc.Subscribe("silent.>", func(*nats.Msg) {})
-	require.NoError(t, err)
-	defer func() { _ = sub.Unsubscribe() }()
-	require.NoError(t, b.nc.Flush())
+	silent(t, b, func() {})
 	pub, err := kv.NewPublisher(b.nc, &kv.PublisherConfig{MaxPending: 4})
 	require.NoError(t, err)
 	msgs := make([]*nats.Msg, 10)

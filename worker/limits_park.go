@@ -351,20 +351,17 @@ func (w *Worker) wakeAfter(key string, wait time.Duration) {
 	})
 }
 
-// unpark hands the oldest delivery parked for key back to the slots,
-// unless they yield its slots to the other workers now; for a concurrency
-// limit it takes the slots free for the deliveries parked here
-// ([Worker.fill]).
+// unpark hands the oldest delivery parked for key back to the slots; for
+// a concurrency limit it takes the slots free for the deliveries parked
+// here ([Worker.fill], which leaves them to the other workers while a turn
+// here has just ended).
 func (w *Worker) unpark(key string) {
 	if t := w.limits.table.Load(); t != nil && t.concurrency[key] > 0 {
 		w.fill(key)
 		return
 	}
 	w.limits.mu.Lock()
-	var d *delivery
-	if !w.yielding(key) {
-		d = w.popParked(key)
-	}
+	d := w.popParked(key)
 	w.limits.mu.Unlock()
 	if d != nil {
 		w.redispatch(d)
