@@ -68,7 +68,7 @@ func TestEveryVerbAnswersErrorsWithCode(t *testing.T) {
 		{admin.VerbControl, map[string]any{"bogus": 1}, admin.CodeBadRequest, "not valid JSON"},
 		{admin.VerbRejectsSample, admin.RejectsSampleRequest{For: "1h"}, admin.CodeBadRequest, `"for"`},
 		{admin.VerbUnservedDeadline, admin.UnservedDeadlineRequest{Deadline: 1}, admin.CodeBadRequest, "needs the task type"},
-		{admin.VerbLimitSet, admin.LimitRequest{Target: "email"}, admin.CodeBadRequest, "needs a concurrency or a rate"},
+		{admin.VerbLimitSet, admin.LimitRequest{Target: "email"}, admin.CodeBadRequest, "needs a concurrency, a rate or a weight"},
 		{admin.VerbLimitRemove, admin.LimitRequest{Target: "email"}, admin.CodeNotFound, "no limit on"},
 		{admin.VerbLimitList, map[string]any{"bogus": 1}, admin.CodeBadRequest, "not valid JSON"},
 		{admin.VerbPause, admin.PauseRequest{Type: "a", Tenant: "b"}, admin.CodeBadRequest, "one of them"},

@@ -18,12 +18,14 @@ import (
 // LimitRequest sets (limit.set) or removes (limit.rm) the limit of one
 // target: a task type, "tenant:NAME" or "key:PATTERN" ('*' matches any run
 // of characters). A set replaces the target's limit: give both the
-// concurrency and the rate to have both.
+// concurrency and the rate to have both. A tenant's limit may carry a
+// weight, its share of its priority's starts on a fair deployment.
 type LimitRequest struct {
 	Target      string  `json:"target"`
 	Concurrency int     `json:"concurrency,omitempty"`
 	Rate        float64 `json:"rate,omitempty"`
 	Burst       int     `json:"burst,omitempty"`
+	Weight      int     `json:"weight,omitempty"`
 }
 
 // PauseRequest names the task type or the tenant a pause or resume
@@ -127,11 +129,12 @@ func (a *Service) limitSet(ctx context.Context, data []byte) (any, error) {
 	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
-	if _, _, err := kv.ParseTarget(req.Target, false); err != nil {
+	kind, _, err := kv.ParseTarget(req.Target, false)
+	if err != nil {
 		return nil, badRequest("%s", err.Error())
 	}
-	limit := kv.Limit{Concurrency: req.Concurrency, Rate: req.Rate, Burst: req.Burst}
-	if err := limit.Validate(); err != nil {
+	limit := kv.Limit{Concurrency: req.Concurrency, Rate: req.Rate, Burst: req.Burst, Weight: req.Weight}
+	if err := limit.ValidateFor(kind); err != nil {
 		return nil, badRequest("limit of %s: %s", req.Target, err.Error())
 	}
 	reply, err := a.changeLimits(ctx, func(l *kv.Limits) error {
@@ -140,7 +143,7 @@ func (a *Service) limitSet(ctx context.Context, data []byte) (any, error) {
 	})
 	if err == nil {
 		a.log.Info("limit_set", zap.String("target", req.Target), zap.Int("concurrency", limit.Concurrency),
-			zap.Float64("rate", limit.Rate), zap.Int("burst", limit.Burst))
+			zap.Float64("rate", limit.Rate), zap.Int("burst", limit.Burst), zap.Int("weight", limit.Weight))
 	}
 	return reply, err
 }
@@ -264,7 +267,8 @@ func (a *Service) limitsReply(ctx context.Context, limits kv.Limits) *LimitsRepl
 // SetLimit sets the limit of target (limit.set): a task type,
 // "tenant:NAME" or "key:PATTERN". It replaces the target's limit.
 func (c *Client) SetLimit(ctx context.Context, target string, limit kv.Limit) (*LimitsReply, error) {
-	return call[LimitsReply](ctx, c, VerbLimitSet, LimitRequest{Target: target, Concurrency: limit.Concurrency, Rate: limit.Rate, Burst: limit.Burst})
+	return call[LimitsReply](ctx, c, VerbLimitSet, LimitRequest{Target: target, Concurrency: limit.Concurrency, Rate: limit.Rate,
+		Burst: limit.Burst, Weight: limit.Weight})
 }
 
 // RemoveLimit removes the limit of target (limit.rm).

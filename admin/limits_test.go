@@ -26,11 +26,17 @@ func TestAdminLimitsAndPauses(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.api.SetLimit(ctx, "a.b", kv.Limit{Concurrency: 1})
 	requireCode(t, err, admin.CodeBadRequest, "bad limit target")
+	_, err = b.api.SetLimit(ctx, "email", kv.Limit{Concurrency: 1, Weight: 2})
+	requireCode(t, err, admin.CodeBadRequest, "a weight is a tenant's share")
+	_, err = b.api.SetLimit(ctx, "tenant:acme", kv.Limit{Weight: kv.MaxWeight + 1})
+	requireCode(t, err, admin.CodeBadRequest, "weight 1001")
+	_, err = b.api.SetLimit(ctx, "tenant:initech", kv.Limit{Weight: 3})
+	require.NoError(t, err)
 	_, err = b.api.PauseTasksOf(ctx, admin.PauseRequest{Type: "report"})
 	require.NoError(t, err)
 	reply, err := b.api.PauseTasksOf(ctx, admin.PauseRequest{Tenant: "globex"})
 	require.NoError(t, err)
-	require.Len(t, reply.Limits, 3)
+	require.Len(t, reply.Limits, 4)
 	require.Equal(t, []string{"report", "tenant:globex"}, []string{reply.Paused[0].Target, reply.Paused[1].Target})
 
 	use, err := kv.NewLimitUse(ctx, b.js, streams.Names{})
@@ -44,6 +50,7 @@ func TestAdminLimitsAndPauses(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, kv.Limit{Concurrency: 10}, stored.Limits["email"])
 	require.Equal(t, kv.Limit{Rate: 100, Burst: 20}, stored.Limits["tenant:acme"])
+	require.Equal(t, kv.Limit{Weight: 3}, stored.Limits["tenant:initech"])
 	require.Contains(t, stored.Paused, "report")
 
 	list, err := b.api.Limits(ctx)
@@ -53,13 +60,15 @@ func TestAdminLimitsAndPauses(t *testing.T) {
 	require.Equal(t, "key:order-*", list.Limits[1].Target)
 	require.Equal(t, "tenant:acme", list.Limits[2].Target)
 	require.InDelta(t, 20, list.Limits[2].Tokens, 0.001)
+	require.Equal(t, "tenant:initech", list.Limits[3].Target)
+	require.Equal(t, 3, list.Limits[3].Weight)
 	require.Nil(t, list.Limits[0].Waiting, "limit.ls does not scan the records")
 	b.submit(t, ax.TaskSpec{Type: "email", Tenant: "acme", Key: "order-1"})
 	b.submit(t, ax.TaskSpec{Type: "report", Tenant: "initech", Key: "r"})
 	var stats admin.StatsReply
 	require.NoError(t, b.call(t, admin.VerbStats, admin.StatsRequest{}, &stats))
 	require.NotNil(t, stats.Limits)
-	require.Len(t, stats.Limits.Limits, 3)
+	require.Len(t, stats.Limits.Limits, 4)
 	require.Len(t, stats.Limits.Paused, 2)
 	waiting := map[string]int{}
 	for _, l := range stats.Limits.Limits {
@@ -68,12 +77,12 @@ func TestAdminLimitsAndPauses(t *testing.T) {
 	for _, p := range stats.Limits.Paused {
 		waiting[p.Target] = *p.Waiting
 	}
-	require.Equal(t, map[string]int{"email": 1, "key:order-*": 1, "tenant:acme": 1, "report": 1, "tenant:globex": 0}, waiting)
+	require.Equal(t, map[string]int{"email": 1, "key:order-*": 1, "tenant:acme": 1, "tenant:initech": 1, "report": 1, "tenant:globex": 0}, waiting)
 
 	_, err = b.api.RemoveLimit(ctx, "email")
 	require.NoError(t, err)
 	reply, err = b.api.ResumeTasksOf(ctx, admin.PauseRequest{Type: "report"})
 	require.NoError(t, err)
-	require.Len(t, reply.Limits, 2)
+	require.Len(t, reply.Limits, 3)
 	require.Len(t, reply.Paused, 1)
 }

@@ -422,6 +422,14 @@ func TestDeployedFairRoles(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(w.output(), "joining the mesh") || w.exited() },
 		30*time.Second, 50*time.Millisecond, "ax worker did not join:\n%s", w.output())
 	require.False(t, w.exited(), "ax worker exited:\n%s", w.output())
+	// The operator gives acme a weight: the worker, in its role, applies
+	// it; a weight of a type is refused with its reason.
+	mustAxAs(t, url, "operator", "limit", "set", "tenant:acme", "--weight", "3")
+	require.Regexp(t, `(?m)^tenant:acme\s+-\s+-\s+-\s+-\s+-\s+3\s`, mustAxAs(t, url, "operator", "limit", "ls"))
+	_, stderr, err := runAxAs(url, "operator", time.Minute, "limit", "set", "echo", "--weight", "3")
+	require.Error(t, err)
+	require.Contains(t, stderr, "a weight is a tenant's share")
+	require.Eventually(t, func() bool { return strings.Contains(w.output(), "limits_changed") }, 30*time.Second, 50*time.Millisecond)
 
 	submits := map[string][]string{
 		"service":         {"submit", "echo", "--publish-only", "--id", "fair-service"},

@@ -30,6 +30,7 @@ const (
 const (
 	MaxConcurrencyLimit = 1_000_000
 	MaxRateLimit        = 1_000_000
+	MaxWeight           = 1_000
 )
 
 // ErrBadTarget means a limit or pause target is not a task type,
@@ -46,6 +47,12 @@ type Limit struct {
 	// Burst is how many starts the rate allows at once after an idle
 	// while: at most Rate + Burst starts in any second. Zero means 1.
 	Burst int `json:"burst,omitempty"`
+	// Weight is a tenant's share of its priority's starts on a fair
+	// deployment: in its turn a tenant of weight W starts up to W of its
+	// tasks where a tenant without one starts one. It applies to a tenant
+	// target only and bounds nothing: a limit of a weight alone parks no
+	// task.
+	Weight int `json:"weight,omitempty"`
 }
 
 // Pause is a paused type or tenant.
@@ -86,11 +93,27 @@ func ParseTarget(target string, pause bool) (kind, name string, err error) {
 	return kind, name, nil
 }
 
+// Bounds reports whether l bounds its target's tasks (a concurrency or a
+// rate); a weight alone bounds nothing.
+func (l Limit) Bounds() bool { return l.Concurrency > 0 || l.Rate > 0 }
+
+// ValidateFor checks a limit of a target of kind ("type", "tenant" or
+// "key", as [ParseTarget] returns it): only a tenant takes a weight.
+func (l Limit) ValidateFor(kind string) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	if l.Weight > 0 && kind != "tenant" {
+		return errors.New("a weight is a tenant's share (tenant:NAME)")
+	}
+	return nil
+}
+
 // Validate checks a limit.
 func (l Limit) Validate() error {
 	switch {
-	case l.Concurrency == 0 && l.Rate == 0:
-		return errors.New("a limit needs a concurrency or a rate")
+	case l.Concurrency == 0 && l.Rate == 0 && l.Weight == 0:
+		return errors.New("a limit needs a concurrency, a rate or a weight")
 	case l.Concurrency < 0 || l.Concurrency > MaxConcurrencyLimit:
 		return fmt.Errorf("concurrency %d: want 1..%d", l.Concurrency, MaxConcurrencyLimit)
 	case l.Rate < 0 || l.Rate > MaxRateLimit:
@@ -99,6 +122,8 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("burst %d: want 0..%d", l.Burst, MaxRateLimit)
 	case l.Burst > 0 && l.Rate == 0:
 		return errors.New("a burst needs a rate")
+	case l.Weight < 0 || l.Weight > MaxWeight:
+		return fmt.Errorf("weight %d: want 1..%d", l.Weight, MaxWeight)
 	}
 	return nil
 }

@@ -17,7 +17,8 @@ import (
 // grouped by tenant (the tenant of the consumers they came from) and the
 // groups take turns, each giving its longest-waiting task: a tenant with
 // a deep backlog gets one start in turn with each other tenant waiting,
-// not all the starts its older tasks would win by age. Elsewhere every
+// not all the starts its older tasks would win by age (a tenant with a
+// weight W gets up to W starts in its turn). Elsewhere every
 // delivery is in one group. A delivery holds a credit of its [puller]
 // until a slot takes it, so the queue holds at most PrefetchPerShard
 // deliveries per consumer.
@@ -27,7 +28,10 @@ type dispatchQueue struct {
 	queued int                       // deliveries in levels (mu)
 	pushed uint64                    // pushes so far: ties keep arrival order (mu)
 	closed bool                      // no more pushes (mu)
-	wake   chan struct{}             // a token: a delivery may be waiting
+	// weights are the tenants' shares of a turn (1 if absent), from
+	// the mesh's limits (mu).
+	weights map[string]int
+	wake    chan struct{} // a token: a delivery may be waiting
 }
 
 func newDispatchQueue() *dispatchQueue {
@@ -57,6 +61,13 @@ func (q *dispatchQueue) signal() {
 	}
 }
 
+// setWeights replaces the tenants' weights (nil: every tenant weighs 1).
+func (q *dispatchQueue) setWeights(weights map[string]int) {
+	q.mu.Lock()
+	q.weights = weights
+	q.mu.Unlock()
+}
+
 // pop takes the next delivery, waiting for one, or returns nil once stop is
 // closed. Taking a delivery gives its puller a credit back.
 func (q *dispatchQueue) pop(stop <-chan struct{}) *delivery {
@@ -80,7 +91,7 @@ func (q *dispatchQueue) pop(stop <-chan struct{}) *delivery {
 func (q *dispatchQueue) take() *delivery {
 	q.mu.Lock()
 	for p := range q.levels {
-		d := q.levels[p].pop()
+		d := q.levels[p].pop(q.weights)
 		if d == nil {
 			continue
 		}
@@ -133,11 +144,13 @@ func waitingSince(msg jetstream.Msg, meta *jetstream.MsgMetadata, now time.Time)
 
 // turns holds one priority's deliveries in groups, one per tenant on a
 // fair deployment (else one group), which take turns: pop takes the
-// longest-waiting delivery of the group whose turn it is and puts the group
-// at the back of the line.
+// longest-waiting delivery of the group whose turn it is and, once the
+// group has given as many as its weight in this turn (or has no more),
+// puts it at the back of the line.
 type turns struct {
 	groups map[string]*deliveryHeap // by the tenant of the delivery's consumers; "" elsewhere
 	line   []string                 // the groups with deliveries, next turn first (each once)
+	given  int                      // deliveries line[0] gave in its turn so far
 }
 
 func (t *turns) push(d *delivery) {
@@ -156,18 +169,21 @@ func (t *turns) push(d *delivery) {
 	heap.Push(h, d)
 }
 
-func (t *turns) pop() *delivery {
+// pop takes the next delivery; weights are the groups' shares of a turn
+// (1 if absent).
+func (t *turns) pop(weights map[string]int) *delivery {
 	if len(t.line) == 0 {
 		return nil
 	}
 	group := t.line[0]
 	h := t.groups[group]
 	d := heap.Pop(h).(*delivery)
+	t.given++
 	switch {
 	case h.Len() == 0:
-		t.line = t.line[1:]
-	case len(t.line) > 1:
-		t.line = append(t.line[1:], group)
+		t.line, t.given = t.line[1:], 0
+	case len(t.line) > 1 && t.given >= max(weights[group], 1):
+		t.line, t.given = append(t.line[1:], group), 0
 	}
 	return d
 }

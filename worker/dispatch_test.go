@@ -160,3 +160,41 @@ func TestDispatchTakesTenantsInTurn(t *testing.T) {
 	}
 	require.Equal(t, []string{"p0", "bulk-0", "small-old", "other", "bulk-1", "small-young", "bulk-2", "bulk-3", "bulk-4"}, got)
 }
+
+// A tenant's weight is its share of a turn: with heavy weighing 3, both
+// tenants' backlogs start three of heavy's for one of light's, each still
+// oldest first, until one of them runs out. A weight of a tenant with no
+// deliveries, and a changed weight, take effect at the next turn.
+func TestDispatchTakesTenantsByWeight(t *testing.T) {
+	q := newDispatchQueue()
+	q.setWeights(map[string]int{"heavy": 3, "idle": 5})
+	base := time.Now()
+	heavy, light := &shardSet{tenant: "heavy"}, &shardSet{tenant: "light"}
+	names := map[*delivery]string{}
+	push := func(name string, set *shardSet, waited time.Duration) {
+		d := &delivery{priority: 2, since: base.Add(-waited), set: set}
+		names[d] = name
+		require.True(t, q.push(d))
+	}
+	for i := range 8 {
+		push(fmt.Sprintf("h%d", i), heavy, time.Duration(60-i)*time.Second)
+	}
+	for i := range 3 {
+		push(fmt.Sprintf("l%d", i), light, time.Duration(30-i)*time.Second)
+	}
+	stop := make(chan struct{})
+	var got []string
+	for range 9 {
+		got = append(got, names[q.pop(stop)])
+	}
+	require.Equal(t, []string{"h0", "h1", "h2", "l0", "h3", "h4", "h5", "l1", "h6"}, got)
+	q.setWeights(nil) // the weight removed: turns of one each
+	for range names {
+		d := q.take()
+		if d == nil {
+			break
+		}
+		got = append(got, names[d])
+	}
+	require.Equal(t, []string{"h0", "h1", "h2", "l0", "h3", "h4", "h5", "l1", "h6", "h7", "l2"}, got)
+}

@@ -87,6 +87,7 @@ type flowTable struct {
 	tenants       map[string]kv.Limit // by tenant
 	keys          []keyLimit
 	concurrency   map[string]int // by target: its concurrency limit, if any
+	weights       map[string]int // by tenant: its share of starts (1 if absent)
 }
 
 type keyLimit struct {
@@ -108,7 +109,7 @@ func compileFlow(l kv.Limits) (*flowTable, []string) {
 		return nil, nil
 	}
 	t := &flowTable{pausedTypes: map[string]bool{}, pausedTenants: map[string]bool{},
-		types: map[string]kv.Limit{}, tenants: map[string]kv.Limit{}, concurrency: map[string]int{}}
+		types: map[string]kv.Limit{}, tenants: map[string]kv.Limit{}, concurrency: map[string]int{}, weights: map[string]int{}}
 	var ignored []string
 	for target := range l.Paused {
 		kind, name, err := kv.ParseTarget(target, true)
@@ -124,9 +125,15 @@ func compileFlow(l kv.Limits) (*flowTable, []string) {
 	for _, target := range l.Targets() {
 		limit := l.Limits[target]
 		kind, name, err := kv.ParseTarget(target, false)
-		if err != nil || limit.Validate() != nil {
+		if err != nil || limit.ValidateFor(kind) != nil {
 			ignored = append(ignored, target)
 			continue
+		}
+		if limit.Weight > 0 {
+			t.weights[name] = limit.Weight
+		}
+		if !limit.Bounds() {
+			continue // a weight alone: no admission
 		}
 		if limit.Concurrency > 0 {
 			t.concurrency[target] = limit.Concurrency
@@ -307,6 +314,11 @@ func (w *Worker) applyLimits(e jetstream.KeyValueEntry) {
 		w.log.Error("limits_ignored", zap.Strings("targets", ignored), zap.Uint64("revision", e.Revision()))
 	}
 	w.limits.table.Store(table)
+	var weights map[string]int
+	if table != nil {
+		weights = table.weights
+	}
+	w.dispatch.setWeights(weights)
 	w.unparkAll() // each tries the new limits
 	w.log.Info("limits_changed", zap.Int("limits", len(limits.Limits)), zap.Int("paused", len(limits.Paused)))
 }

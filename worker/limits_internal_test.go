@@ -24,10 +24,16 @@ func TestCompileFlow(t *testing.T) {
 			"key:order-*": {Concurrency: 1},
 			"a.b":         {Concurrency: 1}, // not a target
 			"report":      {Burst: 3},       // not a limit
+			"tenant:big":  {Weight: 4},      // a share, no bound
+			"tenant:both": {Concurrency: 3, Weight: 2},
+			"sms":         {Rate: 1, Weight: 2}, // a weight of a type: not valid
 		},
 		Paused: map[string]kv.Pause{"resize": {At: time.Now()}, "tenant:globex": {At: time.Now()}, "key:x": {At: time.Now()}},
 	})
-	require.ElementsMatch(t, []string{"a.b", "report", "paused key:x"}, ignored)
+	require.ElementsMatch(t, []string{"a.b", "report", "sms", "paused key:x"}, ignored)
+	require.Equal(t, map[string]int{"big": 4, "both": 2}, table.weights)
+	require.Empty(t, table.match("email2", "big", ""), "a weight alone holds no task back")
+	require.Len(t, table.match("email2", "both", ""), 1)
 	require.True(t, table.paused("resize", "acme"))
 	require.True(t, table.paused("email", "globex"))
 	require.False(t, table.paused("email", "acme"))

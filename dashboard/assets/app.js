@@ -436,25 +436,26 @@ async function pageLimits() {
   const conc = h("input", { id: "limit-concurrency", type: "number", min: "0", placeholder: "concurrency" });
   const rate = h("input", { id: "limit-rate", type: "number", min: "0", step: "any", placeholder: "rate/s" });
   const burst = h("input", { id: "limit-burst", type: "number", min: "0", placeholder: "burst" });
+  const weight = h("input", { id: "limit-weight", type: "number", min: "0", placeholder: "weight (tenant)" });
   const pauseType = h("input", { id: "pause-type", placeholder: "task type" });
   const pauseTenant = h("input", { id: "pause-tenant", placeholder: "tenant" });
   const num = (el) => (el.value === "" ? undefined : Number(el.value));
   const done = (reply) => { if (reply) pageLimits(); };
   main.replaceChildren(h("h2", {}, `Limits (${r.limits.length})`),
     r.limits.length === 0 ? h("p", { class: "muted", id: "no-limits" }, "No limits: every task starts as soon as a worker slot takes it.") :
-      h("table", { id: "limits" }, h("tr", {}, ["target", "concurrency", "in use", "rate/s", "burst", "tokens", ""].map((c) => h("th", {}, c))),
+      h("table", { id: "limits" }, h("tr", {}, ["target", "concurrency", "in use", "rate/s", "burst", "tokens", "weight", ""].map((c) => h("th", {}, c))),
         r.limits.map((l) => h("tr", { "data-limit": l.target }, h("td", {}, l.target),
           h("td", { class: "num" }, l.concurrency || "–"), h("td", { class: "num" }, l.concurrency ? l.in_use : "–"),
           h("td", { class: "num" }, l.rate || "–"), h("td", { class: "num" }, l.rate ? (l.burst || 1) : "–"),
-          h("td", { class: "num" }, l.rate ? l.tokens.toFixed(1) : "–"),
+          h("td", { class: "num" }, l.rate ? l.tokens.toFixed(1) : "–"), h("td", { class: "num" }, l.weight || "–"),
           h("td", {}, l.error ? h("span", { class: "err" }, l.error) : null,
             actionButton("Remove", { "data-remove": l.target }, async () =>
               done(await confirmAction(`Remove the limit of ${l.target}?`, "limit.rm", { target: l.target }))))))),
     h("form", { id: "limit-form", onsubmit: async (e) => {
       e.preventDefault();
       done(await confirmAction(`Set the limit of ${target.value}? It replaces its limit, on every worker at once.`, "limit.set",
-        { target: target.value, concurrency: num(conc), rate: num(rate), burst: num(burst) }));
-    } }, target, conc, rate, burst, actionButton("Set limit", { type: "submit" })),
+        { target: target.value, concurrency: num(conc), rate: num(rate), burst: num(burst), weight: num(weight) }));
+    } }, target, conc, rate, burst, weight, actionButton("Set limit", { type: "submit" })),
     h("h2", {}, `Paused (${r.paused.length})`),
     r.paused.length === 0 ? h("p", { class: "muted", id: "no-paused" }, "Nothing paused.") :
       h("table", { id: "paused" }, h("tr", {}, ["target", "since", ""].map((c) => h("th", {}, c))),

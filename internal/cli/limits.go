@@ -14,11 +14,11 @@ import (
 )
 
 func addLimits(root *cobra.Command, e *env) {
-	limit := &cobra.Command{Use: "limit", Short: "Mesh-wide concurrency and rate limits of a task type, a tenant or a key pattern"}
-	var concurrency, burst int
+	limit := &cobra.Command{Use: "limit", Short: "Mesh-wide concurrency and rate limits of a task type, a tenant or a key pattern; tenants' weights"}
+	var concurrency, burst, weight int
 	var rate float64
 	set := &cobra.Command{
-		Use:   "set TARGET (--concurrency N | --rate R [--burst B])",
+		Use:   "set TARGET (--concurrency N | --rate R [--burst B] | --weight W)",
 		Short: "Set (replace) the limit of TARGET: a task type, tenant:NAME or key:PATTERN",
 		Long: `Set the limit of TARGET, mesh-wide, at once on every worker. TARGET is a task type ("email"),
 a tenant ("tenant:acme") or a pattern of partition keys ("key:order-*", '*' matching any run of
@@ -29,16 +29,20 @@ from before the claim until the task is settled, and renewed while it runs; a wo
 holding slots gives them back within its member TTL (10s by default).
 --rate R [--burst B]: at most R of TARGET's tasks start per second, and at most R + B in any
 second (B defaults to 1).
+--weight W (a tenant only): on a fair deployment (ax provision --fair), the tenant's share of its
+priority's starts: in its turn it starts up to W of its tasks where a tenant without a weight
+starts one. A weight bounds nothing and holds no task back.
 
 A task over a limit waits without using an attempt or a worker slot: parked on its worker until
 a slot is given back (at most N per worker), or in its bucket, its message coming back after a
 short delay (50ms doubling to 1s). A set replaces TARGET's limit: give both flags to have both.`,
 		Example: `  ax limit set partner-api --concurrency 10
   ax limit set tenant:acme --rate 100 --burst 20
-  ax limit set key:order-* --concurrency 1`,
+  ax limit set key:order-* --concurrency 1
+  ax limit set tenant:acme --weight 3`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			l := kv.Limit{Concurrency: concurrency, Rate: rate, Burst: burst}
+			l := kv.Limit{Concurrency: concurrency, Rate: rate, Burst: burst, Weight: weight}
 			return runLimits(cmd.Context(), e, admin.VerbLimitSet, func(ctx context.Context, api *admin.Client) (*admin.LimitsReply, error) {
 				return api.SetLimit(ctx, args[0], l)
 			})
@@ -47,6 +51,7 @@ short delay (50ms doubling to 1s). A set replaces TARGET's limit: give both flag
 	set.Flags().IntVar(&concurrency, "concurrency", 0, "at most N of the target's tasks run at once, mesh-wide")
 	set.Flags().Float64Var(&rate, "rate", 0, "at most R of the target's tasks start per second, mesh-wide")
 	set.Flags().IntVar(&burst, "burst", 0, "starts allowed at once beyond the rate (default 1)")
+	set.Flags().IntVar(&weight, "weight", 0, "a tenant's share of its priority's starts on a fair deployment (default 1)")
 	limit.AddCommand(set, &cobra.Command{
 		Use:   "rm TARGET",
 		Short: "Remove the limit of TARGET",
@@ -121,16 +126,19 @@ func printLimits(out io.Writer, reply *admin.LimitsReply, now time.Time) {
 	}
 	if len(reply.Limits) > 0 {
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "LIMIT\tCONCURRENCY\tIN USE\tRATE/S\tBURST\tTOKENS\tWAITING")
+		fmt.Fprintln(tw, "LIMIT\tCONCURRENCY\tIN USE\tRATE/S\tBURST\tTOKENS\tWEIGHT\tWAITING")
 		for _, l := range reply.Limits {
-			conc, inUse, rate, burst, tokens := "-", "-", "-", "-", "-"
+			conc, inUse, rate, burst, tokens, weight := "-", "-", "-", "-", "-", "-"
 			if l.Concurrency > 0 {
 				conc, inUse = strconv.Itoa(l.Concurrency), strconv.Itoa(l.InUse)
 			}
 			if l.Rate > 0 {
 				rate, burst, tokens = strconv.FormatFloat(l.Rate, 'g', -1, 64), strconv.Itoa(max(l.Burst, 1)), fmt.Sprintf("%.1f", l.Tokens)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s", l.Target, conc, inUse, rate, burst, tokens, count(l.Waiting))
+			if l.Weight > 0 {
+				weight = strconv.Itoa(l.Weight)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", l.Target, conc, inUse, rate, burst, tokens, weight, count(l.Waiting))
 			if l.Error != "" {
 				fmt.Fprintf(tw, "\t(use unknown: %s)", l.Error)
 			}

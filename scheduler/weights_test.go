@@ -1,0 +1,42 @@
+package scheduler_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax/control"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+)
+
+// A tenant's weight is its share of its priority's starts on a fair
+// deployment: with "heavy" weighing 3 and both tenants' backlogs waiting,
+// the handlers count about three of heavy's starts for each of light's
+// (1:1 when the dispatch ignores weights).
+func TestTenantWeightsShareStarts(t *testing.T) {
+	t.Parallel()
+	const weight = 3
+	b := setupLoops(t, 1, &streams.Config{Fair: true, Tenants: []string{"heavy", "light"}}, scheduler.Config{Logger: zaptest.NewLogger(t)})
+	ctx := context.Background()
+	board, err := control.Open(ctx, b.js, streams.Names{})
+	require.NoError(t, err)
+	limits, err := json.Marshal(kv.Limits{Limits: map[string]kv.Limit{"tenant:heavy": {Weight: weight}}})
+	require.NoError(t, err)
+	_, err = board.Put(ctx, kv.LimitsKey, limits)
+	require.NoError(t, err)
+
+	submitJobs(t, b.client, "heavy", 1500)
+	submitJobs(t, b.client, "light", 1500)
+	s := newStarts()
+	startFairWorker(t, b, 4, s.handler(2*time.Millisecond))
+	require.Eventually(t, func() bool { return s.count("heavy")+s.count("light") >= 1000 }, 60*time.Second, 5*time.Millisecond)
+	heavy, light := s.count("heavy"), s.count("light")
+	t.Logf("starts: heavy %d, light %d (ratio %.2f)", heavy, light, float64(heavy)/float64(max(light, 1)))
+	require.Less(t, heavy, 1500, "heavy's backlog drained: the test proves nothing")
+	require.InDelta(t, weight, float64(heavy)/float64(max(light, 1)), 0.8, "heavy %d, light %d", heavy, light)
+}
