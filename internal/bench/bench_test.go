@@ -132,3 +132,17 @@ func TestFairnessScenarioRuns(t *testing.T) {
 	t.Logf("%+v p50 %.1f ms p99 %.1f ms, drain %.2f s", beside.Extra, beside.LatencyP50Ms, beside.LatencyP99Ms, beside.ElapsedSeconds)
 	require.Less(t, beside.LatencyP50Ms, 1000*beside.ElapsedSeconds/10, "the paced tenant waited behind the backlog")
 }
+
+// A larger prefetch (ax worker --prefetch) takes fewer pull requests per
+// task from a backlog: the server's own count, not a timer.
+func TestPrefetchTakesFewerRequests(t *testing.T) {
+	ctx := context.Background()
+	o := bench.Options{Tasks: 3000, Concurrency: 64, Workers: 1, Payload: 64}
+	def, err := bench.Throughput(ctx, o)
+	require.NoError(t, err)
+	o.Prefetch = 32
+	more, err := bench.Throughput(ctx, o)
+	require.NoError(t, err)
+	t.Logf("requests per task: default %.3f, prefetch 32 %.3f", def.Ops["requests"], more.Ops["requests"])
+	require.Less(t, more.Ops["requests"], 0.7*def.Ops["requests"])
+}

@@ -36,6 +36,7 @@ type Options struct {
 	Sync          string    // the run's server flush policy: "", "always" or an interval
 	Tasks         int       // tasks per run
 	Concurrency   int       // handler slots per worker
+	Prefetch      int       // worker.Config.PrefetchPerShard (0: its default)
 	Workers       int       // workers in this process
 	Payload       int       // payload bytes
 	Progress      io.Writer // progress bar; nil for none
@@ -199,7 +200,7 @@ func (r *run) start(ctx context.Context, o Options, taskType string, fn worker.H
 		return err
 	}
 	for range o.Workers {
-		w, err := worker.New(ctx, r.js, &worker.Config{Names: r.names, Registry: reg, Concurrency: o.Concurrency, Logger: zap.NewNop(), TracerProvider: o.Tracer})
+		w, err := worker.New(ctx, r.js, &worker.Config{Names: r.names, Registry: reg, Concurrency: o.Concurrency, PrefetchPerShard: o.Prefetch, Logger: zap.NewNop(), TracerProvider: o.Tracer})
 		if err == nil {
 			err = w.Start(ctx)
 		}

@@ -297,6 +297,7 @@ statistics. See docs/BENCHMARKS.md.
 	fs.IntVarP(&f.o.Tasks, "tasks", "n", 200_000, "tasks per run (priority: the P4 backlog, default 100,000; article: default 500,000)")
 	fs.IntVarP(&f.o.Concurrency, "concurrency", "c", 64, "handler slots per worker (article: default 16)")
 	fs.IntVar(&f.o.Workers, "workers", 1, "workers in this process (article: default 8)")
+	fs.IntVar(&f.o.Prefetch, "prefetch", 0, "messages of each shard consumer a worker holds at most (ax worker --prefetch; default: 2 x concurrency / 32)")
 	fs.IntVar(&f.o.Payload, "payload", 200, "payload bytes")
 	fs.StringVar(&f.o.Sync, "sync", "", `the run's server flush policy: "always" or an interval (default: the server's)`)
 	fs.IntVar(&f.rate, "rate", 2_000, "tasks per second of the paced scenarios (priority: P0 tasks, default 200; limits: the rate limit, default 100; fairness: the paced tenant's, default 20)")

@@ -20,6 +20,7 @@ import (
 type workerFlags struct {
 	id          string
 	concurrency int
+	prefetch    int
 	timeout     time.Duration
 	maxAttempts int
 	ackWait     time.Duration
@@ -35,6 +36,7 @@ func (f *workerFlags) add(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.StringVar(&f.id, "id", "", "worker id (default: <hostname>-<random>)")
 	fs.IntVarP(&f.concurrency, "concurrency", "c", worker.DefaultConcurrency, "tasks run at once per worker")
+	fs.IntVar(&f.prefetch, "prefetch", 0, "messages of each shard consumer a worker holds at most before its slots take them (default: 2 x concurrency / 32, at least 1); more takes fewer pull requests per task for fast tasks, and holds more tasks that another worker cannot take")
 	fs.DurationVar(&f.timeout, "timeout", worker.DefaultTimeout, "default timeout of a task")
 	fs.IntVar(&f.maxAttempts, "max-attempts", worker.DefaultMaxAttempts, "default attempts before a task is dead")
 	fs.DurationVar(&f.ackWait, "ack-wait", 0, "ack wait of the shard consumers; 0 reads it from them, another value must equal theirs (else the command fails: the deployment owns it)")
@@ -91,7 +93,7 @@ func (f *workerFlags) only(reg *worker.Registry) (*worker.Registry, error) {
 
 func (f *workerFlags) config(names streams.Names, reg *worker.Registry, log *zap.Logger) *worker.Config {
 	return &worker.Config{
-		Names: names, ID: f.id, Registry: reg, Concurrency: f.concurrency,
+		Names: names, ID: f.id, Registry: reg, Concurrency: f.concurrency, PrefetchPerShard: f.prefetch,
 		DefaultTimeout: f.timeout, DefaultMaxAttempts: f.maxAttempts,
 		AckWait: f.ackWait, GracePeriod: f.grace, Logger: log, Version: Version,
 	}
