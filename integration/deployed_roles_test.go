@@ -423,12 +423,12 @@ func TestDeployedFairRoles(t *testing.T) {
 		30*time.Second, 50*time.Millisecond, "ax worker did not join:\n%s", w.output())
 	require.False(t, w.exited(), "ax worker exited:\n%s", w.output())
 	// The operator gives acme a weight: the worker, in its role, applies
-	// it; a weight of a type is refused with its reason.
+	// it; a weight of a key pattern is refused with its reason.
 	mustAxAs(t, url, "operator", "limit", "set", "tenant:acme", "--weight", "3")
 	require.Regexp(t, `(?m)^tenant:acme\s+-\s+-\s+-\s+-\s+-\s+3\s`, mustAxAs(t, url, "operator", "limit", "ls"))
-	_, stderr, err := runAxAs(url, "operator", time.Minute, "limit", "set", "echo", "--weight", "3")
+	_, stderr, err := runAxAs(url, "operator", time.Minute, "limit", "set", "key:k*", "--weight", "3")
 	require.Error(t, err)
-	require.Contains(t, stderr, "a weight is a tenant's share")
+	require.Contains(t, stderr, "not of a key pattern")
 	require.Eventually(t, func() bool { return strings.Contains(w.output(), "limits_changed") }, 30*time.Second, 50*time.Millisecond)
 
 	submits := map[string][]string{

@@ -47,10 +47,12 @@ type Limit struct {
 	// Burst is how many starts the rate allows at once after an idle
 	// while: at most Rate + Burst starts in any second. Zero means 1.
 	Burst int `json:"burst,omitempty"`
-	// Weight is a tenant's share of its priority's starts on a fair
-	// deployment: in its turn a tenant of weight W starts up to W of its
-	// tasks where a tenant without one starts one. It applies to a tenant
-	// target only and bounds nothing: a limit of a weight alone parks no
+	// Weight is a share of a priority's starts on a worker, where the
+	// groups of its deliveries take turns: a tenant's on a fair
+	// deployment, a task type's on a pools deployment. In its turn a
+	// target of weight W starts up to W of its tasks where one without a
+	// weight starts one. It applies to a tenant or a type, not to a key
+	// pattern, and bounds nothing: a limit of a weight alone parks no
 	// task.
 	Weight int `json:"weight,omitempty"`
 }
@@ -98,13 +100,13 @@ func ParseTarget(target string, pause bool) (kind, name string, err error) {
 func (l Limit) Bounds() bool { return l.Concurrency > 0 || l.Rate > 0 }
 
 // ValidateFor checks a limit of a target of kind ("type", "tenant" or
-// "key", as [ParseTarget] returns it): only a tenant takes a weight.
+// "key", as [ParseTarget] returns it): a key pattern takes no weight.
 func (l Limit) ValidateFor(kind string) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
-	if l.Weight > 0 && kind != "tenant" {
-		return errors.New("a weight is a tenant's share (tenant:NAME)")
+	if l.Weight > 0 && kind == "key" {
+		return errors.New("a weight is the share of a tenant or a task type, not of a key pattern")
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -14,11 +15,12 @@ import (
 // priority first and, within a priority, the task that has waited longest
 // (so a task that aging lifted into a busy level runs before the younger
 // tasks there). On a fair deployment the deliveries of a priority are
-// grouped by tenant (the tenant of the consumers they came from) and the
-// groups take turns, each giving its longest-waiting task: a tenant with
-// a deep backlog gets one start in turn with each other tenant waiting,
-// not all the starts its older tasks would win by age (a tenant with a
-// weight W gets up to W starts in its turn). Elsewhere every
+// grouped by tenant (the tenant of the consumers they came from), on a
+// pools deployment by task type, and the groups take turns, each giving
+// its longest-waiting task: a tenant (a type) with a deep backlog gets one
+// start in turn with each other one waiting, not all the starts its older
+// tasks would win by age (one with a weight W gets up to W starts in its
+// turn). Elsewhere every
 // delivery is in one group. A delivery holds a credit of its [puller]
 // until a slot takes it, so the queue holds at most PrefetchPerShard
 // deliveries per consumer.
@@ -28,8 +30,8 @@ type dispatchQueue struct {
 	queued int                       // deliveries in levels (mu)
 	pushed uint64                    // pushes so far: ties keep arrival order (mu)
 	closed bool                      // no more pushes (mu)
-	// weights are the tenants' shares of a turn (1 if absent), from
-	// the mesh's limits (mu).
+	// weights are the groups' shares of a turn (1 if absent), by
+	// [delivery.group], from the mesh's limits (mu).
 	weights map[string]int
 	wake    chan struct{} // a token: a delivery may be waiting
 }
@@ -61,7 +63,7 @@ func (q *dispatchQueue) signal() {
 	}
 }
 
-// setWeights replaces the tenants' weights (nil: every tenant weighs 1).
+// setWeights replaces the groups' weights (nil: every group weighs 1).
 func (q *dispatchQueue) setWeights(weights map[string]int) {
 	q.mu.Lock()
 	q.weights = weights
@@ -143,12 +145,13 @@ func waitingSince(msg jetstream.Msg, meta *jetstream.MsgMetadata, now time.Time)
 }
 
 // turns holds one priority's deliveries in groups, one per tenant on a
-// fair deployment (else one group), which take turns: pop takes the
+// fair deployment and per type on a pools deployment (else one group),
+// which take turns: pop takes the
 // longest-waiting delivery of the group whose turn it is and, once the
 // group has given as many as its weight in this turn (or has no more),
 // puts it at the back of the line.
 type turns struct {
-	groups map[string]*deliveryHeap // by the tenant of the delivery's consumers; "" elsewhere
+	groups map[string]*deliveryHeap // by [delivery.group]
 	line   []string                 // the groups with deliveries, next turn first (each once)
 	given  int                      // deliveries line[0] gave in its turn so far
 }
@@ -188,13 +191,17 @@ func (t *turns) pop(weights map[string]int) *delivery {
 	return d
 }
 
-// group returns the dispatch group of d: the tenant of its consumers on a
-// fair deployment, else "".
+// group returns the dispatch group of d, named as the limit target whose
+// weight it takes: "tenant:NAME" of its consumers on a fair deployment,
+// their task type on a pools deployment, else "".
 func (d *delivery) group() string {
-	if d.set == nil {
+	switch {
+	case d.set == nil:
 		return ""
+	case d.set.tenant != "":
+		return kv.TenantTargetPrefix + d.set.tenant
 	}
-	return d.set.tenant
+	return d.set.typ
 }
 
 // deliveryHeap orders one priority's deliveries by waitingSince, oldest

@@ -167,7 +167,7 @@ func TestDispatchTakesTenantsInTurn(t *testing.T) {
 // deliveries, and a changed weight, take effect at the next turn.
 func TestDispatchTakesTenantsByWeight(t *testing.T) {
 	q := newDispatchQueue()
-	q.setWeights(map[string]int{"heavy": 3, "idle": 5})
+	q.setWeights(map[string]int{"tenant:heavy": 3, "tenant:idle": 5, "light": 4}) // "light": a type's weight
 	base := time.Now()
 	heavy, light := &shardSet{tenant: "heavy"}, &shardSet{tenant: "light"}
 	names := map[*delivery]string{}

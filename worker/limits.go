@@ -87,7 +87,7 @@ type flowTable struct {
 	tenants       map[string]kv.Limit // by tenant
 	keys          []keyLimit
 	concurrency   map[string]int // by target: its concurrency limit, if any
-	weights       map[string]int // by tenant: its share of starts (1 if absent)
+	weights       map[string]int // by dispatch group ("tenant:NAME" or a task type): its share of a turn (1 if absent)
 }
 
 type keyLimit struct {
@@ -130,7 +130,7 @@ func compileFlow(l kv.Limits) (*flowTable, []string) {
 			continue
 		}
 		if limit.Weight > 0 {
-			t.weights[name] = limit.Weight
+			t.weights[target] = limit.Weight
 		}
 		if !limit.Bounds() {
 			continue // a weight alone: no admission

@@ -26,12 +26,13 @@ func TestCompileFlow(t *testing.T) {
 			"report":      {Burst: 3},       // not a limit
 			"tenant:big":  {Weight: 4},      // a share, no bound
 			"tenant:both": {Concurrency: 3, Weight: 2},
-			"sms":         {Rate: 1, Weight: 2}, // a weight of a type: not valid
+			"fax":         {Rate: 1, Weight: 2},
+			"key:k*":      {Weight: 2}, // a weight of a key pattern: not valid
 		},
 		Paused: map[string]kv.Pause{"resize": {At: time.Now()}, "tenant:globex": {At: time.Now()}, "key:x": {At: time.Now()}},
 	})
-	require.ElementsMatch(t, []string{"a.b", "report", "sms", "paused key:x"}, ignored)
-	require.Equal(t, map[string]int{"big": 4, "both": 2}, table.weights)
+	require.ElementsMatch(t, []string{"a.b", "report", "key:k*", "paused key:x"}, ignored)
+	require.Equal(t, map[string]int{"tenant:big": 4, "tenant:both": 2, "fax": 2}, table.weights)
 	require.Empty(t, table.match("email2", "big", ""), "a weight alone holds no task back")
 	require.Len(t, table.match("email2", "both", ""), 1)
 	require.True(t, table.paused("resize", "acme"))

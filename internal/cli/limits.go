@@ -29,9 +29,11 @@ from before the claim until the task is settled, and renewed while it runs; a wo
 holding slots gives them back within its member TTL (10s by default).
 --rate R [--burst B]: at most R of TARGET's tasks start per second, and at most R + B in any
 second (B defaults to 1).
---weight W (a tenant only): on a fair deployment (ax provision --fair), the tenant's share of its
-priority's starts: in its turn it starts up to W of its tasks where a tenant without a weight
-starts one. A weight bounds nothing and holds no task back.
+--weight W (a tenant or a type): the target's share of its priority's starts on each worker, where
+the tenants take turns on a fair deployment (ax provision --fair) and the types a worker serves
+on a pools deployment (ax provision --pools): in its turn it starts up to W of its tasks where
+one without a weight starts one. A weight bounds nothing and holds no task back; elsewhere it
+has no effect.
 
 A task over a limit waits without using an attempt or a worker slot: parked on its worker until
 a slot is given back (at most N per worker), or in its bucket, its message coming back after a
@@ -51,7 +53,7 @@ short delay (50ms doubling to 1s). A set replaces TARGET's limit: give both flag
 	set.Flags().IntVar(&concurrency, "concurrency", 0, "at most N of the target's tasks run at once, mesh-wide")
 	set.Flags().Float64Var(&rate, "rate", 0, "at most R of the target's tasks start per second, mesh-wide")
 	set.Flags().IntVar(&burst, "burst", 0, "starts allowed at once beyond the rate (default 1)")
-	set.Flags().IntVar(&weight, "weight", 0, "a tenant's share of its priority's starts on a fair deployment (default 1)")
+	set.Flags().IntVar(&weight, "weight", 0, "a tenant's (fair deployment) or a type's (pools deployment) share of its priority's starts (default 1)")
 	limit.AddCommand(set, &cobra.Command{
 		Use:   "rm TARGET",
 		Short: "Remove the limit of TARGET",
