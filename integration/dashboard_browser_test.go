@@ -216,6 +216,27 @@ func TestDashboardInBrowser(t *testing.T) {
 	require.Contains(t, final, "DEAD → READY")
 	require.Contains(t, final, "replay")
 	require.Equal(t, kv.StateSucceeded, state(), "the management API agrees with the page")
+
+	// The operator gives a tenant a weight from the limits page, confirming
+	// in the dialog; the table shows it, and so does the management API.
+	var limitRow string
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Click(`nav a[data-page="limits"]`),
+		chromedp.WaitVisible(`#limit-form`),
+		chromedp.SendKeys(`#limit-target`, "tenant:acme"),
+		chromedp.SendKeys(`#limit-weight`, "3"),
+		chromedp.Click(`#limit-form button[type="submit"]`),
+		chromedp.WaitVisible(`#confirm-ok`),
+		chromedp.Click(`#confirm-ok`),
+		chromedp.WaitVisible(`#limits tr[data-limit="tenant:acme"]`),
+		into(chromedp.Evaluate[string](`document.querySelector('#limits tr[data-limit="tenant:acme"]')?.innerText ?? ""`), &limitRow),
+		shot("dashboard-limits.png"),
+	))
+	require.Regexp(t, `^tenant:acme\s+–\s+–\s+–\s+–\s+–\s+3\s`, limitRow)
+	limits, err := api.Limits(ctx)
+	require.NoError(t, err)
+	require.Len(t, limits.Limits, 1)
+	require.Equal(t, 3, limits.Limits[0].Weight)
 }
 
 // into runs a, keeps its result in dst, and yields nothing, so that
