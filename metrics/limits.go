@@ -23,6 +23,7 @@ type limitsCollector struct {
 	inUse   *prometheus.Desc
 	rate    *prometheus.Desc
 	tokens  *prometheus.Desc
+	weight  *prometheus.Desc
 	paused  *prometheus.Desc
 }
 
@@ -33,13 +34,14 @@ func newLimitsCollector(js jetstream.JetStream, names streams.Names, timeout tim
 		inUse:  prometheus.NewDesc("ax_limit_in_use", "Slots of a target's concurrency limit held now, mesh-wide.", target, nil),
 		rate:   prometheus.NewDesc("ax_limit_rate", "The rate limit of a target: starts per second, mesh-wide.", target, nil),
 		tokens: prometheus.NewDesc("ax_limit_tokens", "Starts a target's rate limit has to give now.", target, nil),
+		weight: prometheus.NewDesc("ax_limit_weight", "The weight of a tenant (tenant:NAME) or a task type: its share of its priority's starts where the tenants or the types take turns.", target, nil),
 		paused: prometheus.NewDesc("ax_paused", "1 for each paused task type or tenant (tenant:NAME).", target, nil),
 	}
 }
 
 // Describe implements [prometheus.Collector].
 func (c *limitsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.slots, c.inUse, c.rate, c.tokens, c.paused} {
+	for _, d := range []*prometheus.Desc{c.slots, c.inUse, c.rate, c.tokens, c.weight, c.paused} {
 		ch <- d
 	}
 }
@@ -68,6 +70,9 @@ func (c *limitsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, target := range limits.Targets() {
 		l := limits.Limits[target]
+		if l.Weight > 0 {
+			ch <- prometheus.MustNewConstMetric(c.weight, prometheus.GaugeValue, float64(l.Weight), target)
+		}
 		if l.Concurrency > 0 {
 			ch <- prometheus.MustNewConstMetric(c.slots, prometheus.GaugeValue, float64(l.Concurrency), target)
 			if n, err := use.InUse(ctx, target); err == nil {

@@ -27,7 +27,7 @@ func TestLimitsMetrics(t *testing.T) {
 	control, err := js.KeyValue(ctx, "AX_CONTROL")
 	require.NoError(t, err)
 	data, err := json.Marshal(kv.Limits{
-		Limits: map[string]kv.Limit{"partner": {Concurrency: 10}, "tenant:acme": {Rate: 50, Burst: 5}},
+		Limits: map[string]kv.Limit{"partner": {Concurrency: 10}, "tenant:acme": {Rate: 50, Burst: 5, Weight: 2}},
 		Paused: map[string]kv.Pause{"report": {At: time.Now()}},
 	})
 	require.NoError(t, err)
@@ -53,6 +53,7 @@ func TestLimitsMetrics(t *testing.T) {
 		`ax_limit_in_use{target="partner"} 2`,
 		`ax_limit_rate{target="tenant:acme"} 50`,
 		`ax_limit_tokens{target="tenant:acme"} 5`,
+		`ax_limit_weight{target="tenant:acme"} 2`,
 		`ax_paused{target="report"} 1`,
 		`ax_tasks_held_back_total{reason="limited",tenant="acme",type="partner"} 1`,
 		`ax_tasks_held_back_total{reason="paused",tenant="acme",type="report"} 2`,
