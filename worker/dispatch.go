@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -30,9 +29,9 @@ type dispatchQueue struct {
 	queued int                       // deliveries in levels (mu)
 	pushed uint64                    // pushes so far: ties keep arrival order (mu)
 	closed bool                      // no more pushes (mu)
-	// weights are the groups' shares of a turn (1 if absent), by
-	// [delivery.group], from the mesh's limits (mu).
-	weights map[string]int
+	// weights are the groups' shares of a turn, from the mesh's
+	// limits (mu).
+	weights groupWeights
 	wake    chan struct{} // a token: a delivery may be waiting
 }
 
@@ -63,8 +62,26 @@ func (q *dispatchQueue) signal() {
 	}
 }
 
-// setWeights replaces the groups' weights (nil: every group weighs 1).
-func (q *dispatchQueue) setWeights(weights map[string]int) {
+// groupWeights are the weights of the tenants and of the task types (1 if
+// absent), which are the dispatch groups of fair and pools deployments.
+type groupWeights struct {
+	tenants map[string]int
+	types   map[string]int
+}
+
+// of returns the weight of the group of set (nil: the catch-all group).
+func (g groupWeights) of(set *shardSet) int {
+	switch {
+	case set == nil:
+		return 1
+	case set.tenant != "":
+		return max(g.tenants[set.tenant], 1)
+	}
+	return max(g.types[set.typ], 1)
+}
+
+// setWeights replaces the groups' weights (zero: every group weighs 1).
+func (q *dispatchQueue) setWeights(weights groupWeights) {
 	q.mu.Lock()
 	q.weights = weights
 	q.mu.Unlock()
@@ -151,17 +168,17 @@ func waitingSince(msg jetstream.Msg, meta *jetstream.MsgMetadata, now time.Time)
 // group has given as many as its weight in this turn (or has no more),
 // puts it at the back of the line.
 type turns struct {
-	groups map[string]*deliveryHeap // by [delivery.group]
-	line   []string                 // the groups with deliveries, next turn first (each once)
-	given  int                      // deliveries line[0] gave in its turn so far
+	groups map[*shardSet]*deliveryHeap // by the consumers' set of the delivery: its tenant's, its type's, or nil
+	line   []*shardSet                 // the groups with deliveries, next turn first (each once)
+	given  int                         // deliveries line[0] gave in its turn so far
 }
 
 func (t *turns) push(d *delivery) {
-	group := d.group()
+	group := d.set
 	h := t.groups[group]
 	if h == nil {
 		if t.groups == nil {
-			t.groups = map[string]*deliveryHeap{}
+			t.groups = map[*shardSet]*deliveryHeap{}
 		}
 		h = &deliveryHeap{}
 		t.groups[group] = h // kept when it empties: a worker's groups are its tenants
@@ -172,9 +189,8 @@ func (t *turns) push(d *delivery) {
 	heap.Push(h, d)
 }
 
-// pop takes the next delivery; weights are the groups' shares of a turn
-// (1 if absent).
-func (t *turns) pop(weights map[string]int) *delivery {
+// pop takes the next delivery; weights are the groups' shares of a turn.
+func (t *turns) pop(weights groupWeights) *delivery {
 	if len(t.line) == 0 {
 		return nil
 	}
@@ -185,23 +201,10 @@ func (t *turns) pop(weights map[string]int) *delivery {
 	switch {
 	case h.Len() == 0:
 		t.line, t.given = t.line[1:], 0
-	case len(t.line) > 1 && t.given >= max(weights[group], 1):
+	case len(t.line) > 1 && t.given >= weights.of(group):
 		t.line, t.given = append(t.line[1:], group), 0
 	}
 	return d
-}
-
-// group returns the dispatch group of d, named as the limit target whose
-// weight it takes: "tenant:NAME" of its consumers on a fair deployment,
-// their task type on a pools deployment, else "".
-func (d *delivery) group() string {
-	switch {
-	case d.set == nil:
-		return ""
-	case d.set.tenant != "":
-		return kv.TenantTargetPrefix + d.set.tenant
-	}
-	return d.set.typ
 }
 
 // deliveryHeap orders one priority's deliveries by waitingSince, oldest

@@ -167,7 +167,7 @@ func TestDispatchTakesTenantsInTurn(t *testing.T) {
 // deliveries, and a changed weight, take effect at the next turn.
 func TestDispatchTakesTenantsByWeight(t *testing.T) {
 	q := newDispatchQueue()
-	q.setWeights(map[string]int{"tenant:heavy": 3, "tenant:idle": 5, "light": 4}) // "light": a type's weight
+	q.setWeights(groupWeights{tenants: map[string]int{"heavy": 3, "idle": 5}, types: map[string]int{"light": 4}})
 	base := time.Now()
 	heavy, light := &shardSet{tenant: "heavy"}, &shardSet{tenant: "light"}
 	names := map[*delivery]string{}
@@ -188,7 +188,7 @@ func TestDispatchTakesTenantsByWeight(t *testing.T) {
 		got = append(got, names[q.pop(stop)])
 	}
 	require.Equal(t, []string{"h0", "h1", "h2", "l0", "h3", "h4", "h5", "l1", "h6"}, got)
-	q.setWeights(nil) // the weight removed: turns of one each
+	q.setWeights(groupWeights{}) // the weight removed: turns of one each
 	for range names {
 		d := q.take()
 		if d == nil {

@@ -87,7 +87,7 @@ type flowTable struct {
 	tenants       map[string]kv.Limit // by tenant
 	keys          []keyLimit
 	concurrency   map[string]int // by target: its concurrency limit, if any
-	weights       map[string]int // by dispatch group ("tenant:NAME" or a task type): its share of a turn (1 if absent)
+	weights       groupWeights   // the tenants' and the types' shares of a turn
 }
 
 type keyLimit struct {
@@ -109,7 +109,8 @@ func compileFlow(l kv.Limits) (*flowTable, []string) {
 		return nil, nil
 	}
 	t := &flowTable{pausedTypes: map[string]bool{}, pausedTenants: map[string]bool{},
-		types: map[string]kv.Limit{}, tenants: map[string]kv.Limit{}, concurrency: map[string]int{}, weights: map[string]int{}}
+		types: map[string]kv.Limit{}, tenants: map[string]kv.Limit{}, concurrency: map[string]int{},
+		weights: groupWeights{tenants: map[string]int{}, types: map[string]int{}}}
 	var ignored []string
 	for target := range l.Paused {
 		kind, name, err := kv.ParseTarget(target, true)
@@ -129,8 +130,11 @@ func compileFlow(l kv.Limits) (*flowTable, []string) {
 			ignored = append(ignored, target)
 			continue
 		}
-		if limit.Weight > 0 {
-			t.weights[target] = limit.Weight
+		switch {
+		case limit.Weight > 0 && kind == "tenant":
+			t.weights.tenants[name] = limit.Weight
+		case limit.Weight > 0:
+			t.weights.types[name] = limit.Weight
 		}
 		if !limit.Bounds() {
 			continue // a weight alone: no admission
@@ -314,7 +318,7 @@ func (w *Worker) applyLimits(e jetstream.KeyValueEntry) {
 		w.log.Error("limits_ignored", zap.Strings("targets", ignored), zap.Uint64("revision", e.Revision()))
 	}
 	w.limits.table.Store(table)
-	var weights map[string]int
+	var weights groupWeights
 	if table != nil {
 		weights = table.weights
 	}

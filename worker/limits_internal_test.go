@@ -32,7 +32,7 @@ func TestCompileFlow(t *testing.T) {
 		Paused: map[string]kv.Pause{"resize": {At: time.Now()}, "tenant:globex": {At: time.Now()}, "key:x": {At: time.Now()}},
 	})
 	require.ElementsMatch(t, []string{"a.b", "report", "key:k*", "paused key:x"}, ignored)
-	require.Equal(t, map[string]int{"tenant:big": 4, "tenant:both": 2, "fax": 2}, table.weights)
+	require.Equal(t, groupWeights{tenants: map[string]int{"big": 4, "both": 2}, types: map[string]int{"fax": 2}}, table.weights)
 	require.Empty(t, table.match("email2", "big", ""), "a weight alone holds no task back")
 	require.Len(t, table.match("email2", "both", ""), 1)
 	require.True(t, table.paused("resize", "acme"))
