@@ -18,8 +18,9 @@ import (
 // LimitRequest sets (limit.set) or removes (limit.rm) the limit of one
 // target: a task type, "tenant:NAME" or "key:PATTERN" ('*' matches any run
 // of characters). A set replaces the target's limit: give both the
-// concurrency and the rate to have both. A tenant's limit may carry a
-// weight, its share of its priority's starts on a fair deployment.
+// concurrency and the rate to have both. A tenant's or a type's limit may
+// carry a weight, its share of its priority's starts where the tenants (a
+// fair deployment) or the types (a pools deployment) take turns.
 type LimitRequest struct {
 	Target      string  `json:"target"`
 	Concurrency int     `json:"concurrency,omitempty"`

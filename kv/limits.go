@@ -125,7 +125,7 @@ func (l Limit) Validate() error {
 	case l.Burst > 0 && l.Rate == 0:
 		return errors.New("a burst needs a rate")
 	case l.Weight < 0 || l.Weight > MaxWeight:
-		return fmt.Errorf("weight %d: want 1..%d", l.Weight, MaxWeight)
+		return fmt.Errorf("weight %d: want 1..%d (0: none)", l.Weight, MaxWeight)
 	}
 	return nil
 }

@@ -436,7 +436,7 @@ async function pageLimits() {
   const conc = h("input", { id: "limit-concurrency", type: "number", min: "0", placeholder: "concurrency" });
   const rate = h("input", { id: "limit-rate", type: "number", min: "0", step: "any", placeholder: "rate/s" });
   const burst = h("input", { id: "limit-burst", type: "number", min: "0", placeholder: "burst" });
-  const weight = h("input", { id: "limit-weight", type: "number", min: "0", placeholder: "weight (tenant)" });
+  const weight = h("input", { id: "limit-weight", type: "number", min: "0", placeholder: "weight (tenant or type)" });
   const pauseType = h("input", { id: "pause-type", placeholder: "task type" });
   const pauseTenant = h("input", { id: "pause-tenant", placeholder: "tenant" });
   const num = (el) => (el.value === "" ? undefined : Number(el.value));

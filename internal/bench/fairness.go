@@ -142,7 +142,7 @@ func (r *run) fairPhase(ctx context.Context, o Options, paced *ax.Client, rate i
 		}
 	}()
 	for range o.Workers {
-		w, err := worker.New(ctx, r.js, &worker.Config{Names: r.names, Registry: reg, Concurrency: o.Concurrency, Logger: zap.NewNop()})
+		w, err := worker.New(ctx, r.js, &worker.Config{Names: r.names, Registry: reg, Concurrency: o.Concurrency, PrefetchPerShard: o.Prefetch, Logger: zap.NewNop()})
 		if err == nil {
 			err = w.Start(ctx)
 		}

@@ -230,7 +230,7 @@ func (r *run) setLimits(ctx context.Context, l kv.Limits) error {
 // startWorkers starts o.Workers workers of o.Concurrency slots serving reg.
 func (r *run) startWorkers(ctx context.Context, o Options, reg *worker.Registry) error {
 	for range o.Workers {
-		w, err := worker.New(ctx, r.js, &worker.Config{Names: r.names, Registry: reg, Concurrency: o.Concurrency, Logger: zap.NewNop()})
+		w, err := worker.New(ctx, r.js, &worker.Config{Names: r.names, Registry: reg, Concurrency: o.Concurrency, PrefetchPerShard: o.Prefetch, Logger: zap.NewNop()})
 		if err == nil {
 			err = w.Start(ctx)
 		}

@@ -36,7 +36,7 @@ func (f *workerFlags) add(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.StringVar(&f.id, "id", "", "worker id (default: <hostname>-<random>)")
 	fs.IntVarP(&f.concurrency, "concurrency", "c", worker.DefaultConcurrency, "tasks run at once per worker")
-	fs.IntVar(&f.prefetch, "prefetch", 0, "messages of each shard consumer a worker holds at most before its slots take them (default: 2 x concurrency / 32, at least 1); more takes fewer pull requests per task for fast tasks, and holds more tasks that another worker cannot take")
+	fs.IntVar(&f.prefetch, "prefetch", 0, "messages of each shard consumer a worker holds at most before its slots take them (default: 2 x concurrency / 32, at least 1, at most 64); more takes fewer pull requests per task for fast tasks, and holds more tasks that another worker cannot take")
 	fs.DurationVar(&f.timeout, "timeout", worker.DefaultTimeout, "default timeout of a task")
 	fs.IntVar(&f.maxAttempts, "max-attempts", worker.DefaultMaxAttempts, "default attempts before a task is dead")
 	fs.DurationVar(&f.ackWait, "ack-wait", 0, "ack wait of the shard consumers; 0 reads it from them, another value must equal theirs (else the command fails: the deployment owns it)")
