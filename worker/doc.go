@@ -53,7 +53,7 @@
 // TTL, so a dead worker's slots come back within that TTL. A rate limit's
 // start is taken from a token bucket in AX_LIMITS once the task is claimed.
 // A task held back uses no attempt and no slot of the worker: it is parked
-// on its worker (at most 256 per limit) until a slot is handed on or given
+// on its worker (at most 1,024 per limit, 64 MiB of messages in all) until a slot is handed on or given
 // back, or naked with a delay; it is never dead-lettered for a limit. With
 // nothing configured the check does no I/O.
 //

@@ -47,8 +47,13 @@ const (
 	// for a task being claimed (it is taken, or dropped, as soon as the
 	// claim is decided).
 	reservedFor = 5 * time.Second
-	// maxParked bounds the deliveries a worker parks per limit.
-	maxParked = 256
+	// maxParked bounds the deliveries a worker parks per limit, and
+	// maxParkedBytes their messages' bytes, all limits together. A
+	// delivery beyond them is naked, which frees nothing on the server (a
+	// naked message stays in its consumer's ack pending) but takes a
+	// delivery and a nak per retry: parking more costs memory only.
+	maxParked      = 1024
+	maxParkedBytes = 64 << 20
 )
 
 // ActionRateLimited is the trail action of a claimed task put back READY,
@@ -185,6 +190,8 @@ type limitState struct {
 	use    *kv.LimitUse                   // bound at first use (mu)
 	holds  map[string]map[string]struct{} // target -> holders of its slots here (mu)
 	parked map[string][]*delivery         // parkKey -> deliveries waiting here for a slot or a start of the limit, oldest first (mu)
+	bytes  int                            // the parked deliveries' message bytes (mu)
+	room   int                            // the most bytes parked here: maxParkedBytes (tests set less)
 	wakes  map[string]time.Time           // parkKey -> when its oldest delivery is woken for its rate's next start (mu)
 	yields map[string]time.Time           // target -> until when the deliveries parked here leave a slot given back at the end of a turn to the other workers (mu)
 	taking map[string]bool                // target -> a take of its slots is in flight here: a fresh delivery's or a fill's (mu)

@@ -147,7 +147,7 @@ func parkKey(b boundLimit) string {
 // ([Worker.holdBack]).
 func (w *Worker) parkOrHoldBack(d *delivery, env *envelope, b boundLimit, wait time.Duration) {
 	key := parkKey(b)
-	if !w.parkRoom(key) {
+	if !w.reservePark(key, d) {
 		w.holdBack(d, env, wait)
 		return
 	}
@@ -293,14 +293,34 @@ func (w *Worker) fillSlots(t *flowTable, target string, limit, n int) {
 	}
 }
 
-// parkRoom reports whether key has room for one more parked delivery
-// here: at most maxParked, a bounded number of messages, enough to use the
-// whole limit and few enough to leave the consumers' ack-pending room to
-// the other tasks.
-func (w *Worker) parkRoom(key string) bool {
+// reservePark reports whether key has room for d, one more delivery
+// parked here: at most maxParked for the key, and at most the parking
+// room's bytes (maxParkedBytes) in all, which it reserves for d at once,
+// so that the slots admitting deliveries together cannot overfill it
+// ([Worker.parkHeld] parks d, or gives the bytes back).
+func (w *Worker) reservePark(key string, d *delivery) bool {
 	w.limits.mu.Lock()
 	defer w.limits.mu.Unlock()
-	return !w.limits.closed && len(w.limits.parked[key]) < maxParked
+	size := parkedSize(d)
+	if w.limits.closed || len(w.limits.parked[key]) >= maxParked || w.limits.bytes+size > w.limits.room {
+		return false
+	}
+	w.limits.bytes += size
+	return true
+}
+
+// parkedSize is what a parked delivery counts against maxParkedBytes.
+func parkedSize(d *delivery) int { return len(d.msg.Data()) }
+
+// parkedBytes sums the sizes of the deliveries of parked.
+func parkedBytes(parked map[string][]*delivery) int {
+	n := 0
+	for _, q := range parked {
+		for _, d := range q {
+			n += parkedSize(d)
+		}
+	}
+	return n
 }
 
 // parkHeld parks d if its admission asked for it (d.park), once process
@@ -313,6 +333,7 @@ func (w *Worker) parkHeld(d *delivery) bool {
 	d.park = ""
 	w.limits.mu.Lock()
 	if w.limits.closed {
+		w.limits.bytes -= parkedSize(d)
 		w.limits.mu.Unlock()
 		w.release(d)
 		return true
@@ -389,6 +410,7 @@ func (w *Worker) popParked(target string) *delivery {
 	}
 	d := q[0]
 	q[0] = nil
+	w.limits.bytes -= parkedSize(d)
 	if len(q) == 1 {
 		delete(w.limits.parked, target)
 	} else {
@@ -425,6 +447,7 @@ func (w *Worker) unparkAll() {
 	w.limits.mu.Lock()
 	parked := w.limits.parked
 	w.limits.parked = nil
+	w.limits.bytes -= parkedBytes(parked)
 	w.limits.mu.Unlock()
 	for _, q := range parked {
 		for _, d := range q {
@@ -439,6 +462,7 @@ func (w *Worker) closeParking() {
 	w.limits.mu.Lock()
 	parked := w.limits.parked
 	w.limits.parked, w.limits.closed = nil, true
+	w.limits.bytes -= parkedBytes(parked)
 	w.limits.wakes = nil
 	w.limits.mu.Unlock()
 	for _, q := range parked {

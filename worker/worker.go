@@ -92,6 +92,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Worker, err
 	w.chains = newChains(cfg, w.log, w.tracer)
 	w.dispatch = newDispatchQueue()
 	w.limits.ready = make(chan struct{})
+	w.limits.room = maxParkedBytes
 	w.held.items = map[*delivery]struct{}{}
 	w.runCtx, w.runCancel = context.WithCancelCause(context.Background())
 	return w, nil
