@@ -163,10 +163,9 @@ func waitingSince(msg jetstream.Msg, meta *jetstream.MsgMetadata, now time.Time)
 
 // turns holds one priority's deliveries in groups, one per tenant on a
 // fair deployment and per type on a pools deployment (else one group),
-// which take turns: pop takes the
-// longest-waiting delivery of the group whose turn it is and, once the
-// group has given as many as its weight in this turn (or has no more),
-// puts it at the back of the line.
+// which take turns: pop takes the longest-waiting delivery of the group
+// whose turn it is and, once the group has given as many as its weight in
+// this turn (or has no more), puts it at the back of the line.
 type turns struct {
 	groups map[*shardSet]*deliveryHeap // by the consumers' set of the delivery: its tenant's, its type's, or nil
 	line   []*shardSet                 // the groups with deliveries, next turn first (each once)
