@@ -54,25 +54,7 @@ func TestAttackPoolsStrictPriorityWithWeights(t *testing.T) {
 	mu.Lock()
 	submitted := len(starts)
 	mu.Unlock()
-	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		n := 0
-		for _, p := range starts {
-			if p == 0 {
-				n++
-			}
-		}
-		return n == 10
-	}, 30*time.Second, 5*time.Millisecond)
-	mu.Lock()
-	defer mu.Unlock()
-	last := 0
-	for i, p := range starts {
-		if p == 0 {
-			last = i
-		}
-	}
+	last := lastP0Start(t, &mu, &starts, 10)
 	require.LessOrEqual(t, last, submitted+10+concurrency-1, "last P0 at %d, %d started at the submit", last, submitted)
 }
 
