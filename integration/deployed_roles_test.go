@@ -419,6 +419,11 @@ func TestDeployedFairRoles(t *testing.T) {
 	mustAxAs(t, url, "scheduler", "provision", "--fair")
 	sched := startAxAs(t, url, "scheduler", "scheduler")
 	w := startAxAs(t, url, "worker-1", "worker", "--id", "worker-1", "--concurrency", "4")
+	// The scheduler says it campaigns once its management API answers:
+	// the operator's first verb waits for that line, not for luck.
+	require.Eventually(t, func() bool { return strings.Contains(sched.output(), "campaigning") || sched.exited() },
+		30*time.Second, 50*time.Millisecond, "ax scheduler did not start:\n%s", sched.output())
+	require.False(t, sched.exited(), "ax scheduler exited:\n%s", sched.output())
 	require.Eventually(t, func() bool { return strings.Contains(w.output(), "joining the mesh") || w.exited() },
 		30*time.Second, 50*time.Millisecond, "ax worker did not join:\n%s", w.output())
 	require.False(t, w.exited(), "ax worker exited:\n%s", w.output())
