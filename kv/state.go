@@ -34,6 +34,10 @@ const (
 // run time (the mover releases only PENDING tasks). PENDING -> DEAD also
 // ends a delayed task whose schedule AX_DELAYED, or whose released copy its
 // bucket, refused for what the message is: it could never run.
+//
+// READY -> PENDING is also a worker's step aside: a task over a limit that
+// its worker has no room to park waits in AX_DELAYED until a run time,
+// out of its shard consumer's ack pending (worker/limits_aside.go).
 var transitions = map[State][]State{
 	StatePending:   {StateReady, StateCancelled, StatePaused, StatePending, StateDead},
 	StateReady:     {StateRunning, StateCancelled, StatePaused, StateReady, StateDead, StatePending},

@@ -370,9 +370,18 @@ func (w *Worker) ahead(ctx context.Context, d *delivery, env *envelope, rec *kv.
 
 // newRecord is the RUNNING record a worker's first sight creates.
 func (w *Worker) newRecord(env *envelope) *kv.Record {
+	rec := readyRecord(env)
+	rec.State = kv.StateRunning
+	w.start(rec, env)
+	return rec
+}
+
+// readyRecord is the READY record of a raw publish's task, bound to its
+// message: what a Go submit writes.
+func readyRecord(env *envelope) *kv.Record {
 	rec := &kv.Record{
 		ID: env.id, Type: env.stored.Type, Tenant: env.stored.Tenant, Key: env.stored.Key,
-		Priority: env.stored.Priority, State: kv.StateRunning,
+		Priority: env.stored.Priority, State: kv.StateReady,
 		MaxAttempts: env.opts.MaxAttempts, Timeout: kv.Duration(env.opts.Timeout),
 		CreatedAt: env.published,
 	}
@@ -381,7 +390,6 @@ func (w *Worker) newRecord(env *envelope) *kv.Record {
 		t := env.opts.Deadline.UTC()
 		rec.Deadline = &t
 	}
-	w.start(rec, env)
 	return rec
 }
 

@@ -17,9 +17,13 @@ type delivery struct {
 	from     *puller                // the puller whose credit it holds until a slot takes it; nil in tests
 	priority int
 	shard    int
-	since    time.Time   // when the task began to wait: the dispatch order
-	order    uint64      // arrival at the dispatch queue: breaks ties
-	log      *zap.Logger // the worker's; nil in tests
+	// room is how many deliveries of its consumer may park here at once:
+	// half the consumer's MaxAckPending (0: no bound), so that held-back
+	// tasks never take all of its ack pending (limits_aside.go).
+	room  int
+	since time.Time   // when the task began to wait: the dispatch order
+	order uint64      // arrival at the dispatch queue: breaks ties
+	log   *zap.Logger // the worker's; nil in tests
 	// park names the concurrency limit a slot's admission found full: the
 	// slot parks the delivery once process returns (limits.go). Only the
 	// slot that holds the delivery reads or writes it.

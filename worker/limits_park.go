@@ -143,12 +143,12 @@ func parkKey(b boundLimit) string {
 }
 
 // parkOrHoldBack parks d for the limit b, full or without a start to give
-// for wait, if it has room here, else naks it with a delay
-// ([Worker.holdBack]).
+// for wait, if it has room here, else steps it aside into AX_DELAYED
+// ([Worker.stepAside]).
 func (w *Worker) parkOrHoldBack(d *delivery, env *envelope, b boundLimit, wait time.Duration) {
 	key := parkKey(b)
 	if !w.reservePark(key, d) {
-		w.holdBack(d, env, wait)
+		w.stepAside(d, env, b, wait)
 		return
 	}
 	// Parked rather than naked: it waits here, heartbeated, holding no
@@ -294,33 +294,67 @@ func (w *Worker) fillSlots(t *flowTable, target string, limit, n int) {
 }
 
 // reservePark reports whether key has room for d, one more delivery
-// parked here: at most maxParked for the key, and at most the parking
-// room's bytes (maxParkedBytes) in all, which it reserves for d at once,
-// so that the slots admitting deliveries together cannot overfill it
-// ([Worker.parkHeld] parks d, or gives the bytes back).
+// parked here: at most maxParked for the key, at most d's consumer room
+// from its consumer (half its MaxAckPending: the other half is left to the
+// consumer's other tasks), and at most the parking room's bytes
+// (maxParkedBytes) in all. It reserves d's bytes and its place among its
+// consumer's at once, so that the slots admitting deliveries together
+// cannot overfill them ([Worker.parkHeld] parks d, or gives them back).
 func (w *Worker) reservePark(key string, d *delivery) bool {
 	w.limits.mu.Lock()
 	defer w.limits.mu.Unlock()
 	size := parkedSize(d)
-	if w.limits.closed || len(w.limits.parked[key]) >= maxParked || w.limits.bytes+size > w.limits.room {
+	c := consumerOf(d)
+	if w.limits.closed || len(w.limits.parked[key]) >= maxParked || w.limits.bytes+size > w.limits.room ||
+		(d.room > 0 && w.limits.byConsumer[c] >= d.room) {
 		return false
 	}
 	w.limits.bytes += size
+	if d.room > 0 {
+		if w.limits.byConsumer == nil {
+			w.limits.byConsumer = map[consumerRef]int{}
+		}
+		w.limits.byConsumer[c]++
+	}
 	return true
+}
+
+// unreservePark gives back what [Worker.reservePark] reserved for d.
+// limits.mu must be held.
+func (w *Worker) unreservePark(d *delivery) {
+	w.limits.bytes -= parkedSize(d)
+	if d.room > 0 {
+		c := consumerOf(d)
+		if w.limits.byConsumer[c] <= 1 {
+			delete(w.limits.byConsumer, c)
+		} else {
+			w.limits.byConsumer[c]--
+		}
+	}
+}
+
+// consumerRef names a shard consumer: its set, priority and shard.
+type consumerRef struct {
+	set      *shardSet
+	priority int
+	shard    int
+}
+
+func consumerOf(d *delivery) consumerRef {
+	return consumerRef{set: d.set, priority: d.priority, shard: d.shard}
 }
 
 // parkedSize is what a parked delivery counts against maxParkedBytes.
 func parkedSize(d *delivery) int { return len(d.msg.Data()) }
 
-// parkedBytes sums the sizes of the deliveries of parked.
-func parkedBytes(parked map[string][]*delivery) int {
-	n := 0
+// unreserveAll gives back what [Worker.reservePark] reserved for the
+// deliveries of parked. limits.mu must be held.
+func (w *Worker) unreserveAll(parked map[string][]*delivery) {
 	for _, q := range parked {
 		for _, d := range q {
-			n += parkedSize(d)
+			w.unreservePark(d)
 		}
 	}
-	return n
 }
 
 // parkHeld parks d if its admission asked for it (d.park), once process
@@ -333,7 +367,7 @@ func (w *Worker) parkHeld(d *delivery) bool {
 	d.park = ""
 	w.limits.mu.Lock()
 	if w.limits.closed {
-		w.limits.bytes -= parkedSize(d)
+		w.unreservePark(d)
 		w.limits.mu.Unlock()
 		w.release(d)
 		return true
@@ -410,7 +444,7 @@ func (w *Worker) popParked(target string) *delivery {
 	}
 	d := q[0]
 	q[0] = nil
-	w.limits.bytes -= parkedSize(d)
+	w.unreservePark(d)
 	if len(q) == 1 {
 		delete(w.limits.parked, target)
 	} else {
@@ -447,7 +481,7 @@ func (w *Worker) unparkAll() {
 	w.limits.mu.Lock()
 	parked := w.limits.parked
 	w.limits.parked = nil
-	w.limits.bytes -= parkedBytes(parked)
+	w.unreserveAll(parked)
 	w.limits.mu.Unlock()
 	for _, q := range parked {
 		for _, d := range q {
@@ -462,7 +496,7 @@ func (w *Worker) closeParking() {
 	w.limits.mu.Lock()
 	parked := w.limits.parked
 	w.limits.parked, w.limits.closed = nil, true
-	w.limits.bytes -= parkedBytes(parked)
+	w.unreserveAll(parked)
 	w.limits.wakes = nil
 	w.limits.mu.Unlock()
 	for _, q := range parked {

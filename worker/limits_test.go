@@ -134,17 +134,17 @@ func TestConcurrencyLimitAcrossWorkers(t *testing.T) {
 	}
 	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 3}}})
 	time.Sleep(200 * time.Millisecond)
-	var ids []string
+	// One batch, so that both types wait together however slowly a
+	// loaded machine submits: one by one, each email ran alone.
+	var specs []ax.TaskSpec
 	for i := range 40 {
-		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: fmt.Sprintf("p%d", i)})
-		require.NoError(t, err)
-		ids = append(ids, info.ID)
-		info, err = b.client.Submit(ctx, ax.TaskSpec{Type: "email", Key: fmt.Sprintf("e%d", i)})
-		require.NoError(t, err)
-		ids = append(ids, info.ID)
+		specs = append(specs, ax.TaskSpec{Type: "partner", Key: fmt.Sprintf("p%d", i)},
+			ax.TaskSpec{Type: "email", Key: fmt.Sprintf("e%d", i)})
 	}
-	for _, id := range ids {
-		rec := b.waitState(t, id, kv.StateSucceeded)
+	infos, err := b.client.SubmitBatch(ctx, specs)
+	require.NoError(t, err)
+	for _, info := range infos {
+		rec := b.waitState(t, info.ID, kv.StateSucceeded)
 		require.Equal(t, 1, rec.Attempt)
 	}
 	require.LessOrEqual(t, limited.peakNow(), 3)

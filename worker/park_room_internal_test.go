@@ -10,20 +10,23 @@ import (
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 )
 
 // The deliveries a worker parks for its limits hold at most its parking
-// room's bytes of messages: beyond it they are naked, and every task still
-// runs once its slot comes.
+// room's bytes of messages: beyond it they step aside into AX_DELAYED
+// (released by the leader), and every task still runs once, once its slot
+// comes.
 func TestParkingHoldsAtMostItsBytes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	srv := natstest.Start(t, natstest.Options{})
 	_, js := srv.Connect()
 	natstest.Provision(t, js, nil)
+	startLeader(t, srv)
 	board, err := js.KeyValue(ctx, streams.Names{}.ControlBucket())
 	require.NoError(t, err)
 	limits, err := json.Marshal(kv.Limits{Limits: map[string]kv.Limit{"big": {Concurrency: 1}}})
@@ -76,10 +79,27 @@ func TestParkingHoldsAtMostItsBytes(t *testing.T) {
 	t.Logf("most parked: %d deliveries, %d bytes", parkedMost, most)
 	require.Positive(t, parkedMost, "nothing was parked: the test proves nothing")
 	require.LessOrEqual(t, most, room)
+	require.Positive(t, w.Stats().SteppedAside, "nothing stepped aside: the room was never full")
 	for id, n := range ran {
 		require.Equal(t, 1, n, "task %s", id)
 	}
 	w.limits.mu.Lock()
 	defer w.limits.mu.Unlock()
 	require.Zero(t, w.limits.bytes, "every reservation given back")
+}
+
+// startLeader runs the scheduler's leader loops on srv until the test ends:
+// it releases the tasks that stepped aside.
+func startLeader(t *testing.T, srv *natstest.Server) {
+	t.Helper()
+	_, js := srv.Connect()
+	l, err := scheduler.New(context.Background(), js, &scheduler.Config{LeaseTTL: 2 * time.Second, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = l.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
 }

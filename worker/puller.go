@@ -39,8 +39,11 @@ type puller struct {
 	p      int
 	shard  int
 	budget int
-	expiry time.Duration        // how long a request waits on the server
-	opts   []jetstream.FetchOpt // heartbeat, priority group, min pending
+	// parkRoom is how many of its deliveries may park at once: half its
+	// consumer's MaxAckPending (0: no bound; [delivery.room]).
+	parkRoom int
+	expiry   time.Duration        // how long a request waits on the server
+	opts     []jetstream.FetchOpt // heartbeat, priority group, min pending
 
 	ctx    context.Context // cancelled by stop: ends an open request
 	cancel context.CancelFunc
@@ -51,9 +54,9 @@ type puller struct {
 	freed chan struct{} // a token: credit came back
 }
 
-func newPuller(w *Worker, s *shardSet, cons jetstream.Consumer, p, shard, budget int, expiry time.Duration, opts []jetstream.FetchOpt) *puller {
+func newPuller(w *Worker, s *shardSet, cons jetstream.Consumer, p, shard, budget, parkRoom int, expiry time.Duration, opts []jetstream.FetchOpt) *puller {
 	ctx, cancel := context.WithCancel(context.Background())
-	pl := &puller{w: w, s: s, cons: cons, p: p, shard: shard, budget: budget,
+	pl := &puller{w: w, s: s, cons: cons, p: p, shard: shard, budget: budget, parkRoom: parkRoom,
 		expiry: expiry, opts: opts, ctx: ctx, cancel: cancel, closed: make(chan struct{}),
 		free: budget, freed: make(chan struct{}, 1)}
 	go pl.run()

@@ -269,7 +269,11 @@ func (w *Worker) consumeShard(ctx context.Context, s *shardSet, p, shard int, mo
 	if mode == shardSteal {
 		opts = append(opts, jetstream.FetchMinPending(int64(w.cfg.StealThreshold)))
 	}
-	return newPuller(w, s, cons, p, shard, w.cfg.PrefetchPerShard, expiry, opts), nil
+	parkRoom := 0
+	if cfg.MaxAckPending > 0 {
+		parkRoom = max(1, cfg.MaxAckPending/2)
+	}
+	return newPuller(w, s, cons, p, shard, w.cfg.PrefetchPerShard, parkRoom, expiry, opts), nil
 }
 
 func (w *Worker) unpin(ctx context.Context, p int, consumer string) error {

@@ -23,11 +23,15 @@ type Stats struct {
 	// task straight to a task waiting here for the limit, without a round
 	// trip to the limits bucket.
 	HandedOn int64
+	// SteppedAside counts deliveries held back by a limit that the worker
+	// had no room to park: moved to AX_DELAYED until a run time, out of
+	// their shard consumer's pending (they count in Limited too).
+	SteppedAside int64
 }
 
 // counters are the live outcome counters behind [Stats].
 type counters struct {
-	Started, Succeeded, Retried, Dead, Dropped, Abandoned, Unhandled, Paused, Limited, HandedOn atomic.Int64
+	Started, Succeeded, Retried, Dead, Dropped, Abandoned, Unhandled, Paused, Limited, HandedOn, SteppedAside atomic.Int64
 }
 
 // Stats returns a snapshot of the worker's outcome counters. Each counter is
@@ -37,5 +41,6 @@ func (w *Worker) Stats() Stats {
 	c := &w.stats
 	return Stats{Started: c.Started.Load(), Succeeded: c.Succeeded.Load(), Retried: c.Retried.Load(),
 		Dead: c.Dead.Load(), Dropped: c.Dropped.Load(), Abandoned: c.Abandoned.Load(), Unhandled: c.Unhandled.Load(),
-		Paused: c.Paused.Load(), Limited: c.Limited.Load(), HandedOn: c.HandedOn.Load()}
+		Paused: c.Paused.Load(), Limited: c.Limited.Load(), HandedOn: c.HandedOn.Load(),
+		SteppedAside: c.SteppedAside.Load()}
 }

@@ -241,7 +241,7 @@ func (w *Worker) receive(pl *puller, msg jetstream.Msg) {
 	}
 	now := time.Now()
 	meta, _ := msg.Metadata() // nil if unreadable: process terms the message
-	d := &delivery{msg: msg, meta: meta, set: pl.s, from: pl, priority: pl.p, shard: pl.shard, lastBeat: now,
+	d := &delivery{msg: msg, meta: meta, set: pl.s, from: pl, priority: pl.p, shard: pl.shard, room: pl.parkRoom, lastBeat: now,
 		since: waitingSince(msg, meta, now), log: w.log}
 	w.held.add(d)
 	if !w.dispatch.push(d) {

@@ -1,0 +1,130 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+)
+
+// Stepping aside: a delivery held back by a limit waits parked on its
+// worker while there is room (limits_park.go). A parked or naked message
+// stays in its shard consumer's ack pending, and a consumer at its
+// MaxAckPending delivers nothing new: a limited backlog that outgrew the
+// parking room would hold back every other task of its shard. So a
+// delivery that cannot be parked leaves its consumer instead: its READY
+// record goes to PENDING with a run time, a schedule of it goes to
+// AX_DELAYED, and its message is acked. The leader releases it at its run
+// time, as it releases any delayed task (a copy at the tail of its
+// bucket, docs/ARCHITECTURE.md, "The move protocol"), and its admission
+// tries the limit again.
+
+// ActionSteppedAside is the trail action of a READY task held back by a
+// limit that its worker had no room to park: moved to PENDING, its message
+// to AX_DELAYED until its run time, out of its shard consumer's pending.
+const ActionSteppedAside = "stepped_aside"
+
+const (
+	// asideFirst is how long a task waits in AX_DELAYED the first time
+	// it steps aside; it doubles each time the same task steps aside
+	// again, up to asideMax, plus up to half of it at random, so that a
+	// backlog that outgrew the parking room comes back spread out, and a
+	// long one costs a few moves per task, not a move per second.
+	asideFirst = time.Second
+	asideMax   = 30 * time.Second
+)
+
+// stepAside moves d, held back by limit b (its next start due after wait,
+// for a rate), out of its consumer into AX_DELAYED; where it cannot (the
+// task is not READY on this message, its record could not be read or
+// written, AX_DELAYED refused the schedule), it naks d with a delay
+// ([Worker.holdBack]).
+func (w *Worker) stepAside(d *delivery, env *envelope, b boundLimit, wait time.Duration) {
+	if w.movedAside(d, env, b, wait) {
+		return
+	}
+	w.holdBack(d, env, wait)
+}
+
+// movedAside does the move of [Worker.stepAside] and reports whether it
+// took the delivery. The schedule is written before the record, so that a
+// PENDING record always has its schedule: a worker stopped between the two
+// leaves a READY task on its message and a schedule the leader drops when
+// it fires (it releases PENDING tasks only). A compare-and-set that fails
+// leaves the same; one whose reply is lost may have landed: the message is
+// then naked, and its next delivery finds the task PENDING, which the
+// schedule releases (worker/claim.go, claimFrom).
+func (w *Worker) movedAside(d *delivery, env *envelope, b boundLimit, wait time.Duration) bool {
+	if env.bad != nil || streams.CheckDelayedSize(d.msg.Data(), d.msg.Headers(), w.delayedLimit()) != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	rec, rev, err := w.store.Get(ctx, env.ref)
+	if errors.Is(err, kv.ErrNotFound) && env.opts.Gen == 0 && !env.recorded {
+		// A raw publish's first sight: its record is born READY on this
+		// message, as a Go submit's is (the claim would create it).
+		rec, rev, err = w.store.Create(ctx, readyRecord(env), kv.Actor{Worker: w.cfg.ID, Action: "publish"})
+		if errors.Is(err, kv.ErrExists) {
+			rec, rev, err = w.store.Get(ctx, env.ref)
+		}
+	}
+	if err != nil || rec.State != kv.StateReady || !rec.Names(w.cfg.Names, env.stream, env.seq) || w.foreign(rec, env) != "" {
+		return false
+	}
+	delay := asideDelay(steppedAside(rec))
+	runAt := time.Now().Add(max(delay, wait)).UTC()
+	s := env.stored
+	submit := nats.NewMsg(w.cfg.Names.SubmitSubject(s.Priority, s.Tenant, s.Type, s.Key))
+	submit.Data = d.msg.Data()
+	submit.Header = streams.KeptHeaders(d.msg.Headers())
+	submit.Header.Set(streams.HeaderRunAt, runAt.Format(time.RFC3339Nano))
+	sched := w.cfg.Names.DelayedMsg(s.Tenant, env.id, submit, runAt.Add(-streams.DefaultScheduleEarly))
+	if _, err := w.js.PublishMsg(ctx, sched); err != nil {
+		w.log.Warn("step_aside_failed", zap.String("task_id", env.id), zap.Error(err))
+		return false
+	}
+	reason := fmt.Sprintf("limit %s full, no room to wait on worker %s: waits in %s until %s",
+		b.target, w.cfg.ID, w.cfg.Names.DelayedStream(), runAt.Format(time.RFC3339Nano))
+	_, _, err = w.store.Apply(ctx, rec, rev, kv.StatePending, kv.Actor{Worker: w.cfg.ID, Action: ActionSteppedAside, Error: reason}, func(r *kv.Record) error {
+		r.RunAt = &runAt
+		r.Bind(r.Gen, "", 0) // unbound: the leader's release names its copy
+		return nil
+	})
+	if err != nil {
+		w.log.Warn("step_aside_failed", zap.String("task_id", env.id), zap.Error(err))
+		return false
+	}
+	w.stats.Limited.Add(1)
+	w.stats.SteppedAside.Add(1)
+	w.heldBack(env, HeldLimited)
+	w.log.Debug("task_stepped_aside", zap.String("task_id", env.id), zap.String("limit", b.target), zap.Time("run_at", runAt))
+	_ = d.settle(d.msg.Ack)
+	return true
+}
+
+// steppedAside counts the times rec's trail, as kept, shows its task
+// stepped aside.
+func steppedAside(rec *kv.Record) int {
+	n := 0
+	for _, m := range rec.Trail {
+		if m.Action == ActionSteppedAside {
+			n++
+		}
+	}
+	return n
+}
+
+// asideDelay is how long a task that stepped aside before times waits in
+// AX_DELAYED: asideFirst doubled each time, up to asideMax, plus up to half
+// of it at random.
+func asideDelay(before int) time.Duration {
+	d := min(asideFirst<<min(before, 16), asideMax)
+	return d + rand.N(d/2+1)
+}
