@@ -55,8 +55,10 @@ type LimitStatus struct {
 	InUse int `json:"in_use"`
 	// Tokens is how many starts its rate has to give now.
 	Tokens float64 `json:"tokens,omitempty"`
-	// Waiting is how many READY tasks it applies to (stats only: it
-	// scans the records; a raw publish no worker has seen has none).
+	// Waiting is how many READY tasks it applies to, and PENDING ones a
+	// worker stepped aside for want of room to wait ([kv.Record.SteppedAside])
+	// (stats only: it scans the records; a raw publish no worker has seen
+	// has none).
 	Waiting *int `json:"waiting,omitempty"`
 	// Error says why its use could not be read.
 	Error string `json:"error,omitempty"`
@@ -295,7 +297,8 @@ func (c *Client) ResumeTasksOf(ctx context.Context, req PauseRequest) (*LimitsRe
 }
 
 // waitingCounter returns a record visitor that counts, in reply, the READY
-// tasks each limit and pause applies to; nil when reply has neither.
+// tasks each limit and pause applies to, and those a worker stepped aside
+// for a limit; nil when reply has neither.
 func waitingCounter(reply *LimitsReply) func(*kv.Record) {
 	if reply == nil || len(reply.Limits) == 0 && len(reply.Paused) == 0 {
 		return nil
@@ -319,7 +322,7 @@ func waitingCounter(reply *LimitsReply) func(*kv.Record) {
 		reply.Paused[i].Waiting = add(reply.Paused[i].Target, true)
 	}
 	return func(r *kv.Record) {
-		if r.State != kv.StateReady {
+		if r.State != kv.StateReady && !r.SteppedAside() {
 			return
 		}
 		for _, m := range ms {

@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
@@ -65,6 +66,19 @@ func TestAdminLimitsAndPauses(t *testing.T) {
 	require.Nil(t, list.Limits[0].Waiting, "limit.ls does not scan the records")
 	b.submit(t, ax.TaskSpec{Type: "email", Tenant: "acme", Key: "order-1"})
 	b.submit(t, ax.TaskSpec{Type: "report", Tenant: "initech", Key: "r"})
+	// A task a worker stepped aside for a limit waits for it, PENDING; a
+	// delayed one waits for its own time.
+	aside := b.submit(t, ax.TaskSpec{Type: "email", Tenant: "umbrella", Key: "x"})
+	store := b.client.Store()
+	rec, rev, err := store.Get(ctx, kv.Ref{Tenant: "umbrella", ID: aside})
+	require.NoError(t, err)
+	_, _, err = store.Apply(ctx, rec, rev, kv.StatePending, kv.Actor{Worker: "w", Action: kv.ActionSteppedAside}, func(r *kv.Record) error {
+		at := time.Now().Add(time.Minute)
+		r.RunAt = &at
+		return nil
+	})
+	require.NoError(t, err)
+	b.submit(t, ax.TaskSpec{Type: "email", Tenant: "umbrella", Key: "y", Delay: time.Hour})
 	var stats admin.StatsReply
 	require.NoError(t, b.call(t, admin.VerbStats, admin.StatsRequest{}, &stats))
 	require.NotNil(t, stats.Limits)
@@ -77,7 +91,7 @@ func TestAdminLimitsAndPauses(t *testing.T) {
 	for _, p := range stats.Limits.Paused {
 		waiting[p.Target] = *p.Waiting
 	}
-	require.Equal(t, map[string]int{"email": 1, "key:order-*": 1, "tenant:acme": 1, "tenant:initech": 1, "report": 1, "tenant:globex": 0}, waiting)
+	require.Equal(t, map[string]int{"email": 2, "key:order-*": 1, "tenant:acme": 1, "tenant:initech": 1, "report": 1, "tenant:globex": 0}, waiting)
 
 	_, err = b.api.RemoveLimit(ctx, "email")
 	require.NoError(t, err)

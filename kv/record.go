@@ -104,6 +104,18 @@ type Move struct {
 // such a move is part of the wait.
 const ActionNoHandler = "no_handler"
 
+// ActionSteppedAside is the [Move.Action] of a READY task a worker moved to
+// PENDING, its message to AX_DELAYED until a run time, because a limit it
+// falls under was full and the worker had no room to park it: it still
+// waits for that limit.
+const ActionSteppedAside = "stepped_aside"
+
+// SteppedAside reports whether r waits PENDING because a worker stepped it
+// aside for a limit ([ActionSteppedAside]), not for a run time of its own.
+func (r *Record) SteppedAside() bool {
+	return r.State == StatePending && len(r.Trail) > 0 && r.Trail[len(r.Trail)-1].Action == ActionSteppedAside
+}
+
 // Actor says who makes a move and why; it fills the trail event.
 type Actor struct {
 	Worker string // worker id, or "" for a client or operator

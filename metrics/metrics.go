@@ -92,7 +92,7 @@ func New(cfg *Config) *Metrics {
 			Help: "Messages published under a submit root that no priority bucket stored, seen by the leader's watch, by reason (tokens, priority)."},
 			[]string{"reason"}),
 		held: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_tasks_held_back_total",
-			Help: "Deliveries a worker held back, unstarted, because their type or tenant is paused or a concurrency or rate limit is reached, by type, tenant and reason (paused, limited)."},
+			Help: "Deliveries a worker held back, unstarted, because their type or tenant is paused or a concurrency or rate limit is reached, by type, tenant and reason (paused, limited, stepped_aside: limited, and moved to AX_DELAYED for want of room to wait on its worker)."},
 			[]string{"type", "tenant", "reason"}),
 	}
 	m.reg.MustRegister(m.tasks, m.retries, m.runTime, m.leader, m.pressure, m.repairs, m.rejects, m.held,

@@ -65,11 +65,14 @@ const ActionRateLimited = "rate_limited"
 const (
 	HeldPaused  = "paused"
 	HeldLimited = "limited"
+	// HeldSteppedAside is a delivery held back by a limit that its worker
+	// had no room to park: moved to AX_DELAYED for a while.
+	HeldSteppedAside = "stepped_aside"
 )
 
 // HoldObserver, when the [Config.Observer] implements it too, hears about
-// every delivery held back by a pause or a limit (reason [HeldPaused] or
-// [HeldLimited]). It must not block.
+// every delivery held back by a pause or a limit (reason [HeldPaused],
+// [HeldLimited] or [HeldSteppedAside]). It must not block.
 type HoldObserver interface {
 	TaskHeldBack(taskType, tenant, reason string)
 }

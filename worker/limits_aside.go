@@ -27,8 +27,9 @@ import (
 
 // ActionSteppedAside is the trail action of a READY task held back by a
 // limit that its worker had no room to park: moved to PENDING, its message
-// to AX_DELAYED until its run time, out of its shard consumer's pending.
-const ActionSteppedAside = "stepped_aside"
+// to AX_DELAYED until its run time, out of its shard consumer's pending
+// ([kv.ActionSteppedAside]).
+const ActionSteppedAside = kv.ActionSteppedAside
 
 const (
 	// asideFirst is how long a task waits in AX_DELAYED the first time
@@ -103,7 +104,7 @@ func (w *Worker) movedAside(d *delivery, env *envelope, b boundLimit, wait time.
 	}
 	w.stats.Limited.Add(1)
 	w.stats.SteppedAside.Add(1)
-	w.heldBack(env, HeldLimited)
+	w.heldBack(env, HeldSteppedAside)
 	w.log.Debug("task_stepped_aside", zap.String("task_id", env.id), zap.String("limit", b.target), zap.Time("run_at", runAt))
 	_ = d.settle(d.msg.Ack)
 	return true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,7 +34,8 @@ func TestLimitedBacklogLeavesItsShardFree(t *testing.T) {
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("partner", limited.handler(100*time.Millisecond), nil))
 	require.NoError(t, reg.Handle("email", free.handler(0), nil))
-	w, _ := b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	holds := &holdCounter{}
+	w, _ := b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8, Observer: holds})
 	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 1}}})
 	time.Sleep(200 * time.Millisecond) // the watch delivers the change
 
@@ -78,5 +80,29 @@ func TestLimitedBacklogLeavesItsShardFree(t *testing.T) {
 	require.Positive(t, aside, "no limited task was stepped aside")
 	require.Positive(t, rawAside, "no raw publish was stepped aside")
 	require.Positive(t, w.Stats().SteppedAside)
+	require.Equal(t, w.Stats().SteppedAside, holds.count(worker.HeldSteppedAside), "the observer hears each step aside")
 	t.Logf("limited tasks run before the last unlimited one ended: %d of 60; stepped aside: %d", ranBefore, aside)
+}
+
+// holdCounter counts the holds a worker reports, by reason.
+type holdCounter struct {
+	mu       sync.Mutex
+	byReason map[string]int64
+}
+
+func (h *holdCounter) TaskFinished(string, string, int, worker.Outcome, time.Duration) {}
+
+func (h *holdCounter) TaskHeldBack(_, _, reason string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.byReason == nil {
+		h.byReason = map[string]int64{}
+	}
+	h.byReason[reason]++
+}
+
+func (h *holdCounter) count(reason string) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.byReason[reason]
 }

@@ -176,10 +176,11 @@ func Limits(ctx context.Context, o Options) (*Result, error) {
 	res := &Result{Scenario: "limits", Sync: o.Sync, Workers: o.Workers, Concurrency: o.Concurrency}
 	measure(res, o.Tasks, elapsed, before, after)
 	beside := float64(o.Tasks) / freeTook.Seconds()
-	var held, handed int64
+	var held, handed, aside int64
 	for _, w := range r.workers {
 		held += w.Stats().Limited
 		handed += w.Stats().HandedOn
+		aside += w.Stats().SteppedAside
 	}
 	res.Extra = map[string]float64{
 		"handed_on_per_task":     float64(handed) / float64(o.Tasks),
@@ -190,6 +191,7 @@ func Limits(ctx context.Context, o Options) (*Result, error) {
 		"free_beside_per_s":      beside,
 		"free_ratio_to_alone":    beside / alone,
 		"held_back_per_task":     float64(held) / float64(o.Tasks),
+		"stepped_aside_per_task": float64(aside) / float64(o.Tasks),
 		"limited_ideal_seconds":  float64(o.Tasks) * limitsHold.Seconds() / LimitsConcurrency,
 		"limited_actual_seconds": elapsed.Seconds(),
 	}
@@ -308,9 +310,10 @@ func RateLimits(ctx context.Context, o Options, rate, burst int) (*Result, error
 	}
 	res := &Result{Scenario: "limits-rate", Sync: o.Sync, Workers: o.Workers, Concurrency: o.Concurrency}
 	measure(res, o.Tasks, elapsed, before, after)
-	var held int64
+	var held, aside int64
 	for _, w := range r.workers {
 		held += w.Stats().Limited
+		aside += w.Stats().SteppedAside
 	}
 	res.Extra = map[string]float64{
 		"rate":                   float64(rate),
@@ -318,6 +321,7 @@ func RateLimits(ctx context.Context, o Options, rate, burst int) (*Result, error
 		"most_starts_in_1s":      float64(most),
 		"rate_used":              used,
 		"held_back_per_task":     float64(held) / float64(o.Tasks),
+		"stepped_aside_per_task": float64(aside) / float64(o.Tasks),
 		"limited_ideal_seconds":  float64(o.Tasks-max(burst, 1)) / float64(rate),
 		"limited_actual_seconds": span,
 	}
