@@ -195,6 +195,7 @@ type limitState struct {
 	parked     map[string][]*delivery         // parkKey -> deliveries waiting here for a slot or a start of the limit, oldest first (mu)
 	bytes      int                            // the parked deliveries' message bytes (mu)
 	byConsumer map[consumerRef]int            // the deliveries parked here from each consumer (mu)
+	starts     map[string]*startMeter         // target -> how often its tasks were admitted here lately (mu)
 	room       int                            // the most bytes parked here: maxParkedBytes (tests set less)
 	wakes      map[string]time.Time           // parkKey -> when its oldest delivery is woken for its rate's next start (mu)
 	yields     map[string]time.Time           // target -> until when the deliveries parked here leave a slot given back at the end of a turn to the other workers (mu)
@@ -500,6 +501,7 @@ func (w *Worker) admit(d *delivery, env *envelope) (*admission, bool) {
 		w.log.Warn("limit_check_failed", zap.String("task_id", env.id), zap.Error(err))
 	}
 	if adm != nil {
+		w.noteStarts(bound)
 		return adm, true
 	}
 	if err == nil && full.target != "" {

@@ -32,13 +32,16 @@ import (
 const ActionSteppedAside = kv.ActionSteppedAside
 
 const (
-	// asideFirst is how long a task waits in AX_DELAYED the first time
-	// it steps aside; it doubles each time the same task steps aside
-	// again, up to asideMax, plus up to half of it at random, so that a
-	// backlog that outgrew the parking room comes back spread out, and a
-	// long one costs a few moves per task, not a move per second.
+	// asideMin and asideMax bound how long a task waits in AX_DELAYED
+	// when it steps aside: about as long as the deliveries parked ahead
+	// of it here take to start ([Worker.asideWait]), so that it comes
+	// back as the parking room empties, neither while it is still full
+	// (another move) nor long after (the limit idle while it waits).
+	asideMin = 100 * time.Millisecond
+	asideMax = 30 * time.Second
+	// asideFirst is the wait when no start of the limit was seen here
+	// yet: doubled each time the same task stepped aside before.
 	asideFirst = time.Second
-	asideMax   = 30 * time.Second
 )
 
 // stepAside moves d, held back by limit b (its next start due after wait,
@@ -79,7 +82,7 @@ func (w *Worker) movedAside(d *delivery, env *envelope, b boundLimit, wait time.
 	if err != nil || rec.State != kv.StateReady || !rec.Names(w.cfg.Names, env.stream, env.seq) || w.foreign(rec, env) != "" {
 		return false
 	}
-	delay := asideDelay(steppedAside(rec))
+	delay := w.asideWait(b, steppedAside(rec))
 	runAt := time.Now().Add(max(delay, wait)).UTC()
 	s := env.stored
 	submit := nats.NewMsg(w.cfg.Names.SubmitSubject(s.Priority, s.Tenant, s.Type, s.Key))
@@ -122,10 +125,62 @@ func steppedAside(rec *kv.Record) int {
 	return n
 }
 
-// asideDelay is how long a task that stepped aside before times waits in
-// AX_DELAYED: asideFirst doubled each time, up to asideMax, plus up to half
-// of it at random.
-func asideDelay(before int) time.Duration {
-	d := min(asideFirst<<min(before, 16), asideMax)
-	return d + rand.N(d/2+1)
+// asideWait is how long a task held back by b waits in AX_DELAYED when it
+// steps aside, having stepped aside before times: the time the deliveries
+// parked here for b take to start, at the rate b's tasks were admitted here
+// lately (for a rate limit, at most its rate), plus up to a quarter of it
+// at random, within asideMin and asideMax. With no start of b seen here
+// yet, asideFirst doubled for each time before.
+func (w *Worker) asideWait(b boundLimit, before int) time.Duration {
+	key := parkKey(b)
+	w.limits.mu.Lock()
+	parked := len(w.limits.parked[key])
+	interval := time.Duration(0)
+	if m := w.limits.starts[b.target]; m != nil {
+		interval = m.interval
+	}
+	w.limits.mu.Unlock()
+	if b.limit.Rate > 0 {
+		interval = max(interval, time.Duration(float64(time.Second)/b.limit.Rate))
+	}
+	d := asideFirst << min(before, 16)
+	if interval > 0 {
+		d = time.Duration(parked+1) * interval
+	}
+	d = min(max(d, asideMin), asideMax)
+	return d + rand.N(d/4+1)
+}
+
+// startMeter follows how often a limit's tasks are admitted on a worker:
+// a moving average of the time between two admissions.
+type startMeter struct {
+	last     time.Time
+	interval time.Duration
+}
+
+// noteStarts notes an admission under each limit of bound.
+func (w *Worker) noteStarts(bound []boundLimit) {
+	now := time.Now()
+	w.limits.mu.Lock()
+	defer w.limits.mu.Unlock()
+	for _, b := range bound {
+		if b.limit.Concurrency == 0 && b.limit.Rate == 0 {
+			continue
+		}
+		if w.limits.starts == nil {
+			w.limits.starts = map[string]*startMeter{}
+		}
+		m := w.limits.starts[b.target]
+		if m == nil {
+			w.limits.starts[b.target] = &startMeter{last: now}
+			continue
+		}
+		gap := min(now.Sub(m.last), asideMax) // an idle hour says little of the next seconds
+		m.last = now
+		if m.interval == 0 {
+			m.interval = gap
+		} else {
+			m.interval = (9*m.interval + gap) / 10
+		}
+	}
 }

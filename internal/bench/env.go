@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/internal/embedded"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
@@ -171,8 +173,9 @@ func (e *env) usage() usage {
 // run is a scenario's ax: its environment, a submit client and the workers.
 type run struct {
 	*env
-	client  *ax.Client
-	workers []*worker.Worker
+	client     *ax.Client
+	workers    []*worker.Worker
+	stopLeader func() // set by startLeader
 }
 
 // newRun provisions ax (see [newEnv]) and opens a submit client.
@@ -212,12 +215,31 @@ func (r *run) start(ctx context.Context, o Options, taskType string, fn worker.H
 	return nil
 }
 
-// close stops the workers, then the environment.
+// startLeader runs the scheduler's leader loops in this process until
+// close, without aging (it would move tasks between buckets mid-run): a
+// limited backlog larger than the workers' parking room steps aside into
+// AX_DELAYED, which the leader releases, as in a deployment.
+func (r *run) startLeader(ctx context.Context) error {
+	l, err := scheduler.New(ctx, r.js, &scheduler.Config{Names: r.names, Logger: zap.NewNop(), AgingThreshold: -1})
+	if err != nil {
+		return err
+	}
+	lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = l.Run(lctx) })
+	r.stopLeader = func() { stop(); wg.Wait() }
+	return nil
+}
+
+// close stops the workers and the leader, then the environment.
 func (r *run) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, w := range r.workers {
 		_ = w.Stop(ctx)
+	}
+	if r.stopLeader != nil {
+		r.stopLeader()
 	}
 	r.env.close()
 }

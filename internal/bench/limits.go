@@ -97,6 +97,9 @@ func Limits(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	defer r.close()
+	if err := r.startLeader(ctx); err != nil {
+		return nil, err
+	}
 	if err := r.setLimits(ctx, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: LimitsConcurrency}}}); err != nil {
 		return nil, err
 	}
@@ -260,6 +263,9 @@ func RateLimits(ctx context.Context, o Options, rate, burst int) (*Result, error
 		return nil, err
 	}
 	defer r.close()
+	if err := r.startLeader(ctx); err != nil {
+		return nil, err
+	}
 	if err := r.setLimits(ctx, kv.Limits{Limits: map[string]kv.Limit{"sms": {Rate: float64(rate), Burst: burst}}}); err != nil {
 		return nil, err
 	}
