@@ -4,14 +4,17 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 )
 
 // steppedAsideIn reports whether rec's trail shows its task stepped aside.
@@ -72,4 +75,190 @@ func TestPublishOnlyBacklogStepsAside(t *testing.T) {
 	require.Positive(t, aside, "no publish-only task stepped aside")
 	require.Positive(t, w.Stats().SteppedAside)
 	t.Logf("limited tasks run before the last unlimited one ended: %d of 60; stepped aside: %d", ranBefore, aside)
+}
+
+// countingGate is a handler that counts each task's executions and holds
+// those of open tasks until release is closed.
+type countingGate struct {
+	mu      sync.Mutex
+	runs    map[string]int
+	now     int
+	peak    int
+	release chan struct{}
+}
+
+func newCountingGate() *countingGate {
+	return &countingGate{runs: map[string]int{}, release: make(chan struct{})}
+}
+
+func (g *countingGate) handler(ctx context.Context, task *worker.Task) error {
+	g.mu.Lock()
+	g.runs[task.ID]++
+	g.now++
+	g.peak = max(g.peak, g.now)
+	g.mu.Unlock()
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	g.now--
+	g.mu.Unlock()
+	return nil
+}
+
+func (g *countingGate) ran(id string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.runs[id]
+}
+
+func (g *countingGate) running() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.now
+}
+
+// asideBundle is a worker whose one slot of limit "partner" is held by a
+// blocked task, on a deployment whose consumers park one delivery each
+// (MaxAckPending 4, a parking room of 2 besides the blocked task): the
+// other "partner" tasks on its key step aside.
+type asideBundle struct {
+	*testBundle
+	w    *worker.Worker
+	gate *countingGate
+	api  *admin.Client
+}
+
+func setupAside(t *testing.T, leader bool) *asideBundle {
+	t.Helper()
+	b := setup(t, &streams.Config{MaxAckPending: 4})
+	if leader {
+		b.startLeader(t)
+	}
+	ctx := context.Background()
+	svc, err := admin.New(ctx, b.js, &admin.Config{Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	require.NoError(t, svc.Start(ctx))
+	t.Cleanup(func() { _ = svc.Stop(ctx) })
+	nc, _ := b.srv.Connect()
+	g := newCountingGate()
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("partner", g.handler, nil))
+	w, _ := b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 4})
+	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 1}}})
+	time.Sleep(200 * time.Millisecond) // the watch delivers the change
+	_, err = b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: "blocker", Priority: ax.P2})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return g.running() == 1 }, 10*time.Second, 5*time.Millisecond)
+	for _, id := range []string{"filler-1", "filler-2"} { // the parking room
+		_, err = b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: id, Priority: ax.P2})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return w.Stats().Limited >= 2 }, 10*time.Second, 5*time.Millisecond)
+	return &asideBundle{testBundle: b, w: w, gate: g, api: admin.NewClient(nc, streams.Names{})}
+}
+
+// waitAside waits until task id waits stepped aside: PENDING, its last
+// move a step aside.
+func (b *asideBundle) waitAside(t *testing.T, id string) *kv.Record {
+	t.Helper()
+	var rec *kv.Record
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		r, _, err := b.store.Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
+		if err != nil {
+			t.Logf("get %s: %v", id, err)
+			return false
+		}
+		rec = r
+		return r.State == kv.StatePending && len(r.Trail) > 0 && r.Trail[len(r.Trail)-1].Action == worker.ActionSteppedAside
+	}, 30*time.Second, 2*time.Millisecond, "task %s never waited stepped aside", id)
+	return rec
+}
+
+// An operator's verbs on tasks that wait stepped aside (PENDING, their
+// schedule in AX_DELAYED): get and trail show stepped_aside; a cancelled
+// one never runs, even once its schedule fires; a paused one waits past
+// its run time and runs once when resumed; a reprioritized one is released
+// at its new priority and runs once. Each at a moment it is PENDING.
+func TestOperatorVerbsOnSteppedAsideTasks(t *testing.T) {
+	t.Parallel()
+	b := setupAside(t, true)
+	ctx := context.Background()
+	ids := []string{"get", "cancel", "pause", "reprioritize"}
+	for _, id := range ids {
+		_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: id, Priority: ax.P2})
+		require.NoError(t, err)
+	}
+
+	b.waitAside(t, "get")
+	got, err := b.api.Get(ctx, admin.TaskRequest{ID: "get"})
+	require.NoError(t, err)
+	require.Contains(t, []kv.State{kv.StatePending, kv.StateReady}, got.Task.State)
+	trail, err := b.api.Trail(ctx, admin.TaskRequest{ID: "get"})
+	require.NoError(t, err)
+	require.True(t, slices.ContainsFunc(trail.Trail, func(m kv.Move) bool { return m.Action == worker.ActionSteppedAside }))
+
+	// fromPending checks that a verb's move left PENDING: it met the task
+	// stepped aside, not released meanwhile.
+	fromPending := func(reply *admin.TaskReply) {
+		t.Helper()
+		last := reply.Task.Trail[len(reply.Task.Trail)-1]
+		require.Equal(t, kv.StatePending, last.From, "the verb met the task %s, not stepped aside", last.From)
+	}
+	var lastRunAt time.Time
+	b.waitAside(t, "cancel")
+	cancelled, err := b.api.Cancel(ctx, admin.TaskRequest{ID: "cancel"})
+	require.NoError(t, err)
+	require.Equal(t, kv.StateCancelled, cancelled.Task.State)
+	fromPending(cancelled)
+
+	rec := b.waitAside(t, "pause")
+	lastRunAt = *rec.RunAt
+	paused, err := b.api.Pause(ctx, admin.TaskRequest{ID: "pause"})
+	require.NoError(t, err)
+	require.Equal(t, kv.StatePaused, paused.Task.State)
+	fromPending(paused)
+
+	rec = b.waitAside(t, "reprioritize")
+	lastRunAt = later(lastRunAt, *rec.RunAt)
+	moved, err := b.api.Reprioritize(ctx, admin.ReprioritizeRequest{ID: "reprioritize", Priority: 0})
+	require.NoError(t, err)
+	require.Equal(t, 0, moved.Task.Priority)
+	require.Equal(t, kv.StatePending, moved.Task.State)
+	fromPending(moved)
+
+	// Past the paused task's run time: it stays paused, while the others
+	// still wait on the slot.
+	time.Sleep(time.Until(lastRunAt.Add(2 * time.Second)))
+	require.Equal(t, kv.StatePaused, b.waitState(t, "pause", kv.StatePaused).State)
+	close(b.gate.release)
+	for _, id := range []string{"blocker", "filler-1", "filler-2", "get", "reprioritize"} {
+		b.waitState(t, id, kv.StateSucceeded)
+	}
+	require.Equal(t, 0, b.waitState(t, "reprioritize", kv.StateSucceeded).Priority)
+	require.Zero(t, b.gate.ran("pause"), "the paused task ran")
+	_, err = b.api.Resume(ctx, admin.TaskRequest{ID: "pause"})
+	require.NoError(t, err)
+	b.waitState(t, "pause", kv.StateSucceeded)
+
+	time.Sleep(2 * time.Second) // every schedule written has fired by now
+	require.Zero(t, b.gate.ran("cancel"), "the cancelled task ran")
+	require.Equal(t, kv.StateCancelled, b.waitState(t, "cancel", kv.StateCancelled).State)
+	for _, id := range []string{"blocker", "filler-1", "filler-2", "get", "pause", "reprioritize"} {
+		require.Equal(t, 1, b.gate.ran(id), "task %s", id)
+		r := b.waitState(t, id, kv.StateSucceeded)
+		require.Equal(t, 1, r.Attempt, "task %s", id)
+	}
+	require.Equal(t, 1, b.gate.peak)
+}
+
+// later returns the later of two times.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
