@@ -113,6 +113,12 @@ func (g *countingGate) ran(id string) int {
 	return g.runs[id]
 }
 
+func (g *countingGate) peakNow() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.peak
+}
+
 func (g *countingGate) running() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -252,7 +258,7 @@ func TestOperatorVerbsOnSteppedAsideTasks(t *testing.T) {
 		r := b.waitState(t, id, kv.StateSucceeded)
 		require.Equal(t, 1, r.Attempt, "task %s", id)
 	}
-	require.Equal(t, 1, b.gate.peak)
+	require.Equal(t, 1, b.gate.peakNow())
 }
 
 // later returns the later of two times.
@@ -261,4 +267,47 @@ func later(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// Tasks that wait stepped aside when their limit changes run once each
+// when released: with the limit removed, at once and side by side; with
+// it raised, at most as many at once as the new limit says.
+func TestLimitChangedWhileSteppedAside(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		limits kv.Limits
+		peak   int // the most running at once, the blocked task included
+	}{
+		{name: "removed", limits: kv.Limits{}, peak: 4}, // the worker's concurrency
+		{name: "raised", limits: kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 3}}}, peak: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupAside(t, true)
+			ctx := context.Background()
+			ids := []string{"blocker", "filler-1", "filler-2"}
+			for i := range 6 {
+				id := fmt.Sprintf("waiting-%d", i)
+				ids = append(ids, id)
+				_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: id, Priority: ax.P2})
+				require.NoError(t, err)
+			}
+			for _, id := range ids[3:6] {
+				b.waitAside(t, id)
+			}
+			setLimits(t, b.js, tc.limits)
+			require.Eventually(t, func() bool { return b.gate.running() == tc.peak }, 20*time.Second, 5*time.Millisecond,
+				"the tasks the change lets start did not")
+			time.Sleep(200 * time.Millisecond) // no more start
+			require.Equal(t, tc.peak, b.gate.running())
+			close(b.gate.release)
+			for _, id := range ids {
+				rec := b.waitState(t, id, kv.StateSucceeded)
+				require.Equal(t, 1, rec.Attempt, "task %s", id)
+				require.Equal(t, 1, b.gate.ran(id), "task %s", id)
+			}
+			require.LessOrEqual(t, b.gate.peakNow(), tc.peak)
+		})
+	}
 }
