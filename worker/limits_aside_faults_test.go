@@ -15,11 +15,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// runCounter counts each task's executions.
+// runCounter counts each task's executions, and the most running at once.
 type runCounter struct {
-	mu   sync.Mutex
-	runs map[string]int
-	hold time.Duration
+	mu        sync.Mutex
+	runs      map[string]int
+	now, peak int
+	hold      time.Duration
 }
 
 func newRunCounter(hold time.Duration) *runCounter { return &runCounter{runs: map[string]int{}, hold: hold} }
@@ -27,12 +28,23 @@ func newRunCounter(hold time.Duration) *runCounter { return &runCounter{runs: ma
 func (c *runCounter) handler(ctx context.Context, task *worker.Task) error {
 	c.mu.Lock()
 	c.runs[task.ID]++
+	c.now++
+	c.peak = max(c.peak, c.now)
 	c.mu.Unlock()
 	select {
 	case <-time.After(c.hold):
 	case <-ctx.Done():
 	}
+	c.mu.Lock()
+	c.now--
+	c.mu.Unlock()
 	return nil
+}
+
+func (c *runCounter) peakNow() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.peak
 }
 
 func (c *runCounter) ran(id string) int {
@@ -173,5 +185,64 @@ func TestSteppedAsideWaitForTheLeader(t *testing.T) {
 		rec := b.waitState(t, id, kv.StateSucceeded)
 		require.Equal(t, 1, rec.Attempt, "task %s", id)
 		require.Equal(t, 1, b.gate.ran(id), "task %s", id)
+	}
+}
+
+// A limited backlog stepping aside survives the loss of its worker: stopped
+// (w.Stop) or cut off (its connection closed) while it steps tasks aside,
+// or sharing the backlog with another worker. Every task runs once (a task
+// whose worker was cut off while it ran may run again, a lost attempt its
+// record counts), never two at a time.
+func TestSteppedAsideBacklogSurvivesWorkerLoss(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		loss string // "stop", "close" or "" (two workers from the start)
+	}{
+		{name: "stopped", loss: "stop"},
+		{name: "connection closed", loss: "close"},
+		{name: "two workers"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, &streams.Config{MaxAckPending: 20, AckWait: 2 * time.Second})
+			b.startLeader(t)
+			ctx := context.Background()
+			runs := newRunCounter(20 * time.Millisecond)
+			reg := worker.NewRegistry()
+			require.NoError(t, reg.Handle("partner", runs.handler, nil))
+			setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 1}}})
+			a, nc := b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+			if tc.loss == "" {
+				b.startWorker(t, worker.Config{ID: "B", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+			}
+			time.Sleep(200 * time.Millisecond) // the watch delivers the limits
+			var specs []ax.TaskSpec
+			for i := range 60 {
+				specs = append(specs, ax.TaskSpec{Type: "partner", Key: "k", ID: fmt.Sprintf("task-%d", i), Priority: ax.P2})
+			}
+			_, err := b.client.SubmitBatch(ctx, specs)
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return a.Stats().SteppedAside >= 5 }, 20*time.Second, time.Millisecond)
+			switch tc.loss {
+			case "stop":
+				require.NoError(t, a.Stop(ctx))
+			case "close":
+				nc.Close()
+			}
+			if tc.loss != "" {
+				b.startWorker(t, worker.Config{ID: "B", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+			}
+			aside := 0
+			for _, s := range specs {
+				rec := b.waitState(t, s.ID, kv.StateSucceeded)
+				require.Equal(t, 1+rec.Lost, runs.ran(s.ID), "task %s ran %d times (trail %v)", s.ID, runs.ran(s.ID), moves(rec))
+				if steppedAsideIn(rec) {
+					aside++
+				}
+			}
+			require.Positive(t, aside)
+			require.Equal(t, 1, runs.peakNow())
+		})
 	}
 }
