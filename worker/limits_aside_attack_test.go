@@ -311,3 +311,57 @@ func TestLimitChangedWhileSteppedAside(t *testing.T) {
 		})
 	}
 }
+
+// A rate-limited backlog larger than its consumer's parking room (10 of
+// 50, MaxAckPending 20) steps aside, and still starts no more than the
+// rate and its burst in any second, across two workers; every task runs
+// once. A task stepped aside comes back no sooner than its rate's next
+// start.
+func TestRateLimitedBacklogStepsAside(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &streams.Config{MaxAckPending: 20})
+	b.startLeader(t)
+	ctx := context.Background()
+	var g gauge
+	var workers []*worker.Worker
+	for _, id := range []string{"A", "B"} {
+		reg := worker.NewRegistry()
+		require.NoError(t, reg.Handle("sms", g.handler(0), nil))
+		w, _ := b.startWorker(t, worker.Config{ID: id, MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+		workers = append(workers, w)
+	}
+	const rate, burst = 10, 2
+	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"sms": {Rate: rate, Burst: burst}}})
+	time.Sleep(200 * time.Millisecond)
+	var specs []ax.TaskSpec
+	for i := range 50 {
+		specs = append(specs, ax.TaskSpec{Type: "sms", Key: "k", ID: fmt.Sprintf("sms-%d", i), Priority: ax.P2})
+	}
+	_, err := b.client.SubmitBatch(ctx, specs)
+	require.NoError(t, err)
+	aside := 0
+	for _, s := range specs {
+		rec := b.waitState(t, s.ID, kv.StateSucceeded)
+		require.Equal(t, 1, rec.Attempt, "task %s", s.ID)
+		if steppedAsideIn(rec) {
+			aside++
+		}
+	}
+	require.Positive(t, aside, "no task stepped aside")
+	g.mu.Lock()
+	starts := slices.Clone(g.starts)
+	g.mu.Unlock()
+	require.Len(t, starts, len(specs))
+	slices.SortFunc(starts, time.Time.Compare)
+	for i, s := range starts {
+		n := 0
+		for _, o := range starts[i:] {
+			if o.Sub(s) < time.Second {
+				n++
+			}
+		}
+		require.LessOrEqual(t, n, rate+burst, "starts in the second from %s", s)
+	}
+	t.Logf("stepped aside: %d tasks (%d + %d moves); took %s", aside, workers[0].Stats().SteppedAside,
+		workers[1].Stats().SteppedAside, starts[len(starts)-1].Sub(starts[0]))
+}
