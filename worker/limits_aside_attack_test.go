@@ -13,6 +13,7 @@ import (
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 )
@@ -80,20 +81,25 @@ func TestPublishOnlyBacklogStepsAside(t *testing.T) {
 // countingGate is a handler that counts each task's executions and holds
 // those of open tasks until release is closed.
 type countingGate struct {
-	mu      sync.Mutex
-	runs    map[string]int
-	now     int
-	peak    int
-	release chan struct{}
+	mu       sync.Mutex
+	runs     map[string]int
+	payloads map[string]string    // the payload of each task's last execution
+	started  map[string]time.Time // when each task's last execution started
+	now      int
+	peak     int
+	release  chan struct{}
 }
 
 func newCountingGate() *countingGate {
-	return &countingGate{runs: map[string]int{}, release: make(chan struct{})}
+	return &countingGate{runs: map[string]int{}, payloads: map[string]string{}, started: map[string]time.Time{},
+		release: make(chan struct{})}
 }
 
 func (g *countingGate) handler(ctx context.Context, task *worker.Task) error {
 	g.mu.Lock()
 	g.runs[task.ID]++
+	g.payloads[task.ID] = string(task.Payload)
+	g.started[task.ID] = time.Now()
 	g.now++
 	g.peak = max(g.peak, g.now)
 	g.mu.Unlock()
@@ -111,6 +117,12 @@ func (g *countingGate) ran(id string) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.runs[id]
+}
+
+func (g *countingGate) execution(id string) (payload string, started time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.payloads[id], g.started[id]
 }
 
 func (g *countingGate) peakNow() int {
@@ -175,7 +187,6 @@ func (b *asideBundle) waitAside(t *testing.T, id string) *kv.Record {
 		defer cancel()
 		r, _, err := b.store.Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
 		if err != nil {
-			t.Logf("get %s: %v", id, err)
 			return false
 		}
 		rec = r
@@ -364,4 +375,64 @@ func TestRateLimitedBacklogStepsAside(t *testing.T) {
 	}
 	t.Logf("stepped aside: %d tasks (%d + %d moves); took %s", aside, workers[0].Stats().SteppedAside,
 		workers[1].Stats().SteppedAside, starts[len(starts)-1].Sub(starts[0]))
+}
+
+// Bad input against a limited type whose parking room is full, so that its
+// deliveries step aside: a raw publish with a forged Ax-Run-At in the past
+// runs once; one with a future Ax-Run-At runs once and not before it; a
+// second message of a task that waits stepped aside (a Go submit's or a
+// raw publish's: a raw duplicate past the de-duplication window, or with
+// another Nats-Msg-Id suffix) neither runs nor replaces the task's
+// payload; nor does one of a task that waits PENDING for its run time.
+func TestBadInputAgainstStepAside(t *testing.T) {
+	t.Parallel()
+	b := setupAside(t, true)
+	ctx := context.Background()
+	publish := func(msgID, payload string, runAt time.Time) {
+		t.Helper()
+		msg := nats.NewMsg("ax.submit.p2.default.partner.k")
+		msg.Header.Set("Nats-Msg-Id", msgID)
+		if !runAt.IsZero() {
+			msg.Header.Set("Ax-Run-At", runAt.UTC().Format(time.RFC3339Nano))
+		}
+		msg.Data = []byte(payload)
+		_, err := b.js.PublishMsg(ctx, msg)
+		require.NoError(t, err)
+	}
+	submit := func(id, payload string, runAt time.Time) {
+		t.Helper()
+		_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: id, Priority: ax.P2, Payload: []byte(payload), RunAt: runAt})
+		require.NoError(t, err)
+	}
+	publish("past", "past", time.Now().Add(-time.Hour))
+	future := time.Now().Add(3 * time.Second)
+	publish("future", "future", future)
+	submit("go-dup", "original", time.Time{})
+	publish("raw-dup", "original", time.Time{})
+	later := time.Now().Add(4 * time.Second)
+	submit("later", "original", later)
+	b.waitAside(t, "past")
+	b.waitAside(t, "go-dup")
+	b.waitAside(t, "raw-dup")
+	publish("go-dup", "forged", time.Time{})
+	publish("raw-dup:again", "forged", time.Time{})
+	publish("later:again", "forged", time.Time{})
+	time.Sleep(time.Until(later)) // the forged ones are delivered, and held back, meanwhile
+	close(b.gate.release)
+	for _, id := range []string{"past", "future", "go-dup", "raw-dup", "later", "blocker", "filler-1", "filler-2"} {
+		rec := b.waitState(t, id, kv.StateSucceeded)
+		require.Equal(t, 1, rec.Attempt, "task %s", id)
+	}
+	time.Sleep(3 * time.Second) // the forged messages' deliveries and every schedule come and go
+	for id, want := range map[string]string{"past": "past", "future": "future", "go-dup": "original", "raw-dup": "original", "later": "original"} {
+		require.Equal(t, 1, b.gate.ran(id), "task %s", id)
+		payload, started := b.gate.execution(id)
+		require.Equal(t, want, payload, "task %s", id)
+		switch id {
+		case "future":
+			require.False(t, started.Before(future), "task %s ran before its time", id)
+		case "later":
+			require.False(t, started.Before(later), "task %s ran before its time", id)
+		}
+	}
 }
