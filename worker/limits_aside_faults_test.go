@@ -23,7 +23,9 @@ type runCounter struct {
 	hold      time.Duration
 }
 
-func newRunCounter(hold time.Duration) *runCounter { return &runCounter{runs: map[string]int{}, hold: hold} }
+func newRunCounter(hold time.Duration) *runCounter {
+	return &runCounter{runs: map[string]int{}, hold: hold}
+}
 
 func (c *runCounter) handler(ctx context.Context, task *worker.Task) error {
 	c.mu.Lock()
