@@ -27,8 +27,9 @@ import (
 
 // ActionSteppedAside is the trail action of a READY task held back by a
 // limit that its worker had no room to park: moved to PENDING, its message
-// to AX_DELAYED until its run time, out of its shard consumer's pending.
-const ActionSteppedAside = "stepped_aside"
+// to AX_DELAYED until its run time, out of its shard consumer's pending
+// ([kv.ActionSteppedAside]).
+const ActionSteppedAside = kv.ActionSteppedAside
 
 const (
 	// asideFirst is how long a task waits in AX_DELAYED the first time

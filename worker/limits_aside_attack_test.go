@@ -436,3 +436,29 @@ func TestBadInputAgainstStepAside(t *testing.T) {
 		}
 	}
 }
+
+// A unique task that steps aside still holds its unique key in the states
+// its submitter named, READY among them: it waits for its limit as a READY
+// task does, only out of its consumer. Fails if the step aside's PENDING
+// counts as a delayed task's: a second submit with the key, unique while
+// READY, RUNNING or RETRYING, makes a second task.
+func TestUniqueTaskSteppedAsideStillHoldsItsKey(t *testing.T) {
+	t.Parallel()
+	b := setupAside(t, true)
+	ctx := context.Background()
+	spec := func(id string) ax.TaskSpec {
+		return ax.TaskSpec{Type: "partner", Key: "k", ID: id, Priority: ax.P2, Unique: &ax.UniqueOpts{
+			Key: "nightly", For: time.Hour, States: []kv.State{kv.StateReady, kv.StateRunning, kv.StateRetrying}}}
+	}
+	first, err := b.client.Submit(ctx, spec("unique-1"))
+	require.NoError(t, err)
+	require.False(t, first.UniqueSkipped)
+	b.waitAside(t, "unique-1")
+	second, err := b.client.Submit(ctx, spec("unique-2"))
+	require.NoError(t, err)
+	require.True(t, second.UniqueSkipped, "a second task was made while the first waited stepped aside")
+	require.Equal(t, "unique-1", second.ID)
+	close(b.gate.release)
+	b.waitState(t, "unique-1", kv.StateSucceeded)
+	require.Equal(t, 1, b.gate.ran("unique-1"))
+}
