@@ -462,3 +462,38 @@ func TestUniqueTaskSteppedAsideStillHoldsItsKey(t *testing.T) {
 	b.waitState(t, "unique-1", kv.StateSucceeded)
 	require.Equal(t, 1, b.gate.ran("unique-1"))
 }
+
+// A task that steps aside again and again waits 1 s the first time, then
+// twice as long each time, plus up to half of it at random, as
+// docs/WIRE.md says: its run time is that far from its step aside.
+func TestStepAsideWaitDoubles(t *testing.T) {
+	t.Parallel()
+	b := setupAside(t, true)
+	ctx := context.Background()
+	_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: "again", Priority: ax.P2})
+	require.NoError(t, err)
+	for i, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+		var rec *kv.Record
+		require.Eventually(t, func() bool {
+			r, _, err := b.store.Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "again"})
+			if err != nil || !r.WaitsSteppedAside() {
+				return false
+			}
+			n := 0
+			for _, m := range r.Trail {
+				if m.Action == worker.ActionSteppedAside {
+					n++
+				}
+			}
+			rec = r
+			return n == i+1
+		}, 30*time.Second, 2*time.Millisecond, "step aside %d", i+1)
+		wait := rec.RunAt.Sub(rec.Trail[len(rec.Trail)-1].At)
+		require.GreaterOrEqual(t, wait, want-10*time.Millisecond, "step aside %d", i+1)
+		require.LessOrEqual(t, wait, want+want/2+100*time.Millisecond, "step aside %d", i+1)
+	}
+	close(b.gate.release)
+	rec := b.waitState(t, "again", kv.StateSucceeded)
+	require.Equal(t, 1, rec.Attempt)
+	require.Equal(t, 1, b.gate.ran("again"))
+}
