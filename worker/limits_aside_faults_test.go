@@ -193,8 +193,8 @@ func TestSteppedAsideWaitForTheLeader(t *testing.T) {
 // A limited backlog stepping aside survives the loss of its worker: stopped
 // (w.Stop) or cut off (its connection closed) while it steps tasks aside,
 // or sharing the backlog with another worker. Every task runs once (a task
-// whose worker was cut off while it ran may run again, a lost attempt its
-// record counts), never two at a time.
+// claimed on the worker cut off may run again, a lost attempt its record
+// counts), never two at a time.
 func TestSteppedAsideBacklogSurvivesWorkerLoss(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -238,7 +238,10 @@ func TestSteppedAsideBacklogSurvivesWorkerLoss(t *testing.T) {
 			aside := 0
 			for _, s := range specs {
 				rec := b.waitState(t, s.ID, kv.StateSucceeded)
-				require.Equal(t, 1+rec.Lost, runs.ran(s.ID), "task %s ran %d times (trail %v)", s.ID, runs.ran(s.ID), moves(rec))
+				// A lost attempt (claimed on the worker cut off) may or may
+				// not have reached its handler.
+				n := runs.ran(s.ID)
+				require.True(t, n >= 1 && n <= 1+rec.Lost, "task %s ran %d times (trail %v)", s.ID, n, moves(rec))
 				if steppedAsideIn(rec) {
 					aside++
 				}
