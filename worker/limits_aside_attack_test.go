@@ -497,3 +497,53 @@ func TestStepAsideWaitDoubles(t *testing.T) {
 	require.Equal(t, 1, rec.Attempt)
 	require.Equal(t, 1, b.gate.ran("again"))
 }
+
+// A producer that reads a task's record (the shipped service role may)
+// cannot replace the payload of a task that waits stepped aside by
+// publishing a message of its id, type, key and priority whose Ax-Run-At
+// is the record's run time: a stepped-aside task is no delayed task, and
+// no raw message of it carries that time. Fails if such a message counts
+// as the task's own delayed message (its schedule, or its message once
+// due): the forged payload runs instead of the task's, before or after
+// the run time.
+func TestForgedRunAtCannotReplaceASteppedAsideTask(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		after time.Duration // when the forged message is published, from the run time
+	}{
+		{name: "before its run time"},
+		{name: "once due", after: 300 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupAside(t, true)
+			ctx := context.Background()
+			_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: "victim", Priority: ax.P2, Payload: []byte("original")})
+			require.NoError(t, err)
+			rec := b.waitAside(t, "victim")
+			if tc.after > 0 {
+				// Once the leader's release would be due, it must not find the
+				// task bound to the forged message: hold it off with a pause.
+				_, err := b.api.Pause(ctx, admin.TaskRequest{ID: "victim"})
+				require.NoError(t, err)
+				time.Sleep(time.Until(rec.RunAt.Add(tc.after)))
+				_, err = b.api.Resume(ctx, admin.TaskRequest{ID: "victim"})
+				require.NoError(t, err)
+			}
+			msg := nats.NewMsg("ax.submit.p2.default.partner.k")
+			msg.Header.Set("Nats-Msg-Id", "victim:forged")
+			msg.Header.Set("Ax-Run-At", rec.RunAt.UTC().Format(time.RFC3339Nano))
+			msg.Data = []byte("forged")
+			_, err = b.js.PublishMsg(ctx, msg)
+			require.NoError(t, err)
+			time.Sleep(time.Until(rec.RunAt.Add(tc.after + 500*time.Millisecond)))
+			close(b.gate.release)
+			b.waitState(t, "victim", kv.StateSucceeded)
+			time.Sleep(time.Second) // a second execution would start by now
+			payload, _ := b.gate.execution("victim")
+			require.Equal(t, "original", payload)
+			require.Equal(t, 1, b.gate.ran("victim"))
+		})
+	}
+}
