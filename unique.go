@@ -212,7 +212,13 @@ func (c *Client) holds(ctx context.Context, t TaskSpec, claim *kv.Claim, stored 
 	rec, _, err := kv.GetRecord(ctx, c.js.Conn(), c.cfg.Names, kv.Ref{Tenant: t.Tenant, ID: claim.ID})
 	switch {
 	case err == nil:
-		return slices.Contains(t.Unique.States, rec.State), nil
+		state := rec.State
+		if rec.WaitsSteppedAside() {
+			// Held back by a limit and waiting out of its consumer: a READY
+			// task, not a delayed one.
+			state = kv.StateReady
+		}
+		return slices.Contains(t.Unique.States, state), nil
 	case errors.Is(err, kv.ErrNotFound):
 		if claim.Published || time.Since(stored) < c.cfg.UniqueGrace {
 			return true, nil

@@ -56,7 +56,7 @@ type LimitStatus struct {
 	// Tokens is how many starts its rate has to give now.
 	Tokens float64 `json:"tokens,omitempty"`
 	// Waiting is how many READY tasks it applies to, and PENDING ones a
-	// worker stepped aside for want of room to wait ([kv.Record.SteppedAside])
+	// worker stepped aside for want of room to wait ([kv.Record.WaitsSteppedAside])
 	// (stats only: it scans the records; a raw publish no worker has seen
 	// has none).
 	Waiting *int `json:"waiting,omitempty"`
@@ -322,7 +322,7 @@ func waitingCounter(reply *LimitsReply) func(*kv.Record) {
 		reply.Paused[i].Waiting = add(reply.Paused[i].Target, true)
 	}
 	return func(r *kv.Record) {
-		if r.State != kv.StateReady && !r.SteppedAside() {
+		if r.State != kv.StateReady && !r.WaitsSteppedAside() {
 			return
 		}
 		for _, m := range ms {

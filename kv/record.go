@@ -104,16 +104,28 @@ type Move struct {
 // such a move is part of the wait.
 const ActionNoHandler = "no_handler"
 
-// ActionSteppedAside is the [Move.Action] of a READY task a worker moved to
-// PENDING, its message to AX_DELAYED until a run time, because a limit it
-// falls under was full and the worker had no room to park it: it still
-// waits for that limit.
+// ActionSteppedAside is the [Move.Action] of a READY task a worker moved
+// to PENDING because a limit held it back and the worker had no room to
+// park it: it waits in AX_DELAYED, out of its shard consumer's pending,
+// until a run time (worker/limits_aside.go). It is still a READY task
+// waiting for its limit, not a delayed one ([Record.WaitsSteppedAside]).
 const ActionSteppedAside = "stepped_aside"
 
-// SteppedAside reports whether r waits PENDING because a worker stepped it
-// aside for a limit ([ActionSteppedAside]), not for a run time of its own.
-func (r *Record) SteppedAside() bool {
-	return r.State == StatePending && len(r.Trail) > 0 && r.Trail[len(r.Trail)-1].Action == ActionSteppedAside
+// WaitsSteppedAside reports whether r is PENDING because a worker stepped
+// it aside ([ActionSteppedAside]): the move that took it to PENDING from
+// another state than PENDING or PAUSED, as its trail keeps it, is a step
+// aside (moves since that left it waiting, a reprioritize or a pause and
+// its resume, do not change that).
+func (r *Record) WaitsSteppedAside() bool {
+	if r.State != StatePending {
+		return false
+	}
+	for i := len(r.Trail) - 1; i >= 0; i-- {
+		if m := r.Trail[i]; m.From != StatePending && m.From != StatePaused {
+			return m.To == StatePending && m.Action == ActionSteppedAside
+		}
+	}
+	return false
 }
 
 // Actor says who makes a move and why; it fills the trail event.

@@ -54,8 +54,11 @@ func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
 	}
 	rec, rev, err := w.store.Create(ctx, want, kv.Actor{Worker: w.cfg.ID, Action: "publish"})
 	if errors.Is(err, kv.ErrExists) {
-		if rec, rev, err = w.store.Get(ctx, env.ref); err == nil && !rec.SamePending(want) {
-			return false // another task's id, or already released: the claim decides
+		if rec, rev, err = w.store.Get(ctx, env.ref); err == nil && (!rec.SamePending(want) || rec.WaitsSteppedAside()) {
+			// Another task's id, or already released, or a READY task a
+			// worker stepped aside (no message of it carries its run
+			// time): the claim decides.
+			return false
 		}
 	}
 	if err != nil {
@@ -132,8 +135,10 @@ func (w *Worker) unschedulable(ctx context.Context, d *delivery, env *envelope, 
 // run time, and that time has come. Its move to AX_DELAYED never succeeded
 // (or its ack was lost): it becomes the task's message, so that the task
 // runs at its time, not never. A schedule of it that fires as well is
-// dropped by the leader: its record is no longer PENDING.
+// dropped by the leader: its record is no longer PENDING. A task a worker
+// stepped aside has no such message (its run time is the worker's): a
+// message carrying that time is another's.
 func dueOwn(rec *kv.Record, env *envelope, now time.Time) bool {
 	return rec.State == kv.StatePending && rec.StreamSeq == 0 && !env.stored.Copy && env.stored.Priority == rec.Priority &&
-		rec.RunAt != nil && env.opts.RunAt.Equal(*rec.RunAt) && !rec.RunAt.After(now)
+		rec.RunAt != nil && env.opts.RunAt.Equal(*rec.RunAt) && !rec.RunAt.After(now) && !rec.WaitsSteppedAside()
 }

@@ -71,9 +71,13 @@ func (w *Worker) movedAside(d *delivery, env *envelope, b boundLimit, wait time.
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	rec, rev, err := w.store.Get(ctx, env.ref)
-	if errors.Is(err, kv.ErrNotFound) && env.opts.Gen == 0 && !env.recorded {
+	if errors.Is(err, kv.ErrNotFound) && env.opts.Gen == 0 && (!env.recorded || env.delivered > 1) {
 		// A raw publish's first sight: its record is born READY on this
-		// message, as a Go submit's is (the claim would create it).
+		// message, as a Go submit's is (the claim would create it). A
+		// message that says its record is written at submit (Ax-Gen)
+		// gets a delivery's nak for the Go client's write to land; after
+		// that its producer is publish-only (or its write failed), and
+		// the worker writes it, as the claim would.
 		rec, rev, err = w.store.Create(ctx, readyRecord(env), kv.Actor{Worker: w.cfg.ID, Action: "publish"})
 		if errors.Is(err, kv.ErrExists) {
 			rec, rev, err = w.store.Get(ctx, env.ref)
