@@ -111,8 +111,15 @@ const ActionNoHandler = "no_handler"
 // waiting for its limit, not a delayed one ([Record.WaitsSteppedAside]).
 const ActionSteppedAside = "stepped_aside"
 
+// ActionPausedAside is the [Move.Action] of a READY task a worker moved to
+// PENDING because its type or tenant was paused: it waits in AX_DELAYED,
+// out of its shard consumer's pending, until the leader releases it when
+// the pause ends (or its run time comes first). Like a task stepped aside
+// it is still a READY task ([Record.WaitsSteppedAside]).
+const ActionPausedAside = "paused_aside"
+
 // WaitsSteppedAside reports whether r is PENDING because a worker stepped
-// it aside ([ActionSteppedAside]): the move that took it to PENDING from
+// it aside ([ActionSteppedAside], [ActionPausedAside]): the move that took it to PENDING from
 // another state than PENDING or PAUSED, as its trail keeps it, is a step
 // aside (moves since that left it waiting, a reprioritize or a pause and
 // its resume, do not change that).
@@ -122,7 +129,22 @@ func (r *Record) WaitsSteppedAside() bool {
 	}
 	for i := len(r.Trail) - 1; i >= 0; i-- {
 		if m := r.Trail[i]; m.From != StatePending && m.From != StatePaused {
-			return m.To == StatePending && m.Action == ActionSteppedAside
+			return m.To == StatePending && (m.Action == ActionSteppedAside || m.Action == ActionPausedAside)
+		}
+	}
+	return false
+}
+
+// WaitsPausedAside reports whether r is PENDING because a worker moved it
+// aside for a pause of its type or tenant ([ActionPausedAside]), as
+// [Record.WaitsSteppedAside] reads the trail.
+func (r *Record) WaitsPausedAside() bool {
+	if !r.WaitsSteppedAside() {
+		return false
+	}
+	for i := len(r.Trail) - 1; i >= 0; i-- {
+		if m := r.Trail[i]; m.From != StatePending && m.From != StatePaused {
+			return m.Action == ActionPausedAside
 		}
 	}
 	return false

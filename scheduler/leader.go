@@ -296,6 +296,7 @@ func (l *Leader) lead(ctx context.Context) {
 		{"rejects", newRejectWatch(l).run},
 		{"unserved", newUnservedExpiry(l).run},
 		{"tenants", newTenantDiscovery(l).run},
+		{"resumer", newResumer(l).run},
 	}
 	if l.cfg.AgingThreshold > 0 {
 		loops = append(loops, struct {

@@ -41,7 +41,21 @@ func (n Names) DueSubject(tenant, taskID string) string {
 // subject "ax.due.<tenant>.<id>", and false if subject is not one (a
 // schedule of ax before v3 fired into "ax.due.<id>").
 func (n Names) ParseDueSubject(subject string) (tenant, taskID string, ok bool) {
-	rest, ok := strings.CutPrefix(subject, n.Prefix()+".due.")
+	return n.parseTaskSubject(subject, ".due.")
+}
+
+// ParseDelayedSubject returns the tenant and task id of a schedule's
+// subject "ax.delayed.<tenant>.<id>" ([Names.DelayedSubject]), and false
+// if subject is not one.
+func (n Names) ParseDelayedSubject(subject string) (tenant, taskID string, ok bool) {
+	return n.parseTaskSubject(subject, ".delayed.")
+}
+
+// DelayedFilter returns the subjects of the schedules, "ax.delayed.>".
+func (n Names) DelayedFilter() string { return n.Prefix() + ".delayed.>" }
+
+func (n Names) parseTaskSubject(subject, infix string) (tenant, taskID string, ok bool) {
+	rest, ok := strings.CutPrefix(subject, n.Prefix()+infix)
 	if !ok {
 		return "", "", false
 	}
@@ -68,7 +82,7 @@ func DelayedStreamConfig(cfg *Config) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              n.DelayedStream(),
 		Description:       "ax delayed tasks: schedules (ax.delayed.<tenant>.<id>) and fired schedules (ax.due.<tenant>.<id>)",
-		Subjects:          []string{n.Prefix() + ".delayed.>", n.DueFilter()},
+		Subjects:          []string{n.DelayedFilter(), n.DueFilter()},
 		Retention:         jetstream.LimitsPolicy,
 		Storage:           jetstream.FileStorage,
 		Replicas:          cfg.Replicas,

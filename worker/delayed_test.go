@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,8 +15,9 @@ import (
 	"go.uber.org/zap/zaptest"
 )
 
-// startLeader runs the scheduler's leader loops until the test ends.
-func (b *testBundle) startLeader(t *testing.T) {
+// startLeader runs the scheduler's leader loops until the test ends; the
+// function it returns stops them sooner.
+func (b *testBundle) startLeader(t *testing.T) (stop func()) {
 	t.Helper()
 	_, js := b.srv.Connect()
 	l, err := scheduler.New(context.Background(), js, &scheduler.Config{LeaseTTL: 2 * time.Second, Logger: zaptest.NewLogger(t)})
@@ -26,7 +28,10 @@ func (b *testBundle) startLeader(t *testing.T) {
 		defer close(done)
 		_ = l.Run(ctx)
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
 }
 
 // A raw publish with a future Ax-Run-At does not run early and holds no

@@ -163,7 +163,19 @@ func compileFlow(l kv.Limits) (*flowTable, []string) {
 }
 
 func (t *flowTable) paused(taskType, tenant string) bool {
-	return t.pausedTypes[taskType] || t.pausedTenants[tenant]
+	return t.pausedBy(taskType, tenant) != ""
+}
+
+// pausedBy names the pause that holds a task of taskType and tenant back,
+// as `ax limit ls` names it (the type, or "tenant:" and the tenant), or "".
+func (t *flowTable) pausedBy(taskType, tenant string) string {
+	switch {
+	case t.pausedTypes[taskType]:
+		return taskType
+	case t.pausedTenants[tenant]:
+		return "tenant:" + tenant
+	}
+	return ""
 }
 
 // match returns the limits that apply to a task, in a fixed order.
@@ -462,9 +474,12 @@ func (w *Worker) admit(d *delivery, env *envelope) (*admission, bool) {
 		return nil, true
 	}
 	s := env.stored
-	if t.paused(s.Type, s.Tenant) {
+	if by := t.pausedBy(s.Type, s.Tenant); by != "" {
 		w.giveBackAll(handed)
 		w.stats.Paused.Add(1)
+		if w.pauseAside(d, env, by) {
+			return nil, false
+		}
 		w.heldBack(env, HeldPaused)
 		delay := min(pausedFirstDelay<<min(max(env.delivered, 1)-1, 8), pausedMaxDelay)
 		_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })

@@ -50,10 +50,30 @@ const (
 // written, AX_DELAYED refused the schedule), it naks d with a delay
 // ([Worker.holdBack]).
 func (w *Worker) stepAside(d *delivery, env *envelope, b boundLimit, wait time.Duration) {
-	if w.movedAside(d, env, b, wait) {
+	aside := asideMove{action: ActionSteppedAside, held: HeldSteppedAside, target: b.target,
+		wait: func(rec *kv.Record) time.Duration {
+			return max(w.asideWait(b, steppedAside(rec, ActionSteppedAside)), wait)
+		},
+		reason: func(runAt time.Time) string {
+			return fmt.Sprintf("limit %s full, no room to wait on worker %s: waits in %s until %s",
+				b.target, w.cfg.ID, w.cfg.Names.DelayedStream(), runAt.Format(time.RFC3339Nano))
+		}}
+	if w.movedAside(d, env, aside) {
+		w.stats.Limited.Add(1)
 		return
 	}
 	w.holdBack(d, env, wait)
+}
+
+// asideMove says why and for how long a READY task leaves its consumer
+// for AX_DELAYED: held back by a limit ([Worker.stepAside]) or by a pause
+// of its type or tenant ([Worker.pauseAside]).
+type asideMove struct {
+	action string                             // the trail action
+	held   string                             // the held-back reason the metrics count
+	target string                             // the limit or pause that holds it back
+	wait   func(rec *kv.Record) time.Duration // how long it waits, from its record
+	reason func(runAt time.Time) string       // the move's error in the trail
 }
 
 // movedAside does the move of [Worker.stepAside] and reports whether it
@@ -64,7 +84,7 @@ func (w *Worker) stepAside(d *delivery, env *envelope, b boundLimit, wait time.D
 // leaves the same; one whose reply is lost may have landed: the message is
 // then naked, and its next delivery finds the task PENDING, which the
 // schedule releases (worker/claim.go, claimFrom).
-func (w *Worker) movedAside(d *delivery, env *envelope, b boundLimit, wait time.Duration) bool {
+func (w *Worker) movedAside(d *delivery, env *envelope, aside asideMove) bool {
 	if env.bad != nil || streams.CheckDelayedSize(d.msg.Data(), d.msg.Headers(), w.delayedLimit()) != nil {
 		return false
 	}
@@ -86,8 +106,7 @@ func (w *Worker) movedAside(d *delivery, env *envelope, b boundLimit, wait time.
 	if err != nil || rec.State != kv.StateReady || !rec.Names(w.cfg.Names, env.stream, env.seq) || w.foreign(rec, env) != "" {
 		return false
 	}
-	delay := w.asideWait(b, steppedAside(rec))
-	runAt := time.Now().Add(max(delay, wait)).UTC()
+	runAt := time.Now().Add(aside.wait(rec)).UTC()
 	s := env.stored
 	submit := nats.NewMsg(w.cfg.Names.SubmitSubject(s.Priority, s.Tenant, s.Type, s.Key))
 	submit.Data = d.msg.Data()
@@ -98,9 +117,7 @@ func (w *Worker) movedAside(d *delivery, env *envelope, b boundLimit, wait time.
 		w.log.Warn("step_aside_failed", zap.String("task_id", env.id), zap.Error(err))
 		return false
 	}
-	reason := fmt.Sprintf("limit %s full, no room to wait on worker %s: waits in %s until %s",
-		b.target, w.cfg.ID, w.cfg.Names.DelayedStream(), runAt.Format(time.RFC3339Nano))
-	_, _, err = w.store.Apply(ctx, rec, rev, kv.StatePending, kv.Actor{Worker: w.cfg.ID, Action: ActionSteppedAside, Error: reason}, func(r *kv.Record) error {
+	_, _, err = w.store.Apply(ctx, rec, rev, kv.StatePending, kv.Actor{Worker: w.cfg.ID, Action: aside.action, Error: aside.reason(runAt)}, func(r *kv.Record) error {
 		r.RunAt = &runAt
 		r.Bind(r.Gen, "", 0) // unbound: the leader's release names its copy
 		return nil
@@ -109,20 +126,19 @@ func (w *Worker) movedAside(d *delivery, env *envelope, b boundLimit, wait time.
 		w.log.Warn("step_aside_failed", zap.String("task_id", env.id), zap.Error(err))
 		return false
 	}
-	w.stats.Limited.Add(1)
 	w.stats.SteppedAside.Add(1)
-	w.heldBack(env, HeldSteppedAside)
-	w.log.Debug("task_stepped_aside", zap.String("task_id", env.id), zap.String("limit", b.target), zap.Time("run_at", runAt))
+	w.heldBack(env, aside.held)
+	w.log.Debug("task_stepped_aside", zap.String("task_id", env.id), zap.String("held_by", aside.target), zap.Time("run_at", runAt))
 	_ = d.settle(d.msg.Ack)
 	return true
 }
 
 // steppedAside counts the times rec's trail, as kept, shows its task
-// stepped aside.
-func steppedAside(rec *kv.Record) int {
+// moved aside with action.
+func steppedAside(rec *kv.Record, action string) int {
 	n := 0
 	for _, m := range rec.Trail {
-		if m.Action == ActionSteppedAside {
+		if m.Action == action {
 			n++
 		}
 	}

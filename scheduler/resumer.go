@@ -1,0 +1,279 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ax-mesh/ax/control"
+	"github.com/ax-mesh/ax/internal/move"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+const (
+	// resumeSettle is how long after a pause ends the resumer releases
+	// its tasks: time for every worker to apply the change, so that none
+	// moves a task aside for the pause after the release looked for it.
+	resumeSettle = 2 * time.Second
+	// resumeAgain is when the resumer looks once more after a release,
+	// for a task a slow worker moved aside after the first look.
+	resumeAgain = time.Minute
+	// resumeFetch is how many schedules one read of AX_DELAYED brings.
+	resumeFetch = 1000
+)
+
+// resumer releases the tasks that workers moved aside for a pause of
+// their type or tenant ([kv.ActionPausedAside]) once that pause has ended:
+// it watches the paused targets in AX_CONTROL, and resumeSettle after a
+// pause ends (and once more resumeAgain later), and at its election, it
+// reads the schedules in AX_DELAYED and moves each task whose record is
+// PENDING, paused aside, and no longer paused back to READY: a copy of its
+// schedule in its bucket, the schedule deleted, as the mover releases a
+// due task (by compare-and-set on the record, so a worker, an operator or
+// another leader acting meanwhile wins or loses cleanly). A task it misses
+// (this leader deposed meanwhile) comes back at its schedule's own time.
+type resumer struct {
+	l   *Leader
+	log *zap.Logger
+}
+
+func newResumer(l *Leader) *resumer { return &resumer{l: l, log: l.log.Named("resumer")} }
+
+func (r *resumer) run(ctx context.Context) error {
+	board, err := control.Open(ctx, r.l.js, r.l.cfg.Names)
+	if err != nil {
+		return fmt.Errorf("resumer: bind %s: %w", r.l.cfg.Names.ControlBucket(), err)
+	}
+	watch, err := board.Watch(ctx, control.LimitsKey)
+	if err != nil {
+		return fmt.Errorf("resumer: watch %s: %w", control.LimitsKey, err)
+	}
+	defer func() { _ = watch.Stop() }()
+	var (
+		paused pausedSet
+		ready  bool        // the watch's initial values were delivered
+		timer  *time.Timer // the next look; nil: none planned
+		again  bool        // a look resumeAgain after the next one is due
+	)
+	plan := func(d time.Duration, follow bool) {
+		if timer != nil {
+			timer.Stop()
+		}
+		timer, again = time.NewTimer(d), follow
+	}
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		var due <-chan time.Time
+		if timer != nil {
+			due = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-watch.Updates():
+			if !ok {
+				return errors.New("resumer: watch of the limits ended")
+			}
+			if e == nil {
+				if !ready {
+					ready = true
+					plan(0, false) // at its election: what an earlier leader left
+				}
+				continue
+			}
+			next, err := readPaused(e)
+			if err != nil {
+				r.log.Error("limits_decode", zap.Uint64("revision", e.Revision()), zap.Error(err))
+				continue
+			}
+			if ready && paused.ended(next) {
+				plan(resumeSettle, true)
+			}
+			paused = next
+		case <-due:
+			timer = nil
+			released, err := r.sweep(ctx, paused)
+			if err != nil && ctx.Err() == nil {
+				r.log.Warn("resume_sweep_failed", zap.Int("released", released), zap.Error(err))
+			} else if released > 0 {
+				r.log.Info("paused_aside_released", zap.Int("released", released))
+			}
+			if again {
+				plan(resumeAgain, false)
+			}
+		}
+	}
+}
+
+// pausedSet is the types and tenants paused at one value of the limits.
+type pausedSet struct {
+	types, tenants map[string]bool
+}
+
+func readPaused(e jetstream.KeyValueEntry) (pausedSet, error) {
+	set := pausedSet{types: map[string]bool{}, tenants: map[string]bool{}}
+	if e.Operation() != jetstream.KeyValuePut {
+		return set, nil
+	}
+	limits, err := kv.DecodeLimits(e.Value())
+	if err != nil {
+		return pausedSet{}, err
+	}
+	for target := range limits.Paused {
+		kind, name, err := kv.ParseTarget(target, true)
+		switch {
+		case err != nil:
+		case kind == "tenant":
+			set.tenants[name] = true
+		default:
+			set.types[name] = true
+		}
+	}
+	return set, nil
+}
+
+// holds reports whether the set pauses a task of taskType and tenant.
+func (s pausedSet) holds(taskType, tenant string) bool { return s.types[taskType] || s.tenants[tenant] }
+
+// ended reports whether a target of s is not in next.
+func (s pausedSet) ended(next pausedSet) bool {
+	for t := range s.types {
+		if !next.types[t] {
+			return true
+		}
+	}
+	for t := range s.tenants {
+		if !next.tenants[t] {
+			return true
+		}
+	}
+	return false
+}
+
+// sweep reads every schedule in AX_DELAYED (headers only) and releases the
+// tasks paused aside whose type and tenant paused does not hold, with the
+// mover's number of goroutines. It returns how many it released.
+func (r *resumer) sweep(ctx context.Context, paused pausedSet) (int, error) {
+	names := r.l.cfg.Names
+	stream, err := r.l.js.Stream(ctx, names.DelayedStream())
+	if err != nil {
+		return 0, fmt.Errorf("bind %s: %w", names.DelayedStream(), err)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{names.DelayedFilter()}, HeadersOnly: true})
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", names.DelayedFilter(), err)
+	}
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		released int
+	)
+	work := make(chan candidate)
+	for range max(r.l.cfg.MoverWorkers, 1) {
+		wg.Go(func() {
+			for c := range work {
+				if r.release(ctx, stream, c) {
+					mu.Lock()
+					released++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	err = r.scan(ctx, cons, paused, work)
+	close(work)
+	wg.Wait()
+	return released, err
+}
+
+// candidate is a schedule whose task may be paused aside.
+type candidate struct {
+	ref kv.Ref
+	seq uint64
+}
+
+// scan feeds work the schedules of tasks that paused does not hold, until
+// it has read the last one stored when it began.
+func (r *resumer) scan(ctx context.Context, cons jetstream.Consumer, paused pausedSet, work chan<- candidate) error {
+	names := r.l.cfg.Names
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", names.DelayedFilter(), err)
+	}
+	left := info.NumPending
+	for left > 0 {
+		batch, err := cons.Fetch(resumeFetch, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return fmt.Errorf("read %s: %w", names.DelayedFilter(), err)
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			meta, err := msg.Metadata()
+			if err != nil {
+				continue
+			}
+			left = min(left-1, meta.NumPending)
+			tenant, id, ok := names.ParseDelayedSubject(msg.Subject())
+			if !ok {
+				continue
+			}
+			s, err := names.ParseSubmit(msg.Headers().Get(streams.HeaderSubject))
+			if err != nil || s.Tenant != tenant || paused.holds(s.Type, tenant) {
+				continue
+			}
+			select {
+			case work <- candidate{ref: kv.Ref{Tenant: tenant, ID: id}, seq: meta.Sequence.Stream}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return fmt.Errorf("read %s: %w", names.DelayedFilter(), err)
+		}
+		if n == 0 {
+			return nil // nothing more came: what is left was deleted or fired meanwhile
+		}
+	}
+	return nil
+}
+
+// release moves c's task, if its record says it waits paused aside, from
+// its schedule back to its bucket, and reports whether it did.
+func (r *resumer) release(ctx context.Context, stream jetstream.Stream, c candidate) bool {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rec, rev, err := r.l.store.Get(ctx, c.ref)
+	if err != nil || !rec.WaitsPausedAside() {
+		return false // a delayed task, or released, cancelled or paused by an operator meanwhile
+	}
+	raw, err := stream.GetMsg(ctx, c.seq)
+	if err != nil {
+		return false // fired meanwhile: the mover releases it
+	}
+	now := time.Now().UTC()
+	set := nats.Header{}
+	set.Set(streams.HeaderReleasedAt, now.Format(time.RFC3339Nano))
+	res, err := r.l.moves.Move(ctx, move.Request{Record: rec, Revision: rev, To: kv.StateReady, Priority: rec.Priority,
+		Actor:  kv.Actor{Action: "resume"},
+		Copy:   move.Copy{Data: raw.Data, Header: raw.Header, Drop: []string{streams.HeaderSubject}, Set: set},
+		Old:    move.Message{Stream: r.l.cfg.Names.DelayedStream(), Seq: c.seq},
+		Mutate: func(next *kv.Record) error { next.RunAt = &now; return nil },
+		Guard:  r.l.guard})
+	r.l.tenants.note(c.ref.Tenant, rec.Priority)
+	if err != nil && res.Outcome != move.Landed {
+		r.log.Warn("resume_release_failed", zap.String("task_id", c.ref.ID), zap.String("tenant", c.ref.Tenant), zap.Error(err))
+	}
+	return res.Outcome == move.Landed
+}
