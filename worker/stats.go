@@ -24,8 +24,9 @@ type Stats struct {
 	// trip to the limits bucket.
 	HandedOn int64
 	// SteppedAside counts deliveries held back by a limit that the worker
-	// had no room to park: moved to AX_DELAYED until a run time, out of
-	// their shard consumer's pending (they count in Limited too).
+	// had no room to park, or by a pause that lasted (paused aside): moved
+	// to AX_DELAYED until a run time or the pause's end, out of their shard
+	// consumer's pending (they count in Limited or Paused too).
 	SteppedAside int64
 }
 
