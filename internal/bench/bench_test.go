@@ -103,7 +103,7 @@ func TestFloorDoesAxsOperations(t *testing.T) {
 // The limits scenario runs at a small size: the handlers never see more
 // limited executions at once than the limit, and the limit is used.
 func TestLimitsScenarioRuns(t *testing.T) {
-	r, err := bench.Limits(context.Background(), bench.Options{Tasks: 300, Concurrency: 16, Workers: 3, Payload: 64})
+	r, err := bench.Limits(context.Background(), bench.Options{Tasks: 300, Concurrency: 16, Workers: 3, Payload: 64}, 0)
 	require.NoError(t, err)
 	require.LessOrEqual(t, r.Extra["peak_concurrent"], float64(bench.LimitsConcurrency))
 	// The limit is used (its full use is worker/TestConcurrencyLimitAcrossWorkers's

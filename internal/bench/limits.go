@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,8 +20,9 @@ import (
 const (
 	// LimitsConcurrency is the limit of the limited type.
 	LimitsConcurrency = 10
-	// limitsHold is how long a limited task's handler runs.
-	limitsHold = 20 * time.Millisecond
+	// LimitsHold is how long a limited task's handler runs unless
+	// [Limits] is given another time.
+	LimitsHold = 20 * time.Millisecond
 	// limitsBatch is the size of a submit batch.
 	limitsBatch = 500
 )
@@ -85,13 +87,15 @@ func (g *execGauge) lastStart() time.Time {
 
 // Limits runs o.Workers workers of o.Concurrency slots with two task
 // types: "partner", limited to [LimitsConcurrency] running at once
-// mesh-wide, whose handler runs 20 ms, and "free", unlimited, a no-op. It
+// mesh-wide, whose handler runs hold ([LimitsHold] when 0), and "free",
+// unlimited, a no-op. It
 // first runs o.Tasks free tasks alone, then o.Tasks partner tasks with
 // o.Tasks free tasks beside them, and reports the peak of partner
 // executions at once (counted by the handlers), the limit's utilisation
 // while partner tasks waited, and the free type's rate with the limited
 // type beside it over its rate alone.
-func Limits(ctx context.Context, o Options) (*Result, error) {
+func Limits(ctx context.Context, o Options, hold time.Duration) (*Result, error) {
+	hold = cmp.Or(hold, LimitsHold)
 	r, err := newRun(ctx, o)
 	if err != nil {
 		return nil, err
@@ -110,7 +114,7 @@ func Limits(ctx context.Context, o Options) (*Result, error) {
 		partner.change(1)
 		defer partner.change(-1)
 		select {
-		case <-time.After(limitsHold):
+		case <-time.After(hold):
 		case <-ctx.Done():
 		}
 		partnerDone.n.Add(1)
@@ -195,7 +199,8 @@ func Limits(ctx context.Context, o Options) (*Result, error) {
 		"free_ratio_to_alone":    beside / alone,
 		"held_back_per_task":     float64(held) / float64(o.Tasks),
 		"stepped_aside_per_task": float64(aside) / float64(o.Tasks),
-		"limited_ideal_seconds":  float64(o.Tasks) * limitsHold.Seconds() / LimitsConcurrency,
+		"limited_ideal_seconds":  float64(o.Tasks) * hold.Seconds() / LimitsConcurrency,
+		"limited_hold_ms":        float64(hold.Milliseconds()),
 		"limited_actual_seconds": elapsed.Seconds(),
 	}
 	if peak > LimitsConcurrency {

@@ -18,8 +18,9 @@ import (
 type benchFlags struct {
 	o         bench.Options
 	rate      int
-	burst     int    // limits: the rate limit's burst
-	limit     string // limits: concurrency, rate or both
+	burst     int           // limits: the rate limit's burst
+	hold      time.Duration // limits: how long a limited task's handler runs
+	limit     string        // limits: concurrency, rate or both
 	duration  time.Duration
 	timeScale float64
 	tenants   int
@@ -151,7 +152,7 @@ func (f *benchFlags) scenarios() map[string]benchScenario {
 			}
 			var out []*bench.Result
 			if f.limit != "rate" {
-				r, err := bench.Limits(ctx, o)
+				r, err := bench.Limits(ctx, o, f.hold)
 				if err != nil {
 					return nil, err
 				}
@@ -214,7 +215,7 @@ statistics. See docs/BENCHMARKS.md.
   article     the design article's load test, scaled (--tasks, --time-scale)
   delay       N delayed tasks due within --window: release lateness p50/p99/max
   limits      3 workers x 64 slots: N no-op tasks of one type alone, then N tasks
-              of a type limited to 10 at once mesh-wide (20 ms each) beside N more
+              of a type limited to 10 at once mesh-wide (--hold, 20 ms each) beside N more
               of the first: the peak of limited executions at once (counted by
               the handlers), the limit's utilisation while tasks waited, and the
               unlimited type's rate beside the limited one over its rate alone;
@@ -302,6 +303,7 @@ statistics. See docs/BENCHMARKS.md.
 	fs.StringVar(&f.o.Sync, "sync", "", `the run's server flush policy: "always" or an interval (default: the server's)`)
 	fs.IntVar(&f.rate, "rate", 2_000, "tasks per second of the paced scenarios (priority: P0 tasks, default 200; limits: the rate limit, default 100; fairness: the paced tenant's, default 20)")
 	fs.IntVar(&f.burst, "burst", 10, "limits: the rate limit's burst")
+	fs.DurationVar(&f.hold, "hold", bench.LimitsHold, "limits: how long a task of the concurrency-limited type runs (its handler sleeps)")
 	fs.StringVar(&f.limit, "limit", "both", "limits: the scenarios to run: concurrency, rate or both")
 	fs.DurationVar(&f.duration, "duration", 10*time.Second, "length of the paced scenarios")
 	fs.Float64Var(&f.timeScale, "time-scale", 0.01, "article: handler durations of 100 ms–2 s are multiplied by this")
