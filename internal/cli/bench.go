@@ -216,8 +216,8 @@ statistics. See docs/BENCHMARKS.md.
   delay       N delayed tasks due within --window: release lateness p50/p99/max
   limits      3 workers x 64 slots: N no-op tasks of one type alone, then N tasks
               of a type limited to 10 at once mesh-wide (each runs --hold, 20 ms)
-              beside N more of the first: the peak of limited executions at once (counted by
-              the handlers), the limit's utilisation while tasks waited, and the
+              beside N more of the first: the peak of limited executions at once
+              (counted by the handlers), the limit's utilisation while tasks waited, and the
               unlimited type's rate beside the limited one over its rate alone;
               then N/2 tasks of a type limited to --rate starts per second
               (default 100) with --burst: the most starts in any 1 s window
