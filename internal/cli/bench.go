@@ -214,11 +214,13 @@ statistics. See docs/BENCHMARKS.md.
   priority    a P4 backlog of N tasks, then P0 tasks at --rate: P0 latency
   article     the design article's load test, scaled (--tasks, --time-scale)
   delay       N delayed tasks due within --window: release lateness p50/p99/max
-  limits      3 workers x 64 slots: N no-op tasks of one type alone, then N tasks
-              of a type limited to 10 at once mesh-wide (each runs --hold, 20 ms)
-              beside N more of the first: the peak of limited executions at once
-              (counted by the handlers), the limit's utilisation while tasks waited, and the
-              unlimited type's rate beside the limited one over its rate alone;
+  limits      3 workers x 64 slots: 4N no-op tasks of one type alone, then a
+              backlog of N tasks of a type limited to 10 at once mesh-wide (each
+              runs --hold, 20 ms) and, once it waits, 4N more of the first beside
+              it, then 4N alone again: the peak of limited executions at once
+              (counted by the handlers), the limit's utilisation while tasks
+              waited, and the unlimited type's rate beside the waiting backlog
+              over its faster rate alone;
               then N/2 tasks of a type limited to --rate starts per second
               (default 100) with --burst: the most starts in any 1 s window
               (counted by the handlers) and the limit's use while tasks waited
