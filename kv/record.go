@@ -111,8 +111,8 @@ const ActionNoHandler = "no_handler"
 // waiting for its limit, not a delayed one ([Record.WaitsSteppedAside]).
 const ActionSteppedAside = "stepped_aside"
 
-// ActionPausedAside is the [Move.Action] of a READY task a worker moved to
-// PENDING because its type or tenant was paused: it waits in AX_DELAYED,
+// ActionPausedAside is the [Move.Action] of a READY or RETRYING task a
+// worker moved to PENDING because its type or tenant was paused: it waits in AX_DELAYED,
 // out of its shard consumer's pending, until the leader releases it when
 // the pause ends (or its run time comes first). Like a task stepped aside
 // it is still a READY task ([Record.WaitsSteppedAside]).

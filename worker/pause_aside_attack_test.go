@@ -1,0 +1,223 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/worker"
+	"github.com/stretchr/testify/require"
+)
+
+// execCounter counts the executions of each task id in its handler.
+type execCounter struct {
+	mu   sync.Mutex
+	runs map[string]int
+	all  atomic.Int64
+}
+
+func (c *execCounter) handler(fail *atomic.Bool) worker.HandlerFunc {
+	return func(_ context.Context, task *worker.Task) error {
+		c.mu.Lock()
+		if c.runs == nil {
+			c.runs = map[string]int{}
+		}
+		c.runs[task.ID]++
+		c.mu.Unlock()
+		c.all.Add(1)
+		if fail != nil && fail.Load() {
+			return errors.New("downstream unavailable")
+		}
+		return nil
+	}
+}
+
+func (c *execCounter) of(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.runs[id]
+}
+
+// waitPausedAside waits until every task of ids waits paused aside.
+func (b *testBundle) waitPausedAside(t *testing.T, ids []string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, id := range ids {
+			if rec, err := recordOf(context.Background(), b.store, id); err != nil || !rec.WaitsPausedAside() {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 100*time.Millisecond, "the paused backlog did not all step aside")
+}
+
+// A pause that ends and starts again before the resumer's settle: the
+// tasks paused aside stay aside (the resumer reads the pauses as they are
+// when it looks), none runs while paused, and at the final resume each
+// runs once.
+func TestPauseFlapKeepsTasksAside(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &streams.Config{MaxAckPending: 20})
+	b.startLeader(t)
+	var reports execCounter
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("report", reports.handler(nil), nil))
+	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	ids := pauseBacklog(t, b, 30)
+	b.waitPausedAside(t, ids)
+
+	paused := kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}}}
+	for range 3 {
+		setLimits(t, b.js, kv.Limits{})
+		time.Sleep(300 * time.Millisecond)
+		setLimits(t, b.js, paused)
+		time.Sleep(300 * time.Millisecond)
+	}
+	time.Sleep(4 * time.Second) // past the resumer's settle
+	require.Zero(t, reports.all.Load(), "a paused task ran")
+	for _, id := range ids {
+		rec, err := recordOf(context.Background(), b.store, id)
+		require.NoError(t, err)
+		require.True(t, rec.WaitsPausedAside(), "%s released while paused: %s", id, moves(rec))
+	}
+
+	resumed := time.Now()
+	setLimits(t, b.js, kv.Limits{})
+	for _, id := range ids {
+		b.waitState(t, id, kv.StateSucceeded)
+	}
+	require.Less(t, time.Since(resumed), 20*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	for _, id := range ids {
+		require.Equal(t, 1, reports.of(id), id)
+	}
+}
+
+// A task held by a pause of its tenant and of its type stays aside when
+// only its type is resumed; the type's tasks of other tenants run.
+func TestTypeResumeKeepsTenantPausedTasksAside(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &streams.Config{MaxAckPending: 20})
+	b.startLeader(t)
+	ctx := context.Background()
+	var reports execCounter
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("report", reports.handler(nil), nil))
+	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	setLimits(t, b.js, kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}, "tenant:acme": {At: time.Now()}}})
+	time.Sleep(200 * time.Millisecond)
+	var acme, others []string
+	for i := range 20 {
+		tenant, id := "default", fmt.Sprintf("report-%d", i)
+		if i%2 == 0 {
+			tenant, id = "acme", fmt.Sprintf("acme-%d", i)
+			acme = append(acme, id)
+		} else {
+			others = append(others, id)
+		}
+		_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Tenant: tenant, Key: "k", ID: id, Priority: ax.P2})
+		require.NoError(t, err)
+	}
+	b.waitPausedAside(t, append(acme, others...))
+
+	setLimits(t, b.js, kv.Limits{Paused: map[string]kv.Pause{"tenant:acme": {At: time.Now()}}})
+	for _, id := range others {
+		b.waitState(t, id, kv.StateSucceeded)
+	}
+	time.Sleep(time.Second)
+	for _, id := range acme {
+		require.Zero(t, reports.of(id), "%s ran while its tenant is paused", id)
+		rec, err := recordOf(ctx, b.store, id)
+		require.NoError(t, err)
+		require.True(t, rec.WaitsPausedAside(), "%s released while its tenant is paused: %s", id, moves(rec))
+	}
+	setLimits(t, b.js, kv.Limits{})
+	for _, id := range acme {
+		b.waitState(t, id, kv.StateSucceeded)
+	}
+}
+
+// A delayed task of a paused type is not released before its run time by
+// the resume that releases its type's tasks paused aside.
+func TestResumeDoesNotReleaseDelayedTaskEarly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &streams.Config{MaxAckPending: 20})
+	b.startLeader(t)
+	ctx := context.Background()
+	var reports execCounter
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("report", reports.handler(nil), nil))
+	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	ids := pauseBacklog(t, b, 10)
+	runAt := time.Now().Add(12 * time.Second)
+	_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", ID: "later", RunAt: runAt})
+	require.NoError(t, err)
+	b.waitPausedAside(t, ids)
+
+	setLimits(t, b.js, kv.Limits{})
+	for _, id := range ids {
+		b.waitState(t, id, kv.StateSucceeded)
+	}
+	rec, err := recordOf(ctx, b.store, "later")
+	require.NoError(t, err)
+	require.Equal(t, kv.StatePending, rec.State, "released early: %s", moves(rec))
+	require.Zero(t, reports.of("later"))
+	rec = b.waitState(t, "later", kv.StateSucceeded)
+	require.False(t, rec.StartedAt.Before(runAt), "started %s, due %s", rec.StartedAt, runAt)
+}
+
+// A paused type's retrying backlog (the pause an operator makes when its
+// downstream is down) does not hold its shard consumer's ack pending: its
+// retries step aside like its READY tasks, and run once the pause ends.
+// Without it, each retry is naked again and again, and with the pending
+// full the other type's tasks of the shard are never delivered.
+func TestPausedRetryingBacklogLeavesItsShardFree(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &streams.Config{MaxAckPending: 20})
+	b.startLeader(t)
+	ctx := context.Background()
+	var reports, emails execCounter
+	var down atomic.Bool
+	down.Store(true)
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("report", reports.handler(&down), &worker.TypeConfig{MaxAttempts: 100,
+		Backoff: worker.Backoff{Base: 200 * time.Millisecond, Cap: 400 * time.Millisecond}}))
+	require.NoError(t, reg.Handle("email", emails.handler(nil), nil))
+	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	var ids []string
+	for i := range 20 {
+		id := fmt.Sprintf("report-%d", i)
+		ids = append(ids, id)
+		_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", ID: id, Priority: ax.P2})
+		require.NoError(t, err)
+	}
+	for _, id := range ids {
+		require.Eventually(t, func() bool { return reports.of(id) > 0 }, 30*time.Second, 20*time.Millisecond)
+	}
+	setLimits(t, b.js, kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}}})
+	time.Sleep(time.Second) // an attempt that started before the pause ends
+	ranPaused := reports.all.Load()
+
+	for i := range 10 {
+		_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "email", Key: "k", ID: fmt.Sprintf("email-%d", i), Priority: ax.P2})
+		require.NoError(t, err)
+	}
+	for i := range 10 {
+		b.waitState(t, fmt.Sprintf("email-%d", i), kv.StateSucceeded)
+	}
+	require.Equal(t, ranPaused, reports.all.Load(), "a paused task ran")
+
+	down.Store(false)
+	setLimits(t, b.js, kv.Limits{})
+	for _, id := range ids {
+		rec := b.waitState(t, id, kv.StateSucceeded)
+		require.Equal(t, reports.of(id), rec.Attempt, "%s: %s", id, moves(rec))
+	}
+}
