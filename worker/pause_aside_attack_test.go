@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 )
 
 // execCounter counts the executions of each task id in its handler.
@@ -220,4 +222,52 @@ func TestPausedRetryingBacklogLeavesItsShardFree(t *testing.T) {
 		rec := b.waitState(t, id, kv.StateSucceeded)
 		require.Equal(t, reports.of(id), rec.Attempt, "%s: %s", id, moves(rec))
 	}
+}
+
+// A task paused aside that an operator paused and resumes after its
+// type's resume runs soon, not at its own wait (a minute or more): the
+// resumer's release passed it by while it was PAUSED.
+func TestTaskResumedAfterItsTypeResumeRunsSoon(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &streams.Config{MaxAckPending: 20})
+	b.startLeader(t)
+	ctx := context.Background()
+	var reports execCounter
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("report", reports.handler(nil), nil))
+	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	ids := pauseBacklog(t, b, 4)
+	b.waitPausedAside(t, ids)
+	api := b.adminClient(t)
+	held := ids[1]
+	_, err := api.Pause(ctx, admin.TaskRequest{ID: held})
+	require.NoError(t, err)
+
+	setLimits(t, b.js, kv.Limits{})
+	for _, id := range ids {
+		if id != held {
+			b.waitState(t, id, kv.StateSucceeded)
+		}
+	}
+	time.Sleep(3 * time.Second) // past the resumer's release
+	require.Zero(t, reports.of(held))
+	resumed := time.Now()
+	_, err = api.Resume(ctx, admin.TaskRequest{ID: held})
+	require.NoError(t, err)
+	rec := b.waitState(t, held, kv.StateSucceeded)
+	require.Equal(t, 1, reports.of(held))
+	t.Logf("ran %s after its resume: %s", time.Since(resumed).Round(time.Millisecond), moves(rec))
+}
+
+// adminClient runs the management service until the test ends and returns
+// a client of it.
+func (b *testBundle) adminClient(t *testing.T) *admin.Client {
+	t.Helper()
+	ctx := context.Background()
+	svc, err := admin.New(ctx, b.js, &admin.Config{Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	require.NoError(t, svc.Start(ctx))
+	t.Cleanup(func() { _ = svc.Stop(ctx) })
+	nc, _ := b.srv.Connect()
+	return admin.NewClient(nc, streams.Names{})
 }
