@@ -12,6 +12,7 @@ import (
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
@@ -270,4 +271,58 @@ func (b *testBundle) adminClient(t *testing.T) *admin.Client {
 	t.Cleanup(func() { _ = svc.Stop(ctx) })
 	nc, _ := b.srv.Connect()
 	return admin.NewClient(nc, streams.Names{})
+}
+
+// A pause made again while the resumer's sweep still releases the tasks
+// of the pause that ended stops that release: the sweep checks each task
+// against the pauses as they are when it releases it. Without it, the
+// sweep read the pauses once, when it began, and released the whole
+// backlog into a paused type, each task to be delivered three times and
+// moved aside again.
+func TestRepauseStopsTheResumersSweep(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.startLeaderWith(t, scheduler.Config{MoverWorkers: 1}) // a slow sweep
+	ctx := context.Background()
+	var reports execCounter
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("report", reports.handler(nil), nil))
+	w, _ := b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	paused := kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}}}
+	setLimits(t, b.js, paused)
+	time.Sleep(200 * time.Millisecond)
+	const n = 600
+	var specs []ax.TaskSpec
+	for i := range n {
+		specs = append(specs, ax.TaskSpec{Type: "report", ID: fmt.Sprintf("report-%d", i), Key: fmt.Sprintf("k%d", i%16)})
+	}
+	_, err := b.client.SubmitBatch(ctx, specs)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return w.Stats().SteppedAside >= n }, 60*time.Second, 50*time.Millisecond)
+
+	setLimits(t, b.js, kv.Limits{})
+	require.Eventually(t, func() bool { return reports.all.Load() > 0 }, 30*time.Second, time.Millisecond)
+	setLimits(t, b.js, paused)
+	repaused := time.Now().Add(100 * time.Millisecond) // a release under way may land
+	time.Sleep(5 * time.Second)
+	late := 0
+	for _, spec := range specs {
+		rec, err := recordOf(ctx, b.store, spec.ID)
+		require.NoError(t, err)
+		for _, m := range rec.Trail {
+			if m.From == kv.StatePending && m.To == kv.StateReady && m.At.After(repaused) {
+				late++
+			}
+		}
+	}
+	ran := reports.all.Load()
+	t.Logf("released before the pause came back: %d; after: %d", ran, late)
+	require.Less(t, late, n/10, "the sweep released a paused type's tasks")
+
+	setLimits(t, b.js, kv.Limits{})
+	for _, spec := range specs {
+		b.waitState(t, spec.ID, kv.StateSucceeded)
+	}
+	time.Sleep(500 * time.Millisecond)
+	require.Equal(t, int64(n), reports.all.Load())
 }
