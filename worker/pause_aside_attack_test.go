@@ -326,3 +326,62 @@ func TestRepauseStopsTheResumersSweep(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	require.Equal(t, int64(n), reports.all.Load())
 }
+
+// A delayed task that comes due while its type is paused is paused aside
+// like the others, and runs once, soon after the resume.
+func TestDelayedTaskDueWhilePausedRunsAtTheResume(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.startLeader(t)
+	ctx := context.Background()
+	var reports execCounter
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("report", reports.handler(nil), nil))
+	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	setLimits(t, b.js, kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}}})
+	time.Sleep(200 * time.Millisecond)
+	_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", ID: "later", Delay: 1500 * time.Millisecond})
+	require.NoError(t, err)
+	b.waitPausedAside(t, []string{"later"})
+	require.Zero(t, reports.of("later"))
+
+	resumed := time.Now()
+	setLimits(t, b.js, kv.Limits{})
+	rec := b.waitState(t, "later", kv.StateSucceeded)
+	require.Less(t, time.Since(resumed), 15*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	require.Equal(t, 1, reports.of("later"), moves(rec))
+}
+
+// `ax tasks cancel --type T --state PENDING` cancels a paused type's
+// tasks paused aside, with their schedules: none runs at the resume.
+func TestCancelPendingOfPausedTypeCancelsTasksPausedAside(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &streams.Config{MaxAckPending: 20})
+	b.startLeader(t)
+	ctx := context.Background()
+	var reports execCounter
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("report", reports.handler(nil), nil))
+	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	ids := pauseBacklog(t, b, 24)
+	b.waitPausedAside(t, ids)
+	api := b.adminClient(t)
+	reply, err := api.CancelMatching(ctx, admin.BatchCancelRequest{Filter: admin.Filter{Type: "report", States: []kv.State{kv.StatePending}}})
+	require.NoError(t, err)
+	require.Equal(t, len(ids), reply.Cancelled, "%+v", reply)
+	delayed, err := b.js.Stream(ctx, streams.Names{}.DelayedStream())
+	require.NoError(t, err)
+	info, err := delayed.Info(ctx)
+	require.NoError(t, err)
+	require.Zero(t, info.State.Msgs, "schedules of cancelled tasks left")
+
+	setLimits(t, b.js, kv.Limits{})
+	time.Sleep(4 * time.Second) // past the resumer's release
+	require.Zero(t, reports.all.Load())
+	for _, id := range ids {
+		rec, err := recordOf(ctx, b.store, id)
+		require.NoError(t, err)
+		require.Equal(t, kv.StateCancelled, rec.State)
+	}
+}
