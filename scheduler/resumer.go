@@ -25,6 +25,8 @@ const (
 	// resumeAgain is when the resumer looks once more after a release,
 	// for a task a slow worker moved aside after the first look.
 	resumeAgain = time.Minute
+	// resumeRetry is when the resumer looks again after a look failed.
+	resumeRetry = 5 * time.Second
 	// resumeFetch is how many schedules one read of AX_DELAYED brings.
 	resumeFetch = 1000
 )
@@ -38,8 +40,8 @@ const (
 // schedule in its bucket, the schedule deleted, as the mover releases a
 // due task (by compare-and-set on the record, so a worker, an operator or
 // another leader acting meanwhile wins or loses cleanly). A task it misses
-// (this leader deposed meanwhile) comes back at its schedule's own time.
-// The pauses are followed while a sweep runs, and each task is checked
+// (this leader deposed meanwhile) comes back at its schedule's own time;
+// a look that fails is made again resumeRetry later. The pauses are followed while a sweep runs, and each task is checked
 // against them as they are when it is released: a pause made again during
 // a long sweep stops the release of its tasks there.
 type resumer struct {
@@ -106,9 +108,14 @@ func (r *resumer) run(ctx context.Context) error {
 		case <-due:
 			timer = nil
 			released, err := r.sweep(ctx)
-			if err != nil && ctx.Err() == nil {
+			switch {
+			case err != nil && ctx.Err() == nil:
+				// AX_DELAYED unavailable a moment (electing its own leader
+				// after a failover, say): the same look again, soon.
 				r.log.Warn("resume_sweep_failed", zap.Int("released", released), zap.Error(err))
-			} else if released > 0 {
+				plan(resumeRetry, again)
+				continue
+			case released > 0:
 				r.log.Info("paused_aside_released", zap.Int("released", released))
 			}
 			if again {

@@ -15,6 +15,7 @@ import (
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 )
@@ -384,4 +385,53 @@ func TestCancelPendingOfPausedTypeCancelsTasksPausedAside(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, kv.StateCancelled, rec.State)
 	}
+}
+
+// delayedOutage is a JetStream whose AX_DELAYED cannot be bound until
+// healed: what a leader elected while that stream elects its own leader
+// meets.
+type delayedOutage struct {
+	jetstream.JetStream
+	healed atomic.Bool
+}
+
+func (o *delayedOutage) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	if name == (streams.Names{}).DelayedStream() && !o.healed.Load() {
+		return nil, jetstream.ErrStreamNotFound
+	}
+	return o.JetStream.Stream(ctx, name)
+}
+
+// A leader whose release at its election fails (AX_DELAYED unavailable a
+// moment) tries again soon: the tasks of a pause that ended while no
+// leader ran do not wait out their own time (a minute or more).
+func TestResumersFailedSweepIsRetried(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &streams.Config{MaxAckPending: 20})
+	var reports execCounter
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("report", reports.handler(nil), nil))
+	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	ids := pauseBacklog(t, b, 10)
+	b.waitPausedAside(t, ids)
+	setLimits(t, b.js, kv.Limits{})
+
+	_, js := b.srv.Connect()
+	outage := &delayedOutage{JetStream: js}
+	l, err := scheduler.New(context.Background(), outage, &scheduler.Config{LeaseTTL: 2 * time.Second, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = l.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	time.Sleep(3 * time.Second) // elected, its first release failed
+	outage.healed.Store(true)
+	healed := time.Now()
+	for _, id := range ids {
+		b.waitState(t, id, kv.StateSucceeded)
+	}
+	require.Less(t, time.Since(healed), 20*time.Second)
 }
