@@ -188,13 +188,18 @@ func (a *Service) taskResume(ctx context.Context, data []byte) (any, error) {
 }
 
 // resumeFrom resumes a PAUSED task, read at rev, to where something moves
-// it on: a copy of its current message in its bucket; back to PENDING when
-// it was paused before its delayed release (the mover releases it); or, when
+// it on: a copy of its current message in its bucket; a copy of its
+// schedule when it waited paused aside and its pause has ended
+// ([Service.releasePausedAside]); back to PENDING when it was paused before
+// its delayed release (the mover releases it); or, when
 // it was paused before any message of it was seen, back to unseen (its
 // record is deleted, so that its first message creates it as usual).
 func (a *Service) resumeFrom(ctx context.Context, rec *kv.Record, rev uint64) (*TaskReply, error) {
 	if src, ok := current(a.cfg.Names, rec); ok {
 		return a.redispatch(ctx, rec, rev, src, rec.Priority, "resume", nil)
+	}
+	if reply, done, err := a.releasePausedAside(ctx, rec, rev); done || err != nil {
+		return reply, err
 	}
 	switch {
 	case rec.RunAt != nil:

@@ -41,7 +41,7 @@ var legal = map[kv.State][]kv.State{
 	kv.StatePending:   {kv.StateReady, kv.StateCancelled, kv.StatePaused, kv.StatePending, kv.StateDead}, // PENDING -> PENDING: reprioritize
 	kv.StateReady:     {kv.StateRunning, kv.StateCancelled, kv.StatePaused, kv.StateReady, kv.StateDead, kv.StatePending},
 	kv.StateRunning:   {kv.StateSucceeded, kv.StateRetrying, kv.StateDead, kv.StateCancelled, kv.StateReady},
-	kv.StateRetrying:  {kv.StateRunning, kv.StateDead, kv.StateCancelled, kv.StatePaused, kv.StateReady},
+	kv.StateRetrying:  {kv.StateRunning, kv.StateDead, kv.StateCancelled, kv.StatePaused, kv.StateReady, kv.StatePending}, // RETRYING -> PENDING: paused aside
 	kv.StateSucceeded: nil,
 	kv.StateDead:      {kv.StateReady},
 	kv.StateCancelled: nil,

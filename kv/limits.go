@@ -153,6 +153,16 @@ func DecodeLimits(data []byte) (Limits, error) {
 	return out, nil
 }
 
+// Pauses reports whether l pauses the tasks of taskType or of tenant.
+func (l *Limits) Pauses(taskType, tenant string) bool {
+	if l == nil {
+		return false
+	}
+	_, typePaused := l.Paused[taskType]
+	_, tenantPaused := l.Paused[TenantTargetPrefix+tenant]
+	return typePaused || tenantPaused
+}
+
 // Empty reports whether l limits and pauses nothing.
 func (l *Limits) Empty() bool { return l == nil || (len(l.Limits) == 0 && len(l.Paused) == 0) }
 

@@ -111,8 +111,8 @@ const ActionNoHandler = "no_handler"
 // waiting for its limit, not a delayed one ([Record.WaitsSteppedAside]).
 const ActionSteppedAside = "stepped_aside"
 
-// ActionPausedAside is the [Move.Action] of a READY task a worker moved to
-// PENDING because its type or tenant was paused: it waits in AX_DELAYED,
+// ActionPausedAside is the [Move.Action] of a READY or RETRYING task a
+// worker moved to PENDING because its type or tenant was paused: it waits in AX_DELAYED,
 // out of its shard consumer's pending, until the leader releases it when
 // the pause ends (or its run time comes first). Like a task stepped aside
 // it is still a READY task ([Record.WaitsSteppedAside]).
@@ -124,30 +124,37 @@ const ActionPausedAside = "paused_aside"
 // aside (moves since that left it waiting, a reprioritize or a pause and
 // its resume, do not change that).
 func (r *Record) WaitsSteppedAside() bool {
-	if r.State != StatePending {
-		return false
-	}
-	for i := len(r.Trail) - 1; i >= 0; i-- {
-		if m := r.Trail[i]; m.From != StatePending && m.From != StatePaused {
-			return m.To == StatePending && (m.Action == ActionSteppedAside || m.Action == ActionPausedAside)
-		}
-	}
-	return false
+	action := r.asideAction()
+	return r.State == StatePending && (action == ActionSteppedAside || action == ActionPausedAside)
 }
 
 // WaitsPausedAside reports whether r is PENDING because a worker moved it
 // aside for a pause of its type or tenant ([ActionPausedAside]), as
 // [Record.WaitsSteppedAside] reads the trail.
 func (r *Record) WaitsPausedAside() bool {
-	if !r.WaitsSteppedAside() {
-		return false
-	}
+	return r.State == StatePending && r.asideAction() == ActionPausedAside
+}
+
+// HeldPausedAside reports whether r is PAUSED by an operator while it
+// waited paused aside ([Record.WaitsPausedAside]): resumed, it waits
+// paused aside again.
+func (r *Record) HeldPausedAside() bool {
+	return r.State == StatePaused && r.asideAction() == ActionPausedAside
+}
+
+// asideAction returns the action of the move that took r to PENDING from
+// another state than PENDING or PAUSED, the last such move its trail
+// keeps, or "" when that move went elsewhere or the trail keeps none.
+func (r *Record) asideAction() string {
 	for i := len(r.Trail) - 1; i >= 0; i-- {
 		if m := r.Trail[i]; m.From != StatePending && m.From != StatePaused {
-			return m.Action == ActionPausedAside
+			if m.To != StatePending {
+				return ""
+			}
+			return m.Action
 		}
 	}
-	return false
+	return ""
 }
 
 // Actor says who makes a move and why; it fills the trail event.

@@ -37,12 +37,15 @@ const (
 //
 // READY -> PENDING is also a worker's step aside: a task over a limit that
 // its worker has no room to park waits in AX_DELAYED until a run time,
-// out of its shard consumer's ack pending (worker/limits_aside.go).
+// out of its shard consumer's ack pending (worker/limits_aside.go). So is
+// RETRYING -> PENDING, for a retry whose type or tenant is paused when its
+// backoff is over: it waits for the pause to end out of its consumer
+// (worker/pause_aside.go).
 var transitions = map[State][]State{
 	StatePending:   {StateReady, StateCancelled, StatePaused, StatePending, StateDead},
 	StateReady:     {StateRunning, StateCancelled, StatePaused, StateReady, StateDead, StatePending},
 	StateRunning:   {StateSucceeded, StateRetrying, StateDead, StateCancelled, StateReady},
-	StateRetrying:  {StateRunning, StateDead, StateCancelled, StatePaused, StateReady},
+	StateRetrying:  {StateRunning, StateDead, StateCancelled, StatePaused, StateReady, StatePending},
 	StateSucceeded: {},
 	StateDead:      {StateReady},
 	StateCancelled: {},

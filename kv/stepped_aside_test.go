@@ -41,3 +41,46 @@ func TestWaitsSteppedAside(t *testing.T) {
 		})
 	}
 }
+
+// A record paused aside (from READY or RETRYING) waits paused aside while
+// PENDING, and is held paused aside while an operator holds it PAUSED; a
+// task stepped aside for a limit, or paused by an operator while READY, is
+// neither.
+func TestPausedAside(t *testing.T) {
+	t.Parallel()
+	move := func(from, to kv.State, action string) kv.Move { return kv.Move{From: from, To: to, Action: action} }
+	born := move("", kv.StateReady, "submit")
+	aside := move(kv.StateReady, kv.StatePending, kv.ActionPausedAside)
+	hold := move(kv.StatePending, kv.StatePaused, "pause")
+	for _, tc := range []struct {
+		name        string
+		state       kv.State
+		trail       []kv.Move
+		waits, held bool
+	}{
+		{name: "paused aside", state: kv.StatePending, trail: []kv.Move{born, aside}, waits: true},
+		{name: "retry paused aside", state: kv.StatePending, trail: []kv.Move{born, move(kv.StateRunning, kv.StateRetrying, "retry"),
+			move(kv.StateRetrying, kv.StatePending, kv.ActionPausedAside)}, waits: true},
+		{name: "then held", state: kv.StatePaused, trail: []kv.Move{born, aside, hold}, held: true},
+		{name: "held, then resumed", state: kv.StatePending, trail: []kv.Move{born, aside, hold, move(kv.StatePaused, kv.StatePending, "resume")}, waits: true},
+		{name: "stepped aside, held", state: kv.StatePaused, trail: []kv.Move{born, move(kv.StateReady, kv.StatePending, kv.ActionSteppedAside), hold}},
+		{name: "held while READY", state: kv.StatePaused, trail: []kv.Move{born, aside, move(kv.StatePending, kv.StateReady, "resume"), move(kv.StateReady, kv.StatePaused, "pause")}},
+		{name: "released", state: kv.StateReady, trail: []kv.Move{born, aside, move(kv.StatePending, kv.StateReady, "resume")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &kv.Record{State: tc.state, Trail: tc.trail}
+			require.Equal(t, tc.waits, rec.WaitsPausedAside())
+			require.Equal(t, tc.held, rec.HeldPausedAside())
+		})
+	}
+}
+
+// Limits pause a task of a paused type or of a paused tenant.
+func TestLimitsPauses(t *testing.T) {
+	t.Parallel()
+	l := &kv.Limits{Paused: map[string]kv.Pause{"report": {}, kv.TenantTargetPrefix + "acme": {}}}
+	require.True(t, l.Pauses("report", "default"))
+	require.True(t, l.Pauses("email", "acme"))
+	require.False(t, l.Pauses("email", "default"))
+	require.False(t, (*kv.Limits)(nil).Pauses("report", "acme"))
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ax-mesh/ax/control"
@@ -24,6 +25,8 @@ const (
 	// resumeAgain is when the resumer looks once more after a release,
 	// for a task a slow worker moved aside after the first look.
 	resumeAgain = time.Minute
+	// resumeRetry is when the resumer looks again after a look failed.
+	resumeRetry = 5 * time.Second
 	// resumeFetch is how many schedules one read of AX_DELAYED brings.
 	resumeFetch = 1000
 )
@@ -37,10 +40,15 @@ const (
 // schedule in its bucket, the schedule deleted, as the mover releases a
 // due task (by compare-and-set on the record, so a worker, an operator or
 // another leader acting meanwhile wins or loses cleanly). A task it misses
-// (this leader deposed meanwhile) comes back at its schedule's own time.
+// (this leader deposed meanwhile) comes back at its schedule's own time;
+// a look that fails is made again resumeRetry later. The pauses are followed while a sweep runs, and each task is checked
+// against them as they are when it is released: a pause made again during
+// a long sweep stops the release of its tasks there.
 type resumer struct {
 	l   *Leader
 	log *zap.Logger
+	// paused is the pauses as the watch last delivered them.
+	paused atomic.Pointer[pausedSet]
 }
 
 func newResumer(l *Leader) *resumer { return &resumer{l: l, log: l.log.Named("resumer")} }
@@ -55,11 +63,20 @@ func (r *resumer) run(ctx context.Context) error {
 		return fmt.Errorf("resumer: watch %s: %w", control.LimitsKey, err)
 	}
 	defer func() { _ = watch.Stop() }()
+	r.paused.Store(&pausedSet{})
+	ctx, cancel := context.WithCancel(ctx)
 	var (
-		paused pausedSet
-		ready  bool        // the watch's initial values were delivered
-		timer  *time.Timer // the next look; nil: none planned
-		again  bool        // a look resumeAgain after the next one is due
+		ready   = make(chan struct{})    // closed once the watch's initial values were delivered
+		ended   = make(chan struct{}, 1) // a pause ended
+		stopped = make(chan error, 1)    // the watch ended
+		wg      sync.WaitGroup
+	)
+	wg.Go(func() { stopped <- r.follow(ctx, watch, ready, ended) })
+	defer wg.Wait()
+	defer cancel()
+	var (
+		timer *time.Timer // the next look; nil: none planned
+		again bool        // a look resumeAgain after the next one is due
 	)
 	plan := func(d time.Duration, follow bool) {
 		if timer != nil {
@@ -72,6 +89,7 @@ func (r *resumer) run(ctx context.Context) error {
 			timer.Stop()
 		}
 	}()
+	elected := ready
 	for {
 		var due <-chan time.Time
 		if timer != nil {
@@ -80,14 +98,51 @@ func (r *resumer) run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case err := <-stopped:
+			return err
+		case <-elected:
+			elected = nil
+			plan(0, false) // at its election: what an earlier leader left
+		case <-ended:
+			plan(resumeSettle, true)
+		case <-due:
+			timer = nil
+			released, err := r.sweep(ctx)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				// AX_DELAYED unavailable a moment (electing its own leader
+				// after a failover, say): the same look again, soon.
+				r.log.Warn("resume_sweep_failed", zap.Int("released", released), zap.Error(err))
+				plan(resumeRetry, again)
+				continue
+			case released > 0:
+				r.log.Info("paused_aside_released", zap.Int("released", released))
+			}
+			if again {
+				plan(resumeAgain, false)
+			}
+		}
+	}
+}
+
+// follow keeps r.paused as the watch delivers the limits, closes ready
+// once their initial values were delivered, and signals ended (without
+// waiting) each time a pause ends after that. It returns when ctx ends or
+// the watch does.
+func (r *resumer) follow(ctx context.Context, watch jetstream.KeyWatcher, ready, ended chan<- struct{}) error {
+	initial := true
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
 		case e, ok := <-watch.Updates():
 			if !ok {
 				return errors.New("resumer: watch of the limits ended")
 			}
 			if e == nil {
-				if !ready {
-					ready = true
-					plan(0, false) // at its election: what an earlier leader left
+				if initial {
+					initial = false
+					close(ready)
 				}
 				continue
 			}
@@ -96,20 +151,12 @@ func (r *resumer) run(ctx context.Context) error {
 				r.log.Error("limits_decode", zap.Uint64("revision", e.Revision()), zap.Error(err))
 				continue
 			}
-			if ready && paused.ended(next) {
-				plan(resumeSettle, true)
-			}
-			paused = next
-		case <-due:
-			timer = nil
-			released, err := r.sweep(ctx, paused)
-			if err != nil && ctx.Err() == nil {
-				r.log.Warn("resume_sweep_failed", zap.Int("released", released), zap.Error(err))
-			} else if released > 0 {
-				r.log.Info("paused_aside_released", zap.Int("released", released))
-			}
-			if again {
-				plan(resumeAgain, false)
+			was := r.paused.Swap(&next)
+			if !initial && was.ended(next) {
+				select {
+				case ended <- struct{}{}:
+				default: // one already waits: the look it plans reads the pauses then
+				}
 			}
 		}
 	}
@@ -161,9 +208,9 @@ func (s pausedSet) ended(next pausedSet) bool {
 }
 
 // sweep reads every schedule in AX_DELAYED (headers only) and releases the
-// tasks paused aside whose type and tenant paused does not hold, with the
+// tasks paused aside whose type and tenant no pause holds, with the
 // mover's number of goroutines. It returns how many it released.
-func (r *resumer) sweep(ctx context.Context, paused pausedSet) (int, error) {
+func (r *resumer) sweep(ctx context.Context) (int, error) {
 	names := r.l.cfg.Names
 	stream, err := r.l.js.Stream(ctx, names.DelayedStream())
 	if err != nil {
@@ -191,7 +238,7 @@ func (r *resumer) sweep(ctx context.Context, paused pausedSet) (int, error) {
 			}
 		})
 	}
-	err = r.scan(ctx, cons, paused, work)
+	err = r.scan(ctx, cons, work)
 	close(work)
 	wg.Wait()
 	return released, err
@@ -203,9 +250,9 @@ type candidate struct {
 	seq uint64
 }
 
-// scan feeds work the schedules of tasks that paused does not hold, until
+// scan feeds work the schedules of tasks that no pause holds now, until
 // it has read the last one stored when it began.
-func (r *resumer) scan(ctx context.Context, cons jetstream.Consumer, paused pausedSet, work chan<- candidate) error {
+func (r *resumer) scan(ctx context.Context, cons jetstream.Consumer, work chan<- candidate) error {
 	names := r.l.cfg.Names
 	info, err := cons.Info(ctx)
 	if err != nil {
@@ -230,7 +277,7 @@ func (r *resumer) scan(ctx context.Context, cons jetstream.Consumer, paused paus
 				continue
 			}
 			s, err := names.ParseSubmit(msg.Headers().Get(streams.HeaderSubject))
-			if err != nil || s.Tenant != tenant || paused.holds(s.Type, tenant) {
+			if err != nil || s.Tenant != tenant || r.paused.Load().holds(s.Type, tenant) {
 				continue
 			}
 			select {
@@ -257,6 +304,9 @@ func (r *resumer) release(ctx context.Context, stream jetstream.Stream, c candid
 	rec, rev, err := r.l.store.Get(ctx, c.ref)
 	if err != nil || !rec.WaitsPausedAside() {
 		return false // a delayed task, or released, cancelled or paused by an operator meanwhile
+	}
+	if r.paused.Load().holds(rec.Type, rec.Tenant) {
+		return false // paused again since the scan read its schedule
 	}
 	raw, err := stream.GetMsg(ctx, c.seq)
 	if err != nil {

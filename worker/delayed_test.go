@@ -19,8 +19,15 @@ import (
 // function it returns stops them sooner.
 func (b *testBundle) startLeader(t *testing.T) (stop func()) {
 	t.Helper()
+	return b.startLeaderWith(t, scheduler.Config{})
+}
+
+// startLeaderWith is startLeader with cfg (its lease TTL and logger set).
+func (b *testBundle) startLeaderWith(t *testing.T, cfg scheduler.Config) (stop func()) {
+	t.Helper()
 	_, js := b.srv.Connect()
-	l, err := scheduler.New(context.Background(), js, &scheduler.Config{LeaseTTL: 2 * time.Second, Logger: zaptest.NewLogger(t)})
+	cfg.LeaseTTL, cfg.Logger = 2*time.Second, zaptest.NewLogger(t)
+	l, err := scheduler.New(context.Background(), js, &cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -72,6 +72,7 @@ type asideMove struct {
 	action string                             // the trail action
 	held   string                             // the held-back reason the metrics count
 	target string                             // the limit or pause that holds it back
+	retry  bool                               // a RETRYING task on its message moves too
 	wait   func(rec *kv.Record) time.Duration // how long it waits, from its record
 	reason func(runAt time.Time) string       // the move's error in the trail
 }
@@ -103,7 +104,8 @@ func (w *Worker) movedAside(d *delivery, env *envelope, aside asideMove) bool {
 			rec, rev, err = w.store.Get(ctx, env.ref)
 		}
 	}
-	if err != nil || rec.State != kv.StateReady || !rec.Names(w.cfg.Names, env.stream, env.seq) || w.foreign(rec, env) != "" {
+	movable := rec != nil && (rec.State == kv.StateReady || aside.retry && rec.State == kv.StateRetrying)
+	if err != nil || !movable || !rec.Names(w.cfg.Names, env.stream, env.seq) || w.foreign(rec, env) != "" {
 		return false
 	}
 	runAt := time.Now().Add(aside.wait(rec)).UTC()

@@ -40,12 +40,16 @@ const (
 // pauseAside moves a delivery of a paused type or tenant (target, as
 // `ax limit ls` names it) out of its consumer into AX_DELAYED, and reports
 // whether it did: only from its pausedAsideAfter-th delivery, and only a
-// READY task on this message (a retry waits for its backoff naked).
+// READY or RETRYING task on this message. A retry is delivered again once
+// its backoff is over, so it waits only for the pause: a type paused
+// because its tasks fail (its downstream is down) holds a retrying
+// backlog, which would otherwise fill its shard consumer's ack pending as
+// a READY one would. Released, it is READY, its attempts kept.
 func (w *Worker) pauseAside(d *delivery, env *envelope, target string) bool {
 	if env.delivered < pausedAsideAfter {
 		return false
 	}
-	return w.movedAside(d, env, asideMove{action: ActionPausedAside, held: HeldPaused, target: target,
+	return w.movedAside(d, env, asideMove{action: ActionPausedAside, held: HeldPaused, target: target, retry: true,
 		wait: func(rec *kv.Record) time.Duration {
 			wait := min(pausedAsideFirst<<min(steppedAside(rec, ActionPausedAside), 16), pausedAsideMax)
 			return wait + rand.N(wait/4+1)
