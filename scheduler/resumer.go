@@ -25,8 +25,10 @@ const (
 	// resumeAgain is when the resumer looks once more after a release,
 	// for a task a slow worker moved aside after the first look.
 	resumeAgain = time.Minute
-	// resumeRetry is when the resumer looks again after a look failed.
-	resumeRetry = 5 * time.Second
+	// resumeRetry is when the resumer looks again after a look failed,
+	// doubled with each failure in a row up to resumeRetryMax.
+	resumeRetry    = 5 * time.Second
+	resumeRetryMax = time.Minute
 	// resumeFetch is how many schedules one read of AX_DELAYED brings.
 	resumeFetch = 1000
 )
@@ -41,9 +43,11 @@ const (
 // due task (by compare-and-set on the record, so a worker, an operator or
 // another leader acting meanwhile wins or loses cleanly). A task it misses
 // (this leader deposed meanwhile) comes back at its schedule's own time;
-// a look that fails is made again resumeRetry later. The pauses are followed while a sweep runs, and each task is checked
-// against them as they are when it is released: a pause made again during
-// a long sweep stops the release of its tasks there.
+// a look that fails is made again resumeRetry later (doubled while looks
+// keep failing, up to resumeRetryMax). The pauses are followed while a
+// sweep runs, and each task is checked against them as they are when it
+// is released: a pause made again during a long sweep stops the release
+// of its tasks there.
 type resumer struct {
 	l   *Leader
 	log *zap.Logger
@@ -75,8 +79,9 @@ func (r *resumer) run(ctx context.Context) error {
 	defer wg.Wait()
 	defer cancel()
 	var (
-		timer *time.Timer // the next look; nil: none planned
-		again bool        // a look resumeAgain after the next one is due
+		timer    *time.Timer // the next look; nil: none planned
+		again    bool        // a look resumeAgain after the next one is due
+		failures int         // looks failed in a row
 	)
 	plan := func(d time.Duration, follow bool) {
 		if timer != nil {
@@ -113,11 +118,13 @@ func (r *resumer) run(ctx context.Context) error {
 				// AX_DELAYED unavailable a moment (electing its own leader
 				// after a failover, say): the same look again, soon.
 				r.log.Warn("resume_sweep_failed", zap.Int("released", released), zap.Error(err))
-				plan(resumeRetry, again)
+				plan(min(resumeRetry<<min(failures, 8), resumeRetryMax), again)
+				failures++
 				continue
 			case released > 0:
 				r.log.Info("paused_aside_released", zap.Int("released", released))
 			}
+			failures = 0
 			if again {
 				plan(resumeAgain, false)
 			}
