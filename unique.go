@@ -213,10 +213,11 @@ func (c *Client) holds(ctx context.Context, t TaskSpec, claim *kv.Claim, stored 
 	switch {
 	case err == nil:
 		state := rec.State
-		if rec.WaitsSteppedAside() {
-			// Held back by a limit and waiting out of its consumer: a READY
-			// task, not a delayed one.
-			state = kv.StateReady
+		if from := rec.WaitsAsideFrom(); from != "" {
+			// Held back by a limit or a pause and waiting out of its
+			// consumer: a READY task (or a retry, paused aside after its
+			// backoff), not a delayed one.
+			state = from
 		}
 		return slices.Contains(t.Unique.States, state), nil
 	case errors.Is(err, kv.ErrNotFound):

@@ -142,19 +142,33 @@ func (r *Record) HeldPausedAside() bool {
 	return r.State == StatePaused && r.asideAction() == ActionPausedAside
 }
 
+// WaitsAsideFrom returns the state a task waiting stepped or paused aside
+// ([Record.WaitsSteppedAside]) was in when it moved aside: READY, or
+// RETRYING for a retry paused aside; "" when it does not wait aside.
+func (r *Record) WaitsAsideFrom() State {
+	if !r.WaitsSteppedAside() {
+		return ""
+	}
+	return r.asideMove().From
+}
+
 // asideAction returns the action of the move that took r to PENDING from
 // another state than PENDING or PAUSED, the last such move its trail
 // keeps, or "" when that move went elsewhere or the trail keeps none.
-func (r *Record) asideAction() string {
+func (r *Record) asideAction() string { return r.asideMove().Action }
+
+// asideMove returns the last move of r's trail from another state than
+// PENDING or PAUSED when it went to PENDING, or the zero Move.
+func (r *Record) asideMove() Move {
 	for i := len(r.Trail) - 1; i >= 0; i-- {
 		if m := r.Trail[i]; m.From != StatePending && m.From != StatePaused {
 			if m.To != StatePending {
-				return ""
+				return Move{}
 			}
-			return m.Action
+			return m
 		}
 	}
-	return ""
+	return Move{}
 }
 
 // Actor says who makes a move and why; it fills the trail event.

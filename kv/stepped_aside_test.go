@@ -75,6 +75,30 @@ func TestPausedAside(t *testing.T) {
 	}
 }
 
+// A task waiting aside reads as the state it left: READY, or RETRYING for
+// a retry paused aside (a unique submit's states compare with it); a task
+// not waiting aside reads as none.
+func TestWaitsAsideFrom(t *testing.T) {
+	t.Parallel()
+	born := kv.Move{To: kv.StateReady, Action: "submit"}
+	retry := kv.Move{From: kv.StateRunning, To: kv.StateRetrying, Action: "retry"}
+	for _, tc := range []struct {
+		name  string
+		state kv.State
+		trail []kv.Move
+		want  kv.State
+	}{
+		{"stepped aside", kv.StatePending, []kv.Move{born, {From: kv.StateReady, To: kv.StatePending, Action: kv.ActionSteppedAside}}, kv.StateReady},
+		{"retry paused aside", kv.StatePending, []kv.Move{born, retry, {From: kv.StateRetrying, To: kv.StatePending, Action: kv.ActionPausedAside}}, kv.StateRetrying},
+		{"retrying", kv.StateRetrying, []kv.Move{born, retry}, ""},
+		{"delayed", kv.StatePending, []kv.Move{{To: kv.StatePending, Action: "submit"}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, (&kv.Record{State: tc.state, Trail: tc.trail}).WaitsAsideFrom())
+		})
+	}
+}
+
 // Limits pause a task of a paused type or of a paused tenant.
 func TestLimitsPauses(t *testing.T) {
 	t.Parallel()

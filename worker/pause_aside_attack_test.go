@@ -435,3 +435,48 @@ func TestResumersFailedSweepIsRetried(t *testing.T) {
 	}
 	require.Less(t, time.Since(healed), 20*time.Second)
 }
+
+// A unique task whose retry was paused aside still holds its key for a
+// submit that names RETRYING, not READY, among its states: it waits aside
+// as the retry it was (before, it read as READY and a second task was
+// made).
+func TestUniqueRetryPausedAsideStillHoldsItsKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &streams.Config{MaxAckPending: 20})
+	b.startLeader(t)
+	ctx := context.Background()
+	var reports execCounter
+	var down atomic.Bool
+	down.Store(true)
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("report", reports.handler(&down), &worker.TypeConfig{MaxAttempts: 100,
+		Backoff: worker.Backoff{Base: 200 * time.Millisecond, Cap: 400 * time.Millisecond}}))
+	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 4})
+	spec := func(id string) ax.TaskSpec {
+		return ax.TaskSpec{Type: "report", Key: "k", ID: id, Priority: ax.P2, Unique: &ax.UniqueOpts{
+			Key: "nightly", For: time.Hour, States: []kv.State{kv.StateRunning, kv.StateRetrying}}}
+	}
+	first, err := b.client.Submit(ctx, spec("unique-1"))
+	require.NoError(t, err)
+	require.False(t, first.UniqueSkipped)
+	require.Eventually(t, func() bool { return reports.of("unique-1") > 0 }, 30*time.Second, 10*time.Millisecond)
+	setLimits(t, b.js, kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}}})
+	require.Eventually(t, func() bool {
+		rec, err := recordOf(ctx, b.store, "unique-1")
+		return err == nil && rec.WaitsPausedAside()
+	}, 30*time.Second, 20*time.Millisecond, "the retry was not paused aside")
+	rec, err := recordOf(ctx, b.store, "unique-1")
+	require.NoError(t, err)
+	require.Equal(t, kv.StateRetrying, rec.WaitsAsideFrom())
+
+	second, err := b.client.Submit(ctx, spec("unique-2"))
+	require.NoError(t, err)
+	require.True(t, second.UniqueSkipped, "a second task was made while the first's retry waited paused aside")
+	require.Equal(t, "unique-1", second.ID)
+
+	down.Store(false)
+	setLimits(t, b.js, kv.Limits{})
+	b.waitState(t, "unique-1", kv.StateSucceeded)
+	_, err = recordOf(ctx, b.store, "unique-2")
+	require.Error(t, err, "the skipped submit made a task")
+}
