@@ -50,7 +50,7 @@ const (
 // written, AX_DELAYED refused the schedule), it naks d with a delay
 // ([Worker.holdBack]).
 func (w *Worker) stepAside(d *delivery, env *envelope, b boundLimit, wait time.Duration) {
-	aside := asideMove{action: ActionSteppedAside, held: HeldSteppedAside, target: b.target,
+	aside := asideMove{action: ActionSteppedAside, held: HeldSteppedAside, target: b.target, retry: true,
 		wait: func(rec *kv.Record) time.Duration {
 			return max(w.asideWait(b, steppedAside(rec, ActionSteppedAside)), wait)
 		},

@@ -480,3 +480,49 @@ func TestUniqueRetryPausedAsideStillHoldsItsKey(t *testing.T) {
 	_, err = recordOf(ctx, b.store, "unique-2")
 	require.Error(t, err, "the skipped submit made a task")
 }
+
+// A retry held back by a full concurrency limit, with no room to park it,
+// steps aside too (RETRYING -> PENDING) rather than being naked in its
+// shard consumer's ack pending until a slot frees, and comes back READY
+// with its attempts kept: each task's attempts are its handler's runs.
+func TestLimitedRetriesStepAside(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &streams.Config{MaxAckPending: 20})
+	b.startLeader(t)
+	ctx := context.Background()
+	var reports execCounter
+	var down atomic.Bool
+	down.Store(true)
+	reg := worker.NewRegistry()
+	run := reports.handler(&down)
+	slow := func(ctx context.Context, task *worker.Task) error {
+		time.Sleep(20 * time.Millisecond) // 30 tasks at a limit of 1 take longer than a backoff
+		return run(ctx, task)
+	}
+	require.NoError(t, reg.Handle("report", slow, &worker.TypeConfig{MaxAttempts: 100,
+		Backoff: worker.Backoff{Base: 100 * time.Millisecond, Cap: 200 * time.Millisecond}}))
+	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"report": {Concurrency: 1}}})
+	time.Sleep(200 * time.Millisecond) // the watch delivers the change
+	var ids []string
+	for i := range 30 {
+		id := fmt.Sprintf("report-%d", i)
+		ids = append(ids, id)
+		_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", ID: id, Priority: ax.P2})
+		require.NoError(t, err)
+	}
+	retriedAside := func() bool {
+		for _, id := range ids {
+			if rec, err := recordOf(ctx, b.store, id); err == nil && rec.WaitsAsideFrom() == kv.StateRetrying {
+				return true
+			}
+		}
+		return false
+	}
+	require.Eventually(t, retriedAside, 30*time.Second, 20*time.Millisecond, "no retry stepped aside")
+	down.Store(false)
+	for _, id := range ids {
+		rec := b.waitState(t, id, kv.StateSucceeded)
+		require.Equal(t, reports.of(id), rec.Attempt, "%s: %s", id, moves(rec))
+	}
+}
