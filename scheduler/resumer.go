@@ -215,7 +215,8 @@ func (s pausedSet) ended(next pausedSet) bool {
 }
 
 // sweep reads every schedule in AX_DELAYED (headers only) and releases the
-// tasks paused aside whose type and tenant no pause holds, with the
+// tasks paused aside (their schedules marked [streams.HeaderAside]) whose
+// type and tenant no pause holds, with the
 // mover's number of goroutines. It returns how many it released.
 func (r *resumer) sweep(ctx context.Context) (int, error) {
 	names := r.l.cfg.Names
@@ -279,6 +280,9 @@ func (r *resumer) scan(ctx context.Context, cons jetstream.Consumer, work chan<-
 				continue
 			}
 			left = min(left-1, meta.NumPending)
+			if msg.Headers().Get(streams.HeaderAside) != streams.AsidePaused {
+				continue // a delayed task, or one stepped aside for a limit
+			}
 			tenant, id, ok := names.ParseDelayedSubject(msg.Subject())
 			if !ok {
 				continue

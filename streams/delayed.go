@@ -18,6 +18,14 @@ const (
 	HeaderSchedule = "Nats-Schedule"
 	// HeaderScheduleTarget is the subject the schedule fires into.
 	HeaderScheduleTarget = "Nats-Schedule-Target"
+	// HeaderAside marks the schedule of a task a worker moved aside
+	// for a pause of its type or tenant, "paused": the leader's look for
+	// the tasks to release when a pause ends reads only the records of
+	// the schedules that carry it (a forged one costs a record read; the
+	// record decides).
+	HeaderAside = "Ax-Aside"
+	// AsidePaused is [HeaderAside]'s value on a task paused aside.
+	AsidePaused = "paused"
 	// HeaderReleasedAt marks a task the leader released from AX_DELAYED
 	// into its bucket (RFC 3339); a worker runs it without deferring again.
 	HeaderReleasedAt = "Ax-Released-At"

@@ -69,7 +69,7 @@ const (
 // producer (and the Go client's Task.Headers) may not set them.
 func InternalHeaders() []string {
 	return []string{HeaderTaskID, HeaderGen, HeaderWaitingSince, HeaderReleasedAt,
-		HeaderError, HeaderAttempts, HeaderFailedAt, HeaderSubject, HeaderPayloadTruncated}
+		HeaderError, HeaderAttempts, HeaderFailedAt, HeaderSubject, HeaderPayloadTruncated, HeaderAside}
 }
 
 // IsInternalHeader reports whether name is one of [InternalHeaders]

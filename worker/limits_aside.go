@@ -73,6 +73,7 @@ type asideMove struct {
 	held   string                             // the held-back reason the metrics count
 	target string                             // the limit or pause that holds it back
 	retry  bool                               // a RETRYING task on its message moves too
+	mark   string                             // the schedule's [streams.HeaderAside], if any
 	wait   func(rec *kv.Record) time.Duration // how long it waits, from its record
 	reason func(runAt time.Time) string       // the move's error in the trail
 }
@@ -115,6 +116,9 @@ func (w *Worker) movedAside(d *delivery, env *envelope, aside asideMove) bool {
 	submit.Header = streams.KeptHeaders(d.msg.Headers())
 	submit.Header.Set(streams.HeaderRunAt, runAt.Format(time.RFC3339Nano))
 	sched := w.cfg.Names.DelayedMsg(s.Tenant, env.id, submit, runAt.Add(-streams.DefaultScheduleEarly))
+	if aside.mark != "" {
+		sched.Header.Set(streams.HeaderAside, aside.mark)
+	}
 	if _, err := w.js.PublishMsg(ctx, sched); err != nil {
 		w.log.Warn("step_aside_failed", zap.String("task_id", env.id), zap.Error(err))
 		return false

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
 )
 
 // A paused type's or tenant's task is naked with a delay and comes back to
@@ -49,7 +50,7 @@ func (w *Worker) pauseAside(d *delivery, env *envelope, target string) bool {
 	if env.delivered < pausedAsideAfter {
 		return false
 	}
-	return w.movedAside(d, env, asideMove{action: ActionPausedAside, held: HeldPaused, target: target, retry: true,
+	return w.movedAside(d, env, asideMove{action: ActionPausedAside, held: HeldPaused, target: target, retry: true, mark: streams.AsidePaused,
 		wait: func(rec *kv.Record) time.Duration {
 			wait := min(pausedAsideFirst<<min(steppedAside(rec, ActionPausedAside), 16), pausedAsideMax)
 			return wait + rand.N(wait/4+1)
