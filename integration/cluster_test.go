@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -65,7 +66,14 @@ func startCluster(t *testing.T, o ClusterOptions) *cluster {
 		_, err := c.js.AccountInfo(ctx)
 		return err == nil
 	}, 60*time.Second, 200*time.Millisecond, "the cluster elected no JetStream leader")
-	runAx(t, "provision", "--server", c.allURL, "--replicas", fmt.Sprint(o.Replicas), "--ack-wait", faultAckWait)
+	// A replicated stream's creation waits for its peers to elect a
+	// leader: on a loaded machine that can outlast ax provision's request
+	// (seen: "create stream AX_P0: context deadline exceeded" right after
+	// the meta leader answered). Provisioning is idempotent: try again.
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		_, err := axOutput("provision", "--server", c.allURL, "--replicas", fmt.Sprint(o.Replicas), "--ack-wait", faultAckWait)
+		assert.NoError(ct, err)
+	}, 90*time.Second, time.Second, "ax provision never succeeded")
 	return c
 }
 
