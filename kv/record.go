@@ -144,7 +144,8 @@ func (r *Record) HeldPausedAside() bool {
 
 // WaitsAsideFrom returns the state a task waiting stepped or paused aside
 // ([Record.WaitsSteppedAside]) was in when it moved aside: READY, or
-// RETRYING for a retry paused aside; "" when it does not wait aside.
+// RETRYING for a retry stepped or paused aside once its backoff was over;
+// "" when it does not wait aside.
 func (r *Record) WaitsAsideFrom() State {
 	if !r.WaitsSteppedAside() {
 		return ""
