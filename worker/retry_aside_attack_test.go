@@ -216,3 +216,39 @@ func TestAsideMarkStaysOnItsSchedule(t *testing.T) {
 	require.False(t, at.Before(runAt), "the forged task ran %s before its run time", runAt.Sub(at))
 	require.Empty(t, runs[0].Values(streams.HeaderAside), "the released copy carries the forged mark")
 }
+
+// A retry whose deadline passes while it waits stepped aside for a limit
+// does not run again once released: it goes DEAD for its deadline.
+func TestLimitedRetryPastItsDeadlineRunsNoMore(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &streams.Config{MaxAckPending: 20})
+	b.startLeader(t)
+	ctx := context.Background()
+	var log runLog
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("report", log.handler(20*time.Millisecond), &worker.TypeConfig{MaxAttempts: 100,
+		Backoff: worker.Backoff{Base: 100 * time.Millisecond, Cap: 200 * time.Millisecond}}))
+	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"report": {Concurrency: 1}}})
+	time.Sleep(200 * time.Millisecond) // the watch delivers the change
+	deadline := time.Now().Add(2 * time.Second)
+	var ids []string
+	for i := range 60 {
+		id := fmt.Sprintf("report-%d", i)
+		ids = append(ids, id)
+		_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", ID: id, Priority: ax.P2, Deadline: deadline})
+		require.NoError(t, err)
+	}
+	aside := 0
+	for _, id := range ids {
+		rec := b.waitStateWithin(t, id, kv.StateDead, 60*time.Second)
+		require.Contains(t, rec.LastError, worker.ErrDeadlinePassed.Error(), "%s: %s", id, moves(rec))
+		for _, run := range log.of(id) {
+			require.False(t, run[0].After(deadline), "%s ran past its deadline: %s", id, moves(rec))
+		}
+		if steppedAsideRetry(rec) {
+			aside++
+		}
+	}
+	require.NotZero(t, aside, "no retry stepped aside")
+}
