@@ -605,8 +605,9 @@ func (w *Worker) startRated(adm *admission, d *delivery, env *envelope, rec *kv.
 	if err == nil && wait == 0 {
 		return true
 	}
-	if err != nil {
-		w.log.Warn("limit_check_failed", zap.String("task_id", rec.ID), zap.Error(err))
+	takeErr := err
+	if takeErr != nil {
+		w.log.Warn("limit_check_failed", zap.String("task_id", rec.ID), zap.Error(takeErr))
 	}
 	if w.fenced(d, env) {
 		return false
@@ -620,10 +621,13 @@ func (w *Worker) startRated(adm *admission, d *delivery, env *envelope, rec *kv.
 		w.settleFailedWrite(d, env, err)
 		return false
 	}
-	if err == nil {
-		w.parkOrHoldBack(d, env, over, wait)
+	if takeErr != nil {
+		// The rate's bucket could not be read or written: naked with a
+		// delay (a limit is never exceeded for want of a check), not
+		// parked for a start that may never be seen.
+		w.holdBack(d, env, wait)
 		return false
 	}
-	w.holdBack(d, env, wait)
+	w.parkOrHoldBack(d, env, over, wait)
 	return false
 }
