@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -36,22 +35,9 @@ import (
 // provisioned with the Go API as the scheduler role instead.
 func TestDeployedStepAside(t *testing.T) {
 	t.Parallel()
-	srv := startRoleServer(t, permissionsFile)
+	srv, sched, w, store := startSmallPendingDeployment(t)
 	url := srv.ClientURL()
 	ctx := context.Background()
-	schedJS := jsOf(t, connectRole(t, srv, "scheduler", "_INBOX.scheduler"))
-	natstest.Provision(t, schedJS, &streams.Config{MaxAckPending: 20})
-	store, err := kv.NewStore(ctx, schedJS, nil)
-	require.NoError(t, err)
-
-	sched := startAxAs(t, url, "scheduler", "scheduler")
-	w := startAxAs(t, url, "worker-1", "worker", "--id", "worker-1", "--concurrency", "8")
-	require.Eventually(t, func() bool { return strings.Contains(sched.output(), "campaigning") || sched.exited() },
-		30*time.Second, 50*time.Millisecond, "ax scheduler did not start:\n%s", sched.output())
-	require.False(t, sched.exited(), "ax scheduler exited:\n%s", sched.output())
-	require.Eventually(t, func() bool { return strings.Contains(w.output(), "joining the mesh") || w.exited() },
-		30*time.Second, 50*time.Millisecond, "ax worker did not join:\n%s", w.output())
-	require.False(t, w.exited(), "ax worker exited:\n%s", w.output())
 	mustAxAs(t, url, "operator", "limit", "set", "sleep", "--concurrency", "1")
 	require.Eventually(t, func() bool { return strings.Contains(w.output(), "limits_changed") }, 30*time.Second, 50*time.Millisecond)
 
@@ -138,15 +124,30 @@ func TestDeployedStepAside(t *testing.T) {
 	require.Positive(t, asideBy[false], "no raw publish stepped aside")
 	require.Contains(t, mustAxAs(t, url, "operator", "task", "trail", aside[0]), worker.ActionSteppedAside)
 
-	for name, p := range map[string]*process{"worker": w, "scheduler": sched} {
-		p.signal(t, os.Interrupt)
-		select {
-		case <-p.done:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("ax %s did not stop:\n%s", name, p.output())
-		}
-		require.Zero(t, p.cmd.ProcessState.ExitCode(), "ax %s:\n%s", name, p.output())
-		require.NotContains(t, p.output(), "ermission", "ax %s", name)
-	}
-	require.Empty(t, srv.Violations(), "the server reported permission violations")
+	stopCleanly(t, srv, map[string]*process{"worker": w, "scheduler": sched})
+}
+
+// startSmallPendingDeployment starts a server with the shipped
+// permissions, provisioned (as the scheduler role, with the Go API) with
+// shard consumers of MaxAckPending 20, and ax scheduler and one ax worker
+// of 8 slots as processes of their roles; it returns them once the
+// scheduler campaigns and the worker joined, with a store of the records
+// read as the scheduler.
+func startSmallPendingDeployment(t *testing.T) (*roleServer, *process, *process, *kv.Store) {
+	t.Helper()
+	srv := startRoleServer(t, permissionsFile)
+	url := srv.ClientURL()
+	schedJS := jsOf(t, connectRole(t, srv, "scheduler", "_INBOX.scheduler"))
+	natstest.Provision(t, schedJS, &streams.Config{MaxAckPending: 20})
+	store, err := kv.NewStore(context.Background(), schedJS, nil)
+	require.NoError(t, err)
+	sched := startAxAs(t, url, "scheduler", "scheduler")
+	w := startAxAs(t, url, "worker-1", "worker", "--id", "worker-1", "--concurrency", "8")
+	require.Eventually(t, func() bool { return strings.Contains(sched.output(), "campaigning") || sched.exited() },
+		30*time.Second, 50*time.Millisecond, "ax scheduler did not start:\n%s", sched.output())
+	require.False(t, sched.exited(), "ax scheduler exited:\n%s", sched.output())
+	require.Eventually(t, func() bool { return strings.Contains(w.output(), "joining the mesh") || w.exited() },
+		30*time.Second, 50*time.Millisecond, "ax worker did not join:\n%s", w.output())
+	require.False(t, w.exited(), "ax worker exited:\n%s", w.output())
+	return srv, sched, w, store
 }

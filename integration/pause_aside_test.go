@@ -3,13 +3,11 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ax-mesh/ax"
-	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
@@ -30,22 +28,9 @@ import (
 // permission error and the server reports no violation.
 func TestDeployedPauseAside(t *testing.T) {
 	t.Parallel()
-	srv := startRoleServer(t, permissionsFile)
+	srv, sched, w, store := startSmallPendingDeployment(t)
 	url := srv.ClientURL()
 	ctx := context.Background()
-	schedJS := jsOf(t, connectRole(t, srv, "scheduler", "_INBOX.scheduler"))
-	natstest.Provision(t, schedJS, &streams.Config{MaxAckPending: 20})
-	store, err := kv.NewStore(ctx, schedJS, nil)
-	require.NoError(t, err)
-
-	sched := startAxAs(t, url, "scheduler", "scheduler")
-	w := startAxAs(t, url, "worker-1", "worker", "--id", "worker-1", "--concurrency", "8")
-	require.Eventually(t, func() bool { return strings.Contains(sched.output(), "campaigning") || sched.exited() },
-		30*time.Second, 50*time.Millisecond, "ax scheduler did not start:\n%s", sched.output())
-	require.False(t, sched.exited(), "ax scheduler exited:\n%s", sched.output())
-	require.Eventually(t, func() bool { return strings.Contains(w.output(), "joining the mesh") || w.exited() },
-		30*time.Second, 50*time.Millisecond, "ax worker did not join:\n%s", w.output())
-	require.False(t, w.exited(), "ax worker exited:\n%s", w.output())
 	mustAxAs(t, url, "operator", "pause", "--type", "sleep")
 	require.Eventually(t, func() bool { return strings.Contains(w.output(), "limits_changed") }, 30*time.Second, 50*time.Millisecond)
 
@@ -110,15 +95,5 @@ func TestDeployedPauseAside(t *testing.T) {
 	require.Less(t, took, 30*time.Second, "the backlog waited out its own time, not the resume")
 	t.Logf("%d paused tasks ran %s after ax resume", paused, took.Round(time.Millisecond))
 
-	for name, p := range map[string]*process{"worker": w, "scheduler": sched} {
-		p.signal(t, os.Interrupt)
-		select {
-		case <-p.done:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("ax %s did not stop:\n%s", name, p.output())
-		}
-		require.Zero(t, p.cmd.ProcessState.ExitCode(), "ax %s:\n%s", name, p.output())
-		require.NotContains(t, p.output(), "ermission", "ax %s", name)
-	}
-	require.Empty(t, srv.Violations(), "the server reported permission violations")
+	stopCleanly(t, srv, map[string]*process{"worker": w, "scheduler": sched})
 }
