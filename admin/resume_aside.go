@@ -9,8 +9,6 @@ import (
 	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/internal/move"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/streams"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )
@@ -52,14 +50,7 @@ func (a *Service) releasePausedAside(ctx context.Context, rec *kv.Record, rev ui
 	if err != nil {
 		return nil, false, fmt.Errorf("read the schedule of task %s: %w", rec.Ref(), err)
 	}
-	now := time.Now().UTC()
-	set := nats.Header{}
-	set.Set(streams.HeaderReleasedAt, now.Format(time.RFC3339Nano))
-	res, err := a.moves.Move(ctx, move.Request{Record: rec, Revision: rev, To: kv.StateReady, Priority: rec.Priority,
-		Actor:  kv.Actor{Action: "resume"},
-		Copy:   move.Copy{Data: schedule.Data, Header: schedule.Header, Drop: []string{streams.HeaderSubject}, Set: set},
-		Old:    move.Message{Stream: names.DelayedStream(), Seq: schedule.Sequence},
-		Mutate: func(next *kv.Record) error { next.RunAt = &now; return nil }})
+	res, err := a.moves.Move(ctx, move.ReleaseNow(names, rec, rev, schedule, "resume", time.Now().UTC()))
 	if res.DeleteErr != nil {
 		a.log.Debug("delete_superseded_message", zap.Error(res.DeleteErr))
 	}

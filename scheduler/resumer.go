@@ -323,15 +323,9 @@ func (r *resumer) release(ctx context.Context, stream jetstream.Stream, c candid
 	if err != nil {
 		return false // fired meanwhile: the mover releases it
 	}
-	now := time.Now().UTC()
-	set := nats.Header{}
-	set.Set(streams.HeaderReleasedAt, now.Format(time.RFC3339Nano))
-	res, err := r.l.moves.Move(ctx, move.Request{Record: rec, Revision: rev, To: kv.StateReady, Priority: rec.Priority,
-		Actor:  kv.Actor{Action: "resume"},
-		Copy:   move.Copy{Data: raw.Data, Header: raw.Header, Drop: []string{streams.HeaderSubject}, Set: set},
-		Old:    move.Message{Stream: r.l.cfg.Names.DelayedStream(), Seq: c.seq},
-		Mutate: func(next *kv.Record) error { next.RunAt = &now; return nil },
-		Guard:  r.l.guard})
+	req := move.ReleaseNow(r.l.cfg.Names, rec, rev, raw, "resume", time.Now().UTC())
+	req.Guard = r.l.guard
+	res, err := r.l.moves.Move(ctx, req)
 	r.l.tenants.note(c.ref.Tenant, rec.Priority)
 	if err != nil && res.Outcome != move.Landed {
 		r.log.Warn("resume_release_failed", zap.String("task_id", c.ref.ID), zap.String("tenant", c.ref.Tenant), zap.Error(err))
