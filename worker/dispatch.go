@@ -13,16 +13,16 @@ import (
 // dispatchQueue hands received deliveries to the task slots: the highest
 // priority first and, within a priority, the task that has waited longest
 // (so a task that aging lifted into a busy level runs before the younger
-// tasks there). On a fair deployment the deliveries of a priority are
-// grouped by tenant (the tenant of the consumers they came from), on a
-// pools deployment by task type, and the groups take turns, each giving
-// its longest-waiting task: a tenant (a type) with a deep backlog gets one
-// start in turn with each other one waiting, not all the starts its older
-// tasks would win by age (one with a weight W gets up to W starts in its
-// turn). Elsewhere every
-// delivery is in one group. A delivery holds a credit of its [puller]
-// until a slot takes it, so the queue holds at most PrefetchPerShard
-// deliveries per consumer.
+// tasks there) of the group whose turn it is. The deliveries of a priority
+// are grouped by the shard they came from (the partition of the task's
+// key), on a fair deployment by tenant (the tenant of the consumers they
+// came from), on a pools deployment by task type, and the groups take
+// turns, each giving its longest-waiting task: a key (a tenant, a type)
+// with a deep backlog gets one start in turn with each other one waiting,
+// not all the starts its older tasks would win by age (a tenant or a type
+// with a weight W gets up to W starts in its turn). A delivery holds a
+// credit of its [puller] until a slot takes it, so the queue holds at most
+// PrefetchPerShard deliveries per consumer.
 type dispatchQueue struct {
 	mu     sync.Mutex
 	levels [streams.Priorities]turns // (mu)
@@ -139,6 +139,7 @@ func (q *dispatchQueue) close() []*delivery {
 		for _, h := range q.levels[p].groups {
 			left = append(left, *h...)
 		}
+		left = append(left, q.levels[p].aged...)
 		q.levels[p] = turns{}
 	}
 	q.queued = 0
@@ -147,40 +148,63 @@ func (q *dispatchQueue) close() []*delivery {
 
 // waitingSince is when the task of msg began to wait: the time aging
 // carried over from its first copy (honoured only on a control-plane copy,
-// whose subject ends in ".ctl": a producer cannot jump the queue), else when
-// the stream stored the message (meta, nil if unreadable), else now.
-func waitingSince(msg jetstream.Msg, meta *jetstream.MsgMetadata, now time.Time) time.Time {
+// whose subject ends in ".ctl": a producer cannot jump the queue; aged
+// reports it), else when the stream stored the message (meta, nil if
+// unreadable), else now.
+func waitingSince(msg jetstream.Msg, meta *jetstream.MsgMetadata, now time.Time) (since time.Time, aged bool) {
 	if v := msg.Headers().Get(streams.HeaderWaitingSince); v != "" && strings.HasSuffix(msg.Subject(), ".ctl") {
 		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-			return t
+			return t, true
 		}
 	}
 	if meta != nil {
-		return meta.Timestamp
+		return meta.Timestamp, false
 	}
-	return now
+	return now, false
 }
 
-// turns holds one priority's deliveries in groups, one per tenant on a
-// fair deployment and per type on a pools deployment (else one group),
+// dispatchGroup names a group of deliveries that take turns: the shard of
+// the catch-all consumers (set nil or neither a tenant's nor a type's), or
+// the set of a tenant's or a type's consumers (shard -1).
+type dispatchGroup struct {
+	set   *shardSet
+	shard int
+}
+
+// groupOf returns the dispatch group of d.
+func groupOf(d *delivery) dispatchGroup {
+	if d.set != nil && (d.set.tenant != "" || d.set.typ != "") {
+		return dispatchGroup{set: d.set, shard: -1}
+	}
+	return dispatchGroup{set: d.set, shard: d.shard}
+}
+
+// turns holds one priority's deliveries in groups (see [dispatchGroup]),
 // which take turns: pop takes the longest-waiting delivery of the group
 // whose turn it is and, once the group has given as many as its weight in
-// this turn (or has no more), puts it at the back of the line.
+// this turn (or has no more), puts it at the back of the line. A task
+// that aging lifted, from the catch-all consumers, goes before every group:
+// it waited longer than the turns would make it wait again.
 type turns struct {
-	groups map[*shardSet]*deliveryHeap // by the consumers' set of the delivery: its tenant's, its type's, or nil
-	line   []*shardSet                 // the groups with deliveries, next turn first (each once)
-	given  int                         // deliveries line[0] gave in its turn so far
+	groups map[dispatchGroup]*deliveryHeap
+	line   []dispatchGroup // the groups with deliveries, next turn first (each once)
+	given  int             // deliveries line[0] gave in its turn so far
+	aged   deliveryHeap    // aged deliveries of the catch-all consumers
 }
 
 func (t *turns) push(d *delivery) {
-	group := d.set
+	group := groupOf(d)
+	if d.aged && group.shard >= 0 {
+		heap.Push(&t.aged, d)
+		return
+	}
 	h := t.groups[group]
 	if h == nil {
 		if t.groups == nil {
-			t.groups = map[*shardSet]*deliveryHeap{}
+			t.groups = map[dispatchGroup]*deliveryHeap{}
 		}
 		h = &deliveryHeap{}
-		t.groups[group] = h // kept when it empties: a worker's groups are its tenants
+		t.groups[group] = h // kept when it empties: a worker's groups are its shards, tenants, types
 	}
 	if h.Len() == 0 {
 		t.line = append(t.line, group)
@@ -190,6 +214,9 @@ func (t *turns) push(d *delivery) {
 
 // pop takes the next delivery; weights are the groups' shares of a turn.
 func (t *turns) pop(weights groupWeights) *delivery {
+	if t.aged.Len() > 0 {
+		return heap.Pop(&t.aged).(*delivery)
+	}
 	if len(t.line) == 0 {
 		return nil
 	}
@@ -200,7 +227,7 @@ func (t *turns) pop(weights groupWeights) *delivery {
 	switch {
 	case h.Len() == 0:
 		t.line, t.given = t.line[1:], 0
-	case len(t.line) > 1 && t.given >= weights.of(group):
+	case len(t.line) > 1 && t.given >= weights.of(group.set):
 		t.line, t.given = append(t.line[1:], group), 0
 	}
 	return d

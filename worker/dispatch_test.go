@@ -198,3 +198,37 @@ func TestDispatchTakesTenantsByWeight(t *testing.T) {
 	}
 	require.Equal(t, []string{"h0", "h1", "h2", "l0", "h3", "h4", "h5", "l1", "h6", "h7", "l2"}, got)
 }
+
+// On the shared layout the shards of a priority (the partitions of the
+// tasks' keys) take turns, each giving its longest-waiting delivery: a
+// key's backlog on one shard gets one start in turn with each other shard.
+// A task that aging lifted goes before every turn, oldest first, and a
+// higher priority still goes first.
+func TestDispatchTakesShardsInTurn(t *testing.T) {
+	q := newDispatchQueue()
+	base := time.Now()
+	names := map[*delivery]string{}
+	push := func(name string, shard, priority int, waited time.Duration, aged bool) {
+		d := &delivery{priority: priority, shard: shard, since: base.Add(-waited), aged: aged}
+		names[d] = name
+		require.True(t, q.push(d))
+	}
+	for i := range 4 {
+		push(fmt.Sprintf("bulk-%d", i), 5, 2, time.Duration(60-i)*time.Second, false) // bulk-0 oldest
+	}
+	push("other-young", 7, 2, time.Second, false)
+	push("other-old", 7, 2, 2*time.Second, false)
+	push("third", 9, 2, 0, false)
+	push("aged-young", 9, 2, 70*time.Second, true)
+	push("aged-old", 3, 2, 90*time.Second, true)
+	push("p0", 5, 0, 0, false)
+	stop := make(chan struct{})
+	var got []string
+	for range names {
+		got = append(got, names[q.pop(stop)])
+	}
+	require.Equal(t, []string{"p0", "aged-old", "aged-young", "bulk-0", "other-old", "third", "bulk-1", "other-young", "bulk-2", "bulk-3"}, got)
+	push("left-aged", 3, 1, time.Minute, true)
+	push("left", 3, 1, time.Minute, false)
+	require.Len(t, q.close(), 2, "close hands back the aged deliveries too")
+}

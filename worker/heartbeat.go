@@ -22,6 +22,7 @@ type delivery struct {
 	// tasks never take all of its ack pending (limits_aside.go).
 	room  int
 	since time.Time   // when the task began to wait: the dispatch order
+	aged  bool        // since is from aging's copy: the task was lifted
 	order uint64      // arrival at the dispatch queue: breaks ties
 	log   *zap.Logger // the worker's; nil in tests
 	// park names the concurrency limit a slot's admission found full: the

@@ -241,8 +241,8 @@ func (w *Worker) receive(pl *puller, msg jetstream.Msg) {
 	}
 	now := time.Now()
 	meta, _ := msg.Metadata() // nil if unreadable: process terms the message
-	d := &delivery{msg: msg, meta: meta, set: pl.s, from: pl, priority: pl.p, shard: pl.shard, room: pl.parkRoom, lastBeat: now,
-		since: waitingSince(msg, meta, now), log: w.log}
+	d := &delivery{msg: msg, meta: meta, set: pl.s, from: pl, priority: pl.p, shard: pl.shard, room: pl.parkRoom, lastBeat: now, log: w.log}
+	d.since, d.aged = waitingSince(msg, meta, now)
 	w.held.add(d)
 	if !w.dispatch.push(d) {
 		w.release(d) // the worker is stopping

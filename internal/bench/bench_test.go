@@ -57,7 +57,8 @@ func TestFloorDoesAxsOperations(t *testing.T) {
 	o := bench.Options{Tasks: 300, Concurrency: 8, Workers: 1, Payload: 64}
 	tp, err := bench.Throughput(ctx, o)
 	require.NoError(t, err)
-	records := map[string]float64{"floor": 3, "floor-noread": 3, "floor-claimcreate": 2, "floor-outcome": 1, "floor-async": 3, "floor-pipelined": 3}
+	records := map[string]float64{"floor": 3, "floor-noread": 3, "floor-claimcreate": 2, "floor-outcome": 1, "floor-async": 3, "floor-pipelined": 3,
+		"floor-pipelined-noread": 3, "floor-pipelined-claimcreate": 2, "floor-pipelined-outcome": 1}
 	requests := map[string]float64{}
 	for _, plan := range bench.FloorPlans() {
 		r, err := bench.Floor(ctx, o, plan)
@@ -93,7 +94,8 @@ func TestFloorDoesAxsOperations(t *testing.T) {
 	// after its chunk's messages, is on its way: 1.49 per task was seen on
 	// a loaded machine); the plans that need no read never read.
 	require.GreaterOrEqual(t, requests["floor"], 0.95, "requests per task %v", requests)
-	for _, name := range []string{"floor-noread", "floor-claimcreate", "floor-outcome"} {
+	for _, name := range []string{"floor-noread", "floor-claimcreate", "floor-outcome",
+		"floor-pipelined-noread", "floor-pipelined-claimcreate", "floor-pipelined-outcome"} {
 		require.Less(t, requests[name], 0.2, "%s: requests per task %v", name, requests)
 	}
 	// The pipelined plan reads a pull's records in one request.

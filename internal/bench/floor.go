@@ -46,7 +46,9 @@ type FloorPlan struct {
 // claim read; no record at submit, the claim creating it as for a raw
 // publish; only the outcome written), ax's operations on streams that
 // acknowledge writes before they are written (async persist mode), and
-// ax's operations batched and pipelined ("floor-pipelined").
+// ax's operations batched and pipelined ("floor-pipelined"), then the
+// three designs with fewer operations batched and pipelined too: the
+// floor of each design at its best.
 func FloorPlans() []FloorPlan {
 	return []FloorPlan{
 		{Name: "floor", SubmitRecord: true, Running: true},
@@ -55,6 +57,9 @@ func FloorPlans() []FloorPlan {
 		{Name: "floor-outcome"},
 		{Name: "floor-async", SubmitRecord: true, Running: true, AsyncPersist: true},
 		{Name: "floor-pipelined", SubmitRecord: true, Running: true, Pipelined: true},
+		{Name: "floor-pipelined-noread", SubmitRecord: true, CarryRevision: true, Running: true, Pipelined: true},
+		{Name: "floor-pipelined-claimcreate", Running: true, Pipelined: true},
+		{Name: "floor-pipelined-outcome", Pipelined: true},
 	}
 }
 

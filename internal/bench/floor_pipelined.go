@@ -83,7 +83,16 @@ func floorPipelinedShard(ctx context.Context, e *env, cons jetstream.Consumer, o
 		for i, msg := range msgs {
 			subjects[i] = kv.KeySubject(bucket, msg.Headers().Get(jetstream.MsgIDHeader))
 		}
-		if plan.SubmitRecord {
+		switch {
+		case plan.CarryRevision:
+			for i, msg := range msgs {
+				rev, err := strconv.ParseUint(msg.Headers().Get(floorRevision), 10, 64)
+				if err != nil {
+					return fmt.Errorf("revision of %s: %w", subjects[i], err)
+				}
+				revs[subjects[i]] = rev
+			}
+		case plan.SubmitRecord:
 			if err := floorReadAll(ctx, e, subjects, revs); err != nil {
 				return err
 			}
