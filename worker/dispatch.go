@@ -139,7 +139,7 @@ func (q *dispatchQueue) close() []*delivery {
 		for _, h := range q.levels[p].groups {
 			left = append(left, *h...)
 		}
-		left = append(left, q.levels[p].aged...)
+		left = append(left, q.levels[p].first...)
 		q.levels[p] = turns{}
 	}
 	q.queued = 0
@@ -182,20 +182,23 @@ func groupOf(d *delivery) dispatchGroup {
 // turns holds one priority's deliveries in groups (see [dispatchGroup]),
 // which take turns: pop takes the longest-waiting delivery of the group
 // whose turn it is and, once the group has given as many as its weight in
-// this turn (or has no more), puts it at the back of the line. A task
-// that aging lifted, from the catch-all consumers, goes before every group:
-// it waited longer than the turns would make it wait again.
+// this turn (or has no more), puts it at the back of the line. Two kinds
+// of delivery go before every group, the longest-waiting first: a parked
+// one handed back to the slots (it had its turn, and may hold the limit's
+// slot a finished task handed it), and one that aging lifted from the
+// catch-all consumers (it waited longer than the turns would make it wait
+// again).
 type turns struct {
 	groups map[dispatchGroup]*deliveryHeap
 	line   []dispatchGroup // the groups with deliveries, next turn first (each once)
 	given  int             // deliveries line[0] gave in its turn so far
-	aged   deliveryHeap    // aged deliveries of the catch-all consumers
+	first  deliveryHeap    // woken and aged deliveries, before every group
 }
 
 func (t *turns) push(d *delivery) {
 	group := groupOf(d)
-	if d.aged && group.shard >= 0 {
-		heap.Push(&t.aged, d)
+	if d.woken || (d.aged && group.shard >= 0) {
+		heap.Push(&t.first, d)
 		return
 	}
 	h := t.groups[group]
@@ -214,8 +217,8 @@ func (t *turns) push(d *delivery) {
 
 // pop takes the next delivery; weights are the groups' shares of a turn.
 func (t *turns) pop(weights groupWeights) *delivery {
-	if t.aged.Len() > 0 {
-		return heap.Pop(&t.aged).(*delivery)
+	if t.first.Len() > 0 {
+		return heap.Pop(&t.first).(*delivery)
 	}
 	if len(t.line) == 0 {
 		return nil

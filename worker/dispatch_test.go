@@ -202,14 +202,14 @@ func TestDispatchTakesTenantsByWeight(t *testing.T) {
 // On the shared layout the shards of a priority (the partitions of the
 // tasks' keys) take turns, each giving its longest-waiting delivery: a
 // key's backlog on one shard gets one start in turn with each other shard.
-// A task that aging lifted goes before every turn, oldest first, and a
-// higher priority still goes first.
+// A task that aging lifted, and a parked one handed back to the slots, go
+// before every turn, oldest first, and a higher priority still goes first.
 func TestDispatchTakesShardsInTurn(t *testing.T) {
 	q := newDispatchQueue()
 	base := time.Now()
 	names := map[*delivery]string{}
 	push := func(name string, shard, priority int, waited time.Duration, aged bool) {
-		d := &delivery{priority: priority, shard: shard, since: base.Add(-waited), aged: aged}
+		d := &delivery{priority: priority, shard: shard, since: base.Add(-waited), aged: aged, woken: name == "woken"}
 		names[d] = name
 		require.True(t, q.push(d))
 	}
@@ -221,14 +221,40 @@ func TestDispatchTakesShardsInTurn(t *testing.T) {
 	push("third", 9, 2, 0, false)
 	push("aged-young", 9, 2, 70*time.Second, true)
 	push("aged-old", 3, 2, 90*time.Second, true)
+	push("woken", 5, 2, 80*time.Second, false) // a parked delivery handed back: first too
 	push("p0", 5, 0, 0, false)
 	stop := make(chan struct{})
 	var got []string
 	for range names {
 		got = append(got, names[q.pop(stop)])
 	}
-	require.Equal(t, []string{"p0", "aged-old", "aged-young", "bulk-0", "other-old", "third", "bulk-1", "other-young", "bulk-2", "bulk-3"}, got)
+	require.Equal(t, []string{"p0", "aged-old", "woken", "aged-young", "bulk-0", "other-old", "third", "bulk-1", "other-young", "bulk-2", "bulk-3"}, got)
 	push("left-aged", 3, 1, time.Minute, true)
 	push("left", 3, 1, time.Minute, false)
 	require.Len(t, q.close(), 2, "close hands back the aged deliveries too")
+}
+
+// On a fair deployment a parked delivery handed back to the slots goes
+// before every tenant's turn (it may hold a limit's slot), while a task
+// that aging lifted takes its tenant's turn.
+func TestDispatchWokenGoesFirst(t *testing.T) {
+	q := newDispatchQueue()
+	base := time.Now()
+	bulk, small := &shardSet{tenant: "bulk"}, &shardSet{tenant: "small"}
+	names := map[*delivery]string{}
+	push := func(name string, set *shardSet, waited time.Duration, woken, aged bool) {
+		d := &delivery{priority: 2, since: base.Add(-waited), set: set, woken: woken, aged: aged}
+		names[d] = name
+		require.True(t, q.push(d))
+	}
+	push("bulk-0", bulk, 60*time.Second, false, false)
+	push("bulk-1", bulk, 59*time.Second, false, false)
+	push("small-aged", small, 90*time.Second, false, true)
+	push("small-woken", small, time.Second, true, false)
+	stop := make(chan struct{})
+	var got []string
+	for range names {
+		got = append(got, names[q.pop(stop)])
+	}
+	require.Equal(t, []string{"small-woken", "bulk-0", "small-aged", "bulk-1"}, got)
 }

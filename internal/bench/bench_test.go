@@ -134,7 +134,7 @@ func TestRateLimitsScenarioRuns(t *testing.T) {
 // --shared-layout), and the ratio is reported.
 func TestFairnessScenarioRuns(t *testing.T) {
 	const shared = false
-	rs, err := bench.Fairness(context.Background(), bench.Options{Tasks: 3000, Concurrency: 16, Workers: 1, Payload: 64}, 50, shared)
+	rs, err := bench.Fairness(context.Background(), bench.Options{Tasks: 3000, Concurrency: 16, Workers: 1, Payload: 64}, bench.FairnessOptions{Rate: 50, Shared: shared})
 	require.NoError(t, err)
 	require.Len(t, rs, 2)
 	beside := rs[1]
@@ -143,6 +143,21 @@ func TestFairnessScenarioRuns(t *testing.T) {
 	require.Positive(t, beside.Extra["bulk_ratio_to_alone"])
 	t.Logf("%+v p50 %.1f ms p99 %.1f ms, drain %.2f s", beside.Extra, beside.LatencyP50Ms, beside.LatencyP99Ms, beside.ElapsedSeconds)
 	require.Less(t, beside.LatencyP50Ms, 1000*beside.ElapsedSeconds/10, "the paced tenant waited behind the backlog")
+}
+
+// The fairness scenario between two keys of one tenant (--by-key): the
+// paced key's tasks start while the one-shard backlog of slow tasks drains,
+// at a p50 far below the drain's length.
+func TestFairnessByKeyScenarioRuns(t *testing.T) {
+	rs, err := bench.Fairness(context.Background(), bench.Options{Tasks: 800, Concurrency: 8, Workers: 1, Payload: 64},
+		bench.FairnessOptions{Rate: 50, ByKey: true, Hold: 10 * time.Millisecond})
+	require.NoError(t, err)
+	require.Len(t, rs, 2)
+	beside := rs[1]
+	require.Equal(t, "fairness-keys", beside.Scenario)
+	require.Positive(t, beside.Extra["paced_tasks"])
+	t.Logf("%+v p50 %.1f ms p99 %.1f ms, drain %.2f s", beside.Extra, beside.LatencyP50Ms, beside.LatencyP99Ms, beside.ElapsedSeconds)
+	require.Less(t, beside.LatencyP50Ms, 1000*beside.ElapsedSeconds/10, "the paced key waited behind the backlog")
 }
 
 // A larger prefetch (ax worker --prefetch) takes fewer pull requests per

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,6 +24,33 @@ const (
 	fairBatch = 500
 )
 
+// FairnessOptions shape the fairness scenario.
+type FairnessOptions struct {
+	// Rate is the paced tenant's (or key's) submits per second.
+	Rate int
+	// Shared runs it on a deployment without fair shares (one catch-all
+	// consumer per shard), for comparison.
+	Shared bool
+	// ByKey runs it between two partition keys of one tenant on a
+	// deployment without fair shares: the backlog's tasks all have the key
+	// FairBulk (one shard), the paced ones a key of another shard.
+	ByKey bool
+	// Hold is how long a task of the backlog runs (its handler sleeps; 0:
+	// a no-op). Fair shares matter where the slots, not the pulls, are
+	// what the backlog waits for.
+	Hold time.Duration
+}
+
+// fairPacedKey returns the paced key of a ByKey run: FairPaced, or a
+// variant of it on another shard than FairBulk.
+func fairPacedKey() string {
+	key := FairPaced
+	for i := 0; streams.Shard(key) == streams.Shard(FairBulk); i++ {
+		key = fmt.Sprintf("%s-%d", FairPaced, i)
+	}
+	return key
+}
+
 // Fairness measures fair shares between tenants at one priority. Tenant
 // FairBulk submits o.Tasks no-op tasks while no worker runs; then o.Workers
 // workers of o.Concurrency slots start and drain them. It does this twice:
@@ -38,14 +66,23 @@ const (
 // tenants' consumers are made up front (streams.Config.Tenants), and the
 // leader's copy of each submit, with which it finds new tenants, is not
 // counted (admin's BenchmarkRejectWatchCost prices such a subscription).
-func Fairness(ctx context.Context, o Options, rate int, shared bool) ([]*Result, error) {
-	if rate <= 0 {
+//
+// With fo.ByKey the two are partition keys of one tenant on a deployment
+// without fair shares, where a worker's shards take turns.
+func Fairness(ctx context.Context, o Options, fo FairnessOptions) ([]*Result, error) {
+	if fo.Rate <= 0 {
 		return nil, fmt.Errorf("fairness: --rate must be positive")
 	}
+	if fo.Hold < 0 {
+		return nil, fmt.Errorf("fairness: --fair-hold must not be negative")
+	}
 	prefix := "axfair"
-	if shared {
+	switch {
+	case fo.ByKey:
+		prefix = "axfairkey"
+	case fo.Shared:
 		prefix = "axfairshared"
-	} else {
+	default:
 		o.FairTenants = []string{FairBulk, FairPaced}
 	}
 	e, err := newEnv(ctx, o, prefix, int64(o.Tasks)+100_000)
@@ -77,15 +114,18 @@ func Fairness(ctx context.Context, o Options, rate int, shared bool) ([]*Result,
 	}
 	defer func() { _ = paced.Close() }()
 	layout := "fair"
-	if shared {
+	switch {
+	case fo.ByKey:
+		layout = "keys"
+	case fo.Shared:
 		layout = "shared"
 	}
-	alone, err := r.fairPhase(ctx, o, paced, 0)
+	alone, err := r.fairPhase(ctx, o, paced, fo, 0)
 	if err != nil {
 		return nil, err
 	}
 	alone.Scenario = "fairness-alone-" + layout
-	beside, err := r.fairPhase(ctx, o, paced, rate)
+	beside, err := r.fairPhase(ctx, o, paced, fo, fo.Rate)
 	if err != nil {
 		return nil, err
 	}
@@ -95,24 +135,37 @@ func Fairness(ctx context.Context, o Options, rate int, shared bool) ([]*Result,
 }
 
 // fairPhase submits the backlog, starts the workers, drains it (with the
-// paced tenant beside it if rate > 0) and stops the workers.
-func (r *run) fairPhase(ctx context.Context, o Options, paced *ax.Client, rate int) (*Result, error) {
+// paced tenant or key beside it if rate > 0) and stops the workers.
+func (r *run) fairPhase(ctx context.Context, o Options, paced *ax.Client, fo FairnessOptions, rate int) (*Result, error) {
 	var bulkDone, pacedDone counter
 	var lat latencies
 	var firstMu sync.Mutex
 	var first time.Time // the backlog's first start: the drain is timed from there
+	bulkSpec := ax.TaskSpec{Type: "job", Tenant: FairBulk, Priority: ax.P2}
+	pacedSpec := ax.TaskSpec{Type: "job", Tenant: FairPaced, Priority: ax.P2}
+	if fo.ByKey {
+		bulkSpec = ax.TaskSpec{Type: "job", Key: FairBulk, Priority: ax.P2}
+		pacedSpec = ax.TaskSpec{Type: "job", Key: fairPacedKey(), Priority: ax.P2}
+	}
 	reg := worker.NewRegistry()
-	if err := reg.Handle("job", func(_ context.Context, t *worker.Task) error {
-		if t.Tenant == FairPaced {
+	if err := reg.Handle("job", func(ctx context.Context, t *worker.Task) error {
+		if fo.ByKey && t.Key == pacedSpec.Key || !fo.ByKey && t.Tenant == FairPaced {
 			lat.add(since(t.Payload))
 			pacedDone.n.Add(1)
-		} else {
-			firstMu.Lock()
-			if first.IsZero() {
-				first = time.Now()
+			return nil
+		}
+		firstMu.Lock()
+		if first.IsZero() {
+			first = time.Now()
+		}
+		firstMu.Unlock()
+		bulkDone.n.Add(1)
+		if fo.Hold > 0 {
+			select {
+			case <-time.After(fo.Hold):
+			case <-ctx.Done():
+				return ctx.Err()
 			}
-			firstMu.Unlock()
-			bulkDone.n.Add(1)
 		}
 		return nil
 	}, nil); err != nil {
@@ -121,7 +174,7 @@ func (r *run) fairPhase(ctx context.Context, o Options, paced *ax.Client, rate i
 	for i := 0; i < o.Tasks; i += fairBatch {
 		specs := make([]ax.TaskSpec, 0, fairBatch)
 		for range min(fairBatch, o.Tasks-i) {
-			specs = append(specs, ax.TaskSpec{Type: "job", Tenant: FairBulk, Priority: ax.P2})
+			specs = append(specs, bulkSpec)
 		}
 		if _, err := r.client.SubmitBatch(ctx, specs); err != nil {
 			return nil, fmt.Errorf("fairness: submit the backlog: %w", err)
@@ -130,6 +183,9 @@ func (r *run) fairPhase(ctx context.Context, o Options, paced *ax.Client, rate i
 	label := "backlog alone"
 	if rate > 0 {
 		label = "backlog, paced tenant beside"
+		if fo.ByKey {
+			label = "backlog, paced key beside"
+		}
 	}
 	bar := startProgress(o.Progress, label, o.Tasks, bulkDone.load)
 	before, start := r.usage(), time.Now()
@@ -165,7 +221,9 @@ func (r *run) fairPhase(ctx context.Context, o Options, paced *ax.Client, rate i
 					return
 				case <-tick.C:
 				}
-				if _, err := paced.Submit(pctx, ax.TaskSpec{Type: "job", Tenant: FairPaced, Priority: ax.P2, Payload: stamp(nil)}); err != nil {
+				spec := pacedSpec
+				spec.Payload = stamp(nil)
+				if _, err := paced.Submit(pctx, spec); err != nil {
 					if pctx.Err() == nil {
 						pacerErr = err
 					}

@@ -28,9 +28,11 @@ type benchFlags struct {
 	useServer bool
 	transport string // tcp, in-process or both
 	quiet     bool
-	profile   string // CPU profile file
-	trace     bool   // trace every task (an SDK tracer provider, spans dropped)
-	shared    bool   // fairness: on a deployment without fair shares
+	profile   string        // CPU profile file
+	trace     bool          // trace every task (an SDK tracer provider, spans dropped)
+	shared    bool          // fairness: on a deployment without fair shares
+	byKey     bool          // fairness: between two keys of one tenant, without fair shares
+	fairHold  time.Duration // fairness: how long a task of the backlog runs
 }
 
 type benchRunner func(context.Context, bench.Options) ([]*bench.Result, error)
@@ -169,7 +171,7 @@ func (f *benchFlags) scenarios() map[string]benchScenario {
 			return out, nil
 		}},
 		"fairness": {tasks: 100_000, rate: 20, run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
-			return bench.Fairness(ctx, o, f.rate, f.shared)
+			return bench.Fairness(ctx, o, bench.FairnessOptions{Rate: f.rate, Shared: f.shared, ByKey: f.byKey, Hold: f.fairHold})
 		}},
 		"article": {tasks: 500_000, workers: 8, slots: 16, run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
 			return single(bench.Article(ctx, o, bench.ArticleOptions{TimeScale: f.timeScale, Tenants: f.tenants}))
@@ -229,7 +231,10 @@ statistics. See docs/BENCHMARKS.md.
               drains alone, then again while tenant paced submits --rate tasks a
               second (default 20): the backlog's rate beside the paced tenant over
               its rate alone, and the paced tenant's submit-to-start latency;
-              --shared-layout runs it without fair shares, for comparison`,
+              --shared-layout runs it without fair shares, for comparison;
+              --by-key runs it between two partition keys of one tenant on a
+              deployment without fair shares (the backlog on one shard), and
+              --fair-hold makes each backlog task run that long (default 0)`,
 		Args:      cobra.ExactArgs(1),
 		ValidArgs: names,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -316,6 +321,8 @@ statistics. See docs/BENCHMARKS.md.
 	fs.BoolVarP(&f.quiet, "quiet", "q", false, "no progress bar")
 	fs.BoolVar(&f.trace, "trace", false, "trace every task with the OpenTelemetry SDK (every span sampled, then dropped): what tracing costs")
 	fs.BoolVar(&f.shared, "shared-layout", false, "fairness: on a deployment without fair shares (one catch-all consumer per shard)")
+	fs.BoolVar(&f.byKey, "by-key", false, "fairness: between two partition keys of one tenant, on a deployment without fair shares")
+	fs.DurationVar(&f.fairHold, "fair-hold", 0, "fairness: how long a task of the backlog runs (its handler sleeps)")
 	fs.StringVar(&f.profile, "cpuprofile", "", "write a CPU profile of the bench process (client and workers; the server too with --transport in-process) to this file")
 	root.AddCommand(cmd)
 }
