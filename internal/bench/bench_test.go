@@ -116,6 +116,12 @@ func TestLimitsScenarioRuns(t *testing.T) {
 	require.GreaterOrEqual(t, r.Extra["peak_concurrent"], float64(bench.LimitsConcurrency/2))
 	require.Positive(t, r.Extra["utilisation"])
 	require.Positive(t, r.Extra["free_ratio_to_alone"])
+	// The same use, split at the free type's end (either part may be empty
+	// at this size: then 0).
+	for _, k := range []string{"utilisation_beside_free", "utilisation_after_free"} {
+		require.Contains(t, r.Extra, k)
+		require.InDelta(t, 0.5, r.Extra[k], 0.5, k)
+	}
 	t.Logf("%+v", r.Extra)
 }
 

@@ -77,6 +77,22 @@ func (g *execGauge) utilisation(limit int, from, to time.Time) float64 {
 	return area / (float64(limit) * to.Sub(from).Seconds())
 }
 
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// earlier returns the earlier of a and b.
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
 // lastStart is when the handler last started an execution.
 func (g *execGauge) lastStart() time.Time {
 	g.mu.Lock()
@@ -98,7 +114,10 @@ func (g *execGauge) lastStart() time.Time {
 // them waits for the limit (or ran), as many free tasks beside them as
 // alone, and reports the peak
 // of partner executions at once (counted by the handlers), the limit's
-// utilisation while partner tasks waited, and the free type's rate beside
+// utilisation while partner tasks waited (utilisation: from the first
+// start to the last; utilisation_beside_free: while the free type ran
+// beside the backlog; utilisation_after_free: from the free type's end to
+// the last start), and the free type's rate beside
 // the waiting backlog over its rate alone (the faster of a run before the
 // backlog and one after it; the partner tasks still waiting when the free
 // ones had all run: limited_waiting_at_free_end).
@@ -213,6 +232,7 @@ func Limits(ctx context.Context, o Options, hold time.Duration) (*Result, error)
 	}
 	peak := partner.peak
 	partner.mu.Unlock()
+	lastStart, freeEnd := partner.lastStart(), freeStart.Add(freeTook)
 	res := &Result{Scenario: "limits", Sync: o.Sync, Workers: o.Workers, Concurrency: o.Concurrency}
 	measure(res, o.Tasks+freeN, elapsed, before, after) // both types' tasks of the phase
 	beside := float64(freeN) / freeTook.Seconds()
@@ -226,7 +246,9 @@ func Limits(ctx context.Context, o Options, hold time.Duration) (*Result, error)
 		"handed_on_per_task":          float64(handed) / float64(o.Tasks),
 		"limit":                       LimitsConcurrency,
 		"peak_concurrent":             float64(peak),
-		"utilisation":                 partner.utilisation(LimitsConcurrency, firstStart, partner.lastStart()),
+		"utilisation":                 partner.utilisation(LimitsConcurrency, firstStart, lastStart),
+		"utilisation_beside_free":     partner.utilisation(LimitsConcurrency, later(firstStart, freeStart), earlier(freeEnd, lastStart)),
+		"utilisation_after_free":      partner.utilisation(LimitsConcurrency, later(firstStart, freeEnd), lastStart),
 		"free_alone_per_s":            max(alone, aloneAfter),
 		"free_alone_first_per_s":      alone,
 		"free_alone_after_per_s":      aloneAfter,

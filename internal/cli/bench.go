@@ -221,7 +221,8 @@ statistics. See docs/BENCHMARKS.md.
               runs --hold, 20 ms) and, once it waits, 4N more of the first beside
               it, then 4N alone again: the peak of limited executions at once
               (counted by the handlers), the limit's utilisation while tasks
-              waited, and the unlimited type's rate beside the waiting backlog
+              waited (also split: while the unlimited type ran beside them, and
+              after), and the unlimited type's rate beside the waiting backlog
               over its faster rate alone;
               then N/2 tasks of a type limited to --rate starts per second
               (default 100) with --burst: the most starts in any 1 s window
