@@ -83,6 +83,9 @@ func TestDeployedPauseAside(t *testing.T) {
 		waitFor(id, (*kv.Record).WaitsPausedAside, "paused aside")
 	}
 	require.Contains(t, mustAxAs(t, url, "operator", "task", "trail", ids[0]), worker.ActionPausedAside)
+	// ax task get says why a PENDING task waits and what brings it back.
+	require.Regexp(t, `State\s+PENDING\nWaiting\s+aside in AX_DELAYED: a READY task whose type or tenant is paused; READY again once the pause ends`,
+		mustAxAs(t, url, "operator", "task", "get", ids[0]))
 
 	resumed := time.Now()
 	mustAxAs(t, url, "operator", "resume", "--type", "sleep")

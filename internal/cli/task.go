@@ -176,6 +176,9 @@ func printRecord(w io.Writer, r *kv.Record) {
 	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
 	row("ID", r.ID)
 	row("State", r.State)
+	if from := r.WaitsAsideFrom(); from != "" {
+		row("Waiting", asideText(r, from))
+	}
 	row("Type", r.Type)
 	row("Tenant", r.Tenant)
 	row("Key", r.Key)
@@ -220,6 +223,20 @@ func printRecord(w io.Writer, r *kv.Record) {
 		row("Dead letter", fmt.Sprintf("AX_DLQ sequence %d", r.DLQSeq))
 	}
 	_ = tw.Flush()
+}
+
+// asideText says why a PENDING task that waits aside in AX_DELAYED
+// ([kv.Record.WaitsAsideFrom]) waits there, and when it comes back: it is
+// still a READY task (or a retry) held back, not a delayed one.
+func asideText(r *kv.Record, from kv.State) string {
+	what := "a READY task"
+	if from == kv.StateRetrying {
+		what = "a retry (its backoff over)"
+	}
+	if r.WaitsPausedAside() {
+		return fmt.Sprintf("aside in AX_DELAYED: %s whose type or tenant is paused; READY again once the pause ends (or at its run time)", what)
+	}
+	return fmt.Sprintf("aside in AX_DELAYED: %s held back by a concurrency or rate limit; READY again at its run time", what)
 }
 
 func printTrail(w io.Writer, trail []kv.Move) {
