@@ -239,7 +239,7 @@ func (c *Client) submit(ctx context.Context, t TaskSpec) (TaskInfo, error) {
 	if !t.RunAt.IsZero() && !c.cfg.PublishOnly {
 		return c.submitDelayed(ctx, t)
 	}
-	msg := t.message(c.cfg.Names)
+	msg := t.message(c.cfg.Names, !c.cfg.PublishOnly)
 	var err error
 	var ack *jetstream.PubAck
 	for attempt := 0; ; attempt++ {
@@ -331,7 +331,7 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec) ([]TaskInfo,
 			continue
 		}
 		normalized[i] = t
-		msgs[i] = t.message(c.cfg.Names)
+		msgs[i] = t.message(c.cfg.Names, !c.cfg.PublishOnly)
 	}
 	c.storeBatch(ctx, normalized, msgs, infos, failed)
 	if len(failed) > 0 {

@@ -22,7 +22,7 @@ const DefaultEarly = streams.DefaultScheduleEarly
 // duplicate, unless its record is this very task's (a retried submit).
 func (c *Client) submitDelayed(ctx context.Context, t TaskSpec) (TaskInfo, error) {
 	info := t.info(c.cfg.Names, 0, false)
-	submit := t.message(c.cfg.Names)
+	submit := t.message(c.cfg.Names, true)
 	if err := streams.CheckDelayedSize(submit.Data, submit.Header, c.delayedLimit(t.Priority.level())); err != nil {
 		return TaskInfo{ID: t.ID, Tenant: t.Tenant}, fmt.Errorf("submit delayed task %s: %w: %w", t.ID, ErrInvalidTask, err)
 	}

@@ -3,6 +3,7 @@ package ax_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,6 +61,15 @@ func TestPublishOnlyClient(t *testing.T) {
 	msg, err := bucket.GetMsg(ctx, later.Sequence)
 	require.NoError(t, err)
 	require.Equal(t, runAt.Format(time.RFC3339Nano), msg.Header.Get(streams.HeaderRunAt))
+	// No Ax-Gen: the message says, as a raw publish does, that no record
+	// was written at submit, so the worker creates it at once.
+	first, err := control.Stream(ctx, "AX_P1")
+	require.NoError(t, err)
+	sent, err := first.GetMsg(ctx, info.Sequence)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(sent.Header.Get(streams.HeaderMsgID), "po-1:"), sent.Header)
+	require.Empty(t, sent.Header.Get(streams.HeaderGen))
+	require.Empty(t, msg.Header.Get(streams.HeaderGen))
 
 	infos, err := c.SubmitBatch(ctx, []ax.TaskSpec{{Type: "email", Tenant: "acme", ID: "po-b1"}, {Type: "email", Tenant: "acme", ID: "po-b2"}})
 	require.NoError(t, err)

@@ -36,7 +36,7 @@ func TestSubmitBatchReadsAcksAndRefusals(t *testing.T) {
 	for i, spec := range specs {
 		tasks[i], err = spec.normalize(time.Now())
 		require.NoError(t, err)
-		msgs[i] = tasks[i].message(c.cfg.Names)
+		msgs[i] = tasks[i].message(c.cfg.Names, true)
 	}
 	first, err := c.js.PublishMsg(ctx, msgs[0]) // b-1's first publish; its ack is "lost"
 	require.NoError(t, err)

@@ -163,8 +163,12 @@ func isOptionHeader(name string) bool {
 	return false
 }
 
-// message builds the wire message of a normalized task.
-func (t TaskSpec) message(names streams.Names) *nats.Msg {
+// message builds the wire message of a normalized task. recorded says its
+// submitter writes the task's record (Ax-Gen 1, the record's generation);
+// a publish-only client's message carries no Ax-Gen, as a raw publish, so
+// that the worker that first sees it creates the record at once instead
+// of waiting for one that never comes.
+func (t TaskSpec) message(names streams.Names, recorded bool) *nats.Msg {
 	subject := names.SubmitSubject(t.Priority.level(), t.Tenant, t.Type, t.Key)
 	if t.Core {
 		subject = names.CoreSubject(t.Priority.level(), t.Tenant, t.Type, t.Key)
@@ -177,7 +181,11 @@ func (t TaskSpec) message(names streams.Names) *nats.Msg {
 	for name, values := range t.hookHeader {
 		msg.Header[name] = values
 	}
-	streams.Options{ID: t.ID, Timeout: t.Timeout, MaxAttempts: t.MaxAttempts, Deadline: t.Deadline, RunAt: t.RunAt, Gen: 1}.SetHeaders(msg.Header)
+	opts := streams.Options{ID: t.ID, Timeout: t.Timeout, MaxAttempts: t.MaxAttempts, Deadline: t.Deadline, RunAt: t.RunAt}
+	if recorded {
+		opts.Gen = 1
+	}
+	opts.SetHeaders(msg.Header)
 	// JetStream de-duplicates by Nats-Msg-Id across tenants: a token of this
 	// submit's own keeps another tenant's publish of the id, within the
 	// window, from making this one a "duplicate". Its retries (the same

@@ -192,3 +192,17 @@ func TestPrefetchTakesFewerRequests(t *testing.T) {
 	t.Logf("requests per task: prefetch 1 %.3f, prefetch 32 %.3f", def.Ops["requests"], more.Ops["requests"])
 	require.Less(t, more.Ops["requests"], 0.5*def.Ops["requests"])
 }
+
+// A publish-only client's tasks are claimed as raw publishes are: the
+// worker creates each record with its claim at once, without first
+// reading for a record the client never writes (the server's count of
+// requests, reads among them, not a timer).
+func TestPublishOnlyTasksClaimWithoutReads(t *testing.T) {
+	ctx := context.Background()
+	o := bench.Options{Tasks: 3000, Concurrency: 64, Workers: 1, Payload: 64, PublishOnly: true}
+	r, err := bench.Throughput(ctx, o)
+	require.NoError(t, err)
+	t.Logf("publish-only: %+v", r.Ops)
+	require.InDelta(t, 2.0, r.Ops["kv_writes"], 0.05, "a create with the claim, and the outcome")
+	require.Less(t, r.Ops["requests"], 0.5, "reads for a record the client never writes")
+}

@@ -52,6 +52,10 @@ type Options struct {
 	// Tracer, when set, is the tracer provider of the run's client and
 	// workers (every task traced: what tracing costs).
 	Tracer trace.TracerProvider
+	// PublishOnly submits with a publish-only client
+	// ([ax.Config.PublishOnly]): no record at submit, the worker that first
+	// sees a task creates it with its claim.
+	PublishOnly bool
 }
 
 // env is one scenario's NATS server, connection and provisioned ax.
@@ -188,7 +192,7 @@ func newRun(ctx context.Context, o Options) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := ax.NewClient(ctx, e.js, &ax.Config{Names: e.names, TracerProvider: o.Tracer})
+	client, err := ax.NewClient(ctx, e.js, &ax.Config{Names: e.names, TracerProvider: o.Tracer, PublishOnly: o.PublishOnly})
 	if err != nil {
 		e.close()
 		return nil, err

@@ -324,6 +324,7 @@ statistics. See docs/BENCHMARKS.md.
 	fs.BoolVar(&f.shared, "shared-layout", false, "fairness: on a deployment without fair shares (one catch-all consumer per shard)")
 	fs.BoolVar(&f.byKey, "by-key", false, "fairness: between two partition keys of one tenant, on a deployment without fair shares")
 	fs.DurationVar(&f.fairHold, "fair-hold", 0, "fairness: how long a task of the backlog runs (its handler sleeps)")
+	fs.BoolVar(&f.o.PublishOnly, "publish-only", false, "submit with a publish-only client (ax submit --publish-only): no record at submit, the claim creates it (throughput, latency, limits)")
 	fs.StringVar(&f.profile, "cpuprofile", "", "write a CPU profile of the bench process (client and workers; the server too with --transport in-process) to this file")
 	root.AddCommand(cmd)
 }
