@@ -181,11 +181,11 @@ func (t TaskSpec) message(names streams.Names, recorded bool) *nats.Msg {
 	for name, values := range t.hookHeader {
 		msg.Header[name] = values
 	}
-	opts := streams.Options{ID: t.ID, Timeout: t.Timeout, MaxAttempts: t.MaxAttempts, Deadline: t.Deadline, RunAt: t.RunAt}
+	var gen uint64
 	if recorded {
-		opts.Gen = 1
+		gen = 1
 	}
-	opts.SetHeaders(msg.Header)
+	streams.Options{ID: t.ID, Timeout: t.Timeout, MaxAttempts: t.MaxAttempts, Deadline: t.Deadline, RunAt: t.RunAt, Gen: gen}.SetHeaders(msg.Header)
 	// JetStream de-duplicates by Nats-Msg-Id across tenants: a token of this
 	// submit's own keeps another tenant's publish of the id, within the
 	// window, from making this one a "duplicate". Its retries (the same
