@@ -32,8 +32,11 @@ type delivery struct {
 	// parkWait is when, from now, the rate limit it parks for has its
 	// next start due (0: it waits for a slot).
 	parkWait time.Duration
-	// woken is set on a parked delivery handed back to the slots: its
-	// admission tries the limits even while others wait parked.
+	// woken is set on a parked delivery handed back to the slots alone (a
+	// slot of its limit handed to it or free, or its rate's next start
+	// due): it goes before every group's turn, and its admission tries
+	// the limits even while others wait parked. A change of the limits
+	// hands every parked delivery back not woken ([Worker.unparkAll]).
 	woken bool
 	// handed are the slots handed to a parked delivery by a finished task
 	// of its limit (limits_park.go), taken under the limits handedUnder;

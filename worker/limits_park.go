@@ -54,7 +54,7 @@ func (w *Worker) passSlot(table *flowTable, s heldSlot) {
 			d.handed = append(d.handed, s)
 			d.handedUnder = table
 			w.stats.HandedOn.Add(1)
-			w.redispatch(d)
+			w.redispatch(d, true)
 			return
 		}
 	}
@@ -283,7 +283,7 @@ func (w *Worker) fillSlots(t *flowTable, target string, limit, n int) {
 	for i, d := range ds {
 		d.handed = append(d.handed, heldSlot{target: target, holder: got[i]})
 		d.handedUnder = t
-		w.redispatch(d)
+		w.redispatch(d, true)
 	}
 	for _, h := range got[len(ds):] { // the deliveries parked here ran out meanwhile
 		w.releaseSlot(heldSlot{target: target, holder: h})
@@ -419,7 +419,7 @@ func (w *Worker) unpark(key string) {
 	d := w.popParked(key)
 	w.limits.mu.Unlock()
 	if d != nil {
-		w.redispatch(d)
+		w.redispatch(d, true)
 	}
 }
 
@@ -453,11 +453,12 @@ func (w *Worker) popParked(target string) *delivery {
 	return d
 }
 
-// redispatch queues a parked delivery for the slots again; it holds no
-// puller credit (given back when a slot first took it).
-func (w *Worker) redispatch(d *delivery) {
+// redispatch queues a parked delivery for the slots again, woken (see
+// [delivery.woken]) or to take its group's turn again ([Worker.unparkAll]);
+// it holds no puller credit (given back when a slot first took it).
+func (w *Worker) redispatch(d *delivery, woken bool) {
 	d.from = nil
-	d.woken = true
+	d.woken = woken
 	if !w.dispatch.push(d) {
 		w.release(d) // the worker is stopping
 	}
@@ -476,7 +477,12 @@ func (w *Worker) unparkOldest() {
 	}
 }
 
-// unparkAll hands every parked delivery back to the slots.
+// unparkAll hands every parked delivery back to the slots, the limits
+// having changed. Not woken: each takes its group's turn again, as a new
+// delivery does, so that a whole parked backlog does not go before every
+// other group's deliveries; and the first of each limit tries the new
+// limits for those behind it, which park again without asking if it is
+// still full, or take their slots together ([Worker.tookSlots]) if not.
 func (w *Worker) unparkAll() {
 	w.limits.mu.Lock()
 	parked := w.limits.parked
@@ -485,7 +491,7 @@ func (w *Worker) unparkAll() {
 	w.limits.mu.Unlock()
 	for _, q := range parked {
 		for _, d := range q {
-			w.redispatch(d)
+			w.redispatch(d, false)
 		}
 	}
 }

@@ -1,0 +1,83 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax/internal/natstest"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+)
+
+// A change of the limits hands every parked delivery back to the slots to
+// take its group's turn again: a backlog parked for a limit does not go
+// before every other group's deliveries (it did when each went back
+// woken), while a delivery handed back alone, a slot of its limit free,
+// still goes first.
+func TestLimitsChangeKeepsTheTurns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := natstest.Start(t, natstest.Options{})
+	_, js := srv.Connect()
+	natstest.Provision(t, js, &streams.Config{AckWait: 3 * time.Second, PriorityPolicy: "none"})
+	w, err := New(ctx, js, &Config{Registry: NewRegistry(), Shards: []int{0}, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	names := streams.DefaultNames()
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprint("k", i); streams.Shard(k) == 0 {
+			key = k
+		}
+	}
+	_, err = js.Publish(ctx, names.SubmitSubject(2, "acme", "partner", key), []byte("x"))
+	require.NoError(t, err)
+	cons, err := js.Consumer(ctx, names.PriorityStream(2), names.ConsumerName(2, 0))
+	require.NoError(t, err)
+	batch, err := cons.Fetch(1)
+	require.NoError(t, err)
+	msg := <-batch.Messages()
+	require.NotNil(t, msg) // its data is all a parked delivery's reservation reads
+
+	tenantA, tenantB := &shardSet{tenant: "a"}, &shardSet{tenant: "b"}
+	base := time.Now()
+	label := map[*delivery]string{}
+	newDelivery := func(name string, set *shardSet, waited time.Duration) *delivery {
+		d := &delivery{msg: msg, priority: 2, shard: 0, set: set, since: base.Add(-waited)}
+		label[d] = name
+		return d
+	}
+	var parked []*delivery
+	for i := range 4 {
+		parked = append(parked, newDelivery(fmt.Sprint("a", i), tenantA, time.Duration(100-i)*time.Second))
+	}
+	for i := range 3 {
+		require.True(t, w.dispatch.push(newDelivery(fmt.Sprint("b", i), tenantB, time.Duration(10-i)*time.Second)))
+	}
+	w.limits.mu.Lock()
+	w.limits.parked = map[string][]*delivery{"partner": parked}
+	w.limits.mu.Unlock()
+	w.unparkAll()
+	var got []string
+	var woken []string
+	for d := w.dispatch.take(); d != nil; d = w.dispatch.take() {
+		got = append(got, label[d])
+		if d.woken {
+			woken = append(woken, label[d])
+		}
+	}
+	require.Equal(t, []string{"b0", "a0", "b1", "a1", "b2", "a2", "a3"}, got, "the tenants take turns")
+	require.Empty(t, woken, "handed back by a change of the limits, not woken")
+
+	// Handed back alone (a slot given back), the oldest goes first.
+	w.limits.mu.Lock()
+	w.limits.parked = map[string][]*delivery{"rate partner": {parked[3], parked[2]}}
+	w.limits.mu.Unlock()
+	require.True(t, w.dispatch.push(newDelivery("b3", tenantB, time.Hour)))
+	w.unpark("rate partner")
+	d := w.dispatch.take()
+	require.Equal(t, "a3", label[d])
+	require.True(t, d.woken)
+}
