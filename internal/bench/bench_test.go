@@ -116,6 +116,9 @@ func TestLimitsScenarioRuns(t *testing.T) {
 	require.GreaterOrEqual(t, r.Extra["peak_concurrent"], float64(bench.LimitsConcurrency/2))
 	require.Positive(t, r.Extra["utilisation"])
 	require.Positive(t, r.Extra["free_ratio_to_alone"])
+	// Against the mean of the two runs alone, never below the ratio to the
+	// faster of them.
+	require.GreaterOrEqual(t, r.Extra["free_ratio_to_mean_alone"], r.Extra["free_ratio_to_alone"])
 	// The same use, split at the free type's end (either part may be empty
 	// at this size: then 0).
 	for _, k := range []string{"utilisation_beside_free", "utilisation_after_free"} {

@@ -119,8 +119,9 @@ func (g *execGauge) lastStart() time.Time {
 // beside the backlog; utilisation_after_free: from the free type's end to
 // the last start), and the free type's rate beside
 // the waiting backlog over its rate alone (the faster of a run before the
-// backlog and one after it; the partner tasks still waiting when the free
-// ones had all run: limited_waiting_at_free_end).
+// backlog and one after it; free_ratio_to_mean_alone: over their mean,
+// which the faster of two noisy readings overstates; the partner tasks
+// still waiting when the free ones had all run: limited_waiting_at_free_end).
 func Limits(ctx context.Context, o Options, hold time.Duration) (*Result, error) {
 	hold = cmp.Or(hold, LimitsHold)
 	r, err := newRun(ctx, o)
@@ -254,6 +255,7 @@ func Limits(ctx context.Context, o Options, hold time.Duration) (*Result, error)
 		"free_alone_after_per_s":      aloneAfter,
 		"free_beside_per_s":           beside,
 		"free_ratio_to_alone":         beside / max(alone, aloneAfter),
+		"free_ratio_to_mean_alone":    beside / ((alone + aloneAfter) / 2),
 		"held_back_per_task":          float64(held) / float64(o.Tasks),
 		"stepped_aside_per_task":      float64(aside) / float64(o.Tasks),
 		"limited_ideal_seconds":       float64(o.Tasks) * hold.Seconds() / LimitsConcurrency,
