@@ -489,8 +489,10 @@ func TestStepAsideWaitDoubles(t *testing.T) {
 			rec = r
 			return n == i+1
 		}, 30*time.Second, 2*time.Millisecond, "step aside %d", i+1)
+		// The run time is set before the schedule's publish, the move's time
+		// after it: a loaded machine's publish comes off the wait.
 		wait := rec.RunAt.Sub(rec.Trail[len(rec.Trail)-1].At)
-		require.GreaterOrEqual(t, wait, want-10*time.Millisecond, "step aside %d", i+1)
+		require.GreaterOrEqual(t, wait, want-100*time.Millisecond, "step aside %d", i+1)
 		require.LessOrEqual(t, wait, want+want/2+100*time.Millisecond, "step aside %d", i+1)
 	}
 	close(b.gate.release)
