@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,15 +38,7 @@ func TestFlowStorm(t *testing.T) {
 	ids, doomed := s.submit(stormTasks)
 	t.Logf("flow storm: %d tasks submitted, %d of them failing for good", len(ids), len(doomed))
 
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for i := range 3 {
-		wg.Go(func() { s.operate(ctx, ids, doomed, i) })
-	}
-	wg.Go(func() { s.churnFlow(ctx) })
-	freezes, kills := s.faults(stormFor)
-	cancel()
-	wg.Wait()
+	freezes, kills := s.rage(ids, doomed, s.churnFlow)
 	s.clearFlow()
 
 	final, resumed := s.settle(ids, flowSettle)
@@ -90,10 +81,7 @@ func (s *storm) churnFlow(ctx context.Context) {
 		switch r := rand.IntN(100); {
 		case due != nil:
 			delete(resumes, *due)
-			verb, req, cli = admin.VerbResume, *due, []string{"resume", "--tenant", due.Tenant}
-			if due.Type != "" {
-				cli = []string{"resume", "--type", due.Type}
-			}
+			verb, req, cli = admin.VerbResume, *due, pauseArgs("resume", *due)
 		case r < 40:
 			c := 2 + rand.IntN(47)
 			verb, req, cli = admin.VerbLimitSet, admin.LimitRequest{Target: target, Concurrency: c},
@@ -107,31 +95,26 @@ func (s *storm) churnFlow(ctx context.Context) {
 			verb, req, cli = admin.VerbLimitRemove, admin.LimitRequest{Target: target}, []string{"limit", "rm", target}
 		default:
 			p := admin.PauseRequest{Tenant: tenant}
-			cli = []string{"pause", "--tenant", tenant}
 			if r >= 97 {
 				p = admin.PauseRequest{Type: "probe"}
-				cli = []string{"pause", "--type", "probe"}
 			}
-			verb, req = admin.VerbPause, p
+			verb, req, cli = admin.VerbPause, p, pauseArgs("pause", p)
 			resumes[p] = time.Now().Add(time.Duration(300+rand.IntN(1201)) * time.Millisecond)
 		}
-		var err error
-		if n%5 == 0 {
-			err = s.cli(ctx, cli...)
-		} else {
-			callCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			err = s.api.Call(callCtx, verb, req, &json.RawMessage{})
-			cancel()
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		s.count(verb, err)
+		_ = s.act(ctx, n%5 == 0, verb, req, cli)
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Duration(150+rand.IntN(301)) * time.Millisecond):
 		}
 	}
+}
+
+// pauseArgs are the arguments of `ax pause` or `ax resume` (command) for p.
+func pauseArgs(command string, p admin.PauseRequest) []string {
+	if p.Type != "" {
+		return []string{command, "--type", p.Type}
+	}
+	return []string{command, "--tenant", p.Tenant}
 }
 
 // clearFlow removes every limit and ends every pause the flow script may

@@ -60,18 +60,27 @@ func TestOperatorStorm(t *testing.T) {
 	s := startStorm(t)
 	ids, doomed := s.submit(stormTasks)
 	t.Logf("operator storm: %d tasks submitted, %d of them failing for good", len(ids), len(doomed))
+	freezes, kills := s.rage(ids, doomed)
+	final, resumed := s.settle(ids, stormSettle)
+	s.report(ids, final, resumed, freezes, kills)
+}
 
+// rage runs the storm for stormFor: three operator scripts ([storm.operate])
+// and the given scripts beside them, until the process faults
+// ([storm.faults]) end; it returns the leader freezes and worker kills.
+func (s *storm) rage(ids, doomed []string, scripts ...func(context.Context)) (freezes, kills int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for i := range 3 {
 		wg.Go(func() { s.operate(ctx, ids, doomed, i) })
 	}
-	freezes, kills := s.faults(stormFor)
+	for _, script := range scripts {
+		wg.Go(func() { script(ctx) })
+	}
+	freezes, kills = s.faults(stormFor)
 	cancel()
 	wg.Wait()
-
-	final, resumed := s.settle(ids, stormSettle)
-	s.report(ids, final, resumed, freezes, kills)
+	return freezes, kills
 }
 
 // startStorm starts the server, the schedulers and three workers.
@@ -176,18 +185,10 @@ func (s *storm) operate(ctx context.Context, ids, doomed []string, script int) {
 		default:
 			verb, req, cli = admin.VerbDLQReplay, admin.DLQReplayRequest{ID: id}, []string{"dlq", "replay", id}
 		}
-		var err error
-		if (n+script)%10 == 0 {
-			err = s.cli(ctx, cli...)
-		} else {
-			callCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			err = s.api.Call(callCtx, verb, req, &json.RawMessage{})
-			cancel()
-		}
+		err := s.act(ctx, (n+script)%10 == 0, verb, req, cli)
 		if ctx.Err() != nil {
 			return
 		}
-		s.count(verb, err)
 		if verb == admin.VerbTaskPause && err == nil {
 			paused = append(paused, id)
 		}
@@ -196,6 +197,24 @@ func (s *storm) operate(ctx context.Context, ids, doomed []string, script int) {
 		case <-time.After(time.Duration(20+rand.IntN(41)) * time.Millisecond):
 		}
 	}
+}
+
+// act makes one operator action, through the ax CLI (its arguments cli)
+// or the management API (verb and req), and counts its outcome unless ctx
+// ended meanwhile.
+func (s *storm) act(ctx context.Context, viaCLI bool, verb string, req any, cli []string) error {
+	var err error
+	if viaCLI {
+		err = s.cli(ctx, cli...)
+	} else {
+		callCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err = s.api.Call(callCtx, verb, req, &json.RawMessage{})
+		cancel()
+	}
+	if ctx.Err() == nil {
+		s.count(verb, err)
+	}
+	return err
 }
 
 // cli runs one ax command against the storm's server, with a 5 s bound.

@@ -5,11 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/streams"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 )
 
 // A claim observed past its lapse is lapsed for good: the first heartbeat
@@ -19,29 +16,10 @@ import (
 func TestLapseIsSticky(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := natstest.Start(t, natstest.Options{})
-	_, js := srv.Connect()
-	natstest.Provision(t, js, &streams.Config{AckWait: 3 * time.Second, PriorityPolicy: "none"})
-	w, err := New(ctx, js, &Config{Registry: NewRegistry(), Shards: []int{0}, Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
+	w, js := shardZeroWorker(t)
 	require.NoError(t, w.bindShards(ctx))
 	require.Equal(t, 3*time.Second, w.cfg.AckWait, "adopted from the consumers")
-
-	key := ""
-	for i := 0; key == ""; i++ {
-		if k := "k" + string(rune('a'+i%26)) + string(rune('a'+i/26)); streams.Shard(k) == 0 {
-			key = k
-		}
-	}
-	names := streams.DefaultNames()
-	_, err = js.Publish(ctx, names.SubmitSubject(2, "acme", "job", key), nil)
-	require.NoError(t, err)
-	cons, err := js.Consumer(ctx, names.PriorityStream(2), names.ConsumerName(2, 0))
-	require.NoError(t, err)
-	batch, err := cons.Fetch(1)
-	require.NoError(t, err)
-	msg := <-batch.Messages()
-	require.NotNil(t, msg)
+	msg, key := fetchShardZero(t, js, "job", nil)
 	meta, err := msg.Metadata()
 	require.NoError(t, err)
 

@@ -15,12 +15,23 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// runCounter counts each task's executions, and the most running at once.
+// runCounter counts each task's executions, all of them, the most
+// running at once, and, from when a stretch is opened, the runs started
+// and the most running at once.
 type runCounter struct {
 	mu        sync.Mutex
 	runs      map[string]int
 	now, peak int
+	total     int
+	open      bool
+	stretch   runStretch
 	hold      time.Duration
+}
+
+// runStretch is what a [runCounter] saw since its stretch opened.
+type runStretch struct {
+	peak int // the most running at once (those running at the opening included)
+	runs int // the runs started
 }
 
 func newRunCounter(hold time.Duration) *runCounter {
@@ -30,8 +41,13 @@ func newRunCounter(hold time.Duration) *runCounter {
 func (c *runCounter) handler(ctx context.Context, task *worker.Task) error {
 	c.mu.Lock()
 	c.runs[task.ID]++
+	c.total++
 	c.now++
 	c.peak = max(c.peak, c.now)
+	if c.open {
+		c.stretch.peak = max(c.stretch.peak, c.now)
+		c.stretch.runs++
+	}
 	c.mu.Unlock()
 	select {
 	case <-time.After(c.hold):
@@ -53,6 +69,34 @@ func (c *runCounter) ran(id string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.runs[id]
+}
+
+// running returns the executions running now.
+func (c *runCounter) running() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// started returns the executions started so far.
+func (c *runCounter) started() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.total
+}
+
+// openStretch opens the stretch: the handlers running now count in it.
+func (c *runCounter) openStretch() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.open, c.stretch = true, runStretch{peak: c.now}
+}
+
+// sinceOpened returns what the counter saw since its stretch opened.
+func (c *runCounter) sinceOpened() runStretch {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stretch
 }
 
 // stepAsideByHand does what a worker's step aside does to task id, READY

@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,63 +12,6 @@ import (
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
 )
-
-// stretchGauge counts, in its handler, each task's runs and the runs at
-// once: overall, and from when a stretch is opened.
-type stretchGauge struct {
-	mu          sync.Mutex
-	runs        map[string]int
-	now, peak   int
-	total       int
-	open        bool
-	stretchPeak int // the most running at once since the stretch opened
-	stretchRuns int // the runs started since the stretch opened
-	hold        time.Duration
-}
-
-func newStretchGauge(hold time.Duration) *stretchGauge {
-	return &stretchGauge{runs: map[string]int{}, hold: hold}
-}
-
-func (g *stretchGauge) handler(ctx context.Context, task *worker.Task) error {
-	g.mu.Lock()
-	g.runs[task.ID]++
-	g.total++
-	g.now++
-	g.peak = max(g.peak, g.now)
-	if g.open {
-		g.stretchPeak = max(g.stretchPeak, g.now)
-		g.stretchRuns++
-	}
-	g.mu.Unlock()
-	select {
-	case <-time.After(g.hold):
-	case <-ctx.Done():
-	}
-	g.mu.Lock()
-	g.now--
-	g.mu.Unlock()
-	return nil
-}
-
-// openStretch starts the stretch: the handlers running now count in it.
-func (g *stretchGauge) openStretch() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.open, g.stretchPeak = true, g.now
-}
-
-func (g *stretchGauge) read() (total, now, peak, stretchPeak, stretchRuns int) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.total, g.now, g.peak, g.stretchPeak, g.stretchRuns
-}
-
-func (g *stretchGauge) ran(id string) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.runs[id]
-}
 
 // requireNoHolders waits until AX_LIMITS holds no slot of any of targets.
 // The workers' member TTL must be long, so that a slot left held, renewed
@@ -117,7 +59,7 @@ func TestLimitsChurnWhileParkedBacklogDrains(t *testing.T) {
 		return l
 	}
 	setLimits(t, b.js, limit(2, kv.Limit{}, false))
-	partner, email := newStretchGauge(10*time.Millisecond), newStretchGauge(10*time.Millisecond)
+	partner, email := newRunCounter(10*time.Millisecond), newRunCounter(10*time.Millisecond)
 	var workers []*worker.Worker
 	for _, id := range []string{"A", "B"} {
 		reg := worker.NewRegistry()
@@ -165,24 +107,21 @@ func TestLimitsChurnWhileParkedBacklogDrains(t *testing.T) {
 	peakLimited := -1 // the peak before the limit is first removed: at most 5 throughout
 	for i, c := range changes {
 		if _, ok := c.limits.Limits["partner"]; !ok && peakLimited < 0 {
-			_, _, peakLimited, _, _ = partner.read()
+			peakLimited = partner.peakNow()
 		}
 		setLimits(t, b.js, c.limits)
-		total, _, _, _, _ := partner.read()
-		t.Logf("change %d: %d partner runs so far", i, total)
+		t.Logf("change %d: %d partner runs so far", i, partner.started())
 		time.Sleep(c.hold)
 	}
 	time.Sleep(200 * time.Millisecond) // the watch delivers the last change; the tasks started before it end
 	partner.openStretch()
 	opened := time.Now()
 	drained := assertEventually(func() bool {
-		p, _, _, _, _ := partner.read()
-		e, _, _, _, _ := email.read()
-		return p >= partners && e >= emails
+		return partner.started() >= partners && email.started() >= emails
 	}, 45*time.Second)
-	total, now, peak, stretchPeak, stretchRuns := partner.read()
+	total, settled := partner.started(), partner.sinceOpened()
 	t.Logf("partner runs %d (running %d), peak %d; after settling at 2: %d runs over %s, peak %d",
-		total, now, peak, stretchRuns, time.Since(opened).Round(time.Millisecond), stretchPeak)
+		total, partner.running(), partner.peakNow(), settled.runs, time.Since(opened).Round(time.Millisecond), settled.peak)
 	require.True(t, drained, "tasks lost or left parked: %d of %d partner runs", total, partners)
 	for _, s := range specs {
 		rec := b.waitState(t, s.ID, kv.StateSucceeded)
@@ -197,16 +136,17 @@ func TestLimitsChurnWhileParkedBacklogDrains(t *testing.T) {
 	}
 	requireNoHolders(t, b, "partner", "email")
 	require.LessOrEqual(t, peakLimited, 5, "%d partner tasks ran at once under limits of at most 5", peakLimited)
-	require.GreaterOrEqual(t, stretchRuns, 20, "the backlog drained before the limit settled: nothing checked")
-	require.LessOrEqual(t, stretchPeak, 2, "%d partner tasks ran at once under the settled limit of 2", stretchPeak)
+	require.GreaterOrEqual(t, settled.runs, 20, "the backlog drained before the limit settled: nothing checked")
+	require.LessOrEqual(t, settled.peak, 2, "%d partner tasks ran at once under the settled limit of 2", settled.peak)
 }
 
 // A raised limit starts its parked backlog at once: with 15 deliveries
 // parked behind a limit of 1 and a slow handler, raising it to 4 hands
 // them back (unparkAll), the first takes a slot, the others park again
 // behind its take, and then take the other free slots together (tookSlots
-// and fill). The handlers run 4 at once within milliseconds (3 s allowed
-// on a loaded machine), never more, and every task succeeds once. Fails
+// and fill): two writes to AX_LIMITS for the three free slots. The
+// handlers run 4 at once within milliseconds (3 s allowed on a loaded
+// machine), never more, and every task succeeds once. Fails
 // if fill takes no slots (the parked deliveries then start only as a
 // running task hands its slot on: never more than 2 at once), or if the
 // deliveries handed back skip the limit (8 at once).
@@ -215,7 +155,7 @@ func TestLimitRaiseStartsParkedBacklog(t *testing.T) {
 	b := setup(t, &streams.Config{AckWait: time.Minute})
 	ctx := context.Background()
 	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 1}}})
-	g := newStretchGauge(300 * time.Millisecond)
+	g := newRunCounter(300 * time.Millisecond)
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("partner", g.handler, nil))
 	w, _ := b.startWorker(t, worker.Config{ID: "A", MemberTTL: 30 * time.Second, Registry: reg, Concurrency: 8})
@@ -227,26 +167,34 @@ func TestLimitRaiseStartsParkedBacklog(t *testing.T) {
 	_, err := b.client.SubmitBatch(ctx, specs)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		_, now, _, _, _ := g.read()
-		return now == 1 && w.Stats().Limited >= tasks-1
+		return g.running() == 1 && w.Stats().Limited >= tasks-1
 	}, 30*time.Second, time.Millisecond, "the backlog never parked")
-	_, _, peak, _, _ := g.read()
-	require.Equal(t, 1, peak)
+	require.Equal(t, 1, g.peakNow())
 
+	limitsWrites := func() uint64 { // the writes to AX_LIMITS so far
+		stream, err := b.js.Stream(ctx, kv.StreamName(streams.Names{}.LimitsBucket()))
+		require.NoError(t, err)
+		info, err := stream.Info(ctx)
+		require.NoError(t, err)
+		return info.State.LastSeq
+	}
+	before := limitsWrites()
 	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 4}}})
 	raised := time.Now()
 	g.openStretch()
 	require.Eventually(t, func() bool {
-		_, _, _, stretchPeak, _ := g.read()
-		return stretchPeak >= 4
+		return g.sinceOpened().peak >= 4
 	}, 3*time.Second, time.Millisecond, "the raised limit's free slots were not taken for the parked backlog")
 	t.Logf("4 running %s after the raise", time.Since(raised).Round(time.Millisecond))
+	// The first delivery handed back takes its slot alone, and the others
+	// take theirs together: two writes for three slots (each took its own
+	// when they all went back woken: three).
+	require.LessOrEqual(t, limitsWrites()-before, uint64(2), "writes to AX_LIMITS for the raised limit's three free slots")
 	for _, s := range specs {
 		rec := b.waitState(t, s.ID, kv.StateSucceeded)
 		require.Equal(t, 1, rec.Attempt, "task %s", s.ID)
 		require.Equal(t, 1, g.ran(s.ID), "runs of task %s", s.ID)
 	}
-	_, _, peak, _, _ = g.read()
-	require.Equal(t, 4, peak, "more than the raised limit ran at once")
+	require.Equal(t, 4, g.peakNow(), "more than the raised limit ran at once")
 	requireNoHolders(t, b, "partner")
 }

@@ -1,15 +1,11 @@
 package worker
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/ax-mesh/ax/internal/natstest"
-	"github.com/ax-mesh/ax/streams"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 )
 
 // A change of the limits hands every parked delivery back to the slots to
@@ -19,27 +15,8 @@ import (
 // still goes first.
 func TestLimitsChangeKeepsTheTurns(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	srv := natstest.Start(t, natstest.Options{})
-	_, js := srv.Connect()
-	natstest.Provision(t, js, &streams.Config{AckWait: 3 * time.Second, PriorityPolicy: "none"})
-	w, err := New(ctx, js, &Config{Registry: NewRegistry(), Shards: []int{0}, Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	names := streams.DefaultNames()
-	key := ""
-	for i := 0; key == ""; i++ {
-		if k := fmt.Sprint("k", i); streams.Shard(k) == 0 {
-			key = k
-		}
-	}
-	_, err = js.Publish(ctx, names.SubmitSubject(2, "acme", "partner", key), []byte("x"))
-	require.NoError(t, err)
-	cons, err := js.Consumer(ctx, names.PriorityStream(2), names.ConsumerName(2, 0))
-	require.NoError(t, err)
-	batch, err := cons.Fetch(1)
-	require.NoError(t, err)
-	msg := <-batch.Messages()
-	require.NotNil(t, msg) // its data is all a parked delivery's reservation reads
+	w, js := shardZeroWorker(t)
+	msg, _ := fetchShardZero(t, js, "partner", []byte("x")) // its data is all a parked delivery's reservation reads
 
 	tenantA, tenantB := &shardSet{tenant: "a"}, &shardSet{tenant: "b"}
 	base := time.Now()
