@@ -45,9 +45,13 @@ type puller struct {
 	expiry   time.Duration        // how long a request waits on the server
 	opts     []jetstream.FetchOpt // heartbeat, priority group, min pending
 
-	ctx    context.Context // cancelled by stop: ends an open request
+	ctx    context.Context // cancelled by stop: no request after the open one
 	cancel context.CancelFunc
-	closed chan struct{} // closed when the loop has returned
+	// reqCtx is the open request's parent, cancelled by abort: a request
+	// ended by the client drops what the server has sent it meanwhile.
+	reqCtx   context.Context
+	abortReq context.CancelFunc
+	closed   chan struct{} // closed when the loop has returned
 
 	mu    sync.Mutex
 	free  int           // credit not spent (mu)
@@ -56,9 +60,11 @@ type puller struct {
 
 func newPuller(w *Worker, s *shardSet, cons jetstream.Consumer, p, shard, budget, parkRoom int, expiry time.Duration, opts []jetstream.FetchOpt) *puller {
 	ctx, cancel := context.WithCancel(context.Background())
+	reqCtx, abortReq := context.WithCancel(context.Background())
 	pl := &puller{w: w, s: s, cons: cons, p: p, shard: shard, budget: budget, parkRoom: parkRoom,
-		expiry: expiry, opts: opts, ctx: ctx, cancel: cancel, closed: make(chan struct{}),
-		free: budget, freed: make(chan struct{}, 1)}
+		expiry: expiry, opts: opts, ctx: ctx, cancel: cancel, reqCtx: reqCtx, abortReq: abortReq,
+		closed: make(chan struct{}), free: budget, freed: make(chan struct{}, 1)}
+	w.pulling.add(pl)
 	go pl.run()
 	return pl
 }
@@ -108,7 +114,11 @@ const (
 )
 
 func (pl *puller) run() {
-	defer close(pl.closed)
+	defer func() {
+		pl.abortReq()
+		pl.w.pulling.remove(pl)
+		close(pl.closed)
+	}()
 	retry := pullRetry
 	for {
 		if st := pl.w.js.Conn().Status(); st != nats.CONNECTED {
@@ -168,7 +178,7 @@ func (pl *puller) wait(d time.Duration) bool {
 // pull sends one request for n messages and queues each as it arrives,
 // until the request is filled or expires or the puller stops.
 func (pl *puller) pull(n int) (int, error) {
-	ctx, cancel := context.WithTimeout(pl.ctx, pl.expiry)
+	ctx, cancel := context.WithTimeout(pl.reqCtx, pl.expiry)
 	defer cancel()
 	batch, err := pl.cons.Fetch(n, append(pl.opts, jetstream.FetchContext(ctx))...)
 	if err != nil {
@@ -182,15 +192,74 @@ func (pl *puller) pull(n int) (int, error) {
 	return got, batch.Error()
 }
 
-// stop ends pulling: an open request ends, and the messages that reached
-// the loop are queued (or handed back if the shard is no longer served
-// here). Messages the server had sent to the request that had not reached
-// the loop yet (in flight, or in nats.go's buffer when the cancel wins its
-// select) are dropped by nats.go; the server counts them delivered, so
-// they come back after their ack wait, to any worker: a delay on a shard
-// move or a stop, never a second run (a drained consume context, before,
-// handed its buffered messages back at once).
+// stop ends pulling without ending the open request, if any: the request
+// runs to its end (filled, expired, two heartbeats missed, or a wrong pin
+// once the new owner unpins), and each message it brings is handed back
+// at once ([Worker.receive]). Ending the request from the client instead would
+// drop what the server had sent it and not yet delivered (in flight, or
+// in nats.go's subscription when its fetch ends): the server counts those
+// delivered, so each would wait out its ack wait before any worker could
+// take it (TestShardMovesLoseNoDelivery). So a stopped puller's request
+// lingers up to its expiry beside its successor's, costing at most its
+// credit in messages handed back once each.
 func (pl *puller) stop() { pl.cancel() }
+
+// stopped reports whether stop (or abort) was called.
+func (pl *puller) stopped() bool { return pl.ctx.Err() != nil }
+
+// abort stops pulling and ends the open request now: for a worker that
+// stops, whose requests must not outlive it, before it hands back what it
+// holds. What the server was sending the request at that moment is left
+// to its ack wait.
+func (pl *puller) abort() {
+	pl.cancel()
+	pl.abortReq()
+}
 
 // done is closed once the loop has returned.
 func (pl *puller) done() <-chan struct{} { return pl.closed }
+
+// pullerSet holds the pullers whose loop has not returned, stopped ones
+// whose request lingers included, so that a stopping worker can end them.
+type pullerSet struct {
+	mu  sync.Mutex
+	all map[*puller]struct{}
+}
+
+func (s *pullerSet) add(pl *puller) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.all == nil {
+		s.all = map[*puller]struct{}{}
+	}
+	s.all[pl] = struct{}{}
+}
+
+func (s *pullerSet) remove(pl *puller) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.all, pl)
+}
+
+// abort ends every puller's request and waits until their loops have
+// returned, for at most 5 seconds.
+func (s *pullerSet) abort() {
+	s.mu.Lock()
+	all := make([]*puller, 0, len(s.all))
+	for pl := range s.all {
+		all = append(all, pl)
+	}
+	s.mu.Unlock()
+	for _, pl := range all {
+		pl.abort()
+	}
+	deadline := time.NewTimer(5 * time.Second)
+	defer deadline.Stop()
+	for _, pl := range all {
+		select {
+		case <-pl.done():
+		case <-deadline.C:
+			return
+		}
+	}
+}

@@ -336,19 +336,9 @@ func (w *Worker) ownedShards() ([]int, map[string][]int) {
 	return slices.Compact(all), per
 }
 
-// drain stops pullers and waits until the messages of their open requests
-// have been queued, for at most 5 seconds.
+// drain stops pullers; their open requests run out ([puller.stop]).
 func drain(pullers []*puller) {
 	for _, pl := range pullers {
 		pl.stop()
-	}
-	deadline := time.NewTimer(5 * time.Second)
-	defer deadline.Stop()
-	for _, pl := range pullers {
-		select {
-		case <-pl.done():
-		case <-deadline.C:
-			return
-		}
 	}
 }

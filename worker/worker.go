@@ -50,6 +50,7 @@ type Worker struct {
 	unhandled   unhandledTypes            // types put back lately for want of a handler
 	limits      limitState                // the mesh's pauses and limits, and the slots held here
 	ops         opContexts                // the shared context of the task path's operations
+	pulling     pullerSet                 // pullers not returned yet, stopped ones whose request lingers included
 
 	stopping  atomic.Bool
 	stopCh    chan struct{} // closed when Stop begins
@@ -182,6 +183,10 @@ func (w *Worker) Stop(ctx context.Context) error {
 		}
 		w.stopTenants() // adds no set from here on
 		w.stopShards()
+		// End every open request before anything held is handed back,
+		// so that no handed-back message is sent to a request of this
+		// worker that is then ended with it in flight.
+		w.pulling.abort()
 	})
 	slotsDone := w.slotsDone
 	grace := time.NewTimer(w.cfg.GracePeriod)
@@ -232,9 +237,13 @@ func (w *Worker) consumeError(err error) {
 
 // receive queues a message that pl's request brought for the slots, at
 // once and without waiting: from here on it is held, and heartbeated until
-// it is settled. A slot taking it gives pl its credit back.
+// it is settled. A slot taking it gives pl its credit back. A message
+// brought by a stopped puller's lingering request is handed back at once,
+// even if the worker still serves its shard in another mode: a shard now
+// only stolen from, or pulled beside its owner, must not take what its
+// owner's requests would ([puller.stop]).
 func (w *Worker) receive(pl *puller, msg jetstream.Msg) {
-	if w.stopping.Load() || !pl.s.accepts(pl.shard) {
+	if w.stopping.Load() || pl.stopped() || !pl.s.accepts(pl.shard) {
 		_ = msg.Nak()
 		pl.give(1)
 		return
