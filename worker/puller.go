@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
 )
 
 // puller pulls the messages of one (priority, shard) consumer in batches
@@ -56,6 +57,8 @@ type puller struct {
 	mu    sync.Mutex
 	free  int           // credit not spent (mu)
 	freed chan struct{} // a token: credit came back
+
+	unpinned sync.Once // givePin
 }
 
 func newPuller(w *Worker, s *shardSet, cons jetstream.Consumer, p, shard, budget, parkRoom int, expiry time.Duration, opts []jetstream.FetchOpt) *puller {
@@ -203,6 +206,24 @@ func (pl *puller) pull(n int) (int, error) {
 // lingers up to its expiry beside its successor's, costing at most its
 // credit in messages handed back once each.
 func (pl *puller) stop() { pl.cancel() }
+
+// givePin, for a stopped puller whose lingering request was sent a
+// message under pinned_client, unpins the consumer's group once: the
+// server pins the first request that carries no pin id when a message
+// comes and no one holds the pin, which can be this request, ahead of the
+// new owner's; without the unpin the pin would stay with a client that
+// pulls no more until PinnedTTL. Unpinned, the request is refused (its pin
+// id no longer matches) and the next request is pinned
+// (TestShardMoveAttackPinnedLingeringTakesPin).
+func (pl *puller) givePin() {
+	pl.unpinned.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := pl.w.unpin(ctx, pl.p, pl.cons.CachedInfo().Name); err != nil {
+			pl.w.log.Debug("unpin_failed", zap.String("consumer", pl.cons.CachedInfo().Name), zap.Error(err))
+		}
+	})
+}
 
 // stopped reports whether stop (or abort) was called.
 func (pl *puller) stopped() bool { return pl.ctx.Err() != nil }

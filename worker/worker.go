@@ -246,6 +246,9 @@ func (w *Worker) receive(pl *puller, msg jetstream.Msg) {
 	if w.stopping.Load() || pl.stopped() || !pl.s.accepts(pl.shard) {
 		_ = msg.Nak()
 		pl.give(1)
+		if pl.stopped() && !w.stopping.Load() && w.policy == jetstream.PriorityPolicyPinned {
+			pl.givePin()
+		}
 		return
 	}
 	now := time.Now()
