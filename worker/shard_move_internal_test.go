@@ -2,8 +2,6 @@ package worker
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -43,13 +41,6 @@ func TestShardMovesLoseNoDelivery(t *testing.T) {
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() { _ = w.Stop(context.Background()) })
 
-	var keys []string
-	for i := 0; len(keys) < 50; i++ {
-		if k := fmt.Sprint("k", i); streams.Shard(k) == 0 {
-			keys = append(keys, k)
-		}
-	}
-	names := streams.DefaultNames()
 	moved := make(chan struct{})
 	go func() { // the shard moves away and back every few milliseconds while tasks flow
 		defer close(moved)
@@ -69,18 +60,7 @@ func TestShardMovesLoseNoDelivery(t *testing.T) {
 			t.Errorf("last move: %v", err)
 		}
 	}()
-	for i := range tasks {
-		_, err := js.PublishAsync(names.SubmitSubject(2, "acme", "job", keys[i%len(keys)]), []byte(strconv.Itoa(i)))
-		require.NoError(t, err)
-		if i%4 == 0 {
-			time.Sleep(time.Millisecond)
-		}
-	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-time.After(30 * time.Second):
-		t.Fatal("publishes not acknowledged")
-	}
+	atkPublish(t, js, 0, tasks) // on keys of shard 0, at P2
 	<-moved
 	count := func() int {
 		mu.Lock()
