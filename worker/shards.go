@@ -179,7 +179,7 @@ func (w *Worker) setShard(ctx context.Context, s *shardSet, shard int, mode shar
 	if mode == shardIdle {
 		s.accept.And(^bit)
 	}
-	drain(s.pullers[shard])
+	stopPullers(s.pullers[shard])
 	s.pullers[shard], s.modes[shard] = nil, shardIdle
 	if mode == shardIdle {
 		return nil
@@ -188,7 +188,7 @@ func (w *Worker) setShard(ctx context.Context, s *shardSet, shard int, mode shar
 	for p := range streams.Priorities {
 		pl, err := w.consumeShard(ctx, s, p, shard, mode)
 		if err != nil {
-			drain(s.pullers[shard])
+			stopPullers(s.pullers[shard])
 			s.pullers[shard] = nil
 			s.accept.And(^bit)
 			s.owned.And(^bit)
@@ -307,7 +307,7 @@ func (w *Worker) stopShards() {
 			s.locks[shard].Unlock()
 		}
 	}
-	drain(all)
+	stopPullers(all)
 }
 
 // serveNone stops consuming every set's shards (and a set added later
@@ -336,8 +336,8 @@ func (w *Worker) ownedShards() ([]int, map[string][]int) {
 	return slices.Compact(all), per
 }
 
-// drain stops pullers; their open requests run out ([puller.stop]).
-func drain(pullers []*puller) {
+// stopPullers stops pullers; their open requests run out ([puller.stop]).
+func stopPullers(pullers []*puller) {
 	for _, pl := range pullers {
 		pl.stop()
 	}
