@@ -58,6 +58,13 @@ var (
 	// ErrCancelled is the cause of a handler context cancelled because an
 	// operator cancelled the task.
 	ErrCancelled = errors.New("task cancelled by operator")
+	// ErrLimitSlotLost is the cause of a handler context cancelled because
+	// the worker no longer holds the slot of a concurrency limit its task
+	// runs on: no renewal was confirmed within the slot's TTL (the worker
+	// or the server was frozen or cut off), or a renewal found the slot
+	// given to another task. [Task.Held] is false; the task is put back
+	// READY, its attempt not counted, to run again on a slot of its own.
+	ErrLimitSlotLost = errors.New("concurrency limit slot lost: not renewed within its TTL")
 )
 
 // PermanentError is a failure that must not be retried.

@@ -79,8 +79,16 @@ func (w *Worker) process(d *delivery) {
 		w.bury(d, env, rec, rev, abandoned(rec))
 		return
 	}
+	if !adm.holdsSlots() {
+		// A slot of its limits was lost between the admission and now
+		// (the worker or the server froze): it starts on no slot but one
+		// AX_LIMITS confirms, so it goes back to take one afresh.
+		w.stats.SlotLost.Add(1)
+		w.putBack(d, env, rec, rev, ActionSlotLost)
+		return
+	}
 	exec := &attemptRecord{w: w, rec: rec, rev: rev}
-	task, runErr, cause := w.run(env, exec, d)
+	task, runErr, cause := w.run(env, exec, d, adm)
 	if !errors.Is(runErr, ErrHandlerStuck) {
 		// The handler has returned: its slots go on to the next tasks of
 		// their limits while this one's outcome is written.
@@ -110,6 +118,9 @@ func (w *Worker) process(d *delivery) {
 		w.lapsed(d, env)
 	case errors.Is(cause, ErrLeaseLost):
 		w.putBack(d, env, rec, rev, "membership_lost")
+	case errors.Is(cause, ErrLimitSlotLost):
+		w.stats.SlotLost.Add(1)
+		w.putBack(d, env, rec, rev, ActionSlotLost)
 	case errors.Is(cause, ErrStop):
 		w.putBack(d, env, rec, rev, "worker_stopped")
 	case errors.Is(cause, ErrCancelled):
@@ -128,12 +139,14 @@ func (w *Worker) process(d *delivery) {
 // ended context keeps its claim (heartbeats go on) and its slot until it
 // returns, for at most [Config.AbandonAfter]; then run gives up on it with
 // [ErrHandlerStuck] and leaves its goroutine running.
-func (w *Worker) run(env *envelope, exec *attemptRecord, d *delivery) (*Task, error, error) {
+func (w *Worker) run(env *envelope, exec *attemptRecord, d *delivery, adm *admission) (*Task, error, error) {
 	rec, rev := exec.rec, exec.rev
 	base, cancelBase := context.WithCancelCause(w.runCtx)
 	defer cancelBase(nil)
 	stopWatch := w.watchClaim(d, cancelBase)
 	defer stopWatch()
+	stopSlots := adm.watchSlots(cancelBase)
+	defer stopSlots()
 	ctx, cancel := context.WithTimeoutCause(base, time.Duration(rec.Timeout), ErrTimeout)
 	defer cancel()
 	ctx = env.trace.enterRun(ctx, rec.Attempt)
@@ -148,7 +161,7 @@ func (w *Worker) run(env *envelope, exec *attemptRecord, d *delivery) (*Task, er
 		Headers: d.msg.Headers(), Worker: w.cfg.ID, EnqueuedAt: env.published,
 		fence: Fence{Tenant: rec.Tenant, Task: rec.ID, Revision: rev, Delivery: env.delivered},
 		held: func() bool {
-			return ctx.Err() == nil && d.alive(lapse) && w.member(epoch)
+			return ctx.Err() == nil && d.alive(lapse) && w.member(epoch) && adm.holdsSlots()
 		},
 		exec: exec, resultLimit: w.cfg.MaxResultBytes,
 	}

@@ -61,6 +61,11 @@ const (
 // rate limit had to give between its admission and its claim.
 const ActionRateLimited = "rate_limited"
 
+// ActionSlotLost is the trail action of a task put back READY, its attempt
+// not counted, because a slot of a concurrency limit it was to start or
+// ran on was lost ([ErrLimitSlotLost]).
+const ActionSlotLost = "limit_slot_lost"
+
 // Reasons a task is held back, as a [HoldObserver] hears them.
 const (
 	HeldPaused  = "paused"
@@ -203,7 +208,7 @@ type limitState struct {
 
 	mu         sync.Mutex
 	use        *kv.LimitUse                   // bound at first use (mu)
-	holds      map[string]map[string]struct{} // target -> holders of its slots here (mu)
+	holds      map[string]map[string]*slotHold // target -> holders of its slots here, and the trust in each (mu)
 	parked     map[string][]*delivery         // parkKey -> deliveries waiting here for a slot or a start of the limit, oldest first (mu)
 	bytes      int                            // the parked deliveries' message bytes (mu)
 	byConsumer map[consumerRef]int            // the deliveries parked here from each consumer (mu)
@@ -364,40 +369,76 @@ func (w *Worker) awaitLimits(ctx context.Context) {
 	}
 }
 
-// renewSlots extends every slot held here by the member TTL.
+// renewSlots extends every slot held here by the member TTL. A slot whose
+// renewal is confirmed is trusted for another TTL (minus the margin) from
+// the renewal's send; one the renewal finds gone (it expired, and another
+// worker may hold it now) is lost for good; one not renewed for its TTL
+// (the write failed, or the worker was frozen) is lost at the end of its
+// trust ([slotHold]). Lost slots are not renewed.
 func (w *Worker) renewSlots(ctx context.Context) {
+	now := time.Now()
 	w.limits.mu.Lock()
-	held := make(map[string][]string, len(w.limits.holds))
+	held := make(map[string]map[string]*slotHold, len(w.limits.holds))
 	for target, hs := range w.limits.holds {
-		for h := range hs {
-			held[target] = append(held[target], h)
+		for holder, h := range hs {
+			if !h.renewable(now) {
+				continue
+			}
+			if held[target] == nil {
+				held[target] = map[string]*slotHold{}
+			}
+			held[target][holder] = h
 		}
 	}
 	use := w.limits.use
 	w.limits.mu.Unlock()
-	for target, holders := range held {
+	for target, hs := range held {
+		holders := make([]string, 0, len(hs))
+		for holder := range hs {
+			holders = append(holders, holder)
+		}
 		rctx, cancel := context.WithTimeout(ctx, opTimeout)
+		sent := time.Now()
 		lost, err := use.Renew(rctx, target, holders, w.cfg.MemberTTL)
 		cancel()
-		if err != nil || len(lost) > 0 {
-			w.log.Warn("limit_slots_not_renewed", zap.String("target", target), zap.Strings("lost", lost), zap.Error(err))
+		if err != nil {
+			w.log.Warn("limit_slots_not_renewed", zap.String("target", target), zap.Error(err))
+			continue
+		}
+		for holder, h := range hs {
+			if slices.Contains(lost, holder) {
+				h.lose()
+				continue
+			}
+			h.confirm(sent, w.cfg.MemberTTL, w.slotMargin())
+		}
+		if len(lost) > 0 {
+			w.log.Warn("limit_slots_lost", zap.String("target", target), zap.Strings("lost", lost))
 		}
 	}
 }
 
-func (w *Worker) noteHold(target, holder string, held bool) {
+// trackSlot starts tracking a slot of target for holder, before the write
+// that takes it: untrusted until that write is confirmed, and released
+// ([Worker.releaseSlot]) if its outcome is unknown.
+func (w *Worker) trackSlot(target, holder string) *slotHold {
 	w.limits.mu.Lock()
 	defer w.limits.mu.Unlock()
 	if w.limits.holds == nil {
-		w.limits.holds = map[string]map[string]struct{}{}
+		w.limits.holds = map[string]map[string]*slotHold{}
 	}
-	if held {
-		if w.limits.holds[target] == nil {
-			w.limits.holds[target] = map[string]struct{}{}
-		}
-		w.limits.holds[target][holder] = struct{}{}
-		return
+	if w.limits.holds[target] == nil {
+		w.limits.holds[target] = map[string]*slotHold{}
 	}
+	h := &slotHold{}
+	w.limits.holds[target][holder] = h
+	return h
+}
+
+// untrackSlot stops tracking holder's slot of target.
+func (w *Worker) untrackSlot(target, holder string) {
+	w.limits.mu.Lock()
+	defer w.limits.mu.Unlock()
 	delete(w.limits.holds[target], holder)
 	if len(w.limits.holds[target]) == 0 {
 		delete(w.limits.holds, target)
@@ -555,17 +596,19 @@ func (w *Worker) takeLimits(ctx context.Context, t *flowTable, bound []boundLimi
 		if b.limit.Concurrency == 0 || slices.ContainsFunc(adm.slots, func(s heldSlot) bool { return s.target == b.target }) {
 			continue
 		}
-		w.noteHold(b.target, holder, true) // renewed from now on, even if the write's reply is lost
-		adm.slots = append(adm.slots, heldSlot{target: b.target, holder: holder})
+		hold := w.trackSlot(b.target, holder)
+		adm.slots = append(adm.slots, heldSlot{target: b.target, holder: holder, hold: hold})
+		sent := time.Now()
 		got, err := use.Acquire(ctx, b.target, b.limit.Concurrency, holder, w.cfg.MemberTTL)
 		if err != nil || !got {
 			if err == nil { // definitely not held (an error may hide a write that landed)
 				adm.slots = adm.slots[:len(adm.slots)-1]
-				w.noteHold(b.target, holder, false)
+				w.untrackSlot(b.target, holder)
 			}
 			adm.abort()
 			return nil, b, 0, err
 		}
+		hold.confirm(sent, w.cfg.MemberTTL, w.slotMargin())
 	}
 	for _, b := range bound {
 		if b.limit.Rate == 0 {

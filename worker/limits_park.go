@@ -34,6 +34,7 @@ const turnYield = 10 * time.Millisecond
 type heldSlot struct {
 	target   string
 	holder   string
+	hold     *slotHold // whether it is still trusted
 	handoffs int
 }
 
@@ -45,6 +46,13 @@ type heldSlot struct {
 // back to AX_LIMITS ([Worker.giveBack]). Handing on never adds a slot: the
 // slots held here stay as many.
 func (w *Worker) passSlot(table *flowTable, s heldSlot) {
+	if !s.hold.holds(time.Now()) {
+		// Lost (not renewed within its TTL, or found gone): never handed
+		// on. Its holder is removed from AX_LIMITS, in case it is still
+		// there, and the deliveries parked here take slots afresh.
+		w.giveBack(s)
+		return
+	}
 	if s.handoffs < maxHandoffs && w.limits.table.Load() == table {
 		w.limits.mu.Lock()
 		d := w.popParked(s.target)
@@ -94,7 +102,7 @@ func (w *Worker) releaseSlot(s heldSlot) {
 		}
 		cancel()
 	}
-	w.noteHold(s.target, s.holder, false)
+	w.untrackSlot(s.target, s.holder)
 }
 
 func (w *Worker) giveBackAll(slots []heldSlot) {
@@ -113,7 +121,18 @@ func (w *Worker) takeHanded(d *delivery, t *flowTable) []heldSlot {
 		w.giveBackAll(handed)
 		return nil
 	}
-	return handed
+	// A slot lost since it was handed on is given back: the admission
+	// takes one afresh.
+	now := time.Now()
+	kept := handed[:0]
+	for _, s := range handed {
+		if s.hold.holds(now) {
+			kept = append(kept, s)
+		} else {
+			w.giveBack(s)
+		}
+	}
+	return kept
 }
 
 // returnHanded gives back the slots handed to d that its admission did not
@@ -246,12 +265,14 @@ func (w *Worker) fillSlots(t *flowTable, target string, limit, n int) {
 	ctx, cancel := w.finalCtx()
 	defer cancel()
 	holders := make([]string, n)
+	holds := make(map[string]*slotHold, n)
 	for i := range holders {
 		holders[i] = w.cfg.ID + "/" + nuid.Next()
-		w.noteHold(target, holders[i], true) // renewed from now on, even if the write's reply is lost
+		holds[holders[i]] = w.trackSlot(target, holders[i])
 	}
 	use, err := w.limitUse(ctx)
 	var got []string
+	sent := time.Now()
 	if err == nil {
 		got, err = use.AcquireSome(ctx, target, limit, holders, w.cfg.MemberTTL)
 	}
@@ -263,8 +284,12 @@ func (w *Worker) fillSlots(t *flowTable, target string, limit, n int) {
 		got = nil
 	}
 	for _, h := range holders {
-		if err == nil && !slices.Contains(got, h) {
-			w.noteHold(target, h, false) // definitely not held
+		switch {
+		case err != nil:
+		case slices.Contains(got, h):
+			holds[h].confirm(sent, w.cfg.MemberTTL, w.slotMargin())
+		default:
+			w.untrackSlot(target, h) // definitely not held
 		}
 	}
 	w.limits.mu.Lock()
@@ -281,12 +306,12 @@ func (w *Worker) fillSlots(t *flowTable, target string, limit, n int) {
 	delete(w.limits.refill, target)
 	w.limits.mu.Unlock()
 	for i, d := range ds {
-		d.handed = append(d.handed, heldSlot{target: target, holder: got[i]})
+		d.handed = append(d.handed, heldSlot{target: target, holder: got[i], hold: holds[got[i]]})
 		d.handedUnder = t
 		w.redispatch(d, true)
 	}
 	for _, h := range got[len(ds):] { // the deliveries parked here ran out meanwhile
-		w.releaseSlot(heldSlot{target: target, holder: h})
+		w.releaseSlot(heldSlot{target: target, holder: h, hold: holds[h]})
 	}
 	if again {
 		w.fill(target)

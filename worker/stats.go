@@ -28,11 +28,16 @@ type Stats struct {
 	// to AX_DELAYED until a run time or the pause's end, out of their shard
 	// consumer's pending (they count in Limited or Paused too).
 	SteppedAside int64
+	// SlotLost counts tasks put back because a slot of a concurrency limit
+	// they were to start or ran on was lost (not renewed within its TTL,
+	// or found given to another task): their handlers, if running, were
+	// cancelled with [ErrLimitSlotLost].
+	SlotLost int64
 }
 
 // counters are the live outcome counters behind [Stats].
 type counters struct {
-	Started, Succeeded, Retried, Dead, Dropped, Abandoned, Unhandled, Paused, Limited, HandedOn, SteppedAside atomic.Int64
+	Started, Succeeded, Retried, Dead, Dropped, Abandoned, Unhandled, Paused, Limited, HandedOn, SteppedAside, SlotLost atomic.Int64
 }
 
 // Stats returns a snapshot of the worker's outcome counters. Each counter is
@@ -43,5 +48,5 @@ func (w *Worker) Stats() Stats {
 	return Stats{Started: c.Started.Load(), Succeeded: c.Succeeded.Load(), Retried: c.Retried.Load(),
 		Dead: c.Dead.Load(), Dropped: c.Dropped.Load(), Abandoned: c.Abandoned.Load(), Unhandled: c.Unhandled.Load(),
 		Paused: c.Paused.Load(), Limited: c.Limited.Load(), HandedOn: c.HandedOn.Load(),
-		SteppedAside: c.SteppedAside.Load()}
+		SteppedAside: c.SteppedAside.Load(), SlotLost: c.SlotLost.Load()}
 }

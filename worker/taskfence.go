@@ -41,7 +41,9 @@ func (t *Task) Fence() Fence { return t.fence }
 // synchronously (no timer, no round trip): false once its claim lapsed (no
 // heartbeat answered within five sixths of the ack wait: the message may
 // be running elsewhere), once its context ended (timeout, operator cancel,
-// worker stop), or once the worker lost its membership of the mesh. It
+// worker stop), once the worker lost its membership of the mesh, or once a
+// slot of a concurrency limit it runs on was lost (not renewed within its
+// TTL, so another task may hold it: [ErrLimitSlotLost]). It
 // never turns true again. Call it right before a side effect: a false
 // means the effect must not be applied (return the context's cause). A
 // true is no promise for later; a freeze between the call and the effect
