@@ -207,18 +207,18 @@ type limitState struct {
 	once  sync.Once
 
 	mu         sync.Mutex
-	use        *kv.LimitUse                   // bound at first use (mu)
+	use        *kv.LimitUse                    // bound at first use (mu)
 	holds      map[string]map[string]*slotHold // target -> holders of its slots here, and the trust in each (mu)
-	parked     map[string][]*delivery         // parkKey -> deliveries waiting here for a slot or a start of the limit, oldest first (mu)
-	bytes      int                            // the parked deliveries' message bytes (mu)
-	byConsumer map[consumerRef]int            // the deliveries parked here from each consumer (mu)
-	starts     map[string]*startMeter         // target -> how often its tasks were admitted here lately (mu)
-	room       int                            // the most bytes parked here: maxParkedBytes (tests set less)
-	wakes      map[string]time.Time           // parkKey -> when its oldest delivery is woken for its rate's next start (mu)
-	yields     map[string]time.Time           // target -> until when the deliveries parked here leave a slot given back at the end of a turn to the other workers (mu)
-	taking     map[string]bool                // target -> a take of its slots is in flight here: a fresh delivery's or a fill's (mu)
-	refill     map[string]bool                // target -> fill again once the take in flight ends: a slot may have been given back meanwhile (mu)
-	closed     bool                           // no more parking: the slots have returned (mu)
+	parked     map[string][]*delivery          // parkKey -> deliveries waiting here for a slot or a start of the limit, oldest first (mu)
+	bytes      int                             // the parked deliveries' message bytes (mu)
+	byConsumer map[consumerRef]int             // the deliveries parked here from each consumer (mu)
+	starts     map[string]*startMeter          // target -> how often its tasks were admitted here lately (mu)
+	room       int                             // the most bytes parked here: maxParkedBytes (tests set less)
+	wakes      map[string]time.Time            // parkKey -> when its oldest delivery is woken for its rate's next start (mu)
+	yields     map[string]time.Time            // target -> until when the deliveries parked here leave a slot given back at the end of a turn to the other workers (mu)
+	taking     map[string]bool                 // target -> a take of its slots is in flight here: a fresh delivery's or a fill's (mu)
+	refill     map[string]bool                 // target -> fill again once the take in flight ends: a slot may have been given back meanwhile (mu)
+	closed     bool                            // no more parking: the slots have returned (mu)
 }
 
 // limitUse returns the bound limits bucket.
