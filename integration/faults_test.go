@@ -39,12 +39,18 @@ type mesh struct {
 	next    int
 	// workerArgs are extra arguments of every `ax worker` started.
 	workerArgs []string
+	ackWait    string // the consumers' ack wait
 }
 
 func newMesh(t *testing.T, devArgs ...string) *mesh {
+	return newMeshAckWait(t, faultAckWait, devArgs...)
+}
+
+// newMeshAckWait is [newMesh] with consumers of another ack wait.
+func newMeshAckWait(t *testing.T, ackWait string, devArgs ...string) *mesh {
 	m := &mesh{t: t, url: fmt.Sprintf("nats://127.0.0.1:%d", freePort(t)), data: t.TempDir(), journal: t.TempDir(),
-		workers: map[string]*process{}, deaths: map[string]time.Time{}}
-	m.dev = devAt(t, m.url, m.data, append([]string{"--ack-wait", faultAckWait}, devArgs...)...)
+		workers: map[string]*process{}, deaths: map[string]time.Time{}, ackWait: ackWait}
+	m.dev = devAt(t, m.url, m.data, append([]string{"--ack-wait", ackWait}, devArgs...)...)
 	_, m.js = connect(t, m.url)
 	var err error
 	m.client, err = ax.NewClient(context.Background(), m.js, nil)
@@ -61,7 +67,7 @@ func (m *mesh) spawnVia(wrapper []string, url string) string {
 	id := fmt.Sprintf("w%d", m.next)
 	m.next++
 	args := append([]string{"worker", "--server", url, "--id", id, "--concurrency", "16",
-		"--ack-wait", faultAckWait, "--grace", "1s", "--probe-journal", filepath.Join(m.journal, id+".jsonl")}, m.workerArgs...)
+		"--ack-wait", m.ackWait, "--grace", "1s", "--probe-journal", filepath.Join(m.journal, id+".jsonl")}, m.workerArgs...)
 	m.workers[id] = startAxVia(m.t, wrapper, args...)
 	if m.all == nil {
 		m.all = map[string]*process{}
