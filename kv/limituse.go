@@ -94,13 +94,32 @@ func (b *TokenBucket) unreserved(now time.Time, holder string) float64 {
 	return b.Tokens - float64(len(b.Reserved))
 }
 
-// change reads key, lets fn change the decoded value v (found false: no
-// key) and writes it back by compare-and-set when fn says so, trying again
-// on a conflict.
-func change[T any](ctx context.Context, u *LimitUse, key string, fn func(v *T, found bool) (write bool, err error)) error {
+// limitValue is the value of a key of AX_LIMITS: it knows its target.
+type limitValue interface {
+	targetOf() string
+}
+
+func (s *Slots) targetOf() string       { return s.Target }
+func (b *TokenBucket) targetOf() string { return b.Target }
+
+// change reads target's key, lets fn change the decoded value v (found
+// false: no key) and writes it back by compare-and-set when fn says so,
+// trying again on a conflict.
+//
+// A value that ax did not write (it does not decode, or names another
+// target: a publish acknowledgement written over the key through a reply
+// subject, say) is foreign: v is then the zero value and foreign the time
+// the server stored it, so that fn can hold the limit back for as long as
+// the slots or tokens the foreign value hides may still be in use. A write
+// replaces it.
+func change[T any, P interface {
+	*T
+	limitValue
+}](ctx context.Context, u *LimitUse, target, key string, fn func(v *T, found bool, foreign time.Time) (write bool, err error)) error {
 	for range limitTries {
 		var v T
 		var rev uint64
+		var foreign time.Time
 		entry, err := u.bucket.Get(ctx, key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
@@ -108,13 +127,13 @@ func change[T any](ctx context.Context, u *LimitUse, key string, fn func(v *T, f
 			return fmt.Errorf("read %s: %w", key, err)
 		case entry.Operation() == jetstream.KeyValuePut:
 			rev = entry.Revision()
-			if err := json.Unmarshal(entry.Value(), &v); err != nil {
-				return fmt.Errorf("decode %s: %w", key, err)
+			if err := json.Unmarshal(entry.Value(), &v); err != nil || P(&v).targetOf() != target {
+				v, foreign = *new(T), entry.Created()
 			}
 		default:
 			rev = entry.Revision()
 		}
-		write, err := fn(&v, rev != 0)
+		write, err := fn(&v, rev != 0, foreign)
 		if err != nil || !write {
 			return err
 		}
@@ -152,9 +171,14 @@ func (u *LimitUse) Acquire(ctx context.Context, target string, n int, holder str
 // slots in one write instead of racing itself for each.
 func (u *LimitUse) AcquireSome(ctx context.Context, target string, n int, holders []string, ttl time.Duration) ([]string, error) {
 	var got []string
-	err := change(ctx, u, SlotsKey(target), func(s *Slots, _ bool) (bool, error) {
+	err := change(ctx, u, target, SlotsKey(target), func(s *Slots, _ bool, foreign time.Time) (bool, error) {
 		now := time.Now()
 		got = got[:0]
+		if !foreign.IsZero() && now.Before(foreign.Add(ttl)) {
+			// The slots' value was overwritten: whoever held them may run
+			// until their trust lapses, within a TTL of the overwrite.
+			return false, nil
+		}
 		if s.Holders == nil {
 			s.Holders = map[string]int64{}
 		}
@@ -180,7 +204,7 @@ func (u *LimitUse) AcquireSome(ctx context.Context, target string, n int, holder
 
 // Release gives holder's slot of target back (nothing if it holds none).
 func (u *LimitUse) Release(ctx context.Context, target, holder string) error {
-	return change(ctx, u, SlotsKey(target), func(s *Slots, _ bool) (bool, error) {
+	return change(ctx, u, target, SlotsKey(target), func(s *Slots, _ bool, _ time.Time) (bool, error) {
 		if _, ok := s.Holders[holder]; !ok {
 			return false, nil
 		}
@@ -195,7 +219,7 @@ func (u *LimitUse) Release(ctx context.Context, target, holder string) error {
 // or soon): they are not renewed.
 func (u *LimitUse) Renew(ctx context.Context, target string, holders []string, ttl time.Duration) ([]string, error) {
 	var lost []string
-	err := change(ctx, u, SlotsKey(target), func(s *Slots, _ bool) (bool, error) {
+	err := change(ctx, u, target, SlotsKey(target), func(s *Slots, _ bool, _ time.Time) (bool, error) {
 		now := time.Now()
 		lost = lost[:0]
 		s.live(now)
@@ -214,15 +238,20 @@ func (u *LimitUse) Renew(ctx context.Context, target string, holders []string, t
 // InUse returns how many of target's slots are held now.
 func (u *LimitUse) InUse(ctx context.Context, target string) (int, error) {
 	n := 0
-	err := change(ctx, u, SlotsKey(target), func(s *Slots, _ bool) (bool, error) {
+	err := change(ctx, u, target, SlotsKey(target), func(s *Slots, _ bool, _ time.Time) (bool, error) {
 		n = s.live(time.Now())
 		return false, nil
 	})
 	return n, err
 }
 
-// refill brings b to now under rate and capacity.
-func (b *TokenBucket) refill(now time.Time, rate float64, capacity float64, found bool) {
+// refill brings b to now under rate and capacity. A bucket whose value
+// was foreign starts empty at the time the foreign value was stored: the
+// starts it hid may have been taken just before.
+func (b *TokenBucket) refill(now time.Time, rate float64, capacity float64, found bool, foreign time.Time) {
+	if !foreign.IsZero() {
+		b.Tokens, b.At, b.Reserved = 0, foreign.UnixNano(), nil
+	}
 	if !found {
 		b.Tokens, b.At = capacity, now.UnixNano()
 		return
@@ -241,10 +270,10 @@ func (b *TokenBucket) refill(now time.Time, rate float64, capacity float64, foun
 func (u *LimitUse) Reserve(ctx context.Context, target string, rate float64, burst int, holder string, ttl time.Duration) (time.Duration, error) {
 	capacity := float64(max(burst, 1))
 	var wait time.Duration
-	err := change(ctx, u, RateKey(target), func(b *TokenBucket, found bool) (bool, error) {
+	err := change(ctx, u, target, RateKey(target), func(b *TokenBucket, found bool, foreign time.Time) (bool, error) {
 		now := time.Now()
 		b.Target = target
-		b.refill(now, rate, capacity, found)
+		b.refill(now, rate, capacity, found, foreign)
 		if free := b.unreserved(now, holder); free < 1 {
 			wait = time.Duration((1 - free) / rate * float64(time.Second))
 			return false, nil
@@ -262,7 +291,7 @@ func (u *LimitUse) Reserve(ctx context.Context, target string, rate float64, bur
 // Unreserve drops holder's reservation of target (nothing if it has
 // none).
 func (u *LimitUse) Unreserve(ctx context.Context, target, holder string) error {
-	return change(ctx, u, RateKey(target), func(b *TokenBucket, _ bool) (bool, error) {
+	return change(ctx, u, target, RateKey(target), func(b *TokenBucket, _ bool, _ time.Time) (bool, error) {
 		if _, ok := b.Reserved[holder]; !ok {
 			return false, nil
 		}
@@ -279,10 +308,10 @@ func (u *LimitUse) Unreserve(ctx context.Context, target, holder string) error {
 func (u *LimitUse) Take(ctx context.Context, target string, rate float64, burst int, holder string) (time.Duration, error) {
 	capacity := float64(max(burst, 1))
 	var wait time.Duration
-	err := change(ctx, u, RateKey(target), func(b *TokenBucket, found bool) (bool, error) {
+	err := change(ctx, u, target, RateKey(target), func(b *TokenBucket, found bool, foreign time.Time) (bool, error) {
 		now := time.Now()
 		b.Target = target
-		b.refill(now, rate, capacity, found)
+		b.refill(now, rate, capacity, found, foreign)
 		_, reserved := b.Reserved[holder]
 		b.unreserved(now, holder)
 		if b.Tokens < 1 {
@@ -299,8 +328,8 @@ func (u *LimitUse) Take(ctx context.Context, target string, rate float64, burst 
 // Tokens returns the tokens target's bucket holds now.
 func (u *LimitUse) Tokens(ctx context.Context, target string, rate float64, burst int) (float64, error) {
 	var tokens float64
-	err := change(ctx, u, RateKey(target), func(b *TokenBucket, found bool) (bool, error) {
-		b.refill(time.Now(), rate, float64(max(burst, 1)), found)
+	err := change(ctx, u, target, RateKey(target), func(b *TokenBucket, found bool, foreign time.Time) (bool, error) {
+		b.refill(time.Now(), rate, float64(max(burst, 1)), found, foreign)
 		tokens = b.Tokens
 		return false, nil
 	})
