@@ -267,7 +267,7 @@ func (c *Client) submit(ctx context.Context, t TaskSpec) (TaskInfo, error) {
 		}
 	}
 	if err != nil {
-		return TaskInfo{ID: t.ID, Tenant: t.Tenant}, fmt.Errorf("submit task %s: stored, but its record was not written: %w", t.ID, err)
+		return TaskInfo{ID: t.ID, Tenant: t.Tenant}, fmt.Errorf("submit task %s: stored, but its record was not written: %w (%w)", t.ID, err, ErrMaybeStored)
 	}
 	if !dup {
 		c.sent[t.Priority.level()].Add(1)
@@ -527,5 +527,9 @@ func (c *Client) submitError(t TaskSpec, err error) error {
 		}
 		return fmt.Errorf("submit task %s: no stream stored %s (%w): the bucket refuses non-core tasks under backpressure, or JetStream or the bucket is not available", t.ID, subject, err)
 	}
-	return fmt.Errorf("submit task %s: %w", t.ID, err)
+	if apiErr != nil { // the stream answered: not stored
+		return fmt.Errorf("submit task %s: %w", t.ID, err)
+	}
+	// Sent, and no answer read: the stream may have stored it.
+	return fmt.Errorf("submit task %s: published; its acknowledgement could not be read: %w (%w)", t.ID, err, ErrMaybeStored)
 }

@@ -15,6 +15,14 @@ var (
 	ErrInvalidTask = errors.New("invalid task")
 	// ErrCronNotFound means no cron job has the name.
 	ErrCronNotFound = errors.New("no such cron job")
+	// ErrMaybeStored means a submit failed after its task was published:
+	// the acknowledgement could not be read (a timeout, a lost connection,
+	// a refused reply inbox, a cancelled context) or the record was not
+	// written after it. The task may be stored and run: submitting it again
+	// with the same id is safe (the bucket drops a duplicate within its
+	// window, a worker drops a task it has seen), with a new id it may run
+	// twice.
+	ErrMaybeStored = errors.New("the task may be stored")
 )
 
 // BatchError reports the tasks of a [Client.SubmitBatch] that were not

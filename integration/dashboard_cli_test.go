@@ -19,7 +19,7 @@ func TestDashboardCommandReadOnly(t *testing.T) {
 	dev := startDev(t)
 	id := strings.TrimSpace(runAx(t, "submit", "fail", "--server", dev.url))
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	p := startAx(t, "dashboard", "--listen", addr, "--server", dev.url)
+	p := startAx(t, "dashboard", "--listen", addr, "--server", dev.url) // the deprecated name of --addr still works
 	require.Eventually(t, func() bool { return strings.Contains(p.output(), "dashboard on http://"+addr) }, 30*time.Second, 50*time.Millisecond,
 		"ax dashboard did not start:\n%s", p.output())
 	require.Contains(t, p.output(), "read-only")
@@ -58,7 +58,7 @@ func TestDashboardCommandActionToken(t *testing.T) {
 	dev := startDev(t)
 	id := strings.TrimSpace(runAx(t, "submit", "block", "--server", dev.url, "--run-at", time.Now().Add(time.Hour).Format(time.RFC3339)))
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	p := startAx(t, "dashboard", "--listen", addr, "--server", dev.url, "--allow-actions")
+	p := startAx(t, "dashboard", "--addr", addr, "--server", dev.url, "--allow-actions")
 	prefix := "open http://" + addr + "/#token="
 	require.Eventually(t, func() bool { return strings.Contains(p.output(), prefix) }, 30*time.Second, 50*time.Millisecond,
 		"ax dashboard did not print its token:\n%s", p.output())

@@ -211,7 +211,7 @@ func TestDeployedRoles(t *testing.T) {
 	wctx, stopW2 := context.WithCancel(ctx)
 	w2done := make(chan error, 1)
 	{
-		d, err := deploy.Open(ctx, jsOf(t, connectRole(t, srv, "worker-2", "_INBOX.worker")), nil)
+		d, err := deploy.Open(ctx, jsOf(t, connectRole(t, srv, "worker-2", "_INBOX.worker-2")), nil)
 		require.NoError(t, err)
 		reg := worker.NewRegistry()
 		require.NoError(t, reg.Handle("echo", func(_ context.Context, task *worker.Task) error {
@@ -251,16 +251,16 @@ func TestDeployedRoles(t *testing.T) {
 		require.NoError(t, err, "no worker took a slot of the limit")
 		_, err = limits.Get(ctx, kv.RateKey("echo"))
 		require.NoError(t, err, "no worker took a start of the limit")
-		require.Contains(t, mustAxAs(t, url, "operator", "pause", "--type", "echo"), "paused echo")
-		require.NotContains(t, mustAxAs(t, url, "operator", "resume", "--type", "echo"), "paused echo")
+		require.Contains(t, mustAxAs(t, url, "operator", "pause", "echo"), "paused echo")
+		require.NotContains(t, mustAxAs(t, url, "operator", "resume", "echo"), "paused echo")
 		require.Contains(t, mustAxAs(t, url, "operator", "limit", "rm", "echo"), "no limits, nothing paused")
 	})
-	require.Regexp(t, `(?m)^P2\s+0\s`, mustAxAs(t, url, "operator", "stats"))
+	require.Regexp(t, `(?m)^p2\s+0\s`, mustAxAs(t, url, "operator", "stats"))
 	require.Contains(t, mustAxAs(t, url, "operator", "workers"), "worker-1")
 
 	// The dashboard as the operator answers a page with the buckets.
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	dash := startAxAs(t, url, "operator", "dashboard", "--listen", addr)
+	dash := startAxAs(t, url, "operator", "dashboard", "--addr", addr)
 	require.Eventually(t, func() bool { return strings.Contains(dash.output(), "dashboard on http://") || dash.exited() },
 		30*time.Second, 50*time.Millisecond, "ax dashboard did not start:\n%s", dash.output())
 	res, err := http.Get("http://" + addr + "/api/overview")
@@ -328,13 +328,13 @@ func TestMissingPermissionFailsFast(t *testing.T) {
 		want       string
 	}{
 		{"worker lacking a subject", "worker-1", []string{"worker", "--id", "worker-1"},
-			"permission denied: user worker-1 may not publish $JS.API.STREAM.INFO.KV_AX_TASKS"},
+			"permission denied: user worker-1 may not run `ax worker`: the server refused it publish $JS.API.STREAM.INFO.KV_AX_TASKS"},
 		{"worker with another id than its user's", "worker-2", []string{"worker", "--id", "other"},
-			"permission denied: user worker-2 may not subscribe to ax.worker.other.cancel (docs/ax-permissions.conf): a worker's ID (ax worker --id) is its user's name"},
-		{"service submitting with records", "service", []string{"submit", "echo", "--payload", "hi"},
-			"permission denied: user service may not publish $JS.API.STREAM.INFO.AX_P0 (docs/ax-permissions.conf): a producer allowed only to submit sets Config.PublishOnly (ax submit --publish-only)"},
+			"permission denied: user worker-2 may not run `ax worker`: the server refused it subscribe to ax.worker.other.cancel (docs/ax-permissions.conf): a worker's ID (ax worker --id) is its user's name"},
+		{"service submitting with records", "service", []string{"submit", "echo", "--payload", "hi", "--publish-only=false"},
+			"permission denied: user service may not run `ax submit`: the server refused it publish $JS.API.STREAM.INFO.AX_P0 (docs/ax-permissions.conf): a producer allowed only to submit sets Config.PublishOnly (ax submit --publish-only)"},
 		{"operator running a worker", "operator", []string{"worker", "--id", "operator"},
-			"permission denied: user operator may not "},
+			"permission denied: user operator may not run `ax worker`: "},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -356,7 +356,7 @@ func TestMissingPermissionFailsFast(t *testing.T) {
 		require.ErrorIs(t, err, nats.ErrPermissionViolation)
 		require.ErrorContains(t, err, "permission denied: user service may not publish $JS.API.STREAM.INFO.AX_P0")
 		require.ErrorContains(t, err, "PublishOnly")
-		_, err = worker.New(ctx, jsOf(t, connectRole(t, srv, "worker-1", "_INBOX.worker")), &worker.Config{Registry: worker.NewRegistry()})
+		_, err = worker.New(ctx, jsOf(t, connectRole(t, srv, "worker-1", "_INBOX.worker-1")), &worker.Config{Registry: worker.NewRegistry()})
 		require.ErrorIs(t, err, nats.ErrPermissionViolation)
 		require.ErrorContains(t, err, "user worker-1 may not publish $JS.API.STREAM.INFO.KV_AX_TASKS")
 		_, err = deploy.Open(ctx, jsOf(t, connectRole(t, srv, "producer-acme", "_INBOX.producer-acme")), nil)
@@ -391,7 +391,7 @@ func TestWorkerWithoutBatchedReadFailsFast(t *testing.T) {
 	mustAxAs(t, srv.ClientURL(), "scheduler", "provision")
 
 	start := time.Now()
-	_, err = worker.New(context.Background(), jsOf(t, connectRole(t, srv, "worker-1", "_INBOX.worker")), &worker.Config{Registry: worker.NewRegistry()})
+	_, err = worker.New(context.Background(), jsOf(t, connectRole(t, srv, "worker-1", "_INBOX.worker-1")), &worker.Config{Registry: worker.NewRegistry()})
 	require.ErrorIs(t, err, nats.ErrPermissionViolation)
 	require.ErrorContains(t, err, "user worker-1 may not publish $JS.API.DIRECT.GET.KV_AX_TASKS")
 	require.Less(t, time.Since(start), 4*time.Second)

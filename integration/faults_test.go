@@ -67,7 +67,7 @@ func (m *mesh) spawnVia(wrapper []string, url string) string {
 	id := fmt.Sprintf("w%d", m.next)
 	m.next++
 	args := append([]string{"worker", "--server", url, "--id", id, "--concurrency", "16",
-		"--ack-wait", m.ackWait, "--grace", "1s", "--probe-journal", filepath.Join(m.journal, id+".jsonl")}, m.workerArgs...)
+		"--ack-wait", m.ackWait, "--grace", "1s", "--log-format", "json", "--probe-journal", filepath.Join(m.journal, id+".jsonl")}, m.workerArgs...)
 	m.workers[id] = startAxVia(m.t, wrapper, args...)
 	if m.all == nil {
 		m.all = map[string]*process{}

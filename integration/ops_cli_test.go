@@ -83,7 +83,7 @@ func TestOperatorCLIWithWorkers(t *testing.T) {
 	require.GreaterOrEqual(t, stats.Buckets[1].RecommendedTimeout, kv.Duration(time.Second))
 	table := runAx(t, "stats", "--server", s)
 	require.Regexp(t, `(?m)^BUCKET\s+DEPTH\s+CAPACITY\s+IN FLIGHT`, table)
-	require.Regexp(t, `(?m)^P1\s+0\s+\d+\s+0\s`, table)
+	require.Regexp(t, `(?m)^p1\s+0\s+\d+\s+0\s`, table)
 	require.Contains(t, table, "1 dead letters")
 	require.Regexp(t, `(?m)^TYPE\s+DONE\s+DEAD\s+RETRIED\s+TIMED OUT\s+P50\s+P99\s+TIMEOUT SET\s+TIMEOUT$`, table)
 	require.Regexp(t, `(?m)^echo\s+5\s+0\s+0\s+0\s.*\s1s$`, table)
@@ -110,8 +110,8 @@ func TestOperatorCLIOnWaitingTasks(t *testing.T) {
 	c := submitCLI(t, s, "sleep", "--tenant", "globex")
 
 	require.Contains(t, runAx(t, "task", "pause", a, "--server", s), a+" of acme: READY -> PAUSED (pause")
-	require.Contains(t, runAx(t, "task", "resume", a, "--server", s), "READY (resume, generation 2, P3); message re-dispatched")
-	require.Contains(t, runAx(t, "task", "reprioritize", a, "p0", "--server", s), "READY (reprioritize, generation 3, P0)")
+	require.Contains(t, runAx(t, "task", "resume", a, "--server", s), "READY (resume, generation 2, p3); message re-dispatched")
+	require.Contains(t, runAx(t, "task", "reprioritize", a, "p0", "--server", s), "READY (reprioritize, generation 3, p0)")
 	var rec kv.Record
 	require.NoError(t, json.Unmarshal([]byte(runAx(t, "task", "get", a, "--server", s, "--json")), &rec))
 	require.Equal(t, 0, rec.Priority)
@@ -138,7 +138,8 @@ func TestOperatorCLIOnWaitingTasks(t *testing.T) {
 }
 
 // ax scheduler serves the management API and metrics; ax worker and ax
-// scheduler log JSON lines (ax dev logs in the console format).
+// scheduler log console lines, as ax dev does (--log-format json: see
+// TestOneSyntax).
 func TestSchedulerAndWorkerProcesses(t *testing.T) {
 	t.Parallel()
 	dev := startDev(t, "--workers", "0")
@@ -147,7 +148,8 @@ func TestSchedulerAndWorkerProcesses(t *testing.T) {
 	workerMetrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	wk := startAx(t, "worker", "--server", dev.url, "--metrics-addr", workerMetrics, "--id", "cli-worker")
 	require.Eventually(t, func() bool {
-		return strings.Contains(sched.output(), `"msg":"admin_started"`) && strings.Contains(wk.output(), `"msg":"worker_started"`)
+		return strings.Contains(sched.output(), "\tINFO\tscheduler.admin\t") && strings.Contains(sched.output(), "\tadmin_started\t") &&
+			strings.Contains(wk.output(), "\tworker_started\t")
 	}, 30*time.Second, 50*time.Millisecond, "scheduler:\n%s\nworker:\n%s", sched.output(), wk.output())
 	require.Contains(t, sched.output(), "management API on ax.admin.>")
 

@@ -95,13 +95,14 @@ func TestNetworkPartition(t *testing.T) {
 func lostClaim(output, id string) (at time.Time, reason string, ok bool) {
 	for line := range strings.Lines(output) {
 		var entry struct {
-			TS     float64 `json:"ts"`
+			TS     string `json:"ts"`
 			Msg    string  `json:"msg"`
 			TaskID string  `json:"task_id"`
 			Reason string  `json:"reason"`
 		}
 		if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "lost_claim" && entry.TaskID == id {
-			return time.UnixMicro(int64(entry.TS * 1e6)), entry.Reason, true
+			at, err := time.Parse(time.RFC3339Nano, entry.TS)
+			return at, entry.Reason, err == nil
 		}
 	}
 	return time.Time{}, "", false

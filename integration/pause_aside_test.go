@@ -31,7 +31,7 @@ func TestDeployedPauseAside(t *testing.T) {
 	srv, sched, w, store := startSmallPendingDeployment(t)
 	url := srv.ClientURL()
 	ctx := context.Background()
-	mustAxAs(t, url, "operator", "pause", "--type", "sleep")
+	mustAxAs(t, url, "operator", "pause", "sleep")
 	require.Eventually(t, func() bool { return strings.Contains(w.output(), "limits_changed") }, 30*time.Second, 50*time.Millisecond)
 
 	serviceConn := connectRole(t, srv, "service", "_INBOX.service")
@@ -88,7 +88,7 @@ func TestDeployedPauseAside(t *testing.T) {
 		mustAxAs(t, url, "operator", "task", "get", ids[0]))
 
 	resumed := time.Now()
-	mustAxAs(t, url, "operator", "resume", "--type", "sleep")
+	mustAxAs(t, url, "operator", "resume", "sleep")
 	for _, id := range ids {
 		rec := waitFor(id, succeeded, "SUCCEEDED")
 		require.Equal(t, 1, rec.Attempt, "task %s", id)

@@ -77,5 +77,5 @@ func TestReadmeTour(t *testing.T) {
 	require.Contains(t, run("task", "get", "later-1"), "CANCELLED")
 	run("tasks", "cancel", "--tenant", "acme", "--type", "email", "--dry-run")
 	run("dlq", "replay", "doomed-1")
-	require.Contains(t, run("stats"), "P0")
+	require.Contains(t, run("stats"), "p0")
 }

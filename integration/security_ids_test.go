@@ -46,7 +46,7 @@ func startIDMesh(t *testing.T) *idMesh {
 func (m *idMesh) startWorker(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	wc := connectAs(t, m.srv, "worker-1", "worker")
+	wc := connectAs(t, m.srv, "worker-1", "worker-1")
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("echo", func(_ context.Context, task *worker.Task) error {
 		m.ran <- task

@@ -29,12 +29,13 @@ type roleConn struct {
 	errs chan error
 }
 
-// connectAs connects as user with the inbox prefix its role is given
-// ("_INBOX.<role>", docs/SECURITY.md).
-func connectAs(t *testing.T, srv *natstest.Server, user, role string) *roleConn {
+// connectAs connects as user with the inbox prefix "_INBOX.<inbox>": each
+// user of docs/ax-permissions.conf may subscribe to _INBOX.<user>.>
+// (docs/SECURITY.md).
+func connectAs(t *testing.T, srv *natstest.Server, user, inbox string) *roleConn {
 	t.Helper()
 	rc := &roleConn{errs: make(chan error, 64)}
-	rc.nc, rc.js = srv.Connect(nats.UserInfo(user, user+"-secret"), nats.CustomInboxPrefix(nats.InboxPrefix+role),
+	rc.nc, rc.js = srv.Connect(nats.UserInfo(user, user+"-secret"), nats.CustomInboxPrefix(nats.InboxPrefix+inbox),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {
 			case rc.errs <- err:
@@ -105,7 +106,7 @@ func startSecureMesh(t *testing.T, cfg *streams.Config) *secureMesh {
 	require.NoError(t, svc.Start(ctx))
 	t.Cleanup(func() { _ = svc.Stop(ctx) })
 
-	m.worker = connectAs(t, m.srv, "worker-1", "worker")
+	m.worker = connectAs(t, m.srv, "worker-1", "worker-1")
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("echo", func(_ context.Context, task *worker.Task) error {
 		select {
@@ -233,7 +234,7 @@ func TestPermissionsOfEachRole(t *testing.T) {
 	})
 	t.Run("service cannot read another role's inbox", func(t *testing.T) {
 		var subs []*nats.Subscription
-		for _, subject := range []string{"_INBOX.>", "_INBOX.worker.>", "_INBOX.operator.>", "_INBOX.scheduler.>"} {
+		for _, subject := range []string{"_INBOX.>", "_INBOX.worker-1.>", "_INBOX.operator.>", "_INBOX.scheduler.>"} {
 			subs = append(subs, service.requireSubscribeRefused(t, subject))
 		}
 		// A task delivered to the worker, a record read and an admin reply
@@ -251,10 +252,13 @@ func TestPermissionsOfEachRole(t *testing.T) {
 		require.NoError(t, wc.nc.Publish("ax.submit.p0.acme.echo.x", nil))
 		wc.requireViolation(t, "Publish", "ax.submit.p0.acme.echo.x")
 	})
-	t.Run("worker hears and answers only its own cancel notices", func(t *testing.T) {
-		other := connectAs(t, srv, "worker-2", "worker")
+	t.Run("worker hears and answers only its own cancel notices and replies", func(t *testing.T) {
+		other := connectAs(t, srv, "worker-2", "worker-2")
 		other.requireSubscribeRefused(t, "ax.worker.worker-1.cancel")
 		other.requireSubscribeRefused(t, "ax.worker.*.cancel")
+		// Nor another worker's replies: the tasks its pulls receive.
+		other.requireSubscribeRefused(t, "_INBOX.worker-1.>")
+		other.requireSubscribeRefused(t, "_INBOX.worker.>")
 		_, err := other.nc.SubscribeSync("ax.worker.worker-2.cancel")
 		require.NoError(t, err)
 		require.NoError(t, other.nc.Flush())

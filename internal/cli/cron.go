@@ -1,12 +1,18 @@
 package cli
 
 import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/deploy"
+	"github.com/ax-mesh/ax/internal/denied"
 	"github.com/spf13/cobra"
 )
 
@@ -32,12 +38,12 @@ cron-<NAME>-<unix seconds>, across leader changes.`,
 			t.Priority, t.Payload = ax.PriorityOf(p), []byte(payload)
 			client, done, err := e.client(cmd, "ax cron")
 			if err != nil {
-				return err
+				return cronRefusal(cmd.Context(), err)
 			}
 			defer done()
 			job, err := client.AddCron(cmd.Context(), ax.CronJob{Name: args[0], Spec: args[1], Task: t})
 			if err != nil {
-				return err
+				return cronRefusal(cmd.Context(), err)
 			}
 			if e.jsonOut {
 				return writeJSON(e.out, job)
@@ -59,29 +65,42 @@ cron-<NAME>-<unix seconds>, across leader changes.`,
 	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List cron jobs with their last and next run",
-		Args:  cobra.NoArgs,
+		Long: `List the cron jobs with their last and next run, read through the management API
+(the control verb, as the dashboard reads them), so that the operator user may list them;
+adding and removing them writes the control bucket, which only the scheduler user may.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, done, err := e.client(cmd, "ax cron")
+			reply, err := callAdmin(cmd.Context(), e, admin.VerbControl, func(ctx context.Context, api *admin.Client) (*admin.ControlReply, error) {
+				return api.Control(ctx)
+			})
 			if err != nil {
 				return err
 			}
-			defer done()
-			jobs, err := client.ListCron(cmd.Context())
-			if err != nil {
-				return err
+			jobs := []ax.CronJob{}
+			for _, entry := range reply.Entries {
+				name, ok := ax.CronJobName(entry.Key)
+				if !ok {
+					continue
+				}
+				var job ax.CronJob
+				if err := json.Unmarshal(entry.Value, &job); err != nil {
+					return fmt.Errorf("cron job %s: unreadable record: %w", name, err)
+				}
+				jobs = append(jobs, job)
 			}
 			if e.jsonOut {
 				return writeJSON(e.out, jobs)
 			}
 			w := tabwriter.NewWriter(e.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "NAME\tSPEC\tTYPE\tPRIORITY\tLAST\tNEXT")
+			fmt.Fprintln(w, "NAME\tSPEC\tTYPE\tTENANT\tPRIORITY\tLAST\tNEXT")
 			for _, j := range jobs {
 				last := "-"
 				if !j.Last.IsZero() {
-					last = j.Last.Format(time.RFC3339)
+					last = j.Last.UTC().Format(time.RFC3339)
 				}
 				level, _ := j.Task.Priority.Level()
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Spec, j.Task.Type, ax.PriorityOf(level), last, j.Next.Format(time.RFC3339))
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Spec, j.Task.Type, cmp.Or(j.Task.Tenant, ax.DefaultTenant),
+					priorityText(level), last, j.Next.UTC().Format(time.RFC3339))
 			}
 			return w.Flush()
 		},
@@ -93,11 +112,11 @@ cron-<NAME>-<unix seconds>, across leader changes.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			client, done, err := e.client(cmd, "ax cron")
 			if err != nil {
-				return err
+				return cronRefusal(cmd.Context(), err)
 			}
 			defer done()
 			if err := client.RemoveCron(cmd.Context(), args[0]); err != nil {
-				return err
+				return cronRefusal(cmd.Context(), err)
 			}
 			fmt.Fprintf(e.out, "cron %s removed\n", args[0])
 			return nil
@@ -105,6 +124,21 @@ cron-<NAME>-<unix seconds>, across leader changes.`,
 	}
 	group.AddCommand(add, ls, rm)
 	root.AddCommand(group)
+}
+
+// cronWriteHint is what a user refused ax cron add or rm does.
+const cronWriteHint = "cron jobs are control state: ax cron add and rm run as the scheduler user; ax cron ls as the operator"
+
+// cronRefusal gives the refusal that ended a cron write, in err or as the
+// cause of ctx, the hint of [cronWriteHint], and returns err.
+func cronRefusal(ctx context.Context, err error) error {
+	for _, e := range []error{err, context.Cause(ctx)} {
+		var d *denied.Error
+		if errors.As(e, &d) {
+			d.Hint = cronWriteHint
+		}
+	}
+	return err
 }
 
 // client connects, opens the deployment and returns its client and a

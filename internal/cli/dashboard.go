@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"time"
 
 	"github.com/ax-mesh/ax/dashboard"
@@ -30,7 +29,7 @@ func addDashboard(root *cobra.Command, e *env) {
 	cmd := &cobra.Command{
 		Use:   "dashboard",
 		Short: "Serve the web dashboard: buckets, workers, tasks and trails, dead letters, cron",
-		Long: `ax dashboard serves a web UI on --listen that shows ax through its management
+		Long: `ax dashboard serves a web UI on --addr that shows ax through its management
 API (the ax.admin.* NATS service): per-bucket depth, in flight, rates, p99 and
 pressure with live charts, the workers and their shards, task search with each
 task's trail, the dead letters, and the cron schedules. It connects with the
@@ -41,7 +40,10 @@ which enables cancel, pause, resume, reprioritize and replay (each confirmed).`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runDashboard(cmd.Context(), e, &f) },
 	}
 	fs := cmd.Flags()
+	fs.StringVar(&f.listen, "addr", "127.0.0.1:8080", "HTTP address of the dashboard")
+	// --listen is the NATS address of ax dev and ax server.
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "HTTP address of the dashboard")
+	_ = fs.MarkDeprecated("listen", "use --addr (--listen is the NATS address of ax dev and ax server)")
 	fs.BoolVar(&f.allowActions, "allow-actions", false, "allow cancel, pause, resume, reprioritize and replay from the UI")
 	f.addGuards(fs)
 	fs.DurationVar(&f.interval, "interval", dashboard.DefaultInterval, "time between two stats samples (overview and charts)")
@@ -51,10 +53,10 @@ which enables cancel, pause, resume, reprioritize and replay (each confirmed).`,
 
 // addGuards adds the flags that say who may use the dashboard.
 func (f *dashboardFlags) addGuards(fs *pflag.FlagSet) {
-	fs.StringVar(&f.actionToken, "action-token", os.Getenv("AX_DASHBOARD_TOKEN"),
-		"token every action must carry, with --allow-actions (env AX_DASHBOARD_TOKEN; default: a random one, printed in the dashboard's URL)")
+	fs.StringVar(&f.actionToken, "action-token", "",
+		"token every action must carry, with --allow-actions (default $AX_DASHBOARD_TOKEN, else a random one, printed in the dashboard's URL)")
 	fs.StringSliceVar(&f.allowHosts, "allow-host", nil,
-		"host names the dashboard answers besides localhost, 127.0.0.1, ::1 and the --listen host (a proxy's or a remote browser's name)")
+		"host names the dashboard answers besides localhost, 127.0.0.1, ::1 and the host of its address (a proxy's or a remote browser's name)")
 }
 
 func runDashboard(ctx context.Context, e *env, f *dashboardFlags) error {

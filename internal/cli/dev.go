@@ -70,13 +70,14 @@ with --exit), so that other ax commands can use it with --server.`,
 	f.dash.interval, f.dash.window = dashboard.DefaultInterval, dashboard.DefaultRateWindow
 	f.wf.add(cmd)
 	// ax dev provisions the deployment: its --ack-wait is the one provisioned.
+	fs.Lookup("id").Usage = "worker id; with --workers above 1, each worker's is <id>-<n> (default: <hostname>-<random>)"
 	fs.Lookup("ack-wait").Usage = fmt.Sprintf("ack wait of the shard consumers ax dev provisions (0: %s)", streams.DefaultAckWait)
 	f.lf.add(cmd, false)
 	root.AddCommand(cmd)
 }
 
 func runDev(ctx context.Context, e *env, f *devFlags) error {
-	log, err := e.logger(true)
+	log, err := e.logger(false)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -78,23 +79,36 @@ short delay (50ms doubling to 1s). A set replaces TARGET's limit: give both flag
 
 func pauseCommand(e *env, pause bool) *cobra.Command {
 	var req admin.PauseRequest
-	verb, use, short := admin.VerbPause, "pause (--type T | --tenant N)", "Pause a task type or a tenant mesh-wide: its tasks wait in their buckets, unstarted"
+	verb, use, short := admin.VerbPause, "pause TARGET", "Pause a task type or a tenant mesh-wide: its tasks wait in their buckets, unstarted"
 	if !pause {
-		verb, use, short = admin.VerbResume, "resume (--type T | --tenant N)", "Resume a paused task type or tenant: its tasks start within 5s"
+		verb, use, short = admin.VerbResume, "resume TARGET", "Resume a paused task type or tenant: its tasks start within 5s"
 	}
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
-		Long: short + `.
+		Long: short + `. TARGET is a task type ("report") or a tenant ("tenant:acme"), as ax limit set
+takes it.
 
 A paused task is not claimed: it keeps its state (READY), uses no attempt and holds no worker
 slot; its message comes back to a worker after a delay (0.5s doubling to 5s) and is naked again
 while the pause lasts. To hold one task, use ax task pause ID.`,
-		Example: `  ax pause --type report
-  ax pause --tenant acme
-  ax resume --type report`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Example: `  ax pause report
+  ax pause tenant:acme
+  ax resume report`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				if req.Type != "" || req.Tenant != "" {
+					return fmt.Errorf("give TARGET or the deprecated --type/--tenant, not both")
+				}
+				target, err := pauseTarget(args[0])
+				if err != nil {
+					return err
+				}
+				req = target
+			} else if req.Type == "" && req.Tenant == "" {
+				return usageError{fmt.Errorf("%s needs a TARGET: a task type or tenant:NAME", cmd.CommandPath())}
+			}
 			return runLimits(cmd.Context(), e, verb, func(ctx context.Context, api *admin.Client) (*admin.LimitsReply, error) {
 				if pause {
 					return api.PauseTasksOf(ctx, req)
@@ -103,9 +117,24 @@ while the pause lasts. To hold one task, use ax task pause ID.`,
 			})
 		},
 	}
+	// The flags of ax before TARGET, kept for the scripts that use them.
 	cmd.Flags().StringVar(&req.Type, "type", "", "the task type")
 	cmd.Flags().StringVar(&req.Tenant, "tenant", "", "the tenant")
+	_ = cmd.Flags().MarkDeprecated("type", "give the type as TARGET: ax "+cmd.Name()+" TYPE")
+	_ = cmd.Flags().MarkDeprecated("tenant", "give the tenant as TARGET: ax "+cmd.Name()+" tenant:NAME")
 	return cmd
+}
+
+// pauseTarget reads the TARGET of ax pause and ax resume: a task type or
+// tenant:NAME, the targets of ax limit set that a pause can have.
+func pauseTarget(target string) (admin.PauseRequest, error) {
+	if tenant, ok := strings.CutPrefix(target, "tenant:"); ok {
+		return admin.PauseRequest{Tenant: tenant}, nil
+	}
+	if strings.HasPrefix(target, "key:") {
+		return admin.PauseRequest{}, fmt.Errorf("TARGET %q: a pause has a task type or tenant:NAME as its target, not a key pattern", target)
+	}
+	return admin.PauseRequest{Type: target}, nil
 }
 
 func runLimits(ctx context.Context, e *env, verb string, fn func(context.Context, *admin.Client) (*admin.LimitsReply, error)) error {

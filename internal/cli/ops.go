@@ -64,8 +64,79 @@ func addOps(root *cobra.Command, e *env) {
 	fs.StringVar(&batch.Tenant, "tenant", "", "tenant")
 	fs.StringSliceVar(&states, "state", nil, "states (repeat or comma separate): PENDING, READY, RUNNING, RETRYING, PAUSED")
 	fs.BoolVar(&batch.DryRun, "dry-run", false, "count the matching tasks, cancel nothing")
-	tasks.AddCommand(cancel)
+	tasks.AddCommand(cancel, tasksListCommand(e))
 	root.AddCommand(tasks, dlqCommand(e), statsCommand(e), workersCommand(e), rejectsCommand(e))
+}
+
+// tasksListCommand is `ax tasks ls`: the management API's tasks.list.
+func tasksListCommand(e *env) *cobra.Command {
+	var req admin.TasksListRequest
+	var states []string
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List tasks, most recently updated first, filtered by --state, --type, --tenant, a page at a time",
+		Long: `List the task records matching --state, --type, --tenant and --id-prefix (none: every task),
+most recently updated first, at most --limit (default 100, at most 1000) per page. When more follow,
+the last line gives the --after cursor of the next page (run the command again with it and the
+same filters). Each page is one scan of the task bucket by the management API (tasks.list,
+docs/API.md); --json prints its reply as is, its "next" being the cursor.`,
+		Example: `  ax tasks ls --state dead,retrying --tenant acme
+  ax tasks ls --type email --limit 20 --json
+  ax tasks ls --type email --limit 20 --after 1796613098661679000/order-42`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			req.States = nil
+			for _, s := range states {
+				req.States = append(req.States, kv.State(strings.ToUpper(strings.TrimSpace(s))))
+			}
+			reply, err := callAdmin(cmd.Context(), e, admin.VerbTasksList, func(ctx context.Context, api *admin.Client) (*admin.TasksListReply, error) {
+				return api.List(ctx, req)
+			})
+			if err != nil {
+				return err
+			}
+			if e.jsonOut {
+				return writeJSON(e.out, reply)
+			}
+			tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tTENANT\tTYPE\tPRIORITY\tSTATE\tATTEMPT\tUPDATED\tLAST ERROR")
+			for _, r := range reply.Tasks {
+				attempt := "-"
+				if r.MaxAttempts > 0 {
+					attempt = fmt.Sprintf("%d/%d", r.Attempt, r.MaxAttempts)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Tenant, r.Type, priorityText(r.Priority), r.State, attempt,
+					r.UpdatedAt.UTC().Format(time.RFC3339), dash(cutText(r.LastError, 60)))
+			}
+			_ = tw.Flush()
+			fmt.Fprintf(e.out, "%d of %d tasks\n", len(reply.Tasks), reply.Matched)
+			if reply.Truncated {
+				fmt.Fprintln(e.out, "the reply was cut to fit the server's max_payload: fewer tasks than --limit")
+			}
+			if reply.Next != "" {
+				fmt.Fprintf(e.out, "more follow: the same command with --after %s\n", reply.Next)
+			}
+			printUnreadable(e, reply.Unreadable)
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringSliceVar(&states, "state", nil, "states (repeat or comma separate, any case): PENDING, READY, RUNNING, RETRYING, PAUSED, SUCCEEDED, DEAD, CANCELLED")
+	fs.StringVar(&req.Type, "type", "", "task type")
+	fs.StringVar(&req.Tenant, "tenant", "", "tenant")
+	fs.StringVar(&req.IDPrefix, "id-prefix", "", "only the tasks whose id starts with this")
+	fs.IntVar(&req.Limit, "limit", admin.DefaultListLimit, fmt.Sprintf("tasks per page, at most %d", admin.MaxListLimit))
+	fs.StringVar(&req.After, "after", "", "list the page after this cursor (the previous page's last line, or its JSON's next)")
+	return cmd
+}
+
+// cutText cuts s to n runes on one line.
+func cutText(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
 }
 
 func dlqCommand(e *env) *cobra.Command {
@@ -170,10 +241,10 @@ func statsCommand(e *env) *cobra.Command {
 			for _, b := range reply.Buckets {
 				timeout := "-"
 				if b.RecommendedTimeout > 0 {
-					timeout = b.RecommendedTimeout.String()
+					timeout = durationText(time.Duration(b.RecommendedTimeout))
 				}
-				fmt.Fprintf(tw, "P%d\t%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\n", b.Priority, b.Depth, b.Capacity, b.InFlight,
-					b.SubmittedRate, b.SucceededRate, b.DeadRate, b.P50, b.P99, timeout)
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\n", priorityText(b.Priority), b.Depth, b.Capacity, b.InFlight,
+					b.SubmittedRate, b.SucceededRate, b.DeadRate, durationText(time.Duration(b.P50)), durationText(time.Duration(b.P99)), timeout)
 			}
 			if len(reply.Types) > 0 {
 				fmt.Fprintln(tw, "")
@@ -181,17 +252,17 @@ func statsCommand(e *env) *cobra.Command {
 				for _, t := range reply.Types {
 					set := "-" // no task of the type started
 					if t.Timeout > 0 {
-						set = t.Timeout.String()
+						set = durationText(time.Duration(t.Timeout))
 					}
 					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", t.Type, t.Succeeded, t.Dead, t.Retried, t.TimedOut,
-						t.P50, t.P99, set, t.RecommendedTimeout)
+						durationText(time.Duration(t.P50)), durationText(time.Duration(t.P99)), set, durationText(time.Duration(t.RecommendedTimeout)))
 				}
 			}
 			if len(reply.Tenants) > 0 {
 				fmt.Fprintln(tw, "")
 				fmt.Fprintln(tw, "TENANT\tBUCKET\tWAITING\tIN FLIGHT")
 				for _, q := range reply.Tenants {
-					fmt.Fprintf(tw, "%s\tP%d\t%d\t%d\n", q.Tenant, q.Priority, q.Waiting, q.InFlight)
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", q.Tenant, priorityText(q.Priority), q.Waiting, q.InFlight)
 				}
 			}
 			_ = tw.Flush()
@@ -200,7 +271,7 @@ func statsCommand(e *env) *cobra.Command {
 				states = append(states, fmt.Sprintf("%s %d", s, n))
 			}
 			slices.Sort(states)
-			fmt.Fprintf(e.out, "window %s; %d records (%s); %d dead letters; TIMEOUT = 1.5 x p99\n", reply.Window, reply.Records, strings.Join(states, ", "), reply.DLQ)
+			fmt.Fprintf(e.out, "window %s; %d records (%s); %d dead letters; TIMEOUT = 1.5 x p99\n", durationText(time.Duration(reply.Window)), reply.Records, strings.Join(states, ", "), reply.DLQ)
 			printUnreadable(e, reply.Unreadable)
 			printReconciler(e, reply.Reconciler)
 			printRejects(e, reply.Rejects)
@@ -252,7 +323,7 @@ func printReconciler(e *env, r *control.ReconcilerReport) {
 		return strings.Join(parts, ", ")
 	}
 	fmt.Fprintf(e.out, "reconciler (leader %s, %s ago): lost tasks re-published %s; buried DEAD \"message lost\" %s; %d records tracked, %d checks, last pass %s\n",
-		r.Leader, time.Since(r.UpdatedAt).Round(time.Second), count(r.Republished), count(r.Dead), r.Tracked, r.Checked, r.LastPass)
+		r.Leader, time.Since(r.UpdatedAt).Round(time.Second), count(r.Republished), count(r.Dead), r.Tracked, r.Checked, durationText(time.Duration(r.LastPass)))
 	for _, rep := range r.Recent {
 		fmt.Fprintf(e.out, "  %s %s %s (%s): %s\n", rep.At.Format(time.RFC3339), rep.TaskID, rep.Action, rep.State, rep.Reason)
 	}

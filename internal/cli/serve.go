@@ -87,7 +87,7 @@ func (e *env) startDaemon(ctx context.Context, name, role string, mf metricsFlag
 	if err != nil {
 		return nil, err
 	}
-	log, err := e.logger(false)
+	log, err := e.logger(true)
 	if err != nil {
 		return nil, err
 	}

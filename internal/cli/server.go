@@ -23,7 +23,7 @@ ax provision --replicas 3 once the cluster is up.`,
     --cluster-listen 127.0.0.1:6222 --routes nats://127.0.0.1:6222,nats://127.0.0.1:6223,nats://127.0.0.1:6224`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := e.logger(false)
+			log, err := e.logger(true)
 			if err != nil {
 				return err
 			}

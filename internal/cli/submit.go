@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/denied"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/spf13/cobra"
 )
@@ -73,7 +76,14 @@ func addSubmit(root *cobra.Command, e *env) {
 			} else if unique.Key != "" || len(uniqueStates) > 0 {
 				return fmt.Errorf("--unique-key and --unique-states need --unique-for (the period)")
 			}
+			user := e.userName()
+			if !cmd.Flags().Changed("publish-only") && publishOnlyUser(user) {
+				publishOnly = true // the role may only publish (docs/ax-permissions.conf)
+			}
 			if wait && publishOnly {
+				if !cmd.Flags().Changed("publish-only") {
+					return fmt.Errorf("--wait watches the task's record, which user %s may not read: it submits --publish-only (its role may only publish); read the result later with ax task result ID as the operator", user)
+				}
 				return fmt.Errorf("--wait watches the task's record, which a --publish-only producer may not read; read the result later with ax task result ID")
 			}
 			nc, js, err := e.connect("ax submit", roleService)
@@ -87,7 +97,7 @@ func addSubmit(root *cobra.Command, e *env) {
 			}
 			info, err := client.Submit(cmd.Context(), t)
 			if err != nil {
-				return err
+				return e.submitFailed(cmd.Context(), info, err)
 			}
 			if wait {
 				return e.waitResult(cmd.Context(), client, info)
@@ -119,13 +129,53 @@ func addSubmit(root *cobra.Command, e *env) {
 	f.StringVar(&deadline, "deadline", "", "RFC 3339 time after which the task is not started")
 	f.StringVar(&runAt, "run-at", "", "RFC 3339 time the task becomes due (PENDING until then)")
 	f.DurationVar(&t.Delay, "delay", 0, "delay the task by this long (PENDING until then)")
-	f.BoolVar(&publishOnly, "publish-only", false, "only publish the task, as a producer allowed only to submit does (the service and producer-<tenant> users of docs/ax-permissions.conf): no record is written at submit, the worker that first sees the task writes it, and a delayed task is deferred by a worker")
+	f.BoolVar(&publishOnly, "publish-only", false, "only publish the task, as a producer allowed only to submit does: no record is written at submit, the worker that first sees the task writes it, and a delayed task is deferred by a worker (default: true as the users service, core-service and producer-<tenant> of docs/ax-permissions.conf)")
 	f.BoolVar(&wait, "wait", false, "wait until the task ends (a watch of its record) and print its result (raw bytes; with --json the task and its result); a task that ends DEAD or CANCELLED fails the command with its last error")
 	f.DurationVar(&unique.For, "unique-for", 0, "unique for this period (at least 1s): while a task of the tenant and type with the same payload (or --unique-key) is in one of --unique-states, print its id and publish nothing")
 	f.StringVar(&unique.Key, "unique-key", "", "with --unique-for: unique by this key instead of the payload")
 	f.StringSliceVar(&uniqueStates, "unique-states", nil, "with --unique-for: the states in which the earlier task blocks a new one (default: every state but dead and cancelled)")
 	root.AddCommand(cmd)
 }
+
+// submitFailed returns the error of a failed submit of info: the
+// refusal when the server refused the task's publish or a step before it
+// (not stored), else, when the task was published and its acknowledgement
+// could not be read, one that says so and that [Execute] ends with
+// [ExitMaybeStored].
+func (e *env) submitFailed(ctx context.Context, info ax.TaskInfo, err error) error {
+	var refused *denied.Error
+	if errors.As(context.Cause(ctx), &refused) && (refused.Op == denied.OpPublish && e.isSubmitSubject(refused.Subject) || !errors.Is(err, ax.ErrMaybeStored)) {
+		return refused // the publish, or a step before it, refused: not stored
+	}
+	if !errors.Is(err, ax.ErrMaybeStored) {
+		return err
+	}
+	why := err.Error()
+	if refused != nil {
+		why = fmt.Sprintf("the server refused user %s %s", cmp.Or(refused.User, "(unknown)"), refused.Refusal())
+	}
+	return maybeStoredError{err: err, msg: fmt.Sprintf("published %s; its acknowledgement could not be read: %s; the task may be stored and run: "+
+		"`ax task get %s --tenant %s` tells, and a submit again with --id %s is safe (a new id may run it twice)", info.ID, why, info.ID, info.Tenant, info.ID)}
+}
+
+// isSubmitSubject says whether subject is a task's submit subject.
+func (e *env) isSubmitSubject(subject string) bool {
+	names, err := e.names()
+	if err != nil {
+		return false
+	}
+	return strings.HasPrefix(subject, names.Prefix()+".submit.") || strings.HasPrefix(subject, names.Prefix()+".core.")
+}
+
+// maybeStoredError is a submit that may have stored its task
+// ([ax.ErrMaybeStored]), with the message of ax submit.
+type maybeStoredError struct {
+	err error
+	msg string
+}
+
+func (m maybeStoredError) Error() string { return m.msg }
+func (m maybeStoredError) Unwrap() error { return m.err }
 
 // waitResult waits for the end of the submitted task and prints its result.
 func (e *env) waitResult(ctx context.Context, client *ax.Client, info ax.TaskInfo) error {

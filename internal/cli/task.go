@@ -154,7 +154,7 @@ func (e *env) printAction(reply *admin.TaskReply) error {
 	if from == "" {
 		from = "(new record)"
 	}
-	fmt.Fprintf(e.out, "%s of %s: %s -> %s (%s, generation %d, P%d)", reply.Task.ID, reply.Task.Tenant, from, m.To, m.Action, reply.Task.Gen, reply.Task.Priority)
+	fmt.Fprintf(e.out, "%s of %s: %s -> %s (%s, generation %d, %s)", reply.Task.ID, reply.Task.Tenant, from, m.To, m.Action, reply.Task.Gen, priorityText(reply.Task.Priority))
 	switch {
 	case reply.Notified:
 		fmt.Fprint(e.out, "; worker notified")
@@ -182,7 +182,7 @@ func printRecord(w io.Writer, r *kv.Record) {
 	row("Type", r.Type)
 	row("Tenant", r.Tenant)
 	row("Key", r.Key)
-	row("Priority", fmt.Sprintf("P%d", r.Priority))
+	row("Priority", priorityText(r.Priority))
 	if r.RunAt != nil {
 		row("Run at", r.RunAt.Format(time.RFC3339Nano))
 	}
@@ -190,14 +190,14 @@ func printRecord(w io.Writer, r *kv.Record) {
 		row("Attempt", "not started (attempts and timeout: the worker's defaults unless set)")
 	} else {
 		row("Attempt", fmt.Sprintf("%d of %d", r.Attempt, r.MaxAttempts))
-		row("Timeout", r.Timeout)
+		row("Timeout", durationText(time.Duration(r.Timeout)))
 	}
 	if r.Lost > 0 {
 		row("Lost attempts", fmt.Sprintf("%d (its worker crashed, froze or was cut off)", r.Lost))
 	}
 	row("Generation", r.Gen)
 	if r.StreamSeq != 0 {
-		row("Message", fmt.Sprintf("%s sequence %d", cmp.Or(r.Stream, fmt.Sprintf("P%d bucket", r.Priority)), r.StreamSeq))
+		row("Message", fmt.Sprintf("%s sequence %d", cmp.Or(r.Stream, fmt.Sprintf("the %s bucket", priorityText(r.Priority))), r.StreamSeq))
 	}
 	if r.Worker != "" {
 		row("Worker", r.Worker)
@@ -247,7 +247,7 @@ func printTrail(w io.Writer, trail []kv.Move) {
 		if from == "" {
 			from = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.At.Format("15:04:05.000000"), from, m.To, dash(m.Worker), dash(m.Action), m.Took, m.Error)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.At.Format("15:04:05.000000"), from, m.To, dash(m.Worker), dash(m.Action), durationText(time.Duration(m.Took)), m.Error)
 	}
 	_ = tw.Flush()
 }

@@ -34,7 +34,7 @@ type workerFlags struct {
 
 func (f *workerFlags) add(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.StringVar(&f.id, "id", "", "worker id (default: <hostname>-<random>)")
+	fs.StringVar(&f.id, "id", "", "worker id (default: the user with --user and --password, as docs/ax-permissions.conf has one user per worker; else <hostname>-<random>)")
 	fs.IntVarP(&f.concurrency, "concurrency", "c", worker.DefaultConcurrency, "tasks run at once per worker")
 	fs.IntVar(&f.prefetch, "prefetch", 0, "messages of each shard consumer a worker holds at most before its slots take them (default: 2 x concurrency / 32, at least 1, at most 64); more takes fewer pull requests per task for fast tasks, and holds more tasks that another worker cannot take")
 	fs.DurationVar(&f.timeout, "timeout", worker.DefaultTimeout, "default timeout of a task")
@@ -110,6 +110,11 @@ gives it; shards move between workers as they join and leave. See them with
 ax workers.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if wf.id == "" {
+				// A worker of docs/ax-permissions.conf hears the cancel
+				// notices of the id named as its user.
+				wf.id = e.userName()
+			}
 			d, err := e.startDaemon(cmd.Context(), "ax worker", roleWorker, wf.metrics, true)
 			if err != nil {
 				return err

@@ -36,20 +36,40 @@ type Error struct {
 	Subject string
 	// Hint, when set, says what to do.
 	Hint string
+	// Command, when set, is the command the user ran ("ax cron ls"): the
+	// error then names it first, and the refused subject as the reason.
+	Command string
 }
 
 // Error says who may not do what, e.g. "permission denied: user worker-1
-// may not publish $JS.API.STREAM.INFO.KV_AX_LOCKS (docs/ax-permissions.conf)".
+// may not publish $JS.API.STREAM.INFO.KV_AX_LOCKS (docs/ax-permissions.conf)",
+// or with [Error.Command] "permission denied: user operator may not run
+// `ax cron rm`: the server refused it publish $KV.AX_CONTROL.cron.nightly
+// (docs/ax-permissions.conf)".
 func (e *Error) Error() string {
 	user := "this connection's user"
 	if e.User != "" {
 		user = "user " + e.User
 	}
-	msg := fmt.Sprintf("permission denied: %s may not %s %s (%s)", user, e.Op, e.Subject, PermissionsFile)
+	var msg string
+	if e.Command != "" {
+		msg = fmt.Sprintf("permission denied: %s may not run `%s`: the server refused it %s (%s)", user, e.Command, e.Refusal(), PermissionsFile)
+	} else {
+		msg = fmt.Sprintf("permission denied: %s may not %s %s (%s)", user, e.Op, e.Subject, PermissionsFile)
+	}
 	if e.Hint != "" {
 		msg += ": " + e.Hint
 	}
 	return msg
+}
+
+// Refusal names what the server refused: "publish ax.admin.ax.stats", or
+// for a reply inbox "the reply inbox _INBOX.service.> (--inbox-prefix)".
+func (e *Error) Refusal() string {
+	if e.Op == OpSubscribe && strings.HasPrefix(e.Subject, nats.InboxPrefix) {
+		return fmt.Sprintf("the reply inbox %s (--inbox-prefix; a role of %s has _INBOX.<user>)", e.Subject, PermissionsFile)
+	}
+	return e.Op + " " + e.Subject
 }
 
 // Unwrap makes the error match [nats.ErrPermissionViolation].
