@@ -96,9 +96,9 @@ func lostClaim(output, id string) (at time.Time, reason string, ok bool) {
 	for line := range strings.Lines(output) {
 		var entry struct {
 			TS     string `json:"ts"`
-			Msg    string  `json:"msg"`
-			TaskID string  `json:"task_id"`
-			Reason string  `json:"reason"`
+			Msg    string `json:"msg"`
+			TaskID string `json:"task_id"`
+			Reason string `json:"reason"`
 		}
 		if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "lost_claim" && entry.TaskID == id {
 			at, err := time.Parse(time.RFC3339Nano, entry.TS)
