@@ -109,7 +109,7 @@ func TestUniqueWithoutItsPermissionFailsFast(t *testing.T) {
 	_, stderr, err := runAxAs(url, "producer-acme", 30*time.Second, append(args, "--id", "second")...)
 	require.Error(t, err)
 	require.Less(t, time.Since(start), 4*time.Second, stderr)
-	require.Contains(t, stderr, "permission denied: user producer-acme may not publish $JS.API.DIRECT.GET.KV_AX_TASKS.$KV.AX_TASKS.acme.first (docs/ax-permissions.conf)")
+	require.Contains(t, stderr, "permission denied: user producer-acme may not run `ax submit`: the server refused it publish $JS.API.DIRECT.GET.KV_AX_TASKS.$KV.AX_TASKS.acme.first (docs/ax-permissions.conf)")
 	require.Contains(t, stderr, "AX_UNIQUE")
 	require.Equal(t, 1, strings.Count(stderr, "permission denied"), stderr)
 	control := connectAs(t, srv.Server, "scheduler", "scheduler")

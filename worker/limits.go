@@ -205,6 +205,9 @@ type limitState struct {
 	table atomic.Pointer[flowTable] // nil: nothing paused or limited
 	ready chan struct{}             // closed once the limits were first read
 	once  sync.Once
+	// abort cancels the limits loop's requests: called when Start fails,
+	// so that the stop that follows does not wait out a refused one.
+	abort context.CancelFunc
 
 	mu         sync.Mutex
 	use        *kv.LimitUse                    // bound at first use (mu)
@@ -239,8 +242,8 @@ func (w *Worker) limitUse(ctx context.Context) (*kv.LimitUse, error) {
 // limitsLoop watches the limits in AX_CONTROL, renews the slots held here
 // and tries the parked deliveries again, until every slot has returned. A
 // failed watch is made again after limitsRetry; renewals go on meanwhile.
-func (w *Worker) limitsLoop() {
-	ctx, cancel := context.WithCancel(context.Background())
+func (w *Worker) limitsLoop(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	renew := time.NewTicker(w.cfg.MemberTTL / 3)
 	defer renew.Stop()

@@ -128,12 +128,14 @@ func (w *Worker) Start(ctx context.Context) error {
 	if !w.cfg.Test.DisableHeartbeats {
 		w.loops.Go(w.heartbeats)
 	}
-	w.loops.Go(w.limitsLoop)
+	limitsCtx, abortLimits := context.WithCancel(context.Background())
+	w.limits.abort = abortLimits
+	w.loops.Go(func() { defer abortLimits(); w.limitsLoop(limitsCtx) })
 	w.awaitLimits(ctx) // before any delivery: a paused or limited task must not slip through
 	if w.cfg.mesh {
 		m, err := w.newMember(ctx)
 		if err != nil {
-			return errors.Join(fmt.Errorf("start worker: %w", w.refused(guard, err)), w.Stop(context.WithoutCancel(ctx)))
+			return w.failStart(ctx, guard, err)
 		}
 		meshCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		w.stopMesh = cancel
@@ -141,7 +143,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		go func() { defer close(w.meshDone); w.runMesh(meshCtx, m) }()
 		w.awaitServing(ctx)
 	} else if err := w.serveFixed(ctx); err != nil {
-		return errors.Join(fmt.Errorf("start worker: %w", w.refused(guard, err)), w.Stop(context.WithoutCancel(ctx)))
+		return w.failStart(ctx, guard, err)
 	}
 	// A refused subscription (the cancel subject of another id than the
 	// user's) is reported only after the subscribe returned.
@@ -149,10 +151,18 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.startTenants()
 	}
 	if err := guard.Check(ctx); err != nil {
-		return errors.Join(fmt.Errorf("start worker: %w", w.refused(guard, err)), w.Stop(context.WithoutCancel(ctx)))
+		return w.failStart(ctx, guard, err)
 	}
 	w.log.Info("worker_started", zap.Int("concurrency", w.cfg.Concurrency), zap.Bool("mesh", w.cfg.mesh), zap.Ints("shards", w.cfg.Shards))
 	return nil
+}
+
+// failStart stops a worker whose start failed with err, the limits loop's
+// requests cut short (a request refused to the user would otherwise be
+// waited out), and returns err, or the violation guard saw.
+func (w *Worker) failStart(ctx context.Context, guard *denied.Guard, err error) error {
+	w.limits.abort()
+	return errors.Join(fmt.Errorf("start worker: %w", w.refused(guard, err)), w.Stop(context.WithoutCancel(ctx)))
 }
 
 // refused returns the permission violation guard saw, if any, else err;

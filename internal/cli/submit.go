@@ -143,9 +143,13 @@ func addSubmit(root *cobra.Command, e *env) {
 // could not be read, one that says so and that [Execute] ends with
 // [ExitMaybeStored].
 func (e *env) submitFailed(ctx context.Context, info ax.TaskInfo, err error) error {
-	var refused *denied.Error
+	var refused, named *denied.Error
 	if errors.As(context.Cause(ctx), &refused) && (refused.Op == denied.OpPublish && e.isSubmitSubject(refused.Subject) || !errors.Is(err, ax.ErrMaybeStored)) {
-		return refused // the publish, or a step before it, refused: not stored
+		// The publish, or a step before it, refused: not stored.
+		if errors.As(err, &named) {
+			return named // with the hint of the step refused
+		}
+		return refused
 	}
 	if !errors.Is(err, ax.ErrMaybeStored) {
 		return err
