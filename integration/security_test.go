@@ -200,7 +200,7 @@ func TestPermissionsOfEachRole(t *testing.T) {
 	_, err := operator.js.Stream(ctx, "AX_P1")
 	require.NoError(t, err)
 
-	t.Run("the ax CLI connects as a user with its role's inbox", func(t *testing.T) {
+	t.Run("the ax CLI connects as a user with its own inbox", func(t *testing.T) {
 		out := runAx(t, "task", "get", "sec-echo", "--server", srv.ClientURL(), "--user", "operator", "--password", "operator-secret")
 		require.Contains(t, out, "SUCCEEDED")
 		require.Contains(t, axFail(t, "task", "get", "sec-echo", "--server", srv.ClientURL(), "--user", "operator", "--password", "wrong"),

@@ -58,7 +58,7 @@ type env struct {
 	errMu sync.Mutex
 }
 
-// Exit codes of the ax command line (docs/OPERATIONS.md, "Exit codes").
+// Exit codes of the ax command line (docs/OPERATIONS.md, "The ax command line").
 const (
 	// ExitOK: the command did what it says.
 	ExitOK = 0
@@ -93,7 +93,7 @@ func Execute(ctx context.Context, args []string, out, errOut io.Writer) int {
 		// Before its RunE: an unknown command or flag, a wrong argument.
 		code = ExitUsage
 		if cmd != nil {
-			err = fmt.Errorf("%w\nRun '%s --help' for usage.", err, cmd.CommandPath())
+			defer fmt.Fprintf(errOut, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		}
 	case errors.Is(err, ax.ErrMaybeStored):
 		code = ExitMaybeStored
@@ -161,7 +161,7 @@ func newRoot(out, errOut io.Writer) (*cobra.Command, *env) {
 	f.StringVar(&e.tlsCA, "tlsca", "", "TLS certificate authority file")
 	f.BoolVar(&e.jsonOut, "json", false, "print JSON instead of tables")
 	f.StringVar(&e.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	f.StringVar(&e.logFormat, "log-format", logConsole, `log format of the commands that log (dev, server, worker, scheduler, dashboard): "console" (a line per entry) or "json" (an object per line); times in ISO 8601, UTC (default $AX_LOG_FORMAT, else console)`)
+	f.StringVar(&e.logFormat, "log-format", logConsole, `log format of the commands that log (dev, server, worker, scheduler, dashboard): "console" (a line per entry) or "json" (an object per line); times in ISO 8601, UTC ($AX_LOG_FORMAT when not given)`)
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return e.resolve(cmd) }
 	for _, register := range registrations {
 		register(root, e)
