@@ -77,9 +77,8 @@ func TestReadmeTour(t *testing.T) {
 	require.Contains(t, run("task", "get", "later-1"), "CANCELLED")
 	require.Contains(t, run("tasks", "ls", "--tenant", "acme", "--state", "dead,retrying"), "of 0 tasks")
 	run("tasks", "cancel", "--tenant", "acme", "--type", "email", "--dry-run")
-	require.Contains(t, run("pause", "email"), "paused email")
+	require.Contains(t, run("pause", "tenant:acme"), "paused tenant:acme")
 	require.NotContains(t, run("resume", "tenant:acme"), "tenant:acme")
-	run("resume", "email")
 	run("dlq", "replay", "doomed-1")
 	require.Contains(t, run("stats"), "p0")
 }
