@@ -115,6 +115,9 @@ func TestUnknownSubcommandFails(t *testing.T) {
 	require.Contains(t, stderr, "unknown flag: --no-such-flag")
 	_, stderr, code = axRun(t, nil, "task", "get")
 	require.Equal(t, 2, code, stderr)
+	_, stderr, code = axRun(t, nil, "help", "tasks", "list")
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, `unknown help topic "tasks list"`)
 	// Help and a group alone still succeed.
 	_, stderr, code = axRun(t, nil, "tasks")
 	require.Zero(t, code, stderr)

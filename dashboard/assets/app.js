@@ -131,7 +131,7 @@ function chart(title, times, series, fmt) {
     el("polyline", { fill: "none", stroke: colors[p], "stroke-width": 2,
       points: values.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(" ") });
   });
-  const legend = h("div", { class: "legend" }, [0, 1, 2, 3, 4].map((p) => h("span", {}, h("i", { class: `p${p}` }), `P${p}`)));
+  const legend = h("div", { class: "legend" }, [0, 1, 2, 3, 4].map((p) => h("span", {}, h("i", { class: `p${p}` }), `p${p}`)));
   return h("div", { class: "chart" }, h("h3", {}, title), svg, legend);
 }
 
@@ -174,14 +174,14 @@ function renderOverview() {
     const levels = Object.fromEntries((ov.levels || []).map((l) => [l.priority, l]));
     out.push(h("h2", {}, `Priority buckets `, h("small", { class: "muted" },
       `rates and run times over the last ${s.window}; pressure ${ov.leader ? "from the leader" : "from depth / capacity (alert 60 %, refuse 80 %, pause 95 %)"}`
-      + (ov.dispatch_paused ? "; P3–P4 dispatch PAUSED" : ""))));
+      + (ov.dispatch_paused ? "; p3–p4 dispatch PAUSED" : ""))));
     out.push(h("table", { id: "buckets" },
       h("tr", {}, ["bucket", "depth", "capacity", "fill", "in flight", "submitted/s", "succeeded/s", "dead/s", "p50", "p99", "timeout", "pressure"]
         .map((c, i) => h("th", { class: i && i < 8 ? "num" : null }, c))),
       s.buckets.map((b) => {
         const l = levels[b.priority] || { fill: 0, level: "ok" };
         return h("tr", { "data-bucket": b.priority },
-          h("td", {}, `P${b.priority}`), h("td", { class: "num" }, b.depth), h("td", { class: "num" }, b.capacity),
+          h("td", {}, `p${b.priority}`), h("td", { class: "num" }, b.depth), h("td", { class: "num" }, b.capacity),
           h("td", { class: "num" }, h("progress", { max: 1, value: Math.min(1, l.fill) }), ` ${(l.fill * 100).toFixed(1)} %`),
           h("td", { class: "num" }, b.in_flight), h("td", { class: "num" }, fmtRate(b.submitted_per_s)),
           h("td", { class: "num" }, fmtRate(b.succeeded_per_s)), h("td", { class: "num" }, fmtRate(b.dead_per_s)),
@@ -310,7 +310,7 @@ async function pageTasks(params) {
       r.next ? [" · ", h("a", { id: "tasks-next", href: `#/tasks?${withParam(params, "after", r.next)}` }, "next page")] : ""),
     h("table", { id: "tasks" }, h("tr", {}, ["id", "type", "tenant", "priority", "state", "attempt", "updated", "last error"].map((c) => h("th", {}, c))),
       r.tasks.map((t) => h("tr", { "data-task": t.id }, h("td", {}, taskLink(t.id, t.tenant)), h("td", {}, t.type), h("td", {}, t.tenant),
-        h("td", {}, `P${t.priority}`), h("td", {}, badge(t.state)), h("td", { class: "num" }, `${t.attempt}/${t.max_attempts || "–"}`),
+        h("td", {}, `p${t.priority}`), h("td", {}, badge(t.state)), h("td", { class: "num" }, `${t.attempt}/${t.max_attempts || "–"}`),
         h("td", {}, fmtTime(t.updated_at)), h("td", { class: "err" }, t.last_error || "")))));
 }
 
@@ -326,9 +326,9 @@ async function pageTask(id, tenant) {
     const reply = await confirmAction(text, verb, body);
     if (reply) { toast(`${label}: done`); route().render(); }
   });
-  const prio = h("select", { id: "new-priority" }, [0, 1, 2, 3, 4].map((p) => h("option", { value: p, selected: p === t.priority }, `P${p}`)));
+  const prio = h("select", { id: "new-priority" }, [0, 1, 2, 3, 4].map((p) => h("option", { value: p, selected: p === t.priority }, `p${p}`)));
   const fields = [["id", t.id], ["state", badge(t.state)], ["type", t.type], ["tenant", t.tenant], ["key", t.key],
-    ["priority", `P${t.priority}`], ["attempt", `${t.attempt} of ${t.max_attempts || "worker default"}`], ["timeout", t.timeout],
+    ["priority", `p${t.priority}`], ["attempt", `${t.attempt} of ${t.max_attempts || "worker default"}`], ["timeout", t.timeout],
     ["generation", t.gen], ["worker", t.worker], ["created", fmtTime(t.created_at)], ["updated", fmtTime(t.updated_at)],
     ["started", fmtTime(t.started_at)], ["finished", fmtTime(t.finished_at)], ["last error", t.last_error],
     ["dead letter", t.dlq_seq ? `AX_DLQ #${t.dlq_seq}` : ""], ["revision", r.revision]];
@@ -348,7 +348,7 @@ async function pageTask(id, tenant) {
       act("task.resume", "Resume", { id: t.id, tenant: t.tenant }, `Resume task ${t.id} of ${t.tenant}?`),
       prio, actionButton("Reprioritize", { "data-action": "task.reprioritize", title: why("task.reprioritize") }, async () => {
         const p = Number(prio.value);
-        const reply = await confirmAction(`Move task ${t.id} from P${t.priority} to P${p}?`, "task.reprioritize", { id: t.id, tenant: t.tenant, priority: p });
+        const reply = await confirmAction(`Move task ${t.id} from p${t.priority} to p${p}?`, "task.reprioritize", { id: t.id, tenant: t.tenant, priority: p });
         if (reply) { toast("Reprioritized"); route().render(); }
       }),
       t.state === "DEAD" ? act("dlq.replay", "Replay", { id: t.id, tenant: t.tenant }, `Replay task ${t.id} of ${t.tenant} from the dead-letter queue?`) : null,
@@ -424,7 +424,7 @@ async function pageCron() {
     r.jobs.length === 0 ? h("p", { class: "muted", id: "no-cron" }, "No cron jobs: the control bucket holds no cron.<name> keys.") :
       h("table", { id: "cron" }, h("tr", {}, ["name", "spec", "task", "last run", "next (leader)", "next runs", ""].map((c) => h("th", {}, c))),
         r.jobs.map((j) => h("tr", { "data-cron": j.name }, h("td", {}, j.name), h("td", {}, h("code", {}, j.spec)),
-          h("td", {}, `${j.type || "?"} · ${j.tenant || "?"} · P${j.priority}`), h("td", {}, fmtTime(j.last)), h("td", {}, fmtTime(j.next)),
+          h("td", {}, `${j.type || "?"} · ${j.tenant || "?"} · p${j.priority}`), h("td", {}, fmtTime(j.last)), h("td", {}, fmtTime(j.next)),
           h("td", {}, j.upcoming.map((t) => h("div", {}, fmtTime(t)))), h("td", { class: "err" }, j.error || "")))));
 }
 

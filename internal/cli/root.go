@@ -166,6 +166,20 @@ func newRoot(out, errOut io.Writer) (*cobra.Command, *env) {
 	for _, register := range registrations {
 		register(root, e)
 	}
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		RunE: func(_ *cobra.Command, args []string) error {
+			target, rest, err := root.Find(args)
+			if err == nil && len(rest) > 0 {
+				err = fmt.Errorf("unknown help topic %q", strings.Join(args, " "))
+			}
+			if err != nil {
+				return usageError{err}
+			}
+			return target.Help()
+		},
+	})
 	e.guard(root)
 	return root, e
 }

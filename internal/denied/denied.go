@@ -67,7 +67,7 @@ func (e *Error) Error() string {
 // for a reply inbox "the reply inbox _INBOX.service.> (--inbox-prefix)".
 func (e *Error) Refusal() string {
 	if e.Op == OpSubscribe && strings.HasPrefix(e.Subject, nats.InboxPrefix) {
-		return fmt.Sprintf("the reply inbox %s (--inbox-prefix; a role of %s has _INBOX.<user>)", e.Subject, PermissionsFile)
+		return fmt.Sprintf("the reply inbox %s (--inbox-prefix; the shipped users have _INBOX.<user>)", e.Subject)
 	}
 	return e.Op + " " + e.Subject
 }

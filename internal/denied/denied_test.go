@@ -44,6 +44,15 @@ func TestParse(t *testing.T) {
 // which would otherwise wait out its timeout, and names the subject; a
 // refused subscription is seen by Check; a violation from before the
 // watch is not blamed on the guarded work.
+// With the command it ended, an error names the user and the command, the
+// subject as the reason; a refused reply inbox is named as one.
+func TestErrorNamesTheCommand(t *testing.T) {
+	d := &denied.Error{User: "operator", Op: denied.OpPublish, Subject: "$KV.AX_CONTROL.cron.nightly", Command: "ax cron rm", Hint: "run it as the scheduler user"}
+	require.Equal(t, "permission denied: user operator may not run `ax cron rm`: the server refused it publish $KV.AX_CONTROL.cron.nightly (docs/ax-permissions.conf): run it as the scheduler user", d.Error())
+	inbox := &denied.Error{User: "producer-acme", Op: denied.OpSubscribe, Subject: "_INBOX.service.abc.*", Command: "ax submit"}
+	require.Equal(t, "permission denied: user producer-acme may not run `ax submit`: the server refused it the reply inbox _INBOX.service.abc.* (--inbox-prefix; the shipped users have _INBOX.<user>) (docs/ax-permissions.conf)", inbox.Error())
+}
+
 func TestGuard(t *testing.T) {
 	conf := filepath.Join(t.TempDir(), "auth.conf")
 	require.NoError(t, os.WriteFile(conf, []byte(`authorization { users = [
