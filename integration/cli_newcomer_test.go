@@ -196,6 +196,7 @@ func TestSubmitMaybeStoredExitCode(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	_ = cmd.Run()
+	t.Logf("ax submit: exit %d: %s", cmd.ProcessState.ExitCode(), stderr.String())
 	require.Equal(t, 3, cmd.ProcessState.ExitCode(), stderr.String())
 	require.Contains(t, stderr.String(), "published unacked; its acknowledgement could not be read")
 	require.Contains(t, stderr.String(), "the task may be stored")
@@ -204,6 +205,15 @@ func TestSubmitMaybeStoredExitCode(t *testing.T) {
 		assert.NoError(c, err)
 		assert.Regexp(c, `State\s+SUCCEEDED`, out)
 	}, 30*time.Second, 200*time.Millisecond, "the task was stored and runs")
+
+	// A publish the server refuses is not stored: exit 1, and it says so.
+	_, stderr2, err := runAxAs(url, "producer-acme", 30*time.Second, "submit", "echo", "--tenant", "globex", "--id", "refused")
+	require.Error(t, err)
+	require.Contains(t, stderr2, "user producer-acme may not run `ax submit`: the server refused it publish ax.submit.p2.globex.echo.refused")
+	require.NotContains(t, stderr2, "may be stored")
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	require.Equal(t, 1, exit.ExitCode())
 }
 
 // ax tasks ls filters by state, type and tenant, pages with --after and

@@ -154,12 +154,12 @@ func (e *env) submitFailed(ctx context.Context, info ax.TaskInfo, err error) err
 	if !errors.Is(err, ax.ErrMaybeStored) {
 		return err
 	}
-	why := err.Error()
-	if refused != nil {
-		why = fmt.Sprintf("the server refused user %s %s", cmp.Or(refused.User, "(unknown)"), refused.Refusal())
+	next := fmt.Sprintf("`ax task get %s --tenant %s` tells, and a submit again with --id %s is safe (a new id may run it twice)", info.ID, info.Tenant, info.ID)
+	if refused == nil { // a timeout, a lost connection, a record not written
+		return maybeStoredError{err: err, msg: fmt.Sprintf("%s; %s", err, next)}
 	}
-	return maybeStoredError{err: err, msg: fmt.Sprintf("published %s; its acknowledgement could not be read: %s; the task may be stored and run: "+
-		"`ax task get %s --tenant %s` tells, and a submit again with --id %s is safe (a new id may run it twice)", info.ID, why, info.ID, info.Tenant, info.ID)}
+	return maybeStoredError{err: err, msg: fmt.Sprintf("published %s; its acknowledgement could not be read: the server refused user %s %s; the task may be stored and run: %s",
+		info.ID, cmp.Or(refused.User, "(unknown)"), refused.Refusal(), next)}
 }
 
 // isSubmitSubject says whether subject is a task's submit subject.
