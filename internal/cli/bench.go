@@ -241,7 +241,7 @@ statistics. See docs/BENCHMARKS.md.
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, ok := scenarios[args[0]]
 			if !ok {
-				return fmt.Errorf("unknown scenario %q (want one of %s)", args[0], strings.Join(names, ", "))
+				return usageError{fmt.Errorf("unknown scenario %q (want one of %s)", args[0], strings.Join(names, ", "))}
 			}
 			o := f.o
 			if s.tasks != 0 && !cmd.Flags().Changed("tasks") {
