@@ -265,7 +265,9 @@ func TestTasksLs(t *testing.T) {
 	require.Regexp(t, `(?m)^ID\s+TENANT\s+TYPE\s+PRIORITY\s+STATE\s+ATTEMPT\s+UPDATED`, table)
 	require.Regexp(t, `(?m)^ls-\S+\s+acme\s+(echo|fail)\s+p2\s`, table)
 	require.Contains(t, table, "\n3 of 6 tasks\nmore follow: the same command with --after ")
-	require.Contains(t, runAx(t, "tasks", "ls", "--server", s, "--state", "dead"), "ls-fail")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Regexp(c, `(?m)^ls-fail\s+acme\s+fail\s+p2\s+DEAD\s`, runAx(c, "tasks", "ls", "--server", s, "--state", "dead"))
+	}, 30*time.Second, 100*time.Millisecond)
 	_, stderr, code := axRun(t, nil, "tasks", "ls", "--server", s, "--state", "bogus")
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "BOGUS")
