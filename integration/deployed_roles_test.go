@@ -341,6 +341,7 @@ func TestMissingPermissionFailsFast(t *testing.T) {
 			start := time.Now()
 			_, stderr, err := runAxAs(url, c.user, 30*time.Second, c.args...)
 			took := time.Since(start)
+			t.Logf("ax %s as %s failed after %s", strings.Join(c.args, " "), c.user, took.Round(time.Millisecond))
 			require.Error(t, err, "ax %s as %s must fail", strings.Join(c.args, " "), c.user)
 			require.Less(t, took, 4*time.Second, "ax %s as %s failed only after %s:\n%s", strings.Join(c.args, " "), c.user, took, stderr)
 			require.Contains(t, stderr, c.want)
