@@ -11,7 +11,7 @@
 // id as Nats-Msg-Id, so a retried submit within the de-duplication window
 // (2 minutes by default) never creates a second task.
 //
-// The leader's control loops are in package leader, the management API in
+// The leader's control loops are in package scheduler, the management API in
 // package admin, task handling in package worker; the reports they share
 // through AX_CONTROL ([Pressure], [control.ReconcilerReport], [control.RejectsReport]) are
 // here, next to the client that reads the pressure report.
