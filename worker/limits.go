@@ -82,8 +82,9 @@ type HoldObserver interface {
 	TaskHeldBack(taskType, tenant, reason string)
 }
 
-// heldBack reports a delivery held back to the observer.
-func (w *Worker) heldBack(env *envelope, reason string) {
+// reportHeldBack tells the observer of a delivery held back (it changes
+// nothing: [Worker.holdBack] naks).
+func (w *Worker) reportHeldBack(env *envelope, reason string) {
 	if o, ok := w.cfg.Observer.(HoldObserver); ok {
 		o.TaskHeldBack(env.stored.Type, env.stored.Tenant, reason)
 	}
@@ -524,7 +525,7 @@ func (w *Worker) admit(d *delivery, env *envelope) (*admission, bool) {
 		if w.pauseAside(d, env, by) {
 			return nil, false
 		}
-		w.heldBack(env, HeldPaused)
+		w.reportHeldBack(env, HeldPaused)
 		delay := min(pausedFirstDelay<<min(max(env.delivered, 1)-1, 8), pausedMaxDelay)
 		_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
 		return nil, false

@@ -174,7 +174,7 @@ func (w *Worker) parkOrHoldBack(d *delivery, env *envelope, b boundLimit, wait t
 	// slot, and tries again when a slot of the limit is given back, when
 	// the rate's next start is due, or at the next poll.
 	w.stats.Limited.Add(1)
-	w.heldBack(env, HeldLimited)
+	w.reportHeldBack(env, HeldLimited)
 	d.park, d.parkWait = key, wait
 }
 
@@ -569,7 +569,7 @@ func (w *Worker) readAheadClaimable(d *delivery, env *envelope) *recordRead {
 // limited delay of its delivery count if longer, plus up to half of it.
 func (w *Worker) holdBack(d *delivery, env *envelope, wait time.Duration) {
 	w.stats.Limited.Add(1)
-	w.heldBack(env, HeldLimited)
+	w.reportHeldBack(env, HeldLimited)
 	delay := max(wait, limitedFirstDelay<<min(max(env.delivered, 1)-1, 8))
 	delay = min(delay, limitedMaxDelay)
 	delay += rand.N(delay/2 + 1)

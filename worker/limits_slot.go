@@ -129,7 +129,7 @@ func (a *admission) holdsSlots() bool {
 }
 
 // watchSlots cancels a running task's context with [ErrLimitSlotLost] once
-// a slot of its admission is no longer trusted. Like [Worker.watchClaim]
+// a slot of its admission is no longer trusted. Like [Worker.watchClaim] (claimwatch.go)
 // it is a courtesy to the handler, run by a timer that a frozen process
 // runs late: what fences is [Task.Held], which checks the slots
 // synchronously. It returns a function that stops the watch.
