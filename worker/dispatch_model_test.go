@@ -11,14 +11,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// attack2Model checks each take of a dispatch queue against the order the
+// dispatchModel checks each take of a dispatch queue against the order the
 // docs promise (docs/ARCHITECTURE.md, "Strict priority" and "Fair shares
 // between keys"; docs/SCHEDULER.md, aging): the highest priority queued;
 // within it a woken delivery, or an aged one of the catch-all consumers,
 // before every turn, oldest first, ties in arrival order; else the oldest
 // of its group, and no group gives more than its weight while another
 // group waits for its turn.
-type attack2Model struct {
+type dispatchModel struct {
 	t       *testing.T
 	weights groupWeights
 	queued  map[*delivery]bool
@@ -27,31 +27,31 @@ type attack2Model struct {
 	since [streams.Priorities]map[dispatchGroup]map[dispatchGroup]int
 }
 
-func newAttack2Model(t *testing.T, weights groupWeights) *attack2Model {
-	m := &attack2Model{t: t, weights: weights, queued: map[*delivery]bool{}}
+func newDispatchModel(t *testing.T, weights groupWeights) *dispatchModel {
+	m := &dispatchModel{t: t, weights: weights, queued: map[*delivery]bool{}}
 	for p := range m.since {
 		m.since[p] = map[dispatchGroup]map[dispatchGroup]int{}
 	}
 	return m
 }
 
-// attack2Group is the group the docs give d, written out here rather
+// modelGroup is the group the docs give d, written out here rather
 // than taken from groupOf: a tenant's or a type's consumers (any shard),
 // else the shard of the catch-all consumers.
-func attack2Group(d *delivery) dispatchGroup {
+func modelGroup(d *delivery) dispatchGroup {
 	if d.set != nil && (d.set.tenant != "" || d.set.typ != "") {
 		return dispatchGroup{set: d.set, shard: -1}
 	}
 	return dispatchGroup{set: d.set, shard: d.shard}
 }
 
-// attack2First reports whether d goes before the turns of its priority.
-func attack2First(d *delivery) bool {
-	return d.woken || (d.aged && attack2Group(d).shard >= 0)
+// modelFirst reports whether d goes before the turns of its priority.
+func modelFirst(d *delivery) bool {
+	return d.woken || (d.aged && modelGroup(d).shard >= 0)
 }
 
-// attack2Before reports whether a goes before b in a heap's order.
-func attack2Before(a, b *delivery) bool {
+// modelBefore reports whether a goes before b in a heap's order.
+func modelBefore(a, b *delivery) bool {
 	if !a.since.Equal(b.since) {
 		return a.since.Before(b.since)
 	}
@@ -60,9 +60,9 @@ func attack2Before(a, b *delivery) bool {
 
 // waiting reports whether group g of priority p has deliveries in the
 // turns (not in the first heap).
-func (m *attack2Model) waiting(p int, g dispatchGroup) bool {
+func (m *dispatchModel) waiting(p int, g dispatchGroup) bool {
 	for d := range m.queued {
-		if d.priority == p && !attack2First(d) && attack2Group(d) == g {
+		if d.priority == p && !modelFirst(d) && modelGroup(d) == g {
 			return true
 		}
 	}
@@ -70,9 +70,9 @@ func (m *attack2Model) waiting(p int, g dispatchGroup) bool {
 }
 
 // pushed records d, just pushed.
-func (m *attack2Model) pushed(d *delivery) {
-	if !attack2First(d) {
-		g := attack2Group(d)
+func (m *dispatchModel) pushed(d *delivery) {
+	if !modelFirst(d) {
+		g := modelGroup(d)
 		if !m.waiting(d.priority, g) {
 			m.since[d.priority][g] = map[dispatchGroup]int{} // g joins the line
 		}
@@ -81,7 +81,7 @@ func (m *attack2Model) pushed(d *delivery) {
 }
 
 // took checks d, just taken (nil: the queue gave nothing).
-func (m *attack2Model) took(d *delivery) {
+func (m *dispatchModel) took(d *delivery) {
 	t := m.t
 	t.Helper()
 	if len(m.queued) == 0 {
@@ -96,16 +96,16 @@ func (m *attack2Model) took(d *delivery) {
 	}
 	require.Equal(t, top, d.priority, "P%d taken while P%d waits", d.priority, top)
 	var firstBest, groupBest *delivery
-	g := attack2Group(d)
+	g := modelGroup(d)
 	for q := range m.queued {
 		if q.priority != top {
 			continue
 		}
-		if attack2First(q) {
-			if firstBest == nil || attack2Before(q, firstBest) {
+		if modelFirst(q) {
+			if firstBest == nil || modelBefore(q, firstBest) {
 				firstBest = q
 			}
-		} else if attack2Group(q) == g && (groupBest == nil || attack2Before(q, groupBest)) {
+		} else if modelGroup(q) == g && (groupBest == nil || modelBefore(q, groupBest)) {
 			groupBest = q
 		}
 	}
@@ -154,7 +154,7 @@ func attack2Layouts() []struct {
 
 // Random pushes (every priority, shard, group, with aged and woken
 // deliveries and many equal waiting times) and takes: every take is what
-// the docs promise (see [attack2Model]), and close hands back the rest,
+// the docs promise (see [dispatchModel]), and close hands back the rest,
 // each once.
 func TestDispatchAttackRandomOrder(t *testing.T) {
 	t.Parallel()
@@ -164,7 +164,7 @@ func TestDispatchAttackRandomOrder(t *testing.T) {
 			for seed := range uint64(20) {
 				q := newDispatchQueue()
 				q.setWeights(layout.weights)
-				m := newAttack2Model(t, layout.weights)
+				m := newDispatchModel(t, layout.weights)
 				r := rand.New(rand.NewPCG(seed, 7))
 				base := time.Now()
 				var taken []*delivery
