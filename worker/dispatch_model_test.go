@@ -130,9 +130,9 @@ func (m *dispatchModel) took(d *delivery) {
 	}
 }
 
-// attack2Layouts are the deployments' groups: the shared layout's shards,
+// modelLayouts are the deployments' groups: the shared layout's shards,
 // a fair deployment's tenants, a pools deployment's types.
-func attack2Layouts() []struct {
+func modelLayouts() []struct {
 	name    string
 	sets    []*shardSet
 	weights groupWeights
@@ -158,7 +158,7 @@ func attack2Layouts() []struct {
 // each once.
 func TestDispatchAttackRandomOrder(t *testing.T) {
 	t.Parallel()
-	for _, layout := range attack2Layouts() {
+	for _, layout := range modelLayouts() {
 		t.Run(layout.name, func(t *testing.T) {
 			t.Parallel()
 			for seed := range uint64(20) {
