@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -27,6 +28,14 @@ import (
 var axBinary string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		// Every test here runs the ax binary as processes against a server
+		// of their own, most with faults and timing: the fast tier leaves
+		// them to the whole suite.
+		fmt.Println("integration: skipped under -short (process and fault tests)")
+		os.Exit(0)
+	}
 	dir, err := os.MkdirTemp("", "ax-integration-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
