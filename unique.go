@@ -179,15 +179,23 @@ func (c *Client) claimUnique(ctx context.Context, t TaskSpec, key string, mine *
 		if errors.Is(err, kv.ErrNotFound) {
 			continue // expired or released in between
 		}
-		if err != nil {
+		holds := false
+		switch {
+		case errors.Is(err, kv.ErrBadClaim) && rev != 0:
+			// Not a claim of the key's tenant (a value ax did not write
+			// there, which may have no TTL: a publish acknowledgement sent
+			// to a reply subject naming the key, docs/SECURITY.md): it
+			// holds nothing, and is taken over below.
+			c.cfg.Logger.Warn("unique_claim_foreign_taken_over", zap.String("task_id", t.ID), zap.String("tenant", t.Tenant),
+				zap.String("claim", key), zap.Error(err))
+		case err != nil:
 			return nil, 0, err
-		}
-		if claim.ID == t.ID {
+		case claim.ID == t.ID:
 			return nil, rev, nil // this task's own claim: a retried submit
-		}
-		holds, err := c.holds(ctx, t, claim, stored)
-		if err != nil {
-			return nil, 0, err
+		default:
+			if holds, err = c.holds(ctx, t, claim, stored); err != nil {
+				return nil, 0, err
+			}
 		}
 		if holds {
 			return claim, rev, nil
@@ -220,7 +228,9 @@ func (c *Client) holds(ctx context.Context, t TaskSpec, claim *kv.Claim, stored 
 			state = from
 		}
 		return slices.Contains(t.Unique.States, state), nil
-	case errors.Is(err, kv.ErrNotFound):
+	case errors.Is(err, kv.ErrNotFound), errors.Is(err, kv.ErrForeignRecord):
+		// No record, or a value ax did not write in its place (which the
+		// worker that takes the task's message rebuilds): as unseen.
 		if claim.Published || time.Since(stored) < c.cfg.UniqueGrace {
 			return true, nil
 		}

@@ -33,6 +33,28 @@ type LeaseConfig struct {
 	TTL time.Duration
 	// RenewEvery is how often [Lease.Hold] renews. Default 3s; at most TTL/2.
 	RenewEvery time.Duration
+	// TakeOverFunc, if set, is called (with mu held: it must not call the
+	// lease) each time [Lease.Acquire] takes the key over from a value that
+	// stayed unchanged for a lease period: a holder that stopped renewing,
+	// or a value ax did not write (see [Lease]). prev is that value; its
+	// holder is "" when it is not a lease record.
+	TakeOverFunc func(prev TakenOver)
+}
+
+// TakenOver describes the value a [Lease] took its key over from.
+type TakenOver struct {
+	Revision uint64
+	// Holder named in the value, or "" when the value is not a lease
+	// record (Foreign).
+	Holder string
+	// Foreign is true when the value does not decode as a lease record
+	// naming a holder: ax did not write it (a publish acknowledgement
+	// the server sent to a reply subject naming the key, say).
+	Foreign bool
+	// Value is the value taken over, at most 256 bytes of it.
+	Value []byte
+	// Unchanged is how long the value was seen unchanged.
+	Unchanged time.Duration
 }
 
 // LeaseRecord is the value of a lease key.
@@ -54,6 +76,16 @@ type LeaseRecord struct {
 // ([Lease.Hold]) before its TTL can have run out, so an expired holder never
 // acts alongside the next one. Liveness: a lease whose holder died expires
 // after its TTL and can then be acquired.
+//
+// A value the key keeps without renewal (one without a per-key TTL: a
+// publish acknowledgement the server wrote there because a publisher named
+// the key as its reply subject, which no holder renews and the server never
+// expires) is taken over: an acquire that finds the same revision it found
+// at least a lease period (the larger of its TTL and the TTL the value
+// names) earlier replaces it by compare-and-set on that revision. That is
+// safe for the same reason expiry is: a holder's last write is older than
+// the first sight of its revision, so its hold lapsed ([Lease.Held]) before
+// the period ends, and the compare-and-set fails if anyone wrote meanwhile.
 //
 // The guarded context ends asynchronously (a timer's goroutine), so a
 // holder that was frozen (SIGSTOP, a long GC pause, a suspended VM) may run
@@ -82,6 +114,11 @@ type Lease struct {
 	rev      uint64    // revision of the holder's last write; 0 when not held (mu)
 	acquired time.Time // (mu)
 	data     []byte    // (mu)
+	// seenRev is the revision of the key a failed acquire found, and
+	// seenAt when it first found it (mu): a revision that stays for a
+	// lease period is taken over ([Lease.Acquire]).
+	seenRev uint64
+	seenAt  time.Time
 }
 
 // NewLease binds a lease to its bucket. A nil cfg is an empty one, which
@@ -164,8 +201,10 @@ func (l *Lease) Revision() uint64 {
 	return l.rev
 }
 
-// Acquire takes the lease if nobody holds it. It returns [ErrLeaseHeld]
-// naming the holder otherwise.
+// Acquire takes the lease if nobody holds it, or if the key kept the
+// revision this lease found there at least a lease period ago (a holder
+// that stopped renewing, or a value ax did not write: see [Lease]). It
+// returns [ErrLeaseHeld] naming the holder otherwise.
 func (l *Lease) Acquire(ctx context.Context) (uint64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -177,17 +216,56 @@ func (l *Lease) Acquire(ctx context.Context) (uint64, error) {
 	}
 	rev, err := l.kv.Create(ctx, l.cfg.Key, value, jetstream.KeyTTL(l.cfg.TTL))
 	if IsRevisionMismatch(err) {
-		holder := "another holder"
-		if cur, err := l.current(ctx); err == nil {
-			holder = cur.Holder
-		}
-		return 0, fmt.Errorf("acquire lease %s/%s: %w: %s", l.cfg.Bucket, l.cfg.Key, ErrLeaseHeld, holder)
+		rev, err = l.takeOver(ctx, value)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("acquire lease %s/%s: %w", l.cfg.Bucket, l.cfg.Key, err)
 	}
 	l.rev, l.acquired = rev, now
+	l.seenRev = 0
 	l.confirm(sent, true)
+	return rev, nil
+}
+
+// takeOver is an acquire that found the key (mu must be held): it replaces
+// the value by compare-and-set on its revision if this lease saw that
+// revision at least a lease period ago, else it returns [ErrLeaseHeld]
+// naming the holder and notes the revision.
+func (l *Lease) takeOver(ctx context.Context, value []byte) (uint64, error) {
+	entry, err := l.kv.Get(ctx, l.cfg.Key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, fmt.Errorf("%w: another holder (released meanwhile)", ErrLeaseHeld)
+	}
+	if err != nil {
+		return 0, err
+	}
+	prev := TakenOver{Revision: entry.Revision(), Foreign: true, Value: entry.Value()[:min(len(entry.Value()), 256)]}
+	period := l.cfg.TTL
+	var rec LeaseRecord
+	if json.Unmarshal(entry.Value(), &rec) == nil && rec.Holder != "" {
+		prev.Holder, prev.Foreign = rec.Holder, false
+		period = max(period, time.Duration(rec.TTL))
+	}
+	now := time.Now()
+	if entry.Revision() != l.seenRev {
+		l.seenRev, l.seenAt = entry.Revision(), now
+	}
+	if prev.Unchanged = now.Sub(l.seenAt); prev.Unchanged < period {
+		if prev.Foreign {
+			return 0, fmt.Errorf("%w: a value ax did not write (revision %d; taken over once unchanged for %s)", ErrLeaseHeld, prev.Revision, period)
+		}
+		return 0, fmt.Errorf("%w: %s", ErrLeaseHeld, prev.Holder)
+	}
+	rev, err := updateWithTTL(ctx, l.js, l.cfg.Bucket, l.cfg.Key, value, l.cfg.TTL, entry.Revision())
+	if IsRevisionMismatch(err) {
+		return 0, fmt.Errorf("%w: another holder (taken over meanwhile)", ErrLeaseHeld)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("take over from revision %d: %w", entry.Revision(), err)
+	}
+	if l.cfg.TakeOverFunc != nil {
+		l.cfg.TakeOverFunc(prev)
+	}
 	return rev, nil
 }
 
@@ -328,8 +406,8 @@ func (l *Lease) current(ctx context.Context) (LeaseRecord, error) {
 	if err != nil {
 		return rec, fmt.Errorf("lease %s/%s: %w", l.cfg.Bucket, l.cfg.Key, err)
 	}
-	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
-		return rec, fmt.Errorf("lease %s/%s: decode: %w", l.cfg.Bucket, l.cfg.Key, err)
+	if err := json.Unmarshal(entry.Value(), &rec); err != nil || rec.Holder == "" {
+		return rec, fmt.Errorf("lease %s/%s (revision %d): holds a value ax did not write (taken over once unchanged for a lease period)", l.cfg.Bucket, l.cfg.Key, entry.Revision())
 	}
 	return rec, nil
 }

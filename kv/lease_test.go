@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
@@ -217,4 +219,105 @@ func TestReleasedLeaseLeavesTheListing(t *testing.T) {
 		keys, err := kv.ListKeys(ctx, js, "RELEASED", "")
 		return err == nil && len(keys) == 0
 	}, 10*time.Second, 100*time.Millisecond)
+}
+
+// publishReplyOnto makes the server write a publish acknowledgement onto
+// key of bucket, the way a producer of the single-account deployment can:
+// a JetStream publish whose reply subject names the key (with msgID twice:
+// the duplicate's acknowledgement, {"stream":…,"seq":…,"duplicate": true}).
+func publishReplyOnto(t *testing.T, nc *nats.Conn, js jetstream.JetStream, bucket, key, msgID string) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "PROBE", Subjects: []string{"probe.>"}})
+	require.NoError(t, err)
+	for range 1 + min(len(msgID), 1) {
+		msg := nats.NewMsg("probe.x")
+		msg.Reply = kv.KeySubject(bucket, key)
+		if msgID != "" {
+			msg.Header.Set(jetstream.MsgIDHeader, msgID)
+		}
+		require.NoError(t, nc.PublishMsg(msg))
+	}
+	require.NoError(t, nc.Flush())
+}
+
+// A lease key holding a value ax did not write (a publish acknowledgement
+// the server sent there, which has no per-key TTL and never expires) is
+// taken over once a contender saw it unchanged for a lease period, and not
+// before; the takeover is reported. Before the fix the key was held for
+// good ("acquire lease AX_LOCKS/leader: lease held by another holder: ").
+func TestLeaseTakesOverAForeignValue(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ name, msgID, want string }{
+		{"ack", "", `"seq":1`},
+		{"duplicate ack", "dup", `"duplicate": true`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			nc, js := natstest.RunServer(t)
+			natstest.Provision(t, js, nil)
+			ctx := context.Background()
+			publishReplyOnto(t, nc, js, "AX_LOCKS", "leader", c.msgID)
+			locks, err := js.KeyValue(ctx, "AX_LOCKS")
+			require.NoError(t, err)
+			require.Eventually(t, func() bool {
+				e, err := locks.Get(ctx, "leader")
+				return err == nil && strings.Contains(string(e.Value()), c.want)
+			}, 5*time.Second, 10*time.Millisecond, "the server wrote its ack onto the key")
+
+			var took []kv.TakenOver
+			l, err := kv.NewLease(ctx, js, &kv.LeaseConfig{Bucket: "AX_LOCKS", Key: "leader", Holder: "s1", TTL: time.Second,
+				TakeOverFunc: func(prev kv.TakenOver) { took = append(took, prev) }})
+			require.NoError(t, err)
+			first := time.Now()
+			_, err = l.Acquire(ctx)
+			require.ErrorIs(t, err, kv.ErrLeaseHeld)
+			require.ErrorContains(t, err, "a value ax did not write")
+			_, err = l.Current(ctx)
+			require.ErrorContains(t, err, "holds a value ax did not write")
+			require.Eventually(t, func() bool {
+				_, err := l.Acquire(ctx)
+				return err == nil
+			}, 5*time.Second, 20*time.Millisecond)
+			require.GreaterOrEqual(t, time.Since(first), time.Second, "not before a lease period")
+			require.Len(t, took, 1)
+			require.True(t, took[0].Foreign)
+			require.Contains(t, string(took[0].Value), c.want)
+			cur, err := l.Current(ctx)
+			require.NoError(t, err)
+			require.Equal(t, "s1", cur.Holder)
+			_, err = l.Renew(ctx)
+			require.NoError(t, err)
+			require.NoError(t, l.Release(ctx))
+		})
+	}
+}
+
+// A holder that renews is never taken over, however long a contender
+// tries; one that stops renewing is, within a lease period of the
+// contender's first sight of its last write, even where its key would not
+// expire.
+func TestLeaseTakeOverSparesARenewingHolder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	cfg := func(holder string) *kv.LeaseConfig {
+		return &kv.LeaseConfig{Bucket: "AX_LOCKS", Key: "lock.renewing", Holder: holder, TTL: time.Second, RenewEvery: 300 * time.Millisecond}
+	}
+	a, err := kv.NewLease(ctx, b.js, cfg("a"))
+	require.NoError(t, err)
+	guarded, release, err := a.Hold(ctx)
+	require.NoError(t, err)
+	defer release()
+	other, err := kv.NewLease(ctx, b.js, cfg("b"))
+	require.NoError(t, err)
+	deadline := time.Now().Add(3500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		_, err := other.Acquire(ctx)
+		require.ErrorIs(t, err, kv.ErrLeaseHeld)
+		require.ErrorContains(t, err, ": a")
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.NoError(t, guarded.Err())
+	require.True(t, a.Held())
 }

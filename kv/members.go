@@ -42,7 +42,8 @@ type Member struct {
 	RenewedAt time.Time `json:"renewed_at"`
 }
 
-// ListMembers returns the live members of the deployment, sorted by id.
+// ListMembers returns the live members of the deployment, sorted by id. A
+// key that holds no membership lease of its own worker is no member.
 func ListMembers(ctx context.Context, js jetstream.JetStream, names streams.Names) ([]Member, error) {
 	bucket, err := js.KeyValue(ctx, names.WorkersBucket())
 	if err != nil {
@@ -63,8 +64,11 @@ func ListMembers(ctx context.Context, js jetstream.JetStream, names streams.Name
 		}
 		var lease LeaseRecord
 		var m Member
-		if err := json.Unmarshal(entry.Value(), &lease); err != nil || json.Unmarshal(lease.Data, &m) != nil {
-			return nil, fmt.Errorf("list members: %s holds no member record", key)
+		if err := json.Unmarshal(entry.Value(), &lease); err != nil || lease.Holder != key || json.Unmarshal(lease.Data, &m) != nil {
+			// Not a membership (a value ax did not write there: a
+			// publish acknowledgement sent to a reply subject naming the
+			// key, docs/SECURITY.md): no member.
+			continue
 		}
 		m.RenewedAt = lease.RenewedAt
 		out = append(out, m)

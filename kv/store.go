@@ -89,7 +89,8 @@ func NewStore(ctx context.Context, js jetstream.JetStream, cfg *StoreConfig) (*S
 		reads: newBatchReader(js, kv, bucket, cfg.Test.Reads), retentionTTL: []string{cfg.Retention.String()}}, nil
 }
 
-// Get returns the record of a task and its revision, or [ErrNotFound].
+// Get returns the record of a task and its revision, or [ErrNotFound], or
+// a [*ForeignError] when the key holds a value ax did not write there.
 func (s *Store) Get(ctx context.Context, ref Ref) (*Record, uint64, error) {
 	if err := ref.Validate(); err != nil {
 		return nil, 0, fmt.Errorf("get task %s: %w", ref, err)
@@ -100,10 +101,10 @@ func (s *Store) Get(ctx context.Context, ref Ref) (*Record, uint64, error) {
 	}
 	var rec Record
 	if err := decodeRecord(data, &rec); err != nil {
-		return nil, 0, fmt.Errorf("decode task %s (revision %d): %w", ref, rev, err)
+		return nil, 0, newForeignError(ref, rev, data, fmt.Errorf("decode: %w", err))
 	}
 	if rec.Ref() != ref {
-		return nil, 0, fmt.Errorf("decode task %s (revision %d): the record names task %s: %w", ref, rev, rec.Ref(), ErrForeignRecord)
+		return nil, 0, newForeignError(ref, rev, data, fmt.Errorf("the value names task %s", rec.Ref()))
 	}
 	return &rec, rev, nil
 }

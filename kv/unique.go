@@ -79,7 +79,8 @@ func NewClaims(js jetstream.JetStream, names streams.Names) *Claims {
 }
 
 // Create writes claim under key with the TTL ttl (whole seconds, at least
-// 1s), if the key has no live claim. It returns the claim's revision, or
+// 1s), if the key has no live claim (a value that is not a claim of the
+// key's tenant, [ErrBadClaim], is none: it is replaced). It returns the claim's revision, or
 // [ErrClaimed] with the live claim's revision.
 func (c *Claims) Create(ctx context.Context, key string, claim *Claim, ttl time.Duration) (uint64, error) {
 	rev, err := c.write(ctx, key, claim, ttl, 0)
@@ -93,6 +94,11 @@ func (c *Claims) Create(ctx context.Context, key string, claim *Claim, ttl time.
 	case err == nil:
 		return last, fmt.Errorf("claim %s/%s: %w", c.bucket, key, ErrClaimed)
 	case errors.Is(err, ErrNotFound) && last > 0:
+		return c.write(ctx, key, claim, ttl, last)
+	case errors.Is(err, ErrBadClaim) && last > 0:
+		// Not a claim of the key's tenant: a value ax did not write there
+		// (a publish acknowledgement sent to a reply subject naming the
+		// key, docs/SECURITY.md), which may have no TTL. It holds nothing.
 		return c.write(ctx, key, claim, ttl, last)
 	case errors.Is(err, ErrNotFound): // gone in between: try again once
 		return c.write(ctx, key, claim, ttl, 0)
@@ -207,10 +213,10 @@ func GetRecord(ctx context.Context, nc *nats.Conn, names streams.Names, ref Ref)
 	}
 	var rec Record
 	if err := decodeRecord(msg.Data, &rec); err != nil {
-		return nil, 0, fmt.Errorf("decode task %s (revision %d): %w", ref, msg.Sequence, err)
+		return nil, 0, newForeignError(ref, msg.Sequence, msg.Data, fmt.Errorf("decode: %w", err))
 	}
 	if rec.Ref() != ref {
-		return nil, 0, fmt.Errorf("decode task %s (revision %d): the record names task %s: %w", ref, msg.Sequence, rec.Ref(), ErrForeignRecord)
+		return nil, 0, newForeignError(ref, msg.Sequence, msg.Data, fmt.Errorf("the value names task %s", rec.Ref()))
 	}
 	return &rec, msg.Sequence, nil
 }

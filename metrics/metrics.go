@@ -62,6 +62,7 @@ type Metrics struct {
 	repairs  *prometheus.CounterVec
 	rejects  *prometheus.CounterVec
 	held     *prometheus.CounterVec
+	foreign  *prometheus.CounterVec
 }
 
 // New returns the metrics of one ax process.
@@ -94,8 +95,11 @@ func New(cfg *Config) *Metrics {
 		held: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_tasks_held_back_total",
 			Help: "Deliveries a worker held back, unstarted, because their type or tenant is paused or a concurrency or rate limit is reached, by type, tenant and reason (paused, limited, stepped_aside: limited, and moved to AX_DELAYED for want of room to wait on its worker)."},
 			[]string{"type", "tenant", "reason"}),
+		foreign: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_foreign_values_total",
+			Help: "Values ax did not write found in its keys (a publish acknowledgement sent to a reply subject naming a key, say) and what was done, by bucket and action (rebuilt: a task record rebuilt from its message; taken_over: a lease taken over; ignored: skipped, blocking nothing; reported: left for the operator)."},
+			[]string{"bucket", "action"}),
 	}
-	m.reg.MustRegister(m.tasks, m.retries, m.runTime, m.leader, m.pressure, m.repairs, m.rejects, m.held,
+	m.reg.MustRegister(m.tasks, m.retries, m.runTime, m.leader, m.pressure, m.repairs, m.rejects, m.held, m.foreign,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	maxValues := cmp.Or(cfg.MaxLabelValues, DefaultMaxLabelValues)
 	m.types = newLabelBound(maxValues, func(v string) { m.dropSeries("type", v) })
@@ -172,6 +176,13 @@ func (m *Metrics) SetPressure(level int) { m.pressure.Set(float64(level)) }
 // Repaired is the hook of the leader's reconciler: one lost task found in
 // state and acted on ("republished", "rescheduled" or "dead").
 func (m *Metrics) Repaired(state, action string) { m.repairs.WithLabelValues(state, action).Inc() }
+
+// ForeignValueRepaired counts a value ax did not write, found in bucket,
+// and what was done with it (worker.RepairObserver, and the scheduler's
+// hook).
+func (m *Metrics) ForeignValueRepaired(bucket, action string) {
+	m.foreign.WithLabelValues(bucket, action).Inc()
+}
 
 // RejectedSubmit is the hook of the leader's watch of mistyped submit
 // subjects: one message no bucket stored, for reason "tokens" or "priority".

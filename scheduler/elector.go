@@ -30,6 +30,10 @@ type ElectorConfig struct {
 	TTL time.Duration
 	// RenewEvery is how often the leader renews. Default 3s, at most TTL/2.
 	RenewEvery time.Duration
+	// OnForeignValue, if set, hears (bucket, "taken_over") each time the
+	// elector takes the lease over from a value that stayed unchanged for
+	// a lease period ([kv.Lease]). It must not block.
+	OnForeignValue func(bucket, action string)
 	// Logger. Default: warnings and errors as JSON lines on standard
 	// error (zap's production encoding at warn level), so that a server
 	// outage is not silent; zap.NewNop() silences it.
@@ -63,7 +67,11 @@ func (c *ElectorConfig) withDefaults() *ElectorConfig {
 // Liveness: a contender that finds the lease held watches the key and tries
 // again as soon as it is released or expires, so a new leader takes over
 // within one TTL of the old one's last renewal (plus the server's expiry
-// tick); without a watch event it still retries once per TTL.
+// tick); without a watch event it still retries once per TTL. A value the
+// key keeps without renewal, which no TTL expires (one ax did not write: a
+// publish acknowledgement a producer pointed at the key with its reply
+// subject), is taken over once a contender saw it unchanged for a TTL
+// ([kv.Lease]): within about two TTLs of its write.
 type Elector struct {
 	cfg     *ElectorConfig
 	lease   *kv.Lease
@@ -76,7 +84,9 @@ type Elector struct {
 func NewElector(ctx context.Context, js jetstream.JetStream, cfg *ElectorConfig) (*Elector, error) {
 	cfg = cfg.withDefaults()
 	bucket := cfg.Names.LocksBucket()
-	lease, err := kv.NewLease(ctx, js, &kv.LeaseConfig{Bucket: bucket, Key: LeaderKey, Holder: cfg.ID, TTL: cfg.TTL, RenewEvery: cfg.RenewEvery})
+	log := cfg.Logger.Named("scheduler.leader").With(zap.String("contender", cfg.ID))
+	lease, err := kv.NewLease(ctx, js, &kv.LeaseConfig{Bucket: bucket, Key: LeaderKey, Holder: cfg.ID, TTL: cfg.TTL, RenewEvery: cfg.RenewEvery,
+		TakeOverFunc: func(prev kv.TakenOver) { takenOver(log, cfg, bucket, prev) }})
 	if err != nil {
 		return nil, fmt.Errorf("new elector: %w", err)
 	}
@@ -84,7 +94,24 @@ func NewElector(ctx context.Context, js jetstream.JetStream, cfg *ElectorConfig)
 	if err != nil {
 		return nil, fmt.Errorf("new elector: bind %s: %w", bucket, err)
 	}
-	return &Elector{cfg: cfg, lease: lease, bucket: kvb, log: cfg.Logger.Named("scheduler.leader").With(zap.String("contender", cfg.ID))}, nil
+	return &Elector{cfg: cfg, lease: lease, bucket: kvb, log: log}, nil
+}
+
+// takenOver reports a takeover of the leader lease: a warning, and the
+// hook. A foreign value is an alert: someone wrote the lease key (a
+// producer's reply subject, under a deployment whose producers share the
+// AX account: docs/SECURITY.md).
+func takenOver(log *zap.Logger, cfg *ElectorConfig, bucket string, prev kv.TakenOver) {
+	if prev.Foreign {
+		log.Warn("leader_lease_taken_over_from_foreign_value", zap.Uint64("revision", prev.Revision),
+			zap.ByteString("value", prev.Value), zap.Duration("unchanged", prev.Unchanged))
+	} else {
+		log.Warn("leader_lease_taken_over", zap.String("holder", prev.Holder), zap.Uint64("revision", prev.Revision),
+			zap.Duration("unchanged", prev.Unchanged))
+	}
+	if cfg.OnForeignValue != nil {
+		cfg.OnForeignValue(bucket, "taken_over")
+	}
 }
 
 // ID returns the contender's id.

@@ -76,6 +76,12 @@ type Config struct {
 	// leader's watch saw (a message no bucket stored): the hook of the
 	// rejected-submits counter. It must not block.
 	OnReject func(control.RejectedSubmit)
+	// OnForeignValue, if set, hears about each value ax did not write that
+	// the scheduler found in one of its keys, by bucket, and what it did
+	// ("taken_over": the leader lease taken over; "released_first": a due
+	// task released as one without a record, which the worker that takes
+	// it rebuilds). It must not block.
+	OnForeignValue func(bucket, action string)
 	// MoverWorkers release due tasks concurrently. Default 32.
 	MoverWorkers int
 	// UnservedInterval is how often, on a pools deployment, the leader
@@ -194,7 +200,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Leader, err
 	if err != nil {
 		return nil, fmt.Errorf("new leader: %w", err)
 	}
-	elector, err := NewElector(ctx, js, &ElectorConfig{Names: cfg.Names, ID: cfg.ID, TTL: cfg.LeaseTTL, RenewEvery: cfg.RenewEvery, Logger: cfg.Logger})
+	elector, err := NewElector(ctx, js, &ElectorConfig{Names: cfg.Names, ID: cfg.ID, TTL: cfg.LeaseTTL, RenewEvery: cfg.RenewEvery, Logger: cfg.Logger,
+		OnForeignValue: cfg.OnForeignValue})
 	if err != nil {
 		return nil, fmt.Errorf("new leader: %w", err)
 	}

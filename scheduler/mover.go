@@ -170,9 +170,20 @@ func (m *mover) release(ctx context.Context, d *dueTask) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	rec, rev, err := m.l.store.Get(ctx, d.ref)
+	var foreign *kv.ForeignError
 	switch {
 	case errors.Is(err, kv.ErrNotFound):
 		rec = nil // the submit's record write failed: the worker creates it
+	case errors.As(err, &foreign):
+		// A value ax did not write there (docs/SECURITY.md): released as a
+		// task without a record, from its schedule; the worker that takes
+		// the copy rebuilds the record from it ([kv.Store.Repair]).
+		m.log.Warn("due_task_record_foreign", zap.String("task_id", d.id), zap.String("tenant", d.ref.Tenant),
+			zap.Uint64("revision", foreign.Revision), zap.ByteString("value", foreign.Value))
+		if m.l.cfg.OnForeignValue != nil {
+			m.l.cfg.OnForeignValue(m.l.cfg.Names.TasksBucket(), "released_first")
+		}
+		rec = nil
 	case err != nil:
 		m.retry(d, err)
 		return

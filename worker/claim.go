@@ -147,6 +147,10 @@ func (w *Worker) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Rec
 				continue
 			}
 		}
+		var foreign *kv.ForeignError
+		if errors.As(err, &foreign) && w.repair(ctx, env, foreign) {
+			continue // rebuilt: claim it as any READY task
+		}
 		if err != nil {
 			w.log.Warn("claim_failed", env.logID(), zap.Error(err))
 			d.retryLater()
@@ -428,4 +432,26 @@ func (w *Worker) drop(d *delivery, env *envelope, why string, ack bool) {
 	}
 	_ = d.settle(func() error { return nil })
 	w.log.Warn("lost_claim", env.logID(), zap.String("reason", why), zap.Uint64("delivery", env.delivered))
+}
+
+// repair rebuilds the record of a delivered task whose key holds a value
+// ax did not write there (found), from the message: READY and bound to
+// it, as a Go submit writes it, with a first move that names the value
+// replaced ([kv.Store.Repair]). It reports whether the key holds a record
+// now (rebuilt, or changed meanwhile): the claim then reads it again.
+func (w *Worker) repair(ctx context.Context, env *envelope, found *kv.ForeignError) bool {
+	_, rev, err := w.store.Repair(ctx, found, readyRecord(env), kv.Actor{Worker: w.cfg.ID})
+	if errors.Is(err, kv.ErrConflict) {
+		return true
+	}
+	if err != nil {
+		w.log.Warn("foreign_record_repair_failed", env.logID(), zap.Uint64("revision", found.Revision), zap.Error(err))
+		return false
+	}
+	w.log.Warn("foreign_record_repaired", env.logID(), zap.Uint64("foreign_revision", found.Revision),
+		zap.ByteString("foreign_value", found.Value), zap.Uint64("revision", rev))
+	if o, ok := w.cfg.Observer.(RepairObserver); ok {
+		o.ForeignValueRepaired(w.cfg.Names.TasksBucket(), "rebuilt")
+	}
+	return true
 }

@@ -176,6 +176,19 @@ func (v *meshView) member(e jetstream.KeyValueEntry, log *zap.Logger) {
 		var lease kv.LeaseRecord
 		var rec kv.Member
 		err := json.Unmarshal(e.Value(), &lease)
+		if err == nil && lease.Holder != e.Key() {
+			// Not a membership lease (every worker holds its own key): a
+			// value ax did not write there, which no member renews and no
+			// TTL expires. Counted live, it would be given shards that no
+			// worker consumes; the worker of that id takes it over
+			// (kv.Lease).
+			if _, known := v.live[e.Key()]; known || v.liveReady {
+				log.Warn("member_foreign_value_ignored", zap.String("member", e.Key()), zap.Uint64("revision", e.Revision()),
+					zap.ByteString("value", e.Value()[:min(len(e.Value()), kv.ForeignValueLen)]))
+			}
+			delete(v.live, e.Key())
+			return
+		}
 		if err == nil && len(lease.Data) > 0 {
 			err = json.Unmarshal(lease.Data, &rec)
 		}

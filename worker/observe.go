@@ -24,6 +24,14 @@ type Observer interface {
 	TaskFinished(taskType, tenant string, priority int, outcome Outcome, runTime time.Duration)
 }
 
+// RepairObserver, if the configured [Observer] implements it, hears about
+// each value ax did not write that a worker found in a key and repaired
+// (bucket, and what was done: "rebuilt" for a task record rebuilt from its
+// message). It must not block.
+type RepairObserver interface {
+	ForeignValueRepaired(bucket, action string)
+}
+
 // observe reports a settled attempt of rec to the configured observer.
 func (w *Worker) observe(rec *kv.Record, outcome Outcome) {
 	if w.cfg.Observer == nil {

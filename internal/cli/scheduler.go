@@ -133,6 +133,7 @@ func observeLeader(cfg *scheduler.Config, m *metrics.Metrics) {
 	}
 	cfg.OnRepair = func(r control.Repair) { m.Repaired(string(r.State), r.Action) }
 	cfg.OnReject = func(r control.RejectedSubmit) { m.RejectedSubmit(r.Reason) }
+	cfg.OnForeignValue = m.ForeignValueRepaired
 }
 
 // reportLeading sets the leader gauge of m from l every second until ctx ends.
