@@ -39,7 +39,7 @@ func startForeignMesh(t *testing.T) *foreignMesh {
 	for _, id := range []string{"s1", "s2"} {
 		startAxAs(t, m.url, "scheduler", "scheduler", "--scheduler-id", id, "--lease-ttl", leaderTTL.String(), "--sweep-interval", "200ms")
 	}
-	m.worker = m.startWorker(t, t)
+	m.worker = m.startWorker(t)
 	ctx := context.Background()
 	js := jsOf(t, connectRole(t, srv, "scheduler", "_INBOX.scheduler"))
 	m.js = js
@@ -53,10 +53,10 @@ func startForeignMesh(t *testing.T) *foreignMesh {
 	return m
 }
 
-// startWorker starts `ax worker` as worker-1, stopped when owner ends.
-func (m *foreignMesh) startWorker(t, owner *testing.T) *process {
+// startWorker starts `ax worker` as worker-1.
+func (m *foreignMesh) startWorker(t *testing.T) *process {
 	t.Helper()
-	w := startAxAs(owner, m.url, "worker-1", "worker", "--id", "worker-1", "--concurrency", "8")
+	w := startAxAs(t, m.url, "worker-1", "worker", "--id", "worker-1", "--concurrency", "8")
 	require.Eventually(t, func() bool { return strings.Contains(w.output(), "joining the mesh") || w.exited() },
 		30*time.Second, 50*time.Millisecond, "ax worker did not join:\n%s", w.output())
 	return w
@@ -137,7 +137,8 @@ func (m *foreignMesh) submitMany(t *testing.T, prefix string, n int) []string {
 // server's ack onto any key of the AX account (docs/SECURITY.md). With the
 // real processes running, producer-acme forges each key a reply can land
 // on, and the mesh recovers with no operator action: docs/SECURITY.md
-// ("What a forged value does") has the table this test proves.
+// ("What a forged value does") has the table this test proves. Each case
+// has a mesh of its own.
 //
 // At the parent commit: after the forged lease no scheduler was ever
 // elected again and the delayed task stayed PENDING; a forged record made
@@ -147,12 +148,11 @@ func (m *foreignMesh) submitMany(t *testing.T, prefix string, n int) []string {
 // submit of its key.
 func TestForeignValuesDoNotStopTheMesh(t *testing.T) {
 	t.Parallel()
-	m := startForeignMesh(t)
-	root := t
 	ctx := context.Background()
-	js := jsOf(t, connectRole(t, m.srv, "scheduler", "_INBOX.scheduler"))
 
 	t.Run("the leader lease", func(t *testing.T) {
+		m := startForeignMesh(t)
+		js := m.js
 		_, err := m.client.Submit(ctx, ax.TaskSpec{Type: "echo", ID: "after-lease", Delay: 3 * time.Second})
 		require.NoError(t, err)
 		forged := time.Now()
@@ -164,6 +164,7 @@ func TestForeignValuesDoNotStopTheMesh(t *testing.T) {
 	})
 
 	t.Run("a delayed task's record", func(t *testing.T) {
+		m := startForeignMesh(t)
 		_, err := m.client.Submit(ctx, ax.TaskSpec{Type: "echo", ID: "delayed-forged", Delay: 3 * time.Second})
 		require.NoError(t, err)
 		m.forge(t, "AX_TASKS", "default.delayed-forged", false)
@@ -175,18 +176,20 @@ func TestForeignValuesDoNotStopTheMesh(t *testing.T) {
 	})
 
 	t.Run("a waiting task's record", func(t *testing.T) {
+		m := startForeignMesh(t)
 		m.worker.signal(t, os.Interrupt)
 		require.Eventually(t, m.worker.exited, 30*time.Second, 50*time.Millisecond)
 		_, err := m.client.Submit(ctx, ax.TaskSpec{Type: "echo", ID: "ready-forged"})
 		require.NoError(t, err)
 		m.forge(t, "AX_TASKS", "default.ready-forged", true)
-		m.worker = m.startWorker(t, root)
+		m.worker = m.startWorker(t)
 		m.succeeds(t, 30*time.Second, "ready-forged")
 		out := mustAxAs(t, m.url, "operator", "task", "trail", "ready-forged")
 		require.Contains(t, out, "value ax did not write", "the operator sees the repair")
 	})
 
 	t.Run("the members", func(t *testing.T) {
+		m := startForeignMesh(t)
 		m.forge(t, "AX_WORKERS", "phantom", false)
 		m.forge(t, "AX_WORKERS", "worker-1", true)
 		require.Eventually(t, func() bool { return strings.Contains(m.worker.output(), "membership_lost") },
@@ -201,6 +204,7 @@ func TestForeignValuesDoNotStopTheMesh(t *testing.T) {
 	})
 
 	t.Run("the control keys", func(t *testing.T) {
+		m := startForeignMesh(t)
 		for _, key := range []string{"shards", "pools", "pressure", "tenants", "reconciler", "rejects", "unserved-deadlines", "cron.nightly"} {
 			m.forge(t, "AX_CONTROL", key, false)
 		}
@@ -212,6 +216,7 @@ func TestForeignValuesDoNotStopTheMesh(t *testing.T) {
 	})
 
 	t.Run("a unique claim", func(t *testing.T) {
+		m := startForeignMesh(t)
 		spec := ax.TaskSpec{Type: "echo", Tenant: "acme", ID: "unique-after", Payload: []byte("u"),
 			Unique: &ax.UniqueOpts{Key: "nightly", For: time.Hour}}
 		claim := kv.ClaimKey("acme", ax.UniqueHash("echo", "nightly", []byte("u")))
