@@ -126,8 +126,10 @@ func connectRole(t *testing.T, srv *roleServer, user, inbox string) *nats.Conn {
 	return nc
 }
 
-// Every role of docs/ax-permissions.conf runs the way docs/SECURITY.md
-// says, as a process with the shipped file on a separate server: the
+// Every role runs the way docs/SECURITY.md says, as a process on a
+// separate server started from the file it starts with
+// (docs/ax-tenant-accounts.conf: each tenant's producer in an account of
+// its own), and from the single-account docs/ax-permissions.conf: the
 // scheduler provisions and runs the control plane, worker-1 runs tasks that
 // the service and producer-acme submit (with the CLI and with the Go
 // client), the operator reads them, with the CLI and the dashboard, and the
@@ -136,7 +138,16 @@ func connectRole(t *testing.T, srv *roleServer, user, inbox string) *nats.Conn {
 // failed after 5 s binding AX_P0.
 func TestDeployedRoles(t *testing.T) {
 	t.Parallel()
-	srv := startRoleServer(t, permissionsFile)
+	for _, file := range []string{accountsFile, permissionsFile} {
+		t.Run(file, func(t *testing.T) {
+			t.Parallel()
+			deployedRoles(t, file)
+		})
+	}
+}
+
+func deployedRoles(t *testing.T, file string) {
+	srv := startRoleServer(t, file)
 	url := srv.ClientURL()
 
 	// The start sequence of docs/SECURITY.md; a scheduler started before
@@ -398,14 +409,15 @@ func TestWorkerWithoutBatchedReadFailsFast(t *testing.T) {
 	require.Less(t, time.Since(start), 4*time.Second)
 }
 
-// A fair deployment as deployed: the shipped permission file, each role a
-// process. The scheduler provisions it with --fair, the leader gives each
+// A fair deployment as deployed: the file docs/SECURITY.md starts with
+// (docs/ax-tenant-accounts.conf), each role a process. The scheduler
+// provisions it with --fair, the leader gives each
 // tenant it hears (the service's default tenant, acme's and globex's
 // producers) its consumers, and the worker, in its role, watches the
 // tenants and runs every task; nobody is refused a subject.
 func TestDeployedFairRoles(t *testing.T) {
 	t.Parallel()
-	srv := startRoleServer(t, permissionsFile)
+	srv := startRoleServer(t, accountsFile)
 	url := srv.ClientURL()
 	mustAxAs(t, url, "scheduler", "provision", "--fair")
 	sched := startAxAs(t, url, "scheduler", "scheduler")

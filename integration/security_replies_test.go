@@ -19,10 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// accountsFile is the deployment of docs/SECURITY.md in which each tenant's
-// producer has an account of its own.
-const accountsFile = "../docs/ax-tenant-accounts.conf"
-
 // bucketMsgs returns how many messages a stream holds, read as the
 // scheduler.
 func bucketCount(t *testing.T, rc *roleConn, name string) uint64 {
@@ -166,7 +162,23 @@ func TestTenantAccountsCloseTheReplyDoor(t *testing.T) {
 			_, _, err = store.Create(ctx, &kv.Record{ID: victim.ID, Tenant: victim.Tenant, Type: "echo", Key: "k", State: kv.StatePending}, kv.Actor{})
 			require.NoError(t, err)
 			acme := connectAs(t, srv, "producer-acme", "producer-acme")
-			for _, reply := range []string{"$KV.AX_TASKS." + victim.Key(), "$KV.AX_LOCKS.leader", "ax.submit.p2.globex.evil.k"} {
+			// Every key a reply could land on: a task record, the leader
+			// lease, a member, each control key, a unique claim, the
+			// limits' slots (docs/SECURITY.md, "What a forged value does").
+			keys := map[string][]string{
+				"AX_LOCKS":   {"leader"},
+				"AX_WORKERS": {"worker-1"},
+				"AX_CONTROL": {"shards", "pools", "pressure", "tenants", "reconciler", "rejects", "unserved-deadlines", "limits", "cron.nightly"},
+				"AX_UNIQUE":  {"acme.claim"},
+				"AX_LIMITS":  {"slots.echo"},
+			}
+			replies := []string{"$KV.AX_TASKS." + victim.Key(), "ax.submit.p2.globex.evil.k"}
+			for bucket, list := range keys {
+				for _, key := range list {
+					replies = append(replies, kv.KeySubject(bucket, key))
+				}
+			}
+			for _, reply := range replies {
 				msg := nats.NewMsg("ax.submit.p2.acme.echo.k")
 				msg.Reply = reply
 				require.NoError(t, acme.nc.PublishMsg(msg))
@@ -178,10 +190,19 @@ func TestTenantAccountsCloseTheReplyDoor(t *testing.T) {
 
 			landed := func() bool {
 				_, _, err := store.Get(ctx, victim)
-				locks, lerr := control.js.KeyValue(ctx, "AX_LOCKS")
-				require.NoError(t, lerr)
-				_, leaderErr := locks.Get(ctx, "leader")
-				return errors.Is(err, kv.ErrForeignRecord) || leaderErr == nil || bucketCount(t, control, "AX_P2") != 4 // the 3 probes and acme-ok
+				if errors.Is(err, kv.ErrForeignRecord) || bucketCount(t, control, "AX_P2") != uint64(len(replies)+1) { // the probes and acme-ok
+					return true
+				}
+				for bucket, list := range keys {
+					b, err := control.js.KeyValue(ctx, bucket)
+					require.NoError(t, err)
+					for _, key := range list {
+						if _, err := b.Get(ctx, key); err == nil {
+							return true
+						}
+					}
+				}
+				return false
 			}
 			if c.lands {
 				require.Eventually(t, landed, 10*time.Second, 20*time.Millisecond)

@@ -14,12 +14,22 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Two producers of docs/ax-permissions.conf, each allowed only its own
-// tenant token in the submit subject: one cannot submit, read, cancel or
-// replace the other's tasks.
+// Two producers, each allowed only its own tenant token in the submit
+// subject: one cannot submit, read, cancel or replace the other's tasks,
+// with each tenant's producer in an account of its own (the deployment
+// docs/SECURITY.md starts with) and in the single account.
 func TestTenantIsolation(t *testing.T) {
 	t.Parallel()
-	m := startSecureMesh(t, nil)
+	for _, file := range []string{accountsFile, permissionsFile} {
+		t.Run(file, func(t *testing.T) {
+			t.Parallel()
+			tenantIsolation(t, file)
+		})
+	}
+}
+
+func tenantIsolation(t *testing.T, file string) {
+	m := startSecureMeshOn(t, file, nil)
 	ctx := context.Background()
 	acme := connectAs(t, m.srv, "producer-acme", "producer-acme")
 	globex := connectAs(t, m.srv, "producer-globex", "producer-globex")

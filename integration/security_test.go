@@ -18,8 +18,14 @@ import (
 	"go.uber.org/zap/zaptest"
 )
 
-// permissionsFile is the shipped server configuration every case runs on.
+// permissionsFile is the single-account server configuration, for a
+// deployment with one trusted producer: every role's boundary is tried on
+// it (each user's permissions are the same in accountsFile).
 const permissionsFile = "../docs/ax-permissions.conf"
+
+// accountsFile is the deployment docs/SECURITY.md starts with: each
+// tenant's producer in an account of its own.
+const accountsFile = "../docs/ax-tenant-accounts.conf"
 
 // roleConn is a connection as one user of docs/ax-permissions.conf whose
 // permission violations are collected.
@@ -92,8 +98,14 @@ type secureMesh struct {
 
 func startSecureMesh(t *testing.T, cfg *streams.Config) *secureMesh {
 	t.Helper()
+	return startSecureMeshOn(t, permissionsFile, cfg)
+}
+
+// startSecureMeshOn is [startSecureMesh] on a server started from file.
+func startSecureMeshOn(t *testing.T, file string, cfg *streams.Config) *secureMesh {
+	t.Helper()
 	ctx := context.Background()
-	m := &secureMesh{srv: natstest.Start(t, natstest.Options{ConfigFile: permissionsFile}),
+	m := &secureMesh{srv: natstest.Start(t, natstest.Options{ConfigFile: file}),
 		cancelled: make(chan error, 16), ran: make(chan *worker.Task, 1024), release: make(chan struct{})}
 	m.control = connectAs(t, m.srv, "scheduler", "scheduler")
 	if cfg == nil {
