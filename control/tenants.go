@@ -1,6 +1,7 @@
 package control
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,17 +21,28 @@ type Tenants struct {
 	Tenants []string `json:"tenants"`
 }
 
-// DecodeTenants decodes the value of [TenantsKey].
+// DecodeTenants decodes the value of [TenantsKey]. A value that is not
+// the list ax writes (another field, or no list: a publish acknowledgement
+// would otherwise read as an empty list) is [ErrForeignValue]; the leader
+// writes the list again from the consumers that exist.
 func DecodeTenants(data []byte) (Tenants, error) {
-	var t Tenants
-	if err := json.Unmarshal(data, &t); err != nil {
-		return Tenants{}, fmt.Errorf("decode %s: %w", TenantsKey, err)
+	var t struct {
+		Tenants *[]string `json:"tenants"`
 	}
-	return t, nil
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&t); err != nil {
+		return Tenants{}, fmt.Errorf("decode %s: %w: %w", TenantsKey, ErrForeignValue, err)
+	}
+	if t.Tenants == nil {
+		return Tenants{}, fmt.Errorf("decode %s: %w: no list", TenantsKey, ErrForeignValue)
+	}
+	return Tenants{Tenants: *t.Tenants}, nil
 }
 
 // ReadTenants reads the tenants of a fair deployment and the key's
-// revision (0: none listed yet).
+// revision (0: none listed yet); with [ErrForeignValue] it returns the
+// revision of the value found, which a write may replace.
 func ReadTenants(ctx context.Context, board jetstream.KeyValue) (Tenants, uint64, error) {
 	entry, err := board.Get(ctx, TenantsKey)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -45,12 +57,16 @@ func ReadTenants(ctx context.Context, board jetstream.KeyValue) (Tenants, uint64
 
 // AddTenants adds tenants to the list under [TenantsKey] by compare-and-set,
 // retrying on a concurrent write; it leaves the list as it is when it holds
-// them already.
+// them already. A value ax did not write ([ErrForeignValue]) is replaced by
+// tenants alone: the caller names every tenant it knows.
 func AddTenants(ctx context.Context, board jetstream.KeyValue, tenants ...string) error {
 	for range 32 {
 		have, rev, err := ReadTenants(ctx, board)
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrForeignValue) {
 			return err
+		}
+		if err != nil {
+			have = Tenants{} // replaced: the caller names every tenant it knows
 		}
 		next := slices.Clone(have.Tenants)
 		for _, t := range tenants {

@@ -31,11 +31,11 @@ type foreignMesh struct {
 	worker *process
 }
 
-func startForeignMesh(t *testing.T) *foreignMesh {
+func startForeignMesh(t *testing.T, provision ...string) *foreignMesh {
 	t.Helper()
 	srv := startRoleServer(t, permissionsFile)
 	m := &foreignMesh{srv: srv, url: srv.ClientURL()}
-	mustAxAs(t, m.url, "scheduler", "provision")
+	mustAxAs(t, m.url, "scheduler", append([]string{"provision"}, provision...)...)
 	for _, id := range []string{"s1", "s2"} {
 		startAxAs(t, m.url, "scheduler", "scheduler", "--scheduler-id", id, "--lease-ttl", leaderTTL.String(), "--sweep-interval", "200ms")
 	}
@@ -213,6 +213,37 @@ func TestForeignValuesDoNotStopTheMesh(t *testing.T) {
 		m.succeeds(t, 60*time.Second, append(m.submitMany(t, "after-control", 32), "after-control-delayed")...)
 		_, _, err = runAxAs(m.url, "operator", time.Minute, "stats")
 		require.NoError(t, err)
+	})
+
+	t.Run("the tenants of a fair deployment", func(t *testing.T) {
+		m := startForeignMesh(t, "--fair")
+		submitAs := func(tenant, id string) {
+			_, err := m.client.Submit(ctx, ax.TaskSpec{Type: "echo", Tenant: tenant, ID: id})
+			require.NoError(t, err)
+		}
+		succeeded := func(tenant, id string) {
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
+				rec, _, err := m.store.Get(ctx, kv.Ref{Tenant: tenant, ID: id})
+				if assert.NoError(c, err) {
+					assert.Equal(c, kv.StateSucceeded, rec.State)
+				}
+			}, 60*time.Second, 100*time.Millisecond, "task %s of %s", id, tenant)
+		}
+		submitAs("acme", "acme-before")
+		submitAs("globex", "globex-before")
+		succeeded("acme", "acme-before")
+		succeeded("globex", "globex-before")
+		m.forge(t, "AX_CONTROL", "tenants", false)
+		// A tenant new after the forge, then a worker that starts after it.
+		submitAs("initech", "initech-after")
+		succeeded("initech", "initech-after")
+		m.worker.signal(t, os.Interrupt)
+		require.Eventually(t, m.worker.exited, 30*time.Second, 50*time.Millisecond)
+		m.worker = m.startWorker(t)
+		submitAs("globex", "globex-after")
+		submitAs("acme", "acme-after")
+		succeeded("globex", "globex-after")
+		succeeded("acme", "acme-after")
 	})
 
 	t.Run("a unique claim", func(t *testing.T) {

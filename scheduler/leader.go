@@ -80,7 +80,8 @@ type Config struct {
 	// the scheduler found in one of its keys, by bucket, and what it did
 	// ("taken_over": the leader lease taken over; "released_first": a due
 	// task released as one without a record, which the worker that takes
-	// it rebuilds). It must not block.
+	// it rebuilds; "rebuilt": the tenants of a fair deployment listed
+	// again). It must not block.
 	OnForeignValue func(bucket, action string)
 	// MoverWorkers release due tasks concurrently. Default 32.
 	MoverWorkers int

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -158,6 +159,9 @@ func (d *tenantDiscovery) run(ctx context.Context) error {
 		return fmt.Errorf("tenants: %w", err)
 	}
 	have, _, err := control.ReadTenants(ctx, d.board)
+	if errors.Is(err, control.ErrForeignValue) {
+		err = d.rebuild(ctx, err)
+	}
 	if err != nil {
 		return fmt.Errorf("tenants: %w", err)
 	}
@@ -191,6 +195,7 @@ func (d *tenantDiscovery) run(ctx context.Context) error {
 	dropped := make([]int, len(subs)) // per subscription, the drops seen so far
 	tick := time.NewTicker(tenantTick)
 	defer tick.Stop()
+	checked := time.Now()
 	for {
 		if !scanAt.IsZero() && !time.Now().Before(scanAt) {
 			if forMiss {
@@ -225,8 +230,63 @@ func (d *tenantDiscovery) run(ctx context.Context) error {
 				scanAt, forMiss = latest(time.Now().Add(tenantMissWait), lastMissScan.Add(tenantScanEvery)), true
 			}
 			d.settle(ctx)
+			if time.Since(checked) >= tenantCheckEvery {
+				checked = time.Now()
+				d.check(ctx)
+			}
 		}
 	}
+}
+
+// tenantCheckEvery is how often the leader reads the list of tenants back,
+// to write it again if it holds a value ax did not write there.
+const tenantCheckEvery = 2 * time.Second
+
+// check reads the list of tenants and writes it again if it holds a value
+// ax did not write there ([control.ErrForeignValue]).
+func (d *tenantDiscovery) check(ctx context.Context) {
+	_, _, err := control.ReadTenants(ctx, d.board)
+	if errors.Is(err, control.ErrForeignValue) {
+		err = d.rebuild(ctx, err)
+	}
+	if err != nil && ctx.Err() == nil {
+		d.log.Warn("tenants_check_failed", zap.Error(err))
+	}
+}
+
+// rebuild writes the list of tenants again over a value ax did not write
+// there (found): the tenants this leader knows and those whose consumers
+// exist (read from the consumers of the first shard of P0, which every
+// tenant has). Without it, a worker that starts would serve none of them,
+// and the leader, which knows them, would never list them again.
+func (d *tenantDiscovery) rebuild(ctx context.Context, found error) error {
+	if !d.l.held() {
+		return errNotLeading
+	}
+	names := d.l.cfg.Names
+	prefix, suffix := names.TenantFilter(0, 0, ""), ".>" // "ax.p0.0." + tenant + ".>"
+	prefix = strings.TrimSuffix(prefix, suffix)
+	lister := d.buckets[0].ListConsumers(ctx)
+	for info := range lister.Info() {
+		f := info.Config.FilterSubject
+		if tenant, ok := strings.CutPrefix(f, prefix); ok && strings.HasSuffix(tenant, suffix) {
+			if tenant = strings.TrimSuffix(tenant, suffix); streams.ValidateToken("tenant", tenant) == nil {
+				d.known[tenant] = true
+			}
+		}
+	}
+	if err := lister.Err(); err != nil {
+		return fmt.Errorf("list the tenants' consumers: %w", err)
+	}
+	if err := control.AddTenants(ctx, d.board, slices.Sorted(maps.Keys(d.known))...); err != nil {
+		return err
+	}
+	d.publishKnown()
+	d.log.Warn("tenants_foreign_value_replaced", zap.NamedError("found", found), zap.Strings("tenants", slices.Sorted(maps.Keys(d.known))))
+	if d.l.cfg.OnForeignValue != nil {
+		d.l.cfg.OnForeignValue(names.ControlBucket(), "rebuilt")
+	}
+	return nil
 }
 
 // publishKnown hands the known tenants to the notes (a copy: the notes
@@ -315,7 +375,9 @@ func (d *tenantDiscovery) add(ctx context.Context, tenant string) error {
 	if err != nil {
 		return err
 	}
-	if err := control.AddTenants(ctx, d.board, tenant); err != nil {
+	// Every known tenant with it: a list a value ax did not write
+	// replaced is then written whole again.
+	if err := control.AddTenants(ctx, d.board, append(slices.Sorted(maps.Keys(d.known)), tenant)...); err != nil {
 		return err
 	}
 	d.known[tenant] = true

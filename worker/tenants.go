@@ -134,7 +134,13 @@ func (w *Worker) readTenants(ctx context.Context) (control.Tenants, error) {
 				return listed, nil
 			}
 			if e.Operation() == jetstream.KeyValuePut {
-				if listed, err = control.DecodeTenants(e.Value()); err != nil {
+				listed, err = control.DecodeTenants(e.Value())
+				if errors.Is(err, control.ErrForeignValue) {
+					// The leader writes the list again (from the consumers
+					// that exist); the watch adds its tenants then.
+					w.log.Warn("tenants_foreign_value", zap.Uint64("revision", e.Revision()), zap.Error(err))
+					listed = control.Tenants{}
+				} else if err != nil {
 					return control.Tenants{}, err
 				}
 			}
