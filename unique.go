@@ -172,6 +172,13 @@ func (c *Client) claimUnique(ctx context.Context, t TaskSpec, key string, mine *
 		if err == nil {
 			return nil, rev, nil
 		}
+		if errors.Is(err, kv.ErrBadClaim) && rev != 0 {
+			rev, err = c.takeOverForeign(ctx, t, key, mine, rev, err)
+			if errors.Is(err, kv.ErrConflict) {
+				continue // another submit changed it: judge again
+			}
+			return nil, rev, err
+		}
 		if !errors.Is(err, kv.ErrClaimed) {
 			return nil, 0, err
 		}
@@ -179,23 +186,22 @@ func (c *Client) claimUnique(ctx context.Context, t TaskSpec, key string, mine *
 		if errors.Is(err, kv.ErrNotFound) {
 			continue // expired or released in between
 		}
-		holds := false
-		switch {
-		case errors.Is(err, kv.ErrBadClaim) && rev != 0:
-			// Not a claim of the key's tenant (a value ax did not write
-			// there, which may have no TTL: a publish acknowledgement sent
-			// to a reply subject naming the key, docs/SECURITY.md): it
-			// holds nothing, and is taken over below.
-			c.cfg.Logger.Warn("unique_claim_foreign_taken_over", zap.String("task_id", t.ID), zap.String("tenant", t.Tenant),
-				zap.String("claim", key), zap.Error(err))
-		case err != nil:
-			return nil, 0, err
-		case claim.ID == t.ID:
-			return nil, rev, nil // this task's own claim: a retried submit
-		default:
-			if holds, err = c.holds(ctx, t, claim, stored); err != nil {
-				return nil, 0, err
+		if errors.Is(err, kv.ErrBadClaim) && rev != 0 {
+			rev, err = c.takeOverForeign(ctx, t, key, mine, rev, err)
+			if errors.Is(err, kv.ErrConflict) {
+				continue
 			}
+			return nil, rev, err
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		if claim.ID == t.ID {
+			return nil, rev, nil // this task's own claim: a retried submit
+		}
+		holds, err := c.holds(ctx, t, claim, stored)
+		if err != nil {
+			return nil, 0, err
 		}
 		if holds {
 			return claim, rev, nil
@@ -210,6 +216,20 @@ func (c *Client) claimUnique(ctx context.Context, t TaskSpec, key string, mine *
 		return nil, rev, nil
 	}
 	return nil, 0, fmt.Errorf("unique claim %s kept changing: %w", key, kv.ErrConflict)
+}
+
+// takeOverForeign replaces a value that is not a claim of the key's tenant
+// (found, at revision rev) by t's claim: it holds nothing, and may have no
+// TTL (a publish acknowledgement the server sent to a reply subject naming
+// the key, docs/SECURITY.md), so left alone it would refuse every submit
+// of the key for good. It returns [kv.ErrConflict] if the key changed.
+func (c *Client) takeOverForeign(ctx context.Context, t TaskSpec, key string, mine *kv.Claim, rev uint64, found error) (uint64, error) {
+	rev, err := c.claims.Update(ctx, key, mine, t.Unique.For, rev)
+	if err == nil {
+		c.cfg.Logger.Warn("unique_claim_foreign_replaced", zap.String("task_id", t.ID), zap.String("tenant", t.Tenant),
+			zap.String("claim", key), zap.NamedError("found", found))
+	}
+	return rev, err
 }
 
 // holds reports whether claim, stored at stored, still holds its key

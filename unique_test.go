@@ -274,8 +274,10 @@ func TestUniqueClaimOfADeadSubmitter(t *testing.T) {
 
 // Bad unique options are refused before anything is written; a claim key
 // holding something ax did not write (a raw writer's mistake, a claim
-// naming another tenant's task) is a clear error, and nothing is published
-// or overwritten.
+// naming another tenant's task, a publish acknowledgement a producer's
+// reply subject wrote there, which has no TTL) holds nothing: the submit
+// replaces it by compare-and-set. Before issue 35 it was an error, and the
+// key was refused for good.
 func TestUniqueRefusesBadInput(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil, nil)
@@ -305,14 +307,15 @@ func TestUniqueRefusesBadInput(t *testing.T) {
 		key := kv.ClaimKey("acme", ax.UniqueHash("t", "", payload))
 		rev, err := bucket.Put(ctx, key, []byte(value))
 		require.NoError(t, err)
-		_, err = b.client.Submit(ctx, ax.TaskSpec{Type: "t", Tenant: "acme", Payload: payload, Unique: uniqueHour()})
-		require.ErrorIs(t, err, kv.ErrBadClaim, name)
-		require.ErrorContains(t, err, "AX_UNIQUE/"+key, name)
+		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "t", Tenant: "acme", Payload: payload, Unique: uniqueHour()})
+		require.NoError(t, err, name)
+		require.False(t, info.Duplicate, "%s holds nothing", name)
 		entry, err := bucket.Get(ctx, key)
 		require.NoError(t, err)
-		require.Equal(t, rev, entry.Revision(), "%s: the claim is left as it was", name)
+		require.Greater(t, entry.Revision(), rev, "%s: replaced by compare-and-set", name)
+		require.Contains(t, string(entry.Value()), info.ID, "%s: the key is the new task's", name)
 	}
-	require.Zero(t, natstest.StreamMsgs(t, b.js, "AX_P2"), "nothing published")
+	require.Equal(t, uint64(4), natstest.StreamMsgs(t, b.js, "AX_P2"), "each submit published its task")
 }
 
 // A deployment provisioned before unique tasks has no AX_UNIQUE: a unique

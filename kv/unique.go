@@ -79,9 +79,9 @@ func NewClaims(js jetstream.JetStream, names streams.Names) *Claims {
 }
 
 // Create writes claim under key with the TTL ttl (whole seconds, at least
-// 1s), if the key has no live claim (a value that is not a claim of the
-// key's tenant, [ErrBadClaim], is none: it is replaced). It returns the claim's revision, or
-// [ErrClaimed] with the live claim's revision.
+// 1s), if the key has no live claim. It returns the claim's revision, or
+// [ErrClaimed] with the live claim's revision, or [ErrBadClaim] with the
+// revision of a value that is not a claim of the key's tenant.
 func (c *Claims) Create(ctx context.Context, key string, claim *Claim, ttl time.Duration) (uint64, error) {
 	rev, err := c.write(ctx, key, claim, ttl, 0)
 	if !errors.Is(err, ErrConflict) {
@@ -95,11 +95,7 @@ func (c *Claims) Create(ctx context.Context, key string, claim *Claim, ttl time.
 		return last, fmt.Errorf("claim %s/%s: %w", c.bucket, key, ErrClaimed)
 	case errors.Is(err, ErrNotFound) && last > 0:
 		return c.write(ctx, key, claim, ttl, last)
-	case errors.Is(err, ErrBadClaim) && last > 0:
-		// Not a claim of the key's tenant: a value ax did not write there
-		// (a publish acknowledgement sent to a reply subject naming the
-		// key, docs/SECURITY.md), which may have no TTL. It holds nothing.
-		return c.write(ctx, key, claim, ttl, last)
+
 	case errors.Is(err, ErrNotFound): // gone in between: try again once
 		return c.write(ctx, key, claim, ttl, 0)
 	}
