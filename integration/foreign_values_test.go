@@ -215,6 +215,15 @@ func TestForeignValuesDoNotStopTheMesh(t *testing.T) {
 		require.NoError(t, err)
 	})
 
+	t.Run("a cron job", func(t *testing.T) {
+		m := startForeignMesh(t)
+		_, err := m.client.AddCron(ctx, ax.CronJob{Name: "nightly", Spec: "@every 1s", Task: ax.TaskSpec{Type: "echo"}})
+		require.NoError(t, err)
+		waitCronFires(t, m.client, time.Second, 2)
+		m.forge(t, "AX_CONTROL", "cron.nightly", false)
+		waitCronFires(t, m.client, time.Second, 3)
+	})
+
 	t.Run("the tenants of a fair deployment", func(t *testing.T) {
 		m := startForeignMesh(t, "--fair")
 		submitAs := func(tenant, id string) {

@@ -74,7 +74,7 @@ func (c *cronLoop) run(ctx context.Context) error {
 				return errors.New("cron: job watch closed")
 			}
 			if entry != nil {
-				c.update(entry)
+				c.update(ctx, entry)
 			}
 		case <-timer.C:
 			c.fireDue(ctx)
@@ -82,24 +82,62 @@ func (c *cronLoop) run(ctx context.Context) error {
 	}
 }
 
-// update applies a watched change of a job.
-func (c *cronLoop) update(entry jetstream.KeyValueEntry) {
+// update applies a watched change of a job. A value that is no job of
+// that name (the management API writes only valid jobs: a value ax did not
+// write there, such as a publish acknowledgement a producer's reply
+// subject pointed at the key) is replaced by the job this leader knows
+// under the name, by compare-and-set; a job it does not know is left out,
+// and logged.
+func (c *cronLoop) update(ctx context.Context, entry jetstream.KeyValueEntry) {
 	name := strings.TrimPrefix(entry.Key(), control.CronKeyPrefix)
 	if entry.Operation() != jetstream.KeyValuePut {
 		delete(c.jobs, name)
 		return
 	}
 	var job ax.CronJob
-	if err := json.Unmarshal(entry.Value(), &job); err != nil {
-		c.log.Warn("bad_cron_job", zap.String("cron", name), zap.Error(err))
-		return
+	err := json.Unmarshal(entry.Value(), &job)
+	var sched cron.Schedule
+	if err == nil && job.Name != name {
+		err = fmt.Errorf("the value names job %q", job.Name)
 	}
-	sched, err := job.Schedule()
+	if err == nil {
+		sched, err = job.Schedule()
+	}
 	if err != nil {
-		c.log.Warn("bad_cron_job", zap.String("cron", name), zap.Error(err))
+		c.restore(ctx, name, entry, err)
 		return
 	}
 	c.jobs[name] = &cronState{job: job, rev: entry.Revision(), sched: sched, next: sched.Next(job.ScheduleFrom())}
+}
+
+// restore writes the job this leader knows under name over a value that
+// is no job (found: why), by compare-and-set on its revision. The job's
+// next fire comes from the watch of that write.
+func (c *cronLoop) restore(ctx context.Context, name string, entry jetstream.KeyValueEntry, found error) {
+	value := entry.Value()[:min(len(entry.Value()), kv.ForeignValueLen)]
+	s, known := c.jobs[name]
+	if !known {
+		c.log.Warn("bad_cron_job", zap.String("cron", name), zap.Uint64("revision", entry.Revision()), zap.ByteString("value", value), zap.Error(found))
+		return
+	}
+	delete(c.jobs, name) // until the restored job comes back on the watch
+	data, err := json.Marshal(&s.job)
+	if err == nil && !c.l.held() {
+		err = errNotLeading
+	}
+	if err == nil {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err = c.bucket.Update(ctx, entry.Key(), data, entry.Revision())
+	}
+	if err != nil {
+		c.log.Warn("cron_job_restore_failed", zap.String("cron", name), zap.Uint64("revision", entry.Revision()), zap.ByteString("value", value), zap.Error(err))
+		return
+	}
+	c.log.Warn("cron_job_restored", zap.String("cron", name), zap.Uint64("foreign_revision", entry.Revision()), zap.ByteString("foreign_value", value), zap.NamedError("found", found))
+	if c.l.cfg.OnForeignValue != nil {
+		c.l.cfg.OnForeignValue(c.l.cfg.Names.ControlBucket(), "restored")
+	}
 }
 
 // wait returns how long until the earliest next time.
