@@ -8,6 +8,7 @@ import (
 	"github.com/ax-mesh/ax/internal/denied"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
 )
 
 var (
@@ -96,7 +97,9 @@ func (c *Client) Result(ctx context.Context, tenant, id string) ([]byte, error) 
 // returns as soon as the final write is delivered. A task without a record
 // yet (published raw, not seen by a worker) is waited for; so is one whose
 // record is gone (expired, or deleted by a resume of a task paused before it
-// was seen): bound the wait with ctx, whose error then ends it.
+// was seen), and one whose record key holds a value ax did not write there
+// (logged; the worker that takes its message rebuilds the record): bound
+// the wait with ctx, whose error then ends it.
 //
 // The watch needs permissions the client roles of docs/ax-permissions.conf
 // do not have: creating a consumer on KV_AX_TASKS
@@ -133,11 +136,19 @@ func (c *Client) Wait(ctx context.Context, tenant, id string) ([]byte, error) {
 				continue // the end of the initial values, or a deleted record
 			}
 			var rec kv.Record
-			if err := rec.UnmarshalJSON(entry.Value()); err != nil {
-				return nil, fmt.Errorf("wait for task %s: its record (revision %d) does not decode: %w", r, entry.Revision(), err)
+			err := rec.UnmarshalJSON(entry.Value())
+			if err == nil && rec.Ref() != r {
+				err = fmt.Errorf("the record names task %s", rec.Ref())
 			}
-			if rec.Ref() != r {
-				return nil, fmt.Errorf("wait for task %s: the record names task %s: %w", r, rec.Ref(), kv.ErrForeignRecord)
+			if err != nil {
+				// A value ax did not write there (docs/SECURITY.md, "What a
+				// forged value does"): the worker that takes the task's
+				// message rebuilds the record, which comes on the watch; a
+				// task with no message left never ends, and ctx bounds the
+				// wait.
+				c.cfg.Logger.Warn("wait_record_foreign", zap.String("task_id", r.ID), zap.String("tenant", r.Tenant),
+					zap.Uint64("revision", entry.Revision()), zap.Error(err))
+				continue
 			}
 			if result, done, err := outcome(&rec); done {
 				return result, err

@@ -179,11 +179,29 @@ func TestForeignValuesDoNotStopTheMesh(t *testing.T) {
 		m := startForeignMesh(t)
 		m.worker.signal(t, os.Interrupt)
 		require.Eventually(t, m.worker.exited, 30*time.Second, 50*time.Millisecond)
-		_, err := m.client.Submit(ctx, ax.TaskSpec{Type: "echo", ID: "ready-forged"})
+		_, err := m.client.Submit(ctx, ax.TaskSpec{Type: "echo", ID: "ready-forged", Payload: []byte("result")})
 		require.NoError(t, err)
+		// A client waiting for the task's result waits through the forge
+		// (before, it returned ErrForeignRecord).
+		waited := make(chan error, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			result, err := m.client.Wait(wctx, "", "ready-forged")
+			if err == nil && string(result) != "result" {
+				err = fmt.Errorf("result %q", result)
+			}
+			waited <- err
+		}()
 		m.forge(t, "AX_TASKS", "default.ready-forged", true)
 		m.worker = m.startWorker(t)
 		m.succeeds(t, 30*time.Second, "ready-forged")
+		select {
+		case err := <-waited:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("Wait did not return the result")
+		}
 		out := mustAxAs(t, m.url, "operator", "task", "trail", "ready-forged")
 		require.Contains(t, out, "value ax did not write", "the operator sees the repair")
 	})
