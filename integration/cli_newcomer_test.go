@@ -133,15 +133,26 @@ func hasSubcommands(path []string) bool {
 }
 
 // Each shipped role runs its commands with only NATS_USER and
-// NATS_PASSWORD set: the inbox prefix (_INBOX.<user>), the worker's id
-// (its user) and the producers' --publish-only come from the user. The
-// operator lists cron jobs; a refusal names the user and the command.
-// Before the fix the producer's submit failed on the service's inbox, the
-// worker's id was random (its cancel subject refused) and the operator's
-// `ax cron ls` was refused.
+// NATS_PASSWORD set, the sequence of docs/SECURITY.md, on the file it
+// starts with (docs/ax-tenant-accounts.conf) and on the single-account
+// one: the inbox prefix (_INBOX.<user>), the worker's id (its user) and
+// the producers' --publish-only come from the user. The operator lists
+// cron jobs; a refusal names the user and the command. Before the fix the
+// producer's submit failed on the service's inbox, the worker's id was
+// random (its cancel subject refused) and the operator's `ax cron ls` was
+// refused.
 func TestRolesNeedOnlyTheirUser(t *testing.T) {
 	t.Parallel()
-	srv := startRoleServer(t, permissionsFile)
+	for _, file := range []string{accountsFile, permissionsFile} {
+		t.Run(file, func(t *testing.T) {
+			t.Parallel()
+			rolesNeedOnlyTheirUser(t, file)
+		})
+	}
+}
+
+func rolesNeedOnlyTheirUser(t *testing.T, file string) {
+	srv := startRoleServer(t, file)
 	url := srv.ClientURL()
 	mustAxAs(t, url, "scheduler", "provision")
 	sched := startAxAs(t, url, "scheduler", "scheduler")
