@@ -59,7 +59,7 @@ func toError(err error) *Error {
 	case errors.Is(err, kv.ErrConflict):
 		return &Error{Code: CodeConflict, Message: err.Error() + ": the task kept changing while this action ran; read it again and retry"}
 	case errors.Is(err, kv.ErrForeignRecord):
-		return &Error{Code: CodeConflict, Message: err.Error() + ": the task's record key holds something ax did not write there (docs/SECURITY.md, \"What the server answers a producer\"); the task's state is lost: resubmit it under another id"}
+		return &Error{Code: CodeConflict, Message: err.Error() + ": the task's record key holds something ax did not write there (docs/SECURITY.md, \"What a forged value does\"): the worker that takes the task's message rebuilds its record; a finished task's state is lost"}
 	case errors.Is(err, kv.ErrIllegalTransition), errors.Is(err, kv.ErrWrongState):
 		return &Error{Code: CodeConflict, Message: err.Error()}
 	}

@@ -245,3 +245,35 @@ func TestRetentionShorterThanDuplicateWindowRefused(t *testing.T) {
 
 // tref names task id of the tenant "t" the tests' records have.
 func tref(id string) kv.Ref { return kv.Ref{Tenant: "t", ID: id} }
+
+// A record key holding a value ax did not write (a publish acknowledgement
+// a reply subject pointed at it) reads as a *ForeignError with its revision
+// and value; Repair rebuilds the record over it by compare-and-set (its
+// trail's first move names the value) and refuses once the key changed.
+func TestRepairForeignRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	ref := kv.Ref{Tenant: "t", ID: "forged"}
+	_, err := b.js.Publish(ctx, "$KV.AX_TASKS."+ref.Key(), []byte(`{"stream":"AX_P2","seq":12}`))
+	require.NoError(t, err)
+	_, _, err = b.store.Get(ctx, ref)
+	require.ErrorIs(t, err, kv.ErrForeignRecord)
+	var found *kv.ForeignError
+	require.ErrorAs(t, err, &found)
+	require.Equal(t, `{"stream":"AX_P2","seq":12}`, string(found.Value))
+
+	rebuilt := &kv.Record{ID: ref.ID, Tenant: ref.Tenant, Type: "x", Key: "k", State: kv.StateReady}
+	_, _, err = b.store.Repair(ctx, found, &kv.Record{ID: "other", Tenant: "t", Type: "x", State: kv.StateReady}, kv.Actor{Worker: "w"})
+	require.ErrorContains(t, err, "names task")
+	rec, rev, err := b.store.Repair(ctx, found, rebuilt, kv.Actor{Worker: "w"})
+	require.NoError(t, err)
+	require.Equal(t, kv.RepairAction, rec.Trail[0].Action)
+	require.Contains(t, rec.Trail[0].Error, `{"stream":"AX_P2","seq":12}`)
+	got, gotRev, err := b.store.Get(ctx, ref)
+	require.NoError(t, err)
+	require.Equal(t, rev, gotRev)
+	require.Equal(t, kv.StateReady, got.State)
+	_, _, err = b.store.Repair(ctx, found, rebuilt, kv.Actor{Worker: "w"})
+	require.ErrorIs(t, err, kv.ErrConflict, "the key changed since the foreign value was read")
+}
