@@ -3,7 +3,10 @@ package integration
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -27,8 +30,9 @@ type foreignMesh struct {
 	client *ax.Client
 	store  *kv.Store
 	js     jetstream.JetStream // as the scheduler
-	acme   *nats.Conn
-	worker *process
+	acme       *nats.Conn
+	worker     *process
+	schedulers []*process
 }
 
 func startForeignMesh(t *testing.T, provision ...string) *foreignMesh {
@@ -37,7 +41,8 @@ func startForeignMesh(t *testing.T, provision ...string) *foreignMesh {
 	m := &foreignMesh{srv: srv, url: srv.ClientURL()}
 	mustAxAs(t, m.url, "scheduler", append([]string{"provision"}, provision...)...)
 	for _, id := range []string{"s1", "s2"} {
-		startAxAs(t, m.url, "scheduler", "scheduler", "--scheduler-id", id, "--lease-ttl", leaderTTL.String(), "--sweep-interval", "200ms")
+		m.schedulers = append(m.schedulers, startAxAs(t, m.url, "scheduler", "scheduler", "--scheduler-id", id,
+			"--lease-ttl", leaderTTL.String(), "--sweep-interval", "200ms", "--metrics-addr", "127.0.0.1:0"))
 	}
 	m.worker = m.startWorker(t)
 	ctx := context.Background()
@@ -56,7 +61,7 @@ func startForeignMesh(t *testing.T, provision ...string) *foreignMesh {
 // startWorker starts `ax worker` as worker-1.
 func (m *foreignMesh) startWorker(t *testing.T) *process {
 	t.Helper()
-	w := startAxAs(t, m.url, "worker-1", "worker", "--id", "worker-1", "--concurrency", "8")
+	w := startAxAs(t, m.url, "worker-1", "worker", "--id", "worker-1", "--concurrency", "8", "--metrics-addr", "127.0.0.1:0")
 	require.Eventually(t, func() bool { return strings.Contains(w.output(), "joining the mesh") || w.exited() },
 		30*time.Second, 50*time.Millisecond, "ax worker did not join:\n%s", w.output())
 	return w
@@ -104,6 +109,29 @@ func (m *foreignMesh) forge(t *testing.T, bucket, key string, dup bool) {
 			t.Fatalf("the ack did not land on %s/%s", bucket, key)
 		}
 	}
+}
+
+// counted reports whether one of procs serves metrics with
+// ax_foreign_values_total{action, bucket} at least 1.
+func counted(procs []*process, bucket, action string) bool {
+	url := regexp.MustCompile(`metrics on (http://\S+/metrics)`)
+	line := fmt.Sprintf(`ax_foreign_values_total{action=%q,bucket=%q} `, action, bucket)
+	for _, p := range procs {
+		at := url.FindStringSubmatch(p.output())
+		if at == nil {
+			continue
+		}
+		res, err := http.Get(at[1])
+		if err != nil {
+			continue
+		}
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err == nil && strings.Contains(string(body), line) && !strings.Contains(string(body), line+"0\n") {
+			return true
+		}
+	}
+	return false
 }
 
 // succeeds waits until every task of ids (default tenant) succeeded.
@@ -160,6 +188,7 @@ func TestForeignValuesDoNotStopTheMesh(t *testing.T) {
 		require.Eventually(t, func() bool { l := leaderOf(js); return l == "s1" || l == "s2" },
 			6*leaderTTL+10*time.Second, 50*time.Millisecond, "no scheduler took the lease back")
 		t.Logf("a scheduler leads again %s after the forged lease (TTL %s)", time.Since(forged).Round(100*time.Millisecond), leaderTTL)
+		require.Eventually(t, func() bool { return counted(m.schedulers, "AX_LOCKS", "taken_over") }, 10*time.Second, 100*time.Millisecond)
 		m.succeeds(t, 30*time.Second, "after-lease")
 	})
 
@@ -196,6 +225,7 @@ func TestForeignValuesDoNotStopTheMesh(t *testing.T) {
 		m.forge(t, "AX_TASKS", "default.ready-forged", true)
 		m.worker = m.startWorker(t)
 		m.succeeds(t, 30*time.Second, "ready-forged")
+		require.True(t, counted([]*process{m.worker}, "AX_TASKS", "rebuilt"), "the worker counts the repair")
 		select {
 		case err := <-waited:
 			require.NoError(t, err)
