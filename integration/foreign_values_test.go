@@ -25,11 +25,11 @@ import (
 // as worker-1, each as its user; a Go client as the scheduler (it writes
 // records) and producer-acme's raw connection, which forges.
 type foreignMesh struct {
-	srv    *roleServer
-	url    string
-	client *ax.Client
-	store  *kv.Store
-	js     jetstream.JetStream // as the scheduler
+	srv        *roleServer
+	url        string
+	client     *ax.Client
+	store      *kv.Store
+	js         jetstream.JetStream // as the scheduler
 	acme       *nats.Conn
 	worker     *process
 	schedulers []*process
