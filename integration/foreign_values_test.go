@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -301,6 +302,54 @@ func TestForeignValuesDoNotStopTheMesh(t *testing.T) {
 		submitAs("acme", "acme-after")
 		succeeded("globex", "globex-after")
 		succeeded("acme", "acme-after")
+	})
+
+	t.Run("the limits", func(t *testing.T) {
+		m := startForeignMesh(t)
+		mustAxAs(t, m.url, "operator", "limit", "set", "sleep", "--concurrency", "1")
+		board, err := m.js.KeyValue(ctx, "AX_CONTROL")
+		require.NoError(t, err)
+		good, err := board.Get(ctx, "limits")
+		require.NoError(t, err)
+		// Over AX_CONTROL.limits the ack read as "no limit, no pause": the
+		// leader writes back the limits it read.
+		m.forge(t, "AX_CONTROL", "limits", true)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			e, err := board.Get(ctx, "limits")
+			if assert.NoError(c, err) {
+				assert.JSONEq(c, string(good.Value()), string(e.Value()))
+			}
+		}, 30*time.Second, 50*time.Millisecond, "the leader did not write the limits back")
+		require.Eventually(t, func() bool { return counted(m.schedulers, "AX_CONTROL", "restored") }, 10*time.Second, 100*time.Millisecond)
+		// Over the limit's slots in AX_LIMITS the ack read as "no slot
+		// held": the task running on the slot is put back, and no task
+		// takes a slot for a member TTL, so the limit is never exceeded.
+		var ids []string
+		for i := range 4 {
+			id := fmt.Sprintf("sleep-%d", i)
+			_, err := m.client.Submit(ctx, ax.TaskSpec{Type: "sleep", ID: id, Key: fmt.Sprintf("s%d", i), Payload: []byte(`{"ms":1000}`)})
+			require.NoError(t, err)
+			ids = append(ids, id)
+		}
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			rec, _, err := m.store.Get(ctx, kv.Ref{Tenant: "default", ID: ids[0]})
+			if assert.NoError(c, err) {
+				assert.Equal(c, kv.StateRunning, rec.State)
+			}
+		}, 30*time.Second, 20*time.Millisecond)
+		m.forge(t, "AX_LIMITS", kv.SlotsKey("sleep"), false)
+		m.succeeds(t, time.Minute, ids...)
+		var starts []time.Time
+		for _, id := range ids {
+			rec, _, err := m.store.Get(ctx, kv.Ref{Tenant: "default", ID: id})
+			require.NoError(t, err)
+			starts = append(starts, *rec.StartedAt)
+		}
+		slices.SortFunc(starts, time.Time.Compare)
+		for i := 1; i < len(starts); i++ {
+			require.GreaterOrEqual(t, starts[i].Sub(starts[i-1]), 900*time.Millisecond,
+				"two tasks of a limit of 1 started %s apart, each sleeping 1 s: %v", starts[i].Sub(starts[i-1]), starts)
+		}
 	})
 
 	t.Run("a unique claim", func(t *testing.T) {

@@ -29,6 +29,11 @@ var (
 	// ErrForeignRecord means a record key holds the record of another task
 	// (its tenant or id differ): not a record ax wrote there.
 	ErrForeignRecord = errors.New("record of another task")
+	// ErrForeignLimits means the limits key of the control bucket holds a
+	// value ax did not write there ([DecodeLimits]): a publish
+	// acknowledgement written over it through a reply subject, say, which
+	// would otherwise read as "no limit and no pause".
+	ErrForeignLimits = errors.New("limits key holds a value ax did not write")
 	// ErrRetentionTooShort means the record retention is shorter than the
 	// de-duplication window of the priority streams ([CheckRetention]).
 	ErrRetentionTooShort = errors.New("record retention shorter than the de-duplication window")

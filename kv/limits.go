@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -144,11 +145,16 @@ func ReadLimits(ctx context.Context, control jetstream.KeyValue) (Limits, uint64
 	return out, entry.Revision(), err
 }
 
-// DecodeLimits decodes the value of [LimitsKey].
+// DecodeLimits decodes the value of [LimitsKey]. A value with a field ax
+// does not write (a publish acknowledgement, {"stream":"AX_P2","seq":12},
+// would otherwise decode as no limit and no pause) is [ErrForeignLimits]:
+// a worker keeps the limits it last read, and the leader writes them back.
 func DecodeLimits(data []byte) (Limits, error) {
 	var out Limits
-	if err := json.Unmarshal(data, &out); err != nil {
-		return Limits{}, fmt.Errorf("decode %s: %w", LimitsKey, err)
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&out); err != nil {
+		return Limits{}, fmt.Errorf("decode %s: %w: %w", LimitsKey, ErrForeignLimits, err)
 	}
 	return out, nil
 }

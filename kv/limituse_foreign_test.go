@@ -80,3 +80,18 @@ func TestForeignLimitValues(t *testing.T) {
 		}, 3*time.Second, 20*time.Millisecond, "the rate stayed blocked")
 	})
 }
+
+// The limits key's value decodes only as ax writes it: a publish
+// acknowledgement (either shape) is ErrForeignLimits, not "no limit and no
+// pause"; ax's own values, the empty one included, decode.
+func TestDecodeLimitsRefusesForeignValues(t *testing.T) {
+	t.Parallel()
+	for _, v := range []string{`{}`, `{"limits":{"email":{"concurrency":2}}}`, `{"paused":{"tenant:acme":{"at":"2026-12-07T00:00:00Z"}}}`} {
+		_, err := kv.DecodeLimits([]byte(v))
+		require.NoError(t, err, v)
+	}
+	for _, v := range []string{`{"stream":"AX_P2","seq":12}`, `{"stream":"AX_P2","seq":12,"duplicate": true}`, `x`, ``} {
+		_, err := kv.DecodeLimits([]byte(v))
+		require.ErrorIs(t, err, kv.ErrForeignLimits, v)
+	}
+}

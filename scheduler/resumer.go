@@ -75,7 +75,7 @@ func (r *resumer) run(ctx context.Context) error {
 		stopped = make(chan error, 1)    // the watch ended
 		wg      sync.WaitGroup
 	)
-	wg.Go(func() { stopped <- r.follow(ctx, watch, ready, ended) })
+	wg.Go(func() { stopped <- r.follow(ctx, board, watch, ready, ended) })
 	defer wg.Wait()
 	defer cancel()
 	var (
@@ -134,10 +134,12 @@ func (r *resumer) run(ctx context.Context) error {
 
 // follow keeps r.paused as the watch delivers the limits, closes ready
 // once their initial values were delivered, and signals ended (without
-// waiting) each time a pause ends after that. It returns when ctx ends or
-// the watch does.
-func (r *resumer) follow(ctx context.Context, watch jetstream.KeyWatcher, ready, ended chan<- struct{}) error {
+// waiting) each time a pause ends after that. A value ax did not write
+// over the limits ([kv.ErrForeignLimits]) is replaced by the last limits
+// it read ([resumer.restore]). It returns when ctx ends or the watch does.
+func (r *resumer) follow(ctx context.Context, board jetstream.KeyValue, watch jetstream.KeyWatcher, ready, ended chan<- struct{}) error {
 	initial := true
+	var lastGood []byte // the last value of the limits that decoded, nil: none read yet
 	for {
 		select {
 		case <-ctx.Done():
@@ -154,9 +156,16 @@ func (r *resumer) follow(ctx context.Context, watch jetstream.KeyWatcher, ready,
 				continue
 			}
 			next, err := readPaused(e)
+			if errors.Is(err, kv.ErrForeignLimits) {
+				r.restore(ctx, board, e, lastGood, err)
+				continue
+			}
 			if err != nil {
 				r.log.Error("limits_decode", zap.Uint64("revision", e.Revision()), zap.Error(err))
 				continue
+			}
+			if e.Operation() == jetstream.KeyValuePut {
+				lastGood = e.Value()
 			}
 			was := r.paused.Swap(&next)
 			if !initial && was.ended(next) {
@@ -166,6 +175,39 @@ func (r *resumer) follow(ctx context.Context, watch jetstream.KeyWatcher, ready,
 				}
 			}
 		}
+	}
+}
+
+// restore writes good, the last value of the limits this leader read, over
+// e, a value ax did not write there (found: why), by compare-and-set on
+// its revision: the workers, which kept the limits they had read, and any
+// that starts later read them again. With none read (this leader was
+// elected after the value was written), the operator's limits and pauses
+// are lost: the error says to set them again (the workers keep theirs
+// meanwhile; a worker started since serves without them).
+func (r *resumer) restore(ctx context.Context, board jetstream.KeyValue, e jetstream.KeyValueEntry, good []byte, found error) {
+	value := e.Value()[:min(len(e.Value()), kv.ForeignValueLen)]
+	if good == nil {
+		r.log.Error("limits_foreign", zap.Uint64("revision", e.Revision()), zap.ByteString("value", value), zap.Error(found),
+			zap.String("hint", "the limits and pauses are not known here: set them again (ax limit set, ax pause)"))
+		return
+	}
+	var err error
+	if !r.l.held() {
+		err = errNotLeading
+	}
+	if err == nil {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err = board.Update(wctx, control.LimitsKey, good, e.Revision())
+	}
+	if err != nil {
+		r.log.Warn("limits_restore_failed", zap.Uint64("revision", e.Revision()), zap.ByteString("value", value), zap.Error(err))
+		return
+	}
+	r.log.Warn("limits_restored", zap.Uint64("foreign_revision", e.Revision()), zap.ByteString("foreign_value", value), zap.NamedError("found", found))
+	if r.l.cfg.OnForeignValue != nil {
+		r.l.cfg.OnForeignValue(r.l.cfg.Names.ControlBucket(), "restored")
 	}
 }
 
