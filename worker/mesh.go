@@ -282,7 +282,7 @@ func (w *Worker) reconcile(ctx context.Context, board jetstream.KeyValue, v *mes
 		}
 		return false // try again on the next event or tick
 	}
-	w.markServing()
+	w.markServing(ctx)
 	v.lastApplied, v.lastAssist, v.applied = v.table.Owners, assist, true
 	w.log.Info("shards_served", zap.Ints("owned", mine), zap.Ints("assisted", assist), zap.Uint64("table_revision", v.tableRev))
 	return true

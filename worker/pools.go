@@ -88,16 +88,18 @@ func (w *Worker) reconcilePools(ctx context.Context, board jetstream.KeyValue, v
 		}
 		w.log.Info("shards_served", zap.String("type", s.typ), zap.Ints("owned", mine), zap.Uint64("table_revision", v.tableRev))
 	}
-	w.markServing()
+	w.markServing(ctx)
 	v.appliedPools, v.applied = owners, true
 	return true
 }
 
-// markServing closes w.serving once (only the mesh loop calls it).
-func (w *Worker) markServing() {
+// markServing closes w.serving once, when the first requests of the
+// shards served have been sent (only the mesh loop calls it).
+func (w *Worker) markServing(ctx context.Context) {
 	select {
 	case <-w.serving:
 	default:
+		w.awaitPulls(ctx)
 		close(w.serving)
 	}
 }

@@ -53,6 +53,11 @@ type puller struct {
 	reqCtx   context.Context
 	abortReq context.CancelFunc
 	closed   chan struct{} // closed when the loop has returned
+	// asked is closed once the first request has been handed to the
+	// connection (or the loop has returned without one): [Worker.Ready]
+	// waits for it.
+	asked     chan struct{}
+	askedOnce sync.Once
 
 	mu    sync.Mutex
 	free  int           // credit not spent (mu)
@@ -66,7 +71,7 @@ func newPuller(w *Worker, s *shardSet, cons jetstream.Consumer, p, shard, budget
 	reqCtx, abortReq := context.WithCancel(context.Background())
 	pl := &puller{w: w, s: s, cons: cons, p: p, shard: shard, budget: budget, parkRoom: parkRoom,
 		expiry: expiry, opts: opts, ctx: ctx, cancel: cancel, reqCtx: reqCtx, abortReq: abortReq,
-		closed: make(chan struct{}), free: budget, freed: make(chan struct{}, 1)}
+		closed: make(chan struct{}), asked: make(chan struct{}), free: budget, freed: make(chan struct{}, 1)}
 	w.pulling.add(pl)
 	go pl.run()
 	return pl
@@ -118,6 +123,7 @@ const (
 
 func (pl *puller) run() {
 	defer func() {
+		pl.markAsked()
 		pl.abortReq()
 		pl.w.pulling.remove(pl)
 		close(pl.closed)
@@ -184,6 +190,7 @@ func (pl *puller) pull(n int) (int, error) {
 	ctx, cancel := context.WithTimeout(pl.reqCtx, pl.expiry)
 	defer cancel()
 	batch, err := pl.cons.Fetch(n, append(pl.opts, jetstream.FetchContext(ctx))...)
+	pl.markAsked() // Fetch returns once its request is written to the connection
 	if err != nil {
 		return 0, err
 	}
@@ -224,6 +231,9 @@ func (pl *puller) givePin() {
 		}
 	})
 }
+
+// markAsked closes asked once.
+func (pl *puller) markAsked() { pl.askedOnce.Do(func() { close(pl.asked) }) }
 
 // stopped reports whether stop (or abort) was called.
 func (pl *puller) stopped() bool { return pl.ctx.Err() != nil }

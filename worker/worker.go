@@ -45,7 +45,9 @@ type Worker struct {
 	// earlier epoch no longer holds its task ([Task.Held]).
 	memberEpoch atomic.Uint64
 	meshDone    chan struct{}
-	serving     chan struct{}             // closed once the mesh's shards are first served
+	serving     chan struct{}             // closed once the mesh's shards are first served, their first requests sent
+	ready       chan struct{}             // closed once Start has ended and the worker serves its shards ([Worker.Ready])
+	slotsOpen   chan struct{}             // closed when Start ends: the slots take deliveries from then on
 	peers       atomic.Pointer[peerTypes] // what the live peers handle; nil with fixed shards
 	unhandled   unhandledTypes            // types put back lately for want of a handler
 	limits      limitState                // the mesh's pauses and limits, and the slots held here
@@ -82,7 +84,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Worker, err
 	if err := store.CheckBatchedReads(ctx); err != nil {
 		return nil, fmt.Errorf("new worker: %w", guard.Err(err))
 	}
-	w := &Worker{cfg: cfg, js: js, store: store, tracer: tracing.Tracer(cfg.TracerProvider), log: cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)), stopCh: make(chan struct{}), slotsDone: make(chan struct{})}
+	w := &Worker{cfg: cfg, js: js, store: store, tracer: tracing.Tracer(cfg.TracerProvider), log: cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)), stopCh: make(chan struct{}), slotsDone: make(chan struct{}),
+		ready: make(chan struct{}), slotsOpen: make(chan struct{})}
 	if payload := int(js.Conn().MaxPayload()); payload > 0 {
 		w.maxRecord = payload
 		if base64.StdEncoding.EncodedLen(cfg.MaxResultBytes) > payload/2 {
@@ -103,20 +106,27 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Worker, err
 func (w *Worker) ID() string { return w.cfg.ID }
 
 // Start joins the mesh and consumes the shards it is given (or the fixed
-// [Config.Shards]), and starts the task slots and the heartbeat loop. A
-// permission the connection's user lacks, reported while it starts, fails
-// it at once with an error naming the subject (it matches
-// nats.ErrPermissionViolation), the worker stopped.
+// [Config.Shards]), and starts the task slots and the heartbeat loop. It
+// returns once the worker is [Worker.Ready] (or the member TTL has passed
+// without the mesh giving it shards). The slots start the tasks received
+// meanwhile only then, highest priority first. A permission the
+// connection's user lacks, reported while it starts, fails it at once with
+// an error naming the subject (it matches nats.ErrPermissionViolation), the
+// worker stopped.
 func (w *Worker) Start(ctx context.Context) error {
 	if !w.started.CompareAndSwap(false, true) {
 		return errors.New("worker already started")
 	}
 	guard, ctx := denied.Watch(ctx, w.js.Conn())
 	defer guard.Stop()
+	// Nothing runs yet if these fail: no slot will end, so Stop must not
+	// wait for them (it did, for ever).
 	if err := w.bindShards(ctx); err != nil {
+		close(w.slotsDone)
 		return fmt.Errorf("start worker: %w", w.refused(guard, err))
 	}
 	if err := w.subscribeCancels(); err != nil {
+		close(w.slotsDone)
 		return fmt.Errorf("start worker: %w", w.refused(guard, err))
 	}
 	// Slots and heartbeats run before any consumer does: a delivery must
@@ -142,8 +152,11 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.meshDone, w.serving = make(chan struct{}), make(chan struct{})
 		go func() { defer close(w.meshDone); w.runMesh(meshCtx, m) }()
 		w.awaitServing(ctx)
-	} else if err := w.serveFixed(ctx); err != nil {
-		return w.failStart(ctx, guard, err)
+	} else {
+		if err := w.serveFixed(ctx); err != nil {
+			return w.failStart(ctx, guard, err)
+		}
+		w.awaitPulls(ctx)
 	}
 	// A refused subscription (the cancel subject of another id than the
 	// user's) is reported only after the subscribe returned.
@@ -153,6 +166,11 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := guard.Check(ctx); err != nil {
 		return w.failStart(ctx, guard, err)
 	}
+	if w.fair {
+		w.awaitPulls(ctx) // the tenants' sets
+	}
+	close(w.slotsOpen)
+	w.markReady()
 	w.log.Info("worker_started", zap.Int("concurrency", w.cfg.Concurrency), zap.Bool("mesh", w.cfg.mesh), zap.Ints("shards", w.cfg.Shards))
 	return nil
 }
@@ -296,8 +314,15 @@ func (w *Worker) release(d *delivery) {
 	_ = d.msg.Nak()
 }
 
-// slot runs tasks one at a time, highest priority first, until Stop.
+// slot runs tasks one at a time, highest priority first, until Stop. It
+// starts none before Start has ended: the tasks waiting when the worker
+// joins arrive one request at a time, and a slot taking the first to come
+// would start a P4 task before a P0 one whose request went later.
 func (w *Worker) slot() {
+	select {
+	case <-w.slotsOpen:
+	case <-w.stopCh:
+	}
 	for {
 		d := w.dispatch.pop(w.stopCh)
 		if d == nil {

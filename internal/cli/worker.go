@@ -151,7 +151,17 @@ ax workers.`,
 				return err
 			}
 			fmt.Fprintf(e.errOut, "worker %s joining the mesh on %s (the deployment's ack wait: %s)\n", w.ID(), d.nc.ConnectedUrlRedacted(), ackWait)
-			return w.Run(cmd.Context())
+			done := make(chan error, 1)
+			go func() { done <- w.Run(cmd.Context()) }()
+			select {
+			case <-w.Ready():
+				// Each shard it owns now has a pull request on the server:
+				// what is submitted from here on starts in priority order.
+				fmt.Fprintf(e.errOut, "worker %s ready: it serves its shards\n", w.ID())
+				return <-done
+			case err := <-done:
+				return err
+			}
 		},
 	}
 	wf.add(cmd)

@@ -1,0 +1,84 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// readyWait bounds how long the worker waits for the first requests of its
+// pullers and the connection's flush before it takes itself for ready.
+const readyWait = 10 * time.Second
+
+// Ready returns a channel closed once the worker serves every shard the
+// mesh gave it when it joined (or its fixed [Config.Shards]): the first
+// pull request of each of their consumers, one per priority, has reached
+// the server. From then on a task submitted to those shards is delivered
+// to this worker as it is stored, so the tasks submitted after Ready start
+// here in priority order (strict within a worker: docs/RELIABILITY.md).
+//
+// [Worker.Start] returns once the worker is ready, unless joining the mesh
+// took longer than the member TTL (Start then logs mesh_join_slow and
+// Ready closes later). A program that runs the worker in a goroutine
+// (go w.Run(ctx)) waits for Ready before it counts on the worker:
+//
+//	go func() { done <- w.Run(ctx) }()
+//	select {
+//	case <-w.Ready():
+//	case err := <-done: // Start failed
+//		return err
+//	}
+//
+// Shards that come to the worker later (a member leaving, or one that died
+// without leaving, whose membership runs out after its TTL) are not waited
+// for. Ready never closes for a worker that fails to start.
+func (w *Worker) Ready() <-chan struct{} { return w.ready }
+
+// awaitPulls waits until every puller of the worker's sets has handed its
+// first request to the connection, then flushes the connection so that the
+// server has read them, for at most readyWait.
+func (w *Worker) awaitPulls(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, readyWait)
+	defer cancel()
+	for _, s := range w.shardSets() {
+		for shard := range s.pullers {
+			s.locks[shard].Lock()
+			pullers := s.pullers[shard]
+			s.locks[shard].Unlock()
+			for _, pl := range pullers {
+				select {
+				case <-pl.asked:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}
+	if err := w.js.Conn().FlushWithContext(ctx); err != nil && ctx.Err() == nil {
+		w.log.Debug("ready_flush_failed", zap.Error(err))
+	}
+}
+
+// markReady closes w.ready once the worker serves its first shards: at
+// once if it does (fixed shards, or the mesh served them within Start),
+// else when the mesh loop first serves them, unless the worker stops first.
+func (w *Worker) markReady() {
+	if w.serving == nil {
+		close(w.ready)
+		return
+	}
+	select {
+	case <-w.serving:
+		close(w.ready)
+		return
+	default:
+	}
+	w.loops.Go(func() {
+		select {
+		case <-w.serving:
+			close(w.ready)
+		case <-w.stopCh:
+		}
+	})
+}

@@ -1,0 +1,128 @@
+package worker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/worker"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+)
+
+// runJobWorker runs a worker of one slot, whose "job" handler reports each
+// task's priority on starts, in a goroutine as a program does
+// (go w.Run(ctx)); the returned stop ends it and waits for Run.
+func runJobWorker(t *testing.T, b *testBundle, starts chan<- int) (*worker.Worker, func()) {
+	t.Helper()
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("job", func(_ context.Context, task *worker.Task) error {
+		starts <- task.Priority
+		time.Sleep(20 * time.Millisecond) // the next tasks arrive while it runs
+		return nil
+	}, nil))
+	_, js := b.srv.Connect()
+	w, err := worker.New(context.Background(), js, &worker.Config{Registry: reg, Concurrency: 1, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	return w, func() {
+		cancel()
+		require.NoError(t, <-done)
+	}
+}
+
+// startOrder reads n starts.
+func startOrder(t *testing.T, starts <-chan int, n int) []int {
+	t.Helper()
+	var order []int
+	for range n {
+		select {
+		case p := <-starts:
+			order = append(order, p)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d tasks started: %v", len(order), n, order)
+		}
+	}
+	return order
+}
+
+// A program that runs its worker in a goroutine and waits for Ready sees
+// the tasks it submits next start in priority order: P0, P2 and P4, each
+// acknowledged before the next, on random shards, to a worker of one slot
+// (issue 36.6: without a wait, P0 did not start first in 3 runs of 3).
+func TestReadyFirstTasksInPriorityOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	for round := range 5 {
+		starts := make(chan int, 8)
+		w, stop := runJobWorker(t, b, starts)
+		select {
+		case <-w.Ready():
+		case <-time.After(30 * time.Second):
+			t.Fatal("worker not ready")
+		}
+		for _, p := range []ax.Priority{ax.P0, ax.P2, ax.P4} {
+			_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "job", Priority: p})
+			require.NoError(t, err)
+		}
+		require.Equal(t, []int{0, 2, 4}, startOrder(t, starts, 3), "round %d", round)
+		stop()
+	}
+}
+
+// Tasks waiting when a worker starts begin in priority order, not in the
+// order their shards' pullers happen to start: five tasks submitted P4
+// first, on random shards, then a worker of one slot.
+func TestStartTakesBacklogInPriorityOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	for round := range 5 {
+		for _, p := range []ax.Priority{ax.P4, ax.P3, ax.P2, ax.P1, ax.P0} {
+			_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "job", Priority: p})
+			require.NoError(t, err)
+		}
+		starts := make(chan int, 8)
+		_, stop := runJobWorker(t, b, starts)
+		require.Equal(t, []int{0, 1, 2, 3, 4}, startOrder(t, starts, 5), "round %d", round)
+		stop()
+	}
+}
+
+// Start returns once the worker is ready; a worker whose Start failed
+// is never ready.
+func TestStartReturnsReady(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	_, js := b.srv.Connect()
+	newWorker := func() *worker.Worker {
+		reg := worker.NewRegistry()
+		require.NoError(t, reg.Handle("job", func(context.Context, *worker.Task) error { return nil }, nil))
+		w, err := worker.New(context.Background(), js, &worker.Config{Registry: reg, Logger: zaptest.NewLogger(t)})
+		require.NoError(t, err)
+		return w
+	}
+	w := newWorker()
+	require.NoError(t, w.Start(context.Background()))
+	select {
+	case <-w.Ready():
+	default:
+		t.Fatal("Start returned before Ready")
+	}
+	require.NoError(t, w.Stop(context.Background()))
+
+	failed := newWorker()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.Error(t, failed.Start(ctx))
+	require.NoError(t, failed.Stop(context.Background()))
+	select {
+	case <-failed.Ready():
+		t.Fatal("a worker that failed to start is ready")
+	default:
+	}
+}
