@@ -39,6 +39,12 @@ func ExampleSubmitHook() {
 	w, _ := worker.New(ctx, js, &worker.Config{Registry: reg})
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
+	select {
+	case <-w.Ready(): // it serves its shards: what is submitted now starts in priority order
+	case err := <-done:
+		fmt.Println(err)
+		return
+	}
 
 	requestID := func(ctx context.Context, task ax.TaskSpec, header nats.Header) (func(ax.TaskInfo, error), error) {
 		header.Set("Ax-Request-Id", "req-7")

@@ -61,6 +61,12 @@ func ExampleOpen() {
 	w, _ := d.Worker(ctx, &worker.Config{Registry: reg})
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
+	select {
+	case <-w.Ready(): // it serves its shards: what is submitted now starts in priority order
+	case err := <-done:
+		fmt.Println(err)
+		return
+	}
 
 	client, _ := d.Client(ctx, nil)
 	defer func() { _ = client.Close() }()

@@ -45,6 +45,12 @@ func ExampleTask_SetResult() {
 	w, _ := worker.New(ctx, js, &worker.Config{Registry: reg})
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
+	select {
+	case <-w.Ready(): // it serves its shards: what is submitted now starts in priority order
+	case err := <-done:
+		fmt.Println(err)
+		return
+	}
 
 	client, _ := ax.NewClient(ctx, js, nil)
 	defer func() { _ = client.Close() }()
