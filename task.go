@@ -69,13 +69,15 @@ type TaskSpec struct {
 // has snake_case keys, as every JSON ax prints; run_at is left out when
 // the task runs at once.
 type TaskInfo struct {
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Tenant   string `json:"tenant"`
-	Priority int    `json:"priority"`
-	Shard    int    `json:"shard"`
-	Stream   string `json:"stream"`
-	Sequence uint64 `json:"sequence"` // stream sequence of the task's message
+	ID     string `json:"id"`
+	Type   string `json:"type"`
+	Tenant string `json:"tenant"`
+	// Priority is the task's bucket, as [TaskSpec.Priority] names it
+	// ("p0".."p4" in JSON, as every priority ax prints).
+	Priority Priority `json:"priority"`
+	Shard    int      `json:"shard"`
+	Stream   string   `json:"stream"`
+	Sequence uint64   `json:"sequence"` // stream sequence of the task's message
 	// RunAt is when a delayed task becomes due; zero when it runs at once.
 	RunAt time.Time `json:"run_at,omitzero"`
 	// Duplicate is true when the id had been submitted already within the
@@ -220,7 +222,7 @@ func (t TaskSpec) record(stream string, seq uint64) *kv.Record {
 
 func (t TaskSpec) info(names streams.Names, seq uint64, dup bool) TaskInfo {
 	return TaskInfo{
-		ID: t.ID, Type: t.Type, Tenant: t.Tenant, Priority: t.Priority.level(), Shard: streams.Shard(t.Key),
+		ID: t.ID, Type: t.Type, Tenant: t.Tenant, Priority: PriorityOf(t.Priority.level()), Shard: streams.Shard(t.Key),
 		Stream: names.PriorityStream(t.Priority.level()), Sequence: seq, Duplicate: dup, RunAt: t.RunAt,
 	}
 }

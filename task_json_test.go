@@ -38,7 +38,7 @@ func TestTaskInfoJSONKeys(t *testing.T) {
 		info ax.TaskInfo
 		want []string
 	}{
-		{"at once", ax.TaskInfo{ID: "a", Type: "echo", Tenant: "acme", Priority: 2, Shard: 3, Stream: "AX_P2", Sequence: 7},
+		{"at once", ax.TaskInfo{ID: "a", Type: "echo", Tenant: "acme", Priority: ax.P2, Shard: 3, Stream: "AX_P2", Sequence: 7},
 			[]string{"id", "type", "tenant", "priority", "shard", "stream", "sequence", "duplicate"}},
 		{"delayed", ax.TaskInfo{ID: "a", Type: "echo", Tenant: "acme", Stream: "AX_DELAYED", Sequence: 7, RunAt: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)},
 			[]string{"id", "type", "tenant", "priority", "shard", "stream", "sequence", "run_at", "duplicate"}},

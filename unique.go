@@ -132,7 +132,7 @@ func (c *Client) submitUnique(ctx context.Context, t TaskSpec) (TaskInfo, error)
 	}
 	if holder != nil {
 		return TaskInfo{
-			ID: holder.ID, Type: t.Type, Tenant: t.Tenant, Priority: holder.Priority, Shard: streams.Shard(holder.Key),
+			ID: holder.ID, Type: t.Type, Tenant: t.Tenant, Priority: PriorityOf(holder.Priority), Shard: streams.Shard(holder.Key),
 			Stream: holder.Stream, Sequence: holder.Seq, Duplicate: true, UniqueSkipped: true,
 		}, nil
 	}
