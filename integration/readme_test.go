@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -81,4 +82,32 @@ func TestReadmeTour(t *testing.T) {
 	require.NotContains(t, run("resume", "tenant:acme"), "tenant:acme")
 	run("dlq", "replay", "doomed-1")
 	require.Contains(t, run("stats"), "p0")
+}
+
+// README's first screen (issue 36.9): the two commands that work on a
+// fresh machine first, then the comparison with River, asynq and BullMQ,
+// whose every figure is one docs/BENCHMARKS.md gives.
+func TestReadmeFirstScreen(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	bench, err := os.ReadFile("../docs/BENCHMARKS.md")
+	require.NoError(t, err)
+	lines := strings.Split(string(readme), "\n")
+	screen := strings.Join(lines[:min(len(lines), 30)], "\n")
+	run, test := strings.Index(screen, "go run ./cmd/ax dev "), strings.Index(screen, "go test -race")
+	require.True(t, run > 0 && test > run, "the two commands lead the first screen:\n%s", screen)
+	var table []string
+	for _, l := range lines[:min(len(lines), 30)] {
+		if strings.HasPrefix(l, "| ") && strings.Index(screen, l) > test {
+			table = append(table, l)
+		}
+	}
+	require.Len(t, table, 6, "a header, its rule and four rows after the commands:\n%s", screen)
+	for _, name := range []string{"ax", "River", "asynq", "BullMQ"} {
+		require.Contains(t, strings.Join(table, "\n"), "| "+name, "the comparison names %s", name)
+	}
+	for _, figure := range regexp.MustCompile(`\b\d{1,2},\d{3}\b|\b274\b`).FindAllString(strings.Join(table, "\n"), -1) {
+		require.True(t, strings.Contains(string(bench), figure), "README quotes %s, which docs/BENCHMARKS.md must give", figure)
+	}
 }
