@@ -165,6 +165,9 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 		}
 		if summary != nil {
 			summary.Print(e.out)
+			if len(summary.SampleIDs) > 0 {
+				fmt.Fprintln(e.out, lookHint(f, srv.ClientURL(), summary.SampleIDs[0]))
+			}
 		}
 	}
 	if f.exit {
@@ -195,4 +198,23 @@ func (e *env) provision(ctx context.Context, js jetstream.JetStream, cfg *stream
 		fmt.Fprintf(e.errOut, "  updated %s\n", u)
 	}
 	return dep, nil
+}
+
+// lookHint tells how to look at task id of the demo: at once against the
+// server ax dev serves, or, with --exit, which stops that server, after
+// starting ax dev again on the same data.
+func lookHint(f *devFlags, url, id string) string {
+	server := ""
+	if url != nats.DefaultURL {
+		server = " --server " + url
+	}
+	if !f.exit {
+		return fmt.Sprintf("look at one: ax task trail %s%s", id, server)
+	}
+	listen := ""
+	if f.listen != "127.0.0.1:4222" {
+		listen = " --listen " + f.listen
+	}
+	return fmt.Sprintf("look at one: ax dev has stopped its server; its tasks stay in %s: run `ax dev --demo 0 --data %s%s`, then `ax task trail %s%s`",
+		f.data, f.data, listen, id, server)
 }

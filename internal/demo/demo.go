@@ -32,15 +32,13 @@ type Summary struct {
 	SampleIDs              []string
 }
 
-// Print writes the summary for a person.
+// Print writes the summary for a person (the hint to look at a sample
+// task is the caller's: it knows where the tasks can be read).
 func (s *Summary) Print(w io.Writer) {
 	rate := float64(s.Succeeded+s.Dead) / s.Elapsed.Seconds()
 	fmt.Fprintf(w, "\ndemo: %d tasks in %s: %d done, %d retried attempts, %d dead; %.0f tasks/s; start latency p50 %s, p99 %s\n",
 		s.Submitted, s.Elapsed.Round(time.Millisecond), s.Succeeded, s.Retried, s.Dead, rate,
 		s.LatencyP50.Round(time.Microsecond), s.LatencyP99.Round(time.Microsecond))
-	if len(s.SampleIDs) > 0 {
-		fmt.Fprintf(w, "look at one: ax task trail %s\n", s.SampleIDs[0])
-	}
 }
 
 // Run submits a mixed load of built-in "sleep" and "fail" tasks (5 % fail
