@@ -58,6 +58,9 @@ func TestReadmeTour(t *testing.T) {
 		require.Contains(t, trail, s)
 	}
 
+	run("submit", "sleep", "--payload", `{"ms":3000}`, "--id", "slow-1")
+	eventually("Progress", "task", "get", "slow-1")
+
 	run("submit", "fail", "--id", "doomed-1")
 	eventually("DEAD", "task", "get", "doomed-1")
 	require.Contains(t, run("dlq", "ls"), "doomed-1")

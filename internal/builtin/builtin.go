@@ -33,19 +33,53 @@ func Register(reg *worker.Registry, log *zap.Logger) error {
 	)
 }
 
+// sleepProgressFrom is the shortest sleep that reports its progress, and
+// sleepProgressEvery how often it does (the worker writes at most one
+// report a second to the record): the demo's sleeps of a few milliseconds
+// cost no write.
+const (
+	sleepProgressFrom  = time.Second
+	sleepProgressEvery = 500 * time.Millisecond
+)
+
 // Sleep sleeps args.MS milliseconds (or until its context ends) and fails
-// its first args.Fail attempts.
+// its first args.Fail attempts. A sleep of a second or more reports its
+// progress ([worker.Task.Progress]: "slept 2s of 5s"), so that `ax task
+// get` and the dashboard show it moving.
 func Sleep(ctx context.Context, task *worker.Task, args SleepArgs) error {
 	if args.MS < 0 || args.Fail < 0 {
 		return worker.Permanent(fmt.Errorf("sleep: ms and fail must not be negative"))
 	}
 	if args.MS > 0 {
-		t := time.NewTimer(time.Duration(args.MS) * time.Millisecond)
+		total := time.Duration(args.MS) * time.Millisecond
+		t := time.NewTimer(total)
 		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return context.Cause(ctx)
+		var tick <-chan time.Time
+		if total >= sleepProgressFrom {
+			ticker := time.NewTicker(sleepProgressEvery)
+			defer ticker.Stop()
+			tick = ticker.C
+		}
+		start := time.Now()
+	sleep:
+		for {
+			select {
+			case <-t.C:
+				break sleep
+			case <-tick:
+				slept := min(time.Since(start), total)
+				note := fmt.Sprintf("slept %s of %s", slept.Truncate(100*time.Millisecond), total)
+				if err := task.Progress(ctx, 100*slept.Seconds()/total.Seconds(), note); err != nil {
+					return err
+				}
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		}
+		if tick != nil {
+			if err := task.Progress(ctx, 100, fmt.Sprintf("slept %s", total)); err != nil {
+				return err
+			}
 		}
 	}
 	if task.Attempt <= args.Fail {
