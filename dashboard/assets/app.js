@@ -86,8 +86,10 @@ const fmtRate = (n) => (n ? n.toFixed(n < 10 ? 2 : 0) : "0");
 // fmtDur shortens a Go duration ("1.355744ms" -> "1.36ms").
 const fmtDur = (d) => String(d || "").replace(/(\d+\.\d{2})\d+/g, "$1");
 const badge = (s) => h("span", { class: `badge ${s}` }, s);
-// A task id belongs to its tenant: a task's page names both.
-const taskLink = (id, tenant) => h("a", { href: `#/task/${encodeURIComponent(id)}?tenant=${encodeURIComponent(tenant)}`,
+// A task id belongs to its tenant: a task's page names both. taskHash is
+// the link of a task's page (docs/DASHBOARD.md, "Links").
+const taskHash = (id, tenant) => `#/task/${encodeURIComponent(id)}?tenant=${encodeURIComponent(tenant)}`;
+const taskLink = (id, tenant) => h("a", { href: taskHash(id, tenant),
   "data-task-link": id, "data-tenant": tenant }, id);
 
 // niceMax rounds an axis top up to 2, 4 or 10 times a power of ten (at
@@ -303,7 +305,7 @@ async function pageTasks(params) {
   const form = filterForm("search", [["id", "task id (prefix)"], ["type", "type"], ["tenant", "tenant"], ["state", "state"]], params, (d) => go("tasks", d));
   main.replaceChildren(h("h2", {}, "Tasks"), form, h("p", { class: "muted" }, "Searching…"));
   const r = await api(`/api/tasks?${params}`);
-  if (r.tasks.length === 1 && params.get("id") === r.tasks[0].id) { location.hash = `#/task/${encodeURIComponent(r.tasks[0].id)}`; return; }
+  if (r.tasks.length === 1 && params.get("id") === r.tasks[0].id) { location.hash = taskHash(r.tasks[0].id, r.tasks[0].tenant); return; }
   main.replaceChildren(h("h2", {}, "Tasks"), form,
     h("p", { class: "muted", id: "matched" }, `${r.matched} matching, most recently updated first${r.matched > r.tasks.length ? `, showing ${r.tasks.length}` : ""}`,
       r.truncated ? " (cut to fit the server's max_payload)" : "",
