@@ -31,6 +31,7 @@ func TestWorkerReadyFirstTasksInPriorityOrder(t *testing.T) {
 			info, err := client.Submit(context.Background(), ax.TaskSpec{Type: "sleep", Priority: p, Payload: []byte(`{"ms":50}`)})
 			require.NoError(t, err)
 			ids = append(ids, info.ID)
+			time.Sleep(10 * time.Millisecond) // the server's delivery from different consumers is not ordered within a few ms (worker.Worker.Ready)
 		}
 		started := make([]time.Time, len(ids))
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
