@@ -124,24 +124,36 @@ func (m *mesh) submitLimited(owners worker.Assignment, victim string, round, lon
 }
 
 // waitRunning waits until an execution of each of tasks runs (started,
-// not ended), and returns the worker of the first.
+// not ended), and returns the worker of the first; on a timeout it fails
+// with the tasks' records.
 func (m *mesh) waitRunning(tasks []string) string {
 	m.t.Helper()
-	var first string
-	require.Eventually(m.t, func() bool {
+	deadline := time.Now().Add(time.Minute)
+	for {
 		j := readJournals(m.t, m.journal, m.deaths)
+		first, all := "", true
 		for i, id := range tasks {
 			k := slices.IndexFunc(j.executions[id], func(e execution) bool { return e.live })
 			if k < 0 {
-				return false
+				all = false
+				break
 			}
 			if i == 0 {
 				first = j.executions[id][k].worker
 			}
 		}
-		return true
-	}, time.Minute, 100*time.Millisecond, "%v did not all start", tasks)
-	return first
+		if all {
+			return first
+		}
+		if time.Now().After(deadline) {
+			var states []string
+			for _, id := range tasks {
+				states = append(states, fmt.Sprintf("%s: %s; executions %v", id, describe(m.record(id)), j.executions[id]))
+			}
+			m.t.Fatalf("%v did not all start within a minute:\n%s", tasks, strings.Join(states, "\n"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // heldAtOnce returns the most executions of the tasks whose id starts with
