@@ -252,10 +252,14 @@ func (c *Client) submit(ctx context.Context, t TaskSpec) (TaskInfo, error) {
 		return TaskInfo{ID: t.ID, Tenant: t.Tenant}, c.submitError(t, err)
 	}
 	dup, seq := ack.Duplicate, ack.Sequence
+	if !dup {
+		// Counted at the ack, before the record's write: a pressure report
+		// sampled after the store resets the count (setPressure), and one
+		// that arrived during the write, counted after it, would count the
+		// task twice and refuse a submit below the threshold.
+		c.sent[t.Priority.level()].Add(1)
+	}
 	if c.cfg.PublishOnly { // the worker that first sees the task writes its record
-		if !dup {
-			c.sent[t.Priority.level()].Add(1)
-		}
 		return t.info(c.cfg.Names, seq, dup), nil
 	}
 	_, _, err = c.store.Create(ctx, t.record(ack.Stream, ack.Sequence), kv.Actor{Action: "submit"})
@@ -268,9 +272,6 @@ func (c *Client) submit(ctx context.Context, t TaskSpec) (TaskInfo, error) {
 	}
 	if err != nil {
 		return TaskInfo{ID: t.ID, Tenant: t.Tenant}, fmt.Errorf("submit task %s: stored, but its record was not written: %w (%w)", t.ID, err, ErrMaybeStored)
-	}
-	if !dup {
-		c.sent[t.Priority.level()].Add(1)
 	}
 	return t.info(c.cfg.Names, seq, dup), nil
 }
