@@ -21,17 +21,18 @@ func TestZeroPriorityIsTheDefault(t *testing.T) {
 		name     string
 		priority ax.Priority
 		stream   string
+		info     ax.Priority
 		level    int
 	}{
-		{"unset", "", "AX_P2", 2},
-		{"P0 asked for", ax.P0, "AX_P0", 0},
-		{"P4", ax.P4, "AX_P4", 4},
+		{"unset", "", "AX_P2", ax.P2, 2},
+		{"P0 asked for", ax.P0, "AX_P0", ax.P0, 0},
+		{"P4", ax.P4, "AX_P4", ax.P4, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "email", Priority: tc.priority})
 			require.NoError(t, err)
 			require.Equal(t, tc.stream, info.Stream)
-			require.Equal(t, tc.level, info.Priority)
+			require.Equal(t, tc.info, info.Priority)
 			rec, _, err := b.client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 			require.NoError(t, err)
 			require.Equal(t, tc.level, rec.Priority)
