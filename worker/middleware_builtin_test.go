@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/internal/tracing"
@@ -77,13 +78,19 @@ func TestBuiltinMiddlewareOrder(t *testing.T) {
 	require.Same(t, v.task, v.handlerTask, "the handler finds the task in its context")
 	require.Equal(t, "ax.run job", v.span, "a user middleware runs in the attempt's run span")
 	require.Equal(t, v.spanContext, v.handlerSpan, "the handler's context carries the run span")
-	byID := map[trace.SpanID]tracetest.SpanStub{}
-	for _, s := range exporter.GetSpans() {
-		byID[s.SpanContext.SpanID()] = s
-	}
-	run, ok := byID[v.spanContext.SpanID()]
-	require.True(t, ok, "the run span ended")
-	require.Equal(t, "ax.task job", byID[run.Parent.SpanID()].Name, "the run span is a child of the task span")
+	// The task span ends when the delivery's processing returns, which may
+	// be a moment after its SUCCEEDED record is seen.
+	var parent string
+	require.Eventually(t, func() bool {
+		byID := map[trace.SpanID]tracetest.SpanStub{}
+		for _, s := range exporter.GetSpans() {
+			byID[s.SpanContext.SpanID()] = s
+		}
+		run, ok := byID[v.spanContext.SpanID()]
+		parent = byID[run.Parent.SpanID()].Name
+		return ok && parent != ""
+	}, 5*time.Second, 5*time.Millisecond, "the run span or its parent did not end")
+	require.Equal(t, "ax.task job", parent, "the run span is a child of the task span")
 
 	info, err = b.client.Submit(ctx, ax.TaskSpec{Type: "job", Headers: map[string]string{"Ax-Probe": "panic"}})
 	require.NoError(t, err)
