@@ -125,10 +125,17 @@ func TestWorkerMetricsStayBounded(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("publishes not acknowledged")
 	}
+	var records int
+	start := time.Now()
 	require.Eventually(t, func() bool {
 		keys, err := kv.ListKeys(ctx, js, streams.DefaultNames().TasksBucket(), "")
-		return err == nil && len(keys) == 2*n && w.Stats().Succeeded == n
-	}, 2*time.Minute, 100*time.Millisecond, "every task seen, every echo run: %+v", w.Stats())
+		records = len(keys)
+		if time.Since(start) > 10*time.Second && int(time.Since(start)/time.Second)%10 == 0 {
+			t.Logf("%v: %d records, %+v", time.Since(start), records, w.Stats())
+		}
+		return err == nil && records == 2*n && w.Stats().Succeeded == n
+	}, 2*time.Minute, 100*time.Millisecond, "every task seen, every echo run")
+	t.Logf("every task seen and every echo run after %v: %d records, %+v", time.Since(start), records, w.Stats())
 	text := scrape(t, m)
 	series := 0
 	for line := range strings.Lines(text) {

@@ -49,6 +49,15 @@ const (
 	// producer chooses the types).
 	unhandledMemory      = time.Minute
 	maxUnhandledReported = 100
+	// unhandledRedeliveries bounds the redeliveries per second that tasks
+	// waiting for a handler cost a worker that no peer can relieve: no
+	// put-back is shorter than the distinct tasks put back within
+	// unhandledMemory allow at that rate (500 tasks: 10 s; 10,000: 200 s). A producer choosing types no worker has
+	// would otherwise make a worker spend its capacity on put-backs (1,500
+	// such tasks: 150 redeliveries a second, the new tasks behind them).
+	// maxUnhandledTracked bounds the tasks counted.
+	unhandledRedeliveries = 50
+	maxUnhandledTracked   = 10_000
 )
 
 // peer is what the mesh loop knows of a live member.
@@ -162,7 +171,7 @@ func (w *Worker) handBack(d *delivery, env *envelope) {
 	w.unhandled.note(typ, time.Now())
 	w.stats.Unhandled.Add(1)
 	handOff := w.peerHandles(typ)
-	delay := unhandledDelay(env.delivered, handOff)
+	delay := unhandledDelay(env.delivered, handOff, w.unhandled.backlog(env.key, time.Now()))
 	_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
 	if handOff && w.policy == jetstream.PriorityPolicyPinned && d.set != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -174,22 +183,50 @@ func (w *Worker) handBack(d *delivery, env *envelope) {
 }
 
 // unhandledDelay is the nak delay of the delivered-th delivery of an
-// unhandled task: when a live peer handles the type (handOff),
-// unhandledHandOffFirst doubling up to unhandledHandOff, else
-// unhandledFirstDelay doubling up to unhandledWaitMax.
-func unhandledDelay(delivered uint64, handOff bool) time.Duration {
-	first, limit := unhandledFirstDelay, unhandledWaitMax
+// unhandled task, backlog the distinct tasks the worker put back lately:
+// when a live peer handles the type (handOff), unhandledHandOffFirst
+// doubling up to unhandledHandOff, else unhandledFirstDelay doubling up to
+// unhandledWaitMax, never shorter than the backlog at
+// unhandledRedeliveries a second.
+func unhandledDelay(delivered uint64, handOff bool, backlog int) time.Duration {
 	if handOff {
-		first, limit = unhandledHandOffFirst, unhandledHandOff
+		return min(unhandledHandOffFirst<<min(max(delivered, 1)-1, 20), unhandledHandOff)
 	}
-	return min(first<<min(max(delivered, 1)-1, 10), limit)
+	paced := time.Duration(backlog) * time.Second / unhandledRedeliveries
+	return max(min(unhandledFirstDelay<<min(max(delivered, 1)-1, 20), unhandledWaitMax), paced)
 }
 
 // unhandledTypes remembers the types the worker put back lately, for its
-// member record: at most maxUnhandledReported, each for unhandledMemory.
+// member record: at most maxUnhandledReported, each for unhandledMemory;
+// and how many distinct tasks it put back within unhandledMemory, at most
+// maxUnhandledTracked.
 type unhandledTypes struct {
-	mu   sync.Mutex
-	seen map[string]time.Time // type -> last put back (mu)
+	mu    sync.Mutex
+	seen  map[string]time.Time // type -> last put back (mu)
+	tasks map[string]time.Time // record key -> last put back (mu)
+	swept time.Time            // when tasks was last pruned (mu)
+}
+
+// backlog notes that the task under key is put back at now and returns how
+// many distinct tasks were put back within unhandledMemory.
+func (u *unhandledTypes) backlog(key string, now time.Time) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.tasks == nil {
+		u.tasks = map[string]time.Time{}
+	}
+	if now.Sub(u.swept) > unhandledMemory/10 || len(u.tasks) >= maxUnhandledTracked {
+		u.swept = now
+		for k, at := range u.tasks {
+			if now.Sub(at) > unhandledMemory {
+				delete(u.tasks, k)
+			}
+		}
+	}
+	if _, ok := u.tasks[key]; ok || len(u.tasks) < maxUnhandledTracked {
+		u.tasks[key] = now
+	}
+	return len(u.tasks)
 }
 
 // note records that a task of taskType was put back at now.
