@@ -65,7 +65,12 @@ func startOrder(t *testing.T, starts <-chan int, n int) []int {
 // detector a P0 task stored 1 ms before a P2 one was seen to reach the
 // worker 2 ms after it (delivered 5.7 ms after its store, the P2 task
 // 2.7 ms), and the idle slot had taken the P2 task. The worker orders
-// what it holds; what the server has not sent yet it cannot.
+// what it holds; what the server has not sent yet it cannot. Measured
+// back to back (no pause, each submit acknowledged before the next, a
+// a worker per round): 0 of 20 rounds out of order without the race
+// detector, 14 of 260 with it (7 runs), each time the P0 task received
+// by the worker 0.7-4 ms after the P2 one submitted after it; in order,
+// it was received within about 1 ms of its submit's return.
 func TestReadyFirstTasksInPriorityOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
