@@ -322,7 +322,7 @@ func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec 
 			}
 		}
 		// Keep the message (and its payload) until the task is resumed.
-		_ = d.settle(func() error { return d.msg.NakWithDelay(w.cfg.AckWait) })
+		d.nakAfter(w.cfg.AckWait)
 		return nil, 0, true, nil
 	default: // SUCCEEDED, DEAD, CANCELLED: nothing left to do
 		w.drop(d, env, "task is "+string(rec.State), true)
@@ -368,7 +368,7 @@ func (w *Worker) ahead(ctx context.Context, d *delivery, env *envelope, rec *kv.
 	}
 	delay := min(50*time.Millisecond<<min(env.delivered, 5), time.Second)
 	w.stats.Dropped.Add(1)
-	_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
+	d.nakAfter(delay)
 	return nil
 }
 
@@ -426,11 +426,11 @@ func (w *Worker) start(r *kv.Record, env *envelope) {
 func (w *Worker) drop(d *delivery, env *envelope, why string, ack bool) {
 	w.stats.Dropped.Add(1)
 	if ack {
-		_ = d.settle(d.msg.Ack)
+		d.ack()
 		w.log.Debug("delivery_dropped", env.logID(), zap.String("reason", why))
 		return
 	}
-	_ = d.settle(func() error { return nil })
+	d.leave()
 	w.log.Warn("lost_claim", env.logID(), zap.String("reason", why), zap.Uint64("delivery", env.delivered))
 }
 

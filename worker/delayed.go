@@ -80,7 +80,7 @@ func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
 		return true
 	}
 	w.log.Debug("task_deferred", zap.String("task_id", env.id), zap.Time("run_at", runAt))
-	_ = d.settle(d.msg.Ack)
+	d.ack()
 	return true
 }
 
@@ -125,7 +125,7 @@ func (w *Worker) unschedulable(ctx context.Context, d *delivery, env *envelope, 
 	w.stats.Dead.Add(1)
 	w.observe(rec, OutcomeDead)
 	w.log.Info("task_dead", zap.String("task_id", rec.ID), zap.String("type", rec.Type), zap.Error(cause))
-	_ = d.settle(func() error { return d.msg.TermWithReason(truncate(cause.Error(), 256)) })
+	d.term(cause)
 }
 
 // dueOwn reports whether a delivery is the raw message a PENDING record

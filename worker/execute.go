@@ -19,7 +19,7 @@ func (w *Worker) process(d *delivery) {
 	if d.meta == nil {
 		_, err := d.msg.Metadata()
 		w.log.Warn("bad_delivery", zap.Error(err))
-		_ = d.settle(d.msg.Term)
+		d.term(nil)
 		return
 	}
 	env := w.parse(d, d.meta)
@@ -29,7 +29,7 @@ func (w *Worker) process(d *delivery) {
 		// An execution of this task is still in flight here: wait for it
 		// to settle rather than run a second one beside it.
 		w.stats.Dropped.Add(1)
-		_ = d.settle(func() error { return d.msg.NakWithDelay(inFlightRetry) })
+		d.nakAfter(inFlightRetry)
 		return
 	}
 	defer w.processing.leave(env.key)
@@ -236,7 +236,7 @@ func (w *Worker) succeed(d *delivery, env *envelope, rec *kv.Record, rev uint64,
 	}
 	w.stats.Succeeded.Add(1)
 	w.observe(rec, OutcomeSucceeded)
-	_ = d.settle(d.msg.Ack)
+	d.ack()
 }
 
 // fail settles a failed attempt: retry with backoff while attempts remain
@@ -268,7 +268,7 @@ func (w *Worker) fail(d *delivery, env *envelope, rec *kv.Record, rev uint64, ca
 	w.stats.Retried.Add(1)
 	w.observe(rec, OutcomeRetry)
 	w.log.Debug("task_retry", env.logID(), zap.Int("attempt", rec.Attempt), zap.Duration("delay", delay), zap.Error(cause))
-	_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
+	d.nakAfter(delay)
 }
 
 // bury sends the task to the dead-letter stream, marks it DEAD and terms
@@ -312,7 +312,7 @@ func (w *Worker) bury(d *delivery, env *envelope, rec *kv.Record, rev uint64, ca
 	w.stats.Dead.Add(1)
 	w.observe(rec, OutcomeDead)
 	w.log.Info("task_dead", env.logID(), zap.String("type", rec.Type), zap.Int("attempt", rec.Attempt), zap.Error(cause))
-	_ = d.settle(func() error { return d.msg.TermWithReason(truncate(cause.Error(), 256)) })
+	d.term(cause)
 }
 
 // decideBurial keeps a decided burial whose dead letter could not be
@@ -333,7 +333,7 @@ func (w *Worker) decideBurial(ctx context.Context, d *delivery, env *envelope, r
 	}
 	delay := buryRetryDelay(env.delivered)
 	w.log.Warn("task_burying", env.logID(), zap.Duration("delay", delay), zap.Error(cause))
-	_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
+	d.nakAfter(delay)
 }
 
 // buryRetryDelay is how long a task whose dead letter could not be written
@@ -378,7 +378,7 @@ func (w *Worker) putBack(d *delivery, env *envelope, rec *kv.Record, rev uint64,
 		w.settleFailedWrite(d, env, err)
 		return
 	}
-	_ = d.settle(d.msg.Nak)
+	d.nak()
 }
 
 // cancelled settles a task whose handler was cancelled by an operator: the
@@ -392,7 +392,7 @@ func (w *Worker) cancelled(d *delivery, env *envelope, rec *kv.Record, rev uint6
 		return
 	}
 	w.observe(rec, OutcomeCancelled)
-	_ = d.settle(d.msg.Ack)
+	d.ack()
 }
 
 // settleFailedWrite handles a final write that did not land. A conflict
@@ -405,12 +405,5 @@ func (w *Worker) settleFailedWrite(d *delivery, env *envelope, err error) {
 		return
 	}
 	w.log.Error("final_write_failed", env.logID(), zap.Error(err))
-	_ = d.settle(func() error { return nil })
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
+	d.leave()
 }

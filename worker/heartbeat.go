@@ -62,30 +62,6 @@ type recordRead struct {
 	rev uint64
 }
 
-// settle marks d as answered, under its lock, and runs answer once. An
-// answer that fails (an ack, nak or term the connection could not send) is
-// logged here, once for every caller: the message then comes back after
-// its ack wait, and the record, already written, decides what that
-// delivery does.
-func (d *delivery) settle(answer func() error) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.settled {
-		return nil
-	}
-	d.settled = true
-	err := answer()
-	if err != nil && d.log != nil {
-		var stream string
-		var seq uint64
-		if d.meta != nil {
-			stream, seq = d.meta.Stream, d.meta.Sequence.Stream
-		}
-		d.log.Warn("settle_failed", zap.String("stream", stream), zap.Uint64("stream_seq", seq), zap.Error(err))
-	}
-	return err
-}
-
 // holds reports whether d's claim still holds at now: it lapses for good
 // once now is lapse or more past its last confirmed ack-wait reset, and no
 // later heartbeat revives it (JetStream may have redelivered the message

@@ -528,7 +528,7 @@ func (w *Worker) admit(d *delivery, env *envelope) (*admission, bool) {
 		}
 		w.reportHeldBack(env, HeldPaused)
 		delay := min(pausedFirstDelay<<min(max(env.delivered, 1)-1, 8), pausedMaxDelay)
-		_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
+		d.nakAfter(delay)
 		return nil, false
 	}
 	bound := t.match(s.Type, s.Tenant, s.Key)

@@ -135,7 +135,7 @@ func (w *Worker) movedAside(d *delivery, env *envelope, aside asideMove) bool {
 	w.stats.SteppedAside.Add(1)
 	w.reportHeldBack(env, aside.held)
 	w.log.Debug("task_stepped_aside", zap.String("task_id", env.id), zap.String("held_by", aside.target), zap.Time("run_at", runAt))
-	_ = d.settle(d.msg.Ack)
+	d.ack()
 	return true
 }
 

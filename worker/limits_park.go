@@ -573,7 +573,7 @@ func (w *Worker) holdBack(d *delivery, env *envelope, wait time.Duration) {
 	delay := max(wait, limitedFirstDelay<<min(max(env.delivered, 1)-1, 8))
 	delay = min(delay, limitedMaxDelay)
 	delay += rand.N(delay/2 + 1)
-	_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
+	d.nakAfter(delay)
 }
 
 // anyParked reports whether deliveries are parked here.

@@ -172,7 +172,7 @@ func (w *Worker) handBack(d *delivery, env *envelope) {
 	w.stats.Unhandled.Add(1)
 	handOff := w.peerHandles(typ)
 	delay := unhandledDelay(env.delivered, handOff, w.unhandled.backlog(env.key, time.Now()))
-	_ = d.settle(func() error { return d.msg.NakWithDelay(delay) })
+	d.nakAfter(delay)
 	if handOff && w.policy == jetstream.PriorityPolicyPinned && d.set != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()

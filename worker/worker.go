@@ -272,7 +272,7 @@ func (w *Worker) consumeError(err error) {
 // owner's requests would ([puller.stop]).
 func (w *Worker) receive(pl *puller, msg jetstream.Msg) {
 	if w.stopping.Load() || pl.stopped() || !pl.s.accepts(pl.shard) {
-		_ = msg.Nak()
+		refuse(msg)
 		pl.give(1)
 		if pl.stopped() && !w.stopping.Load() && w.policy == jetstream.PriorityPolicyPinned {
 			pl.givePin()
@@ -311,7 +311,7 @@ func (w *Worker) expired(d *delivery) bool {
 func (w *Worker) release(d *delivery) {
 	w.returnHanded(d)
 	w.held.remove(d)
-	_ = d.msg.Nak()
+	d.nak()
 }
 
 // slot runs tasks one at a time, highest priority first, until Stop. It
