@@ -13,35 +13,35 @@ import (
 // processes that disagree on these run tasks twice (a heartbeat period
 // longer than the server's ack wait) or not at all, so a disagreement is
 // an error, never a silent default. It runs before any consumer is served.
-func (w *Worker) adoptConsumer(s *shardSet, info *jetstream.ConsumerInfo) error {
+func (in *intake) adoptConsumer(s *shardSet, info *jetstream.ConsumerInfo) error {
 	have := info.Config.AckWait
-	if w.cfg.AckWait != 0 && w.cfg.AckWait != have {
+	if in.cfg.AckWait != 0 && in.cfg.AckWait != have {
 		return fmt.Errorf("%w: AckWait is %s here but %s on consumer %s/%s: set the worker's AckWait (--ack-wait) to %s, or leave it zero to adopt the consumers'",
-			ErrConfigMismatch, w.cfg.AckWait, have, info.Stream, info.Name, have)
+			ErrConfigMismatch, in.cfg.AckWait, have, info.Stream, info.Name, have)
 	}
-	w.cfg.AckWait = have
-	w.policy = info.Config.PriorityPolicy
-	return w.checkConsumer(s, 0, 0, info)
+	in.cfg.AckWait = have
+	in.policy = info.Config.PriorityPolicy
+	return in.checkConsumer(s, 0, 0, info)
 }
 
 // checkConsumer verifies that the consumer of (p, shard) agrees with what
 // the worker assumes: the ack wait and priority policy it adopted, the
 // subject filter of its names (prefix) and shard count, explicit acks and
 // unlimited deliveries (ax counts attempts in the record, not the server).
-func (w *Worker) checkConsumer(s *shardSet, p, shard int, info *jetstream.ConsumerInfo) error {
+func (in *intake) checkConsumer(s *shardSet, p, shard int, info *jetstream.ConsumerInfo) error {
 	c := info.Config
 	var diffs []string
 	diff := func(field string, have, want any) {
 		diffs = append(diffs, fmt.Sprintf("%s is %v on the consumer, %v here", field, have, want))
 	}
-	if c.AckWait != w.cfg.AckWait {
-		diff("AckWait", c.AckWait, w.cfg.AckWait)
+	if c.AckWait != in.cfg.AckWait {
+		diff("AckWait", c.AckWait, in.cfg.AckWait)
 	}
-	if c.PriorityPolicy != w.policy {
-		diff("PriorityPolicy", c.PriorityPolicy, w.policy)
+	if c.PriorityPolicy != in.policy {
+		diff("PriorityPolicy", c.PriorityPolicy, in.policy)
 	}
-	if want := w.consumerFilter(s, p, shard); c.FilterSubject != want {
-		diff("FilterSubject", c.FilterSubject, want+" (names prefix "+w.cfg.Names.Prefix()+")")
+	if want := in.consumerFilter(s, p, shard); c.FilterSubject != want {
+		diff("FilterSubject", c.FilterSubject, want+" (names prefix "+in.cfg.Names.Prefix()+")")
 	}
 	if c.AckPolicy != jetstream.AckExplicitPolicy {
 		diff("AckPolicy", c.AckPolicy, jetstream.AckExplicitPolicy)

@@ -14,23 +14,23 @@ import (
 // like [Worker.bindConsumer]: on a pools deployment it returns the type
 // consumers' settings ([streams.RoutedConfig]), otherwise nil. It keeps the
 // buckets' MaxMsgSize, which bounds a delayed task ([Worker.delayedLimit]).
-func (w *Worker) deploymentPools(ctx context.Context) (*streams.Config, error) {
-	name := w.cfg.Names.PriorityStream(0)
+func (in *intake) deploymentPools(ctx context.Context) (*streams.Config, error) {
+	name := in.cfg.Names.PriorityStream(0)
 	wait := 100 * time.Millisecond
 	for {
-		stream, err := w.js.Stream(ctx, name)
+		stream, err := in.js.Stream(ctx, name)
 		if err == nil {
 			sc := stream.CachedInfo().Config
-			w.maxMsgSize = sc.MaxMsgSize
+			in.maxMsgSize = sc.MaxMsgSize
 			if !streams.Routed(sc) {
 				return nil, nil
 			}
-			return streams.RoutedConfig(w.cfg.Names, sc)
+			return streams.RoutedConfig(in.cfg.Names, sc)
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("look up stream %s: %w", name, err)
 		}
-		w.log.Warn("bind_stream_retry", zap.String("stream", name), zap.Error(err))
+		in.log.Warn("bind_stream_retry", zap.String("stream", name), zap.Error(err))
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -45,18 +45,18 @@ func (w *Worker) deploymentPools(ctx context.Context) (*streams.Config, error) {
 // bindConsumer looks up the consumer of (priority, shard) of set s,
 // retrying with backoff while the server cannot answer (a cluster electing
 // leaders, a node restarting), until ctx ends.
-func (w *Worker) bindConsumer(ctx context.Context, s *shardSet, priority, shard int) (jetstream.Consumer, error) {
-	stream, name := w.cfg.Names.PriorityStream(priority), w.consumerName(s, priority, shard)
+func (in *intake) bindConsumer(ctx context.Context, s *shardSet, priority, shard int) (jetstream.Consumer, error) {
+	stream, name := in.cfg.Names.PriorityStream(priority), in.consumerName(s, priority, shard)
 	wait := 100 * time.Millisecond
 	for {
-		cons, err := w.js.Consumer(ctx, stream, name)
+		cons, err := in.js.Consumer(ctx, stream, name)
 		if err == nil {
 			return cons, nil
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("bind consumer %s/%s: %w", stream, name, err)
 		}
-		w.log.Warn("bind_consumer_retry", zap.String("stream", stream), zap.String("consumer", name), zap.Error(err))
+		in.log.Warn("bind_consumer_retry", zap.String("stream", stream), zap.String("consumer", name), zap.Error(err))
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:

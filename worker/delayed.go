@@ -89,8 +89,8 @@ func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
 // server's max_payload; 0 when neither is known.
 func (w *Worker) delayedLimit() int {
 	limit := int(w.js.Conn().MaxPayload())
-	if w.maxMsgSize > 0 && (limit <= 0 || int(w.maxMsgSize) < limit) {
-		limit = int(w.maxMsgSize)
+	if w.intake.maxMsgSize > 0 && (limit <= 0 || int(w.intake.maxMsgSize) < limit) {
+		limit = int(w.intake.maxMsgSize)
 	}
 	return max(limit, 0)
 }

@@ -150,7 +150,7 @@ func (w *Worker) run(env *envelope, exec *attemptRecord, d *delivery, adm *admis
 	ctx, cancel := context.WithTimeoutCause(base, time.Duration(rec.Timeout), ErrTimeout)
 	defer cancel()
 	ctx = env.trace.enterRun(ctx, rec.Attempt)
-	epoch := w.memberEpoch.Load()
+	epoch := w.intake.memberEpoch.Load()
 	w.track(d, env.key, cancelBase) // rec.Ref() is env.ref (the store checks it)
 	defer w.untrack(d)
 
@@ -161,7 +161,7 @@ func (w *Worker) run(env *envelope, exec *attemptRecord, d *delivery, adm *admis
 		Headers: d.msg.Headers(), Worker: w.cfg.ID, EnqueuedAt: env.published,
 		fence: Fence{Tenant: rec.Tenant, Task: rec.ID, Revision: rev, Delivery: env.delivered},
 		held: func() bool {
-			return ctx.Err() == nil && d.alive(lapse) && w.member(epoch) && adm.holdsSlots()
+			return ctx.Err() == nil && d.alive(lapse) && w.intake.member(epoch) && adm.holdsSlots()
 		},
 		exec: exec, resultLimit: w.cfg.MaxResultBytes,
 	}
@@ -195,17 +195,6 @@ func (w *Worker) run(env *envelope, exec *attemptRecord, d *delivery, adm *admis
 		after = fmt.Sprintf("after its timeout (%s)", rec.Timeout)
 	}
 	return task, fmt.Errorf("%w: handler did not return within %s %s; its goroutine was abandoned", ErrHandlerStuck, w.cfg.AbandonAfter, after), cause
-}
-
-// member reports whether the worker still holds the membership it held
-// at epoch (always true with fixed shards), checked synchronously against
-// the lease's validity.
-func (w *Worker) member(epoch uint64) bool {
-	if !w.cfg.mesh {
-		return true
-	}
-	lease := w.lease.Load()
-	return lease != nil && w.memberEpoch.Load() == epoch && lease.Held()
 }
 
 // finalCtx bounds the writes that settle an outcome by opTimeout (up to

@@ -17,7 +17,7 @@ func TestLapseIsSticky(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w, js := shardZeroWorker(t)
-	require.NoError(t, w.bindShards(ctx))
+	require.NoError(t, w.intake.bindShards(ctx))
 	require.Equal(t, 3*time.Second, w.cfg.AckWait, "adopted from the consumers")
 	msg, key := fetchShardZero(t, js, "job", nil)
 	meta, err := msg.Metadata()

@@ -23,45 +23,45 @@ type member struct {
 	started time.Time
 }
 
-func (w *Worker) newMember(ctx context.Context) (*member, error) {
-	lease, err := kv.NewLease(ctx, w.js, &kv.LeaseConfig{
-		Bucket: w.cfg.Names.WorkersBucket(), Key: w.cfg.ID, Holder: w.cfg.ID,
-		TTL: w.cfg.MemberTTL, RenewEvery: w.cfg.MemberTTL / 4,
+func (in *intake) newMember(ctx context.Context) (*member, error) {
+	lease, err := kv.NewLease(ctx, in.js, &kv.LeaseConfig{
+		Bucket: in.cfg.Names.WorkersBucket(), Key: in.cfg.ID, Holder: in.cfg.ID,
+		TTL: in.cfg.MemberTTL, RenewEvery: in.cfg.MemberTTL / 4,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("membership: %w", err)
 	}
-	w.lease.Store(lease)
+	in.lease.Store(lease)
 	host, _ := os.Hostname()
 	now := time.Now().UTC()
 	return &member{lease: lease, started: now, record: kv.Member{
-		ID: w.cfg.ID, Host: host, Concurrency: w.cfg.Concurrency, Version: w.cfg.Version,
-		Shards: []int{}, Handles: slices.Sorted(slices.Values(w.cfg.Registry.Types())), StartedAt: now,
+		ID: in.cfg.ID, Host: host, Concurrency: in.cfg.Concurrency, Version: in.cfg.Version,
+		Shards: []int{}, Handles: slices.Sorted(slices.Values(in.cfg.Registry.Types())), StartedAt: now,
 	}}, nil
 }
 
 // announce sets the member record the next renewal writes: the shards the
 // worker owns, the tasks it runs now and the types it put back lately for
 // want of a handler.
-func (w *Worker) announce(m *member) {
-	m.record.Shards, m.record.Pools = w.ownedShards()
-	if w.typed {
-		m.record.Types = w.types()
+func (in *intake) announce(m *member) {
+	m.record.Shards, m.record.Pools = in.ownedShards()
+	if in.typed {
+		m.record.Types = in.types()
 	}
-	m.record.InFlight = w.inFlight()
-	m.record.Unhandled = w.unhandled.list(time.Now())
+	m.record.InFlight = in.inFlight()
+	m.record.Unhandled = in.unhandled.list(time.Now())
 	data, err := json.Marshal(m.record)
 	if err != nil {
-		w.log.Error("member_encode", zap.Error(err))
+		in.log.Error("member_encode", zap.Error(err))
 		return
 	}
 	m.lease.SetData(data)
 }
 
 // inFlight counts the tasks whose handler runs now.
-func (w *Worker) inFlight() int {
+func (in *intake) inFlight() int {
 	n := 0
-	w.running.Range(func(_, _ any) bool { n++; return true })
+	in.running.Range(func(_, _ any) bool { n++; return true })
 	return n
 }
 
@@ -70,7 +70,7 @@ func (w *Worker) inFlight() int {
 // when its membership is lost (it could not renew within the TTL, as in a
 // network partition) it stops every consumer, cancels its running tasks
 // with [ErrLeaseLost] and joins again.
-func (w *Worker) runMesh(ctx context.Context, m *member) {
+func (in *intake) runMesh(ctx context.Context, m *member) {
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	for {
@@ -79,23 +79,23 @@ func (w *Worker) runMesh(ctx context.Context, m *member) {
 			return
 		case <-retry.C:
 		}
-		err := w.serveMesh(ctx, m)
-		if err := w.serveNone(context.WithoutCancel(ctx)); err != nil {
-			w.log.Warn("shards_stop_failed", zap.Error(err))
+		err := in.serveMesh(ctx, m)
+		if err := in.serveNone(context.WithoutCancel(ctx)); err != nil {
+			in.log.Warn("shards_stop_failed", zap.Error(err))
 		}
 		if ctx.Err() != nil {
 			return
 		}
 		if errors.Is(err, kv.ErrLeaseLost) {
-			w.log.Warn("membership_lost", zap.Error(err))
-			w.memberEpoch.Add(1) // before a new hold can make the lease valid again
-			w.running.Range(func(_, e any) bool {
+			in.log.Warn("membership_lost", zap.Error(err))
+			in.memberEpoch.Add(1) // before a new hold can make the lease valid again
+			in.running.Range(func(_, e any) bool {
 				e.(execution).cancel(ErrLeaseLost)
 				return true
 			})
 		} else {
-			w.log.Warn("membership_failed", zap.Error(err))
+			in.log.Warn("membership_failed", zap.Error(err))
 		}
-		retry.Reset(w.cfg.MemberTTL / 4)
+		retry.Reset(in.cfg.MemberTTL / 4)
 	}
 }

@@ -25,14 +25,14 @@ type ShardTable struct {
 
 // awaitServing waits until the worker serves the shards the mesh gives it,
 // for at most the member TTL (after that it keeps trying in the background).
-func (w *Worker) awaitServing(ctx context.Context) {
-	timer := time.NewTimer(w.cfg.MemberTTL)
+func (in *intake) awaitServing(ctx context.Context) {
+	timer := time.NewTimer(in.cfg.MemberTTL)
 	defer timer.Stop()
 	select {
-	case <-w.serving:
+	case <-in.serving:
 	case <-ctx.Done():
 	case <-timer.C:
-		w.log.Warn("mesh_join_slow", zap.Duration("waited", w.cfg.MemberTTL))
+		in.log.Warn("mesh_join_slow", zap.Duration("waited", in.cfg.MemberTTL))
 	}
 }
 
@@ -69,26 +69,26 @@ type meshView struct {
 
 // serveMesh joins the mesh and serves until ctx ends (nil) or the
 // membership is lost ([kv.ErrLeaseLost]). The lease is released on return.
-func (w *Worker) serveMesh(ctx context.Context, m *member) (err error) {
-	w.announce(m)
+func (in *intake) serveMesh(ctx context.Context, m *member) (err error) {
+	in.announce(m)
 	guarded, release, err := m.lease.Hold(ctx)
 	if err != nil {
 		return err
 	}
 	defer release()
 	defer func() { err = meshEnd(ctx, guarded, err) }() // before release ends guarded
-	members, err := w.js.KeyValue(guarded, w.cfg.Names.WorkersBucket())
+	members, err := in.js.KeyValue(guarded, in.cfg.Names.WorkersBucket())
 	if err != nil {
-		return fmt.Errorf("bind %s: %w", w.cfg.Names.WorkersBucket(), err)
+		return fmt.Errorf("bind %s: %w", in.cfg.Names.WorkersBucket(), err)
 	}
-	board, err := control.Open(guarded, w.js, w.cfg.Names)
+	board, err := control.Open(guarded, in.js, in.cfg.Names)
 	if err != nil {
-		return fmt.Errorf("bind %s: %w", w.cfg.Names.ControlBucket(), err)
+		return fmt.Errorf("bind %s: %w", in.cfg.Names.ControlBucket(), err)
 	}
 	// Listed before the watch: each listed member the watch has not
 	// delivered by its initial-values mark is read then (kv.CatchUp), so
 	// that a member renewing its lease meanwhile is not taken for gone.
-	listed, err := kv.ListKeys(guarded, w.js, w.cfg.Names.WorkersBucket(), "")
+	listed, err := kv.ListKeys(guarded, in.js, in.cfg.Names.WorkersBucket(), "")
 	if err != nil {
 		return fmt.Errorf("list members: %w", err)
 	}
@@ -98,7 +98,7 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) (err error) {
 	}
 	defer func() { _ = kv.StopWatch(memberWatch) }()
 	tableKey := control.ShardTableKey
-	if w.typed {
+	if in.typed {
 		tableKey = control.PoolTableKey
 	}
 	tableWatch, err := board.Watch(guarded, tableKey)
@@ -123,12 +123,12 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) (err error) {
 				return fmt.Errorf("watch members: closed")
 			}
 			if e == nil {
-				w.catchUp(guarded, members, listed, delivered, func(e jetstream.KeyValueEntry) { v.member(e, w.log) })
+				in.catchUp(guarded, members, listed, delivered, func(e jetstream.KeyValueEntry) { v.member(e, in.log) })
 			} else if !v.liveReady {
 				delivered[e.Key()] = true
 			}
-			v.member(e, w.log)
-			w.peers.Store(v.peerHandles(w.cfg.ID))
+			v.member(e, in.log)
+			in.peers.Store(v.peerHandles(in.cfg.ID))
 		case e, ok := <-tableWatch.Updates():
 			if !ok {
 				return fmt.Errorf("watch shard table: closed")
@@ -136,19 +136,19 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) (err error) {
 			// No catch-up as for the members: a table missed at the mark
 			// comes on the watch, and one written meanwhile fails its
 			// compare-and-set (and workers may not read AX_CONTROL).
-			if w.typed {
-				tableEntry(v, e, &v.pools, w.log)
+			if in.typed {
+				tableEntry(v, e, &v.pools, in.log)
 			} else {
-				tableEntry(v, e, &v.table, w.log)
+				tableEntry(v, e, &v.table, in.log)
 			}
 		case <-refresh.C: // also retries a failed switch
-			w.announce(m) // the next renewal carries the in-flight count of now
+			in.announce(m) // the next renewal carries the in-flight count of now
 		}
-		if v.liveReady && v.tableReady && w.reconcileAny(guarded, board, v) {
+		if v.liveReady && v.tableReady && in.reconcileAny(guarded, board, v) {
 			// Announce the new shards now rather than at the next renewal.
-			w.announce(m)
+			in.announce(m)
 			if _, err := m.lease.Renew(guarded); err != nil && guarded.Err() == nil {
-				w.log.Warn("member_renew_failed", zap.Error(err))
+				in.log.Warn("member_renew_failed", zap.Error(err))
 			}
 		}
 	}
@@ -157,13 +157,13 @@ func (w *Worker) serveMesh(ctx context.Context, m *member) (err error) {
 // catchUp applies, through apply, the current entry of each of listed the
 // watch did not deliver before its initial-values mark ([kv.CatchUp]). A
 // failed read is logged: the key's next update brings it.
-func (w *Worker) catchUp(ctx context.Context, bucket jetstream.KeyValue, listed []string, delivered map[string]bool, apply func(jetstream.KeyValueEntry)) {
+func (in *intake) catchUp(ctx context.Context, bucket jetstream.KeyValue, listed []string, delivered map[string]bool, apply func(jetstream.KeyValueEntry)) {
 	err := kv.CatchUp(ctx, bucket, listed, delivered, func(e jetstream.KeyValueEntry) error {
 		apply(e)
 		return nil
 	})
 	if err != nil && ctx.Err() == nil {
-		w.log.Warn("mesh_catch_up_failed", zap.String("bucket", bucket.Bucket()), zap.Error(err))
+		in.log.Warn("mesh_catch_up_failed", zap.String("bucket", bucket.Bucket()), zap.Error(err))
 	}
 }
 
@@ -227,10 +227,10 @@ func tableEntry[T any](v *meshView, e jetstream.KeyValueEntry, dst *T, log *zap.
 // worker last saw and reports its new revision, or false if another member
 // wrote first (its table arrives on the watch), the worker is leaving, or
 // the write failed (logged; the next event or tick tries again).
-func (w *Worker) writeTable(ctx context.Context, board jetstream.KeyValue, key string, table any, rev uint64) (uint64, bool) {
+func (in *intake) writeTable(ctx context.Context, board jetstream.KeyValue, key string, table any, rev uint64) (uint64, bool) {
 	data, err := json.Marshal(table)
 	if err != nil {
-		w.log.Error("table_encode", zap.String("key", key), zap.Error(err))
+		in.log.Error("table_encode", zap.String("key", key), zap.Error(err))
 		return 0, false
 	}
 	wctx, cancel := context.WithTimeout(ctx, opTimeout)
@@ -241,24 +241,24 @@ func (w *Worker) writeTable(ctx context.Context, board jetstream.KeyValue, key s
 		return next, true
 	case kv.IsRevisionMismatch(err), ctx.Err() != nil:
 	default:
-		w.log.Warn("table_write_failed", zap.String("key", key), zap.Error(err))
+		in.log.Warn("table_write_failed", zap.String("key", key), zap.Error(err))
 	}
 	return 0, false
 }
 
 // reconcileAny reconciles the worker's shards with the table of its
 // deployment: the catch-all [ShardTable] or the per-type [PoolTable].
-func (w *Worker) reconcileAny(ctx context.Context, board jetstream.KeyValue, v *meshView) bool {
-	if w.typed {
-		return w.reconcilePools(ctx, board, v)
+func (in *intake) reconcileAny(ctx context.Context, board jetstream.KeyValue, v *meshView) bool {
+	if in.typed {
+		return in.reconcilePools(ctx, board, v)
 	}
-	return w.reconcile(ctx, board, v)
+	return in.reconcile(ctx, board, v)
 }
 
 // reconcile writes a new table if the live members differ from the table's,
 // then serves the shards the table gives this worker. It reports whether
 // the shards it serves changed.
-func (w *Worker) reconcile(ctx context.Context, board jetstream.KeyValue, v *meshView) bool {
+func (in *intake) reconcile(ctx context.Context, board jetstream.KeyValue, v *meshView) bool {
 	live := make([]string, 0, len(v.live))
 	for id := range v.live {
 		live = append(live, id)
@@ -266,24 +266,24 @@ func (w *Worker) reconcile(ctx context.Context, board jetstream.KeyValue, v *mes
 	slices.Sort(live)
 	if !slices.Equal(live, v.table.Members) {
 		next := ShardTable{Members: live, Owners: Rebalance(v.table.Owners, live), At: time.Now().UTC()}
-		if rev, ok := w.writeTable(ctx, board, control.ShardTableKey, next, v.tableRev); ok {
-			w.log.Info("shard_table_written", zap.Strings("members", live), zap.Int("moved", v.table.Owners.Moved(next.Owners)), zap.Uint64("revision", rev))
+		if rev, ok := in.writeTable(ctx, board, control.ShardTableKey, next, v.tableRev); ok {
+			in.log.Info("shard_table_written", zap.Strings("members", live), zap.Int("moved", v.table.Owners.Moved(next.Owners)), zap.Uint64("revision", rev))
 			v.table, v.tableRev = next, rev
 		}
 	}
-	assist := w.assistShards(v)
+	assist := in.assistShards(v)
 	if v.applied && v.lastApplied == v.table.Owners && slices.Equal(v.lastAssist, assist) {
 		return false
 	}
-	mine := v.table.Owners.Shards(w.cfg.ID)
-	if err := w.serveAll(ctx, mine, assist); err != nil {
+	mine := v.table.Owners.Shards(in.cfg.ID)
+	if err := in.serveAll(ctx, mine, assist); err != nil {
 		if ctx.Err() == nil {
-			w.log.Warn("serve_shards_failed", zap.Error(err))
+			in.log.Warn("serve_shards_failed", zap.Error(err))
 		}
 		return false // try again on the next event or tick
 	}
-	w.markServing(ctx)
+	in.markServing(ctx)
 	v.lastApplied, v.lastAssist, v.applied = v.table.Owners, assist, true
-	w.log.Info("shards_served", zap.Ints("owned", mine), zap.Ints("assisted", assist), zap.Uint64("table_revision", v.tableRev))
+	in.log.Info("shards_served", zap.Ints("owned", mine), zap.Ints("assisted", assist), zap.Uint64("table_revision", v.tableRev))
 	return true
 }

@@ -22,17 +22,17 @@ type PoolTable struct {
 }
 
 // types returns the task types the worker serves (the types of its sets).
-func (w *Worker) types() []string {
-	out := make([]string, 0, len(w.sets))
-	for _, s := range w.sets {
+func (in *intake) types() []string {
+	out := make([]string, 0, len(in.sets))
+	for _, s := range in.sets {
 		out = append(out, s.typ)
 	}
 	return out
 }
 
 // serveFixed serves the fixed [Config.Shards] in every set.
-func (w *Worker) serveFixed(ctx context.Context) error {
-	return w.serveAll(ctx, w.cfg.Shards, nil)
+func (in *intake) serveFixed(ctx context.Context) error {
+	return in.serveAll(ctx, in.cfg.Shards, nil)
 }
 
 // membersOf returns the sorted ids of the live members that serve
@@ -51,13 +51,13 @@ func (v *meshView) membersOf(taskType string) []string {
 // reconcilePools writes new tables for the worker's types whose live
 // members differ from their table's, then serves the shards each type's
 // table gives this worker. It reports whether the shards it serves changed.
-func (w *Worker) reconcilePools(ctx context.Context, board jetstream.KeyValue, v *meshView) bool {
+func (in *intake) reconcilePools(ctx context.Context, board jetstream.KeyValue, v *meshView) bool {
 	next := PoolTable{Types: maps.Clone(v.pools.Types)}
 	if next.Types == nil {
 		next.Types = map[string]ShardTable{}
 	}
 	changed := false
-	for _, s := range w.sets {
+	for _, s := range in.sets {
 		live := v.membersOf(s.typ)
 		cur := next.Types[s.typ]
 		if !slices.Equal(live, cur.Members) {
@@ -66,40 +66,40 @@ func (w *Worker) reconcilePools(ctx context.Context, board jetstream.KeyValue, v
 		}
 	}
 	if changed {
-		if rev, ok := w.writeTable(ctx, board, control.PoolTableKey, next, v.tableRev); ok {
-			w.log.Info("pool_table_written", zap.Strings("types", w.types()), zap.Uint64("revision", rev))
+		if rev, ok := in.writeTable(ctx, board, control.PoolTableKey, next, v.tableRev); ok {
+			in.log.Info("pool_table_written", zap.Strings("types", in.types()), zap.Uint64("revision", rev))
 			v.pools, v.tableRev = next, rev
 		}
 	}
-	owners := make(map[string]Assignment, len(w.sets))
-	for _, s := range w.sets {
+	owners := make(map[string]Assignment, len(in.sets))
+	for _, s := range in.sets {
 		owners[s.typ] = v.pools.Types[s.typ].Owners
 	}
 	if v.applied && maps.Equal(v.appliedPools, owners) {
 		return false
 	}
-	for _, s := range w.sets {
-		mine := owners[s.typ].Shards(w.cfg.ID)
-		if err := w.serveShards(ctx, s, mine, nil); err != nil {
+	for _, s := range in.sets {
+		mine := owners[s.typ].Shards(in.cfg.ID)
+		if err := in.serveShards(ctx, s, mine, nil); err != nil {
 			if ctx.Err() == nil {
-				w.log.Warn("serve_shards_failed", zap.String("type", s.typ), zap.Error(err))
+				in.log.Warn("serve_shards_failed", zap.String("type", s.typ), zap.Error(err))
 			}
 			return false // try again on the next event or tick
 		}
-		w.log.Info("shards_served", zap.String("type", s.typ), zap.Ints("owned", mine), zap.Uint64("table_revision", v.tableRev))
+		in.log.Info("shards_served", zap.String("type", s.typ), zap.Ints("owned", mine), zap.Uint64("table_revision", v.tableRev))
 	}
-	w.markServing(ctx)
+	in.markServing(ctx)
 	v.appliedPools, v.applied = owners, true
 	return true
 }
 
-// markServing closes w.serving once, when the first requests of the
+// markServing closes in.serving once, when the first requests of the
 // shards served have been sent (only the mesh loop calls it).
-func (w *Worker) markServing(ctx context.Context) {
+func (in *intake) markServing(ctx context.Context) {
 	select {
-	case <-w.serving:
+	case <-in.serving:
 	default:
-		w.awaitPulls(ctx)
-		close(w.serving)
+		in.awaitPulls(ctx)
+		close(in.serving)
 	}
 }

@@ -34,7 +34,7 @@ import (
 // requests per task and no measurable saving. A message left on the
 // server meanwhile waits for any worker's next request, as before.
 type puller struct {
-	w      *Worker
+	in     *intake
 	s      *shardSet
 	cons   jetstream.Consumer
 	p      int
@@ -66,13 +66,13 @@ type puller struct {
 	unpinned sync.Once // givePin
 }
 
-func newPuller(w *Worker, s *shardSet, cons jetstream.Consumer, p, shard, budget, parkRoom int, expiry time.Duration, opts []jetstream.FetchOpt) *puller {
+func newPuller(in *intake, s *shardSet, cons jetstream.Consumer, p, shard, budget, parkRoom int, expiry time.Duration, opts []jetstream.FetchOpt) *puller {
 	ctx, cancel := context.WithCancel(context.Background())
 	reqCtx, abortReq := context.WithCancel(context.Background())
-	pl := &puller{w: w, s: s, cons: cons, p: p, shard: shard, budget: budget, parkRoom: parkRoom,
+	pl := &puller{in: in, s: s, cons: cons, p: p, shard: shard, budget: budget, parkRoom: parkRoom,
 		expiry: expiry, opts: opts, ctx: ctx, cancel: cancel, reqCtx: reqCtx, abortReq: abortReq,
 		closed: make(chan struct{}), asked: make(chan struct{}), free: budget, freed: make(chan struct{}, 1)}
-	w.pulling.add(pl)
+	in.pulling.add(pl)
 	go pl.run()
 	return pl
 }
@@ -125,12 +125,12 @@ func (pl *puller) run() {
 	defer func() {
 		pl.markAsked()
 		pl.abortReq()
-		pl.w.pulling.remove(pl)
+		pl.in.pulling.remove(pl)
 		close(pl.closed)
 	}()
 	retry := pullRetry
 	for {
-		if st := pl.w.js.Conn().Status(); st != nats.CONNECTED {
+		if st := pl.in.js.Conn().Status(); st != nats.CONNECTED {
 			if st == nats.CLOSED {
 				return // for good: a closed connection does not reopen
 			}
@@ -153,11 +153,11 @@ func (pl *puller) run() {
 			retry = pullRetry
 			continue
 		}
-		pl.w.consumeError(err)
-		if errors.Is(err, nats.ErrConnectionClosed) || pl.w.js.Conn().IsClosed() {
+		pl.in.consumeError(err)
+		if errors.Is(err, nats.ErrConnectionClosed) || pl.in.js.Conn().IsClosed() {
 			return
 		}
-		if pl.w.js.Conn().Status() == nats.CONNECTED &&
+		if pl.in.js.Conn().Status() == nats.CONNECTED &&
 			(errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, jetstream.ErrPinIDMismatch)) {
 			// The request may be lost, or the pin lapsed while the puller
 			// waited for credit (nats.go dropped it): ask again at once.
@@ -197,7 +197,7 @@ func (pl *puller) pull(n int) (int, error) {
 	got := 0
 	for msg := range batch.Messages() {
 		got++
-		pl.w.receive(pl, msg)
+		pl.in.receive(pl, msg)
 	}
 	return got, batch.Error()
 }
@@ -226,8 +226,8 @@ func (pl *puller) givePin() {
 	pl.unpinned.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := pl.w.unpin(ctx, pl.p, pl.cons.CachedInfo().Name); err != nil {
-			pl.w.log.Debug("unpin_failed", zap.String("consumer", pl.cons.CachedInfo().Name), zap.Error(err))
+		if err := pl.in.unpin(ctx, pl.p, pl.cons.CachedInfo().Name); err != nil {
+			pl.in.log.Debug("unpin_failed", zap.String("consumer", pl.cons.CachedInfo().Name), zap.Error(err))
 		}
 	})
 }

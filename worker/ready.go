@@ -27,11 +27,11 @@ const readyWait = 10 * time.Second
 // [Worker.Start] returns once the worker is ready, unless joining the mesh
 // took longer than the member TTL (Start then logs mesh_join_slow and
 // Ready closes later). A program that runs the worker in a goroutine
-// (go w.Run(ctx)) waits for Ready before it counts on the worker:
+// (go in.Run(ctx)) waits for Ready before it counts on the worker:
 //
-//	go func() { done <- w.Run(ctx) }()
+//	go func() { done <- in.Run(ctx) }()
 //	select {
-//	case <-w.Ready():
+//	case <-in.Ready():
 //	case err := <-done: // Start failed
 //		return err
 //	}
@@ -39,15 +39,15 @@ const readyWait = 10 * time.Second
 // Shards that come to the worker later (a member leaving, or one that died
 // without leaving, whose membership runs out after its TTL) are not waited
 // for. Ready never closes for a worker that fails to start.
-func (w *Worker) Ready() <-chan struct{} { return w.ready }
+func (w *Worker) Ready() <-chan struct{} { return w.intake.ready }
 
 // awaitPulls waits until every puller of the worker's sets has handed its
 // first request to the connection, then flushes the connection so that the
 // server has read them, for at most readyWait.
-func (w *Worker) awaitPulls(ctx context.Context) {
+func (in *intake) awaitPulls(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, readyWait)
 	defer cancel()
-	for _, s := range w.shardSets() {
+	for _, s := range in.shardSets() {
 		for shard := range s.pullers {
 			s.locks[shard].Lock()
 			pullers := s.pullers[shard]
@@ -61,30 +61,30 @@ func (w *Worker) awaitPulls(ctx context.Context) {
 			}
 		}
 	}
-	if err := w.js.Conn().FlushWithContext(ctx); err != nil && ctx.Err() == nil {
-		w.log.Debug("ready_flush_failed", zap.Error(err))
+	if err := in.js.Conn().FlushWithContext(ctx); err != nil && ctx.Err() == nil {
+		in.log.Debug("ready_flush_failed", zap.Error(err))
 	}
 }
 
-// markReady closes w.ready once the worker serves its first shards: at
+// markReady closes in.ready once the worker serves its first shards: at
 // once if it does (fixed shards, or the mesh served them within Start),
 // else when the mesh loop first serves them, unless the worker stops first.
-func (w *Worker) markReady() {
-	if w.serving == nil {
-		close(w.ready)
+func (in *intake) markReady() {
+	if in.serving == nil {
+		close(in.ready)
 		return
 	}
 	select {
-	case <-w.serving:
-		close(w.ready)
+	case <-in.serving:
+		close(in.ready)
 		return
 	default:
 	}
-	w.loops.Go(func() {
+	in.loops.Go(func() {
 		select {
-		case <-w.serving:
-			close(w.ready)
-		case <-w.stopCh:
+		case <-in.serving:
+			close(in.ready)
+		case <-in.stopCh:
 		}
 	})
 }

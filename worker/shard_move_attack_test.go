@@ -208,20 +208,20 @@ func atkShardMoves(t *testing.T, cases []atkMoves) {
 			go func() {
 				defer close(moved)
 				for i := range moves {
-					if err := w.setShard(ctx, w.sets[0], 0, tc.modes[i%len(tc.modes)]); err != nil {
+					if err := w.intake.setShard(ctx, w.intake.sets[0], 0, tc.modes[i%len(tc.modes)]); err != nil {
 						t.Errorf("move %d: %v", i, err)
 						return
 					}
 					time.Sleep(time.Duration(2+i%7) * time.Millisecond)
 				}
-				if err := w.setShard(ctx, w.sets[0], 0, shardOwned); err != nil {
+				if err := w.intake.setShard(ctx, w.intake.sets[0], 0, shardOwned); err != nil {
 					t.Errorf("last move: %v", err)
 				}
 			}()
 			tasks := atkPublishUntil(t, js, moved, 200)
-			w.pulling.mu.Lock()
-			lingering := len(w.pulling.all)
-			w.pulling.mu.Unlock()
+			w.intake.pulling.mu.Lock()
+			lingering := len(w.intake.pulling.all)
+			w.intake.pulling.mu.Unlock()
 			t.Logf("pullers not returned after the last move: %d", lingering)
 			atkAwaitAll(t, runs, tasks, tc.name)
 		})
@@ -269,7 +269,7 @@ func TestShardMoveAttackTwoWorkersSwap(t *testing.T) {
 			a := atkStart(t, jsA, "wa", reg)
 			b := atkStart(t, jsB, "wb", reg)
 			ctx := context.Background()
-			require.NoError(t, b.setShard(ctx, b.sets[0], 0, shardIdle))
+			require.NoError(t, b.intake.setShard(ctx, b.intake.sets[0], 0, shardIdle))
 			moved := make(chan struct{})
 			go func() {
 				defer close(moved)
@@ -277,14 +277,14 @@ func TestShardMoveAttackTwoWorkersSwap(t *testing.T) {
 				for i := range swaps {
 					var err error
 					if i%2 == 0 { // a gap with no owner
-						err = owner.setShard(ctx, owner.sets[0], 0, shardIdle)
+						err = owner.intake.setShard(ctx, owner.intake.sets[0], 0, shardIdle)
 						if err == nil {
-							err = other.setShard(ctx, other.sets[0], 0, shardOwned)
+							err = other.intake.setShard(ctx, other.intake.sets[0], 0, shardOwned)
 						}
 					} else { // a moment with two
-						err = other.setShard(ctx, other.sets[0], 0, shardOwned)
+						err = other.intake.setShard(ctx, other.intake.sets[0], 0, shardOwned)
 						if err == nil {
-							err = owner.setShard(ctx, owner.sets[0], 0, shardIdle)
+							err = owner.intake.setShard(ctx, owner.intake.sets[0], 0, shardIdle)
 						}
 					}
 					if err != nil {
@@ -343,13 +343,13 @@ func TestShardMoveAttackStopWithLingering(t *testing.T) {
 		if i%2 == 0 {
 			mode = shardIdle
 		}
-		require.NoError(t, a.setShard(ctx, a.sets[0], 0, mode))
+		require.NoError(t, a.intake.setShard(ctx, a.intake.sets[0], 0, mode))
 		time.Sleep(3 * time.Millisecond)
 	}
-	require.NoError(t, a.setShard(ctx, a.sets[0], 0, shardOwned))
-	a.pulling.mu.Lock()
-	lingering := len(a.pulling.all)
-	a.pulling.mu.Unlock()
+	require.NoError(t, a.intake.setShard(ctx, a.intake.sets[0], 0, shardOwned))
+	a.intake.pulling.mu.Lock()
+	lingering := len(a.intake.pulling.all)
+	a.intake.pulling.mu.Unlock()
 	require.Greater(t, lingering, 20, "stopped pullers whose requests linger")
 
 	b := atkStart(t, jsB, "wb", reg)
@@ -379,13 +379,13 @@ func TestShardMoveAttackStopWithLingering(t *testing.T) {
 	cut := int(sent.Load()) // the tasks from here on were published after the stop
 	t.Logf("stop took %s with %d pullers not returned before it; %d tasks run when it began, %d published when it ended", took, lingering, runs.distinct(), cut)
 	require.Less(t, took, 3*time.Second, "Stop returns promptly")
-	a.pulling.mu.Lock()
-	left := len(a.pulling.all)
-	a.pulling.mu.Unlock()
+	a.intake.pulling.mu.Lock()
+	left := len(a.intake.pulling.all)
+	a.intake.pulling.mu.Unlock()
 	require.Zero(t, left, "pullers of the stopped worker")
-	b.pulling.mu.Lock()
-	bPullers := len(b.pulling.all)
-	b.pulling.mu.Unlock()
+	b.intake.pulling.mu.Lock()
+	bPullers := len(b.intake.pulling.all)
+	b.intake.pulling.mu.Unlock()
 	require.Equal(t, bPullers, pullerGoroutines(), "puller loops running: only the second worker's")
 	require.Eventually(t, func() bool { return ncA.NumSubscriptions() <= subs0 }, 2*time.Second, 10*time.Millisecond,
 		"subscriptions left on the stopped worker's connection: %d, %d by a worker that never moved", ncA.NumSubscriptions(), subs0)
@@ -434,7 +434,7 @@ func TestShardMoveAttackPinnedLingeringTakesPin(t *testing.T) {
 	a := atkStart(t, jsA, "wa", reg)
 	ctx := context.Background()
 	time.Sleep(300 * time.Millisecond) // a's requests are open, unpinned: no message came yet
-	require.NoError(t, a.setShard(ctx, a.sets[0], 0, shardIdle))
+	require.NoError(t, a.intake.setShard(ctx, a.intake.sets[0], 0, shardIdle))
 	atkStart(t, jsB, "wb", reg)
 	time.Sleep(300 * time.Millisecond) // b's requests are open too
 	start := time.Now()
@@ -461,8 +461,8 @@ func TestShardMoveAttackPinnedBackAndForth(t *testing.T) {
 	a := atkStart(t, jsA, "wa", atkRegistry(t, runs, 0))
 	ctx := context.Background()
 	time.Sleep(300 * time.Millisecond) // a's requests are open, unpinned: no message came yet
-	require.NoError(t, a.setShard(ctx, a.sets[0], 0, shardIdle))
-	require.NoError(t, a.setShard(ctx, a.sets[0], 0, shardOwned))
+	require.NoError(t, a.intake.setShard(ctx, a.intake.sets[0], 0, shardIdle))
+	require.NoError(t, a.intake.setShard(ctx, a.intake.sets[0], 0, shardOwned))
 	time.Sleep(300 * time.Millisecond)
 	start := time.Now()
 	atkPublish(t, jsP, 0, 1)

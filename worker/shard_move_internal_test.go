@@ -31,13 +31,13 @@ func TestShardMovesLoseNoDelivery(t *testing.T) {
 			if i%2 == 0 {
 				mode = shardIdle
 			}
-			if err := w.setShard(ctx, w.sets[0], 0, mode); err != nil {
+			if err := w.intake.setShard(ctx, w.intake.sets[0], 0, mode); err != nil {
 				t.Errorf("move %d: %v", i, err)
 				return
 			}
 			time.Sleep(time.Duration(2+i%7) * time.Millisecond)
 		}
-		if err := w.setShard(ctx, w.sets[0], 0, shardOwned); err != nil {
+		if err := w.intake.setShard(ctx, w.intake.sets[0], 0, shardOwned); err != nil {
 			t.Errorf("last move: %v", err)
 		}
 	}()

@@ -57,26 +57,26 @@ func (s *shardSet) ownedShards() []int {
 }
 
 // consumerName returns the name of the consumer of (p, shard) in set s.
-func (w *Worker) consumerName(s *shardSet, p, shard int) string {
+func (in *intake) consumerName(s *shardSet, p, shard int) string {
 	switch {
 	case s.typ != "":
-		return w.cfg.Names.TypeConsumerName(p, shard, s.typ)
+		return in.cfg.Names.TypeConsumerName(p, shard, s.typ)
 	case s.tenant != "":
-		return w.cfg.Names.TenantConsumerName(p, shard, s.tenant)
+		return in.cfg.Names.TenantConsumerName(p, shard, s.tenant)
 	}
-	return w.cfg.Names.ConsumerName(p, shard)
+	return in.cfg.Names.ConsumerName(p, shard)
 }
 
 // consumerFilter returns the filter subject of the consumer of (p, shard)
 // in set s.
-func (w *Worker) consumerFilter(s *shardSet, p, shard int) string {
+func (in *intake) consumerFilter(s *shardSet, p, shard int) string {
 	switch {
 	case s.typ != "":
-		return w.cfg.Names.TypeFilter(p, shard, s.typ)
+		return in.cfg.Names.TypeFilter(p, shard, s.typ)
 	case s.tenant != "":
-		return w.cfg.Names.TenantFilter(p, shard, s.tenant)
+		return in.cfg.Names.TenantFilter(p, shard, s.tenant)
 	}
-	return w.cfg.Names.ShardFilter(p, shard)
+	return in.cfg.Names.ShardFilter(p, shard)
 }
 
 // bindShards learns the ack wait and priority policy of the shard
@@ -84,56 +84,56 @@ func (w *Worker) consumerFilter(s *shardSet, p, shard int) string {
 // the server cannot answer, and refuses a worker config that disagrees
 // ([Worker.adoptConsumer]). On a pools deployment it first creates the
 // consumers of the types the worker registers that do not exist yet.
-func (w *Worker) bindShards(ctx context.Context) error {
-	pools, err := w.deploymentPools(ctx)
+func (in *intake) bindShards(ctx context.Context) error {
+	pools, err := in.deploymentPools(ctx)
 	if err != nil {
 		return err
 	}
 	if pools != nil && pools.Fair {
-		return w.bindTenants(ctx, pools)
+		return in.bindTenants(ctx, pools)
 	}
 	if pools == nil {
-		if w.cfg.Registry.narrowed {
+		if in.cfg.Registry.narrowed {
 			return fmt.Errorf("%w: the worker serves only %s (Registry.Only, ax worker --types), but the deployment routes every type to every worker "+
-				"and the tasks of the others would wait on its shards for another worker; provision it with pools (ax provision --pools) or serve every type", ErrConfigMismatch, strings.Join(slices.Sorted(slices.Values(w.cfg.Registry.Types())), ", "))
+				"and the tasks of the others would wait on its shards for another worker; provision it with pools (ax provision --pools) or serve every type", ErrConfigMismatch, strings.Join(slices.Sorted(slices.Values(in.cfg.Registry.Types())), ", "))
 		}
-		w.sets = []*shardSet{{}}
+		in.sets = []*shardSet{{}}
 	} else {
-		types := w.cfg.Registry.Types()
+		types := in.cfg.Registry.Types()
 		slices.Sort(types)
 		if len(types) == 0 {
 			return fmt.Errorf("%w: a worker of a pools deployment must register at least one task type", ErrConfigMismatch)
 		}
 		for _, t := range types {
-			n, err := streams.EnsureTypeConsumers(ctx, w.js, pools, t)
+			n, err := streams.EnsureTypeConsumers(ctx, in.js, pools, t)
 			if err != nil {
 				return fmt.Errorf("consumers of type %s: %w", t, err)
 			}
 			if n > 0 {
-				w.log.Info("type_consumers_created", zap.String("type", t), zap.Int("consumers", n))
+				in.log.Info("type_consumers_created", zap.String("type", t), zap.Int("consumers", n))
 			}
-			w.sets = append(w.sets, &shardSet{typ: t})
+			in.sets = append(in.sets, &shardSet{typ: t})
 		}
-		w.typed = true
+		in.typed = true
 	}
-	cons, err := w.bindConsumer(ctx, w.sets[0], 0, 0)
+	cons, err := in.bindConsumer(ctx, in.sets[0], 0, 0)
 	if err != nil {
 		return err
 	}
-	return w.adoptConsumer(w.sets[0], cons.CachedInfo())
+	return in.adoptConsumer(in.sets[0], cons.CachedInfo())
 }
 
 // canSteal reports whether the worker pulls from shards it does not own:
 // only a mesh member, under the overflow policy, with stealing enabled.
-func (w *Worker) canSteal() bool {
-	return w.cfg.mesh && w.policy == jetstream.PriorityPolicyOverflow && w.cfg.StealThreshold > 0
+func (in *intake) canSteal() bool {
+	return in.cfg.mesh && in.policy == jetstream.PriorityPolicyOverflow && in.cfg.StealThreshold > 0
 }
 
 // serveShards switches every shard of set s to its mode: the shards in
 // mine are owned, those in assist are pulled from beside their owner, the
 // others are stolen from (overflow policy) or left alone. Shards switch in
 // parallel, each taking a few round trips to the server.
-func (w *Worker) serveShards(ctx context.Context, s *shardSet, mine, assist []int) error {
+func (in *intake) serveShards(ctx context.Context, s *shardSet, mine, assist []int) error {
 	errs := make([]error, streams.Shards)
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -146,10 +146,10 @@ func (w *Worker) serveShards(ctx context.Context, s *shardSet, mine, assist []in
 					mode = shardOwned
 				case slices.Contains(assist, shard):
 					mode = shardAssist
-				case w.canSteal():
+				case in.canSteal():
 					mode = shardSteal
 				}
-				errs[shard] = w.setShard(ctx, s, shard, mode)
+				errs[shard] = in.setShard(ctx, s, shard, mode)
 			}
 		})
 	}
@@ -164,7 +164,7 @@ func (w *Worker) serveShards(ctx context.Context, s *shardSet, mine, assist []in
 // setShard stops the shard's consumers if its mode changes and starts the
 // new mode's. Deliveries already held keep their claim; those not started
 // when the shard is left are handed back by the slots (see [Worker.slot]).
-func (w *Worker) setShard(ctx context.Context, s *shardSet, shard int, mode shardMode) error {
+func (in *intake) setShard(ctx context.Context, s *shardSet, shard int, mode shardMode) error {
 	s.locks[shard].Lock()
 	defer s.locks[shard].Unlock()
 	if s.modes[shard] == mode {
@@ -186,7 +186,7 @@ func (w *Worker) setShard(ctx context.Context, s *shardSet, shard int, mode shar
 	}
 	s.accept.Or(bit)
 	for p := range streams.Priorities {
-		pl, err := w.consumeShard(ctx, s, p, shard, mode)
+		pl, err := in.consumeShard(ctx, s, p, shard, mode)
 		if err != nil {
 			stopPullers(s.pullers[shard])
 			s.pullers[shard] = nil
@@ -210,16 +210,16 @@ const (
 )
 
 // consumeShard starts the puller of (p, shard) of set s in mode.
-func (w *Worker) consumeShard(ctx context.Context, s *shardSet, p, shard int, mode shardMode) (*puller, error) {
-	name := w.consumerName(s, p, shard)
+func (in *intake) consumeShard(ctx context.Context, s *shardSet, p, shard int, mode shardMode) (*puller, error) {
+	name := in.consumerName(s, p, shard)
 	// Binding costs a consumer info request (a replicated one in a
 	// cluster), so handles are reused; except under pinned_client, where
 	// nats.go keeps the pin id on the handle and each start needs a fresh
 	// one. (locks[shard] is held.)
 	cons := s.handles[shard][p]
-	if cons == nil || w.policy == jetstream.PriorityPolicyPinned {
+	if cons == nil || in.policy == jetstream.PriorityPolicyPinned {
 		var err error
-		if cons, err = w.bindConsumer(ctx, s, p, shard); err != nil {
+		if cons, err = in.bindConsumer(ctx, s, p, shard); err != nil {
 			return nil, err
 		}
 		s.handles[shard][p] = cons
@@ -242,7 +242,7 @@ func (w *Worker) consumeShard(ctx context.Context, s *shardSet, p, shard int, mo
 	var opts []jetstream.FetchOpt
 	expiry := pullExpiry
 	info := cons.CachedInfo()
-	if err := w.checkConsumer(s, p, shard, info); err != nil {
+	if err := in.checkConsumer(s, p, shard, info); err != nil {
 		return nil, err
 	}
 	cfg := info.Config
@@ -250,8 +250,8 @@ func (w *Worker) consumeShard(ctx context.Context, s *shardSet, p, shard int, mo
 		// Take the pin from the previous owner now rather than after its
 		// PinnedTTL: its pulls fail from here on (it may still settle what
 		// it holds; the record's compare-and-set fences those).
-		if err := w.unpin(ctx, p, name); err != nil {
-			w.log.Debug("unpin_failed", zap.String("consumer", name), zap.Error(err))
+		if err := in.unpin(ctx, p, name); err != nil {
+			in.log.Debug("unpin_failed", zap.String("consumer", name), zap.Error(err))
 		}
 	}
 	if len(cfg.PriorityGroups) > 0 {
@@ -267,17 +267,17 @@ func (w *Worker) consumeShard(ctx context.Context, s *shardSet, p, shard int, mo
 	// must be at most half of it.
 	opts = append(opts, jetstream.FetchHeartbeat(min(pullHeartbeat, expiry/3)))
 	if mode == shardSteal {
-		opts = append(opts, jetstream.FetchMinPending(int64(w.cfg.StealThreshold)))
+		opts = append(opts, jetstream.FetchMinPending(int64(in.cfg.StealThreshold)))
 	}
 	parkRoom := 0
 	if cfg.MaxAckPending > 0 {
 		parkRoom = max(1, cfg.MaxAckPending/2)
 	}
-	return newPuller(w, s, cons, p, shard, w.cfg.PrefetchPerShard, parkRoom, expiry, opts), nil
+	return newPuller(in, s, cons, p, shard, in.cfg.PrefetchPerShard, parkRoom, expiry, opts), nil
 }
 
-func (w *Worker) unpin(ctx context.Context, p int, consumer string) error {
-	stream, err := w.js.Stream(ctx, w.cfg.Names.PriorityStream(p))
+func (in *intake) unpin(ctx context.Context, p int, consumer string) error {
+	stream, err := in.js.Stream(ctx, in.cfg.Names.PriorityStream(p))
 	if err != nil {
 		return err
 	}
@@ -295,9 +295,9 @@ func pinned(info *jetstream.ConsumerInfo) bool {
 }
 
 // stopShards stops every shard's pullers.
-func (w *Worker) stopShards() {
+func (in *intake) stopShards() {
 	var all []*puller
-	for _, s := range w.shardSets() {
+	for _, s := range in.shardSets() {
 		s.accept.Store(0)
 		s.owned.Store(0)
 		for shard := range s.pullers {
@@ -312,22 +312,22 @@ func (w *Worker) stopShards() {
 
 // serveNone stops consuming every set's shards (and a set added later
 // serves none either).
-func (w *Worker) serveNone(ctx context.Context) error {
-	return w.serveAll(ctx, nil, nil)
+func (in *intake) serveNone(ctx context.Context) error {
+	return in.serveAll(ctx, nil, nil)
 }
 
 // ownedShards lists the shards the worker owns in any set, and per task
 // type on a pools deployment (nil otherwise).
-func (w *Worker) ownedShards() ([]int, map[string][]int) {
-	if w.fair {
-		return w.fairOwned(), nil
+func (in *intake) ownedShards() ([]int, map[string][]int) {
+	if in.fair {
+		return in.fairOwned(), nil
 	}
-	if !w.typed {
-		return w.sets[0].ownedShards(), nil
+	if !in.typed {
+		return in.sets[0].ownedShards(), nil
 	}
 	var all []int
-	per := make(map[string][]int, len(w.sets))
-	for _, s := range w.sets {
+	per := make(map[string][]int, len(in.sets))
+	for _, s := range in.sets {
 		mine := s.ownedShards()
 		per[s.typ] = mine
 		all = append(all, mine...)

@@ -43,15 +43,15 @@ type tenantSets struct {
 }
 
 // shardSets returns the worker's shard sets.
-func (w *Worker) shardSets() []*shardSet {
-	w.tenants.mu.Lock()
-	defer w.tenants.mu.Unlock()
-	return slices.Clone(w.sets)
+func (in *intake) shardSets() []*shardSet {
+	in.tenants.mu.Lock()
+	defer in.tenants.mu.Unlock()
+	return slices.Clone(in.sets)
 }
 
 // fairOwned lists the shards a worker of a fair deployment owns.
-func (w *Worker) fairOwned() []int {
-	bits := w.tenants.owned.Load()
+func (in *intake) fairOwned() []int {
+	bits := in.tenants.owned.Load()
 	out := []int{}
 	for shard := range streams.Shards {
 		if bits&(1<<shard) != 0 {
@@ -63,31 +63,31 @@ func (w *Worker) fairOwned() []int {
 
 // serveAll serves mine (owned) and assist in every set, and remembers them
 // for the sets added later.
-func (w *Worker) serveAll(ctx context.Context, mine, assist []int) error {
-	w.tenants.mu.Lock()
-	defer w.tenants.mu.Unlock()
+func (in *intake) serveAll(ctx context.Context, mine, assist []int) error {
+	in.tenants.mu.Lock()
+	defer in.tenants.mu.Unlock()
 	var errs []error
-	for _, s := range w.sets {
-		errs = append(errs, w.serveShards(ctx, s, mine, assist))
+	for _, s := range in.sets {
+		errs = append(errs, in.serveShards(ctx, s, mine, assist))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	w.tenants.mine, w.tenants.assist, w.tenants.applied = slices.Clone(mine), slices.Clone(assist), true
-	w.tenants.unserved = nil
+	in.tenants.mine, in.tenants.assist, in.tenants.applied = slices.Clone(mine), slices.Clone(assist), true
+	in.tenants.unserved = nil
 	var bits uint32
 	for _, shard := range mine {
 		bits |= 1 << shard
 	}
-	w.tenants.owned.Store(bits)
+	in.tenants.owned.Store(bits)
 	return nil
 }
 
 // bindTenants prepares a worker of a fair deployment: one set per tenant
 // listed, and the consumer settings the deployment was provisioned with
 // (kept in the buckets' metadata), which an explicit AckWait must match.
-func (w *Worker) bindTenants(ctx context.Context, cfg *streams.Config) error {
-	listed, err := w.readTenants(ctx)
+func (in *intake) bindTenants(ctx context.Context, cfg *streams.Config) error {
+	listed, err := in.readTenants(ctx)
 	if err != nil {
 		return err
 	}
@@ -95,13 +95,13 @@ func (w *Worker) bindTenants(ctx context.Context, cfg *streams.Config) error {
 	if err != nil {
 		return err
 	}
-	if w.cfg.AckWait != 0 && w.cfg.AckWait != cc.AckWait {
+	if in.cfg.AckWait != 0 && in.cfg.AckWait != cc.AckWait {
 		return fmt.Errorf("%w: AckWait is %s here but %s on the deployment's consumers (stream %s metadata): set the worker's AckWait (--ack-wait) to %s, or leave it zero to adopt the consumers'",
-			ErrConfigMismatch, w.cfg.AckWait, cc.AckWait, w.cfg.Names.PriorityStream(0), cc.AckWait)
+			ErrConfigMismatch, in.cfg.AckWait, cc.AckWait, in.cfg.Names.PriorityStream(0), cc.AckWait)
 	}
-	w.cfg.AckWait, w.policy, w.fair = cc.AckWait, cc.PriorityPolicy, true
+	in.cfg.AckWait, in.policy, in.fair = cc.AckWait, cc.PriorityPolicy, true
 	for _, t := range listed.Tenants {
-		w.sets = append(w.sets, &shardSet{tenant: t})
+		in.sets = append(in.sets, &shardSet{tenant: t})
 	}
 	return nil
 }
@@ -109,10 +109,10 @@ func (w *Worker) bindTenants(ctx context.Context, cfg *streams.Config) error {
 // readTenants reads the tenants listed in AX_CONTROL/tenants through a
 // watch (a worker may watch the control keys, not read them with a direct
 // get), waiting at most opTimeout.
-func (w *Worker) readTenants(ctx context.Context) (control.Tenants, error) {
+func (in *intake) readTenants(ctx context.Context) (control.Tenants, error) {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	board, err := control.Open(ctx, w.js, w.cfg.Names)
+	board, err := control.Open(ctx, in.js, in.cfg.Names)
 	if err != nil {
 		return control.Tenants{}, err
 	}
@@ -138,7 +138,7 @@ func (w *Worker) readTenants(ctx context.Context) (control.Tenants, error) {
 				if errors.Is(err, control.ErrForeignValue) {
 					// The leader writes the list again (from the consumers
 					// that exist); the watch adds its tenants then.
-					w.log.Warn("tenants_foreign_value", zap.Uint64("revision", e.Revision()), zap.Error(err))
+					in.log.Warn("tenants_foreign_value", zap.Uint64("revision", e.Revision()), zap.Error(err))
 					listed = control.Tenants{}
 				} else if err != nil {
 					return control.Tenants{}, err
@@ -149,24 +149,24 @@ func (w *Worker) readTenants(ctx context.Context) (control.Tenants, error) {
 }
 
 // startTenants starts the watch of the tenants of a fair deployment.
-func (w *Worker) startTenants() {
+func (in *intake) startTenants() {
 	ctx, cancel := context.WithCancel(context.Background())
-	w.tenants.stop, w.tenants.done = cancel, make(chan struct{})
-	go func() { defer close(w.tenants.done); w.watchTenants(ctx) }()
+	in.tenants.stop, in.tenants.done = cancel, make(chan struct{})
+	go func() { defer close(in.tenants.done); in.watchTenants(ctx) }()
 }
 
 // stopTenants ends the watch of the tenants and waits for it.
-func (w *Worker) stopTenants() {
-	if w.tenants.stop != nil {
-		w.tenants.stop()
-		<-w.tenants.done
+func (in *intake) stopTenants() {
+	if in.tenants.stop != nil {
+		in.tenants.stop()
+		<-in.tenants.done
 	}
 }
 
 // watchTenants adds a set for each tenant listed in AX_CONTROL/tenants and
 // serves it, until ctx ends. A failed watch is made again after
 // tenantsRetry; so is a set that failed to serve.
-func (w *Worker) watchTenants(ctx context.Context) {
+func (in *intake) watchTenants(ctx context.Context) {
 	retry := time.NewTicker(tenantsRetry)
 	defer retry.Stop()
 	var watch jetstream.KeyWatcher
@@ -178,12 +178,12 @@ func (w *Worker) watchTenants(ctx context.Context) {
 	}()
 	for {
 		if watch == nil {
-			board, err := control.Open(ctx, w.js, w.cfg.Names)
+			board, err := control.Open(ctx, in.js, in.cfg.Names)
 			if err == nil {
 				watch, err = board.Watch(ctx, control.TenantsKey)
 			}
 			if err != nil && ctx.Err() == nil {
-				w.log.Warn("tenants_watch_failed", zap.Error(err))
+				in.log.Warn("tenants_watch_failed", zap.Error(err))
 			}
 			if watch != nil {
 				updates = watch.Updates()
@@ -193,7 +193,7 @@ func (w *Worker) watchTenants(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-retry.C:
-			w.serveAdded(ctx)
+			in.serveAdded(ctx)
 		case e, ok := <-updates:
 			if !ok {
 				_ = kv.StopWatch(watch)
@@ -205,45 +205,45 @@ func (w *Worker) watchTenants(ctx context.Context) {
 			}
 			listed, err := control.DecodeTenants(e.Value())
 			if err != nil {
-				w.log.Error("tenants_decode", zap.Uint64("revision", e.Revision()), zap.Error(err))
+				in.log.Error("tenants_decode", zap.Uint64("revision", e.Revision()), zap.Error(err))
 				continue
 			}
-			w.addTenants(listed.Tenants)
-			w.serveAdded(ctx)
+			in.addTenants(listed.Tenants)
+			in.serveAdded(ctx)
 		}
 	}
 }
 
 // addTenants adds a set for each of tenants the worker has none for.
-func (w *Worker) addTenants(tenants []string) {
-	w.tenants.mu.Lock()
-	defer w.tenants.mu.Unlock()
+func (in *intake) addTenants(tenants []string) {
+	in.tenants.mu.Lock()
+	defer in.tenants.mu.Unlock()
 	for _, t := range tenants {
-		if slices.ContainsFunc(w.sets, func(s *shardSet) bool { return s.tenant == t }) {
+		if slices.ContainsFunc(in.sets, func(s *shardSet) bool { return s.tenant == t }) {
 			continue
 		}
 		s := &shardSet{tenant: t}
-		w.sets = append(w.sets, s)
-		w.tenants.unserved = append(w.tenants.unserved, s)
-		w.log.Info("tenant_added", zap.String("tenant", t))
+		in.sets = append(in.sets, s)
+		in.tenants.unserved = append(in.tenants.unserved, s)
+		in.log.Info("tenant_added", zap.String("tenant", t))
 	}
 }
 
 // serveAdded serves, in the sets added since, the shards the others serve.
-func (w *Worker) serveAdded(ctx context.Context) {
-	w.tenants.mu.Lock()
-	defer w.tenants.mu.Unlock()
-	if !w.tenants.applied || w.stopping.Load() {
+func (in *intake) serveAdded(ctx context.Context) {
+	in.tenants.mu.Lock()
+	defer in.tenants.mu.Unlock()
+	if !in.tenants.applied || in.stopping.Load() {
 		return
 	}
 	var left []*shardSet
-	for _, s := range w.tenants.unserved {
-		if err := w.serveShards(ctx, s, w.tenants.mine, w.tenants.assist); err != nil {
+	for _, s := range in.tenants.unserved {
+		if err := in.serveShards(ctx, s, in.tenants.mine, in.tenants.assist); err != nil {
 			if ctx.Err() == nil {
-				w.log.Warn("serve_shards_failed", zap.String("tenant", s.tenant), zap.Error(err))
+				in.log.Warn("serve_shards_failed", zap.String("tenant", s.tenant), zap.Error(err))
 			}
 			left = append(left, s)
 		}
 	}
-	w.tenants.unserved = left
+	in.tenants.unserved = left
 }

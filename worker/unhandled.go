@@ -60,69 +60,6 @@ const (
 	maxUnhandledTracked   = 10_000
 )
 
-// peer is what the mesh loop knows of a live member.
-type peer struct {
-	types   []string // its pools (pools deployment)
-	handles []string // the types it has handlers for; nil: not said (an earlier release)
-}
-
-// peerTypes is what the live peers of a worker handle, for the slots.
-type peerTypes struct {
-	all     bool            // a peer does not say: it may handle any type
-	handles map[string]bool // types some live peer handles
-}
-
-// peerHandles summarizes what the live members other than self handle.
-func (v *meshView) peerHandles(self string) *peerTypes {
-	out := &peerTypes{handles: map[string]bool{}}
-	for id, p := range v.live {
-		if id == self {
-			continue
-		}
-		if p.handles == nil {
-			out.all = true
-		}
-		for _, t := range p.handles {
-			out.handles[t] = true
-		}
-	}
-	return out
-}
-
-// peerHandles reports whether a live peer may handle taskType (false with
-// fixed shards, where the worker knows no peers).
-func (w *Worker) peerHandles(taskType string) bool {
-	p := w.peers.Load()
-	return p != nil && (p.all || p.handles[taskType])
-}
-
-// assistShards returns the shards owned by live peers that lack a handler
-// this worker has: it pulls them beside their owner, so that the tasks the
-// owner puts back reach it (default layout only; a pools deployment routes
-// each type to its own consumers).
-func (w *Worker) assistShards(v *meshView) []int {
-	mine := w.cfg.Registry.Types()
-	lacking := map[string]bool{}
-	for id, p := range v.live {
-		if id == w.cfg.ID || p.handles == nil {
-			continue
-		}
-		for _, t := range mine {
-			if !slices.Contains(p.handles, t) {
-				lacking[id] = true
-				break
-			}
-		}
-	}
-	var out []int
-	for shard, owner := range v.table.Owners {
-		if lacking[owner] {
-			out = append(out, shard)
-		}
-	}
-	return out
-}
-
 // stillUnhandled settles, with one record read and no write, a delivery of
 // a task this worker already put back: the record is READY, names this
 // message, and its last move is a put-back for want of a handler. It
@@ -160,7 +97,7 @@ func (w *Worker) decline(d *delivery, env *envelope, rec *kv.Record, rev uint64)
 		w.settleFailedWrite(d, env, err)
 		return
 	}
-	w.log.Info("task_unhandled", zap.String("task_id", rec.ID), zap.String("type", rec.Type), zap.Bool("peer_handles", w.peerHandles(rec.Type)))
+	w.log.Info("task_unhandled", zap.String("task_id", rec.ID), zap.String("type", rec.Type), zap.Bool("peer_handles", w.intake.peerHandles(rec.Type)))
 	w.handBack(d, env)
 }
 
@@ -170,13 +107,13 @@ func (w *Worker) handBack(d *delivery, env *envelope) {
 	typ := env.stored.Type
 	w.unhandled.note(typ, time.Now())
 	w.stats.Unhandled.Add(1)
-	handOff := w.peerHandles(typ)
+	handOff := w.intake.peerHandles(typ)
 	delay := unhandledDelay(env.delivered, handOff, w.unhandled.backlog(env.key, time.Now()))
 	d.nakAfter(delay)
-	if handOff && w.policy == jetstream.PriorityPolicyPinned && d.set != nil {
+	if handOff && w.intake.policy == jetstream.PriorityPolicyPinned && d.set != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()
-		if err := w.unpin(ctx, d.priority, w.consumerName(d.set, d.priority, d.shard)); err != nil {
+		if err := w.intake.unpin(ctx, d.priority, w.intake.consumerName(d.set, d.priority, d.shard)); err != nil {
 			w.log.Debug("unpin_failed", zap.Int("priority", d.priority), zap.Int("shard", d.shard), zap.Error(err))
 		}
 	}

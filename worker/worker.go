@@ -27,32 +27,17 @@ type Worker struct {
 	tracer trace.Tracer // nil: no spans
 	chains *chains      // the handlers in their middleware
 
-	dispatch   *dispatchQueue           // received deliveries, for the slots
-	held       heldSet                  // every message held, for heartbeats
-	running    sync.Map                 // *delivery -> execution: the handlers running now
-	processing inFlight                 // task ids between claim and settled outcome here
-	cancels    cancelNotes              // operator cancel notices
-	sets       []*shardSet              // consumers of the shards served: one set, one per task type (pools), or one per tenant (fair: added as tenants come, under tenants.mu); set by bindShards
-	typed      bool                     // a pools deployment: the sets are per task type
-	fair       bool                     // a fair deployment: the sets are per tenant, added as tenants come (tenants.go); set by bindShards
-	tenants    tenantSets               // on a fair deployment: the sets' lock and what they serve
-	policy     jetstream.PriorityPolicy // of the consumers: set by bindShards before any switch, read-only after
-	maxMsgSize int32                    // the buckets' MaxMsgSize (AX_P0's); set by bindShards before any delivery, read-only after
-	maxRecord  int                      // the largest record the server takes (its max_payload); zero: unknown
-	stopMesh   context.CancelFunc       // nil with fixed shards
-	lease      atomic.Pointer[kv.Lease] // the membership lease; nil with fixed shards
-	// memberEpoch counts the memberships lost: an execution started in an
-	// earlier epoch no longer holds its task ([Task.Held]).
-	memberEpoch atomic.Uint64
-	meshDone    chan struct{}
-	serving     chan struct{}             // closed once the mesh's shards are first served, their first requests sent
-	ready       chan struct{}             // closed once Start has ended and the worker serves its shards ([Worker.Ready])
-	slotsOpen   chan struct{}             // closed when Start ends: the slots take deliveries from then on
-	peers       atomic.Pointer[peerTypes] // what the live peers handle; nil with fixed shards
-	unhandled   unhandledTypes            // types put back lately for want of a handler
-	limits      limitState                // the mesh's pauses and limits, and the slots held here
-	ops         opContexts                // the shared context of the task path's operations
-	pulling     pullerSet                 // pullers not returned yet, stopped ones whose request lingers included
+	intake     *intake        // the shard sets, their pullers and the mesh: what is received
+	dispatch   *dispatchQueue // received deliveries, for the slots
+	held       heldSet        // every message held, for heartbeats
+	running    sync.Map       // *delivery -> execution: the handlers running now
+	processing inFlight       // task ids between claim and settled outcome here
+	cancels    cancelNotes    // operator cancel notices
+	maxRecord  int            // the largest record the server takes (its max_payload); zero: unknown
+	slotsOpen  chan struct{}  // closed when Start ends: the slots take deliveries from then on
+	unhandled  unhandledTypes // types put back lately for want of a handler
+	limits     limitState     // the mesh's pauses and limits, and the slots held here
+	ops        opContexts     // the shared context of the task path's operations
 
 	stopping  atomic.Bool
 	stopCh    chan struct{} // closed when Stop begins
@@ -85,7 +70,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Worker, err
 		return nil, fmt.Errorf("new worker: %w", guard.Err(err))
 	}
 	w := &Worker{cfg: cfg, js: js, store: store, tracer: tracing.Tracer(cfg.TracerProvider), log: cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)), stopCh: make(chan struct{}), slotsDone: make(chan struct{}),
-		ready: make(chan struct{}), slotsOpen: make(chan struct{})}
+		slotsOpen: make(chan struct{})}
 	if payload := int(js.Conn().MaxPayload()); payload > 0 {
 		w.maxRecord = payload
 		if base64.StdEncoding.EncodedLen(cfg.MaxResultBytes) > payload/2 {
@@ -95,6 +80,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Worker, err
 	}
 	w.chains = newChains(cfg, w.log, w.tracer)
 	w.dispatch = newDispatchQueue()
+	w.intake = &intake{cfg: cfg, js: js, log: w.log, dispatch: w.dispatch, held: &w.held, release: w.release,
+		running: &w.running, unhandled: &w.unhandled, stopping: &w.stopping, stopCh: w.stopCh, loops: &w.loops,
+		ready: make(chan struct{})}
 	w.limits.ready = make(chan struct{})
 	w.limits.room = maxParkedBytes
 	w.held.items = map[*delivery]struct{}{}
@@ -121,7 +109,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	defer guard.Stop()
 	// Nothing runs yet if these fail: no slot will end, so Stop must not
 	// wait for them (it did, for ever).
-	if err := w.bindShards(ctx); err != nil {
+	if err := w.intake.bindShards(ctx); err != nil {
 		close(w.slotsDone)
 		return fmt.Errorf("start worker: %w", w.refused(guard, err))
 	}
@@ -142,35 +130,22 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.limits.abort = abortLimits
 	w.loops.Go(func() { defer abortLimits(); w.limitsLoop(limitsCtx) })
 	w.awaitLimits(ctx) // before any delivery: a paused or limited task must not slip through
-	if w.cfg.mesh {
-		m, err := w.newMember(ctx)
-		if err != nil {
-			return w.failStart(ctx, guard, err)
-		}
-		meshCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		w.stopMesh = cancel
-		w.meshDone, w.serving = make(chan struct{}), make(chan struct{})
-		go func() { defer close(w.meshDone); w.runMesh(meshCtx, m) }()
-		w.awaitServing(ctx)
-	} else {
-		if err := w.serveFixed(ctx); err != nil {
-			return w.failStart(ctx, guard, err)
-		}
-		w.awaitPulls(ctx)
+	if err := w.intake.serve(ctx); err != nil {
+		return w.failStart(ctx, guard, err)
 	}
 	// A refused subscription (the cancel subject of another id than the
 	// user's) is reported only after the subscribe returned.
-	if w.fair {
-		w.startTenants()
+	if w.intake.fair {
+		w.intake.startTenants()
 	}
 	if err := guard.Check(ctx); err != nil {
 		return w.failStart(ctx, guard, err)
 	}
-	if w.fair {
-		w.awaitPulls(ctx) // the tenants' sets
+	if w.intake.fair {
+		w.intake.awaitPulls(ctx) // the tenants' sets
 	}
 	close(w.slotsOpen)
-	w.markReady()
+	w.intake.markReady()
 	w.log.Info("worker_started", zap.Int("concurrency", w.cfg.Concurrency), zap.Bool("mesh", w.cfg.mesh), zap.Ints("shards", w.cfg.Shards))
 	return nil
 }
@@ -205,16 +180,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.stopOnce.Do(func() {
 		w.stopping.Store(true)
 		close(w.stopCh)
-		if w.stopMesh != nil {
-			w.stopMesh() // leaves the mesh: stops consuming, releases the lease
-			<-w.meshDone
-		}
-		w.stopTenants() // adds no set from here on
-		w.stopShards()
-		// End every open request before anything held is handed back,
-		// so that no handed-back message is sent to a request of this
-		// worker that is then ended with it in flight.
-		w.pulling.abort()
+		w.intake.stop()
 	})
 	slotsDone := w.slotsDone
 	grace := time.NewTimer(w.cfg.GracePeriod)
@@ -250,44 +216,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.GracePeriod+10*time.Second)
 	defer cancel()
 	return w.Stop(stopCtx)
-}
-
-// consumeError logs what a pull request reports. A request that ends for
-// a missed heartbeat or a leader change is routine (the puller asks again),
-// so only a lost consumer is a warning.
-func (w *Worker) consumeError(err error) {
-	if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
-		w.log.Warn("consume_error", zap.Error(err))
-		return
-	}
-	w.log.Debug("consume_error", zap.Error(err))
-}
-
-// receive queues a message that pl's request brought for the slots, at
-// once and without waiting: from here on it is held, and heartbeated until
-// it is settled. A slot taking it gives pl its credit back. A message
-// brought by a stopped puller's lingering request is handed back at once,
-// even if the worker still serves its shard in another mode: a shard now
-// only stolen from, or pulled beside its owner, must not take what its
-// owner's requests would ([puller.stop]).
-func (w *Worker) receive(pl *puller, msg jetstream.Msg) {
-	if w.stopping.Load() || pl.stopped() || !pl.s.accepts(pl.shard) {
-		refuse(msg)
-		pl.give(1)
-		if pl.stopped() && !w.stopping.Load() && w.policy == jetstream.PriorityPolicyPinned {
-			pl.givePin()
-		}
-		return
-	}
-	now := time.Now()
-	meta, _ := msg.Metadata() // nil if unreadable: process terms the message
-	d := &delivery{msg: msg, meta: meta, set: pl.s, from: pl, priority: pl.p, shard: pl.shard, room: pl.parkRoom, lastBeat: now, log: w.log}
-	d.since, d.aged = waitingSince(msg, meta, now)
-	w.held.add(d)
-	if !w.dispatch.push(d) {
-		w.release(d) // the worker is stopping
-		pl.give(1)
-	}
 }
 
 // expired gives up a queued delivery whose heartbeats went unconfirmed for
