@@ -8,97 +8,34 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/streams"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 )
 
 // opTimeout bounds each KV and stream operation of the task path (up to
 // opShare more: the claim and the final writes share contexts, [opContexts]).
 const opTimeout = 10 * time.Second
 
-// envelope is what a message says about its task.
-type envelope struct {
-	id        string
-	ref       kv.Ref // the task: the message's tenant and id
-	key       string // ref.Key(), made once
-	stored    streams.Stored
-	opts      streams.Options
-	bad       error // why the message breaks the contract; nil if it does not
-	handler   handler
-	unhandled bool      // no handler is registered for the type: the task is put back ([Worker.decline])
-	stream    string    // the bucket stream it was delivered from
-	seq       uint64    // stream sequence
-	published time.Time // when the message was stored
-	delivered uint64    // delivery count
-	released  bool      // a copy the leader released from AX_DELAYED
-	// recorded is a producer's hint (its Ax-Gen header, which the Go client
-	// sets) that the task's record was written at submit: the claim reads
-	// it first instead of trying to create it. Only the order of the two
-	// reads depends on it, never what the claim decides.
-	recorded bool
-	trace    *taskTrace // the delivery's spans; nil when tracing is off
-	traceID  string     // the trace the message's traceparent names, for the logs; "" if none
-}
-
-// logID is the log field naming the task, and its trace when the message
-// carries one (task_id, trace_id).
-func (e *envelope) logID() zap.Field { return zap.Inline(taskLog{id: e.id, traceID: e.traceID}) }
-
-// taskLog writes a task's log fields.
-type taskLog struct{ id, traceID string }
-
-func (t taskLog) MarshalLogObject(enc zapcore.ObjectEncoder) error {
-	enc.AddString("task_id", t.id)
-	if t.traceID != "" {
-		enc.AddString("trace_id", t.traceID)
-	}
-	return nil
-}
-
-// parse reads a message's subject and headers. A malformed message still
-// yields an id and best-effort fields, so that it can be dead-lettered.
-func (w *Worker) parse(d *delivery, meta *jetstream.MsgMetadata) *envelope {
-	env := &envelope{stream: meta.Stream, seq: meta.Sequence.Stream, delivered: meta.NumDelivered, published: meta.Timestamp.UTC()}
-	stored, err := w.cfg.Names.ParseStored(d.msg.Subject())
-	if err != nil {
-		env.bad = fmt.Errorf("%w: %w", ErrMalformed, err)
-		stored = streams.SalvageStored(d.msg.Subject(), d.priority)
-	}
-	env.stored = stored
-	parse := streams.ParseHeaders // a producer's message: internal headers are ignored
-	if stored.Copy {
-		parse = streams.ParseCopyHeaders
-	}
-	opts, err := parse(d.msg.Headers())
-	if err == nil {
-		err = streams.CheckBounds(opts, env.published, w.cfg.MaxTimeout, w.cfg.MaxDelay)
-	}
-	if err != nil && env.bad == nil {
-		env.bad = fmt.Errorf("%w: %w", ErrMalformed, err)
-	}
-	env.opts = opts
-	env.id = opts.ID
-	env.released = stored.Copy && d.msg.Headers().Get(streams.HeaderReleasedAt) != ""
-	env.traceID = streams.TraceID(d.msg.Headers())
-	env.recorded = !stored.Copy && d.msg.Headers().Get(streams.HeaderGen) != ""
-	if env.id == "" {
-		env.id = streams.FallbackID(meta.Stream, meta.Sequence.Stream, meta.Timestamp) // no Nats-Msg-Id
-	}
-	env.ref = kv.Ref{Tenant: stored.Tenant, ID: env.id} // a task id belongs to its tenant
-	env.key = env.ref.Key()
-	h, ok := w.cfg.Registry.lookup(stored.Type)
-	env.handler, env.unhandled = h, !ok
-	return env
+// claimer is the claim stage: it reads what a delivery says ([claimer.parse]),
+// moves the task's record to RUNNING for it ([claimer.claim]), watches the
+// claim while the handler runs ([claimer.watchClaim]) and fences the final
+// writes of a claim that lapsed ([claimer.fenced]). It is given the config,
+// the store, the logger, the counters and the gate's read-ahead.
+type claimer struct {
+	cfg   *Config
+	store *kv.Store
+	log   *zap.Logger
+	stats *counters
+	// readAhead takes the record the gate read ahead for a delivery, if
+	// any ([Worker.readAheadClaimable]).
+	readAhead func(d *delivery, env *envelope) *recordRead
 }
 
 // claim moves the task to RUNNING for this delivery. It returns false when
 // the delivery must not run; the delivery is then settled or left to lapse.
-func (w *Worker) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Record, uint64, bool) {
+func (cl *claimer) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Record, uint64, bool) {
 	const maxTries = 8
 	waits := 0
-	ahead := w.readAheadClaimable(d, env)
+	ahead := cl.readAhead(d, env)
 	for try := 0; try < maxTries; try++ {
 		var rec *kv.Record
 		var rev uint64
@@ -111,13 +48,13 @@ func (w *Worker) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Rec
 		} else {
 			if env.opts.Gen == 0 && try == 0 && !env.recorded {
 				// A raw publish has no record yet: its first sight creates it.
-				rec, rev, err = w.store.Create(ctx, w.newRecord(env), kv.Actor{Worker: w.cfg.ID, Action: "claim"})
+				rec, rev, err = cl.store.Create(ctx, cl.newRecord(env), kv.Actor{Worker: cl.cfg.ID, Action: "claim"})
 				if err == nil {
 					return rec, rev, true
 				}
 			}
 			if err == nil || errors.Is(err, kv.ErrExists) {
-				rec, rev, err = w.store.Get(ctx, env.ref)
+				rec, rev, err = cl.store.Get(ctx, env.ref)
 			}
 		}
 		if errors.Is(err, kv.ErrNotFound) && env.recorded && waits < recordWaits {
@@ -139,7 +76,7 @@ func (w *Worker) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Rec
 			}
 		}
 		if errors.Is(err, kv.ErrNotFound) {
-			rec, rev, err = w.store.Create(ctx, w.newRecord(env), kv.Actor{Worker: w.cfg.ID, Action: "claim"})
+			rec, rev, err = cl.store.Create(ctx, cl.newRecord(env), kv.Actor{Worker: cl.cfg.ID, Action: "claim"})
 			if err == nil {
 				return rec, rev, true
 			}
@@ -148,25 +85,25 @@ func (w *Worker) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Rec
 			}
 		}
 		var foreign *kv.ForeignError
-		if errors.As(err, &foreign) && w.repair(ctx, env, foreign) {
+		if errors.As(err, &foreign) && cl.repair(ctx, env, foreign) {
 			continue // rebuilt: claim it as any READY task
 		}
 		if err != nil {
-			w.log.Warn("claim_failed", env.logID(), zap.Error(err))
+			cl.log.Warn("claim_failed", env.logID(), zap.Error(err))
 			d.retryLater()
 			return nil, 0, false
 		}
-		next, nextRev, done, err := w.claimFrom(ctx, d, env, rec, rev)
+		next, nextRev, done, err := cl.claimFrom(ctx, d, env, rec, rev)
 		if errors.Is(err, kv.ErrConflict) {
 			continue // someone moved it; look again
 		}
 		if err != nil {
 			// The write may have landed with its reply lost: if the record
 			// says this worker claimed this delivery, it did.
-			if rec, rev, ok := w.claimLanded(ctx, env); ok {
+			if rec, rev, ok := cl.claimLanded(ctx, env); ok {
 				return rec, rev, true
 			}
-			w.log.Warn("claim_failed", env.logID(), zap.Error(err))
+			cl.log.Warn("claim_failed", env.logID(), zap.Error(err))
 			d.retryLater()
 			return nil, 0, false
 		}
@@ -177,7 +114,7 @@ func (w *Worker) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Rec
 			return nil, 0, false
 		}
 	}
-	w.log.Warn("claim_contended", env.logID())
+	cl.log.Warn("claim_contended", env.logID())
 	d.retryLater()
 	return nil, 0, false
 }
@@ -199,9 +136,9 @@ var errLostReply = errors.New("claim write's reply lost (test)")
 // RUNNING by this worker for this delivery of this message. Without it the
 // worker would nak its own claim and take it over at the next delivery,
 // counting a lost attempt that never ran.
-func (w *Worker) claimLanded(ctx context.Context, env *envelope) (*kv.Record, uint64, bool) {
-	rec, rev, err := w.store.Get(ctx, env.ref)
-	if err != nil || rec.State != kv.StateRunning || rec.Worker != w.cfg.ID || rec.Delivery != env.delivered ||
+func (cl *claimer) claimLanded(ctx context.Context, env *envelope) (*kv.Record, uint64, bool) {
+	rec, rev, err := cl.store.Get(ctx, env.ref)
+	if err != nil || rec.State != kv.StateRunning || rec.Worker != cl.cfg.ID || rec.Delivery != env.delivered ||
 		rec.StreamSeq != env.seq || rec.Stream != env.stream {
 		return nil, 0, false
 	}
@@ -226,45 +163,45 @@ const aheadGrace = 3 * opTimeout
 // names it or aheadGrace has passed. A PENDING task's own raw message
 // whose move to AX_DELAYED never succeeded becomes its message once due
 // ([dueOwn]).
-func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec *kv.Record, rev uint64) (*kv.Record, uint64, bool, error) {
-	actor := kv.Actor{Worker: w.cfg.ID, Action: "claim"}
-	if why := w.foreign(rec, env); why != "" {
-		w.drop(d, env, why, true)
+func (cl *claimer) claimFrom(ctx context.Context, d *delivery, env *envelope, rec *kv.Record, rev uint64) (*kv.Record, uint64, bool, error) {
+	actor := kv.Actor{Worker: cl.cfg.ID, Action: "claim"}
+	if why := cl.foreign(rec, env); why != "" {
+		cl.drop(d, env, why, true)
 		return nil, 0, true, nil
 	}
 	bound := rec.StreamSeq != 0
-	mine := rec.Names(w.cfg.Names, env.stream, env.seq)
+	mine := rec.Names(cl.cfg.Names, env.stream, env.seq)
 	switch {
 	case mine:
 	case dueOwn(rec, env, time.Now()):
 		// The message the PENDING record was written from, due now, its
 		// move to AX_DELAYED never done: it is the task's message.
-		_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: "due"}, func(r *kv.Record) error {
+		_, _, err := cl.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: cl.cfg.ID, Action: "due"}, func(r *kv.Record) error {
 			r.Bind(r.Gen, env.stream, env.seq)
 			return nil
 		})
 		return nil, 0, false, err // look again: it is the task's message now
 	case env.opts.Gen < rec.Gen:
-		w.drop(d, env, "stale generation", true)
+		cl.drop(d, env, "stale generation", true)
 		return nil, 0, true, nil
 	case env.opts.Gen > rec.Gen:
 		if rec.State == kv.StatePending {
 			break // a released copy: the first one seen becomes the task's message
 		}
-		return nil, 0, true, w.ahead(ctx, d, env, rec, rev)
+		return nil, 0, true, cl.ahead(ctx, d, env, rec, rev)
 	case bound:
-		w.drop(d, env, fmt.Sprintf("another message of the task is current (%s #%d)", rec.Stream, rec.StreamSeq), true)
+		cl.drop(d, env, fmt.Sprintf("another message of the task is current (%s #%d)", rec.Stream, rec.StreamSeq), true)
 		return nil, 0, true, nil
 	}
 	// Here the delivery is the task's current message, or the first message
 	// of a task whose record names none yet.
 	switch rec.State {
 	case kv.StateReady, kv.StateRetrying:
-		next, nextRev, err := w.store.Apply(ctx, rec, rev, kv.StateRunning, actor, func(r *kv.Record) error {
-			w.start(r, env)
+		next, nextRev, err := cl.store.Apply(ctx, rec, rev, kv.StateRunning, actor, func(r *kv.Record) error {
+			cl.start(r, env)
 			return nil
 		})
-		if err == nil && w.cfg.Test.LoseClaimReply != nil && w.cfg.Test.LoseClaimReply(env.delivered) {
+		if err == nil && cl.cfg.Test.LoseClaimReply != nil && cl.cfg.Test.LoseClaimReply(env.delivered) {
 			return nil, 0, false, errLostReply
 		}
 		return next, nextRev, false, err
@@ -272,15 +209,15 @@ func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec 
 		if !env.released {
 			// Not a released copy (a raw message naming a delayed task):
 			// keep it until the task is released, then it is stale.
-			return nil, 0, true, w.ahead(ctx, d, env, rec, rev)
+			return nil, 0, true, cl.ahead(ctx, d, env, rec, rev)
 		}
 		if env.stored.Priority != rec.Priority {
 			// Released before a reprioritize (which failed the release's
 			// compare-and-set): the release is done again at the new one.
-			w.drop(d, env, fmt.Sprintf("released copy at P%d, but the task is P%d now", env.stored.Priority, rec.Priority), true)
+			cl.drop(d, env, fmt.Sprintf("released copy at P%d, but the task is P%d now", env.stored.Priority, rec.Priority), true)
 			return nil, 0, true, nil
 		}
-		_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: "due"}, func(r *kv.Record) error {
+		_, _, err := cl.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: cl.cfg.ID, Action: "due"}, func(r *kv.Record) error {
 			r.Bind(env.opts.Gen, env.stream, env.seq)
 			return nil
 		})
@@ -289,19 +226,19 @@ func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec 
 		if !mine {
 			// Running from no bound message: only a record written by an
 			// older version; treat this one as a duplicate.
-			w.drop(d, env, "task is RUNNING from another message", true)
+			cl.drop(d, env, "task is RUNNING from another message", true)
 			return nil, 0, true, nil
 		}
 		if env.delivered <= rec.Delivery {
 			// A later delivery of this message was claimed: ours lapsed.
-			w.drop(d, env, "delivery superseded", false)
+			cl.drop(d, env, "delivery superseded", false)
 			return nil, 0, true, nil
 		}
 		// The holder's claim lapsed (no heartbeat within the ack wait): it
 		// crashed, froze or was cut off. The lost attempt counts: take the
 		// task over, leaving the hand-over and its cause in the trail.
 		cause := fmt.Sprintf("worker %s lost while running attempt %d (no heartbeat within the ack wait: crashed, frozen or cut off)", rec.Worker, rec.Attempt)
-		_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: "takeover", Error: cause}, func(r *kv.Record) error {
+		_, _, err := cl.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: cl.cfg.ID, Action: "takeover", Error: cause}, func(r *kv.Record) error {
 			r.Lost++
 			r.LastError = cause
 			return nil
@@ -312,7 +249,7 @@ func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec 
 			// An id paused before any message of it was seen: the first
 			// message binds it (its tenant, type and key with it), so that
 			// the resume runs this one and every other is dropped.
-			_, _, err := w.store.Apply(ctx, rec, rev, kv.StatePaused, kv.Actor{Worker: w.cfg.ID, Action: "bind"}, func(r *kv.Record) error {
+			_, _, err := cl.store.Apply(ctx, rec, rev, kv.StatePaused, kv.Actor{Worker: cl.cfg.ID, Action: "bind"}, func(r *kv.Record) error {
 				r.Type, r.Tenant, r.Key, r.Priority = env.stored.Type, env.stored.Tenant, env.stored.Key, env.stored.Priority
 				r.Bind(env.opts.Gen, env.stream, env.seq)
 				return nil
@@ -322,10 +259,10 @@ func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec 
 			}
 		}
 		// Keep the message (and its payload) until the task is resumed.
-		d.nakAfter(w.cfg.AckWait)
+		d.nakAfter(cl.cfg.AckWait)
 		return nil, 0, true, nil
 	default: // SUCCEEDED, DEAD, CANCELLED: nothing left to do
-		w.drop(d, env, "task is "+string(rec.State), true)
+		cl.drop(d, env, "task is "+string(rec.State), true)
 		return nil, 0, true, nil
 	}
 }
@@ -333,7 +270,7 @@ func (w *Worker) claimFrom(ctx context.Context, d *delivery, env *envelope, rec 
 // foreign reports why a message cannot be the task its record describes:
 // its type or key differ (a task is bound to them; its tenant and id name
 // the record), or "".
-func (w *Worker) foreign(rec *kv.Record, env *envelope) string {
+func (cl *claimer) foreign(rec *kv.Record, env *envelope) string {
 	if rec.Type == "" { // born CANCELLED or PAUSED by an operator who knew only the id
 		return ""
 	}
@@ -355,28 +292,28 @@ func (w *Worker) foreign(rec *kv.Record, env *envelope) string {
 // it (READY, PENDING): the late compare-and-set then fails on its revision.
 // A conflict is returned: the record moved, so the delivery is looked at
 // again.
-func (w *Worker) ahead(ctx context.Context, d *delivery, env *envelope, rec *kv.Record, rev uint64) error {
+func (cl *claimer) ahead(ctx context.Context, d *delivery, env *envelope, rec *kv.Record, rev uint64) error {
 	if time.Since(env.published) > aheadGrace {
 		why := fmt.Sprintf("orphan copy %s #%d (generation %d): no move named it within %s", env.stream, env.seq, env.opts.Gen, aheadGrace)
 		if kv.CanTransition(rec.State, rec.State) {
-			if _, _, err := w.store.Apply(ctx, rec, rev, rec.State, kv.Actor{Worker: w.cfg.ID, Action: "orphan", Error: why}, nil); err != nil {
+			if _, _, err := cl.store.Apply(ctx, rec, rev, rec.State, kv.Actor{Worker: cl.cfg.ID, Action: "orphan", Error: why}, nil); err != nil {
 				return err
 			}
 		}
-		w.drop(d, env, why, true)
+		cl.drop(d, env, why, true)
 		return nil
 	}
 	delay := min(50*time.Millisecond<<min(env.delivered, 5), time.Second)
-	w.stats.Dropped.Add(1)
+	cl.stats.Dropped.Add(1)
 	d.nakAfter(delay)
 	return nil
 }
 
 // newRecord is the RUNNING record a worker's first sight creates.
-func (w *Worker) newRecord(env *envelope) *kv.Record {
+func (cl *claimer) newRecord(env *envelope) *kv.Record {
 	rec := readyRecord(env)
 	rec.State = kv.StateRunning
-	w.start(rec, env)
+	cl.start(rec, env)
 	return rec
 }
 
@@ -398,7 +335,7 @@ func readyRecord(env *envelope) *kv.Record {
 }
 
 // start fills the fields of a claim.
-func (w *Worker) start(r *kv.Record, env *envelope) {
+func (cl *claimer) start(r *kv.Record, env *envelope) {
 	now := time.Now().UTC()
 	if r.Type == "" { // born CANCELLED or PAUSED by an operator who knew only the id
 		r.Type, r.Tenant, r.Key, r.Priority = env.stored.Type, env.stored.Tenant, env.stored.Key, env.stored.Priority
@@ -406,7 +343,7 @@ func (w *Worker) start(r *kv.Record, env *envelope) {
 	if r.Burying == "" { // a decided burial runs no attempt
 		r.Attempt++
 	}
-	r.Worker = w.cfg.ID
+	r.Worker = cl.cfg.ID
 	r.Delivery = env.delivered
 	r.Bind(r.Gen, env.stream, env.seq)
 	r.StartedAt = &now
@@ -414,24 +351,24 @@ func (w *Worker) start(r *kv.Record, env *envelope) {
 		return // put back at once: the type's handler sets the defaults below
 	}
 	if r.MaxAttempts == 0 {
-		r.MaxAttempts = cmp.Or(env.handler.cfg.MaxAttempts, w.cfg.DefaultMaxAttempts)
+		r.MaxAttempts = cmp.Or(env.handler.cfg.MaxAttempts, cl.cfg.DefaultMaxAttempts)
 	}
 	if r.Timeout == 0 {
-		r.Timeout = kv.Duration(cmp.Or(env.handler.cfg.Timeout, w.cfg.DefaultTimeout))
+		r.Timeout = kv.Duration(cmp.Or(env.handler.cfg.Timeout, cl.cfg.DefaultTimeout))
 	}
 }
 
 // drop gives up a delivery that must not run; ack removes it from the
 // stream, otherwise it is left alone (it is not ours to answer).
-func (w *Worker) drop(d *delivery, env *envelope, why string, ack bool) {
-	w.stats.Dropped.Add(1)
+func (cl *claimer) drop(d *delivery, env *envelope, why string, ack bool) {
+	cl.stats.Dropped.Add(1)
 	if ack {
 		d.ack()
-		w.log.Debug("delivery_dropped", env.logID(), zap.String("reason", why))
+		cl.log.Debug("delivery_dropped", env.logID(), zap.String("reason", why))
 		return
 	}
 	d.leave()
-	w.log.Warn("lost_claim", env.logID(), zap.String("reason", why), zap.Uint64("delivery", env.delivered))
+	cl.log.Warn("lost_claim", env.logID(), zap.String("reason", why), zap.Uint64("delivery", env.delivered))
 }
 
 // repair rebuilds the record of a delivered task whose key holds a value
@@ -439,19 +376,19 @@ func (w *Worker) drop(d *delivery, env *envelope, why string, ack bool) {
 // it, as a Go submit writes it, with a first move that names the value
 // replaced ([kv.Store.Repair]). It reports whether the key holds a record
 // now (rebuilt, or changed meanwhile): the claim then reads it again.
-func (w *Worker) repair(ctx context.Context, env *envelope, found *kv.ForeignError) bool {
-	_, rev, err := w.store.Repair(ctx, found, readyRecord(env), kv.Actor{Worker: w.cfg.ID})
+func (cl *claimer) repair(ctx context.Context, env *envelope, found *kv.ForeignError) bool {
+	_, rev, err := cl.store.Repair(ctx, found, readyRecord(env), kv.Actor{Worker: cl.cfg.ID})
 	if errors.Is(err, kv.ErrConflict) {
 		return true
 	}
 	if err != nil {
-		w.log.Warn("foreign_record_repair_failed", env.logID(), zap.Uint64("revision", found.Revision), zap.Error(err))
+		cl.log.Warn("foreign_record_repair_failed", env.logID(), zap.Uint64("revision", found.Revision), zap.Error(err))
 		return false
 	}
-	w.log.Warn("foreign_record_repaired", env.logID(), zap.Uint64("foreign_revision", found.Revision),
+	cl.log.Warn("foreign_record_repaired", env.logID(), zap.Uint64("foreign_revision", found.Revision),
 		zap.ByteString("foreign_value", found.Value), zap.Uint64("revision", rev))
-	if o, ok := w.cfg.Observer.(RepairObserver); ok {
-		o.ForeignValueRepaired(w.cfg.Names.TasksBucket(), "rebuilt")
+	if o, ok := cl.cfg.Observer.(RepairObserver); ok {
+		o.ForeignValueRepaired(cl.cfg.Names.TasksBucket(), "rebuilt")
 	}
 	return true
 }

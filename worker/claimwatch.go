@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"github.com/ax-mesh/ax/kv"
 	"time"
 )
 
@@ -18,8 +19,8 @@ import (
 // [delivery.holds] marks the claim lapsed for good the first time anyone
 // observes the lapse time passed, and [Task.Held] and every final write
 // check it.
-func (w *Worker) watchClaim(d *delivery, cancel context.CancelCauseFunc) (stop func() bool) {
-	lapse := w.lapse()
+func (cl *claimer) watchClaim(d *delivery, cancel context.CancelCauseFunc) (stop func() bool) {
+	lapse := cl.lapse()
 	var timer *time.Timer
 	check := func() {
 		d.mu.Lock()
@@ -42,23 +43,29 @@ func (w *Worker) watchClaim(d *delivery, cancel context.CancelCauseFunc) (stop f
 
 // lapse is how long a held message may go without a confirmed heartbeat
 // before its claim is given up: five sixths of the ack wait.
-func (w *Worker) lapse() time.Duration { return w.cfg.AckWait * 5 / 6 }
+func (cl *claimer) lapse() time.Duration { return cl.cfg.AckWait * 5 / 6 }
 
 // lapsed settles a task whose claim lapsed while its handler ran: the
 // record may already belong to another worker, so nothing is written and
 // the message is not answered (it is redelivered, or already was).
-func (w *Worker) lapsed(d *delivery, env *envelope) {
-	w.drop(d, env, ErrClaimLapsed.Error(), false)
+func (cl *claimer) lapsed(d *delivery, env *envelope) {
+	cl.drop(d, env, ErrClaimLapsed.Error(), false)
 }
 
 // fenced reports whether d's claim has lapsed, checked synchronously right
 // before a final write; if so it settles d as lapsed, and the caller must
 // write nothing.
-func (w *Worker) fenced(d *delivery, env *envelope) bool {
-	if d.alive(w.lapse()) {
+func (cl *claimer) fenced(d *delivery, env *envelope) bool {
+	if d.alive(cl.lapse()) {
 		return false
 	}
-	w.log.Warn("final_write_fenced", env.logID())
-	w.lapsed(d, env)
+	cl.log.Warn("final_write_fenced", env.logID())
+	cl.lapsed(d, env)
 	return true
 }
+
+// fenced is [claimer.fenced], for the flow control's final writes.
+func (w *Worker) fenced(d *delivery, env *envelope) bool { return w.claimer.fenced(d, env) }
+
+// foreign is [claimer.foreign], for the flow control's moves aside.
+func (w *Worker) foreign(rec *kv.Record, env *envelope) string { return w.claimer.foreign(rec, env) }

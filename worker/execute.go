@@ -22,7 +22,7 @@ func (w *Worker) process(d *delivery) {
 		d.term(nil)
 		return
 	}
-	env := w.parse(d, d.meta)
+	env := w.claimer.parse(d, d.meta)
 	env.trace = w.traceTask(d, env)
 	defer env.trace.end()
 	if !w.processing.enter(env.key) {
@@ -45,7 +45,7 @@ func (w *Worker) process(d *delivery) {
 	}
 	defer adm.done()
 	claimed := env.trace.step("ax.claim")
-	rec, rev, ok := w.claim(w.ops.get(), d, env)
+	rec, rev, ok := w.claimer.claim(w.ops.get(), d, env)
 	if !ok {
 		endSpan(claimed, errNotClaimed)
 		return
@@ -115,7 +115,7 @@ func (w *Worker) process(d *delivery) {
 	case runErr == nil:
 		w.succeed(d, env, rec, rev, task.result)
 	case errors.Is(cause, ErrClaimLapsed):
-		w.lapsed(d, env)
+		w.claimer.lapsed(d, env)
 	case errors.Is(cause, ErrLeaseLost):
 		w.putBack(d, env, rec, rev, "membership_lost")
 	case errors.Is(cause, ErrLimitSlotLost):
@@ -143,7 +143,7 @@ func (w *Worker) run(env *envelope, exec *attemptRecord, d *delivery, adm *admis
 	rec, rev := exec.rec, exec.rev
 	base, cancelBase := context.WithCancelCause(w.runCtx)
 	defer cancelBase(nil)
-	stopWatch := w.watchClaim(d, cancelBase)
+	stopWatch := w.claimer.watchClaim(d, cancelBase)
 	defer stopWatch()
 	stopSlots := adm.watchSlots(cancelBase)
 	defer stopSlots()
@@ -154,7 +154,7 @@ func (w *Worker) run(env *envelope, exec *attemptRecord, d *delivery, adm *admis
 	w.track(d, env.key, cancelBase) // rec.Ref() is env.ref (the store checks it)
 	defer w.untrack(d)
 
-	lapse := w.lapse()
+	lapse := w.claimer.lapse()
 	task := &Task{
 		ID: rec.ID, Type: rec.Type, Tenant: rec.Tenant, Key: rec.Key, Priority: rec.Priority,
 		Payload: d.msg.Data(), Attempt: rec.Attempt, MaxAttempts: rec.MaxAttempts,
@@ -207,7 +207,7 @@ func (w *Worker) finalCtx() (context.Context, context.CancelFunc) {
 // succeed writes SUCCEEDED with the handler's result in one
 // compare-and-set.
 func (w *Worker) succeed(d *delivery, env *envelope, rec *kv.Record, rev uint64, result []byte) {
-	if w.fenced(d, env) {
+	if w.claimer.fenced(d, env) {
 		return
 	}
 	ctx, cancel := w.finalCtx()
@@ -236,7 +236,7 @@ func (w *Worker) fail(d *delivery, env *envelope, rec *kv.Record, rev uint64, ca
 		w.bury(d, env, rec, rev, retriesExhausted(cause, rec.Attempt, rec.MaxAttempts))
 		return
 	}
-	if w.fenced(d, env) {
+	if w.claimer.fenced(d, env) {
 		return
 	}
 	delay := env.handler.cfg.Backoff.withDefaultsFrom(w.cfg.Backoff).Delay(rec.Attempt)
@@ -265,7 +265,7 @@ func (w *Worker) fail(d *delivery, env *envelope, rec *kv.Record, rev uint64, ca
 // electing), the decision is kept in the record ([kv.Record.Burying]) and
 // the message comes back after a backoff to be buried, not run again.
 func (w *Worker) bury(d *delivery, env *envelope, rec *kv.Record, rev uint64, cause error) {
-	if w.fenced(d, env) {
+	if w.claimer.fenced(d, env) {
 		return
 	}
 	ctx, cancel := w.finalCtx()
@@ -275,7 +275,7 @@ func (w *Worker) bury(d *delivery, env *envelope, rec *kv.Record, rev uint64, ca
 		w.decideBurial(ctx, d, env, rec, rev, cause, err)
 		return
 	}
-	if w.fenced(d, env) {
+	if w.claimer.fenced(d, env) {
 		return // the dead letter stays: only a definite conflict deletes it
 	}
 	_, _, err = w.store.Apply(ctx, rec, rev, kv.StateDead, kv.Actor{Worker: w.cfg.ID, Action: "dead", Error: cause.Error(), TimedOut: errors.Is(cause, ErrTimeout)}, func(r *kv.Record) error {
@@ -353,7 +353,7 @@ func abandoned(rec *kv.Record) error {
 // once. If the compare-and-set fails the claim was lost: the message is not
 // ours to answer.
 func (w *Worker) putBack(d *delivery, env *envelope, rec *kv.Record, rev uint64, action string) {
-	if w.fenced(d, env) {
+	if w.claimer.fenced(d, env) {
 		return
 	}
 	ctx, cancel := w.finalCtx()
@@ -390,7 +390,7 @@ func (w *Worker) cancelled(d *delivery, env *envelope, rec *kv.Record, rev uint6
 // its ack wait and taken over.
 func (w *Worker) settleFailedWrite(d *delivery, env *envelope, err error) {
 	if errors.Is(err, kv.ErrConflict) {
-		w.drop(d, env, "final write lost the compare-and-set: "+err.Error(), false)
+		w.claimer.drop(d, env, "final write lost the compare-and-set: "+err.Error(), false)
 		return
 	}
 	w.log.Error("final_write_failed", env.logID(), zap.Error(err))

@@ -151,7 +151,7 @@ func (w *Worker) heartbeats() {
 // wait after the last counted reset, which is before the server can have
 // redelivered), and a lapsed claim never beats again.
 func (w *Worker) beat(now time.Time, every time.Duration) {
-	lapse := w.lapse()
+	lapse := w.claimer.lapse()
 	var due []*delivery
 	for _, d := range w.held.snapshot() {
 		if skip := w.cfg.Test.SkipHeartbeat; skip != nil && d.meta != nil && skip(d.meta.NumDelivered) {

@@ -23,7 +23,7 @@ func TestLapseIsSticky(t *testing.T) {
 	meta, err := msg.Metadata()
 	require.NoError(t, err)
 
-	lapse := w.lapse()
+	lapse := w.claimer.lapse()
 	frozen := time.Now().Add(-lapse - time.Second) // its last beat, before a freeze longer than the lapse
 	d := &delivery{msg: msg, meta: meta, lastBeat: frozen}
 	w.held.add(d)

@@ -69,7 +69,7 @@ func (w *Worker) stillUnhandled(d *delivery, env *envelope) bool {
 	defer cancel()
 	rec, _, err := w.store.Get(ctx, env.ref)
 	if err != nil || rec.State != kv.StateReady || rec.LastMove().Action != ActionNoHandler || rec.Burying != "" ||
-		!rec.Names(w.cfg.Names, env.stream, env.seq) || w.foreign(rec, env) != "" ||
+		!rec.Names(w.cfg.Names, env.stream, env.seq) || w.claimer.foreign(rec, env) != "" ||
 		(rec.Deadline != nil && time.Now().After(*rec.Deadline)) {
 		return false
 	}
@@ -81,7 +81,7 @@ func (w *Worker) stillUnhandled(d *delivery, env *envelope) bool {
 // back: READY, the attempt not counted, the reason in its trail; then its
 // message is naked with a delay for a worker that has the handler.
 func (w *Worker) decline(d *delivery, env *envelope, rec *kv.Record, rev uint64) {
-	if w.fenced(d, env) {
+	if w.claimer.fenced(d, env) {
 		return
 	}
 	ctx, cancel := w.finalCtx()

@@ -28,6 +28,7 @@ type Worker struct {
 	chains *chains      // the handlers in their middleware
 
 	intake     *intake        // the shard sets, their pullers and the mesh: what is received
+	claimer    *claimer       // the claims of what is received
 	dispatch   *dispatchQueue // received deliveries, for the slots
 	held       heldSet        // every message held, for heartbeats
 	running    sync.Map       // *delivery -> execution: the handlers running now
@@ -83,6 +84,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Worker, err
 	w.intake = &intake{cfg: cfg, js: js, log: w.log, dispatch: w.dispatch, held: &w.held, release: w.release,
 		running: &w.running, unhandled: &w.unhandled, stopping: &w.stopping, stopCh: w.stopCh, loops: &w.loops,
 		ready: make(chan struct{})}
+	w.claimer = &claimer{cfg: cfg, store: store, log: w.log, stats: &w.stats, readAhead: w.readAheadClaimable}
 	w.limits.ready = make(chan struct{})
 	w.limits.room = maxParkedBytes
 	w.held.items = map[*delivery]struct{}{}
@@ -223,7 +225,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // be claimed. It is left unanswered to its ack wait.
 func (w *Worker) expired(d *delivery) bool {
 	d.mu.Lock()
-	late := !d.holds(time.Now(), w.lapse())
+	late := !d.holds(time.Now(), w.claimer.lapse())
 	if late {
 		d.settled = true
 	}
