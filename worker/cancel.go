@@ -35,29 +35,29 @@ const noteTTL = time.Minute
 // writes CANCELLED first (a compare-and-set on the RUNNING record) and then
 // sends the task's record key ("<tenant>.<id>", [kv.Ref.Key]) here; the
 // handler's context ends with [ErrCancelled].
-func (w *Worker) subscribeCancels() error {
-	w.cancels.early = map[string]time.Time{}
-	subject := w.cfg.Names.WorkerCancelSubject(w.cfg.ID)
-	sub, err := w.js.Conn().Subscribe(subject, w.onCancelNotice)
+func (rn *runner) subscribeCancels() error {
+	rn.cancels.early = map[string]time.Time{}
+	subject := rn.cfg.Names.WorkerCancelSubject(rn.cfg.ID)
+	sub, err := rn.js.Conn().Subscribe(subject, rn.onCancelNotice)
 	if err != nil {
 		return fmt.Errorf("subscribe to cancel notices on %s: %w", subject, err)
 	}
-	w.cancels.sub = sub
+	rn.cancels.sub = sub
 	return nil
 }
 
-func (w *Worker) unsubscribeCancels() {
-	if w.cancels.sub != nil {
-		_ = w.cancels.sub.Unsubscribe()
+func (rn *runner) unsubscribeCancels() {
+	if rn.cancels.sub != nil {
+		_ = rn.cancels.sub.Unsubscribe()
 	}
 }
 
-func (w *Worker) onCancelNotice(msg *nats.Msg) {
+func (rn *runner) onCancelNotice(msg *nats.Msg) {
 	id := string(msg.Data) // the task's record key
 	reply := CancelReplyCancelled
-	w.cancels.mu.Lock()
+	rn.cancels.mu.Lock()
 	found := false
-	w.running.Range(func(_, e any) bool { // every execution of the task here
+	rn.running.Range(func(_, e any) bool { // every execution of the task here
 		if e := e.(execution); e.id == id {
 			e.cancel(ErrCancelled)
 			found = true
@@ -66,16 +66,16 @@ func (w *Worker) onCancelNotice(msg *nats.Msg) {
 	})
 	if !found {
 		now := time.Now()
-		for other, at := range w.cancels.early {
+		for other, at := range rn.cancels.early {
 			if now.Sub(at) > noteTTL {
-				delete(w.cancels.early, other)
+				delete(rn.cancels.early, other)
 			}
 		}
-		w.cancels.early[id] = now
+		rn.cancels.early[id] = now
 		reply = CancelReplyNoted
 	}
-	w.cancels.mu.Unlock()
-	w.log.Info("task_cancel_notice", zap.String("task_id", id), zap.String("result", reply))
+	rn.cancels.mu.Unlock()
+	rn.log.Info("task_cancel_notice", zap.String("task_id", id), zap.String("result", reply))
 	if msg.Reply != "" {
 		_ = msg.Respond([]byte(reply))
 	}
@@ -92,18 +92,18 @@ type execution struct {
 
 // track registers a running handler's cancel func under its delivery, and
 // cancels it at once if an operator's notice arrived before it started.
-func (w *Worker) track(d *delivery, id string, cancel context.CancelCauseFunc) {
-	w.cancels.mu.Lock()
-	defer w.cancels.mu.Unlock()
-	w.running.Store(d, execution{id: id, cancel: cancel})
-	if _, ok := w.cancels.early[id]; ok {
-		delete(w.cancels.early, id)
+func (rn *runner) track(d *delivery, id string, cancel context.CancelCauseFunc) {
+	rn.cancels.mu.Lock()
+	defer rn.cancels.mu.Unlock()
+	rn.running.Store(d, execution{id: id, cancel: cancel})
+	if _, ok := rn.cancels.early[id]; ok {
+		delete(rn.cancels.early, id)
 		cancel(ErrCancelled)
 	}
 }
 
 // untrack forgets the execution of d.
-func (w *Worker) untrack(d *delivery) { w.running.Delete(d) }
+func (rn *runner) untrack(d *delivery) { rn.running.Delete(d) }
 
 // inFlight is the set of tasks (record keys: a task id belongs to its
 // tenant) this worker is processing, from its claim

@@ -28,12 +28,12 @@ import (
 // ([streams.Refused]) buries the task ([Worker.unschedulable]); any other
 // failure is retried, and never releases the task early: once its time
 // has come, the claim runs it from this message ([Worker.claimFrom]).
-func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
+func (rn *runner) deferDelayed(d *delivery, env *envelope) bool {
 	runAt := env.opts.RunAt
 	if runAt.IsZero() || env.bad != nil || !runAt.After(time.Now()) || env.released {
 		return false
 	}
-	if err := streams.CheckDelayedSize(d.msg.Data(), d.msg.Headers(), w.delayedLimit()); err != nil {
+	if err := streams.CheckDelayedSize(d.msg.Data(), d.msg.Headers(), rn.delayedLimit()); err != nil {
 		env.bad = fmt.Errorf("%w: %w", ErrMalformed, err)
 		return false
 	}
@@ -52,9 +52,9 @@ func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
 		dl := env.opts.Deadline.UTC()
 		want.Deadline = &dl
 	}
-	rec, rev, err := w.store.Create(ctx, want, kv.Actor{Worker: w.cfg.ID, Action: "publish"})
+	rec, rev, err := rn.store.Create(ctx, want, kv.Actor{Worker: rn.cfg.ID, Action: "publish"})
 	if errors.Is(err, kv.ErrExists) {
-		if rec, rev, err = w.store.Get(ctx, env.ref); err == nil && (!rec.SamePending(want) || rec.WaitsSteppedAside()) {
+		if rec, rev, err = rn.store.Get(ctx, env.ref); err == nil && (!rec.SamePending(want) || rec.WaitsSteppedAside()) {
 			// Another task's id, or already released, or a READY task a
 			// worker stepped aside (no message of it carries its run
 			// time): the claim decides.
@@ -62,24 +62,24 @@ func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
 		}
 	}
 	if err != nil {
-		w.log.Warn("defer_failed", zap.String("task_id", env.id), zap.Error(err))
+		rn.log.Warn("defer_failed", zap.String("task_id", env.id), zap.Error(err))
 		d.retryLater()
 		return true
 	}
-	submit := nats.NewMsg(w.cfg.Names.SubmitSubject(s.Priority, s.Tenant, s.Type, s.Key))
+	submit := nats.NewMsg(rn.cfg.Names.SubmitSubject(s.Priority, s.Tenant, s.Type, s.Key))
 	submit.Data = d.msg.Data()
 	submit.Header = d.msg.Headers()
-	sched := w.cfg.Names.DelayedMsg(s.Tenant, env.id, submit, runAt.Add(-streams.DefaultScheduleEarly))
-	if _, err := w.js.PublishMsg(ctx, sched); err != nil {
+	sched := rn.cfg.Names.DelayedMsg(s.Tenant, env.id, submit, runAt.Add(-streams.DefaultScheduleEarly))
+	if _, err := rn.js.PublishMsg(ctx, sched); err != nil {
 		if streams.Refused(err) {
-			w.unschedulable(ctx, d, env, rec, rev, err)
+			rn.unschedulable(ctx, d, env, rec, rev, err)
 			return true
 		}
-		w.log.Warn("defer_failed", zap.String("task_id", env.id), zap.Error(err))
+		rn.log.Warn("defer_failed", zap.String("task_id", env.id), zap.Error(err))
 		d.retryLater()
 		return true
 	}
-	w.log.Debug("task_deferred", zap.String("task_id", env.id), zap.Time("run_at", runAt))
+	rn.log.Debug("task_deferred", zap.String("task_id", env.id), zap.Time("run_at", runAt))
 	d.ack()
 	return true
 }
@@ -87,10 +87,10 @@ func (w *Worker) deferDelayed(d *delivery, env *envelope) bool {
 // delayedLimit is the largest write of a delayed task: the least of the
 // buckets' MaxMsgSize (the copy that releases it goes there) and the
 // server's max_payload; 0 when neither is known.
-func (w *Worker) delayedLimit() int {
-	limit := int(w.js.Conn().MaxPayload())
-	if w.intake.maxMsgSize > 0 && (limit <= 0 || int(w.intake.maxMsgSize) < limit) {
-		limit = int(w.intake.maxMsgSize)
+func (rn *runner) delayedLimit() int {
+	limit := int(rn.js.Conn().MaxPayload())
+	if rn.intake.maxMsgSize > 0 && (limit <= 0 || int(rn.intake.maxMsgSize) < limit) {
+		limit = int(rn.intake.maxMsgSize)
 	}
 	return max(limit, 0)
 }
@@ -101,30 +101,30 @@ func (w *Worker) delayedLimit() int {
 // dead-letter stream and its PENDING record to DEAD, with the refusal as
 // the reason. Should the dead letter or the record write fail, the
 // delivery comes back and the move is tried again.
-func (w *Worker) unschedulable(ctx context.Context, d *delivery, env *envelope, rec *kv.Record, rev uint64, refusal error) {
-	cause := fmt.Errorf("%w: %s refused its schedule: %w", ErrUnschedulable, w.cfg.Names.DelayedStream(), refusal)
-	seq, err := w.deadLetter(ctx, d, env, rec, cause)
+func (rn *runner) unschedulable(ctx context.Context, d *delivery, env *envelope, rec *kv.Record, rev uint64, refusal error) {
+	cause := fmt.Errorf("%w: %s refused its schedule: %w", ErrUnschedulable, rn.cfg.Names.DelayedStream(), refusal)
+	seq, err := rn.deadLetter(ctx, d, env, rec, cause)
 	if err != nil {
-		w.log.Warn("defer_refused_dead_letter_failed", zap.String("task_id", env.id), zap.Error(err))
+		rn.log.Warn("defer_refused_dead_letter_failed", zap.String("task_id", env.id), zap.Error(err))
 		d.retryLater()
 		return
 	}
-	_, _, err = w.store.Apply(ctx, rec, rev, kv.StateDead, kv.Actor{Worker: w.cfg.ID, Action: "dead", Error: cause.Error()}, func(r *kv.Record) error {
+	_, _, err = rn.store.Apply(ctx, rec, rev, kv.StateDead, kv.Actor{Worker: rn.cfg.ID, Action: "dead", Error: cause.Error()}, func(r *kv.Record) error {
 		now := time.Now().UTC()
 		r.FinishedAt, r.LastError, r.DLQSeq = &now, cause.Error(), seq
 		return nil
 	})
 	if err != nil {
 		if errors.Is(err, kv.ErrConflict) {
-			w.orphanDeadLetter(rec.ID, seq) // moved meanwhile: its next delivery decides
+			rn.orphanDeadLetter(rec.ID, seq) // moved meanwhile: its next delivery decides
 		}
-		w.log.Warn("defer_refused_write_failed", zap.String("task_id", env.id), zap.Error(err))
+		rn.log.Warn("defer_refused_write_failed", zap.String("task_id", env.id), zap.Error(err))
 		d.retryLater()
 		return
 	}
-	w.stats.Dead.Add(1)
-	w.observe(rec, OutcomeDead)
-	w.log.Info("task_dead", zap.String("task_id", rec.ID), zap.String("type", rec.Type), zap.Error(cause))
+	rn.stats.Dead.Add(1)
+	rn.observe(rec, OutcomeDead)
+	rn.log.Info("task_dead", zap.String("task_id", rec.ID), zap.String("type", rec.Type), zap.Error(cause))
 	d.term(cause)
 }
 
@@ -142,3 +142,7 @@ func dueOwn(rec *kv.Record, env *envelope, now time.Time) bool {
 	return rec.State == kv.StatePending && rec.StreamSeq == 0 && !env.stored.Copy && env.stored.Priority == rec.Priority &&
 		rec.RunAt != nil && env.opts.RunAt.Equal(*rec.RunAt) && !rec.RunAt.After(now) && !rec.WaitsSteppedAside()
 }
+
+// delayedLimit is [runner.delayedLimit], for the flow control's moves
+// aside.
+func (w *Worker) delayedLimit() int { return w.runner.delayedLimit() }

@@ -18,11 +18,11 @@ import (
 // with the sequence of an earlier letter even if that letter was deleted.
 // A retried bury may so leave an orphan letter (it names its task; the
 // record's dlq_seq names the one that counts), never a dangling dlq_seq.
-func (w *Worker) deadLetter(ctx context.Context, d *delivery, env *envelope, rec *kv.Record, cause error) (uint64, error) {
-	letter := streams.Letter{TaskID: rec.ID, Tenant: env.stored.Tenant, Type: env.stored.Type, Subject: w.replaySubject(d, env),
+func (rn *runner) deadLetter(ctx context.Context, d *delivery, env *envelope, rec *kv.Record, cause error) (uint64, error) {
+	letter := streams.Letter{TaskID: rec.ID, Tenant: env.stored.Tenant, Type: env.stored.Type, Subject: rn.replaySubject(d, env),
 		Error: kv.CutError(cause.Error()), Attempts: rec.Attempt, FailedAt: time.Now()}
-	msg := w.cfg.Names.DeadLetterMsg(letter, d.msg.Data(), d.msg.Headers(), fmt.Sprintf("%s:%d:%d:%s", rec.ID, rec.Gen, rec.Attempt, nuid.Next()))
-	seq, err := streams.PublishDeadLetter(ctx, w.js, msg)
+	msg := rn.cfg.Names.DeadLetterMsg(letter, d.msg.Data(), d.msg.Headers(), fmt.Sprintf("%s:%d:%d:%s", rec.ID, rec.Gen, rec.Attempt, nuid.Next()))
+	seq, err := streams.PublishDeadLetter(ctx, rn.js, msg)
 	if err != nil {
 		return 0, fmt.Errorf("dead-letter task %s: %w", rec.ID, err)
 	}
@@ -30,12 +30,12 @@ func (w *Worker) deadLetter(ctx context.Context, d *delivery, env *envelope, rec
 }
 
 // replaySubject is the submit subject a replay publishes to.
-func (w *Worker) replaySubject(d *delivery, env *envelope) string {
+func (rn *runner) replaySubject(d *delivery, env *envelope) string {
 	s := env.stored
 	if env.bad != nil && errors.Is(env.bad, streams.ErrBadSubject) {
 		return d.msg.Subject()
 	}
-	return w.cfg.Names.SubmitSubject(s.Priority, s.Tenant, s.Type, s.Key)
+	return rn.cfg.Names.SubmitSubject(s.Priority, s.Tenant, s.Type, s.Key)
 }
 
 // orphanDeadLetter notes a dead letter written by a bury that then lost
@@ -43,6 +43,6 @@ func (w *Worker) replaySubject(d *delivery, env *envelope) string {
 // letters is the control plane's right, docs/SECURITY.md): replay refuses a
 // dead letter that is not its record's DLQSeq, and AX_DLQ's MaxAge and
 // MaxBytes remove it in time.
-func (w *Worker) orphanDeadLetter(id string, seq uint64) {
-	w.log.Info("dead_letter_orphaned", zap.String("task_id", id), zap.Uint64("dlq_seq", seq))
+func (rn *runner) orphanDeadLetter(id string, seq uint64) {
+	rn.log.Info("dead_letter_orphaned", zap.String("task_id", id), zap.Uint64("dlq_seq", seq))
 }

@@ -38,7 +38,7 @@ func TestLapseIsSticky(t *testing.T) {
 	rec, rev, err := w.store.Create(ctx, &kv.Record{ID: "t-sticky", Type: "job", Tenant: "acme", Key: key, Priority: 2,
 		State: kv.StateRunning, Attempt: 1, MaxAttempts: 3, Worker: w.cfg.ID}, kv.Actor{Worker: w.cfg.ID, Action: "claim"})
 	require.NoError(t, err)
-	w.succeed(d, &envelope{id: rec.ID, ref: rec.Ref()}, rec, rev, nil)
+	w.runner.succeed(d, &envelope{id: rec.ID, ref: rec.Ref()}, rec, rev, nil)
 	got, gotRev, err := w.store.Get(ctx, rec.Ref())
 	require.NoError(t, err)
 	require.Equal(t, kv.StateRunning, got.State)

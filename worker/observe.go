@@ -33,13 +33,13 @@ type RepairObserver interface {
 }
 
 // observe reports a settled attempt of rec to the configured observer.
-func (w *Worker) observe(rec *kv.Record, outcome Outcome) {
-	if w.cfg.Observer == nil {
+func (rn *runner) observe(rec *kv.Record, outcome Outcome) {
+	if rn.cfg.Observer == nil {
 		return
 	}
 	var took time.Duration
 	if rec.StartedAt != nil {
 		took = time.Since(*rec.StartedAt)
 	}
-	w.cfg.Observer.TaskFinished(rec.Type, rec.Tenant, rec.Priority, outcome, took)
+	rn.cfg.Observer.TaskFinished(rec.Type, rec.Tenant, rec.Priority, outcome, took)
 }

@@ -66,7 +66,7 @@ func truncateUTF8(s string, n int) string {
 // attemptRecord is a running attempt's view of its record: progress writes
 // move its revision, and the outcome is written from the last one.
 type attemptRecord struct {
-	w     *Worker
+	rn    *runner
 	mu    sync.Mutex
 	rec   *kv.Record
 	rev   uint64
@@ -91,12 +91,12 @@ func (e *attemptRecord) report(ctx context.Context, t *Task, p *kv.Progress) err
 		return fmt.Errorf("progress of task %s: %w", t.ID, cause)
 	}
 	e.last, e.dirty = p, true
-	if time.Since(e.wrote) < e.w.cfg.ProgressEvery {
+	if time.Since(e.wrote) < e.rn.cfg.ProgressEvery {
 		return nil
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
-	rec, rev, err := e.w.store.SetProgress(wctx, e.rec, e.rev, p)
+	rec, rev, err := e.rn.store.SetProgress(wctx, e.rec, e.rev, p)
 	if err != nil {
 		return fmt.Errorf("progress of task %s: %w", t.ID, err)
 	}

@@ -23,15 +23,15 @@ type taskTrace struct {
 
 // traceTask starts the task span of a delivery, or returns nil without a
 // tracer provider.
-func (w *Worker) traceTask(d *delivery, env *envelope) *taskTrace {
-	if w.tracer == nil {
+func (rn *runner) traceTask(d *delivery, env *envelope) *taskTrace {
+	if rn.tracer == nil {
 		return nil
 	}
 	parent := tracing.Extract(context.Background(), d.msg.Headers())
 	attrs := append(tracing.Task(env.id, env.stored.Type, env.stored.Tenant, env.stored.Priority),
-		tracing.AttrWorker.String(w.cfg.ID), attribute.Int64("ax.delivery", int64(env.delivered)))
-	_, span := w.tracer.Start(parent, "ax.task "+env.stored.Type, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
-	return &taskTrace{tracer: w.tracer, span: span}
+		tracing.AttrWorker.String(rn.cfg.ID), attribute.Int64("ax.delivery", int64(env.delivered)))
+	_, span := rn.tracer.Start(parent, "ax.task "+env.stored.Type, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+	return &taskTrace{tracer: rn.tracer, span: span}
 }
 
 // step starts a child span of the task span; nil when tracing is off.

@@ -64,57 +64,57 @@ const (
 // a task this worker already put back: the record is READY, names this
 // message, and its last move is a put-back for want of a handler. It
 // reports false when the delivery needs the full path (the claim).
-func (w *Worker) stillUnhandled(d *delivery, env *envelope) bool {
+func (rn *runner) stillUnhandled(d *delivery, env *envelope) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	rec, _, err := w.store.Get(ctx, env.ref)
+	rec, _, err := rn.store.Get(ctx, env.ref)
 	if err != nil || rec.State != kv.StateReady || rec.LastMove().Action != ActionNoHandler || rec.Burying != "" ||
-		!rec.Names(w.cfg.Names, env.stream, env.seq) || w.claimer.foreign(rec, env) != "" ||
+		!rec.Names(rn.cfg.Names, env.stream, env.seq) || rn.claimer.foreign(rec, env) != "" ||
 		(rec.Deadline != nil && time.Now().After(*rec.Deadline)) {
 		return false
 	}
-	w.handBack(d, env)
+	rn.handBack(d, env)
 	return true
 }
 
 // decline puts a claimed task of a type this worker has no handler for
 // back: READY, the attempt not counted, the reason in its trail; then its
 // message is naked with a delay for a worker that has the handler.
-func (w *Worker) decline(d *delivery, env *envelope, rec *kv.Record, rev uint64) {
-	if w.claimer.fenced(d, env) {
+func (rn *runner) decline(d *delivery, env *envelope, rec *kv.Record, rev uint64) {
+	if rn.claimer.fenced(d, env) {
 		return
 	}
-	ctx, cancel := w.finalCtx()
+	ctx, cancel := rn.finalCtx()
 	defer cancel()
 	why := fmt.Sprintf("worker %s has no handler for task type %q (it handles %s); the task waits for a worker that has one",
-		w.cfg.ID, rec.Type, strings.Join(slices.Sorted(slices.Values(w.cfg.Registry.Types())), ", "))
-	_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: ActionNoHandler, Error: why}, func(r *kv.Record) error {
+		rn.cfg.ID, rec.Type, strings.Join(slices.Sorted(slices.Values(rn.cfg.Registry.Types())), ", "))
+	_, _, err := rn.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: rn.cfg.ID, Action: ActionNoHandler, Error: why}, func(r *kv.Record) error {
 		r.Attempt--
 		return nil
 	})
 	if err != nil {
-		w.log.Warn("put_back_failed", zap.String("task_id", rec.ID), zap.Error(err))
-		w.settleFailedWrite(d, env, err)
+		rn.log.Warn("put_back_failed", zap.String("task_id", rec.ID), zap.Error(err))
+		rn.settleFailedWrite(d, env, err)
 		return
 	}
-	w.log.Info("task_unhandled", zap.String("task_id", rec.ID), zap.String("type", rec.Type), zap.Bool("peer_handles", w.intake.peerHandles(rec.Type)))
-	w.handBack(d, env)
+	rn.log.Info("task_unhandled", zap.String("task_id", rec.ID), zap.String("type", rec.Type), zap.Bool("peer_handles", rn.intake.peerHandles(rec.Type)))
+	rn.handBack(d, env)
 }
 
 // handBack naks a delivery of an unhandled task with its delay and, under
 // pinned_client with a live peer for the type, unpins its consumer.
-func (w *Worker) handBack(d *delivery, env *envelope) {
+func (rn *runner) handBack(d *delivery, env *envelope) {
 	typ := env.stored.Type
-	w.unhandled.note(typ, time.Now())
-	w.stats.Unhandled.Add(1)
-	handOff := w.intake.peerHandles(typ)
-	delay := unhandledDelay(env.delivered, handOff, w.unhandled.backlog(env.key, time.Now()))
+	rn.unhandled.note(typ, time.Now())
+	rn.stats.Unhandled.Add(1)
+	handOff := rn.intake.peerHandles(typ)
+	delay := unhandledDelay(env.delivered, handOff, rn.unhandled.backlog(env.key, time.Now()))
 	d.nakAfter(delay)
-	if handOff && w.intake.policy == jetstream.PriorityPolicyPinned && d.set != nil {
+	if handOff && rn.intake.policy == jetstream.PriorityPolicyPinned && d.set != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()
-		if err := w.intake.unpin(ctx, d.priority, w.intake.consumerName(d.set, d.priority, d.shard)); err != nil {
-			w.log.Debug("unpin_failed", zap.Int("priority", d.priority), zap.Int("shard", d.shard), zap.Error(err))
+		if err := rn.intake.unpin(ctx, d.priority, rn.intake.consumerName(d.set, d.priority, d.shard)); err != nil {
+			rn.log.Debug("unpin_failed", zap.Int("priority", d.priority), zap.Int("shard", d.shard), zap.Error(err))
 		}
 	}
 }

@@ -13,38 +13,29 @@ import (
 	"github.com/ax-mesh/ax/internal/tracing"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
 // Worker pulls and runs tasks. Create it with [New], then [Worker.Start] and
 // [Worker.Stop] it once.
 type Worker struct {
-	cfg    *Config
-	js     jetstream.JetStream
-	store  *kv.Store
-	log    *zap.Logger
-	tracer trace.Tracer // nil: no spans
-	chains *chains      // the handlers in their middleware
+	cfg   *Config
+	js    jetstream.JetStream
+	store *kv.Store
+	log   *zap.Logger
 
-	intake     *intake        // the shard sets, their pullers and the mesh: what is received
-	claimer    *claimer       // the claims of what is received
-	dispatch   *dispatchQueue // received deliveries, for the slots
-	held       heldSet        // every message held, for heartbeats
-	running    sync.Map       // *delivery -> execution: the handlers running now
-	processing inFlight       // task ids between claim and settled outcome here
-	cancels    cancelNotes    // operator cancel notices
-	maxRecord  int            // the largest record the server takes (its max_payload); zero: unknown
-	slotsOpen  chan struct{}  // closed when Start ends: the slots take deliveries from then on
-	unhandled  unhandledTypes // types put back lately for want of a handler
-	limits     limitState     // the mesh's pauses and limits, and the slots held here
-	ops        opContexts     // the shared context of the task path's operations
+	intake    *intake        // the shard sets, their pullers and the mesh: what is received
+	claimer   *claimer       // the claims of what is received
+	runner    *runner        // the runs of what is claimed, to their outcome
+	dispatch  *dispatchQueue // received deliveries, for the slots
+	held      heldSet        // every message held, for heartbeats
+	slotsOpen chan struct{}  // closed when Start ends: the slots take deliveries from then on
+	limits    limitState     // the mesh's pauses and limits, and the slots held here
+	ops       opContexts     // the shared context of the task path's operations
 
 	stopping  atomic.Bool
 	stopCh    chan struct{} // closed when Stop begins
 	slotsDone chan struct{} // closed when every slot has returned
-	runCtx    context.Context
-	runCancel context.CancelCauseFunc // cancels handlers after the grace period
 	slots     sync.WaitGroup
 	loops     sync.WaitGroup
 	started   atomic.Bool
@@ -70,25 +61,29 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Worker, err
 	if err := store.CheckBatchedReads(ctx); err != nil {
 		return nil, fmt.Errorf("new worker: %w", guard.Err(err))
 	}
-	w := &Worker{cfg: cfg, js: js, store: store, tracer: tracing.Tracer(cfg.TracerProvider), log: cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)), stopCh: make(chan struct{}), slotsDone: make(chan struct{}),
+	w := &Worker{cfg: cfg, js: js, store: store, log: cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)), stopCh: make(chan struct{}), slotsDone: make(chan struct{}),
 		slotsOpen: make(chan struct{})}
+	maxRecord := 0
 	if payload := int(js.Conn().MaxPayload()); payload > 0 {
-		w.maxRecord = payload
+		maxRecord = payload
 		if base64.StdEncoding.EncodedLen(cfg.MaxResultBytes) > payload/2 {
 			return nil, fmt.Errorf("worker config: MaxResultBytes %d (%d in base64) must fit in half the server's max_payload (%d bytes): the result is stored in the task's record",
 				cfg.MaxResultBytes, base64.StdEncoding.EncodedLen(cfg.MaxResultBytes), payload)
 		}
 	}
-	w.chains = newChains(cfg, w.log, w.tracer)
 	w.dispatch = newDispatchQueue()
-	w.intake = &intake{cfg: cfg, js: js, log: w.log, dispatch: w.dispatch, held: &w.held, release: w.release,
-		running: &w.running, unhandled: &w.unhandled, stopping: &w.stopping, stopCh: w.stopCh, loops: &w.loops,
-		ready: make(chan struct{})}
 	w.claimer = &claimer{cfg: cfg, store: store, log: w.log, stats: &w.stats, readAhead: w.readAheadClaimable}
+	w.runner = &runner{cfg: cfg, js: js, store: store, log: w.log, stats: &w.stats, ops: &w.ops, maxRecord: maxRecord,
+		claimer: w.claimer, admit: w.admit, startRated: w.startRated, tracer: tracing.Tracer(cfg.TracerProvider)}
+	w.runner.chains = newChains(cfg, w.log, w.runner.tracer)
+	w.runner.runCtx, w.runner.runCancel = context.WithCancelCause(context.Background())
+	w.intake = &intake{cfg: cfg, js: js, log: w.log, dispatch: w.dispatch, held: &w.held, release: w.release,
+		running: &w.runner.running, unhandled: &w.runner.unhandled, stopping: &w.stopping, stopCh: w.stopCh, loops: &w.loops,
+		ready: make(chan struct{})}
+	w.runner.intake = w.intake
 	w.limits.ready = make(chan struct{})
 	w.limits.room = maxParkedBytes
 	w.held.items = map[*delivery]struct{}{}
-	w.runCtx, w.runCancel = context.WithCancelCause(context.Background())
 	return w, nil
 }
 
@@ -115,7 +110,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		close(w.slotsDone)
 		return fmt.Errorf("start worker: %w", w.refused(guard, err))
 	}
-	if err := w.subscribeCancels(); err != nil {
+	if err := w.runner.subscribeCancels(); err != nil {
 		close(w.slotsDone)
 		return fmt.Errorf("start worker: %w", w.refused(guard, err))
 	}
@@ -190,21 +185,21 @@ func (w *Worker) Stop(ctx context.Context) error {
 	select {
 	case <-slotsDone:
 	case <-grace.C:
-		w.runCancel(ErrStop)
+		w.runner.runCancel(ErrStop)
 	case <-ctx.Done():
-		w.runCancel(ErrStop)
+		w.runner.runCancel(ErrStop)
 	}
 	select {
 	case <-slotsDone:
 	case <-ctx.Done():
 		return fmt.Errorf("stop worker %s: %w", w.cfg.ID, ctx.Err())
 	}
-	w.runCancel(ErrStop)
+	w.runner.runCancel(ErrStop)
 	for _, d := range w.dispatch.close() { // tasks received but not started
 		w.release(d)
 	}
 	w.loops.Wait()
-	w.unsubscribeCancels()
+	w.runner.unsubscribeCancels()
 	w.log.Info("worker_stopped")
 	return nil
 }
@@ -267,7 +262,7 @@ func (w *Worker) slot() {
 			w.held.remove(d)
 			continue
 		}
-		w.process(d)
+		w.runner.process(d)
 		w.returnHanded(d)   // dropped before its admission took them
 		if !w.parkHeld(d) { // still held while it waits for a slot of its limit
 			w.held.remove(d)
