@@ -11,7 +11,7 @@ import (
 )
 
 // deploymentPools reads the first priority bucket's configuration, retrying
-// like [Worker.bindConsumer]: on a pools deployment it returns the type
+// like [intake.bindConsumer]: on a pools deployment it returns the type
 // consumers' settings ([streams.RoutedConfig]), otherwise nil. It keeps the
 // buckets' MaxMsgSize, which bounds a delayed task ([Worker.delayedLimit]).
 func (in *intake) deploymentPools(ctx context.Context) (*streams.Config, error) {

@@ -25,9 +25,9 @@ import (
 // A message that would not fit the schedule or the copy that releases it
 // ([streams.CheckDelayedSize]) is marked bad before any write, and the claim
 // dead-letters it. A move that AX_DELAYED refuses for what the message is
-// ([streams.Refused]) buries the task ([Worker.unschedulable]); any other
+// ([streams.Refused]) buries the task ([runner.unschedulable]); any other
 // failure is retried, and never releases the task early: once its time
-// has come, the claim runs it from this message ([Worker.claimFrom]).
+// has come, the claim runs it from this message ([claimer.claimFrom]).
 func (rn *runner) deferDelayed(d *delivery, env *envelope) bool {
 	runAt := env.opts.RunAt
 	if runAt.IsZero() || env.bad != nil || !runAt.After(time.Now()) || env.released {

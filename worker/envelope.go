@@ -20,7 +20,7 @@ type envelope struct {
 	opts      streams.Options
 	bad       error // why the message breaks the contract; nil if it does not
 	handler   handler
-	unhandled bool      // no handler is registered for the type: the task is put back ([Worker.decline])
+	unhandled bool      // no handler is registered for the type: the task is put back ([runner.decline])
 	stream    string    // the bucket stream it was delivered from
 	seq       uint64    // stream sequence
 	published time.Time // when the message was stored

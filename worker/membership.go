@@ -66,7 +66,7 @@ func (in *intake) inFlight() int {
 }
 
 // runMesh keeps the worker a member of the mesh until ctx ends: it joins,
-// serves the shards the shared assignment gives it ([Worker.serveMesh]), and
+// serves the shards the shared assignment gives it ([intake.serveMesh]), and
 // when its membership is lost (it could not renew within the TTL, as in a
 // network partition) it stops every consumer, cancels its running tasks
 // with [ErrLeaseLost] and joins again.

@@ -205,7 +205,7 @@ func (pl *puller) pull(n int) (int, error) {
 // stop ends pulling without ending the open request, if any: the request
 // runs to its end (filled, expired, two heartbeats missed, or a wrong pin
 // once the new owner unpins), and each message it brings is handed back
-// at once ([Worker.receive]). Ending the request from the client instead would
+// at once ([intake.receive]). Ending the request from the client instead would
 // drop what the server had sent it and not yet delivered (in flight, or
 // in nats.go's subscription when its fetch ends): the server counts those
 // delivered, so each would wait out its ack wait before any worker could

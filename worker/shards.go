@@ -22,7 +22,7 @@ const (
 	shardIdle   shardMode = iota // not consumed
 	shardOwned                   // consumed as its owner
 	shardSteal                   // consumed only while its backlog is above the steal threshold (overflow policy)
-	shardAssist                  // consumed beside its owner, which lacks a handler this worker has (see [Worker.assistShards])
+	shardAssist                  // consumed beside its owner, which lacks a handler this worker has (see [intake.assistShards])
 )
 
 // shardSet holds the consumers of the shards a worker serves, five per shard
@@ -82,7 +82,7 @@ func (in *intake) consumerFilter(s *shardSet, p, shard int) string {
 // bindShards learns the ack wait and priority policy of the shard
 // consumers (provisioning gives every consumer the same), retrying while
 // the server cannot answer, and refuses a worker config that disagrees
-// ([Worker.adoptConsumer]). On a pools deployment it first creates the
+// ([intake.adoptConsumer]). On a pools deployment it first creates the
 // consumers of the types the worker registers that do not exist yet.
 func (in *intake) bindShards(ctx context.Context) error {
 	pools, err := in.deploymentPools(ctx)
