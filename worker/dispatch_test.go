@@ -122,7 +122,8 @@ func TestDispatchManySlots(t *testing.T) {
 // A queued delivery whose heartbeats went unconfirmed for 5/6 of the ack
 // wait is given up, never claimed: JetStream may have redelivered it.
 func TestExpiredDeliveryIsNotClaimed(t *testing.T) {
-	w := &Worker{cfg: &Config{AckWait: 3 * time.Second}, log: zap.NewNop()}
+	cfg := &Config{AckWait: 3 * time.Second}
+	w := &Worker{cfg: cfg, log: zap.NewNop(), claimer: &claimer{cfg: cfg}}
 	fresh := &delivery{lastBeat: time.Now().Add(-2 * time.Second)}
 	require.False(t, w.expired(fresh), "2 s of a 2.5 s lapse")
 	require.False(t, fresh.settled)
