@@ -1,6 +1,6 @@
 // Package ax is what a service imports to submit tasks: [Client.Submit],
 // [Client.SubmitBatch] and [Client.SubmitJSON] put tasks into their priority
-// buckets following the v1 wire contract (docs/WIRE.md), so that any NATS
+// buckets following the wire contract (docs/WIRE.md), so that any NATS
 // client can do the same by hand. [TaskSpec] describes a task, [Args] types
 // its payload, [CronJob] a periodic one; [Priority] names the buckets P0..P4
 // ([DefaultPriority] is P2).

@@ -74,7 +74,7 @@ type BucketPressure struct {
 	// refused by the server; core tasks (<prefix>.core.…) are admitted.
 	Refusing bool `json:"refusing,omitempty"`
 	// MaxMsgSize is the bucket's largest message (its stream's
-	// MaxMsgSize; 0 in a report of an older leader): a delayed task must
+	// MaxMsgSize; 0 when not known): a delayed task must
 	// leave streams.TaskRoom below it (see [Client.Submit]).
 	MaxMsgSize int32 `json:"max_msg_size,omitempty"`
 }

@@ -248,11 +248,6 @@ type typeTally struct {
 	runTimes []time.Duration
 }
 
-// legacyTimedOutPrefix starts the error of an attempt ended by its timeout
-// in moves written before [kv.Move.TimedOut] (the text of
-// worker.ErrTimeout): such records still count until they expire.
-const legacyTimedOutPrefix = "task timed out"
-
 func (t *typeTally) add(r *kv.Record) {
 	if r.State == kv.StateSucceeded {
 		t.stats.Succeeded++
@@ -263,7 +258,7 @@ func (t *typeTally) add(r *kv.Record) {
 		t.stats.Retried++
 	}
 	for _, m := range r.Trail {
-		if m.TimedOut || strings.HasPrefix(m.Error, legacyTimedOutPrefix) {
+		if m.TimedOut {
 			t.stats.TimedOut++
 			break
 		}

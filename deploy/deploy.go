@@ -37,8 +37,7 @@ type Options struct {
 	// Names of the deployment. Zero means [streams.DefaultNames].
 	Names streams.Names
 	// Provision creates or updates the streams, consumers and buckets with
-	// Streams and Buckets (idempotent), and moves task records of ax before
-	// v3 under their tenant ([kv.MigrateKeys]). False only verifies that they
+	// Streams and Buckets (idempotent). False only verifies that they
 	// exist, as a process that may not change them (a producer, a worker)
 	// does.
 	Provision bool
@@ -68,9 +67,6 @@ type Deployment struct {
 type Provisioned struct {
 	// Streams lists the streams and consumers created and updated.
 	Streams *streams.Report
-	// Migrated counts the task records of ax before v3 moved under their
-	// tenant, and names those left under their old key.
-	Migrated *kv.MigrateReport
 }
 
 // Open provisions the deployment when opts.Provision is set, then reads
@@ -139,11 +135,7 @@ func open(ctx context.Context, js jetstream.JetStream, opts *Options) (*Deployme
 		if err := control.ListTenants(ctx, js, o.Names, scfg.Tenants...); err != nil {
 			return nil, fmt.Errorf("open deployment: %w", err)
 		}
-		migrated, err := kv.MigrateKeys(ctx, js, o.Names)
-		if err != nil {
-			return nil, fmt.Errorf("open deployment: %w", err)
-		}
-		provisioned = &Provisioned{Streams: report, Migrated: migrated}
+		provisioned = &Provisioned{Streams: report}
 	}
 	d := &Deployment{js: js, names: o.Names, store: o.Store, provisioned: provisioned}
 	d.store.Names = o.Names

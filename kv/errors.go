@@ -22,10 +22,9 @@ var (
 	ErrLeaseHeld = errors.New("lease held by another holder")
 	// ErrLeaseLost means the caller's lease expired or was taken over.
 	ErrLeaseLost = errors.New("lease lost")
-	// ErrLegacyKey means a task record is stored under its id alone, the
-	// key of ax before v3 (docs/WIRE.md): `ax provision` moves it to its
-	// tenant's key ([MigrateKeys]).
-	ErrLegacyKey = errors.New("task record stored under the pre-v3 key (its id alone): run `ax provision` to move it under its tenant")
+	// ErrForeignKey means a key of the task record bucket is not of the
+	// form <tenant>.<id> ([Ref.Key]): ax wrote no record there.
+	ErrForeignKey = errors.New("not a task record key (<tenant>.<id>)")
 	// ErrForeignRecord means a record key holds the record of another task
 	// (its tenant or id differ): not a record ax wrote there.
 	ErrForeignRecord = errors.New("record of another task")

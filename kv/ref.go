@@ -38,12 +38,11 @@ func (r Ref) Validate() error {
 func (r Ref) Key() string { return tenantKey(r.Tenant) + "." + r.ID }
 
 // ParseKey reads a record key written by [Ref.Key]. A key without a tenant
-// (a record stored by ax before v3, keyed by the task id alone) is an error
-// that says so.
+// is [ErrForeignKey].
 func ParseKey(key string) (Ref, error) {
 	tenant, id, ok := strings.Cut(key, ".")
 	if !ok {
-		return Ref{}, fmt.Errorf("task record key %q has no tenant: %w", key, ErrLegacyKey)
+		return Ref{}, fmt.Errorf("task record key %q has no tenant: %w", key, ErrForeignKey)
 	}
 	if encoded, ok := strings.CutPrefix(tenant, "="); ok {
 		raw, err := base64.RawURLEncoding.DecodeString(encoded)

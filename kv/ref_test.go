@@ -30,7 +30,7 @@ func TestRecordKeyNamesTenantAndID(t *testing.T) {
 	}
 	require.Equal(t, "acme.order-42", kv.Ref{Tenant: "acme", ID: "order-42"}.Key())
 	_, err := kv.ParseKey("order-42")
-	require.ErrorIs(t, err, kv.ErrLegacyKey)
+	require.ErrorIs(t, err, kv.ErrForeignKey)
 }
 
 // Two tenants' equal ids are two tasks: each has its own record, moves
@@ -71,9 +71,9 @@ func TestEqualIDsOfTwoTenantsAreTwoTasks(t *testing.T) {
 }
 
 // A key that holds another task's record (not one ax wrote there) is not
-// read as the task, and a record of the pre-v3 key form is reported by a
-// scan, not taken for a task.
-func TestForeignAndLegacyRecordsAreNotTasks(t *testing.T) {
+// read as the task, and a record under a key without a tenant is reported
+// by a scan, not taken for a task.
+func TestForeignRecordsAreNotTasks(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ctx := context.Background()

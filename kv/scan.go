@@ -27,7 +27,7 @@ func (e *UnreadableError) Error() string {
 func (e *UnreadableError) Unwrap() error { return e.Err }
 
 // readEntry decodes a watched record and checks that its key names it: a
-// key of the pre-v3 form is [ErrLegacyKey], a record of another task
+// key without a tenant is [ErrForeignKey], a record of another task
 // [ErrForeignRecord].
 func readEntry(entry jetstream.KeyValueEntry) (*Record, error) {
 	ref, err := ParseKey(entry.Key())

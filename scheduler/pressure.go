@@ -60,11 +60,6 @@ func (p *pressureLoop) run(ctx context.Context) error {
 			for _, prio := range prev.PausedPriorities {
 				p.paused[prio] = true
 			}
-			if prev.Paused && len(prev.PausedPriorities) == 0 { // a report of an older leader
-				for _, prio := range pausedPriorities {
-					p.paused[prio] = true
-				}
-			}
 		}
 	}
 	tick := time.NewTicker(p.l.cfg.PressureInterval)

@@ -39,8 +39,7 @@ func newRecordIndex(grace time.Duration) *recordIndex {
 }
 
 // observe applies one watched entry, seen at now. A key that names no task
-// (a record of ax before v3, keyed by its id alone, which `ax provision`
-// moves under its tenant) is not tracked.
+// ([kv.ErrForeignKey]) is not tracked.
 func (x *recordIndex) observe(entry jetstream.KeyValueEntry, now time.Time) {
 	key := entry.Key()
 	ref, err := kv.ParseKey(key)

@@ -61,10 +61,11 @@ func TestAdmissionIsEnforcedByTheServer(t *testing.T) {
 	require.EqualValues(t, 4, stream.CachedInfo().State.Msgs)
 }
 
-// A priority bucket provisioned by the v2 contract (transform from the
-// submit subject alone) is updated in place, keeping its tasks, and a core
-// submit of a key is stored under the same subject as its submit was.
-func TestLegacyBucketIsUpgradedInPlace(t *testing.T) {
+// A priority bucket whose shard transform reads the subject's tokens other
+// than ax's (the same 32 shards, the key taken from another token) is
+// refused, not updated: a stored task's subject would no longer be the one
+// a submit of its key is stored under.
+func TestBucketOfAnotherTransformIsRefused(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.RunServer(t)
 	ctx := context.Background()
@@ -74,22 +75,16 @@ func TestLegacyBucketIsUpgradedInPlace(t *testing.T) {
 		SubjectTransform: &jetstream.SubjectTransformConfig{Source: "ax.submit.p0.*.*.*", Destination: "ax.p0.{{partition(32,3)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}"},
 	})
 	require.NoError(t, err)
-	old, err := js.Publish(ctx, n.SubmitSubject(0, "acme", "mail", "k1"), nil)
+	stored, err := js.Publish(ctx, n.SubmitSubject(0, "acme", "mail", "k1"), nil)
 	require.NoError(t, err)
 
-	report, err := streams.Provision(ctx, js, nil)
-	require.NoError(t, err)
-	require.Contains(t, report.Updated[0], "SubjectTransform")
-
-	core, err := js.Publish(ctx, n.CoreSubject(0, "acme", "mail", "k1"), nil)
-	require.NoError(t, err)
+	_, err = streams.Provision(ctx, js, nil)
+	require.ErrorIs(t, err, streams.ErrLayoutChange)
 	stream, err := js.Stream(ctx, "AX_P0")
 	require.NoError(t, err)
-	before, err := stream.GetMsg(ctx, old.Sequence)
+	require.Contains(t, stream.CachedInfo().Config.SubjectTransform.Destination, "partition(32,3)", "the stream is untouched")
+	_, err = stream.GetMsg(ctx, stored.Sequence)
 	require.NoError(t, err, "the stored task is kept")
-	after, err := stream.GetMsg(ctx, core.Sequence)
-	require.NoError(t, err)
-	require.Equal(t, before.Subject, after.Subject, "same key, same shard and subject")
 }
 
 // staleWriter stands for a leader whose admission update (the whole

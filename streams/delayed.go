@@ -46,8 +46,7 @@ func (n Names) DueSubject(tenant, taskID string) string {
 }
 
 // ParseDueSubject returns the tenant and task id of a fired schedule's
-// subject "ax.due.<tenant>.<id>", and false if subject is not one (a
-// schedule of ax before v3 fired into "ax.due.<id>").
+// subject "ax.due.<tenant>.<id>", and false if subject is not one.
 func (n Names) ParseDueSubject(subject string) (tenant, taskID string, ok bool) {
 	return n.parseTaskSubject(subject, ".due.")
 }

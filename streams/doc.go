@@ -1,5 +1,5 @@
 // Package streams owns ax's data layout on JetStream: the names of streams,
-// subjects and consumers, the wire headers of the v1 contract, the shard
+// subjects and consumers, the wire headers of the contract (docs/WIRE.md), the shard
 // function, and the idempotent provisioning of every stream and consumer.
 //
 // Layout (with the default prefix "ax"):

@@ -153,13 +153,6 @@ func (n Names) ShardTransform(p int) string {
 	return fmt.Sprintf("%s.p%d.{{partition(%d,4)}}.{{wildcard(2)}}.{{wildcard(3)}}.{{wildcard(4)}}", n.Prefix(), p, Shards)
 }
 
-// legacyShardTransform is the shard transform of the v2 contract's buckets,
-// whose source was [Names.SubmitFilter] alone. It stores a submit subject
-// exactly as [Names.ShardTransform] does, so [Provision] replaces it in place.
-func (n Names) legacyShardTransform(p int) string {
-	return fmt.Sprintf("%s.p%d.{{partition(%d,3)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}", n.Prefix(), p, Shards)
-}
-
 // StoredFilter returns the subjects of every task stored in priority
 // stream p, control-plane copies included: "<prefix>.p<N>.>".
 func (n Names) StoredFilter(p int) string { return fmt.Sprintf("%s.p%d.>", n.Prefix(), p) }

@@ -504,9 +504,7 @@ func keepAdmission(n Names, have, want jetstream.StreamConfig) jetstream.StreamC
 
 // checkLayout refuses what would move stored tasks: another shard transform
 // (or, for a stream without one, another first subject), another retention
-// or storage. A priority bucket of the v2 contract (transform source
-// <prefix>.submit.p<N>.*.*.*) is updated in place: its transform stores a
-// submit subject exactly as today's does.
+// or storage.
 func checkLayout(n Names, have, want jetstream.StreamConfig) error {
 	transform := func(t *jetstream.SubjectTransformConfig) string {
 		if t == nil {
@@ -519,7 +517,7 @@ func checkLayout(n Names, have, want jetstream.StreamConfig) error {
 		if len(have.Subjects) == 0 || len(want.Subjects) == 0 || have.Subjects[0] != want.Subjects[0] {
 			return fmt.Errorf("%w: stream %s has subjects %v, want %v", ErrLayoutChange, want.Name, have.Subjects, want.Subjects)
 		}
-	} else if transform(have.SubjectTransform) != transform(want.SubjectTransform) && !isLegacyBucket(n, have) {
+	} else if transform(have.SubjectTransform) != transform(want.SubjectTransform) {
 		return fmt.Errorf("%w: stream %s has shard transform %q, want %q (the shard count is part of the data layout; drain and recreate the stream to change it)",
 			ErrLayoutChange, want.Name, transform(have.SubjectTransform), transform(want.SubjectTransform))
 	}
@@ -534,16 +532,6 @@ func checkLayout(n Names, have, want jetstream.StreamConfig) error {
 		return fmt.Errorf("%w: stream %s has storage %s, want %s", ErrImmutable, want.Name, have.Storage, want.Storage)
 	}
 	return nil
-}
-
-// isLegacyBucket reports whether have is a priority bucket as the v2
-// contract provisioned it (submit subject and shard transform of that
-// contract, 32 shards).
-func isLegacyBucket(n Names, have jetstream.StreamConfig) bool {
-	p, ok := n.PriorityOf(have.Name)
-	return ok && have.SubjectTransform != nil &&
-		have.SubjectTransform.Source == n.SubmitFilter(p) &&
-		have.SubjectTransform.Destination == n.legacyShardTransform(p)
 }
 
 func streamChanges(have, want jetstream.StreamConfig) []string {
@@ -662,8 +650,8 @@ func checkFilter(filter, stream string) error {
 
 // refuseShardConsumers returns [ErrLayoutChange] if bucket p of a pools
 // deployment has catch-all shard consumers (p<N>-s<SS>), as a provision
-// without pools (an older ax) creates: they overlap every type's consumer,
-// so no worker of a type could start.
+// of the shared layout creates (added by hand, say): they overlap every
+// type's consumer, so no worker of a type could start.
 func refuseShardConsumers(ctx context.Context, js jetstream.JetStream, names Names, p int) error {
 	stream, err := js.Stream(ctx, names.PriorityStream(p))
 	if err != nil {
@@ -688,7 +676,7 @@ func refuseShardConsumers(ctx context.Context, js jetstream.JetStream, names Nam
 	}
 	slices.Sort(found)
 	return fmt.Errorf("%w: stream %s routes by task type (pools) but has %d catch-all shard consumers (%s, …), "+
-		"created by a provision without pools (an older ax?); they overlap every type's consumer: once no worker of "+
+		"as the shared layout has; they overlap every type's consumer: once no worker of "+
 		"the shard layout runs, remove them (nats consumer rm %s %s, and the others) and provision again",
 		ErrLayoutChange, names.PriorityStream(p), len(found), found[0], names.PriorityStream(p), found[0])
 }

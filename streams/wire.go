@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Wire headers of the v1 contract.
+// Wire headers of the contract (docs/WIRE.md).
 const (
 	// HeaderMsgID is the JetStream de-duplication header; ax uses it as the
 	// task id: "<id>", or "<id>:<token>", whose token (anything unguessable,
@@ -21,7 +21,7 @@ const (
 	HeaderTimeout = "Ax-Timeout"
 	// HeaderMaxAttempts is the maximum number of attempts (a positive integer).
 	HeaderMaxAttempts = "Ax-Max-Attempts"
-	// HeaderCore was the v2 contract's claim of a core task. It grants
+	// HeaderCore is a producer's claim of a core task. It grants
 	// nothing: a core task is one published on the core subject
 	// ([Names.CoreSubject]), which takes a permission. A message that still
 	// carries it is handled as if it did not.
@@ -285,7 +285,7 @@ func TaskIDOf(msgID string) string {
 	return id
 }
 
-// ParseHeaders reads the task options a producer may set (the v1 contract)
+// ParseHeaders reads the task options a producer may set (docs/WIRE.md)
 // from h: the task id (Nats-Msg-Id, [TaskIDOf]), timeout, attempts, core, deadline and
 // run time. Internal headers (Ax-Task-Id, Ax-Gen, …) are ignored: they are
 // honoured only on a control-plane copy ([ParseCopyHeaders]). An invalid

@@ -186,14 +186,8 @@ func (e *env) provision(ctx context.Context, js jetstream.JetStream, cfg *stream
 	if err != nil {
 		return nil, err
 	}
-	report, migrated := dep.Provisioned().Streams, dep.Provisioned().Migrated
+	report := dep.Provisioned().Streams
 	fmt.Fprintf(e.errOut, "provisioned: %s\n", report)
-	if migrated.Moved > 0 {
-		fmt.Fprintf(e.errOut, "  moved %d task records of ax before v3 under their tenant (docs/WIRE.md)\n", migrated.Moved)
-	}
-	for key, why := range migrated.Skipped {
-		fmt.Fprintf(e.errOut, "  left task record %s under its old key: %s\n", key, why)
-	}
 	for _, u := range report.Updated {
 		fmt.Fprintf(e.errOut, "  updated %s\n", u)
 	}
