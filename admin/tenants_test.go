@@ -16,7 +16,7 @@ import (
 func TestStatsListTenantQueues(t *testing.T) {
 	t.Parallel()
 	nc, js := natstest.RunServer(t)
-	natstest.Provision(t, js, &streams.Config{Fair: true, Tenants: []string{"acme", "globex", "idle"}})
+	natstest.Provision(t, js, &streams.Config{Layout: streams.LayoutFair, Tenants: []string{"acme", "globex", "idle"}})
 	ctx := context.Background()
 	svc, err := admin.New(ctx, js, nil)
 	require.NoError(t, err)

@@ -14,7 +14,7 @@ import (
 )
 
 // Tenants is what AX_CONTROL holds under [TenantsKey] on a fair deployment
-// (streams.Config.Fair): the tenants whose consumers exist, sorted. The
+// (streams.LayoutFair): the tenants whose consumers exist, sorted. The
 // leader adds a tenant once it has created its consumers; every worker
 // watches the key and pulls from the consumers of each tenant listed.
 type Tenants struct {

@@ -159,7 +159,7 @@ func (d *Deployment) readConsumerSettings(ctx context.Context, names streams.Nam
 	if err != nil {
 		return fmt.Errorf("priority bucket %s (provision the deployment first): %w", name, err)
 	}
-	if sc := stream.CachedInfo().Config; streams.Routed(sc) {
+	if sc := stream.CachedInfo().Config; streams.LayoutOf(sc).Routed() {
 		cfg, err := streams.RoutedConfig(names, sc)
 		if err != nil {
 			return err

@@ -160,7 +160,7 @@ func (m *mesh) waitPools(want map[string][]string) {
 // stop). Nothing is lost and no task runs twice at once.
 func TestPoolsMoveType(t *testing.T) {
 	t.Parallel()
-	m := newMesh(t, "--pools")
+	m := newMesh(t, "--layout", "pools") // the long form of --pools
 	serves := map[string][]string{}
 	a := m.spawnPool("email")
 	serves[a] = []string{"email"}

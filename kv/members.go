@@ -77,16 +77,16 @@ func ListMembers(ctx context.Context, js jetstream.JetStream, names streams.Name
 	return out, nil
 }
 
-// ServedTypes returns the task types the live members serve: on a pools
-// deployment the types of their pools ([Member.Types]), else the types
+// ServedTypes returns the task types the live members serve: on a
+// [streams.LayoutPools] deployment the types of their pools ([Member.Types]), else the types
 // they have handlers for ([Member.Handles]). all is true when, on a
 // deployment without pools, a member does not say what it handles (a
 // worker of an earlier release): every type then counts as served.
-func ServedTypes(members []Member, pools bool) (served map[string]bool, all bool) {
+func ServedTypes(members []Member, layout streams.Layout) (served map[string]bool, all bool) {
 	served = map[string]bool{}
 	for _, m := range members {
 		types := m.Handles
-		if pools {
+		if layout == streams.LayoutPools {
 			types = m.Types
 		} else if len(types) == 0 {
 			all = true

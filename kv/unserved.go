@@ -40,7 +40,7 @@ func UnservedTypes(ctx context.Context, js jetstream.JetStream, names streams.Na
 	if err != nil {
 		return nil, fmt.Errorf("unserved types: %w", err)
 	}
-	return UnservedAmong(ctx, js, names, members, streams.UsesPools(first.CachedInfo().Config))
+	return UnservedAmong(ctx, js, names, members, streams.LayoutOf(first.CachedInfo().Config))
 }
 
 // MaxReportedUnserved bounds the types of a deployment without pools that
@@ -49,7 +49,7 @@ func UnservedTypes(ctx context.Context, js jetstream.JetStream, names streams.Na
 const MaxReportedUnserved = 100
 
 // UnservedAmong is [UnservedTypes] for a caller that has read the live
-// members. On a pools deployment it reads each bucket's subject counts (one
+// members and the deployment's layout. On a pools deployment it reads each bucket's subject counts (one
 // stream info request with a subject filter, whose answer grows with the
 // distinct subjects stored: tenants × types × keys) and, per unserved type
 // and bucket, the first message of the type (a direct get by subject). On
@@ -57,12 +57,12 @@ const MaxReportedUnserved = 100
 // types to look at are those the live workers put back lately
 // ([Member.Unhandled]), at most [MaxReportedUnserved] of them, and each is
 // read with the type in the subject filter.
-func UnservedAmong(ctx context.Context, js jetstream.JetStream, names streams.Names, members []Member, pools bool) ([]Unserved, error) {
-	served, all := ServedTypes(members, pools)
+func UnservedAmong(ctx context.Context, js jetstream.JetStream, names streams.Names, members []Member, layout streams.Layout) ([]Unserved, error) {
+	served, all := ServedTypes(members, layout)
 	if all {
 		return nil, nil
 	}
-	if pools {
+	if layout == streams.LayoutPools {
 		return WaitingTypes(ctx, js, names, served)
 	}
 	candidates := map[string]bool{}

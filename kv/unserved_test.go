@@ -20,11 +20,11 @@ func TestUnservedTypesOfADeployment(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name    string
-		pools   bool
+		layout  streams.Layout
 		members []kv.Member
 	}{
-		{"pools", true, []kv.Member{{ID: "w1", Types: []string{"email"}}}},
-		{"default layout", false, []kv.Member{{ID: "w1", Handles: []string{"email"}, Unhandled: []string{"resize"}}}},
+		{"pools", streams.LayoutPools, []kv.Member{{ID: "w1", Types: []string{"email"}}}},
+		{"default layout", streams.LayoutShared, []kv.Member{{ID: "w1", Handles: []string{"email"}, Unhandled: []string{"resize"}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -32,7 +32,7 @@ func TestUnservedTypesOfADeployment(t *testing.T) {
 			ctx := context.Background()
 			names, err := streams.NewNames("orders")
 			require.NoError(t, err)
-			_, err = streams.Provision(ctx, js, &streams.Config{Names: names, Pools: tc.pools})
+			_, err = streams.Provision(ctx, js, &streams.Config{Names: names, Layout: tc.layout})
 			require.NoError(t, err)
 			for _, subject := range []string{
 				names.SubmitSubject(1, "acme", "email", "k1"),
@@ -44,7 +44,7 @@ func TestUnservedTypesOfADeployment(t *testing.T) {
 			require.NoError(t, nc.Flush())
 			var unserved []kv.Unserved
 			require.Eventually(t, func() bool {
-				unserved, err = kv.UnservedAmong(ctx, js, names, tc.members, tc.pools)
+				unserved, err = kv.UnservedAmong(ctx, js, names, tc.members, tc.layout)
 				require.NoError(t, err)
 				return len(unserved) == 1 && unserved[0].Depth == 2
 			}, 5*time.Second, 50*time.Millisecond, "unserved: %+v", unserved)

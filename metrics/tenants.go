@@ -50,7 +50,7 @@ func (c *tenantsCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	for p := range streams.Priorities {
 		stream, err := c.js.Stream(ctx, c.names.PriorityStream(p))
-		if err != nil || !streams.UsesTenants(stream.CachedInfo().Config) {
+		if err != nil || streams.LayoutOf(stream.CachedInfo().Config) != streams.LayoutFair {
 			return
 		}
 		queues, _, err := streams.TenantQueues(ctx, stream, p)

@@ -18,7 +18,7 @@ import (
 func TestTenantQueueMetrics(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.RunServer(t)
-	natstest.Provision(t, js, &streams.Config{Fair: true, Tenants: []string{"acme", "globex", "initech"}})
+	natstest.Provision(t, js, &streams.Config{Layout: streams.LayoutFair, Tenants: []string{"acme", "globex", "initech"}})
 	ctx := context.Background()
 	for tenant, n := range map[string]int{"acme": 3, "globex": 5, "initech": 1} {
 		for range n {

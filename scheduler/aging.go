@@ -72,7 +72,7 @@ func (a *aging) pass(ctx context.Context, prio int, served func(context.Context)
 		return err
 	}
 	filters := []string{names.StoredFilter(prio)}
-	if streams.UsesPools(stream.CachedInfo().Config) {
+	if streams.LayoutOf(stream.CachedInfo().Config) == streams.LayoutPools {
 		types, err := served(ctx)
 		if err != nil {
 			return err

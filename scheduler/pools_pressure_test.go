@@ -19,7 +19,7 @@ import (
 // buckets below the full one, as it pauses the shard consumers otherwise.
 func TestBackpressurePausesTypeConsumers(t *testing.T) {
 	t.Parallel()
-	lb := setupLoops(t, 1, &streams.Config{Capacity: 20, Pools: true, Types: []string{"x", "y"}},
+	lb := setupLoops(t, 1, &streams.Config{Capacity: 20, Layout: streams.LayoutPools, Types: []string{"x", "y"}},
 		scheduler.Config{PressureInterval: 20 * time.Millisecond})
 	js, client, ctx := lb.js, lb.client, context.Background()
 	for range 19 { // P3 at 95%
@@ -44,7 +44,7 @@ func TestBackpressurePausesTypeConsumers(t *testing.T) {
 // type's waiting tasks are lifted as before.
 func TestAgingLeavesUnservedTypesWhereTheyAre(t *testing.T) {
 	t.Parallel()
-	lb := setupLoops(t, 1, &streams.Config{Pools: true, Types: []string{"x", "report"}},
+	lb := setupLoops(t, 1, &streams.Config{Layout: streams.LayoutPools, Types: []string{"x", "report"}},
 		scheduler.Config{AgingThreshold: 300 * time.Millisecond})
 	client, ctx := lb.client, context.Background()
 	reg := worker.NewRegistry()
@@ -103,7 +103,7 @@ func TestAgingLeavesUnservedTypesWhereTheyAre(t *testing.T) {
 // others, instead of delivering until the leader's next pause (30 s later).
 func TestTypeJoiningDuringPauseStartsPaused(t *testing.T) {
 	t.Parallel()
-	cfg := &streams.Config{Capacity: 20, Pools: true, Types: []string{"x"}}
+	cfg := &streams.Config{Capacity: 20, Layout: streams.LayoutPools, Types: []string{"x"}}
 	lb := setupLoops(t, 1, cfg, scheduler.Config{PressureInterval: 20 * time.Millisecond})
 	js, client, ctx := lb.js, lb.client, context.Background()
 	for range 19 { // P3 at 95%
@@ -139,7 +139,7 @@ func consumerPaused(t *testing.T, js jetstream.JetStream, stream, name string) b
 // first hears while the pause holds start paused as the others.
 func TestTenantJoiningDuringPauseStartsPaused(t *testing.T) {
 	t.Parallel()
-	cfg := &streams.Config{Capacity: 20, Fair: true, Tenants: []string{"acme"}}
+	cfg := &streams.Config{Capacity: 20, Layout: streams.LayoutFair, Tenants: []string{"acme"}}
 	lb := setupLoops(t, 1, cfg, scheduler.Config{PressureInterval: 20 * time.Millisecond})
 	js, client, ctx := lb.js, lb.client, context.Background()
 	for range 19 { // P3 at 95%

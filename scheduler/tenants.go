@@ -18,7 +18,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// Tenant discovery on a fair deployment ([streams.Config.Fair]).
+// Tenant discovery on a fair deployment ([streams.LayoutFair]).
 const (
 	// tenantTick is how often the discovery handles the tenants it was
 	// told of, checks its subscription for drops and retries what failed.
@@ -147,7 +147,7 @@ func (d *tenantDiscovery) run(ctx context.Context) error {
 		d.buckets[p] = stream
 	}
 	first := d.buckets[0].CachedInfo().Config
-	if !streams.UsesTenants(first) {
+	if streams.LayoutOf(first) != streams.LayoutFair {
 		<-ctx.Done()
 		return ctx.Err()
 	}

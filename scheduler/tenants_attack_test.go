@@ -21,7 +21,7 @@ import (
 // the next election).
 func TestDelayedFirstTaskOfATenantRuns(t *testing.T) {
 	t.Parallel()
-	b := setupLoops(t, 1, &streams.Config{Fair: true}, scheduler.Config{Logger: zaptest.NewLogger(t)})
+	b := setupLoops(t, 1, &streams.Config{Layout: streams.LayoutFair}, scheduler.Config{Logger: zaptest.NewLogger(t)})
 	s := newStarts()
 	startFairWorker(t, b, 2, s.handler(0))
 	info, err := b.client.Submit(context.Background(), ax.TaskSpec{Type: "job", Tenant: "later", Priority: ax.P2, Delay: 500 * time.Millisecond})
@@ -35,7 +35,7 @@ func TestDelayedFirstTaskOfATenantRuns(t *testing.T) {
 // back a real new tenant: its first task starts within seconds.
 func TestTenantFloodKeepsDiscoveryResponsive(t *testing.T) {
 	t.Parallel()
-	b := setupLoops(t, 1, &streams.Config{Fair: true, Capacity: 2}, scheduler.Config{Logger: zaptest.NewLogger(t)})
+	b := setupLoops(t, 1, &streams.Config{Layout: streams.LayoutFair, Capacity: 2}, scheduler.Config{Logger: zaptest.NewLogger(t)})
 	ctx := context.Background()
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
@@ -80,7 +80,7 @@ func TestTenantFloodKeepsDiscoveryResponsive(t *testing.T) {
 // get their consumers and their tasks run, as a plain one's.
 func TestHashedTenantsRun(t *testing.T) {
 	t.Parallel()
-	b := setupLoops(t, 1, &streams.Config{Fair: true}, scheduler.Config{Logger: zaptest.NewLogger(t)})
+	b := setupLoops(t, 1, &streams.Config{Layout: streams.LayoutFair}, scheduler.Config{Logger: zaptest.NewLogger(t)})
 	s := newStarts()
 	startFairWorker(t, b, 4, s.handler(0))
 	tenants := []string{"acme:eu", "café", strings.Repeat("x", 100)}

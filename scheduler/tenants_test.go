@@ -91,12 +91,12 @@ func submitJobs(t *testing.T, c *ax.Client, tenant string, n int) []string {
 // while "bulk" has 3,000 waiting, and each small task starts within 2 s
 // (by the handler's clock; 0.03 s on a quiet machine), long before bulk's
 // backlog drains (about 4 s of work). On a deployment without fair shares
-// the small tasks wait behind the backlog, 8 s (set fair to false to see
-// it fail).
+// the small tasks wait behind the backlog, 8 s (set layout to
+// streams.LayoutShared to see it fail).
 func TestFairSharesBetweenTenants(t *testing.T) {
 	t.Parallel()
-	const fair = true
-	b := setupLoops(t, 1, &streams.Config{Fair: fair}, scheduler.Config{Logger: zaptest.NewLogger(t)})
+	const layout = streams.LayoutFair
+	b := setupLoops(t, 1, &streams.Config{Layout: layout}, scheduler.Config{Logger: zaptest.NewLogger(t)})
 	s := newStarts()
 	startFairWorker(t, b, 4, s.handler(5*time.Millisecond))
 	// Both tenants known first (the first task of a new tenant waits for
@@ -134,7 +134,7 @@ func TestFairSharesBetweenTenants(t *testing.T) {
 // and its tasks run. A tenant the leader hears gets its consumers too.
 func TestTenantsFoundWithoutALeader(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, &streams.Config{Fair: true})
+	srv := newServer(t, &streams.Config{Layout: streams.LayoutFair})
 	_, js := srv.Connect()
 	client := newClient(t, js, nil)
 	early := submitJobs(t, client, "early", 30)
@@ -170,7 +170,7 @@ func TestTenantsFoundWithoutALeader(t *testing.T) {
 // leaves hands its share back, and every task runs once.
 func TestFairMeshSplitsEveryTenant(t *testing.T) {
 	t.Parallel()
-	b := setupLoops(t, 1, &streams.Config{Fair: true, Tenants: []string{"a", "b"}}, scheduler.Config{Logger: zaptest.NewLogger(t)})
+	b := setupLoops(t, 1, &streams.Config{Layout: streams.LayoutFair, Tenants: []string{"a", "b"}}, scheduler.Config{Logger: zaptest.NewLogger(t)})
 	var mu sync.Mutex
 	runs := map[string]int{}
 	handle := func(ctx context.Context, task *worker.Task) error {
@@ -229,7 +229,7 @@ func TestFairMeshSplitsEveryTenant(t *testing.T) {
 // but finds none of the tenant's tasks (here the bucket is full).
 func TestRefusedSubmitMakesNoTenant(t *testing.T) {
 	t.Parallel()
-	b := setupLoops(t, 1, &streams.Config{Fair: true, Capacity: 2}, scheduler.Config{Logger: zaptest.NewLogger(t)})
+	b := setupLoops(t, 1, &streams.Config{Layout: streams.LayoutFair, Capacity: 2}, scheduler.Config{Logger: zaptest.NewLogger(t)})
 	ctx := context.Background()
 	submitJobs(t, b.client, "filler", 2)
 	board, err := control.Open(ctx, b.js, streams.Names{})

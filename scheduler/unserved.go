@@ -88,7 +88,7 @@ func (u *unservedExpiry) pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	pools := streams.UsesPools(first.CachedInfo().Config)
+	layout := streams.LayoutOf(first.CachedInfo().Config)
 	// Every pass tracks when each type was last served, deadline or not:
 	// a deadline set just after a type's last worker left counts from then.
 	members, err := kv.ListMembers(ctx, u.l.js, names)
@@ -96,7 +96,7 @@ func (u *unservedExpiry) pass(ctx context.Context) error {
 		return err
 	}
 	now := time.Now()
-	served, all := kv.ServedTypes(members, pools)
+	served, all := kv.ServedTypes(members, layout)
 	if all {
 		// A live worker of an earlier release does not say which types it
 		// handles: as far as the leader can tell, it serves every type.
@@ -119,7 +119,7 @@ func (u *unservedExpiry) pass(ctx context.Context) error {
 	if fallback, ok := deadlines.Deadlines[control.AnyUnservedType]; ok {
 		// Every type waiting unserved, as the operators' stats list them:
 		// a type without a deadline of its own takes this one.
-		waiting, err := kv.UnservedAmong(ctx, u.l.js, names, members, pools)
+		waiting, err := kv.UnservedAmong(ctx, u.l.js, names, members, layout)
 		if err != nil {
 			return err
 		}

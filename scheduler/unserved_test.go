@@ -39,7 +39,7 @@ func setupUnservedWith(t *testing.T, n int, cfg scheduler.Config) *unservedBundl
 	t.Helper()
 	cfg.UnservedInterval = cmpOr(cfg.UnservedInterval, 50*time.Millisecond)
 	cfg.Logger = zaptest.NewLogger(t)
-	lb := setupLoops(t, n, &streams.Config{Pools: true, Types: []string{"x", "report"}}, cfg)
+	lb := setupLoops(t, n, &streams.Config{Layout: streams.LayoutPools, Types: []string{"x", "report"}}, cfg)
 	ctx := context.Background()
 	nc, ajs := lb.srv.Connect()
 	svc, err := admin.New(ctx, ajs, nil)

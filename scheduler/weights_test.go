@@ -21,7 +21,7 @@ import (
 func TestTenantWeightsShareStarts(t *testing.T) {
 	t.Parallel()
 	const weight = 3
-	b := setupLoops(t, 1, &streams.Config{Fair: true, Tenants: []string{"heavy", "light"}}, scheduler.Config{Logger: zaptest.NewLogger(t)})
+	b := setupLoops(t, 1, &streams.Config{Layout: streams.LayoutFair, Tenants: []string{"heavy", "light"}}, scheduler.Config{Logger: zaptest.NewLogger(t)})
 	ctx := context.Background()
 	board, err := control.Open(ctx, b.js, streams.Names{})
 	require.NoError(t, err)

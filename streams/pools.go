@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Worker pools (issue 15). A deployment provisioned with [Config.Pools]
+// Worker pools (issue 15). A deployment provisioned with [LayoutPools]
 // routes by task type: instead of one catch-all consumer per (priority,
 // shard), each task type has its own consumer per (priority, shard),
 // created when a worker that registers the type starts
@@ -70,7 +70,7 @@ func BucketConsumers(ctx context.Context, js jetstream.JetStream, n Names, p int
 		return nil, fmt.Errorf("bind stream %s: %w", name, err)
 	}
 	var out []string
-	if !Routed(stream.CachedInfo().Config) {
+	if !LayoutOf(stream.CachedInfo().Config).Routed() {
 		for shard := range Shards {
 			out = append(out, n.ConsumerName(p, shard))
 		}
@@ -98,26 +98,9 @@ func typeNameToken(taskType string) string {
 	return "h" + hex.EncodeToString(sum[:12])
 }
 
-// UsesPools reports whether a priority bucket's configuration marks a
-// pools deployment.
-func UsesPools(sc jetstream.StreamConfig) bool { return sc.Metadata[MetaRouting] == RoutingTypes }
-
-// UsesTenants reports whether a priority bucket's configuration marks a
-// fair deployment ([Config.Fair]).
-func UsesTenants(sc jetstream.StreamConfig) bool { return sc.Metadata[MetaRouting] == RoutingTenants }
-
-// Routed reports whether a priority bucket has no catch-all shard
-// consumers: a pools or a fair deployment, whose consumers are made per
-// task type or per tenant.
-func Routed(sc jetstream.StreamConfig) bool { return UsesPools(sc) || UsesTenants(sc) }
-
 func routedMetadata(cfg *Config) map[string]string {
-	routing := RoutingTypes
-	if cfg.Fair {
-		routing = RoutingTenants
-	}
 	return map[string]string{
-		MetaRouting:        routing,
+		MetaRouting:        cfg.Layout.routingValue(),
 		metaAckWait:        cfg.AckWait.String(),
 		metaMaxAckPending:  strconv.Itoa(cfg.MaxAckPending),
 		metaPriorityPolicy: cfg.PriorityPolicy,
@@ -128,7 +111,7 @@ func routedMetadata(cfg *Config) map[string]string {
 // RoutedConfig reads back the consumer settings a pools or fair deployment
 // was provisioned with from a priority bucket's configuration.
 func RoutedConfig(n Names, sc jetstream.StreamConfig) (*Config, error) {
-	if !Routed(sc) {
+	if !LayoutOf(sc).Routed() {
 		return nil, fmt.Errorf("stream %s is not provisioned for pools or fair shares", sc.Name)
 	}
 	md := sc.Metadata
@@ -139,7 +122,7 @@ func RoutedConfig(n Names, sc jetstream.StreamConfig) (*Config, error) {
 		return nil, fmt.Errorf("stream %s: routing metadata: %w", sc.Name, err)
 	}
 	cfg := (&Config{Names: n, Replicas: sc.Replicas, AckWait: ackWait, MaxAckPending: pending,
-		PriorityPolicy: md[metaPriorityPolicy], PinnedTTL: pinned, Pools: UsesPools(sc), Fair: UsesTenants(sc)}).withDefaults()
+		PriorityPolicy: md[metaPriorityPolicy], PinnedTTL: pinned, Layout: LayoutOf(sc)}).withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

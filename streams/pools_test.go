@@ -19,7 +19,7 @@ func TestPoolsProvisioning(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.RunServer(t)
 	ctx := context.Background()
-	cfg := &streams.Config{Pools: true, AckWait: 7 * time.Second, Types: []string{"email"}}
+	cfg := &streams.Config{Layout: streams.LayoutPools, AckWait: 7 * time.Second, Types: []string{"email"}}
 	report, err := streams.Provision(ctx, js, cfg)
 	require.NoError(t, err)
 	require.Len(t, report.Created, streams.Priorities+3+1, "streams and one line for the email consumers: %v", report.Created)
@@ -34,7 +34,7 @@ func TestPoolsProvisioning(t *testing.T) {
 	stream, err := js.Stream(ctx, "AX_P2")
 	require.NoError(t, err)
 	sc := stream.CachedInfo().Config
-	require.True(t, streams.UsesPools(sc))
+	require.Equal(t, streams.LayoutPools, streams.LayoutOf(sc))
 	back, err := streams.RoutedConfig(streams.Names{}, sc)
 	require.NoError(t, err)
 	require.Equal(t, 7*time.Second, back.AckWait)
@@ -65,7 +65,7 @@ func TestPoolsProvisioning(t *testing.T) {
 	_, js2 := natstest.RunServer(t)
 	_, err = streams.Provision(ctx, js2, &streams.Config{})
 	require.NoError(t, err)
-	_, err = streams.Provision(ctx, js2, &streams.Config{Pools: true})
+	_, err = streams.Provision(ctx, js2, &streams.Config{Layout: streams.LayoutPools})
 	require.ErrorIs(t, err, streams.ErrLayoutChange, "a shared deployment stays one")
 }
 
@@ -119,14 +119,14 @@ func TestAddedFilterDoesNotRewind(t *testing.T) {
 }
 
 // Provisioning a pools deployment refuses, naming them, catch-all shard
-// consumers that a provision without pools (an older ax) added to its
-// buckets: they overlap every type's consumer, so no worker of a type could
+// consumers of the shared layout added to its buckets: they overlap every
+// type's consumer, so no worker of a type could
 // start, and the deployment must not be reported unchanged.
 func TestPoolsProvisionRefusesShardConsumers(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.RunServer(t)
 	ctx := context.Background()
-	cfg := &streams.Config{Pools: true}
+	cfg := &streams.Config{Layout: streams.LayoutPools}
 	_, err := streams.Provision(ctx, js, cfg)
 	require.NoError(t, err)
 	// What a provision of the shard layout adds: p<N>-s<SS> filtering ax.p<N>.<SS>.>.

@@ -107,23 +107,18 @@ type Config struct {
 	// latter. [Provision] refuses a larger value (raise max_payload
 	// first). A delayed task must leave [TaskRoom] below it.
 	MaxMsgSize int32
-	// Pools provisions the priority buckets for worker pools (routing by
-	// task type): no catch-all shard consumer; each task type gets its
-	// own consumer per (priority, shard) when a worker that registers it
-	// starts ([EnsureTypeConsumers]) or from Types. A deployment keeps the
-	// layout it was created with: Provision refuses to switch it.
-	Pools bool
-	// Types whose consumers Provision creates up front on a pools
-	// deployment (for workers not allowed to create consumers).
+	// Layout is how the priority buckets hand tasks to workers: one
+	// catch-all consumer per shard ([LayoutShared]), one per task type
+	// ([LayoutPools]) or one per tenant ([LayoutFair]). Zero means
+	// LayoutShared. A deployment keeps the layout it was created with:
+	// Provision refuses to switch it ([ErrLayoutChange]).
+	Layout Layout
+	// Types whose consumers Provision creates up front on a
+	// [LayoutPools] deployment (for workers not allowed to create
+	// consumers).
 	Types []string
-	// Fair provisions the priority buckets for fair shares between
-	// tenants (routing by tenant): no catch-all shard consumer; each
-	// tenant gets its own consumer per (priority, shard) when the leader
-	// first sees it ([EnsureTenantConsumers]) or from Tenants. It excludes
-	// Pools. A deployment keeps the layout it was created with.
-	Fair bool
-	// Tenants whose consumers Provision creates up front on a fair
-	// deployment.
+	// Tenants whose consumers Provision creates up front on a
+	// [LayoutFair] deployment.
 	Tenants []string
 }
 
@@ -145,6 +140,7 @@ func (c *Config) withDefaults() *Config {
 	out.DelayedMaxBytes = cmp.Or(out.DelayedMaxBytes, DefaultStreamMaxBytes)
 	out.TrailMaxBytes = cmp.Or(out.TrailMaxBytes, DefaultStreamMaxBytes)
 	out.MaxMsgSize = cmp.Or(out.MaxMsgSize, DefaultMaxMsgSize)
+	out.Layout = cmp.Or(out.Layout, LayoutShared)
 	return &out
 }
 
@@ -165,14 +161,14 @@ func (c *Config) validate() error {
 	if _, err := c.priorityPolicy(); err != nil {
 		return err
 	}
-	if len(c.Types) > 0 && !c.Pools {
-		return fmt.Errorf("streams config: Types %v need Pools", c.Types)
+	if err := c.Layout.validate(); err != nil {
+		return fmt.Errorf("streams config: %w", err)
 	}
-	if c.Fair && c.Pools {
-		return fmt.Errorf("streams config: Fair and Pools exclude each other (a bucket routes by tenant or by task type)")
+	if len(c.Types) > 0 && c.Layout != LayoutPools {
+		return fmt.Errorf("streams config: Types %v need Layout %s", c.Types, LayoutPools)
 	}
-	if len(c.Tenants) > 0 && !c.Fair {
-		return fmt.Errorf("streams config: Tenants %v need Fair", c.Tenants)
+	if len(c.Tenants) > 0 && c.Layout != LayoutFair {
+		return fmt.Errorf("streams config: Tenants %v need Layout %s", c.Tenants, LayoutFair)
 	}
 	for _, t := range c.Tenants {
 		if err := ValidateToken("tenant", t); err != nil {
@@ -282,7 +278,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Repor
 		}
 	}
 	for p := range Priorities {
-		if cfg.Pools || cfg.Fair { // no catch-all consumers: one per type or tenant ([EnsureTypeConsumers], [EnsureTenantConsumers])
+		if cfg.Layout.Routed() { // no catch-all consumers: one per type or tenant ([EnsureTypeConsumers], [EnsureTenantConsumers])
 			if err := refuseShardConsumers(ctx, js, cfg.Names, p); err != nil {
 				return report, err
 			}
@@ -357,7 +353,7 @@ func StreamConfigs(cfg *Config) []jetstream.StreamConfig {
 	for p := range Priorities {
 		var metadata map[string]string
 		maxConsumers := 0
-		if cfg.Pools || cfg.Fair {
+		if cfg.Layout.Routed() {
 			metadata, maxConsumers = routedMetadata(cfg), poolsMaxConsumers
 		}
 		// What a producer's headers could make the server do is refused
@@ -575,10 +571,10 @@ func axMetadata(md map[string]string) map[string]string {
 }
 
 func routing(sc jetstream.StreamConfig) string {
-	if UsesPools(sc) {
+	switch LayoutOf(sc) {
+	case LayoutPools:
 		return "task type (pools)"
-	}
-	if UsesTenants(sc) {
+	case LayoutFair:
 		return "tenant (fair shares)"
 	}
 	return "shard (one consumer per priority and shard)"

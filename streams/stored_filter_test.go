@@ -43,7 +43,7 @@ func TestBucketConsumers(t *testing.T) {
 	t.Run("pools", func(t *testing.T) {
 		t.Parallel()
 		_, js := natstest.RunServer(t)
-		cfg := &streams.Config{Pools: true}
+		cfg := &streams.Config{Layout: streams.LayoutPools}
 		_, err := streams.Provision(ctx, js, cfg)
 		require.NoError(t, err)
 		_, err = streams.EnsureTypeConsumers(ctx, js, cfg, "email")

@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Fair shares (issue 26). A deployment provisioned with [Config.Fair]
+// Fair shares (issue 26). A deployment provisioned with [LayoutFair]
 // routes by tenant: instead of one catch-all consumer per (priority,
 // shard), each tenant has its own consumer per (priority, shard), so that
 // one tenant's backlog is a queue of its own and does not hold back the
@@ -87,7 +87,7 @@ type TenantQueue struct {
 // count of every consumer of the bucket. On another layout it returns no
 // queue.
 func TenantQueues(ctx context.Context, stream jetstream.Stream, p int) ([]TenantQueue, int, error) {
-	fair := UsesTenants(stream.CachedInfo().Config)
+	fair := LayoutOf(stream.CachedInfo().Config) == LayoutFair
 	queues := map[string]*TenantQueue{}
 	inFlight := 0
 	consumers := stream.ListConsumers(ctx)

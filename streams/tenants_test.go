@@ -20,7 +20,7 @@ func TestFairProvisioning(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.RunServer(t)
 	ctx := context.Background()
-	cfg := &streams.Config{Fair: true, AckWait: 7 * time.Second, Tenants: []string{"acme"}}
+	cfg := &streams.Config{Layout: streams.LayoutFair, AckWait: 7 * time.Second, Tenants: []string{"acme"}}
 	report, err := streams.Provision(ctx, js, cfg)
 	require.NoError(t, err)
 	require.Contains(t, report.Created, "160 consumers of tenant acme")
@@ -34,12 +34,12 @@ func TestFairProvisioning(t *testing.T) {
 	stream, err := js.Stream(ctx, "AX_P2")
 	require.NoError(t, err)
 	sc := stream.CachedInfo().Config
-	require.True(t, streams.UsesTenants(sc))
-	require.False(t, streams.UsesPools(sc))
-	require.True(t, streams.Routed(sc))
+	require.Equal(t, streams.LayoutFair, streams.LayoutOf(sc))
+	require.NotEqual(t, streams.LayoutPools, streams.LayoutOf(sc))
+	require.True(t, streams.LayoutOf(sc).Routed())
 	back, err := streams.RoutedConfig(streams.Names{}, sc)
 	require.NoError(t, err)
-	require.True(t, back.Fair)
+	require.Equal(t, streams.LayoutFair, back.Layout)
 	require.Equal(t, 7*time.Second, back.AckWait)
 
 	created, err := streams.EnsureTenantConsumers(ctx, js, back, "globex")
@@ -75,19 +75,19 @@ func TestFairProvisioning(t *testing.T) {
 
 	_, err = streams.Provision(ctx, js, &streams.Config{})
 	require.ErrorIs(t, err, streams.ErrLayoutChange, "a fair deployment stays one")
-	_, err = streams.Provision(ctx, js, &streams.Config{Pools: true})
+	_, err = streams.Provision(ctx, js, &streams.Config{Layout: streams.LayoutPools})
 	require.ErrorIs(t, err, streams.ErrLayoutChange, "a fair deployment does not become pools")
 	_, js2 := natstest.RunServer(t)
 	_, err = streams.Provision(ctx, js2, &streams.Config{})
 	require.NoError(t, err)
-	_, err = streams.Provision(ctx, js2, &streams.Config{Fair: true})
+	_, err = streams.Provision(ctx, js2, &streams.Config{Layout: streams.LayoutFair})
 	require.ErrorIs(t, err, streams.ErrLayoutChange, "a shared deployment stays one")
 
-	_, err = streams.Provision(ctx, js2, &streams.Config{Fair: true, Pools: true})
-	require.ErrorContains(t, err, "exclude each other")
+	_, err = streams.Provision(ctx, js2, &streams.Config{Layout: "fair+pools"})
+	require.ErrorContains(t, err, `layout "fair+pools" is not one of [shared pools fair]`)
 	_, err = streams.Provision(ctx, js2, &streams.Config{Tenants: []string{"acme"}})
-	require.ErrorContains(t, err, "need Fair")
-	_, err = streams.Provision(ctx, js2, &streams.Config{Fair: true, Tenants: []string{"a.b"}})
+	require.ErrorContains(t, err, "need Layout fair")
+	_, err = streams.Provision(ctx, js2, &streams.Config{Layout: streams.LayoutFair, Tenants: []string{"a.b"}})
 	require.Error(t, err)
 }
 

@@ -22,7 +22,7 @@ func (in *intake) deploymentPools(ctx context.Context) (*streams.Config, error) 
 		if err == nil {
 			sc := stream.CachedInfo().Config
 			in.maxMsgSize = sc.MaxMsgSize
-			if !streams.Routed(sc) {
+			if !streams.LayoutOf(sc).Routed() {
 				return nil, nil
 			}
 			return streams.RoutedConfig(in.cfg.Names, sc)

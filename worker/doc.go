@@ -12,7 +12,7 @@
 // the table gives it and, under the overflow policy, steals from the
 // backlog of the others.
 //
-// Pools: on a deployment provisioned with [streams.Config.Pools] each task
+// Pools: on a deployment provisioned with [streams.LayoutPools] each task
 // type has its own consumers, and a worker consumes only those of the types
 // its [Registry] holds when it starts (creating them if they do not exist).
 // The workers of a type form its ring and split its shards as above, with

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )
@@ -33,8 +34,7 @@ type intake struct {
 	loops     *sync.WaitGroup   // the worker's background loops, waited for by Stop
 
 	sets       []*shardSet              // consumers of the shards served: one set, one per task type (pools), or one per tenant (fair: added as tenants come, under tenants.mu); set by bindShards
-	typed      bool                     // a pools deployment: the sets are per task type
-	fair       bool                     // a fair deployment: the sets are per tenant, added as tenants come (tenants.go); set by bindShards
+	layout     streams.Layout           // the deployment's: pools, the sets are per task type; fair, per tenant, added as tenants come (tenants.go); set by bindShards
 	tenants    tenantSets               // on a fair deployment: the sets' lock and what they serve
 	policy     jetstream.PriorityPolicy // of the consumers: set by bindShards before any switch, read-only after
 	maxMsgSize int32                    // the buckets' MaxMsgSize (AX_P0's); set by bindShards before any delivery, read-only after

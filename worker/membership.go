@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
 	"go.uber.org/zap"
 )
 
@@ -45,7 +46,7 @@ func (in *intake) newMember(ctx context.Context) (*member, error) {
 // want of a handler.
 func (in *intake) announce(m *member) {
 	m.record.Shards, m.record.Pools = in.ownedShards()
-	if in.typed {
+	if in.layout == streams.LayoutPools {
 		m.record.Types = in.types()
 	}
 	m.record.InFlight = in.inFlight()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )
@@ -98,7 +99,7 @@ func (in *intake) serveMesh(ctx context.Context, m *member) (err error) {
 	}
 	defer func() { _ = kv.StopWatch(memberWatch) }()
 	tableKey := control.ShardTableKey
-	if in.typed {
+	if in.layout == streams.LayoutPools {
 		tableKey = control.PoolTableKey
 	}
 	tableWatch, err := board.Watch(guarded, tableKey)
@@ -136,7 +137,7 @@ func (in *intake) serveMesh(ctx context.Context, m *member) (err error) {
 			// No catch-up as for the members: a table missed at the mark
 			// comes on the watch, and one written meanwhile fails its
 			// compare-and-set (and workers may not read AX_CONTROL).
-			if in.typed {
+			if in.layout == streams.LayoutPools {
 				tableEntry(v, e, &v.pools, in.log)
 			} else {
 				tableEntry(v, e, &v.table, in.log)
@@ -249,7 +250,7 @@ func (in *intake) writeTable(ctx context.Context, board jetstream.KeyValue, key 
 // reconcileAny reconciles the worker's shards with the table of its
 // deployment: the catch-all [ShardTable] or the per-type [PoolTable].
 func (in *intake) reconcileAny(ctx context.Context, board jetstream.KeyValue, v *meshView) bool {
-	if in.typed {
+	if in.layout == streams.LayoutPools {
 		return in.reconcilePools(ctx, board, v)
 	}
 	return in.reconcile(ctx, board, v)

@@ -23,7 +23,7 @@ import (
 // serves its type.
 func TestAttackPoolsOverlappingChurn(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &streams.Config{Pools: true})
+	b := setup(t, &streams.Config{Layout: streams.LayoutPools})
 	ctx := context.Background()
 	var mu sync.Mutex
 	ran := map[string][]string{}
@@ -108,7 +108,7 @@ func TestAttackPoolsOverlappingChurn(t *testing.T) {
 // and the type's tasks run once each.
 func TestAttackPoolsConcurrentFirstWorkers(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &streams.Config{Pools: true})
+	b := setup(t, &streams.Config{Layout: streams.LayoutPools})
 	ctx := context.Background()
 	r := &ranOn{ran: map[string][]string{}}
 	var wg sync.WaitGroup

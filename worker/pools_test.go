@@ -46,7 +46,7 @@ func (r *ranOn) runs(id string) []string {
 // starts.
 func TestPoolsRouteByType(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &streams.Config{Pools: true})
+	b := setup(t, &streams.Config{Layout: streams.LayoutPools})
 	ctx := context.Background()
 	r := &ranOn{ran: map[string][]string{}}
 	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: r.registry(t, "email")})

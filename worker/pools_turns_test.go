@@ -31,7 +31,7 @@ func (s *typeStarts) count() (bulk, small int) {
 // of both types with 4 slots, and counts the starts of each type once
 // 1,000 have started, while both backlogs wait.
 func runTypeBacklogs(t *testing.T, limits kv.Limits) (bulk, small int) {
-	b := setup(t, &streams.Config{Pools: true})
+	b := setup(t, &streams.Config{Layout: streams.LayoutPools})
 	if !limits.Empty() {
 		setLimits(t, b.js, limits)
 	}

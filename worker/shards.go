@@ -89,7 +89,7 @@ func (in *intake) bindShards(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if pools != nil && pools.Fair {
+	if pools != nil && pools.Layout == streams.LayoutFair {
 		return in.bindTenants(ctx, pools)
 	}
 	if pools == nil {
@@ -114,7 +114,7 @@ func (in *intake) bindShards(ctx context.Context) error {
 			}
 			in.sets = append(in.sets, &shardSet{typ: t})
 		}
-		in.typed = true
+		in.layout = streams.LayoutPools
 	}
 	cons, err := in.bindConsumer(ctx, in.sets[0], 0, 0)
 	if err != nil {
@@ -319,10 +319,10 @@ func (in *intake) serveNone(ctx context.Context) error {
 // ownedShards lists the shards the worker owns in any set, and per task
 // type on a pools deployment (nil otherwise).
 func (in *intake) ownedShards() ([]int, map[string][]int) {
-	if in.fair {
+	if in.layout == streams.LayoutFair {
 		return in.fairOwned(), nil
 	}
-	if !in.typed {
+	if in.layout != streams.LayoutPools {
 		return in.sets[0].ownedShards(), nil
 	}
 	var all []int

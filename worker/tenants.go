@@ -99,7 +99,7 @@ func (in *intake) bindTenants(ctx context.Context, cfg *streams.Config) error {
 		return fmt.Errorf("%w: AckWait is %s here but %s on the deployment's consumers (stream %s metadata): set the worker's AckWait (--ack-wait) to %s, or leave it zero to adopt the consumers'",
 			ErrConfigMismatch, in.cfg.AckWait, cc.AckWait, in.cfg.Names.PriorityStream(0), cc.AckWait)
 	}
-	in.cfg.AckWait, in.policy, in.fair = cc.AckWait, cc.PriorityPolicy, true
+	in.cfg.AckWait, in.policy, in.layout = cc.AckWait, cc.PriorityPolicy, streams.LayoutFair
 	for _, t := range listed.Tenants {
 		in.sets = append(in.sets, &shardSet{tenant: t})
 	}

@@ -19,7 +19,7 @@ import (
 // had not started when they were submitted (but the slots' in flight).
 func TestAttackPoolsStrictPriorityWithWeights(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &streams.Config{Pools: true})
+	b := setup(t, &streams.Config{Layout: streams.LayoutPools})
 	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"bulk": {Weight: kv.MaxWeight}}})
 	ctx := context.Background()
 	var mu sync.Mutex
@@ -63,7 +63,7 @@ func TestAttackPoolsStrictPriorityWithWeights(t *testing.T) {
 // than 2 at once, while "small" runs beside it.
 func TestAttackPoolsWeightWithConcurrency(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &streams.Config{Pools: true})
+	b := setup(t, &streams.Config{Layout: streams.LayoutPools})
 	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"bulk": {Concurrency: 2, Weight: 3}}})
 	ctx := context.Background()
 	bulk, small := &gauge{}, &gauge{}
@@ -89,7 +89,7 @@ func TestAttackPoolsWeightWithConcurrency(t *testing.T) {
 // The same on a fair deployment: tenant:acme {concurrency 2, weight 3}.
 func TestAttackFairTenantWeightWithConcurrency(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &streams.Config{Fair: true, Tenants: []string{"acme", "other"}})
+	b := setup(t, &streams.Config{Layout: streams.LayoutFair, Tenants: []string{"acme", "other"}})
 	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"tenant:acme": {Concurrency: 2, Weight: 3}}})
 	ctx := context.Background()
 	var mu sync.Mutex
@@ -130,7 +130,7 @@ func TestAttackFairTenantWeightWithConcurrency(t *testing.T) {
 // limited delivery and runs all its slots at once.
 func TestAttackWeightAloneHoldsNothingBack(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &streams.Config{Pools: true})
+	b := setup(t, &streams.Config{Layout: streams.LayoutPools})
 	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"bulk": {Weight: 5}, "tenant:acme": {Weight: 5}}})
 	ctx := context.Background()
 	g := &gauge{}

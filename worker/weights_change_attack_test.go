@@ -18,7 +18,7 @@ import (
 // redispatched), and the concurrency bound must still hold, no task lost.
 func TestAttackWeightChurnKeepsConcurrencyBound(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &streams.Config{Pools: true})
+	b := setup(t, &streams.Config{Layout: streams.LayoutPools})
 	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"bulk": {Concurrency: 2}}})
 	ctx := context.Background()
 	bulk, small := &gauge{}, &gauge{}

@@ -12,6 +12,7 @@ import (
 	"github.com/ax-mesh/ax/internal/denied"
 	"github.com/ax-mesh/ax/internal/tracing"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )
@@ -132,13 +133,13 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	// A refused subscription (the cancel subject of another id than the
 	// user's) is reported only after the subscribe returned.
-	if w.intake.fair {
+	if w.intake.layout == streams.LayoutFair {
 		w.intake.startTenants()
 	}
 	if err := guard.Check(ctx); err != nil {
 		return w.failStart(ctx, guard, err)
 	}
-	if w.intake.fair {
+	if w.intake.layout == streams.LayoutFair {
 		w.intake.awaitPulls(ctx) // the tenants' sets
 	}
 	close(w.slotsOpen)

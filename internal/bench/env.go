@@ -42,12 +42,12 @@ type Options struct {
 	Workers       int       // workers in this process
 	Payload       int       // payload bytes
 	Progress      io.Writer // progress bar; nil for none
-	// Pools provisions a pools deployment (routing by task type,
-	// [streams.Config.Pools]) instead of catch-all shard consumers.
-	Pools bool
-	// FairTenants, when set, provisions a fair deployment
-	// ([streams.Config.Fair]) with these tenants' consumers made and
-	// listed up front.
+	// Layout is the layout ax is provisioned with ([streams.Config.Layout];
+	// the bare JetStream baseline has none). Zero means
+	// [streams.LayoutShared].
+	Layout streams.Layout
+	// FairTenants are the tenants whose consumers a [streams.LayoutFair]
+	// deployment makes and lists up front.
 	FairTenants []string
 	// Tracer, when set, is the tracer provider of the run's client and
 	// workers (every task traced: what tracing costs).
@@ -115,10 +115,12 @@ func newEnv(ctx context.Context, o Options, prefix string, capacity int64) (*env
 		e.close()
 		return nil, err
 	}
-	fair := len(o.FairTenants) > 0 && prefix != "axbase"
-	scfg := &streams.Config{Names: e.names, Capacity: capacity, Pools: o.Pools && prefix != "axbase"}
-	if fair {
-		scfg.Fair, scfg.Tenants = true, o.FairTenants
+	scfg := &streams.Config{Names: e.names, Capacity: capacity}
+	if prefix != "axbase" {
+		scfg.Layout = o.Layout
+		if o.Layout == streams.LayoutFair {
+			scfg.Tenants = o.FairTenants
+		}
 	}
 	if _, err := streams.Provision(ctx, e.js, scfg); err != nil {
 		e.close()
@@ -185,7 +187,7 @@ type run struct {
 // newRun provisions ax (see [newEnv]) and opens a submit client.
 func newRun(ctx context.Context, o Options) (*run, error) {
 	prefix := "axbench"
-	if o.Pools {
+	if o.Layout == streams.LayoutPools {
 		prefix = "axpools" // a shared server keeps the two layouts apart
 	}
 	e, err := newEnv(ctx, o, prefix, 0)

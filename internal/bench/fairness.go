@@ -83,7 +83,7 @@ func Fairness(ctx context.Context, o Options, fo FairnessOptions) ([]*Result, er
 	case fo.Shared:
 		prefix = "axfairshared"
 	default:
-		o.FairTenants = []string{FairBulk, FairPaced}
+		o.Layout, o.FairTenants = streams.LayoutFair, []string{FairBulk, FairPaced}
 	}
 	e, err := newEnv(ctx, o, prefix, int64(o.Tasks)+100_000)
 	if err != nil {

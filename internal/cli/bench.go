@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/internal/bench"
+	"github.com/ax-mesh/ax/streams"
 	"github.com/spf13/cobra"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
@@ -81,12 +82,12 @@ func (f *benchFlags) scenarios() map[string]benchScenario {
 			if err != nil {
 				return nil, err
 			}
-			o.Pools = false
+			o.Layout = streams.LayoutShared
 			shared, err := bench.Throughput(ctx, o)
 			if err != nil {
 				return nil, err
 			}
-			o.Pools = true
+			o.Layout = streams.LayoutPools
 			pools, err := bench.Throughput(ctx, o)
 			if err != nil {
 				return nil, err

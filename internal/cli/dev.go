@@ -30,8 +30,7 @@ type devFlags struct {
 	exit     bool
 	capacity int64
 	policy   string
-	pools    bool
-	fair     bool
+	layout   layoutFlags
 	payload  int32
 	wf       workerFlags
 	lf       leaderFlags
@@ -61,8 +60,8 @@ with --exit), so that other ax commands can use it with --server.`,
 	fs.BoolVar(&f.exit, "exit", false, "exit after the demo instead of serving until Ctrl-C")
 	fs.Int64Var(&f.capacity, "capacity", streams.DefaultCapacity, "capacity of each priority bucket, in tasks")
 	fs.StringVar(&f.policy, "priority-policy", streams.DefaultPriorityPolicy, "priority policy of the shard consumers: overflow (work stealing), pinned_client or none")
-	fs.BoolVar(&f.pools, "pools", false, "route by task type (worker pools): a worker receives only the types it serves (see ax worker --types)")
-	fs.BoolVar(&f.fair, "fair", false, "fair shares between tenants: each tenant's tasks of a priority are a queue of their own, served in turn")
+	f.layout.add(fs, "route by task type (worker pools): a worker receives only the types it serves (see ax worker --types)",
+		"fair shares between tenants: each tenant's tasks of a priority are a queue of their own, served in turn")
 	fs.Int32Var(&f.payload, "max-payload", 1<<20, "largest message the embedded server accepts, in bytes")
 	fs.StringVar(&f.dash.listen, "dashboard", "", `serve the web dashboard on this address, e.g. "127.0.0.1:8080" (default: none)`)
 	fs.BoolVar(&f.dash.allowActions, "allow-actions", false, "allow actions (cancel, pause, resume, reprioritize, replay) in the dashboard")
@@ -77,6 +76,10 @@ with --exit), so that other ax commands can use it with --server.`,
 }
 
 func runDev(ctx context.Context, e *env, f *devFlags) error {
+	layout, err := f.layout.layout()
+	if err != nil {
+		return err
+	}
 	log, err := e.logger(false)
 	if err != nil {
 		return err
@@ -106,7 +109,7 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 	if err != nil {
 		return err
 	}
-	dep, err := e.provision(ctx, js, &streams.Config{Capacity: f.capacity, AckWait: f.wf.ackWait, PriorityPolicy: f.policy, Pools: f.pools, Fair: f.fair})
+	dep, err := e.provision(ctx, js, &streams.Config{Capacity: f.capacity, AckWait: f.wf.ackWait, PriorityPolicy: f.policy, Layout: layout})
 	if err != nil {
 		return err
 	}

@@ -98,5 +98,5 @@ func (e *env) usesPools(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("read %s: %w", names.PriorityStream(0), err)
 	}
-	return streams.UsesPools(stream.CachedInfo().Config), nil
+	return streams.LayoutOf(stream.CachedInfo().Config) == streams.LayoutPools, nil
 }

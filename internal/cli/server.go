@@ -60,11 +60,16 @@ ax provision --replicas 3 once the cluster is up.`,
 
 func addProvision(root *cobra.Command, e *env) {
 	var cfg streams.Config
+	var layout layoutFlags
 	cmd := &cobra.Command{
 		Use:   "provision",
 		Short: "Create or update ax's streams, consumers and buckets (idempotent)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if cfg.Layout, err = layout.layout(); err != nil {
+				return err
+			}
 			nc, js, err := e.connect("ax provision", roleScheduler)
 			if err != nil {
 				return err
@@ -78,9 +83,9 @@ func addProvision(root *cobra.Command, e *env) {
 	fs.IntVar(&cfg.Replicas, "replicas", 1, "replicas of every stream, consumer and bucket (3 in a cluster)")
 	fs.Int64Var(&cfg.Capacity, "capacity", streams.DefaultCapacity, "capacity of each priority bucket, in tasks")
 	fs.DurationVar(&cfg.AckWait, "ack-wait", streams.DefaultAckWait, "ack wait of the shard consumers")
-	fs.BoolVar(&cfg.Pools, "pools", false, "route by task type (worker pools): one consumer per type, priority and shard instead of a catch-all per shard; only on a new deployment")
+	layout.add(fs, "route by task type (worker pools): one consumer per type, priority and shard instead of a catch-all per shard; only on a new deployment",
+		"fair shares between tenants: one consumer per tenant, priority and shard instead of a catch-all per shard, served in turn; only on a new deployment")
 	fs.StringSliceVar(&cfg.Types, "types", nil, "with --pools, create these types' consumers now (for workers not allowed to create consumers)")
-	fs.BoolVar(&cfg.Fair, "fair", false, "fair shares between tenants: one consumer per tenant, priority and shard instead of a catch-all per shard, served in turn; only on a new deployment, not with --pools")
 	fs.StringSliceVar(&cfg.Tenants, "tenants", nil, "with --fair, create these tenants' consumers now (the leader creates the others when it first sees them)")
 	root.AddCommand(cmd)
 }
