@@ -36,7 +36,7 @@ func setupB(t testing.TB, cfg *kv.StoreConfig) *testBundle {
 	return &testBundle{js: js, store: store}
 }
 
-// legal is docs/ARCHITECTURE.md's table, written out independently of the code's.
+// legal is docs/WIRE.md's table ("States"), written out independently of the code's.
 var legal = map[kv.State][]kv.State{
 	kv.StatePending:   {kv.StateReady, kv.StateCancelled, kv.StatePaused, kv.StatePending, kv.StateDead}, // PENDING -> PENDING: reprioritize
 	kv.StateReady:     {kv.StateRunning, kv.StateCancelled, kv.StatePaused, kv.StateReady, kv.StateDead, kv.StatePending},

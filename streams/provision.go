@@ -78,8 +78,9 @@ type Config struct {
 	// PriorityPolicy of the shard consumers' priority group: "overflow"
 	// (the default: owners pull, idle workers steal a shard's backlog above
 	// a threshold), "pinned_client" (the server delivers a shard only to
-	// its pinned owner) or "none" (no group). See docs/ARCHITECTURE.md for
-	// the measurements behind the default.
+	// its pinned owner) or "none" (no group). See
+	// docs/decisions/priority-policy-measured.md for the measurements behind
+	// the default.
 	PriorityPolicy string
 	// PinnedTTL of a pinned_client group. Default 10s.
 	PinnedTTL time.Duration

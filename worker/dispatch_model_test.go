@@ -12,8 +12,8 @@ import (
 )
 
 // dispatchModel checks each take of a dispatch queue against the order the
-// docs promise (docs/ARCHITECTURE.md, "Strict priority" and "Fair shares
-// between keys"; docs/SCHEDULER.md, aging): the highest priority queued;
+// docs promise (docs/decisions/strict-priority.md and
+// fair-shares-between-keys.md; docs/SCHEDULER.md, aging): the highest priority queued;
 // within it a woken delivery, or an aged one of the catch-all consumers,
 // before every turn, oldest first, ties in arrival order; else the oldest
 // of its group, and no group gives more than its weight while another

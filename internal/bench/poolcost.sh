@@ -1,6 +1,6 @@
 #!/bin/bash
 # usage: [AX=path/to/ax] poolcost.sh MODE(pools|shared) POOLS TYPES_PER_POOL
-# The idle cost of worker pools (docs/ARCHITECTURE.md, "Worker pools"): starts
+# The idle cost of worker pools (docs/decisions/pools-cost.md): starts
 # `ax server` with monitoring, provisions it (--pools for MODE pools), runs POOLS
 # workers (pools: each serving its own TYPES_PER_POOL probe types; shared: each
 # serving all of them), waits until they joined, then prints the CPU of the server

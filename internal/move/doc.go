@@ -1,5 +1,5 @@
 // Package move owns the move protocol: how ax makes a task's record name
-// another message (docs/ARCHITECTURE.md, "The move protocol"). Every move of
+// another message (docs/decisions/move-protocol.md). Every move of
 // a task to a new message goes through [Mover.Move]: the leader's aging,
 // delayed release and reconciler, and the operator's resume, reprioritize
 // and replay.
