@@ -23,7 +23,18 @@ type testBundle struct {
 
 func setup(t testing.TB, scfg *streams.Config, cfg *ax.Config) *testBundle {
 	t.Helper()
-	_, js := natstest.RunServer(t)
+	return setupOn(t, natstest.Options{}, scfg, cfg)
+}
+
+// setupFast is setup for a test of the fast tier (go test -short).
+func setupFast(t testing.TB) *testBundle {
+	t.Helper()
+	return setupOn(t, natstest.Options{Fast: true}, nil, nil)
+}
+
+func setupOn(t testing.TB, o natstest.Options, scfg *streams.Config, cfg *ax.Config) *testBundle {
+	t.Helper()
+	_, js := natstest.Start(t, o).Connect()
 	natstest.Provision(t, js, scfg)
 	client, err := ax.NewClient(context.Background(), js, cfg)
 	require.NoError(t, err)
@@ -32,7 +43,7 @@ func setup(t testing.TB, scfg *streams.Config, cfg *ax.Config) *testBundle {
 
 func TestSubmitWritesReadyRecord(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, nil)
+	b := setupFast(t)
 	ctx := context.Background()
 	deadline := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
 	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "email", Tenant: "acme", Key: "user-7", Priority: ax.P3,
@@ -71,7 +82,7 @@ func TestSubmitWritesReadyRecord(t *testing.T) {
 
 func TestSubmitIsIdempotent(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, nil)
+	b := setupFast(t)
 	ctx := context.Background()
 	first, err := b.client.Submit(ctx, ax.TaskSpec{ID: "order-1", Type: "ship"})
 	require.NoError(t, err)
@@ -93,7 +104,7 @@ func TestSubmitIsIdempotent(t *testing.T) {
 
 func TestSubmitValidation(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, nil)
+	b := setupFast(t)
 	for _, tc := range []struct {
 		name  string
 		task  ax.TaskSpec

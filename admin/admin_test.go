@@ -33,7 +33,18 @@ func setupAdmin(t *testing.T) *adminBundle { return setupAdminTB(t) }
 
 func setupAdminTB(t testing.TB) *adminBundle {
 	t.Helper()
-	nc, js := natstest.RunServer(t)
+	return setupAdminOn(t, natstest.Options{})
+}
+
+// setupAdminFast is setupAdmin for a test of the fast tier (go test -short).
+func setupAdminFast(t *testing.T) *adminBundle {
+	t.Helper()
+	return setupAdminOn(t, natstest.Options{Fast: true})
+}
+
+func setupAdminOn(t testing.TB, o natstest.Options) *adminBundle {
+	t.Helper()
+	nc, js := natstest.Start(t, o).Connect()
 	natstest.Provision(t, js, nil)
 	ctx := context.Background()
 	svc, err := admin.New(ctx, js, &admin.Config{Version: "1.2.3"})
@@ -67,7 +78,7 @@ func requireCode(t *testing.T, err error, code int, contains string) {
 
 func TestAdminIsAMicroServiceWithEveryVerb(t *testing.T) {
 	t.Parallel()
-	b := setupAdmin(t)
+	b := setupAdminFast(t)
 	subject, err := micro.ControlSubject(micro.InfoVerb, "ax", "")
 	require.NoError(t, err)
 	msg, err := b.nc.Request(subject, nil, 10*time.Second)
@@ -87,7 +98,7 @@ func TestAdminIsAMicroServiceWithEveryVerb(t *testing.T) {
 
 func TestAdminGetAndTrail(t *testing.T) {
 	t.Parallel()
-	b := setupAdmin(t)
+	b := setupAdminFast(t)
 	id := b.submit(t, ax.TaskSpec{Type: "email", Tenant: "acme", Priority: ax.P2})
 	var got admin.TaskReply
 	require.NoError(t, b.call(t, admin.VerbTaskGet, admin.TaskRequest{ID: id}, &got))
@@ -101,7 +112,7 @@ func TestAdminGetAndTrail(t *testing.T) {
 
 func TestAdminBadRequests(t *testing.T) {
 	t.Parallel()
-	b := setupAdmin(t)
+	b := setupAdminFast(t)
 	done := b.submit(t, ax.TaskSpec{Type: "email"})
 	_, err := kvCancel(b, t, done)
 	require.NoError(t, err)

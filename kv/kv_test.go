@@ -27,9 +27,20 @@ func setup(t *testing.T, cfg *kv.StoreConfig) *testBundle {
 	return setupB(t, cfg)
 }
 
+// setupFast is setup for a test of the fast tier (go test -short).
+func setupFast(t *testing.T) *testBundle {
+	t.Helper()
+	return setupOn(t, natstest.Options{Fast: true}, nil)
+}
+
 func setupB(t testing.TB, cfg *kv.StoreConfig) *testBundle {
 	t.Helper()
-	_, js := natstest.RunServer(t)
+	return setupOn(t, natstest.Options{}, cfg)
+}
+
+func setupOn(t testing.TB, o natstest.Options, cfg *kv.StoreConfig) *testBundle {
+	t.Helper()
+	_, js := natstest.Start(t, o).Connect()
 	natstest.Provision(t, js, nil)
 	store, err := kv.NewStore(context.Background(), js, cfg)
 	require.NoError(t, err)
@@ -58,7 +69,7 @@ func put(t *testing.T, b *testBundle, id string, s kv.State) {
 
 func TestEveryTransitionPair(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
+	b := setupFast(t)
 	ctx := context.Background()
 	require.Len(t, kv.States(), 8)
 	for _, from := range kv.States() {
@@ -101,7 +112,7 @@ func TestTransitionChecksCurrentState(t *testing.T) {
 
 func TestBirths(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
+	b := setupFast(t)
 	ctx := context.Background()
 	for _, s := range kv.States() {
 		id := "born-" + string(s)
@@ -124,7 +135,7 @@ func TestBirths(t *testing.T) {
 // 32 goroutines claim the same READY task: exactly one wins, every round.
 func TestClaimRace(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
+	b := setupFast(t)
 	ctx := context.Background()
 	const rounds, racers = 25, 32
 	for round := range rounds {

@@ -19,7 +19,7 @@ import (
 // records. The record still decides (release checks it).
 func TestResumerLooksOnlyAtSchedulesPausedAside(t *testing.T) {
 	t.Parallel()
-	_, js := natstest.RunServer(t)
+	_, js := natstest.RunFastServer(t)
 	natstest.Provision(t, js, nil)
 	ctx := context.Background()
 	l, err := New(ctx, js, &Config{Logger: zaptest.NewLogger(t)})

@@ -42,9 +42,20 @@ func setup(t *testing.T, cfg *streams.Config) *testBundle {
 
 func setupB(b *testing.B) *testBundle { return setupTB(b, nil) }
 
+// setupFast is setup for a test of the fast tier (go test -short).
+func setupFast(t *testing.T) *testBundle {
+	t.Helper()
+	return setupOn(t, natstest.Options{Fast: true}, nil)
+}
+
 func setupTB(t testing.TB, cfg *streams.Config) *testBundle {
 	t.Helper()
-	srv := natstest.Start(t, natstest.Options{})
+	return setupOn(t, natstest.Options{}, cfg)
+}
+
+func setupOn(t testing.TB, o natstest.Options, cfg *streams.Config) *testBundle {
+	t.Helper()
+	srv := natstest.Start(t, o)
 	_, js := srv.Connect()
 	natstest.Provision(t, js, cfg)
 	client, err := ax.NewClient(context.Background(), js, nil)
@@ -133,7 +144,7 @@ func moves(rec *kv.Record) []string {
 // with the trail READY -> RUNNING -> SUCCEEDED.
 func TestRawPublishRunsOnce(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
+	b := setupFast(t)
 	var runs sync.Map
 	reg := worker.NewRegistry()
 	require.NoError(t, worker.HandleJSON(reg, "sleep", func(ctx context.Context, task *worker.Task, args builtin.SleepArgs) error {
@@ -481,7 +492,7 @@ func TestStopPutsRunningTaskBack(t *testing.T) {
 // A permanent error and a panic go straight to the DLQ.
 func TestPermanentAndPanic(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
+	b := setupFast(t)
 	ctx := context.Background()
 	reg := worker.NewRegistry()
 	require.NoError(t, builtin.Register(reg, nil))

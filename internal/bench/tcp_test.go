@@ -2,6 +2,8 @@ package bench_test
 
 import (
 	"context"
+	"flag"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -22,6 +24,13 @@ func TestMain(m *testing.M) {
 		code := cli.Execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)
+	}
+	flag.Parse()
+	if testing.Short() {
+		// Every test here runs a load scenario against a server of its
+		// own: the fast tier leaves them to the whole suite.
+		fmt.Println("bench: skipped under -short (load scenarios)")
+		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }

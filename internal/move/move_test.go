@@ -34,7 +34,18 @@ type testBundle struct {
 
 func setup(t *testing.T, cfg *streams.Config) *testBundle {
 	t.Helper()
-	_, js := natstest.RunServer(t)
+	return setupOn(t, natstest.Options{}, cfg)
+}
+
+// setupFast is setup for a test of the fast tier (go test -short).
+func setupFast(t *testing.T) *testBundle {
+	t.Helper()
+	return setupOn(t, natstest.Options{Fast: true}, nil)
+}
+
+func setupOn(t *testing.T, o natstest.Options, cfg *streams.Config) *testBundle {
+	t.Helper()
+	_, js := natstest.Start(t, o).Connect()
 	natstest.Provision(t, js, cfg)
 	ctx := context.Background()
 	store, err := kv.NewStore(ctx, js, nil)
@@ -98,7 +109,7 @@ func (b *testBundle) has(msg move.Message) (bool, error) {
 // move's trail event) and the old message is gone.
 func TestMoveLanded(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
+	b := setupFast(t)
 	ctx := context.Background()
 	rec, rev, old := b.submit(t, "a")
 	raw := natstest.GetMsg(t, b.js, old.Stream, old.Seq)
@@ -139,7 +150,7 @@ func TestMoveLanded(t *testing.T) {
 // are untouched by the move.
 func TestMoveLostDeletesTheCopy(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
+	b := setupFast(t)
 	ctx := context.Background()
 	rec, rev, old := b.submit(t, "b")
 	raw := natstest.GetMsg(t, b.js, old.Stream, old.Seq)

@@ -1,6 +1,8 @@
 // Package natstest starts real embedded NATS servers with JetStream for
 // tests: one temp-dir store, a random port on 127.0.0.1, shut down when the
 // test ends. It is the one helper every ax test uses; nothing is mocked.
+// Under go test -short (the fast tier) a test that starts a server skips,
+// unless its [Options.Fast] says it belongs to the tier.
 package natstest
 
 import (
@@ -26,11 +28,24 @@ type Options struct {
 	Port int
 	// ConfigFile, when set, is loaded first (for permission tests).
 	ConfigFile string
+	// Fast keeps the test in the fast tier (go test -short), which skips
+	// the others that start a server: a few such tests per package, each
+	// done within about a second, cover the path through a real server in
+	// the edit-test loop; the whole suite runs them all.
+	Fast bool
 }
 
-// Start runs an embedded JetStream server for the test and stops it at cleanup.
+// SkipShort is the reason a test that starts a server gives for skipping
+// under -short.
+const SkipShort = "starts a JetStream server: the whole suite (go test without -short) runs it"
+
+// Start runs an embedded JetStream server for the test and stops it at
+// cleanup. Under go test -short it skips the test unless o.Fast.
 func Start(t testing.TB, o Options) *Server {
 	t.Helper()
+	if testing.Short() && !o.Fast {
+		t.Skip(SkipShort)
+	}
 	opts := &server.Options{}
 	if o.ConfigFile != "" {
 		var err error
@@ -92,6 +107,12 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, jetstream.JetStream) 
 // server, sharing the test process, answered a batch submit's record
 // writes and a consumer listing after more than 5 s.
 const APITimeout = 20 * time.Second
+
+// RunFastServer is [RunServer] for a test of the fast tier ([Options.Fast]).
+func RunFastServer(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	return Start(t, Options{Fast: true}).Connect()
+}
 
 // RunServer starts a server and returns one connection to it: the common case.
 func RunServer(t testing.TB) (*nats.Conn, jetstream.JetStream) {
