@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ax-mesh/ax/internal/move"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,68 +18,65 @@ const DefaultEarly = streams.DefaultScheduleEarly
 
 // submitDelayed stores a normalized delayed task: its PENDING record first,
 // then its server-side schedule in AX_DELAYED, fired [Config.Early] before
-// its run time. The record comes first so that a submit never replaces the
-// schedule of another task with the same id: an id that exists is a
-// duplicate, unless its record is this very task's (a retried submit).
+// its run time ([move.CreatePending]). The record comes first so that a
+// submit never replaces the schedule of another task with the same id: an
+// id that exists is a duplicate, unless its record is this very task's (a
+// retried submit).
 func (c *Client) submitDelayed(ctx context.Context, t TaskSpec) (TaskInfo, error) {
 	info := t.info(c.cfg.Names, 0, false)
-	submit := t.message(c.cfg.Names, true)
-	if err := streams.CheckDelayedSize(submit.Data, submit.Header, c.delayedLimit(t.Priority.level())); err != nil {
-		return TaskInfo{ID: t.ID, Tenant: t.Tenant}, fmt.Errorf("submit delayed task %s: %w: %w", t.ID, ErrInvalidTask, err)
-	}
 	want := t.record("", 0)
-	_, rev, err := c.store.Create(ctx, want, kv.Actor{Action: "submit"})
-	if errors.Is(err, kv.ErrExists) {
-		var rec *kv.Record
-		rec, rev, err = c.store.Get(ctx, want.Ref())
-		switch {
-		case err != nil:
-		case heldUnseen(rec) && rec.State == kv.StateCancelled:
-			return info, nil // the task its id was held for: cancelled before it came
-		case heldUnseen(rec):
-			// Paused before it came: its schedule waits; the mover keeps it
-			// while the record is PAUSED, and releases it once a resume
-			// has deleted the record (the id is unseen again).
-		case !rec.SamePending(want):
-			info.Duplicate = true
-			return info, nil
-		}
-	}
-	if err != nil {
+	duplicate := false
+	created, err := move.CreatePending(ctx, c.js, c.store, move.Pending{
+		Record: want,
+		Actor:  kv.Actor{Action: "submit"},
+		Schedule: move.Schedule{Names: c.cfg.Names, Tenant: t.Tenant, ID: t.ID, Submit: t.message(c.cfg.Names, true),
+			RunAt: t.RunAt, Early: c.cfg.Early, Limit: c.delayedLimit(t.Priority.level())},
+		Existing: func(rec *kv.Record) bool {
+			switch {
+			case heldUnseen(rec) && rec.State == kv.StateCancelled:
+				return false // the task its id was held for: cancelled before it came
+			case heldUnseen(rec):
+				// Paused before it came: its schedule waits; the mover keeps it
+				// while the record is PAUSED, and releases it once a resume
+				// has deleted the record (the id is unseen again).
+				return true
+			case !rec.SamePending(want):
+				duplicate = true
+				return false
+			}
+			return true
+		},
+		Retries: c.cfg.PublishRetries,
+	})
+	switch {
+	case errors.Is(err, streams.ErrTooLarge):
+		return TaskInfo{ID: t.ID, Tenant: t.Tenant}, fmt.Errorf("submit delayed task %s: %w: %w", t.ID, ErrInvalidTask, err)
+	case err != nil && created.Record == nil:
 		return info, fmt.Errorf("submit delayed task %s: %w", t.ID, err)
-	}
-	msg := c.cfg.Names.DelayedMsg(t.Tenant, t.ID, submit, t.RunAt.Add(-c.cfg.Early))
-	for attempt := 0; ; attempt++ {
-		_, err = c.js.PublishMsg(ctx, msg)
-		if err == nil || !retryable(err) || attempt >= c.cfg.PublishRetries || ctx.Err() != nil {
-			break
-		}
-	}
-	if err != nil {
+	case err != nil:
 		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) { // refused: nothing was scheduled, so the task was not accepted
-			_ = c.store.Delete(ctx, want.Ref(), rev)
+		if errors.As(err, &apiErr) && !created.Existed { // refused: nothing was scheduled, so the task was not accepted
+			_ = c.store.Delete(ctx, want.Ref(), created.Revision)
 		}
 		return TaskInfo{ID: t.ID, Tenant: t.Tenant}, fmt.Errorf("submit delayed task %s: %w", t.ID, err)
 	}
+	info.Duplicate = duplicate
 	return info, nil
 }
 
-// delayedLimit is the largest write of a delayed task of priority prio:
-// the server's max_payload less the room AX_DELAYED and AX_DLQ take beyond
-// a bucket's MaxMsgSize (provisioning keeps MaxMsgSize below that), or the
-// bucket's MaxMsgSize as the last pressure report gave it, if smaller. The
-// copy that releases the task goes to that bucket. 0 when neither is known.
+// delayedLimit is the largest delayed task of priority prio
+// ([move.DelayedLimit]): from the server's max_payload, and the bucket's
+// MaxMsgSize as the last pressure report gave it. 0 when neither is known.
 func (c *Client) delayedLimit(prio int) int {
-	limit := int(c.js.Conn().MaxPayload()) - streams.HeaderRoom
+	var maxMsgSize int32
 	if p := c.pressure.Load(); p != nil {
 		for _, b := range p.Buckets {
-			if b.Priority == prio && b.MaxMsgSize > 0 && (limit <= 0 || int(b.MaxMsgSize) < limit) {
-				limit = int(b.MaxMsgSize)
+			if b.Priority == prio {
+				maxMsgSize = b.MaxMsgSize
 			}
 		}
 	}
-	return max(limit, 0)
+	return move.DelayedLimit(c.js.Conn().MaxPayload(), maxMsgSize)
 }
 
 // heldUnseen reports whether rec was written by an operator who paused or

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ax-mesh/ax/internal/move"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
@@ -33,13 +34,17 @@ func (rn *runner) deferDelayed(d *delivery, env *envelope) bool {
 	if runAt.IsZero() || env.bad != nil || !runAt.After(time.Now()) || env.released {
 		return false
 	}
-	if err := streams.CheckDelayedSize(d.msg.Data(), d.msg.Headers(), rn.delayedLimit()); err != nil {
+	s := env.stored
+	submit := nats.NewMsg(rn.cfg.Names.SubmitSubject(s.Priority, s.Tenant, s.Type, s.Key))
+	submit.Data = d.msg.Data()
+	submit.Header = d.msg.Headers()
+	sched := move.Schedule{Names: rn.cfg.Names, Tenant: s.Tenant, ID: env.id, Submit: submit, RunAt: runAt, Limit: rn.delayedLimit()}
+	if err := sched.Check(); err != nil {
 		env.bad = fmt.Errorf("%w: %w", ErrMalformed, err)
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	s := env.stored
 	want := &kv.Record{
 		ID: env.id, Type: s.Type, Tenant: s.Tenant, Key: s.Key, Priority: s.Priority, State: kv.StatePending,
 		MaxAttempts: env.opts.MaxAttempts, Timeout: kv.Duration(env.opts.Timeout),
@@ -52,29 +57,20 @@ func (rn *runner) deferDelayed(d *delivery, env *envelope) bool {
 		dl := env.opts.Deadline.UTC()
 		want.Deadline = &dl
 	}
-	rec, rev, err := rn.store.Create(ctx, want, kv.Actor{Worker: rn.cfg.ID, Action: "publish"})
-	if errors.Is(err, kv.ErrExists) {
-		if rec, rev, err = rn.store.Get(ctx, env.ref); err == nil && (!rec.SamePending(want) || rec.WaitsSteppedAside()) {
-			// Another task's id, or already released, or a READY task a
-			// worker stepped aside (no message of it carries its run
-			// time): the claim decides.
-			return false
-		}
-	}
-	if err != nil {
-		rn.log.Warn("defer_failed", zap.String("task_id", env.id), zap.Error(err))
-		d.retryLater()
+	created, err := move.CreatePending(ctx, rn.js, rn.store, move.Pending{
+		Record: want, Actor: kv.Actor{Worker: rn.cfg.ID, Action: "publish"}, Schedule: sched,
+		// Another task's id, or already released, or a READY task a
+		// worker stepped aside (no message of it carries its run time):
+		// the claim decides.
+		Existing: func(rec *kv.Record) bool { return rec.SamePending(want) && !rec.WaitsSteppedAside() },
+	})
+	switch {
+	case err == nil && !created.Scheduled:
+		return false
+	case err != nil && created.Record != nil && streams.Refused(err):
+		rn.unschedulable(ctx, d, env, created.Record, created.Revision, err)
 		return true
-	}
-	submit := nats.NewMsg(rn.cfg.Names.SubmitSubject(s.Priority, s.Tenant, s.Type, s.Key))
-	submit.Data = d.msg.Data()
-	submit.Header = d.msg.Headers()
-	sched := rn.cfg.Names.DelayedMsg(s.Tenant, env.id, submit, runAt.Add(-streams.DefaultScheduleEarly))
-	if _, err := rn.js.PublishMsg(ctx, sched); err != nil {
-		if streams.Refused(err) {
-			rn.unschedulable(ctx, d, env, rec, rev, err)
-			return true
-		}
+	case err != nil:
 		rn.log.Warn("defer_failed", zap.String("task_id", env.id), zap.Error(err))
 		d.retryLater()
 		return true
@@ -84,15 +80,10 @@ func (rn *runner) deferDelayed(d *delivery, env *envelope) bool {
 	return true
 }
 
-// delayedLimit is the largest write of a delayed task: the least of the
-// buckets' MaxMsgSize (the copy that releases it goes there) and the
-// server's max_payload; 0 when neither is known.
+// delayedLimit is the largest delayed task ([move.DelayedLimit]): from the
+// server's max_payload and the buckets' MaxMsgSize.
 func (rn *runner) delayedLimit() int {
-	limit := int(rn.js.Conn().MaxPayload())
-	if rn.intake.maxMsgSize > 0 && (limit <= 0 || int(rn.intake.maxMsgSize) < limit) {
-		limit = int(rn.intake.maxMsgSize)
-	}
-	return max(limit, 0)
+	return move.DelayedLimit(rn.js.Conn().MaxPayload(), rn.intake.maxMsgSize)
 }
 
 // unschedulable buries a delayed task whose schedule AX_DELAYED refused

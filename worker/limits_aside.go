@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/ax-mesh/ax/internal/move"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
@@ -88,7 +89,7 @@ type asideMove struct {
 // schedule releases (worker/claim.go, claimFrom).
 func (w *Worker) movedAside(d *delivery, env *envelope, aside asideMove) bool {
 	if env.bad != nil || streams.CheckDelayedSize(d.msg.Data(), d.msg.Headers(), w.delayedLimit()) != nil {
-		return false
+		return false // checked again by the move, once the run time is known
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
@@ -115,19 +116,10 @@ func (w *Worker) movedAside(d *delivery, env *envelope, aside asideMove) bool {
 	submit.Data = d.msg.Data()
 	submit.Header = streams.KeptHeaders(d.msg.Headers())
 	submit.Header.Set(streams.HeaderRunAt, runAt.Format(time.RFC3339Nano))
-	sched := w.cfg.Names.DelayedMsg(s.Tenant, env.id, submit, runAt.Add(-streams.DefaultScheduleEarly))
-	if aside.mark != "" {
-		sched.Header.Set(streams.HeaderAside, aside.mark)
-	}
-	if _, err := w.js.PublishMsg(ctx, sched); err != nil {
-		w.log.Warn("step_aside_failed", zap.String("task_id", env.id), zap.Error(err))
-		return false
-	}
-	_, _, err = w.store.Apply(ctx, rec, rev, kv.StatePending, kv.Actor{Worker: w.cfg.ID, Action: aside.action, Error: aside.reason(runAt)}, func(r *kv.Record) error {
-		r.RunAt = &runAt
-		r.Bind(r.Gen, "", 0) // unbound: the leader's release names its copy
-		return nil
-	})
+	err = move.StepAside(ctx, w.js, w.store, move.Aside{Record: rec, Revision: rev,
+		Actor: kv.Actor{Worker: w.cfg.ID, Action: aside.action, Error: aside.reason(runAt)},
+		Schedule: move.Schedule{Names: w.cfg.Names, Tenant: s.Tenant, ID: env.id, Submit: submit, RunAt: runAt,
+			Aside: aside.mark, Limit: w.delayedLimit()}})
 	if err != nil {
 		w.log.Warn("step_aside_failed", zap.String("task_id", env.id), zap.Error(err))
 		return false

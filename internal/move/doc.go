@@ -2,7 +2,8 @@
 // another message (docs/decisions/move-protocol.md). Every move of
 // a task to a new message goes through [Mover.Move]: the leader's aging,
 // delayed release and reconciler, and the operator's resume, reprioritize
-// and replay.
+// and replay. Every wait of a task in AX_DELAYED goes through [Schedule]:
+// a delayed submit, a raw publish a worker defers, a task stepped aside.
 //
 // A move has three steps:
 //
