@@ -107,21 +107,19 @@ func (j *journal) killedBeforeOutcome(e execution, next time.Time) bool {
 // settling write failed.
 func (j *journal) noteLogs(worker, output string) {
 	for line := range strings.Lines(output) {
-		var entry struct {
-			Msg    string `json:"msg"`
-			TaskID string `json:"task_id"`
-		}
-		if json.Unmarshal([]byte(line), &entry) != nil || entry.TaskID == "" {
+		entry, ok := parseLogLine(strings.TrimRight(line, "\r\n"))
+		id := entry.field("task_id")
+		if !ok || id == "" {
 			continue
 		}
-		j.logs[entry.TaskID] = append(j.logs[entry.TaskID], worker+": "+strings.TrimSpace(line))
+		j.logs[id] = append(j.logs[id], worker+": "+strings.TrimSpace(line))
 		if entry.Msg != "final_write_failed" && entry.Msg != "final_write_fenced" {
 			continue
 		}
-		if j.finalWriteFailed[entry.TaskID] == nil {
-			j.finalWriteFailed[entry.TaskID] = map[string]bool{}
+		if j.finalWriteFailed[id] == nil {
+			j.finalWriteFailed[id] = map[string]bool{}
 		}
-		j.finalWriteFailed[entry.TaskID][worker] = true
+		j.finalWriteFailed[id][worker] = true
 	}
 }
 

@@ -5,7 +5,6 @@ package integration
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -90,19 +89,12 @@ func TestNetworkPartition(t *testing.T) {
 	require.True(t, fencedAt.Before(healedAt))
 }
 
-// lostClaim finds the lost_claim line about task id in a worker's JSON log
+// lostClaim finds the lost_claim line about task id in a worker's log
 // and returns when it was written and its reason.
 func lostClaim(output, id string) (at time.Time, reason string, ok bool) {
-	for line := range strings.Lines(output) {
-		var entry struct {
-			TS     string `json:"ts"`
-			Msg    string `json:"msg"`
-			TaskID string `json:"task_id"`
-			Reason string `json:"reason"`
-		}
-		if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "lost_claim" && entry.TaskID == id {
-			at, err := time.Parse(time.RFC3339Nano, entry.TS)
-			return at, entry.Reason, err == nil
+	for _, e := range logEntries(output) {
+		if e.Msg == "lost_claim" && e.field("task_id") == id {
+			return e.TS, e.field("reason"), !e.TS.IsZero()
 		}
 	}
 	return time.Time{}, "", false
