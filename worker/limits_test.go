@@ -165,9 +165,15 @@ func TestConcurrencyLimitAcrossWorkers(t *testing.T) {
 }
 
 // A rate limit holds across workers: of 3 workers, the starts of the
-// limited type in any second are at most rate + burst, counted by the
-// handlers, and every task runs (none dead-lettered). Fails without the
-// limit: all 45 start within a few hundred milliseconds.
+// limited type in any second are at most rate + burst, and every task runs
+// (none dead-lettered). Fails without the limit: all 45 start within a few
+// hundred milliseconds.
+//
+// The starts are counted by the handlers, a moment after each took its
+// token: with that moment under startJitter, handler starts in a window of
+// 1 s - startJitter took their tokens within 1 s, of which the limit gives
+// at most rate + burst. (Counted over whole seconds, a loaded suite once
+// showed 21 of 20: a handler that ran late beside one on time.)
 func TestRateLimitAcrossWorkers(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -200,14 +206,15 @@ func TestRateLimitAcrossWorkers(t *testing.T) {
 	starts := g.starts
 	g.mu.Unlock()
 	require.Len(t, starts, 45)
+	const startJitter = 150 * time.Millisecond
 	for i, s := range starts {
 		n := 0
 		for _, o := range starts[i:] {
-			if o.Sub(s) < time.Second {
+			if o.Sub(s) < time.Second-startJitter {
 				n++
 			}
 		}
-		require.LessOrEqual(t, n, rate+burst, "starts in the second from %s", s)
+		require.LessOrEqual(t, n, rate+burst, "starts in the %s from %s", time.Second-startJitter, s)
 	}
 	require.Greater(t, starts[len(starts)-1].Sub(starts[0]), time.Second)
 }
