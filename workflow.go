@@ -196,7 +196,11 @@ func (w *Workflow) normalize(now time.Time) (*Workflow, error) {
 		for k, v := range norm.Headers {
 			size += len(k) + len(v) + 6
 		}
-		out.Tasks = append(out.Tasks, WorkflowTask{Name: t.Name, After: slices.Clone(t.After), Spec: norm})
+		// The spec is kept as given (a Delay counts from the task's
+		// release); its id and tenant are the workflow's.
+		kept := t.Spec
+		kept.Tenant = ""
+		out.Tasks = append(out.Tasks, WorkflowTask{Name: t.Name, After: slices.Clone(t.After), Spec: kept})
 	}
 	if size > MaxWorkflowBytes {
 		return bad("its tasks take about %d bytes, more than the %d a workflow holds", size, MaxWorkflowBytes)

@@ -305,6 +305,7 @@ func (l *Leader) lead(ctx context.Context) {
 		{"unserved", newUnservedExpiry(l).run},
 		{"tenants", newTenantDiscovery(l).run},
 		{"resumer", newResumer(l).run},
+		{"workflows", newWorkflowLoop(l).run},
 	}
 	if l.cfg.AgingThreshold > 0 {
 		loops = append(loops, struct {

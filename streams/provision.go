@@ -416,7 +416,7 @@ func StreamConfigs(cfg *Config) []jetstream.StreamConfig {
 		MaxAge:      cfg.TrailMaxAge,
 		Duplicates:  ownWindow(cfg.TrailMaxAge),
 		AllowDirect: true,
-	}, DelayedStreamConfig(cfg))
+	}, DelayedStreamConfig(cfg), WorkflowStreamConfig(cfg))
 	return out
 }
 

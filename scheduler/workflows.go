@@ -1,0 +1,305 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// workflowLoop releases the tasks of workflows (docs/decisions/workflows.md):
+// it reads each committed document in AX_WORKFLOWS, keeps the graph of each
+// open workflow with the parents each task still waits for, follows the
+// records of their tasks, and submits a task once each of its parents
+// SUCCEEDED (or, with [ax.ContinueDescendants], ended). A submit is
+// idempotent by the task's id ("<workflow>/<name>"): a task released twice
+// (a leader change, a restart of the loop) is stored once. The loop starts
+// from the documents and the records' states each time, so a new leader
+// picks up where the last one stopped.
+type workflowLoop struct {
+	l    *Leader
+	log  *zap.Logger
+	runs map[runRef]*workflowRun
+}
+
+// runRef names a workflow: its tenant and id.
+type runRef struct{ tenant, id string }
+
+// workflowRun is an open workflow's graph.
+type workflowRun struct {
+	wf    *ax.Workflow
+	nodes map[string]*workflowNode
+	open  int // tasks not yet ended
+}
+
+// workflowNode is one task of a workflow.
+type workflowNode struct {
+	task     ax.WorkflowTask
+	children []*workflowNode
+	waiting  int      // parents not yet done
+	state    kv.State // its record's, "" while it has none
+	released bool     // submitted by this loop, or found with a record
+	counted  bool     // its end was counted for its children
+}
+
+func newWorkflowLoop(l *Leader) *workflowLoop {
+	return &workflowLoop{l: l, log: l.log.Named("workflows"), runs: map[runRef]*workflowRun{}}
+}
+
+func (w *workflowLoop) run(ctx context.Context) error {
+	names := w.l.cfg.Names
+	stream, err := w.l.js.Stream(ctx, names.WorkflowStream())
+	if err != nil {
+		return fmt.Errorf("workflows: bind %s: %w", names.WorkflowStream(), err)
+	}
+	// The record watch starts before the documents are read, so that no
+	// state written after a task's record is read is missed.
+	watch, err := w.l.store.Bucket().WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		return fmt.Errorf("workflows: watch tasks: %w", err)
+	}
+	defer func() { _ = kv.StopWatch(watch) }()
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{names.WorkflowFilter()}})
+	if err != nil {
+		return fmt.Errorf("workflows: read %s: %w", names.WorkflowStream(), err)
+	}
+	docs, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("workflows: read %s: %w", names.WorkflowStream(), err)
+	}
+	defer docs.Stop()
+	incoming := make(chan jetstream.Msg)
+	failed := make(chan error, 1)
+	go func() {
+		for {
+			msg, err := docs.Next()
+			if err != nil {
+				if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+					failed <- err
+				}
+				return
+			}
+			select {
+			case incoming <- msg:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	retry := time.NewTicker(time.Second)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-retry.C: // a release that failed is made again
+			for ref, run := range w.runs {
+				w.release(ctx, ref.tenant, run)
+			}
+		case err := <-failed:
+			return fmt.Errorf("workflows: read documents: %w", err)
+		case msg := <-incoming:
+			w.open(ctx, msg)
+		case entry, ok := <-watch.Updates():
+			if !ok {
+				return errors.New("workflows: task watch closed")
+			}
+			if entry != nil {
+				w.observe(ctx, entry)
+			}
+		}
+	}
+}
+
+// open reads a workflow's document, the states of its tasks' records, and
+// releases what may run.
+func (w *workflowLoop) open(ctx context.Context, msg jetstream.Msg) {
+	tenant, id, ok := w.l.cfg.Names.ParseWorkflowSubject(msg.Subject())
+	if !ok {
+		return
+	}
+	ref := runRef{tenant, id}
+	if _, seen := w.runs[ref]; seen {
+		return
+	}
+	var wf ax.Workflow
+	if err := json.Unmarshal(msg.Data(), &wf); err != nil || wf.ID != id || wf.Tenant != tenant || wf.Validate() != nil {
+		// A plain publish that is not a valid workflow of the subject's
+		// tenant and id: nothing of it runs.
+		w.log.Warn("workflow_refused", zap.String("tenant", tenant), zap.String("workflow", id), zap.Error(workflowError(err, &wf, tenant, id)))
+		return
+	}
+	run := &workflowRun{wf: &wf, nodes: make(map[string]*workflowNode, len(wf.Tasks)), open: len(wf.Tasks)}
+	for _, t := range wf.Tasks {
+		run.nodes[t.Name] = &workflowNode{task: t, waiting: len(t.After)}
+	}
+	for _, n := range run.nodes {
+		for _, p := range n.task.After {
+			run.nodes[p].children = append(run.nodes[p].children, n)
+		}
+	}
+	if err := w.readStates(ctx, tenant, run); err != nil {
+		w.log.Warn("workflow_read_failed", zap.String("tenant", tenant), zap.String("workflow", id), zap.Error(err))
+		return // read again when the loop restarts
+	}
+	for _, n := range run.nodes {
+		if state := n.state; state != "" {
+			n.state = ""
+			w.ended(run, n, state)
+		}
+	}
+	if run.open == 0 {
+		return // ended before
+	}
+	w.runs[ref] = run
+	w.release(ctx, tenant, run)
+}
+
+// workflowError says why a document was refused.
+func workflowError(decode error, wf *ax.Workflow, tenant, id string) error {
+	switch {
+	case decode != nil:
+		return decode
+	case wf.ID != id || wf.Tenant != tenant:
+		return fmt.Errorf("the document names workflow %q of tenant %q, its subject %q of %q", wf.ID, wf.Tenant, id, tenant)
+	}
+	return wf.Validate()
+}
+
+// readStates reads the record of each task of run, concurrently (the store
+// batches the reads).
+func (w *workflowLoop) readStates(ctx context.Context, tenant string, run *workflowRun) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	sem := make(chan struct{}, 64)
+	for _, n := range run.nodes {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			rec, _, err := w.l.store.Get(ctx, kv.Ref{Tenant: tenant, ID: run.wf.TaskID(n.task.Name)})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(err, kv.ErrNotFound):
+			case err != nil:
+				if first == nil {
+					first = err
+				}
+			default:
+				n.state, n.released = rec.State, true
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// observe applies a task record's change to its workflow.
+func (w *workflowLoop) observe(ctx context.Context, entry jetstream.KeyValueEntry) {
+	if len(w.runs) == 0 || entry.Operation() != jetstream.KeyValuePut || !strings.Contains(entry.Key(), "/") {
+		return
+	}
+	ref, err := kv.ParseKey(entry.Key())
+	if err != nil {
+		return
+	}
+	wfID, name, ok := strings.Cut(ref.ID, "/")
+	if !ok {
+		return
+	}
+	run := w.runs[runRef{ref.Tenant, wfID}]
+	if run == nil {
+		return
+	}
+	n := run.nodes[name]
+	if n == nil {
+		return
+	}
+	var rec kv.Record
+	if rec.UnmarshalJSON(entry.Value()) != nil || rec.ID != ref.ID || rec.Tenant != ref.Tenant {
+		return
+	}
+	n.released = true
+	if n.state == rec.State {
+		return
+	}
+	w.ended(run, n, rec.State)
+	w.release(ctx, ref.Tenant, run)
+	if run.open == 0 {
+		delete(w.runs, runRef{ref.Tenant, wfID})
+		w.log.Info("workflow_ended", zap.String("tenant", ref.Tenant), zap.String("workflow", wfID))
+	}
+}
+
+// ended notes n's new state. A task that ended counts for its children
+// once: when it SUCCEEDED, or ended at all with ContinueDescendants. A
+// task replayed from DEAD is open again, and counts for its children when
+// it succeeds.
+func (w *workflowLoop) ended(run *workflowRun, n *workflowNode, state kv.State) {
+	was := done(n.state)
+	n.state = state
+	switch now := done(state); {
+	case now && !was:
+		run.open--
+	case !now && was:
+		run.open++
+	}
+	if n.counted || !done(state) || state != kv.StateSucceeded && run.wf.OnFailure != ax.ContinueDescendants {
+		return
+	}
+	n.counted = true
+	for _, c := range n.children {
+		c.waiting--
+	}
+}
+
+// done reports whether a task in state s has ended for its children.
+func done(s kv.State) bool {
+	return s == kv.StateSucceeded || s == kv.StateDead || s == kv.StateCancelled
+}
+
+// release submits every task of run that waits for no parent and was not
+// released yet.
+func (w *workflowLoop) release(ctx context.Context, tenant string, run *workflowRun) {
+	var specs []ax.TaskSpec
+	var nodes []*workflowNode
+	for _, n := range run.nodes {
+		if n.released || n.waiting > 0 {
+			continue
+		}
+		spec := n.task.Spec
+		spec.ID, spec.Tenant = run.wf.TaskID(n.task.Name), tenant
+		specs = append(specs, spec)
+		nodes = append(nodes, n)
+	}
+	if len(specs) == 0 {
+		return
+	}
+	_, err := w.l.client.SubmitBatch(ctx, specs)
+	var batch *ax.BatchError
+	for i, n := range nodes {
+		switch {
+		case err == nil || errors.As(err, &batch) && batch.Failed[i] == nil:
+			n.released = true
+		case batch != nil && errors.Is(batch.Failed[i], ax.ErrInvalidTask):
+			// Refused for what it is now (its deadline passed while it
+			// waited): it will never run, and is not tried again.
+			n.released = true
+			w.log.Warn("workflow_task_unreleasable", zap.String("tenant", tenant), zap.String("task_id", specs[i].ID), zap.Error(batch.Failed[i]))
+		}
+	}
+	if err != nil {
+		w.log.Warn("workflow_release_failed", zap.String("tenant", tenant), zap.String("workflow", run.wf.ID), zap.Error(err))
+	}
+}

@@ -1,0 +1,157 @@
+package scheduler_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/worker"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+)
+
+// runLog records each start and end of a workflow's tasks, by name.
+type runLog struct {
+	mu     sync.Mutex
+	starts map[string]int
+	start  map[string]time.Time
+	end    map[string]time.Time
+}
+
+func (l *runLog) handler(fail map[string]bool) worker.HandlerFunc {
+	return func(ctx context.Context, task *worker.Task) error {
+		_, name := task.Workflow()
+		l.mu.Lock()
+		if l.starts == nil {
+			l.starts, l.start, l.end = map[string]int{}, map[string]time.Time{}, map[string]time.Time{}
+		}
+		l.starts[name]++
+		l.start[name] = time.Now()
+		l.mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+		if fail[name] {
+			return worker.Permanent(errors.New("failed on purpose"))
+		}
+		require.NoError(nil, task.SetResultJSON(map[string]string{"by": name}))
+		l.mu.Lock()
+		l.end[name] = time.Now()
+		l.mu.Unlock()
+		return nil
+	}
+}
+
+func (b *loopsBundle) startWorker(t *testing.T, reg *worker.Registry, concurrency int) {
+	t.Helper()
+	ctx := context.Background()
+	_, wjs := b.srv.Connect()
+	w, err := worker.New(ctx, wjs, &worker.Config{Registry: reg, Concurrency: concurrency, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, w.Stop(sctx))
+	})
+}
+
+func (b *loopsBundle) waitTask(t *testing.T, wf *ax.Workflow, name string, want kv.State) *kv.Record {
+	t.Helper()
+	var rec *kv.Record
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var err error
+		rec, _, err = b.client.Store().Get(context.Background(), kv.Ref{Tenant: ax.DefaultTenant, ID: wf.TaskID(name)})
+		if assert.NoError(c, err) {
+			assert.Equal(c, want, rec.State)
+		}
+	}, 30*time.Second, 10*time.Millisecond, "task %s never reached %s", name, want)
+	return rec
+}
+
+// A workflow's tasks run after their parents, each once, and read their
+// parents' results: a chain, a group with a callback, a task with parents
+// in both.
+func TestWorkflowRunsInDependencyOrder(t *testing.T) {
+	t.Parallel()
+	b := setupLoops(t, 1, nil, scheduler.Config{})
+	var log runLog
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("step", log.handler(nil), nil))
+	var got sync.Map
+	require.NoError(t, reg.Handle("join", func(ctx context.Context, task *worker.Task) error {
+		for _, p := range []string{"b", "g1", "g2", "g3"} {
+			var v map[string]string
+			if err := task.ParentResult(ctx, p, &v); err != nil {
+				return err
+			}
+			got.Store(p, v["by"])
+		}
+		return nil
+	}, nil))
+	b.startWorker(t, reg, 8)
+
+	step := ax.TaskSpec{Type: "step"}
+	wf := ax.NewWorkflow("wf-order").
+		Chain(ax.Step{Name: "a", Spec: step}, ax.Step{Name: "b", Spec: step})
+	wf.Group(ax.Step{Name: "g1", Spec: step}, ax.Step{Name: "g2", Spec: step}, ax.Step{Name: "g3", Spec: step}).
+		Then(ax.Step{Name: "after-group", Spec: step})
+	wf.Add("join", ax.TaskSpec{Type: "join"}, "b", "after-group")
+	info, err := b.client.SubmitWorkflow(context.Background(), wf)
+	require.NoError(t, err)
+	require.Equal(t, 7, info.Tasks)
+	require.False(t, info.Duplicate)
+
+	b.waitTask(t, wf, "join", kv.StateSucceeded)
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for _, task := range wf.Tasks {
+		if task.Name != "join" {
+			require.Equal(t, 1, log.starts[task.Name], "%s ran once", task.Name)
+		}
+		for _, p := range task.After {
+			if task.Name != "join" {
+				require.True(t, log.start[task.Name].After(log.end[p]), "%s started before its parent %s ended", task.Name, p)
+			}
+		}
+	}
+	for _, p := range []string{"b", "g1", "g2", "g3"} {
+		by, _ := got.Load(p)
+		require.Equal(t, p, by, "the join read %s's result", p)
+	}
+
+	again, err := b.client.SubmitWorkflow(context.Background(), wf)
+	require.NoError(t, err)
+	require.True(t, again.Duplicate, "a workflow id is taken once")
+}
+
+// A DEAD parent stops its descendants (the default policy) and releases
+// them with ContinueDescendants.
+func TestWorkflowFailurePolicy(t *testing.T) {
+	t.Parallel()
+	b := setupLoops(t, 1, nil, scheduler.Config{})
+	var log runLog
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("step", log.handler(map[string]bool{"bad": true}), nil))
+	b.startWorker(t, reg, 4)
+	step := ax.TaskSpec{Type: "step"}
+	for _, policy := range []ax.FailurePolicy{ax.CancelDescendants, ax.ContinueDescendants} {
+		wf := ax.NewWorkflow(fmt.Sprintf("wf-%s", policy)).Chain(ax.Step{Name: "bad", Spec: step}, ax.Step{Name: "next", Spec: step})
+		wf.OnFailure = policy
+		_, err := b.client.SubmitWorkflow(context.Background(), wf)
+		require.NoError(t, err)
+		b.waitTask(t, wf, "bad", kv.StateDead)
+		if policy == ax.ContinueDescendants {
+			b.waitTask(t, wf, "next", kv.StateSucceeded)
+			continue
+		}
+		time.Sleep(time.Second)
+		_, _, err = b.client.Store().Get(context.Background(), kv.Ref{Tenant: ax.DefaultTenant, ID: wf.TaskID("next")})
+		require.ErrorIs(t, err, kv.ErrNotFound, "the child of a DEAD task was released")
+	}
+}

@@ -1,0 +1,71 @@
+package streams
+
+import (
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// WorkflowToken is the token in a workflow document's subject where a
+// task's subject has its priority: "<prefix>.submit.wf.<tenant>.<id>.doc".
+// Under the submit root, a producer allowed to submit its tenant's tasks
+// ("<prefix>.submit.*.<tenant>.*.*") may submit its tenant's workflows,
+// and no other tenant's.
+const WorkflowToken = "wf"
+
+// WorkflowStream returns the name of the workflows' stream, e.g.
+// "AX_WORKFLOWS": one committed document per workflow.
+func (n Names) WorkflowStream() string { return n.upperPrefix() + "_WORKFLOWS" }
+
+// WorkflowSubject returns the subject of tenant's workflow id's document,
+// "ax.submit.wf.<tenant>.<id>.doc".
+func (n Names) WorkflowSubject(tenant, id string) string {
+	return n.Prefix() + ".submit." + WorkflowToken + "." + tenant + "." + id + ".doc"
+}
+
+// WorkflowFilter returns the subjects of workflow documents,
+// "ax.submit.wf.*.*.doc".
+func (n Names) WorkflowFilter() string { return n.Prefix() + ".submit." + WorkflowToken + ".*.*.doc" }
+
+// ParseWorkflowSubject returns the tenant and workflow id of a document's
+// subject.
+func (n Names) ParseWorkflowSubject(subject string) (tenant, id string, ok bool) {
+	rest, ok := strings.CutPrefix(subject, n.Prefix()+".submit."+WorkflowToken+".")
+	if !ok {
+		return "", "", false
+	}
+	rest, ok = strings.CutSuffix(rest, ".doc")
+	if !ok {
+		return "", "", false
+	}
+	tenant, id, ok = strings.Cut(rest, ".")
+	if !ok || ValidateToken("tenant", tenant) != nil || ValidateTaskID(id) != nil || strings.Contains(id, "/") {
+		return "", "", false
+	}
+	return tenant, id, true
+}
+
+// WorkflowStreamConfig returns the configuration of AX_WORKFLOWS: each
+// workflow's document, kept WorkflowMaxAge (the leader releases a
+// workflow's tasks from it, and `ax workflow get` draws it). Nothing a
+// producer's headers could make the server do is allowed (no roll-up,
+// TTL, schedule, counter or batch).
+func WorkflowStreamConfig(cfg *Config) jetstream.StreamConfig {
+	cfg = cfg.withDefaults()
+	n := cfg.Names
+	return jetstream.StreamConfig{
+		Name:        n.WorkflowStream(),
+		Description: "ax workflows: one document per workflow (ax.submit.wf.<tenant>.<id>.doc)",
+		Subjects:    []string{n.WorkflowFilter()},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		MaxMsgs:     -1,
+		MaxBytes:    cfg.DelayedMaxBytes,
+		MaxMsgSize:  cfg.withHeaderRoom(),
+		MaxAge:      cfg.TrailMaxAge,
+		Discard:     jetstream.DiscardNew,
+		Duplicates:  DefaultDuplicates,
+		AllowDirect: true,
+	}
+}
