@@ -123,7 +123,7 @@ func (u usageError) Unwrap() error { return u.error }
 
 // registrations add the command groups to the root, one per file.
 var registrations = []func(*cobra.Command, *env){
-	addDev, addServer, addProvision, addWorker, addSubmit, addTask, addBench, addOps, addScheduler, addCron, addPools, addDashboard,
+	addDev, addServer, addProvision, addWorker, addSubmit, addWorkflow, addTask, addBench, addOps, addScheduler, addCron, addPools, addDashboard,
 	addLimits,
 }
 

@@ -1,0 +1,233 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+)
+
+func addWorkflow(root *cobra.Command, e *env) {
+	cmd := &cobra.Command{
+		Use:   "workflow",
+		Short: "Submit a workflow (tasks with dependencies) and show one",
+	}
+	var publishOnly bool
+	submit := &cobra.Command{
+		Use:   "submit FILE",
+		Short: "Submit a workflow document (JSON; \"-\": standard input), all or nothing",
+		Example: `  ax workflow submit order-42.json
+  cat wf.json | ax workflow submit -
+
+  {"id": "order-42", "tasks": [
+    {"name": "charge", "task": {"type": "charge", "payload": "eyJhbW91bnQiOjQyfQ=="}},
+    {"name": "ship",   "task": {"type": "ship"},  "after": ["charge"]},
+    {"name": "mail",   "task": {"type": "mail"},  "after": ["charge"]}]}`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			data, err := readPayload(cmd.InOrStdin(), args[0])
+			if err != nil {
+				return err
+			}
+			var wf ax.Workflow
+			dec := json.NewDecoder(strings.NewReader(string(data)))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&wf); err != nil {
+				return fmt.Errorf("%w: %s: %w", ax.ErrInvalidWorkflow, args[0], err)
+			}
+			if err := wf.Validate(); err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("publish-only") && publishOnlyUser(e.userName()) {
+				publishOnly = true
+			}
+			nc, js, err := e.connect("ax workflow submit", roleService)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			client, err := e.submitClient(cmd.Context(), js, publishOnly)
+			if err != nil {
+				return err
+			}
+			info, err := client.SubmitWorkflow(cmd.Context(), &wf)
+			if err != nil {
+				if errors.Is(err, ax.ErrMaybeStored) {
+					return maybeStoredError{err: err, msg: fmt.Sprintf("%s; `ax workflow get %s --tenant %s` tells, and a submit again of the same document is safe", err, info.ID, info.Tenant)}
+				}
+				return err
+			}
+			if e.jsonOut {
+				return writeJSON(e.out, info)
+			}
+			dup := ""
+			if info.Duplicate {
+				dup = " (duplicate: the tenant already has a workflow of this id; nothing stored)"
+			}
+			fmt.Fprintf(e.out, "%s: %d tasks%s\n", info.ID, info.Tasks, dup)
+			return nil
+		},
+	}
+	submit.Flags().BoolVar(&publishOnly, "publish-only", false, "only publish the document, as a producer allowed only to submit does (default: true as the users service, core-service and producer-<tenant>)")
+	var tenant string
+	get := &cobra.Command{
+		Use:   "get ID",
+		Short: "Show a workflow: each task in dependency order, its state and what it waits for",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			nc, js, err := e.connect("ax workflow get", roleOperator)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			view, err := e.workflowView(cmd.Context(), js, tenant, args[0])
+			if err != nil {
+				return err
+			}
+			if e.jsonOut {
+				return writeJSON(e.out, view)
+			}
+			view.print(e)
+			return nil
+		},
+	}
+	get.Flags().StringVar(&tenant, "tenant", ax.DefaultTenant, "tenant")
+	cmd.AddCommand(submit, get)
+	root.AddCommand(cmd)
+}
+
+// workflowView is a workflow with its tasks' states.
+type workflowView struct {
+	ID     string             `json:"id"`
+	Tenant string             `json:"tenant"`
+	Tasks  []workflowTaskView `json:"tasks"`
+}
+
+type workflowTaskView struct {
+	Name  string   `json:"name"`
+	ID    string   `json:"id"`
+	Type  string   `json:"type"`
+	State kv.State `json:"state,omitempty"` // empty: not released yet
+	After []string `json:"after,omitempty"`
+	// WaitsFor are the parents that have not succeeded.
+	WaitsFor []string `json:"waits_for,omitempty"`
+	Error    string   `json:"last_error,omitempty"`
+}
+
+// workflowView reads tenant's workflow id: its document, then each task's
+// record.
+func (e *env) workflowView(ctx context.Context, js jetstream.JetStream, tenant, id string) (*workflowView, error) {
+	names, err := e.names()
+	if err != nil {
+		return nil, err
+	}
+	stream, err := js.Stream(ctx, names.WorkflowStream())
+	if err != nil {
+		return nil, fmt.Errorf("workflow %s: bind %s: %w", id, names.WorkflowStream(), err)
+	}
+	msg, err := stream.GetLastMsgForSubject(ctx, names.WorkflowSubject(tenant, id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, fmt.Errorf("workflow %s of tenant %s: not found", id, tenant)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("workflow %s: %w", id, err)
+	}
+	var wf ax.Workflow
+	if err := json.Unmarshal(msg.Data, &wf); err != nil {
+		return nil, fmt.Errorf("workflow %s: its document does not decode: %w", id, err)
+	}
+	store, err := kv.NewStore(ctx, js, &kv.StoreConfig{Names: names})
+	if err != nil {
+		return nil, fmt.Errorf("workflow %s: %w", id, err)
+	}
+	view := &workflowView{ID: wf.ID, Tenant: tenant}
+	state := map[string]kv.State{}
+	for _, t := range topological(wf.Tasks) {
+		tv := workflowTaskView{Name: t.Name, ID: wf.TaskID(t.Name), Type: t.Spec.Type, After: t.After}
+		rec, _, err := store.Get(ctx, kv.Ref{Tenant: tenant, ID: tv.ID})
+		switch {
+		case errors.Is(err, kv.ErrNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("workflow %s: task %s: %w", id, t.Name, err)
+		default:
+			tv.State, tv.Error = rec.State, rec.LastError
+		}
+		state[t.Name] = tv.State
+		for _, p := range t.After {
+			if state[p] != kv.StateSucceeded {
+				tv.WaitsFor = append(tv.WaitsFor, p)
+			}
+		}
+		view.Tasks = append(view.Tasks, tv)
+	}
+	return view, nil
+}
+
+// topological orders tasks so that each comes after its parents, keeping
+// the document's order otherwise.
+func topological(tasks []ax.WorkflowTask) []ax.WorkflowTask {
+	placed := make(map[string]bool, len(tasks))
+	out := make([]ax.WorkflowTask, 0, len(tasks))
+	for len(out) < len(tasks) {
+		progress := false
+		for _, t := range tasks {
+			if placed[t.Name] || slices.ContainsFunc(t.After, func(p string) bool { return !placed[p] }) {
+				continue
+			}
+			placed[t.Name], progress = true, true
+			out = append(out, t)
+		}
+		if !progress { // a cycle (never stored): the rest as they are
+			for _, t := range tasks {
+				if !placed[t.Name] {
+					out = append(out, t)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func (v *workflowView) print(e *env) {
+	counts := map[string]int{}
+	width := 4
+	for _, t := range v.Tasks {
+		counts[stateName(t)]++
+		width = max(width, len(t.Name))
+	}
+	var parts []string
+	for _, s := range []string{"WAITING", "READY", "RUNNING", "RETRYING", "SUCCEEDED", "DEAD", "CANCELLED", "PENDING", "PAUSED"} {
+		if counts[s] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
+		}
+	}
+	fmt.Fprintf(e.out, "workflow %s (tenant %s): %d tasks: %s\n", v.ID, v.Tenant, len(v.Tasks), strings.Join(parts, ", "))
+	for _, t := range v.Tasks {
+		line := fmt.Sprintf("  %-*s  %-9s  %s", width, t.Name, stateName(t), t.Type)
+		if len(t.After) > 0 {
+			line += "  after " + strings.Join(t.After, ", ")
+		}
+		if len(t.WaitsFor) > 0 && t.State == "" {
+			line += "  (waits for " + strings.Join(t.WaitsFor, ", ") + ")"
+		}
+		if t.Error != "" {
+			line += "  error: " + t.Error
+		}
+		fmt.Fprintln(e.out, line)
+	}
+}
+
+// stateName is a task's state, WAITING before its release.
+func stateName(t workflowTaskView) string {
+	if t.State == "" {
+		return "WAITING"
+	}
+	return string(t.State)
+}
