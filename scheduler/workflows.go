@@ -131,7 +131,11 @@ func (w *workflowLoop) open(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	var wf ax.Workflow
-	if err := json.Unmarshal(msg.Data(), &wf); err != nil || wf.ID != id || wf.Tenant != tenant || wf.Validate() != nil {
+	err := json.Unmarshal(msg.Data(), &wf)
+	if wf.Tenant == "" { // a plain publish may leave its tenant to the subject's
+		wf.Tenant = tenant
+	}
+	if err != nil || wf.ID != id || wf.Tenant != tenant || wf.Validate() != nil {
 		// A plain publish that is not a valid workflow of the subject's
 		// tenant and id: nothing of it runs.
 		w.log.Warn("workflow_refused", zap.String("tenant", tenant), zap.String("workflow", id), zap.Error(workflowError(err, &wf, tenant, id)))

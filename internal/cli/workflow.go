@@ -59,10 +59,12 @@ func addWorkflow(root *cobra.Command, e *env) {
 			}
 			info, err := client.SubmitWorkflow(cmd.Context(), &wf)
 			if err != nil {
-				if errors.Is(err, ax.ErrMaybeStored) {
+				// A refused publish (another tenant's subject) stored nothing.
+				failed := e.submitFailed(cmd.Context(), ax.TaskInfo{ID: info.ID, Tenant: info.Tenant}, err)
+				if _, maybe := failed.(maybeStoredError); maybe {
 					return maybeStoredError{err: err, msg: fmt.Sprintf("%s; `ax workflow get %s --tenant %s` tells, and a submit again of the same document is safe", err, info.ID, info.Tenant)}
 				}
-				return err
+				return failed
 			}
 			if e.jsonOut {
 				return writeJSON(e.out, info)

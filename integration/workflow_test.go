@@ -1,0 +1,79 @@
+package integration
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A workflow as deployed, under both shipped permission files: a tenant's
+// producer submits its document with `ax workflow submit`, the leader
+// (ax scheduler) releases each task after its parents, the worker runs
+// them, and the operator draws it with `ax workflow get`. A producer may
+// not submit another tenant's workflow (its document's subject carries
+// the tenant, as a task's does).
+func TestWorkflowAsDeployed(t *testing.T) {
+	t.Parallel()
+	for _, file := range []string{accountsFile, permissionsFile} {
+		t.Run(file, func(t *testing.T) {
+			t.Parallel()
+			workflowAsDeployed(t, file)
+		})
+	}
+}
+
+func workflowAsDeployed(t *testing.T, file string) {
+	srv := startRoleServer(t, file)
+	url := srv.ClientURL()
+	mustAxAs(t, url, "scheduler", "provision")
+	sched := startAxAs(t, url, "scheduler", "scheduler")
+	w := startAxAs(t, url, "worker-1", "worker")
+	require.Eventually(t, func() bool { return strings.Contains(w.output(), "joining the mesh") || w.exited() },
+		30*time.Second, 50*time.Millisecond, "ax worker did not join:\n%s", w.output())
+
+	doc := filepath.Join(t.TempDir(), "wf.json")
+	require.NoError(t, os.WriteFile(doc, []byte(`{"id": "order-7", "tenant": "acme", "tasks": [
+  {"name": "charge", "task": {"type": "echo"}},
+  {"name": "ship",   "task": {"type": "sleep", "payload": "eyJtcyI6IDMwMH0="}, "after": ["charge"]},
+  {"name": "mail",   "task": {"type": "echo"}, "after": ["charge"]},
+  {"name": "done",   "task": {"type": "echo"}, "after": ["ship", "mail"]}]}`), 0o600))
+	require.Equal(t, "order-7: 4 tasks", strings.TrimSpace(mustAxAs(t, url, "producer-acme", "workflow", "submit", doc)))
+	var drawn string
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		out, stderr, err := runAxAs(url, "operator", time.Minute, "workflow", "get", "order-7", "--tenant", "acme")
+		assert.NoError(c, err, stderr)
+		assert.Contains(c, out, "4 tasks: 4 SUCCEEDED")
+		drawn = out
+	}, 60*time.Second, 200*time.Millisecond)
+	require.Regexp(t, `(?m)^  done\s+SUCCEEDED\s+echo\s+after ship, mail$`, drawn)
+	for _, name := range []string{"ship", "mail"} {
+		parent := taskJSON(t, url, "acme", "order-7/charge")
+		child := taskJSON(t, url, "acme", "order-7/"+name)
+		require.False(t, child.StartedAt.Before(*parent.FinishedAt), "%s started before charge ended", name)
+	}
+
+	stopCleanly(t, srv, map[string]*process{"worker": w, "scheduler": sched})
+
+	// Refused by the server (after the check that nothing else was).
+	other := filepath.Join(t.TempDir(), "globex.json")
+	require.NoError(t, os.WriteFile(other, []byte(`{"id": "theirs", "tenant": "globex", "tasks": [{"name": "a", "task": {"type": "echo"}}]}`), 0o600))
+	_, stderr, err := runAxAs(url, "producer-acme", 30*time.Second, "workflow", "submit", other)
+	require.Error(t, err, "producer-acme submitted a workflow of globex")
+	require.Contains(t, stderr, "producer-acme")
+}
+
+// taskJSON reads a task's record as the operator (`ax task get --json`).
+func taskJSON(t *testing.T, url, tenant, id string) *kv.Record {
+	t.Helper()
+	var rec kv.Record
+	out := mustAxAs(t, url, "operator", "task", "get", id, "--tenant", tenant, "--json")
+	require.NoError(t, json.Unmarshal([]byte(out), &rec), out)
+	return &rec
+}
