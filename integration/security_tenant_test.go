@@ -119,7 +119,7 @@ func TestStreamsBoundedUnderTheAccountLimit(t *testing.T) {
 	require.NoError(t, err)
 	require.Positive(t, account.Limits.MaxStore, "the shipped account has a storage limit")
 	var reserved int64
-	for _, name := range []string{"AX_P0", "AX_P1", "AX_P2", "AX_P3", "AX_P4", "AX_DLQ", "AX_DELAYED", "AX_TRAIL"} {
+	for _, name := range []string{"AX_P0", "AX_P1", "AX_P2", "AX_P3", "AX_P4", "AX_DLQ", "AX_DELAYED", "AX_WORKFLOWS", "AX_TRAIL"} {
 		s, err := m.control.js.Stream(ctx, name)
 		require.NoError(t, err)
 		cfg := s.CachedInfo().Config

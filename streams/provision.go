@@ -100,6 +100,9 @@ type Config struct {
 	// TrailMaxBytes bounds AX_TRAIL; at the bound the oldest events are
 	// removed. Default 1 GiB; -1 means unbounded.
 	TrailMaxBytes int64
+	// WorkflowMaxBytes bounds AX_WORKFLOWS; at the bound new workflows are
+	// refused (DiscardNew). Default 512 MiB; -1 means unbounded.
+	WorkflowMaxBytes int64
 	// MaxMsgSize bounds one message of a priority bucket; AX_DLQ and
 	// AX_DELAYED take [HeaderRoom] more, and all three must fit the
 	// server's max_payload, so that whatever a bucket accepts fits a dead
@@ -139,6 +142,7 @@ func (c *Config) withDefaults() *Config {
 	out.BucketMaxBytes = cmp.Or(out.BucketMaxBytes, DefaultStreamMaxBytes)
 	out.DLQMaxBytes = cmp.Or(out.DLQMaxBytes, DefaultStreamMaxBytes)
 	out.DelayedMaxBytes = cmp.Or(out.DelayedMaxBytes, DefaultStreamMaxBytes)
+	out.WorkflowMaxBytes = cmp.Or(out.WorkflowMaxBytes, DefaultStreamMaxBytes/2)
 	out.TrailMaxBytes = cmp.Or(out.TrailMaxBytes, DefaultStreamMaxBytes)
 	out.MaxMsgSize = cmp.Or(out.MaxMsgSize, DefaultMaxMsgSize)
 	out.Layout = cmp.Or(out.Layout, LayoutShared)
@@ -155,9 +159,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("streams config: AckWait %s must be at least 1s", c.AckWait)
 	case c.Duplicates < DefaultBucketDuplicates:
 		return fmt.Errorf("streams config: Duplicates %s must be at least %s (the server's least window)", c.Duplicates, DefaultBucketDuplicates)
-	case c.BucketMaxBytes < -1 || c.DLQMaxBytes < -1 || c.DelayedMaxBytes < -1 || c.TrailMaxBytes < -1 || c.MaxMsgSize < -1:
-		return fmt.Errorf("streams config: BucketMaxBytes %d, DLQMaxBytes %d, DelayedMaxBytes %d, TrailMaxBytes %d, MaxMsgSize %d: each must be positive or -1",
-			c.BucketMaxBytes, c.DLQMaxBytes, c.DelayedMaxBytes, c.TrailMaxBytes, c.MaxMsgSize)
+	case c.BucketMaxBytes < -1 || c.DLQMaxBytes < -1 || c.DelayedMaxBytes < -1 || c.TrailMaxBytes < -1 || c.WorkflowMaxBytes < -1 || c.MaxMsgSize < -1:
+		return fmt.Errorf("streams config: BucketMaxBytes %d, DLQMaxBytes %d, DelayedMaxBytes %d, TrailMaxBytes %d, WorkflowMaxBytes %d, MaxMsgSize %d: each must be positive or -1",
+			c.BucketMaxBytes, c.DLQMaxBytes, c.DelayedMaxBytes, c.TrailMaxBytes, c.WorkflowMaxBytes, c.MaxMsgSize)
 	}
 	if _, err := c.priorityPolicy(); err != nil {
 		return err

@@ -61,7 +61,7 @@ func WorkflowStreamConfig(cfg *Config) jetstream.StreamConfig {
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
 		MaxMsgs:     -1,
-		MaxBytes:    cfg.DelayedMaxBytes,
+		MaxBytes:    cfg.WorkflowMaxBytes,
 		MaxMsgSize:  cfg.withHeaderRoom(),
 		MaxAge:      cfg.TrailMaxAge,
 		Discard:     jetstream.DiscardNew,
