@@ -281,8 +281,16 @@ func (c *Client) submit(ctx context.Context, t TaskSpec) (TaskInfo, error) {
 // timeouts with the same ids, so no task is lost or doubled. The returned
 // infos line up with tasks and carry every id; on partial failure the
 // error is a [*BatchError] naming the tasks that were not accepted
-// (retrying exactly those, with their ids, is safe).
-func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec) ([]TaskInfo, error) {
+// (retrying exactly those, with their ids, is safe). With [Atomic] the
+// batch is all or nothing instead ([Client.submitAtomic]).
+func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec, opts ...BatchOption) ([]TaskInfo, error) {
+	var o batchOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.atomic {
+		return c.submitAtomic(ctx, tasks)
+	}
 	now := time.Now()
 	infos := make([]TaskInfo, len(tasks))
 	failed := map[int]error{}

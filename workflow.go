@@ -73,6 +73,9 @@ type Workflow struct {
 	OnFailure FailurePolicy `json:"on_failure,omitempty"`
 	// Tasks in the order they were added.
 	Tasks []WorkflowTask `json:"tasks"`
+	// Batch marks an atomic batch ([Atomic]): independent tasks (no
+	// After), each named by its own id, which is its task id.
+	Batch bool `json:"batch,omitempty"`
 }
 
 // NewWorkflow returns an empty workflow named id.
@@ -119,8 +122,14 @@ func (g *WorkflowGroup) Then(s Step) *Workflow {
 	return g.w.Add(s.Name, s.Spec, g.names...)
 }
 
-// TaskID is the id of the workflow's task name: "<workflow id>/<name>".
-func (w *Workflow) TaskID(name string) string { return w.ID + "/" + name }
+// TaskID is the id of the workflow's task name: "<workflow id>/<name>"
+// (in an atomic batch, the name).
+func (w *Workflow) TaskID(name string) string {
+	if w.Batch {
+		return name
+	}
+	return w.ID + "/" + name
+}
 
 // Validate checks the workflow as a submit does, before anything is
 // stored: its id, each task's name and spec, that every parent is a task
@@ -139,7 +148,7 @@ func (w *Workflow) normalize(now time.Time) (*Workflow, error) {
 	bad := func(format string, args ...any) (*Workflow, error) {
 		return nil, fmt.Errorf("%w %q: %s", ErrInvalidWorkflow, w.ID, fmt.Sprintf(format, args...))
 	}
-	out := &Workflow{ID: w.ID, Tenant: w.Tenant, OnFailure: w.OnFailure, Tasks: make([]WorkflowTask, 0, len(w.Tasks))}
+	out := &Workflow{ID: w.ID, Tenant: w.Tenant, OnFailure: w.OnFailure, Batch: w.Batch, Tasks: make([]WorkflowTask, 0, len(w.Tasks))}
 	if out.Tenant == "" {
 		out.Tenant = DefaultTenant
 	}
@@ -176,7 +185,9 @@ func (w *Workflow) normalize(now time.Time) (*Workflow, error) {
 		index[t.Name] = i
 		spec := t.Spec
 		switch {
-		case spec.ID != "":
+		case w.Batch && (spec.ID != t.Name || len(t.After) > 0):
+			return bad("task %q of an atomic batch: its name is its id (%q) and it waits for no other", t.Name, spec.ID)
+		case !w.Batch && spec.ID != "":
 			return bad("task %q sets its id %q: a workflow names its tasks' ids (%q)", t.Name, spec.ID, w.TaskID(t.Name))
 		case spec.Tenant != "" && spec.Tenant != out.Tenant:
 			return bad("task %q is of tenant %q, the workflow of %q", t.Name, spec.Tenant, out.Tenant)
@@ -200,6 +211,10 @@ func (w *Workflow) normalize(now time.Time) (*Workflow, error) {
 		// release); its id and tenant are the workflow's.
 		kept := t.Spec
 		kept.Tenant = ""
+		if w.Batch { // as submitted: a Delay counts from the submit
+			kept = norm
+			kept.Tenant = ""
+		}
 		out.Tasks = append(out.Tasks, WorkflowTask{Name: t.Name, After: slices.Clone(t.After), Spec: kept})
 	}
 	if size > MaxWorkflowBytes {

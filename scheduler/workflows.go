@@ -103,6 +103,7 @@ func (w *workflowLoop) run(ctx context.Context) error {
 		case <-retry.C: // a release that failed is made again
 			for ref, run := range w.runs {
 				w.release(ctx, ref.tenant, run)
+				w.forgetBatch(ref, run)
 			}
 		case err := <-failed:
 			return fmt.Errorf("workflows: read documents: %w", err)
@@ -165,6 +166,21 @@ func (w *workflowLoop) open(ctx context.Context, msg jetstream.Msg) {
 	}
 	w.runs[ref] = run
 	w.release(ctx, tenant, run)
+	w.forgetBatch(ref, run)
+}
+
+// forgetBatch stops following an atomic batch once each of its tasks is
+// submitted: its tasks wait for nothing, and nothing waits for them.
+func (w *workflowLoop) forgetBatch(ref runRef, run *workflowRun) {
+	if !run.wf.Batch {
+		return
+	}
+	for _, n := range run.nodes {
+		if !n.released {
+			return
+		}
+	}
+	delete(w.runs, ref)
 }
 
 // workflowError says why a document was refused.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -154,4 +155,53 @@ func TestWorkflowFailurePolicy(t *testing.T) {
 		_, _, err = b.client.Store().Get(context.Background(), kv.Ref{Tenant: ax.DefaultTenant, ID: wf.TaskID("next")})
 		require.ErrorIs(t, err, kv.ErrNotFound, "the child of a DEAD task was released")
 	}
+}
+
+// An atomic batch runs every task once, with the ids given; a batch with
+// one invalid task stores nothing.
+func TestAtomicBatch(t *testing.T) {
+	t.Parallel()
+	b := setupLoops(t, 1, nil, scheduler.Config{})
+	reg := worker.NewRegistry()
+	var ran sync.Map
+	require.NoError(t, reg.Handle("step", func(ctx context.Context, task *worker.Task) error {
+		n, _ := ran.LoadOrStore(task.ID, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		return nil
+	}, nil))
+	b.startWorker(t, reg, 8)
+	ctx := context.Background()
+	var specs []ax.TaskSpec
+	for i := range 20 {
+		specs = append(specs, ax.TaskSpec{ID: fmt.Sprintf("atomic-%d", i), Type: "step"})
+	}
+	infos, err := b.client.SubmitBatch(ctx, specs, ax.Atomic())
+	require.NoError(t, err)
+	require.Len(t, infos, 20)
+	for i := range specs {
+		require.Equal(t, specs[i].ID, infos[i].ID)
+		b.waitID(t, specs[i].ID, kv.StateSucceeded)
+	}
+	ran.Range(func(id, n any) bool {
+		require.EqualValues(t, 1, n.(*atomic.Int32).Load(), "%s ran more than once", id)
+		return true
+	})
+
+	bad := []ax.TaskSpec{{ID: "fine", Type: "step"}, {ID: "bad", Type: "step", Priority: "p9"}}
+	_, err = b.client.SubmitBatch(ctx, bad, ax.Atomic())
+	require.ErrorIs(t, err, ax.ErrInvalidTask)
+	require.ErrorContains(t, err, "task 1 (bad)")
+	time.Sleep(time.Second)
+	_, _, err = b.client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "fine"})
+	require.ErrorIs(t, err, kv.ErrNotFound, "a task of a refused atomic batch was stored")
+}
+
+func (b *loopsBundle) waitID(t *testing.T, id string, want kv.State) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		rec, _, err := b.client.Store().Get(context.Background(), kv.Ref{Tenant: ax.DefaultTenant, ID: id})
+		if assert.NoError(c, err) {
+			assert.Equal(c, want, rec.State)
+		}
+	}, 30*time.Second, 10*time.Millisecond, "task %s never reached %s", id, want)
 }
