@@ -25,9 +25,10 @@ import (
 // from the documents and the records' states each time, so a new leader
 // picks up where the last one stopped.
 type workflowLoop struct {
-	l    *Leader
-	log  *zap.Logger
-	runs map[runRef]*workflowRun
+	l     *Leader
+	log   *zap.Logger
+	runs  map[runRef]*workflowRun
+	watch jetstream.KeyWatcher // the records' changes, while runs has a workflow
 }
 
 // runRef names a workflow: its tenant and id.
@@ -60,13 +61,7 @@ func (w *workflowLoop) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("workflows: bind %s: %w", names.WorkflowStream(), err)
 	}
-	// The record watch starts before the documents are read, so that no
-	// state written after a task's record is read is missed.
-	watch, err := w.l.store.Bucket().WatchAll(ctx, jetstream.UpdatesOnly())
-	if err != nil {
-		return fmt.Errorf("workflows: watch tasks: %w", err)
-	}
-	defer func() { _ = kv.StopWatch(watch) }()
+	defer w.unwatch()
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{names.WorkflowFilter()}})
 	if err != nil {
 		return fmt.Errorf("workflows: read %s: %w", names.WorkflowStream(), err)
@@ -108,8 +103,10 @@ func (w *workflowLoop) run(ctx context.Context) error {
 		case err := <-failed:
 			return fmt.Errorf("workflows: read documents: %w", err)
 		case msg := <-incoming:
-			w.open(ctx, msg)
-		case entry, ok := <-watch.Updates():
+			if err := w.open(ctx, msg); err != nil {
+				return err
+			}
+		case entry, ok := <-w.updates():
 			if !ok {
 				return errors.New("workflows: task watch closed")
 			}
@@ -117,19 +114,52 @@ func (w *workflowLoop) run(ctx context.Context) error {
 				w.observe(ctx, entry)
 			}
 		}
+		if len(w.runs) == 0 {
+			w.unwatch() // nothing to follow: no record's change costs the leader anything
+		}
+	}
+}
+
+// updates is the record watch's channel; nil (never ready) without one.
+func (w *workflowLoop) updates() <-chan jetstream.KeyValueEntry {
+	if w.watch == nil {
+		return nil
+	}
+	return w.watch.Updates()
+}
+
+// follow starts the record watch if it is not running. It starts before a
+// workflow's records are read, so that no state written after one is read
+// is missed.
+func (w *workflowLoop) follow(ctx context.Context) error {
+	if w.watch != nil {
+		return nil
+	}
+	watch, err := w.l.store.Bucket().WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		return fmt.Errorf("workflows: watch tasks: %w", err)
+	}
+	w.watch = watch
+	return nil
+}
+
+func (w *workflowLoop) unwatch() {
+	if w.watch != nil {
+		_ = kv.StopWatch(w.watch)
+		w.watch = nil
 	}
 }
 
 // open reads a workflow's document, the states of its tasks' records, and
-// releases what may run.
-func (w *workflowLoop) open(ctx context.Context, msg jetstream.Msg) {
+// releases what may run. It fails only when the record watch cannot start.
+func (w *workflowLoop) open(ctx context.Context, msg jetstream.Msg) error {
 	tenant, id, ok := w.l.cfg.Names.ParseWorkflowSubject(msg.Subject())
 	if !ok {
-		return
+		return nil
 	}
 	ref := runRef{tenant, id}
 	if _, seen := w.runs[ref]; seen {
-		return
+		return nil
 	}
 	var wf ax.Workflow
 	err := json.Unmarshal(msg.Data(), &wf)
@@ -140,7 +170,7 @@ func (w *workflowLoop) open(ctx context.Context, msg jetstream.Msg) {
 		// A plain publish that is not a valid workflow of the subject's
 		// tenant and id: nothing of it runs.
 		w.log.Warn("workflow_refused", zap.String("tenant", tenant), zap.String("workflow", id), zap.Error(workflowError(err, &wf, tenant, id)))
-		return
+		return nil
 	}
 	run := &workflowRun{wf: &wf, nodes: make(map[string]*workflowNode, len(wf.Tasks)), open: len(wf.Tasks)}
 	for _, t := range wf.Tasks {
@@ -151,9 +181,12 @@ func (w *workflowLoop) open(ctx context.Context, msg jetstream.Msg) {
 			run.nodes[p].children = append(run.nodes[p].children, n)
 		}
 	}
+	if err := w.follow(ctx); err != nil {
+		return err
+	}
 	if err := w.readStates(ctx, tenant, run); err != nil {
-		w.log.Warn("workflow_read_failed", zap.String("tenant", tenant), zap.String("workflow", id), zap.Error(err))
-		return // read again when the loop restarts
+		// Read again when the loop starts again.
+		return fmt.Errorf("workflows: read the records of %s (tenant %s): %w", id, tenant, err)
 	}
 	for _, n := range run.nodes {
 		if state := n.state; state != "" {
@@ -162,11 +195,12 @@ func (w *workflowLoop) open(ctx context.Context, msg jetstream.Msg) {
 		}
 	}
 	if run.open == 0 {
-		return // ended before
+		return nil // ended before
 	}
 	w.runs[ref] = run
 	w.release(ctx, tenant, run)
 	w.forgetBatch(ref, run)
+	return nil
 }
 
 // forgetBatch stops following an atomic batch once each of its tasks is
