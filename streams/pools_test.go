@@ -22,7 +22,7 @@ func TestPoolsProvisioning(t *testing.T) {
 	cfg := &streams.Config{Layout: streams.LayoutPools, AckWait: 7 * time.Second, Types: []string{"email"}}
 	report, err := streams.Provision(ctx, js, cfg)
 	require.NoError(t, err)
-	require.Len(t, report.Created, streams.Priorities+3+1, "streams and one line for the email consumers: %v", report.Created)
+	require.Len(t, report.Created, streams.Priorities+4+1, "streams and one line for the email consumers: %v", report.Created)
 	_, err = js.Consumer(ctx, "AX_P0", "p0-s00")
 	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound, "no catch-all consumer")
 

@@ -23,7 +23,7 @@ func TestProvisionIsIdempotent(t *testing.T) {
 
 	first, err := streams.Provision(ctx, js, &streams.Config{Capacity: 1000})
 	require.NoError(t, err)
-	require.Len(t, first.Created, streams.Priorities+3+streams.Priorities*streams.Shards)
+	require.Len(t, first.Created, streams.Priorities+4+streams.Priorities*streams.Shards)
 	require.Empty(t, first.Updated)
 
 	second, err := streams.Provision(ctx, js, &streams.Config{Capacity: 1000})
