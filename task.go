@@ -12,7 +12,7 @@ import (
 )
 
 // DefaultTenant is the tenant of a task that names none.
-const DefaultTenant = "default"
+const DefaultTenant = streams.DefaultTenant
 
 // TaskSpec is what a producer builds: the task a service submits (a
 // handler receives it as a worker.Task). Its JSON form (a cron job stores one)

@@ -124,12 +124,7 @@ func (g *WorkflowGroup) Then(s Step) *Workflow {
 
 // TaskID is the id of the workflow's task name: "<workflow id>/<name>"
 // (in an atomic batch, the name).
-func (w *Workflow) TaskID(name string) string {
-	if w.Batch {
-		return name
-	}
-	return w.ID + "/" + name
-}
+func (w *Workflow) TaskID(name string) string { return streams.WorkflowTaskID(w.ID, name, w.Batch) }
 
 // Validate checks the workflow as a submit does, before anything is
 // stored: its id, each task's name and spec, that every parent is a task

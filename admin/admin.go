@@ -135,7 +135,7 @@ func (a *Service) Start(ctx context.Context) error {
 		VerbStats: a.stats, VerbWorkers: a.workers, VerbTasksList: a.tasksList, VerbControl: a.control,
 		VerbRejectsSample: a.rejectsSample, VerbUnservedDeadline: a.unservedDeadline,
 		VerbLimitSet: a.limitSet, VerbLimitRemove: a.limitRemove, VerbLimitList: a.limitList,
-		VerbPause: a.pause, VerbResume: a.resume,
+		VerbPause: a.pause, VerbResume: a.resume, VerbWorkflowCancel: a.workflowCancel,
 	}
 	for _, verb := range Verbs() {
 		name := strings.ReplaceAll(verb, ".", "_")

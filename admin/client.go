@@ -103,6 +103,12 @@ func (c *Client) CancelMatching(ctx context.Context, req BatchCancelRequest) (*B
 	return call[BatchCancelReply](ctx, c, VerbTasksCancel, req)
 }
 
+// CancelWorkflow cancels every task of a workflow that has not ended, the
+// tasks not released yet included (workflow.cancel).
+func (c *Client) CancelWorkflow(ctx context.Context, req WorkflowRequest) (*WorkflowCancelReply, error) {
+	return call[WorkflowCancelReply](ctx, c, VerbWorkflowCancel, req)
+}
+
 // List lists task records matching a filter, most recently updated first
 // (tasks.list).
 func (c *Client) List(ctx context.Context, req TasksListRequest) (*TasksListReply, error) {

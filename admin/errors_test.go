@@ -73,6 +73,7 @@ func TestEveryVerbAnswersErrorsWithCode(t *testing.T) {
 		{admin.VerbLimitList, map[string]any{"bogus": 1}, admin.CodeBadRequest, "not valid JSON"},
 		{admin.VerbPause, admin.PauseRequest{Type: "a", Tenant: "b"}, admin.CodeBadRequest, "one of them"},
 		{admin.VerbResume, admin.PauseRequest{Type: "email"}, admin.CodeNotFound, "not paused"},
+		{admin.VerbWorkflowCancel, admin.WorkflowRequest{ID: "ghost"}, admin.CodeNotFound, "no workflow ghost"},
 	}
 	covered := map[string]bool{}
 	for _, tc := range cases {

@@ -30,6 +30,7 @@ const (
 	VerbLimitList        = "limit.ls"
 	VerbPause            = "pause"
 	VerbResume           = "resume"
+	VerbWorkflowCancel   = "workflow.cancel"
 )
 
 // Verbs returns every verb of the management API.
@@ -37,7 +38,7 @@ func Verbs() []string {
 	return []string{VerbTaskGet, VerbTaskTrail, VerbTaskCancel, VerbTaskPause, VerbTaskResume,
 		VerbTaskReprioritize, VerbTasksCancel, VerbDLQList, VerbDLQReplay, VerbStats, VerbWorkers,
 		VerbTasksList, VerbControl, VerbRejectsSample, VerbUnservedDeadline,
-		VerbLimitSet, VerbLimitRemove, VerbLimitList, VerbPause, VerbResume}
+		VerbLimitSet, VerbLimitRemove, VerbLimitList, VerbPause, VerbResume, VerbWorkflowCancel}
 }
 
 // TaskRequest names one task (task.get, task.trail, task.cancel, task.pause,

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -204,4 +206,58 @@ func (b *loopsBundle) waitID(t *testing.T, id string, want kv.State) {
 			assert.Equal(c, want, rec.State)
 		}
 	}, 30*time.Second, 10*time.Millisecond, "task %s never reached %s", id, want)
+}
+
+// Cancelling a workflow (workflow.cancel) cancels the task running and the
+// ones not released yet, leaves the ended one, and nothing more runs: the
+// leader's release of a task whose parent then ended meets its CANCELLED
+// record (red with the unreleased tasks left alone: "after" ran).
+func TestWorkflowCancel(t *testing.T) {
+	t.Parallel()
+	b := setupLoops(t, 1, nil, scheduler.Config{})
+	reg := worker.NewRegistry()
+	started := make(chan string, 10)
+	require.NoError(t, reg.Handle("quick", func(context.Context, *worker.Task) error { return nil }, nil))
+	require.NoError(t, reg.Handle("slow", func(ctx context.Context, task *worker.Task) error {
+		started <- task.ID
+		<-ctx.Done()
+		return context.Cause(ctx)
+	}, nil))
+	b.startWorker(t, reg, 4)
+	wf := ax.NewWorkflow("wf-cancel").Chain(
+		ax.Step{Name: "first", Spec: ax.TaskSpec{Type: "quick"}},
+		ax.Step{Name: "long", Spec: ax.TaskSpec{Type: "slow"}},
+		ax.Step{Name: "after", Spec: ax.TaskSpec{Type: "quick"}})
+	// "after" is released once "long" ends, however: after the cancel.
+	wf.OnFailure = ax.ContinueDescendants
+	_, err := b.client.SubmitWorkflow(context.Background(), wf)
+	require.NoError(t, err)
+	select {
+	case id := <-started:
+		require.Equal(t, wf.TaskID("long"), id)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second task never started")
+	}
+	api := b.admin(t)
+	reply, err := api.CancelWorkflow(context.Background(), admin.WorkflowRequest{ID: wf.ID})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"long", "after"}, reply.Cancelled)
+	require.Equal(t, []string{"first"}, reply.Ended)
+	require.Equal(t, 1, reply.Notified, "the running task's worker was told")
+	b.waitTask(t, wf, "long", kv.StateCancelled)
+	time.Sleep(time.Second)
+	rec := b.waitTask(t, wf, "after", kv.StateCancelled)
+	require.Empty(t, rec.Type, "the unreleased task was released: %+v", rec)
+}
+
+// admin starts a management API on the bundle's server and returns its client.
+func (b *loopsBundle) admin(t *testing.T) *admin.Client {
+	t.Helper()
+	ctx := context.Background()
+	_, ajs := b.srv.Connect()
+	svc, err := admin.New(ctx, ajs, nil)
+	require.NoError(t, err)
+	require.NoError(t, svc.Start(ctx))
+	t.Cleanup(func() { _ = svc.Stop(ctx) })
+	return admin.NewClient(b.js.Conn(), streams.Names{})
 }

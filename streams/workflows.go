@@ -6,12 +6,34 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// DefaultTenant is the tenant of a task or workflow that names none.
+const DefaultTenant = "default"
+
 // WorkflowToken is the token in a workflow document's subject where a
 // task's subject has its priority: "<prefix>.submit.wf.<tenant>.<id>.doc".
 // Under the submit root, a producer allowed to submit its tenant's tasks
 // ("<prefix>.submit.*.<tenant>.*.*") may submit its tenant's workflows,
 // and no other tenant's.
 const WorkflowToken = "wf"
+
+// WorkflowTaskID returns the task id of the task name of workflow id:
+// "<id>/<name>", or name in an atomic batch (whose tasks keep their ids).
+func WorkflowTaskID(id, name string, batch bool) string {
+	if batch {
+		return name
+	}
+	return id + "/" + name
+}
+
+// WorkflowTasks is the part of a workflow's document that names its tasks,
+// for the readers that need no more (the management API).
+type WorkflowTasks struct {
+	ID    string `json:"id"`
+	Batch bool   `json:"batch,omitempty"`
+	Tasks []struct {
+		Name string `json:"name"`
+	} `json:"tasks"`
+}
 
 // WorkflowStream returns the name of the workflows' stream, e.g.
 // "AX_WORKFLOWS": one committed document per workflow.

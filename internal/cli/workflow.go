@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -101,7 +102,28 @@ func addWorkflow(root *cobra.Command, e *env) {
 		},
 	}
 	get.Flags().StringVar(&tenant, "tenant", ax.DefaultTenant, "tenant")
-	cmd.AddCommand(submit, get)
+	var cancelTenant string
+	cancel := &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel every task of a workflow that has not ended, those not released yet included",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			reply, err := callAdmin(cmd.Context(), e, "workflow cancel", func(ctx context.Context, c *admin.Client) (*admin.WorkflowCancelReply, error) {
+				return c.CancelWorkflow(ctx, admin.WorkflowRequest{ID: args[0], Tenant: cancelTenant})
+			})
+			if err != nil {
+				return err
+			}
+			if e.jsonOut {
+				return writeJSON(e.out, reply)
+			}
+			fmt.Fprintf(e.out, "workflow %s: %d tasks cancelled (%d running, their workers told), %d had ended\n",
+				args[0], len(reply.Cancelled), reply.Notified, len(reply.Ended))
+			return nil
+		},
+	}
+	cancel.Flags().StringVar(&cancelTenant, "tenant", ax.DefaultTenant, "tenant")
+	cmd.AddCommand(submit, get, cancel)
 	root.AddCommand(cmd)
 }
 
