@@ -58,13 +58,16 @@ func newWorkflowLoop(l *Leader) *workflowLoop {
 func (w *workflowLoop) run(ctx context.Context) error {
 	names := w.l.cfg.Names
 	stream, err := w.l.js.Stream(ctx, names.WorkflowStream())
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
+	for errors.Is(err, jetstream.ErrStreamNotFound) {
 		// A deployment provisioned before workflows: nothing to release
 		// until ax provision creates the stream.
 		w.log.Warn("workflows_unavailable", zap.String("stream", names.WorkflowStream()),
 			zap.String("hint", "provision the deployment (ax provision) to run workflows"))
 		sleep(ctx, 30*time.Second)
-		return nil
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		stream, err = w.l.js.Stream(ctx, names.WorkflowStream())
 	}
 	if err != nil {
 		return fmt.Errorf("workflows: bind %s: %w", names.WorkflowStream(), err)
