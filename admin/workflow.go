@@ -34,7 +34,8 @@ type WorkflowCancelReply struct {
 // It reads the workflow's document, then cancels each task as task.cancel
 // does, an unreleased one as task.cancel with unseen does: the leader's
 // release of it then meets its CANCELLED record and stores nothing, and
-// the workflow ends.
+// the workflow ends. Children go before their parents, so that a parent
+// ending meanwhile releases nothing that could run.
 func (a *Service) workflowCancel(ctx context.Context, data []byte) (any, error) {
 	var req WorkflowRequest
 	if err := decode(data, &req); err != nil {
@@ -57,17 +58,17 @@ func (a *Service) workflowCancel(ctx context.Context, data []byte) (any, error) 
 		return nil, err
 	}
 	reply := &WorkflowCancelReply{Cancelled: []string{}}
-	for _, t := range wf.Tasks {
-		ref := kv.Ref{Tenant: req.Tenant, ID: streams.WorkflowTaskID(wf.ID, t.Name, wf.Batch)}
+	for _, name := range wf.ChildrenFirst() {
+		ref := kv.Ref{Tenant: req.Tenant, ID: streams.WorkflowTaskID(wf.ID, name, wf.Batch)}
 		done, err := a.cancel(ctx, ref, true)
 		var apiErr *Error
 		switch {
 		case errors.As(err, &apiErr) && apiErr.Code == CodeConflict:
-			reply.Ended = append(reply.Ended, t.Name)
+			reply.Ended = append(reply.Ended, name)
 		case err != nil:
-			return nil, fmt.Errorf("cancel workflow %s: task %s: %w", req.ID, t.Name, err)
+			return nil, fmt.Errorf("cancel workflow %s: task %s: %w", req.ID, name, err)
 		default:
-			reply.Cancelled = append(reply.Cancelled, t.Name)
+			reply.Cancelled = append(reply.Cancelled, name)
 			if done.Notified {
 				reply.Notified++
 			}

@@ -1,6 +1,7 @@
 package streams
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,8 +32,36 @@ type WorkflowTasks struct {
 	ID    string `json:"id"`
 	Batch bool   `json:"batch,omitempty"`
 	Tasks []struct {
-		Name string `json:"name"`
+		Name  string   `json:"name"`
+		After []string `json:"after,omitempty"`
 	} `json:"tasks"`
+}
+
+// ChildrenFirst returns the names of the tasks so that each comes before
+// every task it waits for (its parents): the reverse of a dependency order.
+func (w *WorkflowTasks) ChildrenFirst() []string {
+	after := make(map[string][]string, len(w.Tasks))
+	for _, t := range w.Tasks {
+		after[t.Name] = t.After
+	}
+	seen := make(map[string]bool, len(w.Tasks))
+	var order []string // parents before children
+	var visit func(name string)
+	visit = func(name string) {
+		if seen[name] {
+			return
+		}
+		seen[name] = true
+		for _, p := range after[name] {
+			visit(p)
+		}
+		order = append(order, name)
+	}
+	for _, t := range w.Tasks {
+		visit(t.Name)
+	}
+	slices.Reverse(order)
+	return order
 }
 
 // WorkflowStream returns the name of the workflows' stream, e.g.
