@@ -1,0 +1,108 @@
+package axtest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/natstest"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+// Options tune [Setup]. The zero value is a plain server with ax
+// provisioned with the defaults and a client with the defaults.
+type Options struct {
+	// Server starts the server; set Server.Fast for a test of the fast tier.
+	Server natstest.Options
+	// Streams provisions the deployment; nil means the defaults.
+	Streams *streams.Config
+	// Client configures the bundle's client; nil means the defaults.
+	Client *ax.Config
+	// User, when set, is the user of Server.ConfigFile the bundle's
+	// connection logs in as (see [Bundle.ConnectAs]); it provisions, so it
+	// must be a privileged one (docs/ax-permissions.conf: "scheduler").
+	// Empty means no user, for a server without authorization.
+	User string
+	// Store, when set, configures a record store of the bundle's own
+	// instead of the client's ([Bundle.Store]).
+	Store *kv.StoreConfig
+	// NoClient leaves [Bundle.Client] nil: for a test of the record store
+	// alone, or of a client of its own.
+	NoClient bool
+}
+
+// Bundle is a provisioned deployment on a real server and what a test
+// drives it with.
+type Bundle struct {
+	// Server is the embedded JetStream server.
+	Server *natstest.Server
+	// NC and JS are the bundle's connection (the user of [Options.User]).
+	NC *nats.Conn
+	JS jetstream.JetStream
+	// Client submits tasks on JS; nil under [Options.NoClient].
+	Client *ax.Client
+	// Store reads and moves the deployment's records: the client's, or
+	// one of [Options.Store].
+	Store *kv.Store
+}
+
+// Setup starts a server, provisions ax on it and opens a client; all of it
+// ends with the test. Under go test -short it skips the test unless
+// o.Server.Fast.
+func Setup(t testing.TB, o Options) *Bundle {
+	t.Helper()
+	srv := natstest.Start(t, o.Server)
+	b := &Bundle{Server: srv}
+	if o.User != "" {
+		b.NC, b.JS = b.ConnectAs(t, o.User)
+	} else {
+		b.NC, b.JS = srv.Connect()
+	}
+	natstest.Provision(t, b.JS, o.Streams)
+	ctx := context.Background()
+	if !o.NoClient {
+		client, err := ax.NewClient(ctx, b.JS, o.Client)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = client.Close() })
+		b.Client, b.Store = client, client.Store()
+	}
+	if o.Store != nil || o.NoClient {
+		cfg := kv.StoreConfig{}
+		if o.Store != nil {
+			cfg = *o.Store
+		}
+		if cfg.Names == (streams.Names{}) && o.Streams != nil {
+			cfg.Names = o.Streams.Names
+		}
+		store, err := kv.NewStore(ctx, b.JS, &cfg)
+		require.NoError(t, err)
+		b.Store = store
+	}
+	return b
+}
+
+// Fast is [Setup] with the defaults for a test of the fast tier.
+func Fast(t testing.TB) *Bundle {
+	t.Helper()
+	return Setup(t, Options{Server: natstest.Options{Fast: true}})
+}
+
+// Connect opens another connection to the bundle's server (no user),
+// closed at cleanup: a worker or a leader has its own, as in a deployment.
+func (b *Bundle) Connect(opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	return b.Server.Connect(opts...)
+}
+
+// ConnectAs connects as user of the server's configuration file with the
+// password "<user>-secret" and the inbox prefix "_INBOX.<user>", as
+// docs/ax-permissions.conf and docs/SECURITY.md give each role: every user
+// may subscribe to its own _INBOX.<user>.>.
+func (b *Bundle) ConnectAs(t testing.TB, user string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	opts = append([]nats.Option{nats.UserInfo(user, user+"-secret"), nats.CustomInboxPrefix(nats.InboxPrefix + user)}, opts...)
+	return b.Server.Connect(opts...)
+}
