@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,7 +18,7 @@ import (
 func ExampleSubmitHook() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	url, stop := runDeployment(ctx)
+	url, stop := axtest.RunDeployment(ctx)
 	defer stop()
 	nc, err := nats.Connect(url)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/deploy"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -16,7 +17,7 @@ import (
 func ExampleClient_SetLimit() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	url, stop := runDeployment(ctx)
+	url, stop := axtest.RunDeployment(ctx)
 	defer stop()
 	nc, err := nats.Connect(url)
 	if err != nil {

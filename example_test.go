@@ -3,13 +3,11 @@ package ax_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/ax-mesh/ax"
-	"github.com/ax-mesh/ax/deploy"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -18,7 +16,7 @@ import (
 // record is READY until a worker claims it.
 func ExampleClient_Submit() {
 	ctx := context.Background()
-	url, stop := runDeployment(ctx)
+	url, stop := axtest.RunDeployment(ctx)
 	defer stop()
 
 	nc, err := nats.Connect(url)
@@ -63,7 +61,7 @@ func (Email) Kind() string { return "email" }
 // task of raw bytes and a cron job, with one import of ax.
 func ExampleClient_SubmitJSON() {
 	ctx := context.Background()
-	url, stop := runDeployment(ctx)
+	url, stop := axtest.RunDeployment(ctx)
 	defer stop()
 
 	nc, err := nats.Connect(url)
@@ -109,7 +107,7 @@ func ExampleClient_SubmitJSON() {
 // publishes nothing and names the first task.
 func ExampleUniqueOpts() {
 	ctx := context.Background()
-	url, stop := runDeployment(ctx)
+	url, stop := axtest.RunDeployment(ctx)
 	defer stop()
 
 	nc, err := nats.Connect(url)
@@ -144,45 +142,4 @@ func ExampleUniqueOpts() {
 	// Output:
 	// digest-1 false
 	// digest-1 true
-}
-
-// runDeployment stands in for a deployment's NATS server, provisioned as
-// `ax provision` provisions it: an embedded nats-server with JetStream,
-// its store in a temporary directory. In a service the URL is your
-// server's (nats.DefaultURL for `ax dev`). stop shuts the server down and
-// removes its store.
-func runDeployment(ctx context.Context) (url string, stop func()) {
-	dir, err := os.MkdirTemp("", "ax-example")
-	if err != nil {
-		panic(err)
-	}
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
-	if err != nil {
-		panic(err)
-	}
-	go srv.Start()
-	stop = func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		_ = os.RemoveAll(dir)
-	}
-	if !srv.ReadyForConnections(10 * time.Second) {
-		stop()
-		panic("nats-server not ready within 10s")
-	}
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		stop()
-		panic(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err == nil {
-		_, err = deploy.Open(ctx, js, &deploy.Options{Provision: true})
-	}
-	if err != nil {
-		stop()
-		panic(err)
-	}
-	return srv.ClientURL(), stop
 }

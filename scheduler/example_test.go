@@ -3,12 +3,10 @@ package scheduler_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
-	"github.com/ax-mesh/ax/deploy"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/scheduler"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -19,7 +17,7 @@ import (
 func ExampleLeader_Run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	url, stop := runDeployment(ctx)
+	url, stop := axtest.RunDeployment(ctx)
 	defer stop()
 
 	nc, err := nats.Connect(url)
@@ -51,45 +49,4 @@ func ExampleLeader_Run() {
 	// Output:
 	// leading: true
 	// leading after Run returned: false
-}
-
-// runDeployment stands in for a deployment's NATS server, provisioned as
-// `ax provision` provisions it: an embedded nats-server with JetStream,
-// its store in a temporary directory. In a service the URL is your
-// server's (nats.DefaultURL for `ax dev`). stop shuts the server down and
-// removes its store.
-func runDeployment(ctx context.Context) (url string, stop func()) {
-	dir, err := os.MkdirTemp("", "ax-example")
-	if err != nil {
-		panic(err)
-	}
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
-	if err != nil {
-		panic(err)
-	}
-	go srv.Start()
-	stop = func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		_ = os.RemoveAll(dir)
-	}
-	if !srv.ReadyForConnections(10 * time.Second) {
-		stop()
-		panic("nats-server not ready within 10s")
-	}
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		stop()
-		panic(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err == nil {
-		_, err = deploy.Open(ctx, js, &deploy.Options{Provision: true})
-	}
-	if err != nil {
-		stop()
-		panic(err)
-	}
-	return srv.ClientURL(), stop
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
@@ -32,7 +33,7 @@ func TestBatchedClaimOneLostCompareAndSet(t *testing.T) {
 	// a fetched backlog read their records together.
 	var ids []string
 	for i := range n {
-		info, err := b.client.Submit(ctx, ax.TaskSpec{ID: fmt.Sprintf("b%03d", i), Type: "count", Key: fmt.Sprintf("k%d", i)})
+		info, err := b.Client.Submit(ctx, ax.TaskSpec{ID: fmt.Sprintf("b%03d", i), Type: "count", Key: fmt.Sprintf("k%d", i)})
 		require.NoError(t, err)
 		ids = append(ids, info.ID)
 	}
@@ -54,9 +55,9 @@ func TestBatchedClaimOneLostCompareAndSet(t *testing.T) {
 			return
 		}
 		once.Do(func() {
-			_, _, err := b.store.Transition(ctx, in[0], kv.StateReady, kv.StateCancelled, kv.Actor{Action: "cancel"}, nil)
+			_, _, err := b.Store.Transition(ctx, in[0], kv.StateReady, kv.StateCancelled, kv.Actor{Action: "cancel"}, nil)
 			require.NoError(t, err)
-			_, _, err = b.store.Transition(ctx, in[1], kv.StateReady, kv.StateReady, kv.Actor{Action: "touch"}, nil)
+			_, _, err = b.Store.Transition(ctx, in[1], kv.StateReady, kv.StateReady, kv.Actor{Action: "touch"}, nil)
 			require.NoError(t, err)
 			cancelled.Store(in[0].ID)
 			rewritten.Store(in[1].ID)
@@ -72,7 +73,7 @@ func TestBatchedClaimOneLostCompareAndSet(t *testing.T) {
 	}, nil))
 	cfg := worker.Config{Registry: reg, Concurrency: 64}
 	cfg.Store.Test.Reads = &kv.ReadTestHooks{Answered: interlope}
-	b.startWorker(t, cfg)
+	b.StartWorker(t, cfg)
 
 	require.Eventually(t, func() bool { return cancelled.Load() != nil }, 30*time.Second, 10*time.Millisecond,
 		"no batch of more than one record read held two of the tasks")
@@ -83,7 +84,7 @@ func TestBatchedClaimOneLostCompareAndSet(t *testing.T) {
 		if id == gone {
 			want = kv.StateCancelled
 		}
-		b.waitState(t, id, want)
+		b.WaitState(t, id, want)
 	}
 	time.Sleep(200 * time.Millisecond) // a second run would have shown by now
 	for _, id := range ids {
@@ -95,8 +96,8 @@ func TestBatchedClaimOneLostCompareAndSet(t *testing.T) {
 		require.True(t, ok, "task %s ran", id)
 		require.EqualValues(t, 1, c.(*atomic.Int32).Load(), "task %s ran once", id)
 	}
-	rec, _, err := b.store.Get(ctx, ref(touched))
+	rec, _, err := b.Store.Get(ctx, ref(touched))
 	require.NoError(t, err)
-	require.Equal(t, []string{">READY", "READY>READY", "READY>RUNNING", "RUNNING>SUCCEEDED"}, moves(rec),
+	require.Equal(t, []string{">READY", "READY>READY", "READY>RUNNING", "RUNNING>SUCCEEDED"}, axtest.Moves(rec),
 		"the rewritten task's claim lost once, looked again and ran")
 }

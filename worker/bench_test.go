@@ -25,7 +25,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 		{"raw-P2", func(int) int { return 2 }, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			bundle := setupB(b)
+			bundle := setup(b, nil)
 			ctx := context.Background()
 			n := max(b.N, 1000)
 			tasks := make([]ax.TaskSpec, n)
@@ -34,17 +34,17 @@ func BenchmarkEndToEnd(b *testing.B) {
 			}
 			if tc.raw {
 				for i := range tasks {
-					_, err := bundle.js.PublishAsync(fmt.Sprintf("ax.submit.p2.t.noop.k%d", i), tasks[i].Payload)
+					_, err := bundle.JS.PublishAsync(fmt.Sprintf("ax.submit.p2.t.noop.k%d", i), tasks[i].Payload)
 					require.NoError(b, err)
 				}
-				<-bundle.js.PublishAsyncComplete()
+				<-bundle.JS.PublishAsyncComplete()
 			} else {
-				_, err := bundle.client.SubmitBatch(ctx, tasks)
+				_, err := bundle.Client.SubmitBatch(ctx, tasks)
 				require.NoError(b, err)
 			}
 			reg := worker.NewRegistry()
 			require.NoError(b, reg.Handle("noop", func(context.Context, *worker.Task) error { return nil }, nil))
-			_, js := bundle.srv.Connect()
+			_, js := bundle.Server.Connect()
 			w, err := worker.New(ctx, js, &worker.Config{Registry: reg, Concurrency: 64, Logger: zap.NewNop()})
 			require.NoError(b, err)
 			b.ReportAllocs()

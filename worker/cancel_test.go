@@ -46,17 +46,17 @@ func TestCancelNoticeCancelsRunningHandler(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	reg, causes := blocking(t)
-	_, nc := b.startWorker(t, worker.Config{ID: "w-run", Registry: reg})
-	info, err := b.client.Submit(context.Background(), ax.TaskSpec{Type: "block"})
+	_, nc := b.StartWorker(t, worker.Config{ID: "w-run", Registry: reg})
+	info, err := b.Client.Submit(context.Background(), ax.TaskSpec{Type: "block"})
 	require.NoError(t, err)
-	b.waitState(t, info.ID, kv.StateRunning)
-	_, _, err = b.store.Transition(context.Background(), kv.Ref{Tenant: info.Tenant, ID: info.ID}, kv.StateRunning, kv.StateCancelled, kv.Actor{Action: "cancel"}, nil)
+	b.WaitState(t, info.ID, kv.StateRunning)
+	_, _, err = b.Store.Transition(context.Background(), kv.Ref{Tenant: info.Tenant, ID: info.ID}, kv.StateRunning, kv.StateCancelled, kv.Actor{Action: "cancel"}, nil)
 	require.NoError(t, err)
 	reply, err := nc.Request(streams.DefaultNames().WorkerCancelSubject("w-run"), []byte(kv.Ref{Tenant: info.Tenant, ID: info.ID}.Key()), 5*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, worker.CancelReplyCancelled, string(reply.Data))
 	requireCause(t, causes, worker.ErrCancelled)
-	rec := b.waitState(t, info.ID, kv.StateCancelled)
+	rec := b.WaitState(t, info.ID, kv.StateCancelled)
 	require.Equal(t, "cancel", rec.LastMove().Action)
 }
 
@@ -66,14 +66,14 @@ func TestCancelNoticeBeforeStart(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	reg, causes := blocking(t)
-	_, nc := b.startWorker(t, worker.Config{ID: "w-early", Registry: reg})
+	_, nc := b.StartWorker(t, worker.Config{ID: "w-early", Registry: reg})
 	reply, err := nc.Request(streams.DefaultNames().WorkerCancelSubject("w-early"), []byte(kv.Ref{Tenant: ax.DefaultTenant, ID: "t-early"}.Key()), 5*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, worker.CancelReplyNoted, string(reply.Data))
-	_, err = b.client.Submit(context.Background(), ax.TaskSpec{ID: "t-early", Type: "block"})
+	_, err = b.Client.Submit(context.Background(), ax.TaskSpec{ID: "t-early", Type: "block"})
 	require.NoError(t, err)
 	requireCause(t, causes, worker.ErrCancelled)
-	b.waitState(t, "t-early", kv.StateCancelled)
+	b.WaitState(t, "t-early", kv.StateCancelled)
 }
 
 // Two tenants' tasks with one id are two tasks on one worker too: both run
@@ -83,21 +83,21 @@ func TestEqualIDsOfTwoTenantsRunApart(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	reg, causes := blocking(t)
-	_, nc := b.startWorker(t, worker.Config{ID: "w-ten", Registry: reg, Concurrency: 4})
+	_, nc := b.StartWorker(t, worker.Config{ID: "w-ten", Registry: reg, Concurrency: 4})
 	ctx := context.Background()
 	acme, globex := kv.Ref{Tenant: "acme", ID: "same"}, kv.Ref{Tenant: "globex", ID: "same"}
 	for _, ref := range []kv.Ref{acme, globex} {
-		info, err := b.client.Submit(ctx, ax.TaskSpec{ID: ref.ID, Tenant: ref.Tenant, Type: "block", Key: "k"})
+		info, err := b.Client.Submit(ctx, ax.TaskSpec{ID: ref.ID, Tenant: ref.Tenant, Type: "block", Key: "k"})
 		require.NoError(t, err)
 		require.False(t, info.Duplicate, "%v is a task of its own", ref)
 	}
 	for _, ref := range []kv.Ref{acme, globex} {
 		require.Eventually(t, func() bool {
-			rec, _, err := b.store.Get(ctx, ref)
+			rec, _, err := b.Store.Get(ctx, ref)
 			return err == nil && rec.State == kv.StateRunning
 		}, 20*time.Second, 20*time.Millisecond, "%v runs", ref)
 	}
-	_, _, err := b.store.Transition(ctx, acme, kv.StateRunning, kv.StateCancelled, kv.Actor{Action: "cancel"}, nil)
+	_, _, err := b.Store.Transition(ctx, acme, kv.StateRunning, kv.StateCancelled, kv.Actor{Action: "cancel"}, nil)
 	require.NoError(t, err)
 	reply, err := nc.Request(streams.DefaultNames().WorkerCancelSubject("w-ten"), []byte(acme.Key()), 5*time.Second)
 	require.NoError(t, err)
@@ -108,7 +108,7 @@ func TestEqualIDsOfTwoTenantsRunApart(t *testing.T) {
 		t.Fatalf("a second handler ended (%v): the notice for %v reached %v", cause, acme, globex)
 	case <-time.After(500 * time.Millisecond):
 	}
-	rec, _, err := b.store.Get(ctx, globex)
+	rec, _, err := b.Store.Get(ctx, globex)
 	require.NoError(t, err)
 	require.Equal(t, kv.StateRunning, rec.State)
 }

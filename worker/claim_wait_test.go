@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
@@ -20,7 +21,7 @@ func publishGoStyle(t *testing.T, b *testBundle, id string) (string, uint64) {
 	msg := nats.NewMsg(streams.DefaultNames().SubmitSubject(2, "default", "echo", id))
 	msg.Data = []byte(`{}`)
 	streams.Options{ID: id, Timeout: time.Minute, MaxAttempts: 3, Gen: 1}.SetHeaders(msg.Header)
-	ack, err := b.js.PublishMsg(context.Background(), msg)
+	ack, err := b.JS.PublishMsg(context.Background(), msg)
 	require.NoError(t, err)
 	return ack.Stream, ack.Sequence
 }
@@ -43,15 +44,15 @@ func goStyleRecord(id, stream string, seq uint64) *kv.Record {
 func TestClaimWaitsForTheClientsCreate(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	b.startWorker(t, worker.Config{ID: "w", Concurrency: 4})
+	b.StartWorker(t, worker.Config{ID: "w", Concurrency: 4})
 	for i := range 5 {
 		id := fmt.Sprintf("late-record-%d", i)
 		stream, seq := publishGoStyle(t, b, id)
 		time.Sleep(2 * time.Millisecond) // the client's create comes a little after its publish
-		_, _, err := b.store.Create(context.Background(), goStyleRecord(id, stream, seq), kv.Actor{Action: "submit"})
+		_, _, err := b.Store.Create(context.Background(), goStyleRecord(id, stream, seq), kv.Actor{Action: "submit"})
 		require.NoError(t, err, "the worker created the record of %s before the client", id)
-		rec := b.waitState(t, id, kv.StateSucceeded)
-		require.Equal(t, "submit", rec.Trail[0].Action, "%s: %v", id, moves(rec))
+		rec := b.WaitState(t, id, kv.StateSucceeded)
+		require.Equal(t, "submit", rec.Trail[0].Action, "%s: %v", id, axtest.Moves(rec))
 	}
 }
 
@@ -61,8 +62,8 @@ func TestClaimWaitsForTheClientsCreate(t *testing.T) {
 func TestClaimCreatesTheRecordOfAClientThatDied(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	b.startWorker(t, worker.Config{ID: "w", Concurrency: 4})
+	b.StartWorker(t, worker.Config{ID: "w", Concurrency: 4})
 	publishGoStyle(t, b, "orphan")
-	rec := b.waitState(t, "orphan", kv.StateSucceeded)
-	require.Equal(t, "publish", rec.Trail[0].Action, "%v", moves(rec))
+	rec := b.WaitState(t, "orphan", kv.StateSucceeded)
+	require.Equal(t, "publish", rec.Trail[0].Action, "%v", axtest.Moves(rec))
 }

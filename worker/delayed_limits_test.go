@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
@@ -21,7 +22,7 @@ func (b *testBundle) rawDelayed(t *testing.T, id string, size int, runAt time.Ti
 	msg.Header.Set(streams.HeaderMsgID, id)
 	msg.Header.Set(streams.HeaderRunAt, runAt.UTC().Format(time.RFC3339Nano))
 	msg.Data = make([]byte, size)
-	_, err := b.js.PublishMsg(context.Background(), msg)
+	_, err := b.JS.PublishMsg(context.Background(), msg)
 	require.NoError(t, err)
 }
 
@@ -45,16 +46,16 @@ func TestRawDelayedTaskTooLargeToMoveIsDead(t *testing.T) {
 	b := setup(t, &streams.Config{MaxMsgSize: 32 << 10})
 	var runs atomic.Int32
 	var ranAt atomic.Int64
-	b.startWorker(t, worker.Config{Registry: echoRegistry(t, &runs, &ranAt)})
+	b.StartWorker(t, worker.Config{Registry: echoRegistry(t, &runs, &ranAt)})
 	runAt := time.Now().Add(time.Hour)
 	b.rawDelayed(t, "no-room", 32<<10-streams.TaskRoom, runAt)
 	b.rawDelayed(t, "room", 32<<10-streams.TaskRoom-200, runAt)
 
-	rec := b.waitState(t, "no-room", kv.StateDead)
+	rec := b.WaitState(t, "no-room", kv.StateDead)
 	require.Contains(t, rec.LastError, "task message too large")
 	require.Contains(t, rec.LastError, "at most 28672")
 	require.NotZero(t, rec.DLQSeq)
-	b.waitState(t, "room", kv.StatePending)
+	b.WaitState(t, "room", kv.StatePending)
 	require.Zero(t, runs.Load())
 }
 
@@ -66,24 +67,24 @@ func TestRawDelayedTaskRefusedByAXDelayedIsDead(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ctx := context.Background()
-	s, err := b.js.Stream(ctx, "AX_DELAYED")
+	s, err := b.JS.Stream(ctx, "AX_DELAYED")
 	require.NoError(t, err)
 	cfg := s.CachedInfo().Config
 	cfg.MaxMsgSize = 1 << 10
-	_, err = b.js.UpdateStream(ctx, cfg)
+	_, err = b.JS.UpdateStream(ctx, cfg)
 	require.NoError(t, err)
 	var runs atomic.Int32
 	var ranAt atomic.Int64
-	b.startWorker(t, worker.Config{Registry: echoRegistry(t, &runs, &ranAt)})
+	b.StartWorker(t, worker.Config{Registry: echoRegistry(t, &runs, &ranAt)})
 	b.rawDelayed(t, "refused", 2<<10, time.Now().Add(time.Hour))
 
-	rec := b.waitState(t, "refused", kv.StateDead)
+	rec := b.WaitState(t, "refused", kv.StateDead)
 	require.Contains(t, rec.LastError, "delayed task cannot be scheduled: AX_DELAYED refused its schedule")
 	require.Contains(t, rec.LastError, "message size exceeds maximum allowed")
-	require.Equal(t, []string{">PENDING", "PENDING>DEAD"}, moves(rec))
+	require.Equal(t, []string{">PENDING", "PENDING>DEAD"}, axtest.Moves(rec))
 	require.NotZero(t, rec.DLQSeq)
 	require.Eventually(t, func() bool {
-		p2, err := b.js.Stream(ctx, "AX_P2")
+		p2, err := b.JS.Stream(ctx, "AX_P2")
 		return err == nil && p2.CachedInfo().State.Msgs == 0
 	}, 10*time.Second, 20*time.Millisecond, "its message leaves the bucket")
 	require.Zero(t, runs.Load())
@@ -98,22 +99,22 @@ func TestRawDelayedTaskRunsFromItsMessageWhenTheMoveFails(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ctx := context.Background()
-	s, err := b.js.Stream(ctx, "AX_DELAYED")
+	s, err := b.JS.Stream(ctx, "AX_DELAYED")
 	require.NoError(t, err)
 	cfg := s.CachedInfo().Config
 	cfg.Subjects = []string{"ax.due.>"}
-	_, err = b.js.UpdateStream(ctx, cfg)
+	_, err = b.JS.UpdateStream(ctx, cfg)
 	require.NoError(t, err)
 	var runs atomic.Int32
 	var ranAt atomic.Int64
-	b.startWorker(t, worker.Config{Registry: echoRegistry(t, &runs, &ranAt)})
+	b.StartWorker(t, worker.Config{Registry: echoRegistry(t, &runs, &ranAt)})
 	runAt := time.Now().Add(2 * time.Second)
 	b.rawDelayed(t, "outage", 10, runAt)
 
-	b.waitState(t, "outage", kv.StatePending)
-	rec := b.waitState(t, "outage", kv.StateSucceeded)
+	b.WaitState(t, "outage", kv.StatePending)
+	rec := b.WaitState(t, "outage", kv.StateSucceeded)
 	require.EqualValues(t, 1, runs.Load())
 	require.False(t, time.Unix(0, ranAt.Load()).Before(runAt), "ran before its time")
-	require.Equal(t, []string{">PENDING", "PENDING>READY", "READY>RUNNING", "RUNNING>SUCCEEDED"}, moves(rec))
+	require.Equal(t, []string{">PENDING", "PENDING>READY", "READY>RUNNING", "RUNNING>SUCCEEDED"}, axtest.Moves(rec))
 	require.Equal(t, "due", rec.Trail[1].Action)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
@@ -64,7 +65,7 @@ func charge(ctx context.Context, ledger jetstream.KeyValue, fence worker.Fence, 
 // that took the task over.
 func ExampleTask_Fence() {
 	ctx := context.Background()
-	url, stop := runDeployment(ctx)
+	url, stop := axtest.RunDeployment(ctx)
 	defer stop()
 
 	nc, err := nats.Connect(url)

@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/worker"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A handler sets its task's result and reports progress; the producer
@@ -18,7 +19,7 @@ import (
 func ExampleTask_SetResult() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	url, stop := runDeployment(ctx)
+	url, stop := axtest.RunDeployment(ctx)
 	defer stop()
 	nc, err := nats.Connect(url)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/builtin"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
@@ -41,19 +42,19 @@ func TestWorkerAdoptsConsumersAckWait(t *testing.T) {
 		}
 	}, nil))
 
-	_, js := b.srv.Connect()
+	_, js := b.Server.Connect()
 	w, err := worker.New(ctx, js, &worker.Config{Registry: reg, AckWait: 30 * time.Second, Logger: zap.NewNop()})
 	require.NoError(t, err)
 	err = w.Start(ctx)
 	require.ErrorIs(t, err, worker.ErrConfigMismatch)
 	require.ErrorContains(t, err, "AckWait is 30s here but 3s on consumer AX_P0/p0-s00")
 
-	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL})
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "slow"})
+	b.StartWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "slow"})
 	require.NoError(t, err)
-	rec := b.waitState(t, info.ID, kv.StateSucceeded)
+	rec := b.WaitState(t, info.ID, kv.StateSucceeded)
 	require.Equal(t, int32(1), runs.Load())
-	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>SUCCEEDED"}, moves(rec))
+	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>SUCCEEDED"}, axtest.Moves(rec))
 }
 
 // Heartbeats count only when the consumer answers them: with the consumer
@@ -68,12 +69,12 @@ func TestHeartbeatCountsOnlyWhenConsumerAnswers(t *testing.T) {
 	reg, causes := blocking(t)
 	const key = "k-beat"
 	shard := streams.Shard(key)
-	b.startWorker(t, worker.Config{Registry: reg, Shards: []int{shard}})
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "block", Key: key, Priority: ax.P2})
+	b.StartWorker(t, worker.Config{Registry: reg, Shards: []int{shard}})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "block", Key: key, Priority: ax.P2})
 	require.NoError(t, err)
-	b.waitState(t, info.ID, kv.StateRunning)
+	b.WaitState(t, info.ID, kv.StateRunning)
 	names := streams.DefaultNames()
-	require.NoError(t, b.js.DeleteConsumer(ctx, names.PriorityStream(2), names.ConsumerName(2, shard)))
+	require.NoError(t, b.JS.DeleteConsumer(ctx, names.PriorityStream(2), names.ConsumerName(2, shard)))
 	requireCause(t, causes, worker.ErrClaimLapsed)
 }
 
@@ -92,7 +93,7 @@ func TestHandlerFenceAndHeld(t *testing.T) {
 	runs := make(chan seen, 2)
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("fenced", func(ctx context.Context, task *worker.Task) error {
-		_, rev, err := b.store.Get(ctx, kv.Ref{Tenant: task.Tenant, ID: task.ID})
+		_, rev, err := b.Store.Get(ctx, kv.Ref{Tenant: task.Tenant, ID: task.ID})
 		if err != nil {
 			return err
 		}
@@ -106,10 +107,10 @@ func TestHandlerFenceAndHeld(t *testing.T) {
 		runs <- s
 		return nil
 	}, &worker.TypeConfig{Timeout: time.Second, Backoff: worker.Backoff{Base: 10 * time.Millisecond, Cap: 10 * time.Millisecond}}))
-	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL})
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "fenced"})
+	b.StartWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "fenced"})
 	require.NoError(t, err)
-	b.waitState(t, info.ID, kv.StateSucceeded)
+	b.WaitState(t, info.ID, kv.StateSucceeded)
 	first, second := <-runs, <-runs
 	require.True(t, first.held)
 	require.False(t, first.after, "Held is false once the context ended")
@@ -148,23 +149,23 @@ func TestStuckHandlerHoldsClaimAndSlot(t *testing.T) {
 		quick <- time.Now()
 		return nil
 	}, nil))
-	w, _ := b.startWorker(t, worker.Config{Registry: reg, Concurrency: 1, AbandonAfter: 4 * time.Second, MemberTTL: memberTTL})
+	w, _ := b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 1, AbandonAfter: 4 * time.Second, MemberTTL: memberTTL})
 	t.Cleanup(func() { close(release) }) // runs before the worker's Stop
 
-	stuck, err := b.client.Submit(ctx, ax.TaskSpec{Type: "stuck"})
+	stuck, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "stuck"})
 	require.NoError(t, err)
-	b.waitState(t, stuck.ID, kv.StateRunning)
-	next, err := b.client.Submit(ctx, ax.TaskSpec{Type: "quick"})
+	b.WaitState(t, stuck.ID, kv.StateRunning)
+	next, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "quick"})
 	require.NoError(t, err)
 
-	rec := b.waitState(t, stuck.ID, kv.StateDead)
+	rec := b.WaitState(t, stuck.ID, kv.StateDead)
 	require.Equal(t, int32(1), stuckRuns.Load(), "never run twice")
 	require.Contains(t, rec.LastError, "handler did not return within 4s after its timeout (1s)")
-	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>DEAD"}, moves(rec))
+	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>DEAD"}, axtest.Moves(rec))
 	require.Equal(t, int64(1), w.Stats().Abandoned)
 	started := <-quick
 	require.False(t, started.Before(*rec.FinishedAt), "the slot was reused only after the burial")
-	b.waitState(t, next.ID, kv.StateSucceeded)
+	b.WaitState(t, next.ID, kv.StateSucceeded)
 }
 
 // A lapsed execution that returns late and the takeover of its redelivery
@@ -194,9 +195,9 @@ func TestCancelReachesEveryExecution(t *testing.T) {
 		second <- context.Cause(ctx)
 		return ctx.Err()
 	}, nil))
-	w, nc := b.startWorker(t, worker.Config{ID: "w-two", Registry: reg, Concurrency: 2, MemberTTL: memberTTL,
+	w, nc := b.StartWorker(t, worker.Config{ID: "w-two", Registry: reg, Concurrency: 2, MemberTTL: memberTTL,
 		Test: worker.TestConfig{SkipHeartbeat: func(delivered uint64) bool { return delivered == 1 }}})
-	info, err := b.client.Submit(ctx, ax.TaskSpec{ID: "t-two", Type: "twice"})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{ID: "t-two", Type: "twice"})
 	require.NoError(t, err)
 	<-first
 	select {
@@ -212,7 +213,7 @@ func TestCancelReachesEveryExecution(t *testing.T) {
 		t.Fatal("the redelivery was not taken over once the lapsed execution returned")
 	}
 
-	_, _, err = b.store.Transition(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID}, kv.StateRunning, kv.StateCancelled, kv.Actor{Action: "cancel"}, nil)
+	_, _, err = b.Store.Transition(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID}, kv.StateRunning, kv.StateCancelled, kv.Actor{Action: "cancel"}, nil)
 	require.NoError(t, err)
 	reply, err := nc.Request(streams.DefaultNames().WorkerCancelSubject("w-two"), []byte(kv.Ref{Tenant: info.Tenant, ID: info.ID}.Key()), 5*time.Second)
 	require.NoError(t, err)
@@ -229,12 +230,12 @@ func TestDeadLetterKeptWhenDeadWriteFails(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{AckWait: 2 * time.Second})
 	ctx := context.Background()
-	tasks, err := b.js.Stream(ctx, "KV_AX_TASKS")
+	tasks, err := b.JS.Stream(ctx, "KV_AX_TASKS")
 	require.NoError(t, err)
 	setMaxMsgSize := func(n int32) {
 		cfg := tasks.CachedInfo().Config
 		cfg.MaxMsgSize = n
-		_, err := b.js.UpdateStream(ctx, cfg)
+		_, err := b.JS.UpdateStream(ctx, cfg)
 		require.NoError(t, err)
 	}
 	var runs atomic.Int32
@@ -248,16 +249,16 @@ func TestDeadLetterKeptWhenDeadWriteFails(t *testing.T) {
 		return worker.Permanent(errors.New("card declined"))
 	}, nil))
 	core, logs := observer.New(zapcore.WarnLevel)
-	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL, Logger: zap.New(core)})
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "doomed"})
+	b.StartWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL, Logger: zap.New(core)})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "doomed"})
 	close(submitted)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return logs.FilterMessage("final_write_failed").Len() > 0 },
 		20*time.Second, 20*time.Millisecond)
 	setMaxMsgSize(-1)
 
-	rec := b.waitState(t, info.ID, kv.StateDead)
-	dlq, err := b.js.Stream(ctx, "AX_DLQ")
+	rec := b.WaitState(t, info.ID, kv.StateDead)
+	dlq, err := b.JS.Stream(ctx, "AX_DLQ")
 	require.NoError(t, err)
 	letter, err := dlq.GetMsg(ctx, rec.DLQSeq)
 	require.NoError(t, err, "dlq_seq %d names a letter that exists", rec.DLQSeq)
@@ -274,15 +275,15 @@ func TestDeadLetterOutageBuriesWithoutRerun(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ctx := context.Background()
-	require.NoError(t, b.js.DeleteStream(ctx, "AX_DLQ"))
+	require.NoError(t, b.JS.DeleteStream(ctx, "AX_DLQ"))
 	var runs atomic.Int32
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("doomed", func(context.Context, *worker.Task) error {
 		runs.Add(1)
 		return worker.Permanent(errors.New("card declined"))
 	}, nil))
-	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL})
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "doomed"})
+	b.StartWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "doomed"})
 	require.NoError(t, err)
 
 	burying := func(rec *kv.Record) []kv.Move {
@@ -295,11 +296,11 @@ func TestDeadLetterOutageBuriesWithoutRerun(t *testing.T) {
 		return out
 	}
 	require.Eventually(t, func() bool {
-		rec, _, err := b.store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
+		rec, _, err := b.Store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 		return err == nil && len(burying(rec)) >= 2
 	}, 30*time.Second, 50*time.Millisecond, "a redelivery goes back to burying")
 	require.Equal(t, int32(1), runs.Load(), "the handler ran once")
-	rec, _, err := b.store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
+	rec, _, err := b.Store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 	require.NoError(t, err)
 	require.Equal(t, "permanent: card declined", rec.Burying)
 	require.Contains(t, burying(rec)[0].Error, "dead-letter stream unavailable")
@@ -307,9 +308,9 @@ func TestDeadLetterOutageBuriesWithoutRerun(t *testing.T) {
 		require.NotContains(t, m.Error, "lapsed")
 	}
 
-	_, err = streams.Provision(ctx, b.js, nil) // the stream is back
+	_, err = streams.Provision(ctx, b.JS, nil) // the stream is back
 	require.NoError(t, err)
-	rec = b.waitState(t, info.ID, kv.StateDead)
+	rec = b.WaitState(t, info.ID, kv.StateDead)
 	require.Equal(t, int32(1), runs.Load())
 	require.Equal(t, "permanent: card declined", rec.LastError)
 	require.Empty(t, rec.Burying)
@@ -330,14 +331,14 @@ func TestHugeErrorIsCut(t *testing.T) {
 	require.NoError(t, reg.Handle("loud", func(context.Context, *worker.Task) error {
 		return worker.Permanent(errors.New(huge))
 	}, nil))
-	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL})
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "loud"})
+	b.StartWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "loud"})
 	require.NoError(t, err)
-	rec := b.waitState(t, info.ID, kv.StateDead)
+	rec := b.WaitState(t, info.ID, kv.StateDead)
 	require.LessOrEqual(t, len(rec.LastError), kv.MaxErrorLen)
 	require.Contains(t, rec.LastError, "[cut: 2097163 bytes in all]")
 	require.LessOrEqual(t, len(rec.LastMove().Error), kv.MaxErrorLen)
-	dlq, err := b.js.Stream(ctx, "AX_DLQ")
+	dlq, err := b.JS.Stream(ctx, "AX_DLQ")
 	require.NoError(t, err)
 	letter, err := dlq.GetMsg(ctx, rec.DLQSeq)
 	require.NoError(t, err)
@@ -359,20 +360,20 @@ func TestLostAttemptsAreBuried(t *testing.T) {
 		runs.Add(1)
 		return nil
 	}, nil))
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "crasher", MaxAttempts: 3})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "crasher", MaxAttempts: 3})
 	require.NoError(t, err)
 	// As three takeovers of lost attempts leave it (no worker runs yet).
-	_, _, err = b.store.Transition(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID}, kv.StateReady, kv.StateReady,
+	_, _, err = b.Store.Transition(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID}, kv.StateReady, kv.StateReady,
 		kv.Actor{Worker: "w-x", Action: "takeover", Error: "claim of worker w-dead (delivery 3) lapsed"}, func(r *kv.Record) error {
 			r.Attempt, r.Lost, r.LastError = 3, 3, "claim of worker w-dead (delivery 3) lapsed"
 			return nil
 		})
 	require.NoError(t, err)
-	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL})
-	rec := b.waitState(t, info.ID, kv.StateDead)
+	b.StartWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL})
+	rec := b.WaitState(t, info.ID, kv.StateDead)
 	require.Zero(t, runs.Load())
 	require.Contains(t, rec.LastError, "task abandoned: 3 of its 3 attempts were lost with their worker (crash, freeze or cut-off); last: claim of worker w-dead")
-	dlq, err := b.js.Stream(ctx, "AX_DLQ")
+	dlq, err := b.JS.Stream(ctx, "AX_DLQ")
 	require.NoError(t, err)
 	_, err = dlq.GetMsg(ctx, rec.DLQSeq)
 	require.NoError(t, err)
@@ -385,15 +386,15 @@ func TestProbeJournalsFencedAttempt(t *testing.T) {
 	b := setup(t, nil)
 	ctx := context.Background()
 	path := t.TempDir() + "/probe.jsonl"
-	probe, err := builtin.NewProbe(ctx, b.js, path, "PROBE_EFFECTS")
+	probe, err := builtin.NewProbe(ctx, b.JS, path, "PROBE_EFFECTS")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = probe.Close() })
 	reg := worker.NewRegistry()
 	require.NoError(t, probe.Register(reg))
-	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL})
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "probe", Payload: []byte(`{"ms":10}`)})
+	b.StartWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "probe", Payload: []byte(`{"ms":10}`)})
 	require.NoError(t, err)
-	b.waitState(t, info.ID, kv.StateSucceeded)
+	b.WaitState(t, info.ID, kv.StateSucceeded)
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	var events []string
@@ -417,11 +418,11 @@ func TestLostClaimReplyRunsOnce(t *testing.T) {
 	var runs atomic.Int32
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("once", func(context.Context, *worker.Task) error { runs.Add(1); return nil }, nil))
-	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL,
+	b.StartWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL,
 		Test: worker.TestConfig{LoseClaimReply: func(delivered uint64) bool { return delivered == 1 }}})
-	info, err := b.client.Submit(context.Background(), ax.TaskSpec{Type: "once", MaxAttempts: 1})
+	info, err := b.Client.Submit(context.Background(), ax.TaskSpec{Type: "once", MaxAttempts: 1})
 	require.NoError(t, err)
-	rec := b.waitState(t, info.ID, kv.StateSucceeded)
+	rec := b.WaitState(t, info.ID, kv.StateSucceeded)
 	require.Equal(t, 1, rec.Attempt)
 	require.Zero(t, rec.Lost)
 	require.EqualValues(t, 1, runs.Load())

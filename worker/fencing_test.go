@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
@@ -28,7 +29,7 @@ func TestFrozenWorkerIsFenced(t *testing.T) {
 	const ackWait = 3 * time.Second
 	b := setup(t, &streams.Config{AckWait: ackWait})
 	ctx := context.Background()
-	effects, err := b.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "EFFECTS"})
+	effects, err := b.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "EFFECTS"})
 	require.NoError(t, err)
 
 	frozen := make(chan string, 1)
@@ -48,9 +49,9 @@ func TestFrozenWorkerIsFenced(t *testing.T) {
 		return err
 	}, nil))
 
-	wA, _ := b.startWorker(t, worker.Config{ID: "A", Registry: reg, AckWait: ackWait, MemberTTL: memberTTL,
+	wA, _ := b.StartWorker(t, worker.Config{ID: "A", Registry: reg, AckWait: ackWait, MemberTTL: memberTTL,
 		Concurrency: 2, Test: worker.TestConfig{DisableHeartbeats: true}})
-	waitMembers(t, b.js, "A")
+	waitMembers(t, b.JS, "A")
 
 	// A key on a shard that B will own once it joins.
 	var all worker.Assignment
@@ -64,12 +65,12 @@ func TestFrozenWorkerIsFenced(t *testing.T) {
 			key = k
 		}
 	}
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "charge", Key: key})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "charge", Key: key})
 	require.NoError(t, err)
 	require.Equal(t, info.ID, <-frozen)
 
-	b.startWorker(t, worker.Config{ID: "B", Registry: reg, AckWait: ackWait, MemberTTL: memberTTL})
-	rec := b.waitState(t, info.ID, kv.StateSucceeded)
+	b.StartWorker(t, worker.Config{ID: "B", Registry: reg, AckWait: ackWait, MemberTTL: memberTTL})
+	rec := b.WaitState(t, info.ID, kv.StateSucceeded)
 	require.Equal(t, "B", rec.Worker)
 
 	close(unfreeze)
@@ -89,10 +90,10 @@ func TestFrozenWorkerIsFenced(t *testing.T) {
 	require.Equal(t, []string{"B"}, runs)
 
 	// SUCCEEDED exactly once, after a takeover of A's lapsed claim.
-	rec, _, err = b.store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
+	rec, _, err = b.Store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 	require.NoError(t, err)
 	require.Equal(t, kv.StateSucceeded, rec.State)
-	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>READY", "READY>RUNNING", "RUNNING>SUCCEEDED"}, moves(rec))
+	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>READY", "READY>RUNNING", "RUNNING>SUCCEEDED"}, axtest.Moves(rec))
 	require.Equal(t, "A", rec.Trail[1].Worker)
 	require.Equal(t, "takeover", rec.Trail[2].Action)
 	require.Contains(t, rec.Trail[2].Error, "worker A")
@@ -122,22 +123,22 @@ func TestLostMembershipStopsWork(t *testing.T) {
 		}
 		return nil
 	}, nil))
-	b.startWorker(t, worker.Config{ID: "A", Registry: reg, MemberTTL: memberTTL})
-	waitMembers(t, b.js, "A")
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "job"})
+	b.StartWorker(t, worker.Config{ID: "A", Registry: reg, MemberTTL: memberTTL})
+	waitMembers(t, b.JS, "A")
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "job"})
 	require.NoError(t, err)
-	b.waitState(t, info.ID, kv.StateRunning)
+	b.WaitState(t, info.ID, kv.StateRunning)
 
-	members, err := b.js.KeyValue(ctx, "AX_WORKERS")
+	members, err := b.JS.KeyValue(ctx, "AX_WORKERS")
 	require.NoError(t, err)
 	require.NoError(t, members.Delete(ctx, "A"))
 	cause := <-causes
 	require.ErrorIs(t, cause, worker.ErrLeaseLost)
 	require.ErrorIs(t, cause, kv.ErrLeaseLost, "the worker's sentinel wraps the lease's")
 
-	rec := b.waitState(t, info.ID, kv.StateSucceeded)
-	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>READY", "READY>RUNNING", "RUNNING>SUCCEEDED"}, moves(rec))
+	rec := b.WaitState(t, info.ID, kv.StateSucceeded)
+	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>READY", "READY>RUNNING", "RUNNING>SUCCEEDED"}, axtest.Moves(rec))
 	require.Equal(t, "membership_lost", rec.Trail[2].Action)
 	require.Equal(t, 1, rec.Attempt)
-	waitMembers(t, b.js, "A") // it joined again
+	waitMembers(t, b.JS, "A") // it joined again
 }

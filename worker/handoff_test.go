@@ -20,20 +20,20 @@ import (
 func TestOwnTypeBesideOtherWorkersStartsAtOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	b.startWorker(t, worker.Config{ID: "dev-1", Concurrency: 8})
-	b.startWorker(t, worker.Config{ID: "dev-2", Concurrency: 8})
+	b.StartWorker(t, worker.Config{ID: "dev-1", Concurrency: 8})
+	b.StartWorker(t, worker.Config{ID: "dev-2", Concurrency: 8})
 	reg := worker.NewRegistry()
 	started := make(chan time.Time, 1)
 	require.NoError(t, reg.Handle("resize", func(context.Context, *worker.Task) error {
 		started <- time.Now()
 		return nil
 	}, nil))
-	b.startWorker(t, worker.Config{ID: "mine", Registry: reg, Concurrency: 4})
-	waitMembers(t, b.js, "dev-1", "dev-2", "mine")
+	b.StartWorker(t, worker.Config{ID: "mine", Registry: reg, Concurrency: 4})
+	waitMembers(t, b.JS, "dev-1", "dev-2", "mine")
 	var waits []time.Duration
 	for range 20 {
 		at := time.Now()
-		_, err := b.client.Submit(context.Background(), ax.TaskSpec{Type: "resize"})
+		_, err := b.Client.Submit(context.Background(), ax.TaskSpec{Type: "resize"})
 		require.NoError(t, err)
 		select {
 		case s := <-started:

@@ -28,16 +28,16 @@ func TestMemberInFlightFollowsHandlers(t *testing.T) {
 		}
 		return nil
 	}, nil))
-	b.startWorker(t, worker.Config{ID: "counted", Registry: reg, Concurrency: 4, MemberTTL: 4 * time.Second})
+	b.StartWorker(t, worker.Config{ID: "counted", Registry: reg, Concurrency: 4, MemberTTL: 4 * time.Second})
 	inFlight := func() int {
-		members, err := kv.ListMembers(ctx, b.js, streams.Names{})
+		members, err := kv.ListMembers(ctx, b.JS, streams.Names{})
 		if err != nil || len(members) != 1 {
 			return -1
 		}
 		return members[0].InFlight
 	}
 	for range 3 {
-		_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "hold"})
+		_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "hold"})
 		require.NoError(t, err)
 	}
 	require.Eventually(t, func() bool { return inFlight() == 3 }, 15*time.Second, 50*time.Millisecond, "in flight: %d", inFlight())

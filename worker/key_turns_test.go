@@ -34,7 +34,7 @@ func TestKeysTakeTurns(t *testing.T) {
 	for i := range specs {
 		specs[i] = ax.TaskSpec{Type: "bulk", Key: "bulk", Priority: ax.P2}
 	}
-	_, err := b.client.SubmitBatch(context.Background(), specs)
+	_, err := b.Client.SubmitBatch(context.Background(), specs)
 	require.NoError(t, err)
 
 	var mu sync.Mutex
@@ -54,13 +54,13 @@ func TestKeysTakeTurns(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}, nil))
-	b.startWorker(t, worker.Config{Registry: reg, Concurrency: 4, PrefetchPerShard: 2, Logger: zaptest.NewLogger(t)})
+	b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 4, PrefetchPerShard: 2, Logger: zaptest.NewLogger(t)})
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return bulkStarts >= 8 }, 30*time.Second, time.Millisecond)
 
 	submitted := map[string]time.Time{}
 	for i := range other {
 		at := time.Now()
-		info, err := b.client.Submit(context.Background(), ax.TaskSpec{Type: "paced", Key: paced, Priority: ax.P2})
+		info, err := b.Client.Submit(context.Background(), ax.TaskSpec{Type: "paced", Key: paced, Priority: ax.P2})
 		require.NoError(t, err)
 		submitted[info.ID] = at
 		require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(pacedStarts) > i }, 2*time.Second, time.Millisecond,

@@ -11,11 +11,11 @@ import (
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 )
 
 // steppedAsideIn reports whether rec's trail shows its task stepped aside.
@@ -33,16 +33,16 @@ func steppedAsideIn(rec *kv.Record) bool {
 func TestPublishOnlyBacklogStepsAside(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{MaxAckPending: 20})
-	b.startLeader(t)
+	b.StartLeader(t, scheduler.Config{})
 	ctx := context.Background()
-	producer, err := ax.NewClient(ctx, b.js, &ax.Config{PublishOnly: true})
+	producer, err := ax.NewClient(ctx, b.JS, &ax.Config{PublishOnly: true})
 	require.NoError(t, err)
 	var limited, free gauge
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("partner", limited.handler(100*time.Millisecond), nil))
 	require.NoError(t, reg.Handle("email", free.handler(0), nil))
-	w, _ := b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 1}}})
+	w, _ := b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 1}}})
 	time.Sleep(200 * time.Millisecond) // the watch delivers the change
 
 	var specs []ax.TaskSpec
@@ -58,14 +58,14 @@ func TestPublishOnlyBacklogStepsAside(t *testing.T) {
 	_, err = producer.SubmitBatch(ctx, emails)
 	require.NoError(t, err)
 	for _, e := range emails {
-		b.waitState(t, e.ID, kv.StateSucceeded)
+		b.WaitState(t, e.ID, kv.StateSucceeded)
 	}
 	ranBefore := limited.executions.Load()
 	require.LessOrEqual(t, ranBefore, int64(20), "the unlimited tasks waited behind the limited backlog")
 
 	aside := 0
 	for _, s := range specs {
-		rec := b.waitState(t, s.ID, kv.StateSucceeded)
+		rec := b.WaitState(t, s.ID, kv.StateSucceeded)
 		require.Equal(t, 1, rec.Attempt)
 		if steppedAsideIn(rec) {
 			aside++
@@ -152,29 +152,25 @@ func setupAside(t *testing.T, leader bool) *asideBundle {
 	t.Helper()
 	b := setup(t, &streams.Config{MaxAckPending: 4})
 	if leader {
-		b.startLeader(t)
+		b.StartLeader(t, scheduler.Config{})
 	}
 	ctx := context.Background()
-	svc, err := admin.New(ctx, b.js, &admin.Config{Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, svc.Start(ctx))
-	t.Cleanup(func() { _ = svc.Stop(ctx) })
-	nc, _ := b.srv.Connect()
+	api := b.StartAdmin(t, nil)
 	g := newCountingGate()
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("partner", g.handler, nil))
-	w, _ := b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 4})
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 1}}})
+	w, _ := b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 4})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 1}}})
 	time.Sleep(200 * time.Millisecond) // the watch delivers the change
-	_, err = b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: "blocker", Priority: ax.P2})
+	_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: "blocker", Priority: ax.P2})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return g.running() == 1 }, 10*time.Second, 5*time.Millisecond)
 	for _, id := range []string{"filler-1", "filler-2"} { // the parking room
-		_, err = b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: id, Priority: ax.P2})
+		_, err = b.Client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: id, Priority: ax.P2})
 		require.NoError(t, err)
 	}
 	require.Eventually(t, func() bool { return w.Stats().Limited >= 2 }, 10*time.Second, 5*time.Millisecond)
-	return &asideBundle{testBundle: b, w: w, gate: g, api: admin.NewClient(nc, streams.Names{})}
+	return &asideBundle{testBundle: b, w: w, gate: g, api: api}
 }
 
 // waitAside waits until task id waits stepped aside: PENDING, its last
@@ -185,7 +181,7 @@ func (b *asideBundle) waitAside(t *testing.T, id string) *kv.Record {
 	require.Eventually(t, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		r, _, err := b.store.Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
+		r, _, err := b.Store.Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
 		if err != nil {
 			return false
 		}
@@ -206,7 +202,7 @@ func TestOperatorVerbsOnSteppedAsideTasks(t *testing.T) {
 	ctx := context.Background()
 	ids := []string{"get", "cancel", "pause", "reprioritize"}
 	for _, id := range ids {
-		_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: id, Priority: ax.P2})
+		_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: id, Priority: ax.P2})
 		require.NoError(t, err)
 	}
 
@@ -250,23 +246,23 @@ func TestOperatorVerbsOnSteppedAsideTasks(t *testing.T) {
 	// Past the paused task's run time: it stays paused, while the others
 	// still wait on the slot.
 	time.Sleep(time.Until(lastRunAt.Add(2 * time.Second)))
-	require.Equal(t, kv.StatePaused, b.waitState(t, "pause", kv.StatePaused).State)
+	require.Equal(t, kv.StatePaused, b.WaitState(t, "pause", kv.StatePaused).State)
 	close(b.gate.release)
 	for _, id := range []string{"blocker", "filler-1", "filler-2", "get", "reprioritize"} {
-		b.waitState(t, id, kv.StateSucceeded)
+		b.WaitState(t, id, kv.StateSucceeded)
 	}
-	require.Equal(t, 0, b.waitState(t, "reprioritize", kv.StateSucceeded).Priority)
+	require.Equal(t, 0, b.WaitState(t, "reprioritize", kv.StateSucceeded).Priority)
 	require.Zero(t, b.gate.ran("pause"), "the paused task ran")
 	_, err = b.api.Resume(ctx, admin.TaskRequest{ID: "pause"})
 	require.NoError(t, err)
-	b.waitState(t, "pause", kv.StateSucceeded)
+	b.WaitState(t, "pause", kv.StateSucceeded)
 
 	time.Sleep(2 * time.Second) // every schedule written has fired by now
 	require.Zero(t, b.gate.ran("cancel"), "the cancelled task ran")
-	require.Equal(t, kv.StateCancelled, b.waitState(t, "cancel", kv.StateCancelled).State)
+	require.Equal(t, kv.StateCancelled, b.WaitState(t, "cancel", kv.StateCancelled).State)
 	for _, id := range []string{"blocker", "filler-1", "filler-2", "get", "pause", "reprioritize"} {
 		require.Equal(t, 1, b.gate.ran(id), "task %s", id)
-		r := b.waitState(t, id, kv.StateSucceeded)
+		r := b.WaitState(t, id, kv.StateSucceeded)
 		require.Equal(t, 1, r.Attempt, "task %s", id)
 	}
 	require.Equal(t, 1, b.gate.peakNow())
@@ -301,20 +297,20 @@ func TestLimitChangedWhileSteppedAside(t *testing.T) {
 			for i := range 6 {
 				id := fmt.Sprintf("waiting-%d", i)
 				ids = append(ids, id)
-				_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: id, Priority: ax.P2})
+				_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: id, Priority: ax.P2})
 				require.NoError(t, err)
 			}
 			for _, id := range ids[3:6] {
 				b.waitAside(t, id)
 			}
-			setLimits(t, b.js, tc.limits)
+			setLimits(t, b.JS, tc.limits)
 			require.Eventually(t, func() bool { return b.gate.running() == tc.peak }, 20*time.Second, 5*time.Millisecond,
 				"the tasks the change lets start did not")
 			time.Sleep(200 * time.Millisecond) // no more start
 			require.Equal(t, tc.peak, b.gate.running())
 			close(b.gate.release)
 			for _, id := range ids {
-				rec := b.waitState(t, id, kv.StateSucceeded)
+				rec := b.WaitState(t, id, kv.StateSucceeded)
 				require.Equal(t, 1, rec.Attempt, "task %s", id)
 				require.Equal(t, 1, b.gate.ran(id), "task %s", id)
 			}
@@ -331,28 +327,28 @@ func TestLimitChangedWhileSteppedAside(t *testing.T) {
 func TestRateLimitedBacklogStepsAside(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{MaxAckPending: 20})
-	b.startLeader(t)
+	b.StartLeader(t, scheduler.Config{})
 	ctx := context.Background()
 	var g gauge
 	var workers []*worker.Worker
 	for _, id := range []string{"A", "B"} {
 		reg := worker.NewRegistry()
 		require.NoError(t, reg.Handle("sms", g.handler(0), nil))
-		w, _ := b.startWorker(t, worker.Config{ID: id, MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+		w, _ := b.StartWorker(t, worker.Config{ID: id, MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
 		workers = append(workers, w)
 	}
 	const rate, burst = 10, 2
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"sms": {Rate: rate, Burst: burst}}})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"sms": {Rate: rate, Burst: burst}}})
 	time.Sleep(200 * time.Millisecond)
 	var specs []ax.TaskSpec
 	for i := range 50 {
 		specs = append(specs, ax.TaskSpec{Type: "sms", Key: "k", ID: fmt.Sprintf("sms-%d", i), Priority: ax.P2})
 	}
-	_, err := b.client.SubmitBatch(ctx, specs)
+	_, err := b.Client.SubmitBatch(ctx, specs)
 	require.NoError(t, err)
 	aside := 0
 	for _, s := range specs {
-		rec := b.waitState(t, s.ID, kv.StateSucceeded)
+		rec := b.WaitState(t, s.ID, kv.StateSucceeded)
 		require.Equal(t, 1, rec.Attempt, "task %s", s.ID)
 		if steppedAsideIn(rec) {
 			aside++
@@ -396,12 +392,12 @@ func TestBadInputAgainstStepAside(t *testing.T) {
 			msg.Header.Set("Ax-Run-At", runAt.UTC().Format(time.RFC3339Nano))
 		}
 		msg.Data = []byte(payload)
-		_, err := b.js.PublishMsg(ctx, msg)
+		_, err := b.JS.PublishMsg(ctx, msg)
 		require.NoError(t, err)
 	}
 	submit := func(id, payload string, runAt time.Time) {
 		t.Helper()
-		_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: id, Priority: ax.P2, Payload: []byte(payload), RunAt: runAt})
+		_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: id, Priority: ax.P2, Payload: []byte(payload), RunAt: runAt})
 		require.NoError(t, err)
 	}
 	publish("past", "past", time.Now().Add(-time.Hour))
@@ -420,7 +416,7 @@ func TestBadInputAgainstStepAside(t *testing.T) {
 	time.Sleep(time.Until(later)) // the forged ones are delivered, and held back, meanwhile
 	close(b.gate.release)
 	for _, id := range []string{"past", "future", "go-dup", "raw-dup", "later", "blocker", "filler-1", "filler-2"} {
-		rec := b.waitState(t, id, kv.StateSucceeded)
+		rec := b.WaitState(t, id, kv.StateSucceeded)
 		require.Equal(t, 1, rec.Attempt, "task %s", id)
 	}
 	time.Sleep(3 * time.Second) // the forged messages' deliveries and every schedule come and go
@@ -450,16 +446,16 @@ func TestUniqueTaskSteppedAsideStillHoldsItsKey(t *testing.T) {
 		return ax.TaskSpec{Type: "partner", Key: "k", ID: id, Priority: ax.P2, Unique: &ax.UniqueOpts{
 			Key: "nightly", For: time.Hour, States: []kv.State{kv.StateReady, kv.StateRunning, kv.StateRetrying}}}
 	}
-	first, err := b.client.Submit(ctx, spec("unique-1"))
+	first, err := b.Client.Submit(ctx, spec("unique-1"))
 	require.NoError(t, err)
 	require.False(t, first.UniqueSkipped)
 	b.waitAside(t, "unique-1")
-	second, err := b.client.Submit(ctx, spec("unique-2"))
+	second, err := b.Client.Submit(ctx, spec("unique-2"))
 	require.NoError(t, err)
 	require.True(t, second.UniqueSkipped, "a second task was made while the first waited stepped aside")
 	require.Equal(t, "unique-1", second.ID)
 	close(b.gate.release)
-	b.waitState(t, "unique-1", kv.StateSucceeded)
+	b.WaitState(t, "unique-1", kv.StateSucceeded)
 	require.Equal(t, 1, b.gate.ran("unique-1"))
 }
 
@@ -471,12 +467,12 @@ func TestStepAsideWaitDoubles(t *testing.T) {
 	t.Parallel()
 	b := setupAside(t, true)
 	ctx := context.Background()
-	_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: "again", Priority: ax.P2})
+	_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: "again", Priority: ax.P2})
 	require.NoError(t, err)
 	for i, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
 		var rec *kv.Record
 		require.Eventually(t, func() bool {
-			r, _, err := b.store.Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "again"})
+			r, _, err := b.Store.Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "again"})
 			if err != nil || !r.WaitsSteppedAside() {
 				return false
 			}
@@ -496,7 +492,7 @@ func TestStepAsideWaitDoubles(t *testing.T) {
 		require.LessOrEqual(t, wait, want+want/2+100*time.Millisecond, "step aside %d", i+1)
 	}
 	close(b.gate.release)
-	rec := b.waitState(t, "again", kv.StateSucceeded)
+	rec := b.WaitState(t, "again", kv.StateSucceeded)
 	require.Equal(t, 1, rec.Attempt)
 	require.Equal(t, 1, b.gate.ran("again"))
 }
@@ -522,7 +518,7 @@ func TestForgedRunAtCannotReplaceASteppedAsideTask(t *testing.T) {
 			t.Parallel()
 			b := setupAside(t, true)
 			ctx := context.Background()
-			_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: "victim", Priority: ax.P2, Payload: []byte("original")})
+			_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: "victim", Priority: ax.P2, Payload: []byte("original")})
 			require.NoError(t, err)
 			rec := b.waitAside(t, "victim")
 			if tc.after > 0 {
@@ -538,11 +534,11 @@ func TestForgedRunAtCannotReplaceASteppedAsideTask(t *testing.T) {
 			msg.Header.Set("Nats-Msg-Id", "victim:forged")
 			msg.Header.Set("Ax-Run-At", rec.RunAt.UTC().Format(time.RFC3339Nano))
 			msg.Data = []byte("forged")
-			_, err = b.js.PublishMsg(ctx, msg)
+			_, err = b.JS.PublishMsg(ctx, msg)
 			require.NoError(t, err)
 			time.Sleep(time.Until(rec.RunAt.Add(tc.after + 500*time.Millisecond)))
 			close(b.gate.release)
-			b.waitState(t, "victim", kv.StateSucceeded)
+			b.WaitState(t, "victim", kv.StateSucceeded)
 			time.Sleep(time.Second) // a second execution would start by now
 			payload, _ := b.gate.execution("victim")
 			require.Equal(t, "original", payload)

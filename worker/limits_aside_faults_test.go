@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
@@ -110,10 +112,10 @@ func stepAsideByHand(t *testing.T, b *testBundle, id string, wait time.Duration,
 	t.Helper()
 	ctx := context.Background()
 	ref := kv.Ref{Tenant: ax.DefaultTenant, ID: id}
-	rec, rev, err := b.store.Get(ctx, ref)
+	rec, rev, err := b.Store.Get(ctx, ref)
 	require.NoError(t, err)
 	require.Equal(t, kv.StateReady, rec.State)
-	stream, err := b.js.Stream(ctx, rec.Stream)
+	stream, err := b.JS.Stream(ctx, rec.Stream)
 	require.NoError(t, err)
 	msg, err := stream.GetMsg(ctx, rec.StreamSeq)
 	require.NoError(t, err)
@@ -123,10 +125,10 @@ func stepAsideByHand(t *testing.T, b *testBundle, id string, wait time.Duration,
 	submit.Data = msg.Data
 	submit.Header = streams.KeptHeaders(msg.Header)
 	submit.Header.Set(streams.HeaderRunAt, runAt.Format(time.RFC3339Nano))
-	_, err = b.js.PublishMsg(ctx, names.DelayedMsg(rec.Tenant, id, submit, runAt.Add(-streams.DefaultScheduleEarly)))
+	_, err = b.JS.PublishMsg(ctx, names.DelayedMsg(rec.Tenant, id, submit, runAt.Add(-streams.DefaultScheduleEarly)))
 	require.NoError(t, err)
 	if cas {
-		_, _, err = b.store.Apply(ctx, rec, rev, kv.StatePending, kv.Actor{Worker: "gone", Action: worker.ActionSteppedAside}, func(r *kv.Record) error {
+		_, _, err = b.Store.Apply(ctx, rec, rev, kv.StatePending, kv.Actor{Worker: "gone", Action: worker.ActionSteppedAside}, func(r *kv.Record) error {
 			r.RunAt = &runAt
 			r.Bind(r.Gen, "", 0)
 			return nil
@@ -161,41 +163,41 @@ func TestStepAsideStoppedHalfwayRunsOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, nil)
-			b.startLeader(t)
+			b.StartLeader(t, scheduler.Config{})
 			ctx := context.Background()
 			const id = "halfway"
 			switch tc.message {
 			case "go":
-				_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: id, Priority: ax.P2})
+				_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: id, Priority: ax.P2})
 				require.NoError(t, err)
 			case "raw":
 				// A raw publish whose first sight wrote its READY record, as a
 				// step aside does.
 				msg := nats.NewMsg("ax.submit.p2.default.partner.k")
 				msg.Header.Set("Nats-Msg-Id", id)
-				ack, err := b.js.PublishMsg(ctx, msg)
+				ack, err := b.JS.PublishMsg(ctx, msg)
 				require.NoError(t, err)
 				rec := &kv.Record{ID: id, Type: "partner", Tenant: ax.DefaultTenant, Key: "k", Priority: 2, State: kv.StateReady}
 				rec.Bind(0, ack.Stream, ack.Sequence)
-				_, _, err = b.store.Create(ctx, rec, kv.Actor{Worker: "gone", Action: "publish"})
+				_, _, err = b.Store.Create(ctx, rec, kv.Actor{Worker: "gone", Action: "publish"})
 				require.NoError(t, err)
 			case "copy":
-				_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: id, Priority: ax.P2, RunAt: time.Now().Add(200 * time.Millisecond)})
+				_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: id, Priority: ax.P2, RunAt: time.Now().Add(200 * time.Millisecond)})
 				require.NoError(t, err)
-				rec := b.waitState(t, id, kv.StateReady) // released: bound to its copy
+				rec := b.WaitState(t, id, kv.StateReady) // released: bound to its copy
 				require.Greater(t, rec.Gen, uint64(1))
 			}
 			runAt := stepAsideByHand(t, b, id, 2*time.Second, tc.cas)
 			runs := newRunCounter(0)
 			reg := worker.NewRegistry()
 			require.NoError(t, reg.Handle("partner", runs.handler, nil))
-			b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg})
-			b.waitState(t, id, kv.StateSucceeded)
+			b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg})
+			b.WaitState(t, id, kv.StateSucceeded)
 			time.Sleep(time.Until(runAt.Add(2 * time.Second))) // the schedule fired, and its release was tried
 			require.Equal(t, 1, runs.ran(id))
-			rec := b.waitState(t, id, kv.StateSucceeded)
+			rec := b.WaitState(t, id, kv.StateSucceeded)
 			require.Equal(t, 1, rec.Attempt)
-			t.Logf("trail: %v", moves(rec))
+			t.Logf("trail: %v", axtest.Moves(rec))
 		})
 	}
 }
@@ -212,23 +214,23 @@ func TestSteppedAsideWaitForTheLeader(t *testing.T) {
 	for i := range 3 {
 		id := fmt.Sprintf("waiting-%d", i)
 		ids = append(ids, id)
-		_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: id, Priority: ax.P2})
+		_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: id, Priority: ax.P2})
 		require.NoError(t, err)
 	}
 	for _, id := range ids {
 		last = later(last, *b.waitAside(t, id).RunAt)
 	}
 	close(b.gate.release) // the slot is free: only a release stands between them and a start
-	b.waitState(t, "blocker", kv.StateSucceeded)
+	b.WaitState(t, "blocker", kv.StateSucceeded)
 	time.Sleep(time.Until(last.Add(2 * time.Second)))
 	for _, id := range ids {
-		rec := b.waitState(t, id, kv.StatePending)
+		rec := b.WaitState(t, id, kv.StatePending)
 		require.Zero(t, b.gate.ran(id), "task %s ran without a leader", id)
 		require.Equal(t, worker.ActionSteppedAside, rec.Trail[len(rec.Trail)-1].Action)
 	}
-	b.startLeader(t)
+	b.StartLeader(t, scheduler.Config{})
 	for _, id := range append(ids, "filler-1", "filler-2") {
-		rec := b.waitState(t, id, kv.StateSucceeded)
+		rec := b.WaitState(t, id, kv.StateSucceeded)
 		require.Equal(t, 1, rec.Attempt, "task %s", id)
 		require.Equal(t, 1, b.gate.ran(id), "task %s", id)
 	}
@@ -252,22 +254,22 @@ func TestSteppedAsideBacklogSurvivesWorkerLoss(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, &streams.Config{MaxAckPending: 20, AckWait: 2 * time.Second})
-			b.startLeader(t)
+			b.StartLeader(t, scheduler.Config{})
 			ctx := context.Background()
 			runs := newRunCounter(20 * time.Millisecond)
 			reg := worker.NewRegistry()
 			require.NoError(t, reg.Handle("partner", runs.handler, nil))
-			setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 1}}})
-			a, nc := b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+			setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 1}}})
+			a, nc := b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
 			if tc.loss == "" {
-				b.startWorker(t, worker.Config{ID: "B", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+				b.StartWorker(t, worker.Config{ID: "B", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
 			}
 			time.Sleep(200 * time.Millisecond) // the watch delivers the limits
 			var specs []ax.TaskSpec
 			for i := range 60 {
 				specs = append(specs, ax.TaskSpec{Type: "partner", Key: "k", ID: fmt.Sprintf("task-%d", i), Priority: ax.P2})
 			}
-			_, err := b.client.SubmitBatch(ctx, specs)
+			_, err := b.Client.SubmitBatch(ctx, specs)
 			require.NoError(t, err)
 			require.Eventually(t, func() bool { return a.Stats().SteppedAside >= 5 }, 20*time.Second, time.Millisecond)
 			switch tc.loss {
@@ -277,15 +279,15 @@ func TestSteppedAsideBacklogSurvivesWorkerLoss(t *testing.T) {
 				nc.Close()
 			}
 			if tc.loss != "" {
-				b.startWorker(t, worker.Config{ID: "B", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+				b.StartWorker(t, worker.Config{ID: "B", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
 			}
 			aside := 0
 			for _, s := range specs {
-				rec := b.waitState(t, s.ID, kv.StateSucceeded)
+				rec := b.WaitState(t, s.ID, kv.StateSucceeded)
 				// A lost attempt (claimed on the worker cut off) may or may
 				// not have reached its handler.
 				n := runs.ran(s.ID)
-				require.True(t, n >= 1 && n <= 1+rec.Lost, "task %s ran %d times (trail %v)", s.ID, n, moves(rec))
+				require.True(t, n >= 1 && n <= 1+rec.Lost, "task %s ran %d times (trail %v)", s.ID, n, axtest.Moves(rec))
 				if steppedAsideIn(rec) {
 					aside++
 				}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
@@ -28,15 +29,15 @@ import (
 func TestLimitedBacklogLeavesItsShardFree(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{MaxAckPending: 20})
-	b.startLeader(t)
+	b.StartLeader(t, scheduler.Config{})
 	ctx := context.Background()
 	var limited, free gauge
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("partner", limited.handler(100*time.Millisecond), nil))
 	require.NoError(t, reg.Handle("email", free.handler(0), nil))
 	holds := &holdCounter{}
-	w, _ := b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8, Observer: holds})
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 1}}})
+	w, _ := b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8, Observer: holds})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 1}}})
 	time.Sleep(200 * time.Millisecond) // the watch delivers the change
 
 	var partners, emails []string
@@ -46,27 +47,27 @@ func TestLimitedBacklogLeavesItsShardFree(t *testing.T) {
 		if i%2 == 0 { // a raw publish: its record is born when a worker first sees it
 			msg := nats.NewMsg("ax.submit.p2.default.partner.k")
 			msg.Header.Set("Nats-Msg-Id", id)
-			_, err := b.js.PublishMsg(ctx, msg)
+			_, err := b.JS.PublishMsg(ctx, msg)
 			require.NoError(t, err)
 			continue
 		}
-		_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: id, Priority: ax.P2})
+		_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "k", ID: id, Priority: ax.P2})
 		require.NoError(t, err)
 	}
 	for i := range 10 {
-		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "email", Key: "k", ID: fmt.Sprintf("email-%d", i), Priority: ax.P2})
+		info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "email", Key: "k", ID: fmt.Sprintf("email-%d", i), Priority: ax.P2})
 		require.NoError(t, err)
 		emails = append(emails, info.ID)
 	}
 	for _, id := range emails {
-		b.waitState(t, id, kv.StateSucceeded)
+		b.WaitState(t, id, kv.StateSucceeded)
 	}
 	ranBefore := limited.executions.Load()
 	require.LessOrEqual(t, ranBefore, int64(20), "the unlimited tasks waited behind the limited backlog")
 
 	aside, rawAside := 0, 0
 	for i, id := range partners {
-		rec := b.waitState(t, id, kv.StateSucceeded)
+		rec := b.WaitState(t, id, kv.StateSucceeded)
 		require.Equal(t, 1, rec.Attempt)
 		if slices.ContainsFunc(rec.Trail, func(m kv.Move) bool { return m.Action == worker.ActionSteppedAside }) {
 			aside++

@@ -10,6 +10,7 @@ import (
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -19,7 +20,7 @@ import (
 func requireNoHolders(t *testing.T, b *testBundle, targets ...string) {
 	t.Helper()
 	ctx := context.Background()
-	use, err := kv.NewLimitUse(ctx, b.js, streams.Names{})
+	use, err := kv.NewLimitUse(ctx, b.JS, streams.Names{})
 	require.NoError(t, err)
 	for _, target := range targets {
 		var n int
@@ -58,14 +59,14 @@ func TestLimitsChurnWhileParkedBacklogDrains(t *testing.T) {
 		}
 		return l
 	}
-	setLimits(t, b.js, limit(2, kv.Limit{}, false))
+	setLimits(t, b.JS, limit(2, kv.Limit{}, false))
 	partner, email := newRunCounter(10*time.Millisecond), newRunCounter(10*time.Millisecond)
 	var workers []*worker.Worker
 	for _, id := range []string{"A", "B"} {
 		reg := worker.NewRegistry()
 		require.NoError(t, reg.Handle("partner", partner.handler, nil))
 		require.NoError(t, reg.Handle("email", email.handler, nil))
-		w, _ := b.startWorker(t, worker.Config{ID: id, MemberTTL: 30 * time.Second, Registry: reg, Concurrency: 16})
+		w, _ := b.StartWorker(t, worker.Config{ID: id, MemberTTL: 30 * time.Second, Registry: reg, Concurrency: 16})
 		workers = append(workers, w)
 	}
 	// Enough that a second or so of backlog is left once the limit settles.
@@ -77,7 +78,7 @@ func TestLimitsChurnWhileParkedBacklogDrains(t *testing.T) {
 	for i := range emails {
 		specs = append(specs, ax.TaskSpec{Type: "email", Key: fmt.Sprintf("e%d", i), ID: fmt.Sprintf("email-%d", i)})
 	}
-	_, err := b.client.SubmitBatch(ctx, specs)
+	_, err := b.Client.SubmitBatch(ctx, specs)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		var parked int64
@@ -109,22 +110,22 @@ func TestLimitsChurnWhileParkedBacklogDrains(t *testing.T) {
 		if _, ok := c.limits.Limits["partner"]; !ok && peakLimited < 0 {
 			peakLimited = partner.peakNow()
 		}
-		setLimits(t, b.js, c.limits)
+		setLimits(t, b.JS, c.limits)
 		t.Logf("change %d: %d partner runs so far", i, partner.started())
 		time.Sleep(c.hold)
 	}
 	time.Sleep(200 * time.Millisecond) // the watch delivers the last change; the tasks started before it end
 	partner.openStretch()
 	opened := time.Now()
-	drained := assertEventually(func() bool {
+	drained := assert.Eventually(t, func() bool {
 		return partner.started() >= partners && email.started() >= emails
-	}, 45*time.Second)
+	}, 45*time.Second, 10*time.Millisecond)
 	total, settled := partner.started(), partner.sinceOpened()
 	t.Logf("partner runs %d (running %d), peak %d; after settling at 2: %d runs over %s, peak %d",
 		total, partner.running(), partner.peakNow(), settled.runs, time.Since(opened).Round(time.Millisecond), settled.peak)
 	require.True(t, drained, "tasks lost or left parked: %d of %d partner runs", total, partners)
 	for _, s := range specs {
-		rec := b.waitState(t, s.ID, kv.StateSucceeded)
+		rec := b.WaitState(t, s.ID, kv.StateSucceeded)
 		require.Equal(t, 1, rec.Attempt, "task %s", s.ID)
 	}
 	for _, s := range specs {
@@ -154,17 +155,17 @@ func TestLimitRaiseStartsParkedBacklog(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{AckWait: time.Minute})
 	ctx := context.Background()
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 1}}})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 1}}})
 	g := newRunCounter(300 * time.Millisecond)
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("partner", g.handler, nil))
-	w, _ := b.startWorker(t, worker.Config{ID: "A", MemberTTL: 30 * time.Second, Registry: reg, Concurrency: 8})
+	w, _ := b.StartWorker(t, worker.Config{ID: "A", MemberTTL: 30 * time.Second, Registry: reg, Concurrency: 8})
 	const tasks = 16
 	var specs []ax.TaskSpec
 	for i := range tasks {
 		specs = append(specs, ax.TaskSpec{Type: "partner", Key: fmt.Sprintf("p%d", i), ID: fmt.Sprintf("partner-%d", i)})
 	}
-	_, err := b.client.SubmitBatch(ctx, specs)
+	_, err := b.Client.SubmitBatch(ctx, specs)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		return g.running() == 1 && w.Stats().Limited >= tasks-1
@@ -172,14 +173,14 @@ func TestLimitRaiseStartsParkedBacklog(t *testing.T) {
 	require.Equal(t, 1, g.peakNow())
 
 	limitsWrites := func() uint64 { // the writes to AX_LIMITS so far
-		stream, err := b.js.Stream(ctx, kv.StreamName(streams.Names{}.LimitsBucket()))
+		stream, err := b.JS.Stream(ctx, kv.StreamName(streams.Names{}.LimitsBucket()))
 		require.NoError(t, err)
 		info, err := stream.Info(ctx)
 		require.NoError(t, err)
 		return info.State.LastSeq
 	}
 	before := limitsWrites()
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 4}}})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 4}}})
 	raised := time.Now()
 	g.openStretch()
 	require.Eventually(t, func() bool {
@@ -191,7 +192,7 @@ func TestLimitRaiseStartsParkedBacklog(t *testing.T) {
 	// when they all went back woken: three).
 	require.LessOrEqual(t, limitsWrites()-before, uint64(2), "writes to AX_LIMITS for the raised limit's three free slots")
 	for _, s := range specs {
-		rec := b.waitState(t, s.ID, kv.StateSucceeded)
+		rec := b.WaitState(t, s.ID, kv.StateSucceeded)
 		require.Equal(t, 1, rec.Attempt, "task %s", s.ID)
 		require.Equal(t, 1, g.ran(s.ID), "runs of task %s", s.ID)
 	}

@@ -29,7 +29,7 @@ func TestLostSlotIsNeverHandedOnAndFencesItsHandler(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ctx := context.Background()
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 1}}})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 1}}})
 
 	type run struct {
 		id    string
@@ -58,9 +58,9 @@ func TestLostSlotIsNeverHandedOnAndFencesItsHandler(t *testing.T) {
 	}
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("partner", handler, nil))
-	w, _ := b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 4})
+	w, _ := b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 4})
 
-	first, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", ID: "first", Key: "k1"})
+	first, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "partner", ID: "first", Key: "k1"})
 	require.NoError(t, err)
 	var task *worker.Task
 	select {
@@ -69,14 +69,14 @@ func TestLostSlotIsNeverHandedOnAndFencesItsHandler(t *testing.T) {
 		t.Fatal("the first task did not start")
 	}
 	require.True(t, task.Held())
-	second, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", ID: "second", Key: "k2"})
+	second, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "partner", ID: "second", Key: "k2"})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return w.Stats().Limited > 0 }, 5*time.Second, 10*time.Millisecond,
 		"the second task did not wait for the slot")
 
 	// Another holder takes the slot, as another worker does once it has
 	// expired unrenewed.
-	bucket, err := b.js.KeyValue(ctx, streams.Names{}.LimitsBucket())
+	bucket, err := b.JS.KeyValue(ctx, streams.Names{}.LimitsBucket())
 	require.NoError(t, err)
 	intruder := func(until time.Time) []byte {
 		data, err := json.Marshal(kv.Slots{Target: "partner", Holders: map[string]int64{"B/other": until.UnixMilli()}})
@@ -111,10 +111,10 @@ func TestLostSlotIsNeverHandedOnAndFencesItsHandler(t *testing.T) {
 	_, err = bucket.Put(ctx, kv.SlotsKey("partner"), intruder(time.Now()))
 	require.NoError(t, err)
 	for _, id := range []string{first.ID, second.ID} {
-		rec := b.waitState(t, id, kv.StateSucceeded)
+		rec := b.WaitState(t, id, kv.StateSucceeded)
 		require.Equal(t, 1, rec.Attempt, "%s: a lost slot used up an attempt", id)
 	}
-	rec := b.waitState(t, first.ID, kv.StateSucceeded)
+	rec := b.WaitState(t, first.ID, kv.StateSucceeded)
 	actions := []string{}
 	for _, e := range rec.Trail {
 		actions = append(actions, e.Action)

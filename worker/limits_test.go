@@ -11,6 +11,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go/jetstream"
@@ -70,48 +71,48 @@ func (g *gauge) peakNow() int {
 func TestPauseHoldsTypeAndTenantMeshWide(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	b.startLeader(t) // it releases the tasks paused aside when the pause ends
+	b.StartLeader(t, scheduler.Config{}) // it releases the tasks paused aside when the pause ends
 	ctx := context.Background()
 	var paused, other gauge
 	for _, id := range []string{"A", "B"} {
 		reg := worker.NewRegistry()
 		require.NoError(t, reg.Handle("report", paused.handler(0), nil))
 		require.NoError(t, reg.Handle("email", other.handler(0), nil))
-		b.startWorker(t, worker.Config{ID: id, MemberTTL: memberTTL, Registry: reg})
+		b.StartWorker(t, worker.Config{ID: id, MemberTTL: memberTTL, Registry: reg})
 	}
-	setLimits(t, b.js, kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}, "tenant:acme": {At: time.Now()}}})
+	setLimits(t, b.JS, kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}, "tenant:acme": {At: time.Now()}}})
 	time.Sleep(200 * time.Millisecond) // the watch delivers the change
 	var held []ax.TaskInfo
 	for i := range 6 {
-		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: fmt.Sprintf("k%d", i)})
+		info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Key: fmt.Sprintf("k%d", i)})
 		require.NoError(t, err)
 		held = append(held, info)
-		info, err = b.client.Submit(ctx, ax.TaskSpec{Type: "email", Tenant: "acme", Key: fmt.Sprintf("a%d", i)})
+		info, err = b.Client.Submit(ctx, ax.TaskSpec{Type: "email", Tenant: "acme", Key: fmt.Sprintf("a%d", i)})
 		require.NoError(t, err)
 		held = append(held, info)
 	}
 	var ran []string
 	for i := range 4 {
-		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "email", Key: fmt.Sprintf("e%d", i)})
+		info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "email", Key: fmt.Sprintf("e%d", i)})
 		require.NoError(t, err)
 		ran = append(ran, info.ID)
 	}
 	for _, id := range ran {
-		b.waitState(t, id, kv.StateSucceeded)
+		b.WaitState(t, id, kv.StateSucceeded)
 	}
 	time.Sleep(1500 * time.Millisecond)
 	require.Zero(t, paused.executions.Load(), "a paused type ran")
 	require.Equal(t, int64(4), other.executions.Load(), "a paused tenant's task ran")
 	for _, info := range held {
-		rec, _, err := b.store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
+		rec, _, err := b.Store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 		require.NoError(t, err)
 		require.True(t, rec.State == kv.StateReady || rec.WaitsPausedAside(), "%s is %s", info.ID, rec.State)
 		require.Zero(t, rec.Attempt)
 	}
-	setLimits(t, b.js, kv.Limits{})
+	setLimits(t, b.JS, kv.Limits{})
 	resumed := time.Now()
 	for _, info := range held {
-		rec := b.waitState(t, info.ID, kv.StateSucceeded)
+		rec := b.WaitState(t, info.ID, kv.StateSucceeded)
 		require.Equal(t, 1, rec.Attempt)
 	}
 	require.Less(t, time.Since(resumed), 8*time.Second)
@@ -131,10 +132,10 @@ func TestConcurrencyLimitAcrossWorkers(t *testing.T) {
 		reg := worker.NewRegistry()
 		require.NoError(t, reg.Handle("partner", limited.handler(50*time.Millisecond), nil))
 		require.NoError(t, reg.Handle("email", free.handler(50*time.Millisecond), nil))
-		w, _ := b.startWorker(t, worker.Config{ID: id, MemberTTL: memberTTL, Registry: reg, Concurrency: 16})
+		w, _ := b.StartWorker(t, worker.Config{ID: id, MemberTTL: memberTTL, Registry: reg, Concurrency: 16})
 		workers = append(workers, w)
 	}
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 3}}})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 3}}})
 	time.Sleep(200 * time.Millisecond)
 	// One batch, so that both types wait together however slowly a
 	// loaded machine submits: one by one, each email ran alone.
@@ -143,10 +144,10 @@ func TestConcurrencyLimitAcrossWorkers(t *testing.T) {
 		specs = append(specs, ax.TaskSpec{Type: "partner", Key: fmt.Sprintf("p%d", i)},
 			ax.TaskSpec{Type: "email", Key: fmt.Sprintf("e%d", i)})
 	}
-	infos, err := b.client.SubmitBatch(ctx, specs)
+	infos, err := b.Client.SubmitBatch(ctx, specs)
 	require.NoError(t, err)
 	for _, info := range infos {
-		rec := b.waitState(t, info.ID, kv.StateSucceeded)
+		rec := b.WaitState(t, info.ID, kv.StateSucceeded)
 		require.Equal(t, 1, rec.Attempt)
 	}
 	require.LessOrEqual(t, limited.peakNow(), 3)
@@ -157,7 +158,7 @@ func TestConcurrencyLimitAcrossWorkers(t *testing.T) {
 		held += w.Stats().Limited
 	}
 	require.Positive(t, held)
-	use, err := kv.NewLimitUse(ctx, b.js, streams.Names{})
+	use, err := kv.NewLimitUse(ctx, b.JS, streams.Names{})
 	require.NoError(t, err)
 	n, err := use.InUse(ctx, "partner")
 	require.NoError(t, err)
@@ -182,19 +183,19 @@ func TestRateLimitAcrossWorkers(t *testing.T) {
 	for _, id := range []string{"A", "B", "C"} {
 		reg := worker.NewRegistry()
 		require.NoError(t, reg.Handle("sms", g.handler(0), nil))
-		b.startWorker(t, worker.Config{ID: id, MemberTTL: memberTTL, Registry: reg, Concurrency: 16})
+		b.StartWorker(t, worker.Config{ID: id, MemberTTL: memberTTL, Registry: reg, Concurrency: 16})
 	}
 	const rate, burst = 15, 5
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"tenant:acme": {Rate: rate, Burst: burst}}})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"tenant:acme": {Rate: rate, Burst: burst}}})
 	time.Sleep(200 * time.Millisecond)
 	var ids []string
 	for i := range 45 {
-		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "sms", Tenant: "acme", Key: fmt.Sprintf("s%d", i)})
+		info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "sms", Tenant: "acme", Key: fmt.Sprintf("s%d", i)})
 		require.NoError(t, err)
 		ids = append(ids, info.ID)
 	}
 	for _, id := range ids {
-		rec := b.waitState(t, id, kv.StateSucceeded)
+		rec := b.WaitState(t, id, kv.StateSucceeded)
 		require.Equal(t, 1, rec.Attempt)
 		for _, step := range rec.Trail {
 			// Each start was reserved before the claim: no task is claimed
@@ -227,7 +228,7 @@ func TestDeadWorkerGivesItsSlotsBack(t *testing.T) {
 	const ackWait = 3 * time.Second
 	b := setup(t, &streams.Config{AckWait: ackWait})
 	ctx := context.Background()
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"job": {Concurrency: 1}}})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"job": {Concurrency: 1}}})
 
 	started := make(chan string, 1)
 	blocked := worker.NewRegistry()
@@ -236,11 +237,11 @@ func TestDeadWorkerGivesItsSlotsBack(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	}, nil))
-	_, ncA := b.startWorker(t, worker.Config{ID: "A", Registry: blocked, AckWait: ackWait, MemberTTL: memberTTL, GracePeriod: 100 * time.Millisecond})
-	first, err := b.client.Submit(ctx, ax.TaskSpec{Type: "job"})
+	_, ncA := b.StartWorker(t, worker.Config{ID: "A", Registry: blocked, AckWait: ackWait, MemberTTL: memberTTL, GracePeriod: 100 * time.Millisecond})
+	first, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "job"})
 	require.NoError(t, err)
 	require.Equal(t, "A", <-started)
-	use, err := kv.NewLimitUse(ctx, b.js, streams.Names{})
+	use, err := kv.NewLimitUse(ctx, b.JS, streams.Names{})
 	require.NoError(t, err)
 	n, err := use.InUse(ctx, "job")
 	require.NoError(t, err)
@@ -251,12 +252,12 @@ func TestDeadWorkerGivesItsSlotsBack(t *testing.T) {
 	var g gauge
 	done := worker.NewRegistry()
 	require.NoError(t, done.Handle("job", g.handler(0), nil))
-	b.startWorker(t, worker.Config{ID: "B", Registry: done, AckWait: ackWait, MemberTTL: memberTTL})
-	second, err := b.client.Submit(ctx, ax.TaskSpec{Type: "job"})
+	b.StartWorker(t, worker.Config{ID: "B", Registry: done, AckWait: ackWait, MemberTTL: memberTTL})
+	second, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "job"})
 	require.NoError(t, err)
-	b.waitState(t, second.ID, kv.StateSucceeded)
+	b.WaitState(t, second.ID, kv.StateSucceeded)
 	require.Less(t, time.Since(cut), memberTTL+5*time.Second)
-	rec := b.waitState(t, first.ID, kv.StateSucceeded)
+	rec := b.WaitState(t, first.ID, kv.StateSucceeded)
 	require.Equal(t, "B", rec.Worker)
 	require.Equal(t, 1, g.peakNow())
 }
@@ -268,7 +269,7 @@ func TestStopHandsParkedTasksBack(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{AckWait: time.Minute})
 	ctx := context.Background()
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"slow": {Concurrency: 1}}})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"slow": {Concurrency: 1}}})
 	started := make(chan struct{}, 8)
 	blocked := worker.NewRegistry()
 	require.NoError(t, blocked.Handle("slow", func(ctx context.Context, _ *worker.Task) error {
@@ -276,14 +277,14 @@ func TestStopHandsParkedTasksBack(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	}, nil))
-	nc, js := b.srv.Connect()
+	nc, js := b.Server.Connect()
 	defer nc.Close()
 	a, err := worker.New(ctx, js, &worker.Config{ID: "A", Registry: blocked, MemberTTL: memberTTL, AckWait: time.Minute, GracePeriod: 100 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
 	var ids []string
 	for i := range 4 {
-		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "slow", Key: fmt.Sprintf("s%d", i)})
+		info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "slow", Key: fmt.Sprintf("s%d", i)})
 		require.NoError(t, err)
 		ids = append(ids, info.ID)
 	}
@@ -294,13 +295,13 @@ func TestStopHandsParkedTasksBack(t *testing.T) {
 	var g gauge
 	quick := worker.NewRegistry()
 	require.NoError(t, quick.Handle("slow", g.handler(0), nil))
-	b.startWorker(t, worker.Config{ID: "B", Registry: quick, MemberTTL: memberTTL, AckWait: time.Minute})
+	b.StartWorker(t, worker.Config{ID: "B", Registry: quick, MemberTTL: memberTTL, AckWait: time.Minute})
 	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	require.NoError(t, a.Stop(stopCtx))
 	stopped := time.Now()
 	for _, id := range ids {
-		rec := b.waitState(t, id, kv.StateSucceeded)
+		rec := b.WaitState(t, id, kv.StateSucceeded)
 		require.Equal(t, "B", rec.Worker)
 		require.Equal(t, 1, rec.Attempt)
 	}
@@ -315,20 +316,20 @@ func TestSlotsOfLongTasksAreRenewed(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ctx := context.Background()
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"long": {Concurrency: 1}}})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"long": {Concurrency: 1}}})
 	var g gauge
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("long", g.handler(memberTTL+2*time.Second), nil))
-	b.startWorker(t, worker.Config{ID: "A", Registry: reg, MemberTTL: memberTTL})
-	b.startWorker(t, worker.Config{ID: "B", Registry: reg, MemberTTL: memberTTL})
+	b.StartWorker(t, worker.Config{ID: "A", Registry: reg, MemberTTL: memberTTL})
+	b.StartWorker(t, worker.Config{ID: "B", Registry: reg, MemberTTL: memberTTL})
 	var ids []string
 	for i := range 2 {
-		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "long", Key: fmt.Sprintf("l%d", i)})
+		info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "long", Key: fmt.Sprintf("l%d", i)})
 		require.NoError(t, err)
 		ids = append(ids, info.ID)
 	}
 	for _, id := range ids {
-		b.waitState(t, id, kv.StateSucceeded)
+		b.WaitState(t, id, kv.StateSucceeded)
 	}
 	require.Equal(t, 1, g.peakNow())
 }
@@ -346,28 +347,28 @@ func TestSlotsHandedOnWithoutRoundTrips(t *testing.T) {
 	var g gauge
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("partner", g.handler(10*time.Millisecond), nil))
-	w, _ := b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 16})
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 2}}})
+	w, _ := b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 16})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 2}}})
 	time.Sleep(200 * time.Millisecond)
 	const tasks = 60
 	var ids []string
 	for i := range tasks {
-		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: fmt.Sprintf("p%d", i)})
+		info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: fmt.Sprintf("p%d", i)})
 		require.NoError(t, err)
 		ids = append(ids, info.ID)
 	}
 	for _, id := range ids {
-		rec := b.waitState(t, id, kv.StateSucceeded)
+		rec := b.WaitState(t, id, kv.StateSucceeded)
 		require.Equal(t, 1, rec.Attempt)
 	}
 	require.LessOrEqual(t, g.peakNow(), 2)
 	require.Positive(t, w.Stats().HandedOn)
-	bucket, err := b.js.KeyValue(ctx, streams.Names{}.LimitsBucket())
+	bucket, err := b.JS.KeyValue(ctx, streams.Names{}.LimitsBucket())
 	require.NoError(t, err)
 	entry, err := bucket.Get(ctx, kv.SlotsKey("partner"))
 	require.NoError(t, err)
 	require.Less(t, entry.Revision(), uint64(tasks), "AX_LIMITS written for most tasks: slots not handed on")
-	use, err := kv.NewLimitUse(ctx, b.js, streams.Names{})
+	use, err := kv.NewLimitUse(ctx, b.JS, streams.Names{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		n, err := use.InUse(ctx, "partner")
@@ -396,19 +397,19 @@ func TestHandOffsLeaveOtherWorkersTheirTurn(t *testing.T) {
 	for _, id := range []string{"A", "B"} {
 		reg := worker.NewRegistry()
 		require.NoError(t, reg.Handle("partner", handler, nil))
-		b.startWorker(t, worker.Config{ID: id, MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+		b.StartWorker(t, worker.Config{ID: id, MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
 	}
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 1}}})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 1}}})
 	time.Sleep(200 * time.Millisecond)
 	const tasks = 120
 	var ids []string
 	for i := range tasks {
-		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: fmt.Sprintf("p%d", i)})
+		info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: fmt.Sprintf("p%d", i)})
 		require.NoError(t, err)
 		ids = append(ids, info.ID)
 	}
 	for _, id := range ids {
-		b.waitState(t, id, kv.StateSucceeded)
+		b.WaitState(t, id, kv.StateSucceeded)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -469,31 +470,31 @@ func TestBurstTakesFreeSlotsInFewWrites(t *testing.T) {
 	b := setup(t, nil)
 	ctx := context.Background()
 	const limit = 8
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: limit}}})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: limit}}})
 	var ids []string
 	for i := range 3 * limit { // stored before the worker starts: they come as one burst
-		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: fmt.Sprintf("p%d", i)})
+		info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: fmt.Sprintf("p%d", i)})
 		require.NoError(t, err)
 		ids = append(ids, info.ID)
 	}
 	g := newBlockingGauge()
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("partner", g.handler, nil))
-	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 32})
+	b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 32})
 	require.Eventually(t, func() bool { return g.running() == limit }, 10*time.Second, 5*time.Millisecond,
 		"the limit was never used in full")
-	bucket, err := b.js.KeyValue(ctx, streams.Names{}.LimitsBucket())
+	bucket, err := b.JS.KeyValue(ctx, streams.Names{}.LimitsBucket())
 	require.NoError(t, err)
 	entry, err := bucket.Get(ctx, kv.SlotsKey("partner"))
 	require.NoError(t, err)
 	require.Less(t, entry.Revision(), uint64(limit), "a write to AX_LIMITS for each slot taken")
 	close(g.release)
 	for _, id := range ids {
-		rec := b.waitState(t, id, kv.StateSucceeded)
+		rec := b.WaitState(t, id, kv.StateSucceeded)
 		require.Equal(t, 1, rec.Attempt)
 	}
 	require.Equal(t, limit, g.peakNow())
-	use, err := kv.NewLimitUse(ctx, b.js, streams.Names{})
+	use, err := kv.NewLimitUse(ctx, b.JS, streams.Names{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		n, err := use.InUse(ctx, "partner")
@@ -514,21 +515,21 @@ func TestTaskCancelledWhileParkedDoesNotRun(t *testing.T) {
 	g := newBlockingGauge()
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("partner", g.handler, nil))
-	w, _ := b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 1}}})
+	w, _ := b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"partner": {Concurrency: 1}}})
 	time.Sleep(200 * time.Millisecond)
-	first, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "first"})
+	first, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "first"})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return g.running() == 1 }, 10*time.Second, 5*time.Millisecond)
-	second, err := b.client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "second"})
+	second, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "partner", Key: "second"})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return w.Stats().Limited >= 1 }, 10*time.Second, 5*time.Millisecond)
 	time.Sleep(100 * time.Millisecond) // its record read as it parks
-	_, _, err = b.store.Transition(ctx, kv.Ref{Tenant: second.Tenant, ID: second.ID}, kv.StateReady, kv.StateCancelled, kv.Actor{Action: "cancel"}, nil)
+	_, _, err = b.Store.Transition(ctx, kv.Ref{Tenant: second.Tenant, ID: second.ID}, kv.StateReady, kv.StateCancelled, kv.Actor{Action: "cancel"}, nil)
 	require.NoError(t, err)
 	close(g.release)
-	b.waitState(t, first.ID, kv.StateSucceeded)
-	use, err := kv.NewLimitUse(ctx, b.js, streams.Names{})
+	b.WaitState(t, first.ID, kv.StateSucceeded)
+	use, err := kv.NewLimitUse(ctx, b.JS, streams.Names{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { // the slot handed to the parked delivery is given back once it is dropped
 		n, err := use.InUse(ctx, "partner")
@@ -536,5 +537,5 @@ func TestTaskCancelledWhileParkedDoesNotRun(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond, "slot left held")
 	_, ran := g.ran.Load(second.ID)
 	require.False(t, ran, "the cancelled task ran")
-	require.Equal(t, kv.StateCancelled, b.waitState(t, second.ID, kv.StateCancelled).State)
+	require.Equal(t, kv.StateCancelled, b.WaitState(t, second.ID, kv.StateCancelled).State)
 }

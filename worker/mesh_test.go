@@ -57,15 +57,15 @@ func TestMembershipAndOwnership(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ctx := context.Background()
-	wA, _ := b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Concurrency: 3, Version: "1.2.3"})
-	members := waitMembers(t, b.js, "A")
+	wA, _ := b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Concurrency: 3, Version: "1.2.3"})
+	members := waitMembers(t, b.JS, "A")
 	require.Equal(t, 3, members[0].Concurrency)
 	require.Equal(t, "1.2.3", members[0].Version)
 	require.NotEmpty(t, members[0].Host)
 
-	b.startWorker(t, worker.Config{ID: "B", MemberTTL: memberTTL})
-	_, ncC := b.startWorker(t, worker.Config{ID: "C", MemberTTL: memberTTL})
-	three := waitMembers(t, b.js, "A", "B", "C")
+	b.StartWorker(t, worker.Config{ID: "B", MemberTTL: memberTTL})
+	_, ncC := b.StartWorker(t, worker.Config{ID: "C", MemberTTL: memberTTL})
+	three := waitMembers(t, b.JS, "A", "B", "C")
 	for _, m := range three {
 		require.GreaterOrEqual(t, len(m.Shards), 10)
 		require.LessOrEqual(t, len(m.Shards), 11)
@@ -83,7 +83,7 @@ func TestMembershipAndOwnership(t *testing.T) {
 
 	require.NoError(t, wA.Stop(ctx)) // clean stop: gone at once, well before its TTL
 	stopped := time.Now()
-	after := owners(waitMembers(t, b.js, "B", "C"))
+	after := owners(waitMembers(t, b.JS, "B", "C"))
 	require.Less(t, time.Since(stopped), memberTTL, "a stopped worker must deregister, not expire")
 	for s, owner := range before {
 		if owner != "A" {
@@ -92,7 +92,7 @@ func TestMembershipAndOwnership(t *testing.T) {
 	}
 
 	ncC.Close() // C dies: no release, its lease expires
-	waitMembers(t, b.js, "B")
+	waitMembers(t, b.JS, "B")
 }
 
 // The shard table a worker follows is the one in AX_CONTROL, and it is the
@@ -101,12 +101,12 @@ func TestShardTableIsShared(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ctx := context.Background()
-	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL})
-	waitMembers(t, b.js, "A")
-	b.startWorker(t, worker.Config{ID: "B", MemberTTL: memberTTL})
-	members := waitMembers(t, b.js, "A", "B")
+	b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL})
+	waitMembers(t, b.JS, "A")
+	b.StartWorker(t, worker.Config{ID: "B", MemberTTL: memberTTL})
+	members := waitMembers(t, b.JS, "A", "B")
 
-	board, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	board, err := b.JS.KeyValue(ctx, "AX_CONTROL")
 	require.NoError(t, err)
 	entry, err := board.Get(ctx, control.ShardTableKey)
 	require.NoError(t, err)
@@ -132,9 +132,9 @@ func TestJoinerSeesAMemberRenewing(t *testing.T) {
 	b := setup(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	members, err := b.js.KeyValue(ctx, "AX_WORKERS")
+	members, err := b.JS.KeyValue(ctx, "AX_WORKERS")
 	require.NoError(t, err)
-	board, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	board, err := b.JS.KeyValue(ctx, "AX_CONTROL")
 	require.NoError(t, err)
 
 	// Z: a member renewing as fast as it can, without a worker behind it.
@@ -161,7 +161,7 @@ func TestJoinerSeesAMemberRenewing(t *testing.T) {
 	defer func() { _ = kv.StopWatch(tables) }()
 	ids := []string{"A", "B", "C", "D", "E", "F"}
 	for i, id := range ids {
-		b.startWorker(t, worker.Config{ID: id, MemberTTL: memberTTL})
+		b.StartWorker(t, worker.Config{ID: id, MemberTTL: memberTTL})
 		want := append([]string{id}, ids[:i]...)
 		want = append(want, "Z")
 		slices.Sort(want)

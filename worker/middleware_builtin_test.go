@@ -65,11 +65,11 @@ func TestBuiltinMiddlewareOrder(t *testing.T) {
 		v.handlerSpan = trace.SpanContextFromContext(ctx)
 		return nil
 	}, nil))
-	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL, TracerProvider: provider, Middleware: []worker.Middleware{probe}})
+	b.StartWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL, TracerProvider: provider, Middleware: []worker.Middleware{probe}})
 
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "job", Tenant: "acme"})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "job", Tenant: "acme"})
 	require.NoError(t, err)
-	b.waitState(t, info.ID, kv.StateSucceeded)
+	b.WaitState(t, info.ID, kv.StateSucceeded)
 	v := <-views
 	require.NotNil(t, v.task, "a user middleware finds the task in its context")
 	require.True(t, v.sameTask, "the context's task is the one the middleware receives")
@@ -92,9 +92,9 @@ func TestBuiltinMiddlewareOrder(t *testing.T) {
 	}, 5*time.Second, 5*time.Millisecond, "the run span or its parent did not end")
 	require.Equal(t, "ax.task job", parent, "the run span is a child of the task span")
 
-	info, err = b.client.Submit(ctx, ax.TaskSpec{Type: "job", Headers: map[string]string{"Ax-Probe": "panic"}})
+	info, err = b.Client.Submit(ctx, ax.TaskSpec{Type: "job", Headers: map[string]string{"Ax-Probe": "panic"}})
 	require.NoError(t, err)
-	rec := b.waitState(t, info.ID, kv.StateDead)
+	rec := b.WaitState(t, info.ID, kv.StateDead)
 	require.Contains(t, rec.LastError, "handler panicked: probe exploded")
 	require.Equal(t, 1, rec.Attempt, "a panic in a middleware is not retried")
 	var failed *tracetest.SpanStub

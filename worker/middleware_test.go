@@ -74,11 +74,11 @@ func TestMiddleware(t *testing.T) {
 		task.SetResult([]byte("from the handler"))
 		return nil
 	}, &worker.TypeConfig{Timeout: 7 * time.Second}))
-	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL, Middleware: []worker.Middleware{named("a"), named("b"), gate}})
+	b.StartWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL, Middleware: []worker.Middleware{named("a"), named("b"), gate}})
 
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "job", Headers: map[string]string{"Ax-Gate": "open"}})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "job", Headers: map[string]string{"Ax-Gate": "open"}})
 	require.NoError(t, err)
-	rec := b.waitState(t, info.ID, kv.StateSucceeded)
+	rec := b.WaitState(t, info.ID, kv.StateSucceeded)
 	require.Equal(t, "from the handler", string(rec.Result))
 	require.Equal(t, []string{"a before job", "b before job", "handler", "b after", "a after"}, calls, "the first middleware is the outermost")
 	v := <-views
@@ -89,24 +89,24 @@ func TestMiddleware(t *testing.T) {
 	mu.Lock()
 	calls = nil
 	mu.Unlock()
-	info, err = b.client.Submit(ctx, ax.TaskSpec{Type: "job", Headers: map[string]string{"Ax-Gate": "answer"}})
+	info, err = b.Client.Submit(ctx, ax.TaskSpec{Type: "job", Headers: map[string]string{"Ax-Gate": "answer"}})
 	require.NoError(t, err)
-	rec = b.waitState(t, info.ID, kv.StateSucceeded)
+	rec = b.WaitState(t, info.ID, kv.StateSucceeded)
 	require.Equal(t, "from the gate", string(rec.Result), "a middleware answers without the handler")
 	require.False(t, (<-views).handled)
 	mu.Lock()
 	require.NotContains(t, calls, "handler")
 	mu.Unlock()
 
-	info, err = b.client.Submit(ctx, ax.TaskSpec{Type: "job", Headers: map[string]string{"Ax-Gate": "deny"}})
+	info, err = b.Client.Submit(ctx, ax.TaskSpec{Type: "job", Headers: map[string]string{"Ax-Gate": "deny"}})
 	require.NoError(t, err)
-	rec = b.waitState(t, info.ID, kv.StateDead)
+	rec = b.WaitState(t, info.ID, kv.StateDead)
 	require.Contains(t, rec.LastError, "denied by gate")
 	<-views
 
-	info, err = b.client.Submit(ctx, ax.TaskSpec{Type: "job", Headers: map[string]string{"Ax-Gate": "panic"}})
+	info, err = b.Client.Submit(ctx, ax.TaskSpec{Type: "job", Headers: map[string]string{"Ax-Gate": "panic"}})
 	require.NoError(t, err)
-	rec = b.waitState(t, info.ID, kv.StateDead)
+	rec = b.WaitState(t, info.ID, kv.StateDead)
 	require.Contains(t, rec.LastError, "handler panicked: gate exploded")
 	require.Equal(t, 1, rec.Attempt)
 }
@@ -114,6 +114,6 @@ func TestMiddleware(t *testing.T) {
 func TestMiddlewareNilRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	_, err := worker.New(context.Background(), b.js, &worker.Config{Registry: worker.NewRegistry(), Middleware: []worker.Middleware{nil}})
+	_, err := worker.New(context.Background(), b.JS, &worker.Config{Registry: worker.NewRegistry(), Middleware: []worker.Middleware{nil}})
 	require.ErrorContains(t, err, "the Middleware at index 0 is nil")
 }

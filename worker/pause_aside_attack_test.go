@@ -11,6 +11,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
@@ -54,7 +55,7 @@ func (b *testBundle) waitPausedAside(t *testing.T, ids []string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		for _, id := range ids {
-			if rec, err := recordOf(context.Background(), b.store, id); err != nil || !rec.WaitsPausedAside() {
+			if rec, err := axtest.Record(context.Background(), b.Store, id); err != nil || !rec.WaitsPausedAside() {
 				return false
 			}
 		}
@@ -69,33 +70,33 @@ func (b *testBundle) waitPausedAside(t *testing.T, ids []string) {
 func TestPauseFlapKeepsTasksAside(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{MaxAckPending: 20})
-	b.startLeader(t)
+	b.StartLeader(t, scheduler.Config{})
 	var reports execCounter
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("report", reports.handler(nil), nil))
-	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
 	ids := pauseBacklog(t, b, 30)
 	b.waitPausedAside(t, ids)
 
 	paused := kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}}}
 	for range 3 {
-		setLimits(t, b.js, kv.Limits{})
+		setLimits(t, b.JS, kv.Limits{})
 		time.Sleep(300 * time.Millisecond)
-		setLimits(t, b.js, paused)
+		setLimits(t, b.JS, paused)
 		time.Sleep(300 * time.Millisecond)
 	}
 	time.Sleep(4 * time.Second) // past the resumer's settle
 	require.Zero(t, reports.all.Load(), "a paused task ran")
 	for _, id := range ids {
-		rec, err := recordOf(context.Background(), b.store, id)
+		rec, err := axtest.Record(context.Background(), b.Store, id)
 		require.NoError(t, err)
-		require.True(t, rec.WaitsPausedAside(), "%s released while paused: %s", id, moves(rec))
+		require.True(t, rec.WaitsPausedAside(), "%s released while paused: %s", id, axtest.Moves(rec))
 	}
 
 	resumed := time.Now()
-	setLimits(t, b.js, kv.Limits{})
+	setLimits(t, b.JS, kv.Limits{})
 	for _, id := range ids {
-		b.waitState(t, id, kv.StateSucceeded)
+		b.WaitState(t, id, kv.StateSucceeded)
 	}
 	require.Less(t, time.Since(resumed), 20*time.Second)
 	time.Sleep(500 * time.Millisecond)
@@ -109,13 +110,13 @@ func TestPauseFlapKeepsTasksAside(t *testing.T) {
 func TestTypeResumeKeepsTenantPausedTasksAside(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{MaxAckPending: 20})
-	b.startLeader(t)
+	b.StartLeader(t, scheduler.Config{})
 	ctx := context.Background()
 	var reports execCounter
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("report", reports.handler(nil), nil))
-	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
-	setLimits(t, b.js, kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}, "tenant:acme": {At: time.Now()}}})
+	b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	setLimits(t, b.JS, kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}, "tenant:acme": {At: time.Now()}}})
 	time.Sleep(200 * time.Millisecond)
 	var acme, others []string
 	for i := range 20 {
@@ -126,25 +127,25 @@ func TestTypeResumeKeepsTenantPausedTasksAside(t *testing.T) {
 		} else {
 			others = append(others, id)
 		}
-		_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Tenant: tenant, Key: "k", ID: id, Priority: ax.P2})
+		_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Tenant: tenant, Key: "k", ID: id, Priority: ax.P2})
 		require.NoError(t, err)
 	}
 	b.waitPausedAside(t, append(acme, others...))
 
-	setLimits(t, b.js, kv.Limits{Paused: map[string]kv.Pause{"tenant:acme": {At: time.Now()}}})
+	setLimits(t, b.JS, kv.Limits{Paused: map[string]kv.Pause{"tenant:acme": {At: time.Now()}}})
 	for _, id := range others {
-		b.waitState(t, id, kv.StateSucceeded)
+		b.WaitState(t, id, kv.StateSucceeded)
 	}
 	time.Sleep(time.Second)
 	for _, id := range acme {
 		require.Zero(t, reports.of(id), "%s ran while its tenant is paused", id)
-		rec, err := recordOf(ctx, b.store, id)
+		rec, err := axtest.Record(ctx, b.Store, id)
 		require.NoError(t, err)
-		require.True(t, rec.WaitsPausedAside(), "%s released while its tenant is paused: %s", id, moves(rec))
+		require.True(t, rec.WaitsPausedAside(), "%s released while its tenant is paused: %s", id, axtest.Moves(rec))
 	}
-	setLimits(t, b.js, kv.Limits{})
+	setLimits(t, b.JS, kv.Limits{})
 	for _, id := range acme {
-		b.waitState(t, id, kv.StateSucceeded)
+		b.WaitState(t, id, kv.StateSucceeded)
 	}
 }
 
@@ -153,27 +154,27 @@ func TestTypeResumeKeepsTenantPausedTasksAside(t *testing.T) {
 func TestResumeDoesNotReleaseDelayedTaskEarly(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{MaxAckPending: 20})
-	b.startLeader(t)
+	b.StartLeader(t, scheduler.Config{})
 	ctx := context.Background()
 	var reports execCounter
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("report", reports.handler(nil), nil))
-	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
 	ids := pauseBacklog(t, b, 10)
 	runAt := time.Now().Add(12 * time.Second)
-	_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", ID: "later", RunAt: runAt})
+	_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", ID: "later", RunAt: runAt})
 	require.NoError(t, err)
 	b.waitPausedAside(t, ids)
 
-	setLimits(t, b.js, kv.Limits{})
+	setLimits(t, b.JS, kv.Limits{})
 	for _, id := range ids {
-		b.waitState(t, id, kv.StateSucceeded)
+		b.WaitState(t, id, kv.StateSucceeded)
 	}
-	rec, err := recordOf(ctx, b.store, "later")
+	rec, err := axtest.Record(ctx, b.Store, "later")
 	require.NoError(t, err)
-	require.Equal(t, kv.StatePending, rec.State, "released early: %s", moves(rec))
+	require.Equal(t, kv.StatePending, rec.State, "released early: %s", axtest.Moves(rec))
 	require.Zero(t, reports.of("later"))
-	rec = b.waitState(t, "later", kv.StateSucceeded)
+	rec = b.WaitState(t, "later", kv.StateSucceeded)
 	require.False(t, rec.StartedAt.Before(runAt), "started %s, due %s", rec.StartedAt, runAt)
 }
 
@@ -185,7 +186,7 @@ func TestResumeDoesNotReleaseDelayedTaskEarly(t *testing.T) {
 func TestPausedRetryingBacklogLeavesItsShardFree(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{MaxAckPending: 20})
-	b.startLeader(t)
+	b.StartLeader(t, scheduler.Config{})
 	ctx := context.Background()
 	var reports, emails execCounter
 	var down atomic.Bool
@@ -194,35 +195,35 @@ func TestPausedRetryingBacklogLeavesItsShardFree(t *testing.T) {
 	require.NoError(t, reg.Handle("report", reports.handler(&down), &worker.TypeConfig{MaxAttempts: 100,
 		Backoff: worker.Backoff{Base: 200 * time.Millisecond, Cap: 400 * time.Millisecond}}))
 	require.NoError(t, reg.Handle("email", emails.handler(nil), nil))
-	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
 	var ids []string
 	for i := range 20 {
 		id := fmt.Sprintf("report-%d", i)
 		ids = append(ids, id)
-		_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", ID: id, Priority: ax.P2})
+		_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", ID: id, Priority: ax.P2})
 		require.NoError(t, err)
 	}
 	for _, id := range ids {
 		require.Eventually(t, func() bool { return reports.of(id) > 0 }, 30*time.Second, 20*time.Millisecond)
 	}
-	setLimits(t, b.js, kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}}})
+	setLimits(t, b.JS, kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}}})
 	time.Sleep(time.Second) // an attempt that started before the pause ends
 	ranPaused := reports.all.Load()
 
 	for i := range 10 {
-		_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "email", Key: "k", ID: fmt.Sprintf("email-%d", i), Priority: ax.P2})
+		_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "email", Key: "k", ID: fmt.Sprintf("email-%d", i), Priority: ax.P2})
 		require.NoError(t, err)
 	}
 	for i := range 10 {
-		b.waitState(t, fmt.Sprintf("email-%d", i), kv.StateSucceeded)
+		b.WaitState(t, fmt.Sprintf("email-%d", i), kv.StateSucceeded)
 	}
 	require.Equal(t, ranPaused, reports.all.Load(), "a paused task ran")
 
 	down.Store(false)
-	setLimits(t, b.js, kv.Limits{})
+	setLimits(t, b.JS, kv.Limits{})
 	for _, id := range ids {
-		rec := b.waitState(t, id, kv.StateSucceeded)
-		require.Equal(t, reports.of(id), rec.Attempt, "%s: %s", id, moves(rec))
+		rec := b.WaitState(t, id, kv.StateSucceeded)
+		require.Equal(t, reports.of(id), rec.Attempt, "%s: %s", id, axtest.Moves(rec))
 	}
 }
 
@@ -232,23 +233,23 @@ func TestPausedRetryingBacklogLeavesItsShardFree(t *testing.T) {
 func TestTaskResumedAfterItsTypeResumeRunsSoon(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{MaxAckPending: 20})
-	b.startLeader(t)
+	b.StartLeader(t, scheduler.Config{})
 	ctx := context.Background()
 	var reports execCounter
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("report", reports.handler(nil), nil))
-	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
 	ids := pauseBacklog(t, b, 4)
 	b.waitPausedAside(t, ids)
-	api := b.adminClient(t)
+	api := b.StartAdmin(t, nil)
 	held := ids[1]
 	_, err := api.Pause(ctx, admin.TaskRequest{ID: held})
 	require.NoError(t, err)
 
-	setLimits(t, b.js, kv.Limits{})
+	setLimits(t, b.JS, kv.Limits{})
 	for _, id := range ids {
 		if id != held {
-			b.waitState(t, id, kv.StateSucceeded)
+			b.WaitState(t, id, kv.StateSucceeded)
 		}
 	}
 	time.Sleep(3 * time.Second) // past the resumer's release
@@ -256,22 +257,9 @@ func TestTaskResumedAfterItsTypeResumeRunsSoon(t *testing.T) {
 	resumed := time.Now()
 	_, err = api.Resume(ctx, admin.TaskRequest{ID: held})
 	require.NoError(t, err)
-	rec := b.waitState(t, held, kv.StateSucceeded)
+	rec := b.WaitState(t, held, kv.StateSucceeded)
 	require.Equal(t, 1, reports.of(held))
-	t.Logf("ran %s after its resume: %s", time.Since(resumed).Round(time.Millisecond), moves(rec))
-}
-
-// adminClient runs the management service until the test ends and returns
-// a client of it.
-func (b *testBundle) adminClient(t *testing.T) *admin.Client {
-	t.Helper()
-	ctx := context.Background()
-	svc, err := admin.New(ctx, b.js, &admin.Config{Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, svc.Start(ctx))
-	t.Cleanup(func() { _ = svc.Stop(ctx) })
-	nc, _ := b.srv.Connect()
-	return admin.NewClient(nc, streams.Names{})
+	t.Logf("ran %s after its resume: %s", time.Since(resumed).Round(time.Millisecond), axtest.Moves(rec))
 }
 
 // A pause made again while the resumer's sweep still releases the tasks
@@ -283,32 +271,32 @@ func (b *testBundle) adminClient(t *testing.T) *admin.Client {
 func TestRepauseStopsTheResumersSweep(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	b.startLeaderWith(t, scheduler.Config{MoverWorkers: 1}) // a slow sweep
+	b.StartLeader(t, scheduler.Config{MoverWorkers: 1}) // a slow sweep
 	ctx := context.Background()
 	var reports execCounter
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("report", reports.handler(nil), nil))
-	w, _ := b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	w, _ := b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
 	paused := kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}}}
-	setLimits(t, b.js, paused)
+	setLimits(t, b.JS, paused)
 	time.Sleep(200 * time.Millisecond)
 	const n = 600
 	var specs []ax.TaskSpec
 	for i := range n {
 		specs = append(specs, ax.TaskSpec{Type: "report", ID: fmt.Sprintf("report-%d", i), Key: fmt.Sprintf("k%d", i%16)})
 	}
-	_, err := b.client.SubmitBatch(ctx, specs)
+	_, err := b.Client.SubmitBatch(ctx, specs)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return w.Stats().SteppedAside >= n }, 60*time.Second, 50*time.Millisecond)
 
-	setLimits(t, b.js, kv.Limits{})
+	setLimits(t, b.JS, kv.Limits{})
 	require.Eventually(t, func() bool { return reports.all.Load() > 0 }, 30*time.Second, time.Millisecond)
-	setLimits(t, b.js, paused)
+	setLimits(t, b.JS, paused)
 	repaused := time.Now().Add(100 * time.Millisecond) // a release under way may land
 	time.Sleep(5 * time.Second)
 	late := 0
 	for _, spec := range specs {
-		rec, err := recordOf(ctx, b.store, spec.ID)
+		rec, err := axtest.Record(ctx, b.Store, spec.ID)
 		require.NoError(t, err)
 		for _, m := range rec.Trail {
 			if m.From == kv.StatePending && m.To == kv.StateReady && m.At.After(repaused) {
@@ -320,9 +308,9 @@ func TestRepauseStopsTheResumersSweep(t *testing.T) {
 	t.Logf("released before the pause came back: %d; after: %d", ran, late)
 	require.Less(t, late, n/10, "the sweep released a paused type's tasks")
 
-	setLimits(t, b.js, kv.Limits{})
+	setLimits(t, b.JS, kv.Limits{})
 	for _, spec := range specs {
-		b.waitState(t, spec.ID, kv.StateSucceeded)
+		b.WaitState(t, spec.ID, kv.StateSucceeded)
 	}
 	time.Sleep(500 * time.Millisecond)
 	require.Equal(t, int64(n), reports.all.Load())
@@ -333,25 +321,25 @@ func TestRepauseStopsTheResumersSweep(t *testing.T) {
 func TestDelayedTaskDueWhilePausedRunsAtTheResume(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	b.startLeader(t)
+	b.StartLeader(t, scheduler.Config{})
 	ctx := context.Background()
 	var reports execCounter
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("report", reports.handler(nil), nil))
-	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
-	setLimits(t, b.js, kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}}})
+	b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	setLimits(t, b.JS, kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}}})
 	time.Sleep(200 * time.Millisecond)
-	_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", ID: "later", Delay: 1500 * time.Millisecond})
+	_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", ID: "later", Delay: 1500 * time.Millisecond})
 	require.NoError(t, err)
 	b.waitPausedAside(t, []string{"later"})
 	require.Zero(t, reports.of("later"))
 
 	resumed := time.Now()
-	setLimits(t, b.js, kv.Limits{})
-	rec := b.waitState(t, "later", kv.StateSucceeded)
+	setLimits(t, b.JS, kv.Limits{})
+	rec := b.WaitState(t, "later", kv.StateSucceeded)
 	require.Less(t, time.Since(resumed), 15*time.Second)
 	time.Sleep(500 * time.Millisecond)
-	require.Equal(t, 1, reports.of("later"), moves(rec))
+	require.Equal(t, 1, reports.of("later"), axtest.Moves(rec))
 }
 
 // `ax tasks cancel --type T --state PENDING` cancels a paused type's
@@ -359,29 +347,29 @@ func TestDelayedTaskDueWhilePausedRunsAtTheResume(t *testing.T) {
 func TestCancelPendingOfPausedTypeCancelsTasksPausedAside(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{MaxAckPending: 20})
-	b.startLeader(t)
+	b.StartLeader(t, scheduler.Config{})
 	ctx := context.Background()
 	var reports execCounter
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("report", reports.handler(nil), nil))
-	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
 	ids := pauseBacklog(t, b, 24)
 	b.waitPausedAside(t, ids)
-	api := b.adminClient(t)
+	api := b.StartAdmin(t, nil)
 	reply, err := api.CancelMatching(ctx, admin.BatchCancelRequest{Filter: admin.Filter{Type: "report", States: []kv.State{kv.StatePending}}})
 	require.NoError(t, err)
 	require.Equal(t, len(ids), reply.Cancelled, "%+v", reply)
-	delayed, err := b.js.Stream(ctx, streams.Names{}.DelayedStream())
+	delayed, err := b.JS.Stream(ctx, streams.Names{}.DelayedStream())
 	require.NoError(t, err)
 	info, err := delayed.Info(ctx)
 	require.NoError(t, err)
 	require.Zero(t, info.State.Msgs, "schedules of cancelled tasks left")
 
-	setLimits(t, b.js, kv.Limits{})
+	setLimits(t, b.JS, kv.Limits{})
 	time.Sleep(4 * time.Second) // past the resumer's release
 	require.Zero(t, reports.all.Load())
 	for _, id := range ids {
-		rec, err := recordOf(ctx, b.store, id)
+		rec, err := axtest.Record(ctx, b.Store, id)
 		require.NoError(t, err)
 		require.Equal(t, kv.StateCancelled, rec.State)
 	}
@@ -411,12 +399,12 @@ func TestResumersFailedSweepIsRetried(t *testing.T) {
 	var reports execCounter
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("report", reports.handler(nil), nil))
-	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
 	ids := pauseBacklog(t, b, 10)
 	b.waitPausedAside(t, ids)
-	setLimits(t, b.js, kv.Limits{})
+	setLimits(t, b.JS, kv.Limits{})
 
-	_, js := b.srv.Connect()
+	_, js := b.Server.Connect()
 	outage := &delayedOutage{JetStream: js}
 	l, err := scheduler.New(context.Background(), outage, &scheduler.Config{LeaseTTL: 2 * time.Second, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
@@ -431,7 +419,7 @@ func TestResumersFailedSweepIsRetried(t *testing.T) {
 	outage.healed.Store(true)
 	healed := time.Now()
 	for _, id := range ids {
-		b.waitState(t, id, kv.StateSucceeded)
+		b.WaitState(t, id, kv.StateSucceeded)
 	}
 	require.Less(t, time.Since(healed), 20*time.Second)
 }
@@ -443,7 +431,7 @@ func TestResumersFailedSweepIsRetried(t *testing.T) {
 func TestUniqueRetryPausedAsideStillHoldsItsKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{MaxAckPending: 20})
-	b.startLeader(t)
+	b.StartLeader(t, scheduler.Config{})
 	ctx := context.Background()
 	var reports execCounter
 	var down atomic.Bool
@@ -451,33 +439,33 @@ func TestUniqueRetryPausedAsideStillHoldsItsKey(t *testing.T) {
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("report", reports.handler(&down), &worker.TypeConfig{MaxAttempts: 100,
 		Backoff: worker.Backoff{Base: 200 * time.Millisecond, Cap: 400 * time.Millisecond}}))
-	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 4})
+	b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 4})
 	spec := func(id string) ax.TaskSpec {
 		return ax.TaskSpec{Type: "report", Key: "k", ID: id, Priority: ax.P2, Unique: &ax.UniqueOpts{
 			Key: "nightly", For: time.Hour, States: []kv.State{kv.StateRunning, kv.StateRetrying}}}
 	}
-	first, err := b.client.Submit(ctx, spec("unique-1"))
+	first, err := b.Client.Submit(ctx, spec("unique-1"))
 	require.NoError(t, err)
 	require.False(t, first.UniqueSkipped)
 	require.Eventually(t, func() bool { return reports.of("unique-1") > 0 }, 30*time.Second, 10*time.Millisecond)
-	setLimits(t, b.js, kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}}})
+	setLimits(t, b.JS, kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}}})
 	require.Eventually(t, func() bool {
-		rec, err := recordOf(ctx, b.store, "unique-1")
+		rec, err := axtest.Record(ctx, b.Store, "unique-1")
 		return err == nil && rec.WaitsPausedAside()
 	}, 30*time.Second, 20*time.Millisecond, "the retry was not paused aside")
-	rec, err := recordOf(ctx, b.store, "unique-1")
+	rec, err := axtest.Record(ctx, b.Store, "unique-1")
 	require.NoError(t, err)
 	require.Equal(t, kv.StateRetrying, rec.WaitsAsideFrom())
 
-	second, err := b.client.Submit(ctx, spec("unique-2"))
+	second, err := b.Client.Submit(ctx, spec("unique-2"))
 	require.NoError(t, err)
 	require.True(t, second.UniqueSkipped, "a second task was made while the first's retry waited paused aside")
 	require.Equal(t, "unique-1", second.ID)
 
 	down.Store(false)
-	setLimits(t, b.js, kv.Limits{})
-	b.waitState(t, "unique-1", kv.StateSucceeded)
-	_, err = recordOf(ctx, b.store, "unique-2")
+	setLimits(t, b.JS, kv.Limits{})
+	b.WaitState(t, "unique-1", kv.StateSucceeded)
+	_, err = axtest.Record(ctx, b.Store, "unique-2")
 	require.Error(t, err, "the skipped submit made a task")
 }
 
@@ -488,7 +476,7 @@ func TestUniqueRetryPausedAsideStillHoldsItsKey(t *testing.T) {
 func TestLimitedRetriesStepAside(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{MaxAckPending: 20})
-	b.startLeader(t)
+	b.StartLeader(t, scheduler.Config{})
 	ctx := context.Background()
 	var reports execCounter
 	var down atomic.Bool
@@ -501,19 +489,19 @@ func TestLimitedRetriesStepAside(t *testing.T) {
 	}
 	require.NoError(t, reg.Handle("report", slow, &worker.TypeConfig{MaxAttempts: 100,
 		Backoff: worker.Backoff{Base: 100 * time.Millisecond, Cap: 200 * time.Millisecond}}))
-	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"report": {Concurrency: 1}}})
+	b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"report": {Concurrency: 1}}})
 	time.Sleep(200 * time.Millisecond) // the watch delivers the change
 	var ids []string
 	for i := range 30 {
 		id := fmt.Sprintf("report-%d", i)
 		ids = append(ids, id)
-		_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", ID: id, Priority: ax.P2})
+		_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", ID: id, Priority: ax.P2})
 		require.NoError(t, err)
 	}
 	retriedAside := func() bool {
 		for _, id := range ids {
-			if rec, err := recordOf(ctx, b.store, id); err == nil && rec.WaitsAsideFrom() == kv.StateRetrying {
+			if rec, err := axtest.Record(ctx, b.Store, id); err == nil && rec.WaitsAsideFrom() == kv.StateRetrying {
 				return true
 			}
 		}
@@ -522,7 +510,7 @@ func TestLimitedRetriesStepAside(t *testing.T) {
 	require.Eventually(t, retriedAside, 30*time.Second, 20*time.Millisecond, "no retry stepped aside")
 	down.Store(false)
 	for _, id := range ids {
-		rec := b.waitState(t, id, kv.StateSucceeded)
-		require.Equal(t, reports.of(id), rec.Attempt, "%s: %s", id, moves(rec))
+		rec := b.WaitState(t, id, kv.StateSucceeded)
+		require.Equal(t, reports.of(id), rec.Attempt, "%s: %s", id, axtest.Moves(rec))
 	}
 }

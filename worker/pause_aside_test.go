@@ -9,12 +9,13 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 )
 
 // pauseBacklog pauses type "report", then submits n tasks of it on one
@@ -22,7 +23,7 @@ import (
 func pauseBacklog(t *testing.T, b *testBundle, n int) []string {
 	t.Helper()
 	ctx := context.Background()
-	setLimits(t, b.js, kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}}})
+	setLimits(t, b.JS, kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}}})
 	time.Sleep(200 * time.Millisecond) // the watch delivers the change
 	var ids []string
 	for i := range n {
@@ -31,11 +32,11 @@ func pauseBacklog(t *testing.T, b *testBundle, n int) []string {
 		if i%2 == 0 {
 			msg := nats.NewMsg("ax.submit.p2.default.report.k")
 			msg.Header.Set("Nats-Msg-Id", id)
-			_, err := b.js.PublishMsg(ctx, msg)
+			_, err := b.JS.PublishMsg(ctx, msg)
 			require.NoError(t, err)
 			continue
 		}
-		_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", ID: id, Priority: ax.P2})
+		_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", ID: id, Priority: ax.P2})
 		require.NoError(t, err)
 	}
 	return ids
@@ -55,27 +56,27 @@ func pausedAside(rec *kv.Record) bool {
 func TestPausedBacklogLeavesItsShardFree(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{MaxAckPending: 20})
-	b.startLeader(t)
+	b.StartLeader(t, scheduler.Config{})
 	ctx := context.Background()
 	var reports, emails gauge
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("report", reports.handler(0), nil))
 	require.NoError(t, reg.Handle("email", emails.handler(0), nil))
 	holds := &holdCounter{}
-	w, _ := b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8, Observer: holds})
+	w, _ := b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8, Observer: holds})
 
 	ids := pauseBacklog(t, b, 60)
 	for i := range 10 {
-		_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "email", Key: "k", ID: fmt.Sprintf("email-%d", i), Priority: ax.P2})
+		_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "email", Key: "k", ID: fmt.Sprintf("email-%d", i), Priority: ax.P2})
 		require.NoError(t, err)
 	}
 	for i := range 10 {
-		b.waitState(t, fmt.Sprintf("email-%d", i), kv.StateSucceeded)
+		b.WaitState(t, fmt.Sprintf("email-%d", i), kv.StateSucceeded)
 	}
 	require.Zero(t, reports.executions.Load(), "a paused task ran")
 	require.Eventually(t, func() bool {
 		for _, id := range ids {
-			if rec, err := recordOf(ctx, b.store, id); err != nil || !rec.WaitsSteppedAside() || !rec.WaitsPausedAside() {
+			if rec, err := axtest.Record(ctx, b.Store, id); err != nil || !rec.WaitsSteppedAside() || !rec.WaitsPausedAside() {
 				return false
 			}
 		}
@@ -86,9 +87,9 @@ func TestPausedBacklogLeavesItsShardFree(t *testing.T) {
 	require.Zero(t, holds.count(worker.HeldSteppedAside), "a pause is not a limit")
 
 	resumed := time.Now()
-	setLimits(t, b.js, kv.Limits{})
+	setLimits(t, b.JS, kv.Limits{})
 	for _, id := range ids {
-		rec := b.waitState(t, id, kv.StateSucceeded)
+		rec := b.WaitState(t, id, kv.StateSucceeded)
 		require.Equal(t, 1, rec.Attempt)
 		require.True(t, pausedAside(rec))
 	}
@@ -103,30 +104,30 @@ func TestPausedBacklogLeavesItsShardFree(t *testing.T) {
 func TestPausedAsideReleasedByTheNextLeader(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{MaxAckPending: 20})
-	stop := b.startLeader(t)
+	leader := b.StartLeader(t, scheduler.Config{})
 	var reports gauge
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("report", reports.handler(0), nil))
-	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
 
 	ids := pauseBacklog(t, b, 30)
 	require.Eventually(t, func() bool {
 		for _, id := range ids {
-			if rec, err := recordOf(context.Background(), b.store, id); err != nil || !rec.WaitsPausedAside() {
+			if rec, err := axtest.Record(context.Background(), b.Store, id); err != nil || !rec.WaitsPausedAside() {
 				return false
 			}
 		}
 		return true
 	}, 30*time.Second, 100*time.Millisecond, "the paused backlog did not all step aside")
-	stop()
-	setLimits(t, b.js, kv.Limits{})
+	leader.Stop()
+	setLimits(t, b.JS, kv.Limits{})
 	time.Sleep(3 * time.Second) // past the settle a running leader would have waited
 	require.Zero(t, reports.executions.Load(), "released with no leader")
 
 	resumed := time.Now()
-	b.startLeader(t)
+	b.StartLeader(t, scheduler.Config{})
 	for _, id := range ids {
-		require.Equal(t, 1, b.waitState(t, id, kv.StateSucceeded).Attempt)
+		require.Equal(t, 1, b.WaitState(t, id, kv.StateSucceeded).Attempt)
 	}
 	require.Equal(t, int64(30), reports.executions.Load())
 	require.Less(t, time.Since(resumed), 20*time.Second)
@@ -138,44 +139,39 @@ func TestPausedAsideReleasedByTheNextLeader(t *testing.T) {
 func TestOperatorVerbsOnPausedAsideTasks(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{MaxAckPending: 20})
-	b.startLeader(t)
+	b.StartLeader(t, scheduler.Config{})
 	var reports gauge
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("report", reports.handler(0), nil))
-	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
 	ids := pauseBacklog(t, b, 24)
 	require.Eventually(t, func() bool {
 		for _, id := range ids {
-			if rec, err := recordOf(context.Background(), b.store, id); err != nil || !rec.WaitsPausedAside() {
+			if rec, err := axtest.Record(context.Background(), b.Store, id); err != nil || !rec.WaitsPausedAside() {
 				return false
 			}
 		}
 		return true
 	}, 30*time.Second, 100*time.Millisecond)
 	ctx := context.Background()
-	svc, err := admin.New(ctx, b.js, &admin.Config{Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, svc.Start(ctx))
-	t.Cleanup(func() { _ = svc.Stop(ctx) })
-	nc, _ := b.srv.Connect()
-	api := admin.NewClient(nc, streams.Names{})
+	api := b.StartAdmin(t, nil)
 	cancelled := ids[0]
-	_, err = api.Cancel(ctx, admin.TaskRequest{ID: cancelled})
+	_, err := api.Cancel(ctx, admin.TaskRequest{ID: cancelled})
 	require.NoError(t, err)
 	held := ids[1]
 	_, err = api.Pause(ctx, admin.TaskRequest{ID: held})
 	require.NoError(t, err)
 	_, err = api.Resume(ctx, admin.TaskRequest{ID: held})
 	require.NoError(t, err)
-	rec, err := recordOf(context.Background(), b.store, held)
+	rec, err := axtest.Record(context.Background(), b.Store, held)
 	require.NoError(t, err)
 	require.True(t, rec.WaitsPausedAside(), "a task's own pause and resume ended its type's: %+v", rec.Trail)
 
-	setLimits(t, b.js, kv.Limits{})
+	setLimits(t, b.JS, kv.Limits{})
 	for _, id := range ids[1:] {
-		require.Equal(t, 1, b.waitState(t, id, kv.StateSucceeded).Attempt)
+		require.Equal(t, 1, b.WaitState(t, id, kv.StateSucceeded).Attempt)
 	}
-	require.Equal(t, kv.StateCancelled, b.waitState(t, cancelled, kv.StateCancelled).State)
+	require.Equal(t, kv.StateCancelled, b.WaitState(t, cancelled, kv.StateCancelled).State)
 	time.Sleep(500 * time.Millisecond)
 	require.Equal(t, int64(len(ids)-1), reports.executions.Load())
 }

@@ -50,14 +50,14 @@ func TestAttackPoolsOverlappingChurn(t *testing.T) {
 		}
 		return reg
 	}
-	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: registry("a")})
-	b.startWorker(t, worker.Config{ID: "C", MemberTTL: memberTTL, Registry: registry("b")})
+	b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: registry("a")})
+	b.StartWorker(t, worker.Config{ID: "C", MemberTTL: memberTTL, Registry: registry("b")})
 
 	churned := make(chan struct{})
 	go func() {
 		defer close(churned)
 		for i := range 6 {
-			_, js := b.srv.Connect()
+			_, js := b.Server.Connect()
 			w, err := worker.New(ctx, js, &worker.Config{ID: fmt.Sprintf("X%d", i), MemberTTL: memberTTL, Registry: registry("a", "b")})
 			if err == nil {
 				err = w.Start(ctx)
@@ -77,7 +77,7 @@ func TestAttackPoolsOverlappingChurn(t *testing.T) {
 	var ids []string
 	for i := range 300 {
 		for _, typ := range []string{"a", "b"} {
-			info, err := b.client.Submit(ctx, ax.TaskSpec{Type: typ, Tenant: "acme", Priority: ax.PriorityOf(i % streams.Priorities),
+			info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: typ, Tenant: "acme", Priority: ax.PriorityOf(i % streams.Priorities),
 				ID: fmt.Sprintf("%s-%d", typ, i), Key: fmt.Sprintf("k%d", i)})
 			require.NoError(t, err)
 			ids = append(ids, info.ID)
@@ -86,7 +86,7 @@ func TestAttackPoolsOverlappingChurn(t *testing.T) {
 	}
 	<-churned
 	for _, id := range ids {
-		b.waitState(t, id, kv.StateSucceeded)
+		b.WaitState(t, id, kv.StateSucceeded)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -115,7 +115,7 @@ func TestAttackPoolsConcurrentFirstWorkers(t *testing.T) {
 	errs := make([]error, 4)
 	for i := range errs {
 		wg.Go(func() {
-			_, js := b.srv.Connect()
+			_, js := b.Server.Connect()
 			w, err := worker.New(ctx, js, &worker.Config{ID: fmt.Sprintf("N%d", i), MemberTTL: memberTTL, Registry: r.registry(t, "fresh")})
 			if err == nil {
 				err = w.Start(ctx)
@@ -135,12 +135,12 @@ func TestAttackPoolsConcurrentFirstWorkers(t *testing.T) {
 	}
 	var ids []string
 	for i := range 50 {
-		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "fresh", Tenant: "acme", Priority: ax.PriorityOf(i % streams.Priorities), Key: fmt.Sprintf("k%d", i)})
+		info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "fresh", Tenant: "acme", Priority: ax.PriorityOf(i % streams.Priorities), Key: fmt.Sprintf("k%d", i)})
 		require.NoError(t, err)
 		ids = append(ids, info.ID)
 	}
 	for _, id := range ids {
-		b.waitState(t, id, kv.StateSucceeded)
+		b.WaitState(t, id, kv.StateSucceeded)
 		require.Len(t, r.runs(id), 1, "task %s", id)
 	}
 }

@@ -49,14 +49,14 @@ func TestPoolsRouteByType(t *testing.T) {
 	b := setup(t, &streams.Config{Layout: streams.LayoutPools})
 	ctx := context.Background()
 	r := &ranOn{ran: map[string][]string{}}
-	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: r.registry(t, "email")})
-	b.startWorker(t, worker.Config{ID: "B", MemberTTL: memberTTL, Registry: r.registry(t, "resize")})
-	b.startWorker(t, worker.Config{ID: "C", MemberTTL: memberTTL, Registry: r.registry(t, "email", "resize")})
+	b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: r.registry(t, "email")})
+	b.StartWorker(t, worker.Config{ID: "B", MemberTTL: memberTTL, Registry: r.registry(t, "resize")})
+	b.StartWorker(t, worker.Config{ID: "C", MemberTTL: memberTTL, Registry: r.registry(t, "email", "resize")})
 
 	var ids []string
 	submit := func(typ string, n int) {
 		for i := range n {
-			info, err := b.client.Submit(ctx, ax.TaskSpec{Type: typ, Tenant: "acme", Priority: ax.PriorityOf(i % streams.Priorities),
+			info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: typ, Tenant: "acme", Priority: ax.PriorityOf(i % streams.Priorities),
 				ID: fmt.Sprintf("%s-%d", typ, i), Key: fmt.Sprintf("k%d", i)})
 			require.NoError(t, err)
 			ids = append(ids, info.ID)
@@ -66,7 +66,7 @@ func TestPoolsRouteByType(t *testing.T) {
 	submit("resize", 100)
 	submit("report", 20)
 	for _, id := range ids[:200] {
-		b.waitState(t, id, kv.StateSucceeded)
+		b.WaitState(t, id, kv.StateSucceeded)
 	}
 	for _, id := range ids[:200] {
 		runs := r.runs(id)
@@ -86,21 +86,21 @@ func TestPoolsRouteByType(t *testing.T) {
 
 	// The report tasks wait: READY, still in their buckets, never run.
 	for _, id := range ids[200:] {
-		rec, _, err := b.store.Get(ctx, kv.Ref{Tenant: "acme", ID: id})
+		rec, _, err := b.Store.Get(ctx, kv.Ref{Tenant: "acme", ID: id})
 		require.NoError(t, err)
 		require.Equal(t, kv.StateReady, rec.State, "task %s", id)
 		require.Empty(t, r.runs(id))
 	}
-	b.startWorker(t, worker.Config{ID: "D", MemberTTL: memberTTL, Registry: r.registry(t, "report")})
+	b.StartWorker(t, worker.Config{ID: "D", MemberTTL: memberTTL, Registry: r.registry(t, "report")})
 	for _, id := range ids[200:] {
-		b.waitState(t, id, kv.StateSucceeded)
+		b.WaitState(t, id, kv.StateSucceeded)
 		require.Equal(t, []string{"D/report"}, r.runs(id))
 	}
 
 	// Members announce their types and the shards they own per type: the
 	// two members of each ring split its 32 shards.
 	require.Eventually(t, func() bool {
-		ms, err := kv.ListMembers(ctx, b.js, streams.Names{})
+		ms, err := kv.ListMembers(ctx, b.JS, streams.Names{})
 		if err != nil || len(ms) != 4 {
 			return false
 		}
@@ -125,7 +125,7 @@ func TestNarrowedWorkerRefusedOnDefaultLayout(t *testing.T) {
 	full := (&ranOn{ran: map[string][]string{}}).registry(t, "a", "b")
 	narrowed, err := full.Only("a")
 	require.NoError(t, err)
-	_, js := b.srv.Connect()
+	_, js := b.Server.Connect()
 	w, err := worker.New(ctx, js, &worker.Config{ID: "only-a", MemberTTL: memberTTL, Registry: narrowed})
 	require.NoError(t, err)
 	err = w.Start(ctx)
@@ -134,5 +134,5 @@ func TestNarrowedWorkerRefusedOnDefaultLayout(t *testing.T) {
 	require.ErrorContains(t, err, "ax provision --pools")
 
 	// The full registry starts there as before.
-	b.startWorker(t, worker.Config{ID: "full", MemberTTL: memberTTL, Registry: full})
+	b.StartWorker(t, worker.Config{ID: "full", MemberTTL: memberTTL, Registry: full})
 }

@@ -33,14 +33,14 @@ func (s *typeStarts) count() (bulk, small int) {
 func runTypeBacklogs(t *testing.T, limits kv.Limits) (bulk, small int) {
 	b := setup(t, &streams.Config{Layout: streams.LayoutPools})
 	if !limits.Empty() {
-		setLimits(t, b.js, limits)
+		setLimits(t, b.JS, limits)
 	}
 	for _, typ := range []string{"bulk", "small"} {
 		specs := make([]ax.TaskSpec, 1500)
 		for i := range specs {
 			specs[i] = ax.TaskSpec{Type: typ, Priority: ax.P2}
 		}
-		_, err := b.client.SubmitBatch(context.Background(), specs)
+		_, err := b.Client.SubmitBatch(context.Background(), specs)
 		require.NoError(t, err)
 	}
 	s := &typeStarts{n: map[string]int{}}
@@ -54,7 +54,7 @@ func runTypeBacklogs(t *testing.T, limits kv.Limits) (bulk, small int) {
 			return nil
 		}, nil))
 	}
-	b.startWorker(t, worker.Config{Registry: reg, Concurrency: 4, PrefetchPerShard: 8, Logger: zaptest.NewLogger(t)})
+	b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 4, PrefetchPerShard: 8, Logger: zaptest.NewLogger(t)})
 	require.Eventually(t, func() bool { bulk, small := s.count(); return bulk+small >= 1000 }, 60*time.Second, 5*time.Millisecond)
 	bulk, small = s.count()
 	t.Logf("starts: bulk %d, small %d (ratio %.2f)", bulk, small, float64(bulk)/float64(max(small, 1)))

@@ -46,7 +46,7 @@ func TestBufferedPrefetchNeverRunsTwiceAtOnce(t *testing.T) {
 	}, nil))
 	var workers []*worker.Worker
 	for _, id := range []string{"A", "B"} {
-		w, _ := b.startWorker(t, worker.Config{ID: id, Registry: reg, Concurrency: 2, PrefetchPerShard: 4, AckWait: ackWait})
+		w, _ := b.StartWorker(t, worker.Config{ID: id, Registry: reg, Concurrency: 2, PrefetchPerShard: 4, AckWait: ackWait})
 		workers = append(workers, w)
 	}
 
@@ -54,14 +54,14 @@ func TestBufferedPrefetchNeverRunsTwiceAtOnce(t *testing.T) {
 	for i := range tasks {
 		tasks[i] = ax.TaskSpec{Type: "work", Priority: ax.P2}
 	}
-	infos, err := b.client.SubmitBatch(context.Background(), tasks)
+	infos, err := b.Client.SubmitBatch(context.Background(), tasks)
 	require.NoError(t, err)
 	start := time.Now()
 	var counts map[kv.State]int
 	assert.EventuallyWithT(t, func(c *assert.CollectT) {
 		counts = map[kv.State]int{}
 		for _, info := range infos {
-			rec, _, err := b.store.Get(context.Background(), kv.Ref{Tenant: info.Tenant, ID: info.ID})
+			rec, _, err := b.Store.Get(context.Background(), kv.Ref{Tenant: info.Tenant, ID: info.ID})
 			if !assert.NoError(c, err) {
 				return
 			}
@@ -112,16 +112,16 @@ func TestPrefetchRunsAShardsTasksInParallel(t *testing.T) {
 				running.Add(-1)
 				return nil
 			}, nil))
-			b.startWorker(t, worker.Config{Registry: reg, Concurrency: 4, PrefetchPerShard: 4, Shards: []int{7}})
+			b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 4, PrefetchPerShard: 4, Shards: []int{7}})
 			key := keyOnShard(t, 7)
 			tasks := make([]ax.TaskSpec, 8)
 			for i := range tasks {
 				tasks[i] = ax.TaskSpec{Type: "work", Key: key}
 			}
-			infos, err := b.client.SubmitBatch(context.Background(), tasks)
+			infos, err := b.Client.SubmitBatch(context.Background(), tasks)
 			require.NoError(t, err)
 			for _, info := range infos {
-				b.waitState(t, info.ID, kv.StateSucceeded)
+				b.WaitState(t, info.ID, kv.StateSucceeded)
 			}
 			require.EqualValues(t, 4, most.Load(), "tasks of one shard running at once")
 		})
@@ -163,16 +163,16 @@ func TestHeldDeliveriesWaitingForASlotKeepTheirClaim(t *testing.T) {
 		}
 		return ctx.Err()
 	}, nil))
-	w, _ := b.startWorker(t, worker.Config{Registry: reg, Concurrency: 1, PrefetchPerShard: 4, AckWait: ackWait, Shards: []int{7}})
+	w, _ := b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 1, PrefetchPerShard: 4, AckWait: ackWait, Shards: []int{7}})
 	key := keyOnShard(t, 7)
 	tasks := make([]ax.TaskSpec, 4) // the fourth waits 3 × ackWait/2 for the slot
 	for i := range tasks {
 		tasks[i] = ax.TaskSpec{Type: "work", Key: key}
 	}
-	infos, err := b.client.SubmitBatch(context.Background(), tasks)
+	infos, err := b.Client.SubmitBatch(context.Background(), tasks)
 	require.NoError(t, err)
 	for _, info := range infos {
-		rec := b.waitState(t, info.ID, kv.StateSucceeded)
+		rec := b.WaitState(t, info.ID, kv.StateSucceeded)
 		require.Equal(t, kv.StateSucceeded, rec.State)
 	}
 	mu.Lock()
@@ -196,20 +196,20 @@ func TestBacklogIsPulledInBatches(t *testing.T) {
 	for i := range tasks {
 		tasks[i] = ax.TaskSpec{Type: "echo", Priority: ax.P2}
 	}
-	infos, err := b.client.SubmitBatch(context.Background(), tasks)
+	infos, err := b.Client.SubmitBatch(context.Background(), tasks)
 	require.NoError(t, err)
 
-	nc, _ := b.srv.Connect()
+	nc, _ := b.Server.Connect()
 	var pulls atomic.Int64
 	sub, err := nc.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+streams.DefaultNames().PriorityStream(2)+".>", func(*nats.Msg) { pulls.Add(1) })
 	require.NoError(t, err)
 	require.NoError(t, nc.Flush())
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 
-	b.startWorker(t, worker.Config{ID: "A", Concurrency: 16, PrefetchPerShard: 4})
+	b.StartWorker(t, worker.Config{ID: "A", Concurrency: 16, PrefetchPerShard: 4})
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, info := range infos {
-			rec, _, err := b.store.Get(context.Background(), kv.Ref{Tenant: info.Tenant, ID: info.ID})
+			rec, _, err := b.Store.Get(context.Background(), kv.Ref{Tenant: info.Tenant, ID: info.ID})
 			if !assert.NoError(c, err) || !assert.Equal(c, kv.StateSucceeded, rec.State) {
 				return
 			}

@@ -58,9 +58,9 @@ func TestPriorityIsPerWorker(t *testing.T) {
 		}, nil))
 		return reg
 	}
-	b.startWorker(t, worker.Config{ID: "wa", Registry: registry("wa"), Concurrency: 1})
-	b.startWorker(t, worker.Config{ID: "wb", Registry: registry("wb"), Concurrency: 1})
-	members := waitMembers(t, b.js, "wa", "wb")
+	b.StartWorker(t, worker.Config{ID: "wa", Registry: registry("wa"), Concurrency: 1})
+	b.StartWorker(t, worker.Config{ID: "wb", Registry: registry("wb"), Concurrency: 1})
+	members := waitMembers(t, b.JS, "wa", "wb")
 	shards := map[string][]int{}
 	for _, m := range members {
 		shards[m.ID] = m.Shards
@@ -68,13 +68,13 @@ func TestPriorityIsPerWorker(t *testing.T) {
 	keyA, keyB := keyIn(t, shards["wa"]), keyIn(t, shards["wb"])
 
 	// wb's only slot is busy; a P0 task waits in wb's hands.
-	hold, err := b.client.Submit(ctx, ax.TaskSpec{Type: "hold", Key: keyB, Priority: ax.P0})
+	hold, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "hold", Key: keyB, Priority: ax.P0})
 	require.NoError(t, err)
-	b.waitState(t, hold.ID, kv.StateRunning)
-	_, err = b.client.Submit(ctx, ax.TaskSpec{Type: "job", Key: keyB, Priority: ax.P0})
+	b.WaitState(t, hold.ID, kv.StateRunning)
+	_, err = b.Client.Submit(ctx, ax.TaskSpec{Type: "job", Key: keyB, Priority: ax.P0})
 	require.NoError(t, err)
 	// wa, with no higher task, starts a P4 task at once.
-	_, err = b.client.Submit(ctx, ax.TaskSpec{Type: "job", Key: keyA, Priority: ax.P4})
+	_, err = b.Client.Submit(ctx, ax.TaskSpec{Type: "job", Key: keyA, Priority: ax.P4})
 	require.NoError(t, err)
 	var low start
 	select {

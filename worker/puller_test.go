@@ -20,7 +20,7 @@ import (
 func TestPullersWaitWhileTheServerIsAway(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	nc, js := b.srv.Connect(nats.ReconnectBufSize(1024), nats.ReconnectWait(time.Hour))
+	nc, js := b.Server.Connect(nats.ReconnectBufSize(1024), nats.ReconnectWait(time.Hour))
 	reg := worker.NewRegistry()
 	require.NoError(t, builtin.Register(reg, nil))
 	w, err := worker.New(context.Background(), js, &worker.Config{ID: "A", Registry: reg, Concurrency: 4, Logger: zaptest.NewLogger(t)})
@@ -34,7 +34,7 @@ func TestPullersWaitWhileTheServerIsAway(t *testing.T) {
 	time.Sleep(time.Second) // every puller has its request open
 	before := nc.NumSubscriptions()
 
-	b.srv.Stop()
+	b.Server.Stop()
 	require.Eventually(t, func() bool { return nc.Status() == nats.RECONNECTING }, 10*time.Second, 50*time.Millisecond)
 	time.Sleep(10 * time.Second) // two heartbeats (2 s each) and more, twice
 	after := nc.NumSubscriptions()

@@ -23,7 +23,7 @@ func runJobWorker(t *testing.T, b *testBundle, starts chan<- int) (*worker.Worke
 		time.Sleep(20 * time.Millisecond) // the next tasks arrive while it runs
 		return nil
 	}, nil))
-	_, js := b.srv.Connect()
+	_, js := b.Server.Connect()
 	w, err := worker.New(context.Background(), js, &worker.Config{Registry: reg, Concurrency: 1, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -84,7 +84,7 @@ func TestReadyFirstTasksInPriorityOrder(t *testing.T) {
 			t.Fatal("worker not ready")
 		}
 		for _, p := range []ax.Priority{ax.P0, ax.P2, ax.P4} {
-			_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "job", Priority: p})
+			_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "job", Priority: p})
 			require.NoError(t, err)
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -102,7 +102,7 @@ func TestStartTakesBacklogInPriorityOrder(t *testing.T) {
 	ctx := context.Background()
 	for round := range 5 {
 		for _, p := range []ax.Priority{ax.P4, ax.P3, ax.P2, ax.P1, ax.P0} {
-			_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "job", Priority: p})
+			_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "job", Priority: p})
 			require.NoError(t, err)
 		}
 		starts := make(chan int, 8)
@@ -117,7 +117,7 @@ func TestStartTakesBacklogInPriorityOrder(t *testing.T) {
 func TestStartReturnsReady(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	_, js := b.srv.Connect()
+	_, js := b.Server.Connect()
 	newWorker := func() *worker.Worker {
 		reg := worker.NewRegistry()
 		require.NoError(t, reg.Handle("job", func(context.Context, *worker.Task) error { return nil }, nil))

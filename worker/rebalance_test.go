@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
@@ -68,11 +69,11 @@ func TestRebalanceWithoutLoss(t *testing.T) {
 	for i := range tasks {
 		tasks[i] = ax.TaskSpec{Type: "job", Priority: ax.PriorityOf(i % 5)}
 	}
-	infos, err := b.client.SubmitBatch(ctx, tasks)
+	infos, err := b.Client.SubmitBatch(ctx, tasks)
 	require.NoError(t, err)
 
 	start := func(id string) *worker.Worker {
-		w, _ := b.startWorker(t, worker.Config{ID: id, Registry: reg, Concurrency: 8, MemberTTL: memberTTL, Logger: zap.NewNop()})
+		w, _ := b.StartWorker(t, worker.Config{ID: id, Registry: reg, Concurrency: 8, MemberTTL: memberTTL, Logger: zap.NewNop()})
 		return w
 	}
 	waitDone := func(n int) {
@@ -97,7 +98,7 @@ func TestRebalanceWithoutLoss(t *testing.T) {
 		var r *kv.Record
 		var err error
 		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			r, _, err = b.store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
+			r, _, err = b.Store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 			if err == nil && r.State == kv.StateSucceeded {
 				break
 			}
@@ -112,7 +113,7 @@ func TestRebalanceWithoutLoss(t *testing.T) {
 			}
 		}
 		if r.State != kv.StateSucceeded || succeeded != 1 {
-			return fmt.Errorf("task %s is %s with %d moves to SUCCEEDED: %v", info.ID, r.State, succeeded, moves(r))
+			return fmt.Errorf("task %s is %s with %d moves to SUCCEEDED: %v", info.ID, r.State, succeeded, axtest.Moves(r))
 		}
 		return nil
 	}

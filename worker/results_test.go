@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
@@ -23,7 +24,7 @@ func recordWrites(t *testing.T, b *testBundle, ref kv.Ref) func() []*kv.Record {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	w, err := b.store.Bucket().Watch(ctx, ref.Key(), jetstream.UpdatesOnly())
+	w, err := b.Store.Bucket().Watch(ctx, ref.Key(), jetstream.UpdatesOnly())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = w.Stop() })
 	return func() []*kv.Record {
@@ -58,13 +59,13 @@ func TestResultStoredWithSuccess(t *testing.T) {
 	require.NoError(t, reg.Handle("sum", func(ctx context.Context, task *worker.Task) error {
 		return task.SetResultJSON(map[string]int{"sum": 42})
 	}, nil))
-	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL})
+	b.StartWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL})
 	writes := recordWrites(t, b, kv.Ref{Tenant: "acme", ID: "sum-1"})
-	info, err := b.client.Submit(ctx, ax.TaskSpec{ID: "sum-1", Type: "sum", Tenant: "acme"})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{ID: "sum-1", Type: "sum", Tenant: "acme"})
 	require.NoError(t, err)
-	rec := b.waitState(t, info.ID, kv.StateSucceeded)
+	rec := b.WaitState(t, info.ID, kv.StateSucceeded)
 	require.JSONEq(t, `{"sum":42}`, string(rec.Result))
-	result, err := b.client.Result(ctx, "acme", info.ID)
+	result, err := b.Client.Result(ctx, "acme", info.ID)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"sum":42}`, string(result))
 
@@ -86,16 +87,16 @@ func TestResultTooLarge(t *testing.T) {
 		task.SetResult([]byte(strings.Repeat("x", 11)))
 		return nil
 	}, &worker.TypeConfig{MaxAttempts: 3}))
-	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL, MaxResultBytes: 10})
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "big"})
+	b.StartWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL, MaxResultBytes: 10})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "big"})
 	require.NoError(t, err)
-	rec := b.waitState(t, info.ID, kv.StateDead)
+	rec := b.WaitState(t, info.ID, kv.StateDead)
 	require.Equal(t, 1, rec.Attempt, "permanent: not retried")
 	require.Contains(t, rec.LastError, worker.ErrResultTooLarge.Error())
 	require.Contains(t, rec.LastError, "11 bytes, above the worker's MaxResultBytes (10 bytes)")
 	require.Empty(t, rec.Result)
 
-	_, err = worker.New(ctx, b.js, &worker.Config{Registry: reg, MaxResultBytes: 1 << 20})
+	_, err = worker.New(ctx, b.JS, &worker.Config{Registry: reg, MaxResultBytes: 1 << 20})
 	require.ErrorContains(t, err, "MaxResultBytes 1048576")
 	require.ErrorContains(t, err, "max_payload")
 }
@@ -117,19 +118,19 @@ func TestProgressThrottledAndFolded(t *testing.T) {
 			}
 		}
 		// The first report was written; the others wait for the next write.
-		rec, _, err := b.store.Get(ctx, ref)
+		rec, _, err := b.Store.Get(ctx, ref)
 		if err == nil && (rec.Progress == nil || rec.Progress.Percent != 10) {
 			err = errors.New("first report not written")
 		}
 		seen <- err
 		return task.Progress(ctx, 101, "too far") // refused, not written
 	}, &worker.TypeConfig{MaxAttempts: 1}))
-	b.startWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL, ProgressEvery: time.Hour})
+	b.StartWorker(t, worker.Config{Registry: reg, MemberTTL: memberTTL, ProgressEvery: time.Hour})
 	all := recordWrites(t, b, kv.Ref{Tenant: ax.DefaultTenant, ID: "long-1"})
-	info, err := b.client.Submit(ctx, ax.TaskSpec{ID: "long-1", Type: "long"})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{ID: "long-1", Type: "long"})
 	require.NoError(t, err)
 	require.NoError(t, <-seen)
-	rec := b.waitState(t, info.ID, kv.StateDead) // percent 101 is an error
+	rec := b.WaitState(t, info.ID, kv.StateDead) // percent 101 is an error
 	require.Contains(t, rec.LastError, "percent 101 is not 0..100")
 	require.NotNil(t, rec.Progress)
 	require.Equal(t, 50.0, rec.Progress.Percent, "the last report is folded into the outcome")
@@ -163,25 +164,15 @@ func TestProgressFencedAfterLapse(t *testing.T) {
 		lapsed <- task.Progress(ctx, 50, "late")
 		return ctx.Err()
 	}, nil))
-	b.startWorker(t, worker.Config{Registry: reg, AckWait: ackWait, MemberTTL: memberTTL, Shards: allShards(),
+	b.StartWorker(t, worker.Config{Registry: reg, AckWait: ackWait, MemberTTL: memberTTL, Shards: axtest.AllShards(),
 		Test: worker.TestConfig{DisableHeartbeats: true}})
 	all := recordWrites(t, b, kv.Ref{Tenant: ax.DefaultTenant, ID: "slow-1"})
-	info, err := b.client.Submit(ctx, ax.TaskSpec{ID: "slow-1", Type: "slow"})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{ID: "slow-1", Type: "slow"})
 	require.NoError(t, err)
 	require.ErrorIs(t, <-lapsed, worker.ErrClaimLapsed)
-	rec := b.waitState(t, info.ID, kv.StateSucceeded)
+	rec := b.WaitState(t, info.ID, kv.StateSucceeded)
 	require.Nil(t, rec.Progress)
 	for _, r := range all() {
 		require.Nil(t, r.Progress, "revision in %s", r.State)
 	}
-}
-
-// allShards lists every shard, for a worker with fixed shards that serves
-// them all.
-func allShards() []int {
-	out := make([]int, streams.Shards)
-	for i := range out {
-		out[i] = i
-	}
-	return out
 }

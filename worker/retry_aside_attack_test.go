@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
@@ -73,34 +75,34 @@ func TestLimitedRetriesKeepAttemptsAndBackoff(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, &streams.Config{MaxAckPending: 20})
-			b.startLeader(t)
+			b.StartLeader(t, scheduler.Config{})
 			ctx := context.Background()
 			var log runLog
 			backoff := worker.Backoff{Base: 150 * time.Millisecond, Cap: 300 * time.Millisecond}
 			reg := worker.NewRegistry()
 			require.NoError(t, reg.Handle("report", log.handler(20*time.Millisecond), &worker.TypeConfig{MaxAttempts: 3, Backoff: backoff}))
-			b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
-			setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"report": tc.limit}})
+			b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+			setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"report": tc.limit}})
 			time.Sleep(200 * time.Millisecond) // the watch delivers the change
 			var ids []string
 			for i := range 60 {
 				id := fmt.Sprintf("report-%d", i)
 				ids = append(ids, id)
-				_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", ID: id, Priority: ax.P2})
+				_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", ID: id, Priority: ax.P2})
 				require.NoError(t, err)
 			}
 			aside := 0
 			var starts []time.Time
 			for _, id := range ids {
-				rec := b.waitStateWithin(t, id, kv.StateDead, 60*time.Second)
+				rec := axtest.WaitState(t, axtest.StoreRead(b.Store), id, 60*time.Second, kv.StateDead)
 				runs := log.of(id)
-				require.Len(t, runs, 3, "%s: %s", id, moves(rec))
-				require.Equal(t, 3, rec.Attempt, "%s: %s", id, moves(rec))
+				require.Len(t, runs, 3, "%s: %s", id, axtest.Moves(rec))
+				require.Equal(t, 3, rec.Attempt, "%s: %s", id, axtest.Moves(rec))
 				require.NotZero(t, rec.DLQSeq, "%s has no dead letter", id)
 				for i := 1; i < len(runs); i++ {
 					least := min(backoff.Base<<(i-1), backoff.Cap)
 					gap := runs[i][0].Sub(runs[i-1][1])
-					require.GreaterOrEqual(t, gap, least-10*time.Millisecond, "%s: attempt %d ran %s after attempt %d (backoff %s): %s", id, i+1, gap, i, least, moves(rec))
+					require.GreaterOrEqual(t, gap, least-10*time.Millisecond, "%s: attempt %d ran %s after attempt %d (backoff %s): %s", id, i+1, gap, i, least, axtest.Moves(rec))
 				}
 				for _, run := range runs {
 					starts = append(starts, run[0])
@@ -119,25 +121,13 @@ func TestLimitedRetriesKeepAttemptsAndBackoff(t *testing.T) {
 					}
 				}
 			}
-			dlq, err := b.js.Stream(ctx, streams.Names{}.DLQStream())
+			dlq, err := b.JS.Stream(ctx, streams.Names{}.DLQStream())
 			require.NoError(t, err)
 			info, err := dlq.Info(ctx)
 			require.NoError(t, err)
 			require.Equal(t, uint64(len(ids)), info.State.Msgs)
 		})
 	}
-}
-
-// waitStateWithin waits up to within for task id to reach want.
-func (b *testBundle) waitStateWithin(t *testing.T, id string, want kv.State, within time.Duration) *kv.Record {
-	t.Helper()
-	var rec *kv.Record
-	require.Eventually(t, func() bool {
-		r, err := recordOf(context.Background(), b.store, id)
-		rec = r
-		return err == nil && r.State == want
-	}, within, 20*time.Millisecond, "task %s never reached %s (last: %+v)", id, want, rec)
-	return rec
 }
 
 // headerLog keeps, in its handler, the headers and start of each task's
@@ -173,28 +163,28 @@ func (l *headerLog) of(id string) ([]nats.Header, time.Time) {
 func TestAsideMarkStaysOnItsSchedule(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	b.startLeader(t)
+	b.StartLeader(t, scheduler.Config{})
 	ctx := context.Background()
 	var log headerLog
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("report", log.handler, nil))
-	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
-	setLimits(t, b.js, kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}}})
+	b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	setLimits(t, b.JS, kv.Limits{Paused: map[string]kv.Pause{"report": {At: time.Now()}}})
 	time.Sleep(200 * time.Millisecond) // the watch delivers the change
-	_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", ID: "aside", Priority: ax.P2})
+	_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", ID: "aside", Priority: ax.P2})
 	require.NoError(t, err)
 	runAt := time.Now().Add(6 * time.Second)
 	forged := nats.NewMsg("ax.submit.p2.default.report.k")
 	forged.Header.Set("Nats-Msg-Id", "forged")
 	forged.Header.Set(streams.HeaderRunAt, runAt.UTC().Format(time.RFC3339Nano))
 	forged.Header.Set(streams.HeaderAside, streams.AsidePaused)
-	_, err = b.js.PublishMsg(ctx, forged)
+	_, err = b.JS.PublishMsg(ctx, forged)
 	require.NoError(t, err)
 	b.waitPausedAside(t, []string{"aside"})
-	b.waitState(t, "forged", kv.StatePending)
+	b.WaitState(t, "forged", kv.StatePending)
 
 	names := streams.Names{}
-	delayed, err := b.js.Stream(ctx, names.DelayedStream())
+	delayed, err := b.JS.Stream(ctx, names.DelayedStream())
 	require.NoError(t, err)
 	schedule, err := delayed.GetLastMsgForSubject(ctx, names.DelayedSubject("default", "aside"))
 	require.NoError(t, err)
@@ -203,14 +193,14 @@ func TestAsideMarkStaysOnItsSchedule(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, schedule.Header.Values(streams.HeaderAside), "the forged mark reached the schedule")
 
-	setLimits(t, b.js, kv.Limits{})
-	b.waitState(t, "aside", kv.StateSucceeded)
+	setLimits(t, b.JS, kv.Limits{})
+	b.WaitState(t, "aside", kv.StateSucceeded)
 	runs, _ := log.of("aside")
 	require.Len(t, runs, 1)
 	require.Empty(t, runs[0].Values(streams.HeaderAside), "the released copy carries the mark")
 	require.NotEmpty(t, runs[0].Get(streams.HeaderReleasedAt), "not a released copy")
 
-	b.waitState(t, "forged", kv.StateSucceeded)
+	b.WaitState(t, "forged", kv.StateSucceeded)
 	runs, at := log.of("forged")
 	require.Len(t, runs, 1)
 	// A run time is a wall-clock time, and the leader waits for it by its
@@ -227,14 +217,14 @@ func TestAsideMarkStaysOnItsSchedule(t *testing.T) {
 func TestLimitedRetryPastItsDeadlineRunsNoMore(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{MaxAckPending: 20})
-	b.startLeader(t)
+	b.StartLeader(t, scheduler.Config{})
 	ctx := context.Background()
 	var log runLog
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("report", log.handler(20*time.Millisecond), &worker.TypeConfig{MaxAttempts: 100,
 		Backoff: worker.Backoff{Base: 100 * time.Millisecond, Cap: 200 * time.Millisecond}}))
-	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"report": {Concurrency: 1}}})
+	b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: reg, Concurrency: 8})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"report": {Concurrency: 1}}})
 	time.Sleep(200 * time.Millisecond) // the watch delivers the change
 	// 60 submits took more than 2 s on a loaded machine, past the deadline.
 	deadline := time.Now().Add(5 * time.Second)
@@ -242,15 +232,15 @@ func TestLimitedRetryPastItsDeadlineRunsNoMore(t *testing.T) {
 	for i := range 60 {
 		id := fmt.Sprintf("report-%d", i)
 		ids = append(ids, id)
-		_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", ID: id, Priority: ax.P2, Deadline: deadline})
+		_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", ID: id, Priority: ax.P2, Deadline: deadline})
 		require.NoError(t, err)
 	}
 	aside := 0
 	for _, id := range ids {
-		rec := b.waitStateWithin(t, id, kv.StateDead, 60*time.Second)
-		require.Contains(t, rec.LastError, worker.ErrDeadlinePassed.Error(), "%s: %s", id, moves(rec))
+		rec := axtest.WaitState(t, axtest.StoreRead(b.Store), id, 60*time.Second, kv.StateDead)
+		require.Contains(t, rec.LastError, worker.ErrDeadlinePassed.Error(), "%s: %s", id, axtest.Moves(rec))
 		for _, run := range log.of(id) {
-			require.False(t, run[0].After(deadline), "%s ran past its deadline: %s", id, moves(rec))
+			require.False(t, run[0].After(deadline), "%s ran past its deadline: %s", id, axtest.Moves(rec))
 		}
 		if steppedAsideRetry(rec) {
 			aside++

@@ -25,7 +25,7 @@ func TestTaskLogsNameTheTrace(t *testing.T) {
 	require.NoError(t, reg.Handle("doomed", func(context.Context, *worker.Task) error {
 		return worker.Permanent(context.DeadlineExceeded)
 	}, nil))
-	b.startWorker(t, worker.Config{Registry: reg, Logger: zap.New(core)})
+	b.StartWorker(t, worker.Config{Registry: reg, Logger: zap.New(core)})
 
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 	for id, parent := range map[string]string{"traced": "00-" + traceID + "-00f067aa0ba902b7-01", "plain": ""} {
@@ -34,11 +34,11 @@ func TestTaskLogsNameTheTrace(t *testing.T) {
 		if parent != "" {
 			msg.Header.Set(streams.HeaderTraceParent, parent)
 		}
-		_, err := b.js.PublishMsg(context.Background(), msg)
+		_, err := b.JS.PublishMsg(context.Background(), msg)
 		require.NoError(t, err)
 	}
-	b.waitState(t, "traced", kv.StateDead)
-	b.waitState(t, "plain", kv.StateDead)
+	b.WaitState(t, "traced", kv.StateDead)
+	b.WaitState(t, "plain", kv.StateDead)
 	require.Eventually(t, func() bool { return logs.FilterMessage("task_dead").Len() == 2 }, 10*time.Second, 10*time.Millisecond)
 	for _, e := range logs.FilterMessage("task_dead").All() {
 		fields := e.ContextMap()

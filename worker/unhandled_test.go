@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
@@ -48,10 +49,10 @@ func TestUnhandledTypeReachesAWorkerWithIt(t *testing.T) {
 			t.Parallel()
 			b := setup(t, &streams.Config{PriorityPolicy: policy, PinnedTTL: 2 * time.Second})
 			ctx := context.Background()
-			wA, _ := b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: registryOf(t, "email")})
-			b.startWorker(t, worker.Config{ID: "B", MemberTTL: memberTTL, Registry: registryOf(t, "email", "charge")})
+			wA, _ := b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: registryOf(t, "email")})
+			b.StartWorker(t, worker.Config{ID: "B", MemberTTL: memberTTL, Registry: registryOf(t, "email", "charge")})
 			var onA []int
-			for _, m := range waitMembers(t, b.js, "A", "B") {
+			for _, m := range waitMembers(t, b.JS, "A", "B") {
 				if m.ID == "A" {
 					onA = m.Shards
 					require.Equal(t, []string{"email"}, m.Handles)
@@ -61,14 +62,14 @@ func TestUnhandledTypeReachesAWorkerWithIt(t *testing.T) {
 			}
 			var ids []string
 			for i, key := range keysOn(onA, 8) {
-				info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "charge", Key: key, Priority: ax.PriorityOf(i % 5)})
+				info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "charge", Key: key, Priority: ax.PriorityOf(i % 5)})
 				require.NoError(t, err)
 				ids = append(ids, info.ID)
 			}
 			for _, id := range ids {
 				var rec *kv.Record
 				require.Eventually(t, func() bool {
-					r, _, err := b.store.Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
+					r, _, err := b.Store.Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
 					require.NoError(t, err)
 					require.NotEqual(t, kv.StateDead, r.State, "task %s dead: %s", id, r.LastError)
 					rec = r
@@ -98,13 +99,13 @@ func TestUnhandledTypeWaitsForItsWorker(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ctx := context.Background()
-	b.startWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: registryOf(t, "email")})
-	waitMembers(t, b.js, "A")
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "charge"})
+	b.StartWorker(t, worker.Config{ID: "A", MemberTTL: memberTTL, Registry: registryOf(t, "email")})
+	waitMembers(t, b.JS, "A")
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "charge"})
 	require.NoError(t, err)
 	var rec *kv.Record
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		r, _, err := b.store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
+		r, _, err := b.Store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 		if assert.NoError(c, err) {
 			rec = r
 			assert.Equal(c, worker.ActionNoHandler, r.LastMove().Action)
@@ -113,26 +114,26 @@ func TestUnhandledTypeWaitsForItsWorker(t *testing.T) {
 	require.Equal(t, kv.StateReady, rec.State)
 	require.Zero(t, rec.Attempt)
 	require.Zero(t, rec.MaxAttempts, "the defaults are the handler's to set")
-	_, rev, err := b.store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
+	_, rev, err := b.Store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 	require.NoError(t, err)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		members, err := kv.ListMembers(ctx, b.js, streams.Names{})
+		members, err := kv.ListMembers(ctx, b.JS, streams.Names{})
 		if assert.NoError(c, err) && assert.Len(c, members, 1) {
 			assert.Equal(c, []string{"charge"}, members[0].Unhandled)
 		}
-		unserved, err := kv.UnservedTypes(ctx, b.js, streams.Names{})
+		unserved, err := kv.UnservedTypes(ctx, b.JS, streams.Names{})
 		if assert.NoError(c, err) && assert.Len(c, unserved, 1) {
 			assert.Equal(c, "charge", unserved[0].Type)
 			assert.EqualValues(c, 1, unserved[0].Depth)
 		}
 	}, 30*time.Second, 50*time.Millisecond)
 	time.Sleep(2 * time.Second) // redeliveries (250 ms, 500 ms, 1 s) write nothing
-	r, rev2, err := b.store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
+	r, rev2, err := b.Store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 	require.NoError(t, err)
-	require.Equal(t, rev, rev2, "no write per redelivery: %v", moves(r))
+	require.Equal(t, rev, rev2, "no write per redelivery: %v", axtest.Moves(r))
 
-	b.startWorker(t, worker.Config{ID: "B", MemberTTL: memberTTL, Registry: registryOf(t, "email", "charge")})
-	rec = b.waitState(t, info.ID, kv.StateSucceeded)
+	b.StartWorker(t, worker.Config{ID: "B", MemberTTL: memberTTL, Registry: registryOf(t, "email", "charge")})
+	rec = b.WaitState(t, info.ID, kv.StateSucceeded)
 	require.Equal(t, "B", rec.Worker)
 	require.Equal(t, 1, rec.Attempt)
 }

@@ -20,7 +20,7 @@ import (
 func TestAttackPoolsStrictPriorityWithWeights(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{Layout: streams.LayoutPools})
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"bulk": {Weight: kv.MaxWeight}}})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"bulk": {Weight: kv.MaxWeight}}})
 	ctx := context.Background()
 	var mu sync.Mutex
 	var starts []int
@@ -39,17 +39,17 @@ func TestAttackPoolsStrictPriorityWithWeights(t *testing.T) {
 		for i := range backlog {
 			backlog[i] = ax.TaskSpec{Type: typ, Priority: ax.P4}
 		}
-		_, err := b.client.SubmitBatch(ctx, backlog)
+		_, err := b.Client.SubmitBatch(ctx, backlog)
 		require.NoError(t, err)
 	}
 	const concurrency = 2
-	b.startWorker(t, worker.Config{Registry: reg, Concurrency: concurrency})
+	b.StartWorker(t, worker.Config{Registry: reg, Concurrency: concurrency})
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(starts) >= 20 }, 30*time.Second, 5*time.Millisecond)
 	urgent := make([]ax.TaskSpec, 10)
 	for i := range urgent {
 		urgent[i] = ax.TaskSpec{Type: "small", Priority: ax.P0}
 	}
-	_, err := b.client.SubmitBatch(ctx, urgent)
+	_, err := b.Client.SubmitBatch(ctx, urgent)
 	require.NoError(t, err)
 	mu.Lock()
 	submitted := len(starts)
@@ -64,7 +64,7 @@ func TestAttackPoolsStrictPriorityWithWeights(t *testing.T) {
 func TestAttackPoolsWeightWithConcurrency(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{Layout: streams.LayoutPools})
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"bulk": {Concurrency: 2, Weight: 3}}})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"bulk": {Concurrency: 2, Weight: 3}}})
 	ctx := context.Background()
 	bulk, small := &gauge{}, &gauge{}
 	reg := worker.NewRegistry()
@@ -75,10 +75,10 @@ func TestAttackPoolsWeightWithConcurrency(t *testing.T) {
 		for i := range specs {
 			specs[i] = ax.TaskSpec{Type: typ, Priority: ax.P2}
 		}
-		_, err := b.client.SubmitBatch(ctx, specs)
+		_, err := b.Client.SubmitBatch(ctx, specs)
 		require.NoError(t, err)
 	}
-	w, _ := b.startWorker(t, worker.Config{Registry: reg, Concurrency: 8})
+	w, _ := b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 8})
 	require.Eventually(t, func() bool { return bulk.executions.Load() == 100 && small.executions.Load() == 100 },
 		60*time.Second, 10*time.Millisecond)
 	require.LessOrEqual(t, bulk.peakNow(), 2, "bulk ran %d at once under a concurrency of 2", bulk.peakNow())
@@ -90,7 +90,7 @@ func TestAttackPoolsWeightWithConcurrency(t *testing.T) {
 func TestAttackFairTenantWeightWithConcurrency(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{Layout: streams.LayoutFair, Tenants: []string{"acme", "other"}})
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"tenant:acme": {Concurrency: 2, Weight: 3}}})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"tenant:acme": {Concurrency: 2, Weight: 3}}})
 	ctx := context.Background()
 	var mu sync.Mutex
 	now, peak := map[string]int{}, map[string]int{}
@@ -113,10 +113,10 @@ func TestAttackFairTenantWeightWithConcurrency(t *testing.T) {
 		for i := range specs {
 			specs[i] = ax.TaskSpec{Type: "job", Tenant: tenant, Priority: ax.P2}
 		}
-		_, err := b.client.SubmitBatch(ctx, specs)
+		_, err := b.Client.SubmitBatch(ctx, specs)
 		require.NoError(t, err)
 	}
-	b.startWorker(t, worker.Config{Registry: reg, Concurrency: 8})
+	b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 8})
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return done["acme"] == 100 && done["other"] == 100 },
 		60*time.Second, 10*time.Millisecond)
 	mu.Lock()
@@ -131,7 +131,7 @@ func TestAttackFairTenantWeightWithConcurrency(t *testing.T) {
 func TestAttackWeightAloneHoldsNothingBack(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{Layout: streams.LayoutPools})
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"bulk": {Weight: 5}, "tenant:acme": {Weight: 5}}})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"bulk": {Weight: 5}, "tenant:acme": {Weight: 5}}})
 	ctx := context.Background()
 	g := &gauge{}
 	reg := worker.NewRegistry()
@@ -140,10 +140,10 @@ func TestAttackWeightAloneHoldsNothingBack(t *testing.T) {
 	for i := range specs {
 		specs[i] = ax.TaskSpec{Type: "bulk", Tenant: "acme", Priority: ax.P2}
 	}
-	_, err := b.client.SubmitBatch(ctx, specs)
+	_, err := b.Client.SubmitBatch(ctx, specs)
 	require.NoError(t, err)
 	start := time.Now()
-	w, _ := b.startWorker(t, worker.Config{Registry: reg, Concurrency: 16})
+	w, _ := b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 16})
 	require.Eventually(t, func() bool { return g.executions.Load() == 200 }, 30*time.Second, 5*time.Millisecond)
 	t.Logf("200 tasks of 50ms on 16 slots in %s, peak %d", time.Since(start), g.peakNow())
 	require.Equal(t, int64(0), w.Stats().Limited)

@@ -9,6 +9,7 @@ import (
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -19,7 +20,7 @@ import (
 func TestAttackWeightChurnKeepsConcurrencyBound(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &streams.Config{Layout: streams.LayoutPools})
-	setLimits(t, b.js, kv.Limits{Limits: map[string]kv.Limit{"bulk": {Concurrency: 2}}})
+	setLimits(t, b.JS, kv.Limits{Limits: map[string]kv.Limit{"bulk": {Concurrency: 2}}})
 	ctx := context.Background()
 	bulk, small := &gauge{}, &gauge{}
 	reg := worker.NewRegistry()
@@ -30,11 +31,11 @@ func TestAttackWeightChurnKeepsConcurrencyBound(t *testing.T) {
 		for i := range specs {
 			specs[i] = ax.TaskSpec{Type: typ, Priority: ax.P2}
 		}
-		_, err := b.client.SubmitBatch(ctx, specs)
+		_, err := b.Client.SubmitBatch(ctx, specs)
 		require.NoError(t, err)
 	}
-	b.startWorker(t, worker.Config{Registry: reg, Concurrency: 8})
-	b.startWorker(t, worker.Config{Registry: reg, Concurrency: 8})
+	b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 8})
+	b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 8})
 	stop := make(chan struct{})
 	churned := make(chan int)
 	go func() {
@@ -50,25 +51,14 @@ func TestAttackWeightChurnKeepsConcurrencyBound(t *testing.T) {
 			if i%5 == 4 {
 				l = kv.Limits{Limits: map[string]kv.Limit{"bulk": {Concurrency: 2}}}
 			}
-			setLimits(t, b.js, l)
+			setLimits(t, b.JS, l)
 			n++
 		}
 	}()
-	ok := assertEventually(func() bool { return bulk.executions.Load() >= 150 && small.executions.Load() >= 150 }, 90*time.Second)
+	ok := assert.Eventually(t, func() bool { return bulk.executions.Load() >= 150 && small.executions.Load() >= 150 }, 90*time.Second, 10*time.Millisecond)
 	close(stop)
 	n := <-churned
 	t.Logf("limits changed %d times; bulk %d (peak %d), small %d (peak %d)", n, bulk.executions.Load(), bulk.peakNow(), small.executions.Load(), small.peakNow())
 	require.True(t, ok, "not every task ran")
 	require.LessOrEqual(t, bulk.peakNow(), 2, "bulk ran %d at once under a concurrency of 2", bulk.peakNow())
-}
-
-func assertEventually(cond func() bool, within time.Duration) bool {
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return true
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return false
 }

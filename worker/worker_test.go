@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/builtin"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
@@ -28,85 +28,19 @@ func TestMain(m *testing.M) {
 	)...)
 }
 
-type testBundle struct {
-	srv    *natstest.Server
-	js     jetstream.JetStream
-	client *ax.Client
-	store  *kv.Store
-}
+// testBundle is axtest's bundle with this package's own helpers.
+type testBundle struct{ *axtest.Bundle }
 
-func setup(t *testing.T, cfg *streams.Config) *testBundle {
+// setup is [axtest.Setup] with the deployment cfg (nil: the defaults).
+func setup(t testing.TB, cfg *streams.Config) *testBundle {
 	t.Helper()
-	return setupTB(t, cfg)
+	return &testBundle{axtest.Setup(t, axtest.Options{Streams: cfg})}
 }
-
-func setupB(b *testing.B) *testBundle { return setupTB(b, nil) }
 
 // setupFast is setup for a test of the fast tier (go test -short).
-func setupFast(t *testing.T) *testBundle {
+func setupFast(t testing.TB) *testBundle {
 	t.Helper()
-	return setupOn(t, natstest.Options{Fast: true}, nil)
-}
-
-func setupTB(t testing.TB, cfg *streams.Config) *testBundle {
-	t.Helper()
-	return setupOn(t, natstest.Options{}, cfg)
-}
-
-func setupOn(t testing.TB, o natstest.Options, cfg *streams.Config) *testBundle {
-	t.Helper()
-	srv := natstest.Start(t, o)
-	_, js := srv.Connect()
-	natstest.Provision(t, js, cfg)
-	client, err := ax.NewClient(context.Background(), js, nil)
-	require.NoError(t, err)
-	return &testBundle{srv: srv, js: js, client: client, store: client.Store()}
-}
-
-// startWorker runs a worker on its own connection until the test ends.
-func (b *testBundle) startWorker(t *testing.T, cfg worker.Config) (*worker.Worker, *nats.Conn) {
-	t.Helper()
-	nc, js := b.srv.Connect()
-	if cfg.Registry == nil {
-		cfg.Registry = worker.NewRegistry()
-		require.NoError(t, builtin.Register(cfg.Registry, nil))
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = zaptest.NewLogger(t)
-	}
-	w, err := worker.New(context.Background(), js, &cfg)
-	require.NoError(t, err)
-	require.NoError(t, w.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		require.NoError(t, w.Stop(ctx))
-	})
-	return w, nc
-}
-
-// recordOf reads the record of the one task of any tenant with id.
-func recordOf(ctx context.Context, store *kv.Store, id string) (*kv.Record, error) {
-	refs, err := store.Find(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if len(refs) != 1 {
-		return nil, fmt.Errorf("%d tasks have id %s", len(refs), id)
-	}
-	rec, _, err := store.Get(ctx, refs[0])
-	return rec, err
-}
-
-func (b *testBundle) waitState(t *testing.T, id string, want kv.State) *kv.Record {
-	t.Helper()
-	var rec *kv.Record
-	require.Eventually(t, func() bool {
-		r, err := recordOf(context.Background(), b.store, id)
-		rec = r
-		return err == nil && r.State == want
-	}, 30*time.Second, 20*time.Millisecond, "task %s never reached %s (last: %+v)", id, want, rec)
-	return rec
+	return &testBundle{axtest.Fast(t)}
 }
 
 // fallbackID waits for the record of a message published without a
@@ -117,7 +51,7 @@ func (b *testBundle) fallbackID(t *testing.T, stream string, seq uint64) string 
 	prefix := fmt.Sprintf("%s-%d-", stream, seq)
 	var id string
 	require.Eventually(t, func() bool {
-		lister, err := b.store.Bucket().ListKeys(context.Background())
+		lister, err := b.Store.Bucket().ListKeys(context.Background())
 		if err != nil {
 			return false
 		}
@@ -132,14 +66,6 @@ func (b *testBundle) fallbackID(t *testing.T, stream string, seq uint64) string 
 	return id
 }
 
-func moves(rec *kv.Record) []string {
-	var out []string
-	for _, m := range rec.Trail {
-		out = append(out, fmt.Sprintf("%s>%s", m.From, m.To))
-	}
-	return out
-}
-
 // A task published by a plain NATS client runs once and reads SUCCEEDED,
 // with the trail READY -> RUNNING -> SUCCEEDED.
 func TestRawPublishRunsOnce(t *testing.T) {
@@ -152,15 +78,15 @@ func TestRawPublishRunsOnce(t *testing.T) {
 		*n.(*int)++
 		return builtin.Sleep(ctx, task, args)
 	}, nil))
-	b.startWorker(t, worker.Config{Registry: reg})
+	b.StartWorker(t, worker.Config{Registry: reg})
 
-	nc, _ := b.srv.Connect()
+	nc, _ := b.Server.Connect()
 	require.NoError(t, nc.Publish("ax.submit.p2.acme.sleep.k1", []byte(`{"ms":10}`)))
 	require.NoError(t, nc.Flush())
 
 	id := b.fallbackID(t, "AX_P2", 1) // no Nats-Msg-Id: the id is the stream, sequence and store time
-	rec := b.waitState(t, id, kv.StateSucceeded)
-	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>SUCCEEDED"}, moves(rec))
+	rec := b.WaitState(t, id, kv.StateSucceeded)
+	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>SUCCEEDED"}, axtest.Moves(rec))
 	require.Equal(t, "acme", rec.Tenant)
 	require.Equal(t, 2, rec.Priority)
 	require.Equal(t, 1, rec.Attempt)
@@ -198,11 +124,11 @@ func testStrictPriority(t *testing.T, policy string) {
 	for i := range backlog {
 		backlog[i] = ax.TaskSpec{Type: "job", Priority: ax.P4}
 	}
-	_, err := b.client.SubmitBatch(ctx, backlog)
+	_, err := b.Client.SubmitBatch(ctx, backlog)
 	require.NoError(t, err)
 
 	const concurrency = 2
-	b.startWorker(t, worker.Config{Registry: reg, Concurrency: concurrency})
+	b.StartWorker(t, worker.Config{Registry: reg, Concurrency: concurrency})
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(starts) >= 20 }, 30*time.Second, 5*time.Millisecond)
 
 	urgent := make([]ax.TaskSpec, 10)
@@ -212,7 +138,7 @@ func testStrictPriority(t *testing.T, policy string) {
 	mu.Lock()
 	before := len(starts)
 	mu.Unlock()
-	_, err = b.client.SubmitBatch(ctx, urgent)
+	_, err = b.Client.SubmitBatch(ctx, urgent)
 	require.NoError(t, err)
 	mu.Lock()
 	submitted := len(starts)
@@ -260,13 +186,13 @@ func TestRetryBackoff(t *testing.T) {
 		mu.Unlock()
 		return builtin.Sleep(ctx, task, args)
 	}, &worker.TypeConfig{Backoff: worker.Backoff{Base: base}}))
-	b.startWorker(t, worker.Config{Registry: reg})
+	b.StartWorker(t, worker.Config{Registry: reg})
 
-	info, err := b.client.Submit(context.Background(), ax.TaskSpec{Type: "sleep", Payload: []byte(`{"fail":2}`)})
+	info, err := b.Client.Submit(context.Background(), ax.TaskSpec{Type: "sleep", Payload: []byte(`{"fail":2}`)})
 	require.NoError(t, err)
-	rec := b.waitState(t, info.ID, kv.StateSucceeded)
+	rec := b.WaitState(t, info.ID, kv.StateSucceeded)
 	require.Equal(t, 3, rec.Attempt)
-	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>RETRYING", "RETRYING>RUNNING", "RUNNING>RETRYING", "RETRYING>RUNNING", "RUNNING>SUCCEEDED"}, moves(rec))
+	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>RETRYING", "RETRYING>RUNNING", "RUNNING>RETRYING", "RETRYING>RUNNING", "RUNNING>SUCCEEDED"}, axtest.Moves(rec))
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, at, 3)
@@ -295,12 +221,12 @@ func TestTimeoutThenDead(t *testing.T) {
 		mu.Unlock()
 		return err
 	}, &worker.TypeConfig{Backoff: worker.Backoff{Base: 10 * time.Millisecond}}))
-	b.startWorker(t, worker.Config{Registry: reg})
+	b.StartWorker(t, worker.Config{Registry: reg})
 
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "sleep", Tenant: "acme", Payload: []byte(`{"ms":60000}`),
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "sleep", Tenant: "acme", Payload: []byte(`{"ms":60000}`),
 		Timeout: 100 * time.Millisecond, MaxAttempts: 2})
 	require.NoError(t, err)
-	rec := b.waitState(t, info.ID, kv.StateDead)
+	rec := b.WaitState(t, info.ID, kv.StateDead)
 	require.Equal(t, 2, rec.Attempt)
 	require.Contains(t, rec.LastError, "task timed out after 100ms")
 	var timedOut []string
@@ -318,7 +244,7 @@ func TestTimeoutThenDead(t *testing.T) {
 	}
 	mu.Unlock()
 
-	dlq, err := b.js.Stream(ctx, "AX_DLQ")
+	dlq, err := b.JS.Stream(ctx, "AX_DLQ")
 	require.NoError(t, err)
 	msg, err := dlq.GetMsg(ctx, rec.DLQSeq)
 	require.NoError(t, err)
@@ -330,7 +256,7 @@ func TestTimeoutThenDead(t *testing.T) {
 	require.JSONEq(t, `{"ms":60000}`, string(msg.Data))
 
 	// The message left its bucket.
-	bucket, err := b.js.Stream(ctx, "AX_P2")
+	bucket, err := b.JS.Stream(ctx, "AX_P2")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		i, err := bucket.Info(ctx)
@@ -349,15 +275,15 @@ func TestRetryAfterExhaustedReason(t *testing.T) {
 	require.NoError(t, reg.Handle("gateway", func(ctx context.Context, task *worker.Task) error {
 		return worker.RetryAfter(20*time.Millisecond, errors.New("gateway busy"))
 	}, nil))
-	b.startWorker(t, worker.Config{Registry: reg})
+	b.StartWorker(t, worker.Config{Registry: reg})
 
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "gateway", MaxAttempts: 2})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "gateway", MaxAttempts: 2})
 	require.NoError(t, err)
-	rec := b.waitState(t, info.ID, kv.StateDead)
+	rec := b.WaitState(t, info.ID, kv.StateDead)
 	const want = "retries exhausted (attempt 2 of 2): gateway busy"
 	require.Equal(t, want, rec.LastError)
 	require.Equal(t, "retry after 20ms: gateway busy", rec.Trail[len(rec.Trail)-3].Error, "the retry's own move keeps its delay")
-	dlq, err := b.js.Stream(ctx, "AX_DLQ")
+	dlq, err := b.JS.Stream(ctx, "AX_DLQ")
 	require.NoError(t, err)
 	msg, err := dlq.GetMsg(ctx, rec.DLQSeq)
 	require.NoError(t, err)
@@ -382,22 +308,22 @@ func TestDeadWorkerTaskIsTakenOver(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	}, nil))
-	_, ncA := b.startWorker(t, worker.Config{ID: "A", Registry: blocked, AckWait: ackWait, GracePeriod: 100 * time.Millisecond})
+	_, ncA := b.StartWorker(t, worker.Config{ID: "A", Registry: blocked, AckWait: ackWait, GracePeriod: 100 * time.Millisecond})
 
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "job"})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "job"})
 	require.NoError(t, err)
 	require.Equal(t, "A", <-started)
 	ncA.Close() // A dies: no ack, no heartbeat
 
 	done := worker.NewRegistry()
 	require.NoError(t, done.Handle("job", func(context.Context, *worker.Task) error { return nil }, nil))
-	b.startWorker(t, worker.Config{ID: "B", Registry: done, AckWait: ackWait})
+	b.StartWorker(t, worker.Config{ID: "B", Registry: done, AckWait: ackWait})
 
-	rec := b.waitState(t, info.ID, kv.StateSucceeded)
+	rec := b.WaitState(t, info.ID, kv.StateSucceeded)
 	require.Equal(t, "B", rec.Worker)
 	require.Equal(t, 2, rec.Attempt, "the lost attempt counts")
 	require.Equal(t, 1, rec.Lost)
-	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>READY", "READY>RUNNING", "RUNNING>SUCCEEDED"}, moves(rec))
+	require.Equal(t, []string{">READY", "READY>RUNNING", "RUNNING>READY", "READY>RUNNING", "RUNNING>SUCCEEDED"}, axtest.Moves(rec))
 	takeover := rec.Trail[2]
 	require.Equal(t, "takeover", takeover.Action)
 	require.Contains(t, takeover.Error, "worker A")
@@ -408,8 +334,8 @@ func TestMalformedTasksAreDeadLettered(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ctx := context.Background()
-	b.startWorker(t, worker.Config{})
-	_, js := b.srv.Connect()
+	b.StartWorker(t, worker.Config{})
+	_, js := b.Server.Connect()
 
 	cases := []struct {
 		name, subject, body string
@@ -436,14 +362,14 @@ func TestMalformedTasksAreDeadLettered(t *testing.T) {
 		require.NoError(t, err, c.name)
 		seqs = append(seqs, ack.Sequence)
 	}
-	good, err := b.client.Submit(ctx, ax.TaskSpec{Type: "echo", Priority: ax.P1})
+	good, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "echo", Priority: ax.P1})
 	require.NoError(t, err)
-	b.waitState(t, good.ID, kv.StateSucceeded)
+	b.WaitState(t, good.ID, kv.StateSucceeded)
 
-	dlq, err := b.js.Stream(ctx, "AX_DLQ")
+	dlq, err := b.JS.Stream(ctx, "AX_DLQ")
 	require.NoError(t, err)
 	for i, c := range cases {
-		rec := b.waitState(t, b.fallbackID(t, "AX_P1", seqs[i]), kv.StateDead)
+		rec := b.WaitState(t, b.fallbackID(t, "AX_P1", seqs[i]), kv.StateDead)
 		require.Contains(t, rec.LastError, c.reason, c.name)
 		msg, err := dlq.GetMsg(ctx, rec.DLQSeq)
 		require.NoError(t, err, c.name)
@@ -467,16 +393,16 @@ func TestStopPutsRunningTaskBack(t *testing.T) {
 		cause = context.Cause(ctx)
 		return ctx.Err()
 	}, nil))
-	_, js := b.srv.Connect()
+	_, js := b.Server.Connect()
 	w, err := worker.New(ctx, js, &worker.Config{ID: "A", Registry: slow, GracePeriod: 200 * time.Millisecond, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "job"})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "job"})
 	require.NoError(t, err)
 	<-started
 	require.NoError(t, w.Stop(ctx))
 	require.ErrorIs(t, cause, worker.ErrStop)
-	rec, _, err := b.store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
+	rec, _, err := b.Store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 	require.NoError(t, err)
 	require.Equal(t, kv.StateReady, rec.State)
 	require.Equal(t, 0, rec.Attempt)
@@ -484,8 +410,8 @@ func TestStopPutsRunningTaskBack(t *testing.T) {
 
 	fast := worker.NewRegistry()
 	require.NoError(t, fast.Handle("job", func(context.Context, *worker.Task) error { return nil }, nil))
-	b.startWorker(t, worker.Config{ID: "B", Registry: fast})
-	rec = b.waitState(t, info.ID, kv.StateSucceeded)
+	b.StartWorker(t, worker.Config{ID: "B", Registry: fast})
+	rec = b.WaitState(t, info.ID, kv.StateSucceeded)
 	require.Equal(t, 1, rec.Attempt)
 }
 
@@ -497,15 +423,15 @@ func TestPermanentAndPanic(t *testing.T) {
 	reg := worker.NewRegistry()
 	require.NoError(t, builtin.Register(reg, nil))
 	require.NoError(t, reg.Handle("boom", func(context.Context, *worker.Task) error { panic("kaboom") }, nil))
-	b.startWorker(t, worker.Config{Registry: reg})
-	fail, err := b.client.Submit(ctx, ax.TaskSpec{Type: "fail", MaxAttempts: 5})
+	b.StartWorker(t, worker.Config{Registry: reg})
+	fail, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "fail", MaxAttempts: 5})
 	require.NoError(t, err)
-	boom, err := b.client.Submit(ctx, ax.TaskSpec{Type: "boom", MaxAttempts: 5})
+	boom, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "boom", MaxAttempts: 5})
 	require.NoError(t, err)
-	rec := b.waitState(t, fail.ID, kv.StateDead)
+	rec := b.WaitState(t, fail.ID, kv.StateDead)
 	require.Equal(t, 1, rec.Attempt)
 	require.ErrorContains(t, errors.New(rec.LastError), "fails by design")
-	rec = b.waitState(t, boom.ID, kv.StateDead)
+	rec = b.WaitState(t, boom.ID, kv.StateDead)
 	require.Equal(t, 1, rec.Attempt)
 	require.Contains(t, rec.LastError, "handler panicked: kaboom")
 }
@@ -518,10 +444,10 @@ func TestDeadlinePassed(t *testing.T) {
 	msg := nats.NewMsg("ax.submit.p0.acme.echo.late")
 	msg.Header.Set(streams.HeaderDeadline, time.Now().Add(-time.Minute).UTC().Format(time.RFC3339))
 	msg.Header.Set(streams.HeaderMsgID, "late")
-	_, err := b.js.PublishMsg(ctx, msg)
+	_, err := b.JS.PublishMsg(ctx, msg)
 	require.NoError(t, err)
-	b.startWorker(t, worker.Config{})
-	rec := b.waitState(t, "late", kv.StateDead)
+	b.StartWorker(t, worker.Config{})
+	rec := b.WaitState(t, "late", kv.StateDead)
 	require.Contains(t, rec.LastError, "deadline passed")
 }
 

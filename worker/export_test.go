@@ -1,0 +1,21 @@
+package worker
+
+// SetParkRoom sets the most bytes w parks for its limits (maxParkedBytes
+// in a deployment), for a test that fills it; a test sets it before it
+// submits.
+func SetParkRoom(w *Worker, room int) {
+	w.limits.mu.Lock()
+	defer w.limits.mu.Unlock()
+	w.limits.room = room
+}
+
+// Parked returns the deliveries w holds parked and the bytes it has
+// reserved for them.
+func Parked(w *Worker) (deliveries, bytes int) {
+	w.limits.mu.Lock()
+	defer w.limits.mu.Unlock()
+	for _, q := range w.limits.parked {
+		deliveries += len(q)
+	}
+	return deliveries, w.limits.bytes
+}
