@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/stretchr/testify/require"
 )
@@ -18,18 +19,18 @@ func (welcome) Kind() string { return "welcome" }
 
 func TestSubmitJSONWritesKindAndPayloadOnce(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, nil)
+	b := axtest.Setup(t, axtest.Options{})
 	ctx := context.Background()
-	info, err := b.client.SubmitJSON(ctx, welcome{To: "ada@example.com"}, &ax.TaskSpec{Tenant: "acme", Priority: ax.P1})
+	info, err := b.Client.SubmitJSON(ctx, welcome{To: "ada@example.com"}, &ax.TaskSpec{Tenant: "acme", Priority: ax.P1})
 	require.NoError(t, err)
 	require.Equal(t, "welcome", info.Type)
 	require.Equal(t, "AX_P1", info.Stream)
-	rec, _, err := b.client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
+	rec, _, err := b.Client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 	require.NoError(t, err)
 	require.Equal(t, "welcome", rec.Type)
 	require.Equal(t, "acme", rec.Tenant)
 
-	info, err = b.client.SubmitJSON(ctx, welcome{To: "bob@example.com"}, nil)
+	info, err = b.Client.SubmitJSON(ctx, welcome{To: "bob@example.com"}, nil)
 	require.NoError(t, err, "nil options are the defaults")
 	require.Equal(t, "AX_P2", info.Stream)
 }

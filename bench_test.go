@@ -6,14 +6,15 @@ import (
 	"testing"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 )
 
 func BenchmarkSubmit(b *testing.B) {
-	bundle := setup(b, nil, nil)
+	bundle := axtest.Setup(b, axtest.Options{})
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := bundle.client.Submit(ctx, ax.TaskSpec{Type: "noop", Payload: make([]byte, 200)}); err != nil {
+		if _, err := bundle.Client.Submit(ctx, ax.TaskSpec{Type: "noop", Payload: make([]byte, 200)}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -26,7 +27,7 @@ func BenchmarkSubmit(b *testing.B) {
 func BenchmarkSubmitBatch(b *testing.B) {
 	for _, batch := range []int{1, 10, 1000, 5000} {
 		b.Run(fmt.Sprint(batch), func(b *testing.B) {
-			bundle := setup(b, nil, nil)
+			bundle := axtest.Setup(b, axtest.Options{})
 			ctx := context.Background()
 			tasks := make([]ax.TaskSpec, batch)
 			b.ReportAllocs()
@@ -34,7 +35,7 @@ func BenchmarkSubmitBatch(b *testing.B) {
 				for i := range tasks {
 					tasks[i] = ax.TaskSpec{Type: "noop", Priority: ax.PriorityOf(i % 5), Payload: make([]byte, 200)}
 				}
-				if _, err := bundle.client.SubmitBatch(ctx, tasks); err != nil {
+				if _, err := bundle.Client.SubmitBatch(ctx, tasks); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -9,44 +9,19 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
 
-type testBundle struct {
-	js     jetstream.JetStream
-	client *ax.Client
-}
-
-func setup(t testing.TB, scfg *streams.Config, cfg *ax.Config) *testBundle {
-	t.Helper()
-	return setupOn(t, natstest.Options{}, scfg, cfg)
-}
-
-// setupFast is setup for a test of the fast tier (go test -short).
-func setupFast(t testing.TB) *testBundle {
-	t.Helper()
-	return setupOn(t, natstest.Options{Fast: true}, nil, nil)
-}
-
-func setupOn(t testing.TB, o natstest.Options, scfg *streams.Config, cfg *ax.Config) *testBundle {
-	t.Helper()
-	_, js := natstest.Start(t, o).Connect()
-	natstest.Provision(t, js, scfg)
-	client, err := ax.NewClient(context.Background(), js, cfg)
-	require.NoError(t, err)
-	return &testBundle{js: js, client: client}
-}
-
 func TestSubmitWritesReadyRecord(t *testing.T) {
 	t.Parallel()
-	b := setupFast(t)
+	b := axtest.Fast(t)
 	ctx := context.Background()
 	deadline := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "email", Tenant: "acme", Key: "user-7", Priority: ax.P3,
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "email", Tenant: "acme", Key: "user-7", Priority: ax.P3,
 		Payload: []byte("hi"), Timeout: 5 * time.Second, MaxAttempts: 4, Core: true, Deadline: deadline,
 		Headers: map[string]string{"Ax-Trace": "abc"}})
 	require.NoError(t, err)
@@ -54,7 +29,7 @@ func TestSubmitWritesReadyRecord(t *testing.T) {
 	require.Equal(t, "AX_P3", info.Stream)
 	require.Equal(t, streams.Shard("user-7"), info.Shard)
 
-	rec, _, err := b.client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
+	rec, _, err := b.Client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 	require.NoError(t, err, "a task is known right after Submit returns")
 	require.Equal(t, kv.StateReady, rec.State)
 	require.Equal(t, "acme", rec.Tenant)
@@ -64,7 +39,7 @@ func TestSubmitWritesReadyRecord(t *testing.T) {
 	require.True(t, deadline.Equal(*rec.Deadline))
 	require.Equal(t, info.Sequence, rec.StreamSeq)
 
-	s, err := b.js.Stream(ctx, "AX_P3")
+	s, err := b.JS.Stream(ctx, "AX_P3")
 	require.NoError(t, err)
 	msg, err := s.GetMsg(ctx, info.Sequence)
 	require.NoError(t, err)
@@ -82,29 +57,29 @@ func TestSubmitWritesReadyRecord(t *testing.T) {
 
 func TestSubmitIsIdempotent(t *testing.T) {
 	t.Parallel()
-	b := setupFast(t)
+	b := axtest.Fast(t)
 	ctx := context.Background()
-	first, err := b.client.Submit(ctx, ax.TaskSpec{ID: "order-1", Type: "ship"})
+	first, err := b.Client.Submit(ctx, ax.TaskSpec{ID: "order-1", Type: "ship"})
 	require.NoError(t, err)
-	again, err := b.client.Submit(ctx, ax.TaskSpec{ID: "order-1", Type: "ship"})
+	again, err := b.Client.Submit(ctx, ax.TaskSpec{ID: "order-1", Type: "ship"})
 	require.NoError(t, err)
 	require.True(t, again.Duplicate)
 	require.Equal(t, first.Sequence, again.Sequence)
-	require.EqualValues(t, 1, natstest.StreamMsgs(t, b.js, "AX_P2"))
+	require.EqualValues(t, 1, natstest.StreamMsgs(t, b.JS, "AX_P2"))
 
 	// The same id in another bucket is reported as a duplicate; the copy it
 	// stored is dropped by the worker that sees it.
-	other, err := b.client.Submit(ctx, ax.TaskSpec{ID: "order-1", Type: "ship", Priority: ax.P3})
+	other, err := b.Client.Submit(ctx, ax.TaskSpec{ID: "order-1", Type: "ship", Priority: ax.P3})
 	require.NoError(t, err)
 	require.True(t, other.Duplicate)
-	rec, _, err := b.client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "order-1"})
+	rec, _, err := b.Client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "order-1"})
 	require.NoError(t, err)
 	require.Equal(t, 2, rec.Priority, "the record keeps the first bucket")
 }
 
 func TestSubmitValidation(t *testing.T) {
 	t.Parallel()
-	b := setupFast(t)
+	b := axtest.Fast(t)
 	for _, tc := range []struct {
 		name  string
 		task  ax.TaskSpec
@@ -130,24 +105,24 @@ func TestSubmitValidation(t *testing.T) {
 		{"run time too far ahead", ax.TaskSpec{Type: "x", RunAt: time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)}, "ahead"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := b.client.Submit(context.Background(), tc.task)
+			_, err := b.Client.Submit(context.Background(), tc.task)
 			require.ErrorIs(t, err, ax.ErrInvalidTask)
 			require.Contains(t, err.Error(), tc.field)
 		})
 	}
-	require.Zero(t, natstest.StreamMsgs(t, b.js, "AX_P2"))
+	require.Zero(t, natstest.StreamMsgs(t, b.JS, "AX_P2"))
 }
 
 // A batch far larger than the async publish window lands every task once.
 func TestSubmitBatchSurvivesStalls(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, &ax.Config{MaxPending: 16})
+	b := axtest.Setup(t, axtest.Options{Client: &ax.Config{MaxPending: 16}})
 	ctx := context.Background()
 	tasks := make([]ax.TaskSpec, 5000)
 	for i := range tasks {
 		tasks[i] = ax.TaskSpec{Type: "noop", Priority: ax.PriorityOf(i % 5)}
 	}
-	infos, err := b.client.SubmitBatch(ctx, tasks)
+	infos, err := b.Client.SubmitBatch(ctx, tasks)
 	require.NoError(t, err)
 	seen := map[string]bool{}
 	for _, info := range infos {
@@ -156,12 +131,12 @@ func TestSubmitBatchSurvivesStalls(t *testing.T) {
 	}
 	var total uint64
 	for p := range streams.Priorities {
-		n := natstest.StreamMsgs(t, b.js, fmt.Sprintf("AX_P%d", p))
+		n := natstest.StreamMsgs(t, b.JS, fmt.Sprintf("AX_P%d", p))
 		require.EqualValues(t, 1000, n)
 		total += n
 	}
 	require.EqualValues(t, 5000, total)
-	keys, err := b.client.Store().Bucket().ListKeys(ctx)
+	keys, err := b.Client.Store().Bucket().ListKeys(ctx)
 	require.NoError(t, err)
 	n := 0
 	for range keys.Keys() {
@@ -173,31 +148,31 @@ func TestSubmitBatchSurvivesStalls(t *testing.T) {
 	for i := range tasks {
 		tasks[i].ID = infos[i].ID
 	}
-	again, err := b.client.SubmitBatch(ctx, tasks)
+	again, err := b.Client.SubmitBatch(ctx, tasks)
 	require.NoError(t, err)
 	for _, info := range again {
 		require.True(t, info.Duplicate)
 	}
-	require.EqualValues(t, 1000, natstest.StreamMsgs(t, b.js, "AX_P0"))
+	require.EqualValues(t, 1000, natstest.StreamMsgs(t, b.JS, "AX_P0"))
 }
 
 // A full bucket refuses the excess with ErrOverloaded and stores nothing of it.
 func TestSubmitBatchFullBucket(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &streams.Config{Capacity: 100}, &ax.Config{MaxPending: 32})
+	b := axtest.Setup(t, axtest.Options{Streams: &streams.Config{Capacity: 100}, Client: &ax.Config{MaxPending: 32}})
 	ctx := context.Background()
 	tasks := make([]ax.TaskSpec, 150)
 	for i := range tasks {
 		tasks[i] = ax.TaskSpec{Type: "noop", Priority: ax.P2}
 	}
-	infos, err := b.client.SubmitBatch(ctx, tasks)
+	infos, err := b.Client.SubmitBatch(ctx, tasks)
 	var batchErr *ax.BatchError
 	require.ErrorAs(t, err, &batchErr)
 	require.ErrorIs(t, err, ax.ErrOverloaded)
 	require.Len(t, batchErr.Failed, 50)
-	require.EqualValues(t, 100, natstest.StreamMsgs(t, b.js, "AX_P2"))
+	require.EqualValues(t, 100, natstest.StreamMsgs(t, b.JS, "AX_P2"))
 	for i, info := range infos {
-		_, _, getErr := b.client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
+		_, _, getErr := b.Client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 		if batchErr.Failed[i] != nil {
 			require.ErrorIs(t, batchErr.Failed[i], ax.ErrOverloaded)
 			require.ErrorIs(t, getErr, kv.ErrNotFound, "a refused task has no record")
@@ -205,7 +180,7 @@ func TestSubmitBatchFullBucket(t *testing.T) {
 			require.NoError(t, getErr)
 		}
 	}
-	_, err = b.client.Submit(ctx, ax.TaskSpec{Type: "noop", Priority: ax.P2})
+	_, err = b.Client.Submit(ctx, ax.TaskSpec{Type: "noop", Priority: ax.P2})
 	require.ErrorIs(t, err, ax.ErrOverloaded)
 	require.True(t, strings.Contains(err.Error(), "maximum messages"), err.Error())
 	require.False(t, errors.Is(err, ax.ErrInvalidTask))

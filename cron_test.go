@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/stretchr/testify/require"
 )
 
 func TestCronValidation(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, nil)
+	b := axtest.Setup(t, axtest.Options{})
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string
@@ -24,18 +25,18 @@ func TestCronValidation(t *testing.T) {
 		{"no type", ax.CronJob{Name: "a", Spec: "@hourly"}, "Type"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := b.client.AddCron(ctx, tc.job)
+			_, err := b.Client.AddCron(ctx, tc.job)
 			require.ErrorIs(t, err, ax.ErrInvalidTask)
 			require.Contains(t, err.Error(), tc.want)
 		})
 	}
 	// 5 fields (minute first), 6 fields (second first) and descriptors.
 	for i, spec := range []string{"*/5 * * * *", "*/10 * * * * *", "@daily", "@every 90s"} {
-		job, err := b.client.AddCron(ctx, ax.CronJob{Name: fmt.Sprintf("ok%d", i), Spec: spec, Task: ax.TaskSpec{Type: "x"}})
+		job, err := b.Client.AddCron(ctx, ax.CronJob{Name: fmt.Sprintf("ok%d", i), Spec: spec, Task: ax.TaskSpec{Type: "x"}})
 		require.NoError(t, err, spec)
 		require.True(t, job.Next.After(time.Now()), spec)
 	}
-	jobs, err := b.client.ListCron(ctx)
+	jobs, err := b.Client.ListCron(ctx)
 	require.NoError(t, err)
 	require.Len(t, jobs, 4)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/control"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
@@ -17,17 +18,17 @@ import (
 
 func TestDelayedValidation(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, nil)
-	_, err := b.client.Submit(context.Background(), ax.TaskSpec{Type: "x", Delay: -time.Second})
+	b := axtest.Setup(t, axtest.Options{})
+	_, err := b.Client.Submit(context.Background(), ax.TaskSpec{Type: "x", Delay: -time.Second})
 	require.ErrorIs(t, err, ax.ErrInvalidTask)
 	require.Contains(t, err.Error(), "Delay")
-	_, err = b.client.Submit(context.Background(), ax.TaskSpec{Type: "x", Delay: time.Second, RunAt: time.Now().Add(time.Hour)})
+	_, err = b.Client.Submit(context.Background(), ax.TaskSpec{Type: "x", Delay: time.Second, RunAt: time.Now().Add(time.Hour)})
 	require.ErrorIs(t, err, ax.ErrInvalidTask)
 	// A run time in the past runs at once.
-	info, err := b.client.Submit(context.Background(), ax.TaskSpec{Type: "x", RunAt: time.Now().Add(-time.Hour)})
+	info, err := b.Client.Submit(context.Background(), ax.TaskSpec{Type: "x", RunAt: time.Now().Add(-time.Hour)})
 	require.NoError(t, err)
 	require.True(t, info.RunAt.IsZero())
-	require.EqualValues(t, 1, natstest.StreamMsgs(t, b.js, "AX_P2"))
+	require.EqualValues(t, 1, natstest.StreamMsgs(t, b.JS, "AX_P2"))
 }
 
 // Issue 23.3: a delayed task that would not fit the copy that releases it
@@ -38,28 +39,28 @@ func TestDelayedValidation(t *testing.T) {
 // took 64 KiB more than its bucket) and its release refused forever.
 func TestDelayedTaskTooLargeIsRefusedAtSubmit(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, nil)
+	b := axtest.Setup(t, axtest.Options{})
 	ctx := context.Background()
-	limit := int(b.js.Conn().MaxPayload()) - streams.HeaderRoom
-	_, err := b.client.Submit(ctx, ax.TaskSpec{ID: "too-big", Type: "x", Delay: time.Hour, Payload: make([]byte, limit-100)})
+	limit := int(b.JS.Conn().MaxPayload()) - streams.HeaderRoom
+	_, err := b.Client.Submit(ctx, ax.TaskSpec{ID: "too-big", Type: "x", Delay: time.Hour, Payload: make([]byte, limit-100)})
 	require.ErrorIs(t, err, ax.ErrInvalidTask)
 	require.ErrorIs(t, err, streams.ErrTooLarge)
 	require.ErrorContains(t, err, fmt.Sprintf("at most %d", limit-streams.TaskRoom))
-	_, _, err = b.client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "too-big"})
+	_, _, err = b.Client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "too-big"})
 	require.ErrorIs(t, err, kv.ErrNotFound, "nothing stored")
-	require.Zero(t, natstest.StreamMsgs(t, b.js, "AX_DELAYED"))
-	_, err = b.client.Submit(ctx, ax.TaskSpec{ID: "fits", Type: "x", Delay: time.Hour, Payload: make([]byte, limit-streams.TaskRoom-200)})
+	require.Zero(t, natstest.StreamMsgs(t, b.JS, "AX_DELAYED"))
+	_, err = b.Client.Submit(ctx, ax.TaskSpec{ID: "fits", Type: "x", Delay: time.Hour, Payload: make([]byte, limit-streams.TaskRoom-200)})
 	require.NoError(t, err)
 
 	// A bucket provisioned smaller, as the leader's report says.
-	board, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	board, err := b.JS.KeyValue(ctx, "AX_CONTROL")
 	require.NoError(t, err)
 	report, err := json.Marshal(ax.Pressure{UpdatedAt: time.Now(), ValidFor: time.Minute, Thresholds: ax.DefaultPressureThresholds(),
 		Buckets: []ax.BucketPressure{{Stream: "AX_P2", Priority: 2, Capacity: 1000, MaxMsgSize: 32 << 10}}})
 	require.NoError(t, err)
 	_, err = board.Put(ctx, control.PressureKey, report)
 	require.NoError(t, err)
-	client, err := ax.NewClient(ctx, b.js, nil)
+	client, err := ax.NewClient(ctx, b.JS, nil)
 	require.NoError(t, err)
 	_, err = client.Submit(ctx, ax.TaskSpec{Type: "x", Priority: ax.P2, Delay: time.Hour, Payload: make([]byte, 32<<10-streams.TaskRoom)})
 	require.ErrorIs(t, err, streams.ErrTooLarge)

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/natstest"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -18,11 +20,11 @@ import (
 // (nothing captures the subject) is not stored, and does not say "maybe".
 func TestSubmitMaybeStored(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t, natstest.Options{ConfigFile: "docs/ax-permissions.conf"})
-	control := connectAs(t, srv, "scheduler", "_INBOX.scheduler")
-	natstest.Provision(t, control, nil)
+	b := axtest.Setup(t, axtest.Options{Server: natstest.Options{ConfigFile: "docs/ax-permissions.conf"}, User: "scheduler", NoClient: true})
+	control := b.JS
 	ctx := context.Background()
-	c, err := ax.NewClient(ctx, connectAs(t, srv, "producer-acme", "_INBOX.service"), &ax.Config{PublishOnly: true})
+	_, producer := b.ConnectAs(t, "producer-acme", nats.CustomInboxPrefix("_INBOX.service")) // an inbox it may not subscribe to
+	c, err := ax.NewClient(ctx, producer, &ax.Config{PublishOnly: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	submitCtx, cancel := context.WithTimeout(ctx, 2*time.Second)

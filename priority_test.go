@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/stretchr/testify/require"
 )
@@ -14,7 +15,7 @@ import (
 // default; P0 must be asked for.
 func TestZeroPriorityIsTheDefault(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, nil)
+	b := axtest.Setup(t, axtest.Options{})
 	ctx := context.Background()
 	require.Equal(t, ax.P2, ax.DefaultPriority)
 	for _, tc := range []struct {
@@ -29,16 +30,16 @@ func TestZeroPriorityIsTheDefault(t *testing.T) {
 		{"P4", ax.P4, "AX_P4", ax.P4, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "email", Priority: tc.priority})
+			info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "email", Priority: tc.priority})
 			require.NoError(t, err)
 			require.Equal(t, tc.stream, info.Stream)
 			require.Equal(t, tc.info, info.Priority)
-			rec, _, err := b.client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
+			rec, _, err := b.Client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 			require.NoError(t, err)
 			require.Equal(t, tc.level, rec.Priority)
 		})
 	}
-	_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "email", Priority: "P0"})
+	_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "email", Priority: "P0"})
 	require.ErrorIs(t, err, ax.ErrInvalidTask, "names are lower-case, as on the wire")
 }
 

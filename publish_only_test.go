@@ -8,21 +8,13 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
-
-// connectAs connects to srv as a user of docs/ax-permissions.conf with its
-// inbox prefix.
-func connectAs(t *testing.T, srv *natstest.Server, user, inbox string) jetstream.JetStream {
-	t.Helper()
-	_, js := srv.Connect(nats.UserInfo(user, user+"-secret"), nats.CustomInboxPrefix(inbox))
-	return js
-}
 
 // A publish-only client works with a producer's permissions alone (here
 // producer-acme of the shipped file): it publishes tasks, delayed ones
@@ -31,11 +23,11 @@ func connectAs(t *testing.T, srv *natstest.Server, user, inbox string) jetstream
 // leader publishes, and refuses what would read or write records.
 func TestPublishOnlyClient(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t, natstest.Options{ConfigFile: "docs/ax-permissions.conf"})
-	control := connectAs(t, srv, "scheduler", "_INBOX.scheduler")
-	natstest.Provision(t, control, nil)
+	b := axtest.Setup(t, axtest.Options{Server: natstest.Options{ConfigFile: "docs/ax-permissions.conf"}, User: "scheduler", NoClient: true})
+	control := b.JS
 	ctx := context.Background()
-	c, err := ax.NewClient(ctx, connectAs(t, srv, "producer-acme", "_INBOX.producer-acme"), &ax.Config{PublishOnly: true})
+	_, producer := b.ConnectAs(t, "producer-acme")
+	c, err := ax.NewClient(ctx, producer, &ax.Config{PublishOnly: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	require.Nil(t, c.Store())

@@ -11,43 +11,22 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
-	"github.com/ax-mesh/ax/internal/builtin"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 )
-
-// runWorker runs a worker with the built-in handlers and reg's (if any)
-// on js's connection until the test ends.
-func runWorker(t testing.TB, b *testBundle, reg *worker.Registry) {
-	t.Helper()
-	if reg == nil {
-		reg = worker.NewRegistry()
-	}
-	require.NoError(t, builtin.Register(reg, nil))
-	w, err := worker.New(context.Background(), b.js, &worker.Config{Registry: reg, Shards: allShards(),
-		Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		require.NoError(t, w.Stop(ctx))
-	})
-}
 
 // Wait returns the result of a task that succeeds, Result reads it again,
 // and a DEAD or CANCELLED task gives its final state and last error.
 func TestWaitAndResult(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, nil)
+	b := axtest.Setup(t, axtest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	runWorker(t, b, nil)
+	b.StartWorker(t, worker.Config{Shards: axtest.AllShards()})
 
 	// Wait starts before the task exists: it waits for its record.
 	type waited struct {
@@ -56,25 +35,25 @@ func TestWaitAndResult(t *testing.T) {
 	}
 	done := make(chan waited, 1)
 	go func() {
-		r, err := b.client.Wait(ctx, "acme", "echo-1")
+		r, err := b.Client.Wait(ctx, "acme", "echo-1")
 		done <- waited{r, err}
 	}()
-	_, err := b.client.Submit(ctx, ax.TaskSpec{ID: "echo-1", Tenant: "acme", Type: "echo", Payload: []byte("hi")})
+	_, err := b.Client.Submit(ctx, ax.TaskSpec{ID: "echo-1", Tenant: "acme", Type: "echo", Payload: []byte("hi")})
 	require.NoError(t, err)
 	got := <-done
 	require.NoError(t, got.err)
 	require.Equal(t, "hi", string(got.result))
 
-	result, err := b.client.Result(ctx, "acme", "echo-1")
+	result, err := b.Client.Result(ctx, "acme", "echo-1")
 	require.NoError(t, err)
 	require.Equal(t, "hi", string(result))
-	result, err = b.client.Wait(ctx, "acme", "echo-1") // already ended
+	result, err = b.Client.Wait(ctx, "acme", "echo-1") // already ended
 	require.NoError(t, err)
 	require.Equal(t, "hi", string(result))
 
-	_, err = b.client.Submit(ctx, ax.TaskSpec{ID: "fail-1", Type: "fail"})
+	_, err = b.Client.Submit(ctx, ax.TaskSpec{ID: "fail-1", Type: "fail"})
 	require.NoError(t, err)
-	_, err = b.client.Wait(ctx, "", "fail-1")
+	_, err = b.Client.Wait(ctx, "", "fail-1")
 	var ended *ax.TaskEndedError
 	require.ErrorAs(t, err, &ended)
 	require.ErrorIs(t, err, ax.ErrNotSucceeded)
@@ -82,20 +61,20 @@ func TestWaitAndResult(t *testing.T) {
 	require.Equal(t, ax.DefaultTenant, ended.Tenant)
 	require.Contains(t, ended.LastError, "fails by design")
 
-	_, err = b.client.Submit(ctx, ax.TaskSpec{ID: "later-1", Type: "echo", Delay: time.Hour})
+	_, err = b.Client.Submit(ctx, ax.TaskSpec{ID: "later-1", Type: "echo", Delay: time.Hour})
 	require.NoError(t, err)
-	_, err = b.client.Result(ctx, "", "later-1")
+	_, err = b.Client.Result(ctx, "", "later-1")
 	require.ErrorIs(t, err, ax.ErrNotFinished)
-	require.NoError(t, b.client.CancelDelayed(ctx, ax.DefaultTenant, "later-1"))
-	_, err = b.client.Wait(ctx, "", "later-1")
+	require.NoError(t, b.Client.CancelDelayed(ctx, ax.DefaultTenant, "later-1"))
+	_, err = b.Client.Wait(ctx, "", "later-1")
 	require.ErrorAs(t, err, &ended)
 	require.Equal(t, kv.StateCancelled, ended.State)
 
-	_, err = b.client.Result(ctx, "", "nope")
+	_, err = b.Client.Result(ctx, "", "nope")
 	require.ErrorIs(t, err, kv.ErrNotFound)
 	short, stop := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer stop()
-	_, err = b.client.Wait(short, "", "nope")
+	_, err = b.Client.Wait(short, "", "nope")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
@@ -116,7 +95,7 @@ func TestSubmitHooks(t *testing.T) {
 			}, nil
 		}
 	}
-	b := setup(t, nil, &ax.Config{SubmitHooks: []ax.SubmitHook{hook("a"), hook("b")}})
+	b := axtest.Setup(t, axtest.Options{Client: &ax.Config{SubmitHooks: []ax.SubmitHook{hook("a"), hook("b")}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	reg := worker.NewRegistry()
@@ -126,9 +105,9 @@ func TestSubmitHooks(t *testing.T) {
 		}
 		return nil
 	}, nil))
-	runWorker(t, b, reg)
+	b.StartWorker(t, worker.Config{Registry: reg, Shards: axtest.AllShards()})
 
-	_, err := b.client.Submit(ctx, ax.TaskSpec{ID: "t-1", Type: "look"})
+	_, err := b.Client.Submit(ctx, ax.TaskSpec{ID: "t-1", Type: "look"})
 	require.NoError(t, err)
 	require.Equal(t, []string{"a before default/t-1", "b before default/t-1", "b after t-1 <nil>", "a after t-1 <nil>"}, calls)
 	headers := <-seen
@@ -137,24 +116,24 @@ func TestSubmitHooks(t *testing.T) {
 	require.Equal(t, "yes", headers.Get("Ax-Hook-b"))
 
 	calls = nil
-	_, err = b.client.SubmitBatch(ctx, []ax.TaskSpec{{ID: "t-2", Type: "look"}, {ID: "t-3", Type: "look"}})
+	_, err = b.Client.SubmitBatch(ctx, []ax.TaskSpec{{ID: "t-2", Type: "look"}, {ID: "t-3", Type: "look"}})
 	require.NoError(t, err)
 	sort.Strings(calls)
 	require.Equal(t, []string{"a after t-2 <nil>", "a after t-3 <nil>", "a before default/t-2", "a before default/t-3",
 		"b after t-2 <nil>", "b after t-3 <nil>", "b before default/t-2", "b before default/t-3"}, calls)
 
 	refuse := errors.New("refused by policy")
-	c, err := ax.NewClient(ctx, b.js, &ax.Config{SubmitHooks: []ax.SubmitHook{
+	c, err := ax.NewClient(ctx, b.JS, &ax.Config{SubmitHooks: []ax.SubmitHook{
 		func(context.Context, ax.TaskSpec, nats.Header) (func(ax.TaskInfo, error), error) { return nil, refuse },
 	}})
 	require.NoError(t, err)
 	defer c.Close()
 	_, err = c.Submit(ctx, ax.TaskSpec{ID: "t-4", Type: "look"})
 	require.ErrorIs(t, err, refuse)
-	_, _, err = b.client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "t-4"})
+	_, _, err = b.Client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "t-4"})
 	require.ErrorIs(t, err, kv.ErrNotFound, "a refused task is not stored")
 
-	c2, err := ax.NewClient(ctx, b.js, &ax.Config{SubmitHooks: []ax.SubmitHook{
+	c2, err := ax.NewClient(ctx, b.JS, &ax.Config{SubmitHooks: []ax.SubmitHook{
 		func(_ context.Context, _ ax.TaskSpec, h nats.Header) (func(ax.TaskInfo, error), error) {
 			h.Set("Ax-Task-Id", "other")
 			return nil, nil
@@ -177,17 +156,17 @@ func errString(err error) string {
 // just before the SUCCEEDED write) Wait returns: p50 and p99 in ms. The
 // target is a p99 of at most 5 ms.
 func BenchmarkWait(b *testing.B) {
-	tb := setup(b, nil, nil)
+	tb := axtest.Setup(b, axtest.Options{})
 	ctx := context.Background()
-	runWorker(b, tb, nil)
+	tb.StartWorker(b, worker.Config{Shards: axtest.AllShards()})
 	var lags []time.Duration
 	for b.Loop() {
-		info, err := tb.client.Submit(ctx, ax.TaskSpec{Type: "echo", Payload: []byte("x")})
+		info, err := tb.Client.Submit(ctx, ax.TaskSpec{Type: "echo", Payload: []byte("x")})
 		require.NoError(b, err)
-		_, err = tb.client.Wait(ctx, info.Tenant, info.ID)
+		_, err = tb.Client.Wait(ctx, info.Tenant, info.ID)
 		returned := time.Now()
 		require.NoError(b, err)
-		rec, _, err := tb.client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
+		rec, _, err := tb.Client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 		require.NoError(b, err)
 		lags = append(lags, returned.Sub(*rec.FinishedAt))
 	}
@@ -197,16 +176,6 @@ func BenchmarkWait(b *testing.B) {
 	}
 	b.ReportMetric(at(0.50), "p50-ms")
 	b.ReportMetric(at(0.99), "p99-ms")
-}
-
-// allShards lists every shard, for a worker with fixed shards that serves
-// them all.
-func allShards() []int {
-	out := make([]int, streams.Shards)
-	for i := range out {
-		out[i] = i
-	}
-	return out
 }
 
 // A client whose user may not create the consumer a watch needs fails

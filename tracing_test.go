@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/stretchr/testify/require"
@@ -21,28 +22,28 @@ func TestSubmitCarriesTraceContext(t *testing.T) {
 	ctx := context.Background()
 	exporter := tracetest.NewInMemoryExporter()
 	provider := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
-	traced := setup(t, nil, &ax.Config{TracerProvider: provider})
-	info, err := traced.client.Submit(ctx, ax.TaskSpec{ID: "traced", Type: "echo"})
+	traced := axtest.Setup(t, axtest.Options{Client: &ax.Config{TracerProvider: provider}})
+	info, err := traced.Client.Submit(ctx, ax.TaskSpec{ID: "traced", Type: "echo"})
 	require.NoError(t, err)
 	spans := exporter.GetSpans()
 	require.Len(t, spans, 1)
 	require.Equal(t, "ax.submit echo", spans[0].Name)
 	require.Equal(t, trace.SpanKindProducer, spans[0].SpanKind)
-	msg := natstest.GetMsg(t, traced.js, info.Stream, info.Sequence)
+	msg := natstest.GetMsg(t, traced.JS, info.Stream, info.Sequence)
 	want := "00-" + spans[0].SpanContext.TraceID().String() + "-" + spans[0].SpanContext.SpanID().String() + "-01"
 	require.Equal(t, want, msg.Header.Get(streams.HeaderTraceParent))
 
-	plain := setup(t, nil, nil)
+	plain := axtest.Setup(t, axtest.Options{})
 	parentCtx, parent := provider.Tracer("caller").Start(ctx, "request")
-	info, err = plain.client.Submit(parentCtx, ax.TaskSpec{ID: "carried", Type: "echo"})
+	info, err = plain.Client.Submit(parentCtx, ax.TaskSpec{ID: "carried", Type: "echo"})
 	parent.End()
 	require.NoError(t, err)
-	msg = natstest.GetMsg(t, plain.js, info.Stream, info.Sequence)
+	msg = natstest.GetMsg(t, plain.JS, info.Stream, info.Sequence)
 	require.Equal(t, "00-"+parent.SpanContext().TraceID().String()+"-"+parent.SpanContext().SpanID().String()+"-01",
 		msg.Header.Get(streams.HeaderTraceParent), "the caller's trace context travels without a provider")
 
-	info, err = plain.client.Submit(ctx, ax.TaskSpec{ID: "untraced", Type: "echo"})
+	info, err = plain.Client.Submit(ctx, ax.TaskSpec{ID: "untraced", Type: "echo"})
 	require.NoError(t, err)
-	msg = natstest.GetMsg(t, plain.js, info.Stream, info.Sequence)
+	msg = natstest.GetMsg(t, plain.JS, info.Stream, info.Sequence)
 	require.Empty(t, msg.Header.Get(streams.HeaderTraceParent))
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
@@ -21,14 +22,14 @@ func uniqueHour() *ax.UniqueOpts { return &ax.UniqueOpts{For: time.Hour} }
 // is another task.
 func TestUniqueDuplicateReturnsTheExistingTask(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, nil)
+	b := axtest.Setup(t, axtest.Options{})
 	ctx := context.Background()
-	first, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Tenant: "acme", Payload: []byte(`{"day":1}`), Unique: uniqueHour()})
+	first, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Tenant: "acme", Payload: []byte(`{"day":1}`), Unique: uniqueHour()})
 	require.NoError(t, err)
 	require.False(t, first.Duplicate)
 	require.False(t, first.UniqueSkipped)
 
-	again, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Tenant: "acme", Payload: []byte(`{"day":1}`), Unique: uniqueHour()})
+	again, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Tenant: "acme", Payload: []byte(`{"day":1}`), Unique: uniqueHour()})
 	require.NoError(t, err)
 	require.True(t, again.UniqueSkipped)
 	require.True(t, again.Duplicate)
@@ -36,16 +37,16 @@ func TestUniqueDuplicateReturnsTheExistingTask(t *testing.T) {
 	require.Equal(t, first.Stream, again.Stream)
 	require.Equal(t, first.Sequence, again.Sequence)
 	require.Equal(t, first.Shard, again.Shard)
-	require.Equal(t, uint64(1), natstest.StreamMsgs(t, b.js, "AX_P2"), "the duplicate published nothing")
-	_, _, err = b.client.Store().Get(ctx, kv.Ref{Tenant: "acme", ID: again.ID})
+	require.Equal(t, uint64(1), natstest.StreamMsgs(t, b.JS, "AX_P2"), "the duplicate published nothing")
+	_, _, err = b.Client.Store().Get(ctx, kv.Ref{Tenant: "acme", ID: again.ID})
 	require.NoError(t, err)
 
 	// Unique by key: the payload does not matter.
 	byKey := func(key string) *ax.UniqueOpts { return &ax.UniqueOpts{Key: key, For: time.Hour} }
-	k1, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Tenant: "acme", Payload: []byte("a"), Unique: byKey("customer-7")})
+	k1, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Tenant: "acme", Payload: []byte("a"), Unique: byKey("customer-7")})
 	require.NoError(t, err)
 	require.False(t, k1.UniqueSkipped)
-	k2, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Tenant: "acme", Payload: []byte("b"), Unique: byKey("customer-7")})
+	k2, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Tenant: "acme", Payload: []byte("b"), Unique: byKey("customer-7")})
 	require.NoError(t, err)
 	require.True(t, k2.UniqueSkipped)
 	require.Equal(t, k1.ID, k2.ID)
@@ -58,15 +59,15 @@ func TestUniqueDuplicateReturnsTheExistingTask(t *testing.T) {
 		"another key":     {Type: "report", Tenant: "acme", Payload: []byte("a"), Unique: byKey("customer-8")},
 		"not unique":      {Type: "report", Tenant: "acme", Payload: []byte(`{"day":1}`)},
 	} {
-		info, err := b.client.Submit(ctx, spec)
+		info, err := b.Client.Submit(ctx, spec)
 		require.NoError(t, err, name)
 		require.False(t, info.UniqueSkipped, name)
 		require.NotEqual(t, first.ID, info.ID, name)
 	}
-	require.Equal(t, uint64(2+5), natstest.StreamMsgs(t, b.js, "AX_P2"))
+	require.Equal(t, uint64(2+5), natstest.StreamMsgs(t, b.JS, "AX_P2"))
 
 	// A batch is unique too, task by task.
-	infos, err := b.client.SubmitBatch(ctx, []ax.TaskSpec{
+	infos, err := b.Client.SubmitBatch(ctx, []ax.TaskSpec{
 		{Type: "report", Tenant: "acme", Payload: []byte(`{"day":1}`), Unique: uniqueHour()},
 		{Type: "report", Tenant: "acme", Payload: []byte(`{"day":3}`), Unique: uniqueHour()},
 	})
@@ -74,30 +75,30 @@ func TestUniqueDuplicateReturnsTheExistingTask(t *testing.T) {
 	require.True(t, infos[0].UniqueSkipped)
 	require.Equal(t, first.ID, infos[0].ID)
 	require.False(t, infos[1].UniqueSkipped)
-	require.Equal(t, uint64(2+5+1), natstest.StreamMsgs(t, b.js, "AX_P2"))
+	require.Equal(t, uint64(2+5+1), natstest.StreamMsgs(t, b.JS, "AX_P2"))
 }
 
 // After the period the key is free: a new task is made.
 func TestUniqueAfterThePeriodMakesANewTask(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, nil)
+	b := axtest.Setup(t, axtest.Options{})
 	ctx := context.Background()
 	spec := func() ax.TaskSpec {
 		return ax.TaskSpec{Type: "sync", Payload: []byte("x"), Unique: &ax.UniqueOpts{For: time.Second}}
 	}
-	first, err := b.client.Submit(ctx, spec())
+	first, err := b.Client.Submit(ctx, spec())
 	require.NoError(t, err)
-	again, err := b.client.Submit(ctx, spec())
+	again, err := b.Client.Submit(ctx, spec())
 	require.NoError(t, err)
 	require.True(t, again.UniqueSkipped, "within the period")
 	var later ax.TaskInfo
 	require.Eventually(t, func() bool {
-		later, err = b.client.Submit(ctx, spec())
+		later, err = b.Client.Submit(ctx, spec())
 		require.NoError(t, err)
 		return !later.UniqueSkipped
 	}, 5*time.Second, 100*time.Millisecond, "the claim never expired")
 	require.NotEqual(t, first.ID, later.ID)
-	require.Equal(t, uint64(2), natstest.StreamMsgs(t, b.js, "AX_P2"))
+	require.Equal(t, uint64(2), natstest.StreamMsgs(t, b.JS, "AX_P2"))
 }
 
 // A task that reached a state outside the unique states (by default DEAD
@@ -106,9 +107,9 @@ func TestUniqueAfterThePeriodMakesANewTask(t *testing.T) {
 // holds it.
 func TestUniqueStatesOutsideTheSetFreeTheKey(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, nil)
+	b := axtest.Setup(t, axtest.Options{})
 	ctx := context.Background()
-	store := b.client.Store()
+	store := b.Client.Store()
 	cases := []struct {
 		name   string
 		states []kv.State
@@ -124,7 +125,7 @@ func TestUniqueStatesOutsideTheSetFreeTheKey(t *testing.T) {
 	}
 	for _, c := range cases {
 		spec := ax.TaskSpec{Type: "t", Payload: []byte(c.name), Unique: &ax.UniqueOpts{For: time.Hour, States: c.states}}
-		first, err := b.client.Submit(ctx, spec)
+		first, err := b.Client.Submit(ctx, spec)
 		require.NoError(t, err, c.name)
 		from := kv.StateReady
 		for _, to := range c.moves {
@@ -132,19 +133,19 @@ func TestUniqueStatesOutsideTheSetFreeTheKey(t *testing.T) {
 			require.NoError(t, err, c.name)
 			from = to
 		}
-		before := natstest.StreamMsgs(t, b.js, "AX_P2")
-		next, err := b.client.Submit(ctx, spec)
+		before := natstest.StreamMsgs(t, b.JS, "AX_P2")
+		next, err := b.Client.Submit(ctx, spec)
 		require.NoError(t, err, c.name)
 		if !c.free {
 			require.True(t, next.UniqueSkipped, c.name)
 			require.Equal(t, first.ID, next.ID, c.name)
-			require.Equal(t, before, natstest.StreamMsgs(t, b.js, "AX_P2"), c.name)
+			require.Equal(t, before, natstest.StreamMsgs(t, b.JS, "AX_P2"), c.name)
 			continue
 		}
 		require.False(t, next.UniqueSkipped, c.name)
 		require.NotEqual(t, first.ID, next.ID, c.name)
 		// The new task holds the key now.
-		third, err := b.client.Submit(ctx, spec)
+		third, err := b.Client.Submit(ctx, spec)
 		require.NoError(t, err, c.name)
 		require.True(t, third.UniqueSkipped, c.name)
 		require.Equal(t, next.ID, third.ID, c.name)
@@ -280,7 +281,7 @@ func TestUniqueClaimOfADeadSubmitter(t *testing.T) {
 // key was refused for good.
 func TestUniqueRefusesBadInput(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, nil)
+	b := axtest.Setup(t, axtest.Options{})
 	ctx := context.Background()
 	for name, u := range map[string]ax.UniqueOpts{
 		"no period":        {},
@@ -289,13 +290,13 @@ func TestUniqueRefusesBadInput(t *testing.T) {
 		"an unknown state": {For: time.Hour, States: []kv.State{"DONE"}},
 		"a key too long":   {For: time.Hour, Key: string(make([]byte, ax.MaxUniqueKeyLen+1))},
 	} {
-		_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "t", Unique: &u})
+		_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "t", Unique: &u})
 		require.ErrorIs(t, err, ax.ErrInvalidTask, name)
 		require.ErrorContains(t, err, "Unique.", name)
 	}
-	require.Zero(t, natstest.StreamMsgs(t, b.js, "AX_P2"))
+	require.Zero(t, natstest.StreamMsgs(t, b.JS, "AX_P2"))
 
-	bucket, err := b.js.KeyValue(ctx, "AX_UNIQUE")
+	bucket, err := b.JS.KeyValue(ctx, "AX_UNIQUE")
 	require.NoError(t, err)
 	for name, value := range map[string]string{
 		"not JSON":              `garbage`,
@@ -307,7 +308,7 @@ func TestUniqueRefusesBadInput(t *testing.T) {
 		key := kv.ClaimKey("acme", ax.UniqueHash("t", "", payload))
 		rev, err := bucket.Put(ctx, key, []byte(value))
 		require.NoError(t, err)
-		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "t", Tenant: "acme", Payload: payload, Unique: uniqueHour()})
+		info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "t", Tenant: "acme", Payload: payload, Unique: uniqueHour()})
 		require.NoError(t, err, name)
 		require.False(t, info.Duplicate, "%s holds nothing", name)
 		entry, err := bucket.Get(ctx, key)
@@ -315,36 +316,36 @@ func TestUniqueRefusesBadInput(t *testing.T) {
 		require.Greater(t, entry.Revision(), rev, "%s: replaced by compare-and-set", name)
 		require.Contains(t, string(entry.Value()), info.ID, "%s: the key is the new task's", name)
 	}
-	require.Equal(t, uint64(4), natstest.StreamMsgs(t, b.js, "AX_P2"), "each submit published its task")
+	require.Equal(t, uint64(4), natstest.StreamMsgs(t, b.JS, "AX_P2"), "each submit published its task")
 }
 
 // A deployment provisioned before unique tasks has no AX_UNIQUE: a unique
 // submit says to provision, and publishes nothing.
 func TestUniqueNeedsItsBucket(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, nil)
+	b := axtest.Setup(t, axtest.Options{})
 	ctx := context.Background()
-	require.NoError(t, b.js.DeleteKeyValue(ctx, "AX_UNIQUE"))
-	_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "t", Unique: uniqueHour()})
+	require.NoError(t, b.JS.DeleteKeyValue(ctx, "AX_UNIQUE"))
+	_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "t", Unique: uniqueHour()})
 	require.ErrorContains(t, err, "run `ax provision`")
-	require.Zero(t, natstest.StreamMsgs(t, b.js, "AX_P2"))
+	require.Zero(t, natstest.StreamMsgs(t, b.JS, "AX_P2"))
 }
 
 // A unique submit the bucket refuses (full) stored nothing: its claim is
 // released, so that the key is free for the retry.
 func TestUniqueRefusedSubmitReleasesItsClaim(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &streams.Config{Capacity: 1}, nil)
+	b := axtest.Setup(t, axtest.Options{Streams: &streams.Config{Capacity: 1}})
 	ctx := context.Background()
-	_, err := b.client.Submit(ctx, ax.TaskSpec{Type: "fill"})
+	_, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "fill"})
 	require.NoError(t, err)
-	_, err = b.client.Submit(ctx, ax.TaskSpec{Type: "t", Tenant: "acme", Payload: []byte("p"), Unique: uniqueHour()})
+	_, err = b.Client.Submit(ctx, ax.TaskSpec{Type: "t", Tenant: "acme", Payload: []byte("p"), Unique: uniqueHour()})
 	require.ErrorIs(t, err, ax.ErrOverloaded)
-	claims := kv.NewClaims(b.js, streams.Names{})
+	claims := kv.NewClaims(b.JS, streams.Names{})
 	_, _, err = claims.Get(ctx, kv.ClaimKey("acme", ax.UniqueHash("t", "", []byte("p"))))
 	require.ErrorIs(t, err, kv.ErrNotFound, "the claim was released")
 	// The released key is claimed again by the next submit (over its marker).
-	_, err = b.client.Submit(ctx, ax.TaskSpec{Type: "t", Tenant: "acme", Payload: []byte("p"), Unique: uniqueHour()})
+	_, err = b.Client.Submit(ctx, ax.TaskSpec{Type: "t", Tenant: "acme", Payload: []byte("p"), Unique: uniqueHour()})
 	require.ErrorIs(t, err, ax.ErrOverloaded)
 }
 

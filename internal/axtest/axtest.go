@@ -100,7 +100,9 @@ func (b *Bundle) Connect(opts ...nats.Option) (*nats.Conn, jetstream.JetStream) 
 // ConnectAs connects as user of the server's configuration file with the
 // password "<user>-secret" and the inbox prefix "_INBOX.<user>", as
 // docs/ax-permissions.conf and docs/SECURITY.md give each role: every user
-// may subscribe to its own _INBOX.<user>.>.
+// may subscribe to its own _INBOX.<user>.>. opts come after these, so an
+// option of opts replaces one of them (another inbox prefix, for a test of
+// a refused one).
 func (b *Bundle) ConnectAs(t testing.TB, user string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	opts = append([]nats.Option{nats.UserInfo(user, user+"-secret"), nats.CustomInboxPrefix(nats.InboxPrefix + user)}, opts...)
