@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 )
 
 // agingRun keeps P0 saturated with a steady stream of short tasks served by
@@ -21,7 +21,7 @@ import (
 // started, or nil if it did not start within wait.
 func agingRun(t *testing.T, threshold time.Duration, wait time.Duration) (*kv.Record, time.Time) {
 	lb := setupLoops(t, 1, nil, scheduler.Config{AgingThreshold: threshold})
-	srv, js, client := lb.srv, lb.js, lb.client
+	js, client := lb.JS, lb.Client
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -33,15 +33,8 @@ func agingRun(t *testing.T, threshold time.Duration, wait time.Duration) (*kv.Re
 		}
 		return nil
 	}, nil))
-	_, wjs := srv.Connect()
-	w, err := worker.New(ctx, wjs, &worker.Config{Registry: reg, Concurrency: 1, PrefetchPerShard: 1, Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	defer func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer scancel()
-		require.NoError(t, w.Stop(sctx))
-	}()
+	w, _ := lb.StartWorker(t, worker.Config{Registry: reg, Concurrency: 1, PrefetchPerShard: 1})
+	defer axtest.Stop(t, w)
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -129,24 +122,16 @@ func TestAgingLeavesPutBackTasksWhereTheyAre(t *testing.T) {
 	ctx := context.Background()
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("x", func(context.Context, *worker.Task) error { return nil }, nil))
-	_, wjs := lb.srv.Connect()
-	w, err := worker.New(ctx, wjs, &worker.Config{Registry: reg, Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		require.NoError(t, w.Stop(sctx))
-	})
+	lb.StartWorker(t, worker.Config{Registry: reg})
 	var ids []string
 	for range 4 {
-		info, err := lb.client.Submit(ctx, ax.TaskSpec{Type: "report", Priority: ax.P4})
+		info, err := lb.Client.Submit(ctx, ax.TaskSpec{Type: "report", Priority: ax.P4})
 		require.NoError(t, err)
 		ids = append(ids, info.ID)
 	}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, id := range ids {
-			rec, _, err := lb.client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
+			rec, _, err := lb.Client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
 			if assert.NoError(c, err) {
 				assert.Equal(c, kv.ActionNoHandler, rec.LastMove().Action)
 			}
@@ -154,7 +139,7 @@ func TestAgingLeavesPutBackTasksWhereTheyAre(t *testing.T) {
 	}, 30*time.Second, 20*time.Millisecond)
 	time.Sleep(2 * time.Second) // ten thresholds: P4 would reach P0 after four
 	for _, id := range ids {
-		rec, _, err := lb.client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
+		rec, _, err := lb.Client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
 		require.NoError(t, err)
 		require.Equal(t, 4, rec.Priority, "task %s lifted: %v", id, rec.Trail)
 		require.Equal(t, kv.StateReady, rec.State)

@@ -21,18 +21,18 @@ import (
 func TestCronAcrossLeaderChange(t *testing.T) {
 	t.Parallel()
 	lb := setupLoops(t, 2, nil, scheduler.Config{})
-	js, client, ctx, first := lb.js, lb.client, context.Background(), lb.leader
+	js, client, ctx, first := lb.JS, lb.Client, context.Background(), lb.leader
 	job, err := client.AddCron(ctx, ax.CronJob{Name: "tick", Spec: "@every 1s", Task: ax.TaskSpec{Type: "report", Priority: ax.P1, Payload: []byte("p")}})
 	require.NoError(t, err)
 	require.False(t, job.Next.IsZero())
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, natstest.StreamMsgs(c, js, "AX_P1") >= 2) }, 10*time.Second, 10*time.Millisecond)
-	first.kill() // between two fires
+	first.NC.Close() // between two fires
 	second := lb.follower()
-	require.Eventually(t, second.leader.Leading, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, second.Leading, 10*time.Second, 5*time.Millisecond)
 	fired := natstest.StreamMsgs(t, js, "AX_P1")
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, natstest.StreamMsgs(c, js, "AX_P1") >= fired+2) }, 10*time.Second, 10*time.Millisecond)
-	second.stop()
+	second.StopRun()
 
 	msgs := bucketMsgs(t, js, "AX_P1")
 	var times []int64

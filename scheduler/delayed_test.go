@@ -16,14 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func newClient(t *testing.T, js jetstream.JetStream, cfg *ax.Config) *ax.Client {
-	t.Helper()
-	c, err := ax.NewClient(context.Background(), js, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 // bucketMsgs returns the messages of a stream with their stored time.
 func bucketMsgs(t *testing.T, js jetstream.JetStream, name string) []*jetstream.RawStreamMsg {
 	t.Helper()
@@ -44,7 +36,7 @@ func bucketMsgs(t *testing.T, js jetstream.JetStream, name string) []*jetstream.
 func TestDelayedTaskIsReleasedAtItsTime(t *testing.T) {
 	t.Parallel()
 	lb := setupLoops(t, 1, nil, scheduler.Config{})
-	js, client, ctx := lb.js, lb.client, context.Background()
+	js, client, ctx := lb.JS, lb.Client, context.Background()
 
 	info, err := client.Submit(ctx, ax.TaskSpec{Type: "email", Priority: ax.P2, Delay: 1500 * time.Millisecond, Payload: []byte("hi"),
 		Headers: map[string]string{"Ax-Trace": "t1"}})
@@ -84,7 +76,7 @@ func TestDelayedTaskIsReleasedAtItsTime(t *testing.T) {
 func TestCancelDelayedTask(t *testing.T) {
 	t.Parallel()
 	lb := setupLoops(t, 1, nil, scheduler.Config{})
-	js, client, ctx := lb.js, lb.client, context.Background()
+	js, client, ctx := lb.JS, lb.Client, context.Background()
 	keep, err := client.Submit(ctx, ax.TaskSpec{Type: "x", Delay: 1500 * time.Millisecond})
 	require.NoError(t, err)
 	drop, err := client.Submit(ctx, ax.TaskSpec{Type: "x", Delay: 1500 * time.Millisecond})
@@ -106,7 +98,7 @@ func TestCancelDelayedTask(t *testing.T) {
 func TestDelayedTasksSurviveLeaderChange(t *testing.T) {
 	t.Parallel()
 	lb := setupLoops(t, 2, nil, scheduler.Config{})
-	js, client, ctx, first := lb.js, lb.client, context.Background(), lb.leader
+	js, client, ctx, first := lb.JS, lb.Client, context.Background(), lb.leader
 	const n = 40
 	ids := map[string]bool{}
 	for i := range n {
@@ -115,7 +107,7 @@ func TestDelayedTasksSurviveLeaderChange(t *testing.T) {
 		ids[info.ID] = true
 	}
 	time.Sleep(1500 * time.Millisecond) // some released, some fired and held, some scheduled
-	first.kill()
+	first.NC.Close()
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, natstest.StreamMsgs(c, js, "AX_P1") >= n) }, 30*time.Second, 10*time.Millisecond)
 	time.Sleep(500 * time.Millisecond) // a double would land now
 	require.Eventually(t, func() bool {

@@ -36,16 +36,16 @@ func TestReconcilerNeverReleasesPendingEarly(t *testing.T) {
 	b := setupReconcile(t)
 	ctx := context.Background()
 	runAt := time.Now().Add(3 * time.Second).UTC()
-	_, _, err := b.store.Create(ctx, bound(&kv.Record{ID: "early", Type: "x", Tenant: "acme", Key: "k", Priority: 2,
+	_, _, err := b.Store.Create(ctx, bound(&kv.Record{ID: "early", Type: "x", Tenant: "acme", Key: "k", Priority: 2,
 		State: kv.StatePending, RunAt: &runAt}, 1, "", 0), kv.Actor{Action: "publish"})
 	require.NoError(t, err)
 	msg := nats.NewMsg(streams.DefaultNames().SubmitSubject(2, "acme", "x", "k"))
 	msg.Header.Set(streams.HeaderMsgID, "early")
 	msg.Header.Set(streams.HeaderRunAt, runAt.Format(time.RFC3339Nano))
-	_, err = b.js.PublishMsg(ctx, msg)
+	_, err = b.JS.PublishMsg(ctx, msg)
 	require.NoError(t, err)
 
-	pendingUntil(t, b.store, kv.Ref{Tenant: "acme", ID: "early"}, runAt)
+	pendingUntil(t, b.Store, kv.Ref{Tenant: "acme", ID: "early"}, runAt)
 	rec := b.waitState(t, "early", kv.StateReady)
 	require.False(t, rec.LastMove().At.Before(runAt), "released at %s, before its run time %s", rec.LastMove().At, runAt)
 	require.Contains(t, rec.LastMove().Error, "re-published from its stale copy AX_P2")
@@ -59,26 +59,26 @@ func TestMoverBuriesARefusedRelease(t *testing.T) {
 	t.Parallel()
 	lb := setupLoops(t, 1, nil, reconcileCfg)
 	ctx := context.Background()
-	info, err := lb.client.Submit(ctx, ax.TaskSpec{Type: "x", Priority: ax.P2, Delay: 1500 * time.Millisecond, Payload: make([]byte, 16<<10),
+	info, err := lb.Client.Submit(ctx, ax.TaskSpec{Type: "x", Priority: ax.P2, Delay: 1500 * time.Millisecond, Payload: make([]byte, 16<<10),
 		Headers: map[string]string{"Ax-Trace": "t1"}})
 	require.NoError(t, err)
-	s, err := lb.js.Stream(ctx, "AX_P2")
+	s, err := lb.JS.Stream(ctx, "AX_P2")
 	require.NoError(t, err)
 	cfg := s.CachedInfo().Config
 	cfg.MaxMsgSize = 8 << 10
-	_, err = lb.js.UpdateStream(ctx, cfg)
+	_, err = lb.JS.UpdateStream(ctx, cfg)
 	require.NoError(t, err)
 
 	var rec *kv.Record
 	require.Eventually(t, func() bool {
-		rec, _, err = lb.client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
+		rec, _, err = lb.Client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 		return err == nil && rec.State == kv.StateDead
 	}, 30*time.Second, 20*time.Millisecond, "the refused release ends DEAD: %+v", rec)
 	require.Contains(t, rec.LastError, "release refused: AX_P2 would not take the task's copy")
 	require.Contains(t, rec.LastError, "message size exceeds maximum allowed")
 	require.Equal(t, "release", rec.LastMove().Action)
 	require.NotZero(t, rec.DLQSeq)
-	dlq, err := lb.js.Stream(ctx, "AX_DLQ")
+	dlq, err := lb.JS.Stream(ctx, "AX_DLQ")
 	require.NoError(t, err)
 	letter, err := dlq.GetMsg(ctx, rec.DLQSeq)
 	require.NoError(t, err)
@@ -88,7 +88,7 @@ func TestMoverBuriesARefusedRelease(t *testing.T) {
 	require.Equal(t, info.ID, l.TaskID)
 	require.Equal(t, "ax.submit.p2.default.x."+info.ID, l.Subject)
 	require.Eventually(t, func() bool {
-		d, err := lb.js.Stream(ctx, "AX_DELAYED")
+		d, err := lb.JS.Stream(ctx, "AX_DELAYED")
 		return err == nil && d.CachedInfo().State.Msgs == 0
 	}, 10*time.Second, 20*time.Millisecond, "the fired schedule is deleted")
 }
@@ -100,19 +100,19 @@ func TestMoverWaitsForTheRecordsRunTime(t *testing.T) {
 	t.Parallel()
 	lb := setupLoops(t, 1, nil, reconcileCfg)
 	ctx := context.Background()
-	info, err := lb.client.Submit(ctx, ax.TaskSpec{Type: "x", Priority: ax.P2, Delay: 1500 * time.Millisecond})
+	info, err := lb.Client.Submit(ctx, ax.TaskSpec{Type: "x", Priority: ax.P2, Delay: 1500 * time.Millisecond})
 	require.NoError(t, err)
 	later := time.Now().Add(4 * time.Second).UTC()
-	_, _, err = lb.client.Store().Transition(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID}, kv.StatePending, kv.StatePending, kv.Actor{Action: "test"}, func(r *kv.Record) error {
+	_, _, err = lb.Client.Store().Transition(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID}, kv.StatePending, kv.StatePending, kv.Actor{Action: "test"}, func(r *kv.Record) error {
 		r.RunAt = &later
 		return nil
 	})
 	require.NoError(t, err)
 
-	pendingUntil(t, lb.client.Store(), kv.Ref{Tenant: info.Tenant, ID: info.ID}, later)
+	pendingUntil(t, lb.Client.Store(), kv.Ref{Tenant: info.Tenant, ID: info.ID}, later)
 	var rec *kv.Record
 	require.Eventually(t, func() bool {
-		rec, _, err = lb.client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
+		rec, _, err = lb.Client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 		return err == nil && rec.State == kv.StateReady
 	}, 30*time.Second, 20*time.Millisecond)
 	require.False(t, rec.LastMove().At.Before(later), "released at %s, before the record's run time %s", rec.LastMove().At, later)

@@ -12,7 +12,6 @@ import (
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 )
 
 // On a pools deployment the pause level pauses the type consumers of the
@@ -21,7 +20,7 @@ func TestBackpressurePausesTypeConsumers(t *testing.T) {
 	t.Parallel()
 	lb := setupLoops(t, 1, &streams.Config{Capacity: 20, Layout: streams.LayoutPools, Types: []string{"x", "y"}},
 		scheduler.Config{PressureInterval: 20 * time.Millisecond})
-	js, client, ctx := lb.js, lb.client, context.Background()
+	js, client, ctx := lb.JS, lb.Client, context.Background()
 	for range 19 { // P3 at 95%
 		_, err := client.Submit(ctx, ax.TaskSpec{Type: "x", Priority: ax.P3, Core: true})
 		require.NoError(t, err)
@@ -46,21 +45,13 @@ func TestAgingLeavesUnservedTypesWhereTheyAre(t *testing.T) {
 	t.Parallel()
 	lb := setupLoops(t, 1, &streams.Config{Layout: streams.LayoutPools, Types: []string{"x", "report"}},
 		scheduler.Config{AgingThreshold: 300 * time.Millisecond})
-	client, ctx := lb.client, context.Background()
+	client, ctx := lb.Client, context.Background()
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("x", func(ctx context.Context, _ *worker.Task) error {
 		<-ctx.Done() // holds the only slot: the other x tasks wait and age
 		return ctx.Err()
 	}, nil))
-	_, wjs := lb.srv.Connect()
-	w, err := worker.New(ctx, wjs, &worker.Config{Registry: reg, Concurrency: 1, PrefetchPerShard: 1, Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		require.NoError(t, w.Stop(sctx))
-	})
+	lb.StartWorker(t, worker.Config{Registry: reg, Concurrency: 1, PrefetchPerShard: 1})
 	blocker, err := client.Submit(ctx, ax.TaskSpec{Type: "x", Priority: ax.P0, Key: "blocker"})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
@@ -105,7 +96,7 @@ func TestTypeJoiningDuringPauseStartsPaused(t *testing.T) {
 	t.Parallel()
 	cfg := &streams.Config{Capacity: 20, Layout: streams.LayoutPools, Types: []string{"x"}}
 	lb := setupLoops(t, 1, cfg, scheduler.Config{PressureInterval: 20 * time.Millisecond})
-	js, client, ctx := lb.js, lb.client, context.Background()
+	js, client, ctx := lb.JS, lb.Client, context.Background()
 	for range 19 { // P3 at 95%
 		_, err := client.Submit(ctx, ax.TaskSpec{Type: "x", Priority: ax.P3, Core: true})
 		require.NoError(t, err)
@@ -141,7 +132,7 @@ func TestTenantJoiningDuringPauseStartsPaused(t *testing.T) {
 	t.Parallel()
 	cfg := &streams.Config{Capacity: 20, Layout: streams.LayoutFair, Tenants: []string{"acme"}}
 	lb := setupLoops(t, 1, cfg, scheduler.Config{PressureInterval: 20 * time.Millisecond})
-	js, client, ctx := lb.js, lb.client, context.Background()
+	js, client, ctx := lb.JS, lb.Client, context.Background()
 	for range 19 { // P3 at 95%
 		_, err := client.Submit(ctx, ax.TaskSpec{Type: "x", Tenant: "acme", Priority: ax.P3, Core: true})
 		require.NoError(t, err)

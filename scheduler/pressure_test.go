@@ -32,7 +32,7 @@ func TestBackpressureThresholds(t *testing.T) {
 		hooked = append(hooked, p)
 		mu.Unlock()
 	}})
-	js, client, ctx := lb.js, lb.client, context.Background()
+	js, client, ctx := lb.JS, lb.Client, context.Background()
 	nc := js.Conn()
 	events := make(chan ax.Pressure, 1024)
 	sub, err := nc.Subscribe("ax.events.pressure", func(m *nats.Msg) {
@@ -122,7 +122,7 @@ func TestBackpressureThresholds(t *testing.T) {
 func TestBackpressurePauseLetsTheFullBucketDrain(t *testing.T) {
 	t.Parallel()
 	lb := setupLoops(t, 1, &streams.Config{Capacity: 20}, scheduler.Config{PressureInterval: 20 * time.Millisecond})
-	js, client, ctx := lb.js, lb.client, context.Background()
+	js, client, ctx := lb.JS, lb.Client, context.Background()
 	consumerPaused := func(stream, name string) bool {
 		cons, err := js.Consumer(ctx, stream, name)
 		require.NoError(t, err)
@@ -168,7 +168,7 @@ func TestBackpressurePauseLetsTheFullBucketDrain(t *testing.T) {
 func TestBackpressureCountsDelayedTasks(t *testing.T) {
 	t.Parallel()
 	lb := setupLoops(t, 1, &streams.Config{Capacity: 20}, scheduler.Config{PressureInterval: 20 * time.Millisecond})
-	client, ctx := lb.client, context.Background()
+	client, ctx := lb.Client, context.Background()
 	for range 16 { // 16 of 20 = 80 %
 		_, err := client.Submit(ctx, ax.TaskSpec{Type: "x", Priority: ax.P2, Delay: time.Hour})
 		require.NoError(t, err)
@@ -190,7 +190,7 @@ func TestBackpressureCountsDelayedTasks(t *testing.T) {
 func TestBurstIsRefusedNearTheThreshold(t *testing.T) {
 	t.Parallel()
 	lb := setupLoops(t, 1, &streams.Config{Capacity: 100}, scheduler.Config{PressureInterval: 5 * time.Second})
-	client, ctx := lb.client, context.Background()
+	client, ctx := lb.Client, context.Background()
 	require.Eventually(t, func() bool { return client.Pressure() != nil }, 10*time.Second, 10*time.Millisecond)
 	accepted := 0
 	for range 100 {
@@ -213,7 +213,7 @@ func TestBurstIsRefusedNearTheThreshold(t *testing.T) {
 func TestServerRefusesNonCoreTasks(t *testing.T) {
 	t.Parallel()
 	lb := setupLoops(t, 1, &streams.Config{Capacity: 20}, scheduler.Config{PressureInterval: 20 * time.Millisecond})
-	js, client, ctx := lb.js, lb.client, context.Background()
+	js, client, ctx := lb.JS, lb.Client, context.Background()
 	names := streams.DefaultNames()
 	raw := func(core bool, key string) error {
 		subject := names.SubmitSubject(2, "t", "x", key)
@@ -273,13 +273,13 @@ func TestServerRefusesNonCoreTasks(t *testing.T) {
 func TestStoppedLeaderEndsItsRefusal(t *testing.T) {
 	t.Parallel()
 	lb := setupLoops(t, 1, &streams.Config{Capacity: 20}, scheduler.Config{PressureInterval: 20 * time.Millisecond})
-	js, ctx := lb.js, context.Background()
+	js, ctx := lb.JS, context.Background()
 	names := streams.DefaultNames()
 	refusing := refusingP2(t, js)
 	publishP2(t, js, 16, false, "k") // 80%
 	require.Eventually(t, refusing, 10*time.Second, 5*time.Millisecond, "the leader makes the server refuse at 80%")
 
-	lb.leader.stop()
+	lb.leader.StopRun()
 	require.False(t, refusing(), "the stopped leader admitted the bucket again")
 	stream, err := js.Stream(ctx, "AX_P2")
 	require.NoError(t, err)
@@ -287,7 +287,7 @@ func TestStoppedLeaderEndsItsRefusal(t *testing.T) {
 	_, err = js.Publish(ctx, names.SubmitSubject(2, "t", "x", "after"), nil)
 	require.NoError(t, err, "nobody leads, the bucket is empty: a submit is stored")
 
-	next := startContender(t, lb.srv, scheduler.Config{PressureInterval: 20 * time.Millisecond})
+	next := startContender(t, lb.Bundle, scheduler.Config{PressureInterval: 20 * time.Millisecond})
 	waitLeader(t, next)
 	publishP2(t, js, 16, false, "again")
 	require.Eventually(t, refusing, 10*time.Second, 5*time.Millisecond, "a successor refuses again at 80%")
@@ -300,7 +300,7 @@ func TestStoppedLeaderEndsItsRefusal(t *testing.T) {
 func TestRefusalSurvivesFailover(t *testing.T) {
 	t.Parallel()
 	lb := setupLoops(t, 2, &streams.Config{Capacity: 20}, scheduler.Config{PressureInterval: 20 * time.Millisecond})
-	js, ctx := lb.js, context.Background()
+	js, ctx := lb.JS, context.Background()
 	names := streams.DefaultNames()
 	refusing := refusingP2(t, js)
 	publishP2(t, js, 16, false, "k") // 80%
@@ -309,7 +309,7 @@ func TestRefusalSurvivesFailover(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, stream.Purge(ctx, jetstream.WithPurgeKeep(13))) // 65%
 
-	lb.leader.kill()
+	lb.leader.NC.Close()
 	next := waitLeader(t, lb.follower())
 	require.NotSame(t, lb.leader, next)
 	time.Sleep(300 * time.Millisecond) // fifteen readings of the successor
@@ -329,7 +329,7 @@ func TestRefusalSurvivesFailover(t *testing.T) {
 func TestAgingWaitsForARefusingBucket(t *testing.T) {
 	t.Parallel()
 	lb := setupLoops(t, 1, &streams.Config{Capacity: 20}, scheduler.Config{PressureInterval: 20 * time.Millisecond, AgingThreshold: 100 * time.Millisecond})
-	js, client, ctx := lb.js, lb.client, context.Background()
+	js, client, ctx := lb.JS, lb.Client, context.Background()
 	refusing := refusingP2(t, js)
 	publishP2(t, js, 16, true, "k") // 80%
 	require.Eventually(t, refusing, 10*time.Second, 5*time.Millisecond)
@@ -360,7 +360,7 @@ func TestAgingWaitsForARefusingBucket(t *testing.T) {
 func TestDelayedReleaseWaitsForARefusingBucket(t *testing.T) {
 	t.Parallel()
 	lb := setupLoops(t, 1, &streams.Config{Capacity: 20}, scheduler.Config{PressureInterval: 20 * time.Millisecond})
-	js, client, ctx := lb.js, lb.client, context.Background()
+	js, client, ctx := lb.JS, lb.Client, context.Background()
 	names := streams.DefaultNames()
 	plain, err := client.Submit(ctx, ax.TaskSpec{Type: "x", Priority: ax.P2, Delay: 1500 * time.Millisecond})
 	require.NoError(t, err)

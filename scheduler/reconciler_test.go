@@ -10,6 +10,7 @@ import (
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/control"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
@@ -29,21 +30,12 @@ var reconcileCfg = scheduler.Config{AckWait: time.Second, SweepInterval: 50 * ti
 // the grace, a few passes, and room for a slow machine.
 const repairBound = 15 * time.Second
 
-type reconcileBundle struct {
-	js     jetstream.JetStream
-	client *ax.Client
-	store  *kv.Store
-}
+type reconcileBundle struct{ *axtest.Bundle }
 
 func setupReconcile(t *testing.T) *reconcileBundle {
 	t.Helper()
-	srv := newServer(t, nil)
-	_, js := srv.Connect()
-	ctx := context.Background()
-	store, err := kv.NewStore(ctx, js, nil)
-	require.NoError(t, err)
-	b := &reconcileBundle{js: js, client: newClient(t, js, nil), store: store}
-	waitLeader(t, startContender(t, srv, reconcileCfg))
+	b := &reconcileBundle{axtest.Setup(t, axtest.Options{})}
+	waitLeader(t, startContender(t, b.Bundle, reconcileCfg))
 	return b
 }
 
@@ -51,34 +43,17 @@ func setupReconcile(t *testing.T) *reconcileBundle {
 // race would.
 func (b *reconcileBundle) deleteMsg(t *testing.T, stream string, seq uint64) {
 	t.Helper()
-	s, err := b.js.Stream(context.Background(), stream)
+	s, err := b.JS.Stream(context.Background(), stream)
 	require.NoError(t, err)
 	require.NoError(t, s.DeleteMsg(context.Background(), seq))
 }
 
-// recordOf reads the record of the one task of any tenant with id.
-func recordOf(ctx context.Context, store *kv.Store, id string) (*kv.Record, error) {
-	refs, err := store.Find(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if len(refs) != 1 {
-		return nil, fmt.Errorf("%d tasks have id %s", len(refs), id)
-	}
-	rec, _, err := store.Get(ctx, refs[0])
-	return rec, err
-}
-
-// waitState waits for a task to reach state and returns its record.
+// waitState waits for the reconciler to move a task to state and returns
+// its record.
 func (b *reconcileBundle) waitState(t *testing.T, id string, state kv.State) *kv.Record {
 	t.Helper()
-	var rec *kv.Record
-	require.Eventually(t, func() bool {
-		var err error
-		rec, err = recordOf(context.Background(), b.store, id)
-		return err == nil && rec.State == state && rec.LastMove().Action == "reconcile"
-	}, repairBound, 20*time.Millisecond, "task %s not moved to %s by the reconciler: %+v", id, state, rec)
-	return rec
+	return axtest.WaitRecord(t, axtest.StoreRead(b.Store), id, repairBound, fmt.Sprintf("moved to %s by the reconciler", state),
+		func(r *kv.Record) bool { return r.State == state && r.LastMove().Action == "reconcile" })
 }
 
 // A READY task whose message was deleted from its bucket, with no payload
@@ -88,11 +63,11 @@ func TestReconcilerBuriesLostReadyTask(t *testing.T) {
 	t.Parallel()
 	b := setupReconcile(t)
 	ctx := context.Background()
-	lost, err := b.client.Submit(ctx, ax.TaskSpec{ID: "lost", Type: "x", Priority: ax.P2})
+	lost, err := b.Client.Submit(ctx, ax.TaskSpec{ID: "lost", Type: "x", Priority: ax.P2})
 	require.NoError(t, err)
-	healthy, err := b.client.Submit(ctx, ax.TaskSpec{ID: "healthy", Type: "x", Priority: ax.P2})
+	healthy, err := b.Client.Submit(ctx, ax.TaskSpec{ID: "healthy", Type: "x", Priority: ax.P2})
 	require.NoError(t, err)
-	_, healthyRev, err := b.store.Get(ctx, kv.Ref{Tenant: healthy.Tenant, ID: healthy.ID})
+	_, healthyRev, err := b.Store.Get(ctx, kv.Ref{Tenant: healthy.Tenant, ID: healthy.ID})
 	require.NoError(t, err)
 	b.deleteMsg(t, "AX_P2", lost.Sequence)
 
@@ -102,22 +77,18 @@ func TestReconcilerBuriesLostReadyTask(t *testing.T) {
 	require.NotNil(t, rec.FinishedAt)
 
 	time.Sleep(time.Second) // several more passes past the grace
-	rec, rev, err := b.store.Get(ctx, kv.Ref{Tenant: healthy.Tenant, ID: healthy.ID})
+	rec, rev, err := b.Store.Get(ctx, kv.Ref{Tenant: healthy.Tenant, ID: healthy.ID})
 	require.NoError(t, err)
 	require.Equal(t, healthyRev, rev, "a healthy READY task is never touched")
 	require.Equal(t, kv.StateReady, rec.State)
 
 	// The report counts it, and ax stats (the dashboard's source) shows it.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		r := reconcilerReport(c, b.js)
+		r := reconcilerReport(c, b.JS)
 		assert.True(c, r != nil && r.Dead[kv.StateReady] == 1 && r.Repairs() == 1 && r.Checked > 0)
 	}, repairBound, 20*time.Millisecond)
-	svc, err := admin.New(ctx, b.js, nil)
-	require.NoError(t, err)
-	require.NoError(t, svc.Start(ctx))
-	t.Cleanup(func() { _ = svc.Stop(ctx) })
 	var stats admin.StatsReply
-	require.NoError(t, admin.NewClient(b.js.Conn(), streams.Names{}).Call(ctx, admin.VerbStats, admin.StatsRequest{}, &stats))
+	require.NoError(t, b.StartAdmin(t, nil).Call(ctx, admin.VerbStats, admin.StatsRequest{}, &stats))
 	require.NotNil(t, stats.Reconciler)
 	require.Equal(t, uint64(1), stats.Reconciler.Dead[kv.StateReady])
 	require.Len(t, stats.Reconciler.Recent, 1)
@@ -142,9 +113,9 @@ func TestReconcilerBuriesPendingWithoutSchedule(t *testing.T) {
 	t.Parallel()
 	b := setupReconcile(t)
 	ctx := context.Background()
-	_, err := b.client.Submit(ctx, ax.TaskSpec{ID: "later", Type: "x", Delay: time.Hour})
+	_, err := b.Client.Submit(ctx, ax.TaskSpec{ID: "later", Type: "x", Delay: time.Hour})
 	require.NoError(t, err)
-	delayed, err := b.js.Stream(ctx, "AX_DELAYED")
+	delayed, err := b.JS.Stream(ctx, "AX_DELAYED")
 	require.NoError(t, err)
 	require.NoError(t, delayed.Purge(ctx, jetstream.WithPurgeSubject("ax.delayed.default.later")))
 
@@ -163,9 +134,9 @@ func TestReconcilerRepublishesFromDeadLetter(t *testing.T) {
 	letter.Data = []byte("payload")
 	letter.Header.Set(streams.HeaderTaskID, "replayed")
 	letter.Header.Set(streams.HeaderError, "boom")
-	dl, err := b.js.PublishMsg(ctx, letter)
+	dl, err := b.JS.PublishMsg(ctx, letter)
 	require.NoError(t, err)
-	_, _, err = b.store.Create(ctx, bound(&kv.Record{ID: "replayed", Type: "x", Tenant: "t", Key: "replayed", Priority: 1, State: kv.StateReady,
+	_, _, err = b.Store.Create(ctx, bound(&kv.Record{ID: "replayed", Type: "x", Tenant: "t", Key: "replayed", Priority: 1, State: kv.StateReady,
 		DLQSeq: dl.Sequence}, 3, "AX_P1", 999), kv.Actor{Action: "replay"})
 	require.NoError(t, err)
 
@@ -173,7 +144,7 @@ func TestReconcilerRepublishesFromDeadLetter(t *testing.T) {
 	require.Equal(t, uint64(4), rec.Gen)
 	require.Equal(t, "AX_P1", rec.Stream)
 	require.Contains(t, rec.LastMove().Error, "message lost: its message AX_P1 #999 is no longer stored; re-published from its dead letter AX_DLQ #")
-	msg := natstest.GetMsg(t, b.js, "AX_P1", rec.StreamSeq)
+	msg := natstest.GetMsg(t, b.JS, "AX_P1", rec.StreamSeq)
 	require.Equal(t, "payload", string(msg.Data))
 	require.Equal(t, "replayed", msg.Header.Get(streams.HeaderTaskID))
 	require.Equal(t, "4", msg.Header.Get(streams.HeaderGen))
@@ -187,21 +158,21 @@ func TestReconcilerRepublishesRetryFromStaleCopy(t *testing.T) {
 	t.Parallel()
 	b := setupReconcile(t)
 	ctx := context.Background()
-	info, err := b.client.Submit(ctx, ax.TaskSpec{ID: "retry", Type: "x", Priority: ax.P3, Payload: []byte("p")})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{ID: "retry", Type: "x", Priority: ax.P3, Payload: []byte("p")})
 	require.NoError(t, err)
-	_, _, err = b.store.Transition(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "retry"}, kv.StateReady, kv.StateRunning, kv.Actor{Worker: "w"}, func(r *kv.Record) error {
+	_, _, err = b.Store.Transition(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "retry"}, kv.StateReady, kv.StateRunning, kv.Actor{Worker: "w"}, func(r *kv.Record) error {
 		r.Worker = "w"
 		r.Bind(2, r.Stream, info.Sequence+50) // its generation-2 message, since deleted
 		return nil
 	})
 	require.NoError(t, err)
-	_, _, err = b.store.Transition(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "retry"}, kv.StateRunning, kv.StateRetrying, kv.Actor{Worker: "w", Error: "failed"}, nil)
+	_, _, err = b.Store.Transition(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "retry"}, kv.StateRunning, kv.StateRetrying, kv.Actor{Worker: "w", Error: "failed"}, nil)
 	require.NoError(t, err)
 
 	rec := b.waitState(t, "retry", kv.StateReady)
 	require.Equal(t, uint64(3), rec.Gen)
 	require.Contains(t, rec.LastMove().Error, "re-published from its stale copy AX_P3 #")
-	require.Equal(t, "p", string(natstest.GetMsg(t, b.js, rec.Stream, rec.StreamSeq).Data))
+	require.Equal(t, "p", string(natstest.GetMsg(t, b.JS, rec.Stream, rec.StreamSeq).Data))
 }
 
 // A RUNNING task whose worker is gone and whose message left its bucket
@@ -212,10 +183,10 @@ func TestReconcilerBuriesStuckRunningTask(t *testing.T) {
 	b := setupReconcile(t)
 	ctx := context.Background()
 	running := func(id string, seq uint64) {
-		_, _, err := b.store.Create(ctx, bound(&kv.Record{ID: id, Type: "x", Tenant: "t", Key: id, State: kv.StateRunning, Worker: "w-gone"}, 1, "", seq), kv.Actor{Worker: "w-gone"})
+		_, _, err := b.Store.Create(ctx, bound(&kv.Record{ID: id, Type: "x", Tenant: "t", Key: id, State: kv.StateRunning, Worker: "w-gone"}, 1, "", seq), kv.Actor{Worker: "w-gone"})
 		require.NoError(t, err)
 	}
-	ack, err := b.js.Publish(ctx, "ax.submit.p0.t.x.kept", nil)
+	ack, err := b.JS.Publish(ctx, "ax.submit.p0.t.x.kept", nil)
 	require.NoError(t, err)
 	running("gone", ack.Sequence+100) // its message was acked and is gone
 	running("kept", ack.Sequence)     // its message will be redelivered
@@ -224,7 +195,7 @@ func TestReconcilerBuriesStuckRunningTask(t *testing.T) {
 	running("fresh", ack.Sequence+200) // not yet past the ack wait
 	time.Sleep(500 * time.Millisecond) // several passes
 	for _, id := range []string{"kept", "fresh"} {
-		rec, _, err := b.store.Get(ctx, kv.Ref{Tenant: "t", ID: id})
+		rec, _, err := b.Store.Get(ctx, kv.Ref{Tenant: "t", ID: id})
 		require.NoError(t, err)
 		require.Equal(t, kv.StateRunning, rec.State, id)
 	}
@@ -246,9 +217,9 @@ func TestReconcilerLeavesAgedTasksAlone(t *testing.T) {
 	for i := range tasks {
 		tasks[i] = ax.TaskSpec{Type: "x", Priority: ax.P4}
 	}
-	infos, err := lb.client.SubmitBatch(ctx, tasks)
+	infos, err := lb.Client.SubmitBatch(ctx, tasks)
 	require.NoError(t, err)
-	store := lb.client.Store()
+	store := lb.Client.Store()
 	require.Eventually(t, func() bool {
 		for _, info := range infos {
 			rec, _, err := store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
@@ -264,7 +235,7 @@ func TestReconcilerLeavesAgedTasksAlone(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, kv.StateReady, rec.State, "%s: %s", info.ID, rec.LastMove().Error)
 		require.NotEqual(t, "reconcile", rec.LastMove().Action)
-		msg := natstest.GetMsg(t, lb.js, "AX_P0", rec.StreamSeq)
+		msg := natstest.GetMsg(t, lb.JS, "AX_P0", rec.StreamSeq)
 		require.Equal(t, info.ID, msg.Header.Get(streams.HeaderTaskID))
 		require.Equal(t, rec.StreamSeq, msg.Sequence, "no stale Nats-Sequence stored with the copy")
 	}
@@ -282,9 +253,9 @@ func TestReconcilerRepublishesFromSchedule(t *testing.T) {
 	submit := nats.NewMsg(names.SubmitSubject(2, "t", "x", "sched"))
 	submit.Data = []byte("later")
 	streams.Options{ID: "sched", RunAt: time.Now().Add(-time.Second), Gen: 1}.SetHeaders(submit.Header)
-	sched, err := b.js.PublishMsg(ctx, names.DelayedMsg("t", "sched", submit, time.Now().Add(time.Hour)))
+	sched, err := b.JS.PublishMsg(ctx, names.DelayedMsg("t", "sched", submit, time.Now().Add(time.Hour)))
 	require.NoError(t, err)
-	_, _, err = b.store.Create(ctx, bound(&kv.Record{ID: "sched", Type: "x", Tenant: "t", Key: "sched", Priority: 2, State: kv.StateReady}, 1, "", 0),
+	_, _, err = b.Store.Create(ctx, bound(&kv.Record{ID: "sched", Type: "x", Tenant: "t", Key: "sched", Priority: 2, State: kv.StateReady}, 1, "", 0),
 		kv.Actor{Action: "resume"})
 	require.NoError(t, err)
 
@@ -292,7 +263,7 @@ func TestReconcilerRepublishesFromSchedule(t *testing.T) {
 	require.Equal(t, uint64(2), rec.Gen)
 	require.Contains(t, rec.LastMove().Error, "message lost: no message of the task is stored")
 	require.Contains(t, rec.LastMove().Error, fmt.Sprintf("re-published from its schedule AX_DELAYED #%d", sched.Sequence))
-	msg := natstest.GetMsg(t, b.js, "AX_P2", rec.StreamSeq)
+	msg := natstest.GetMsg(t, b.JS, "AX_P2", rec.StreamSeq)
 	require.Equal(t, "later", string(msg.Data))
 	require.NotEmpty(t, msg.Header.Get(streams.HeaderReleasedAt), "released: a worker runs it without deferring")
 	require.Empty(t, msg.Header.Get(streams.HeaderSchedule))
@@ -310,21 +281,21 @@ func TestReconcilerReschedulesFutureSchedule(t *testing.T) {
 	submit := nats.NewMsg(names.SubmitSubject(2, "t", "x", "later"))
 	submit.Data = []byte("later")
 	streams.Options{ID: "later", RunAt: runAt, Gen: 1}.SetHeaders(submit.Header)
-	_, err := b.js.PublishMsg(ctx, names.DelayedMsg("t", "later", submit, runAt.Add(-streams.DefaultScheduleEarly)))
+	_, err := b.JS.PublishMsg(ctx, names.DelayedMsg("t", "later", submit, runAt.Add(-streams.DefaultScheduleEarly)))
 	require.NoError(t, err)
-	_, _, err = b.store.Create(ctx, bound(&kv.Record{ID: "later", Type: "x", Tenant: "t", Key: "later", Priority: 2, State: kv.StateReady}, 1, "", 0),
+	_, _, err = b.Store.Create(ctx, bound(&kv.Record{ID: "later", Type: "x", Tenant: "t", Key: "later", Priority: 2, State: kv.StateReady}, 1, "", 0),
 		kv.Actor{Action: "resume"})
 	require.NoError(t, err)
 
 	rec := b.waitState(t, "later", kv.StatePending)
 	require.Contains(t, rec.LastMove().Error, "PENDING again")
 	require.Eventually(t, func() bool { // released by the mover at its time
-		rec, _, err := b.store.Get(ctx, kv.Ref{Tenant: "t", ID: "later"})
+		rec, _, err := b.Store.Get(ctx, kv.Ref{Tenant: "t", ID: "later"})
 		return err == nil && rec.State == kv.StateReady && rec.StreamSeq != 0
 	}, repairBound, 20*time.Millisecond)
-	rec, _, err = b.store.Get(ctx, kv.Ref{Tenant: "t", ID: "later"})
+	rec, _, err = b.Store.Get(ctx, kv.Ref{Tenant: "t", ID: "later"})
 	require.NoError(t, err)
-	require.Equal(t, "later", string(natstest.GetMsg(t, b.js, "AX_P2", rec.StreamSeq).Data))
+	require.Equal(t, "later", string(natstest.GetMsg(t, b.JS, "AX_P2", rec.StreamSeq).Data))
 	require.False(t, time.Now().Before(runAt), "not released before its run time")
 }
 

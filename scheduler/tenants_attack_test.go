@@ -3,14 +3,15 @@ package scheduler_test
 import (
 	"context"
 	"fmt"
-	"github.com/ax-mesh/ax/worker"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 )
@@ -23,8 +24,8 @@ func TestDelayedFirstTaskOfATenantRuns(t *testing.T) {
 	t.Parallel()
 	b := setupLoops(t, 1, &streams.Config{Layout: streams.LayoutFair}, scheduler.Config{Logger: zaptest.NewLogger(t)})
 	s := newStarts()
-	startFairWorker(t, b, 2, s.handler(0))
-	info, err := b.client.Submit(context.Background(), ax.TaskSpec{Type: "job", Tenant: "later", Priority: ax.P2, Delay: 500 * time.Millisecond})
+	b.StartWorker(t, worker.Config{Registry: axtest.Registry(t, "job", s.handler(0)), Concurrency: 2})
+	info, err := b.Client.Submit(context.Background(), ax.TaskSpec{Type: "job", Tenant: "later", Priority: ax.P2, Delay: 500 * time.Millisecond})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { _, ok := s.startedAt("later", info.ID); return ok }, 15*time.Second, 20*time.Millisecond,
 		"the delayed first task of a new tenant waits in its bucket for good")
@@ -40,7 +41,7 @@ func TestTenantFloodKeepsDiscoveryResponsive(t *testing.T) {
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	s := newStarts()
-	startFairWorker(t, b, 3, func(ctx context.Context, task *worker.Task) error {
+	b.StartWorker(t, worker.Config{Registry: axtest.Registry(t, "job", func(ctx context.Context, task *worker.Task) error {
 		if task.Tenant == "filler" {
 			select { // holds the P2 bucket full
 			case <-release:
@@ -48,15 +49,15 @@ func TestTenantFloodKeepsDiscoveryResponsive(t *testing.T) {
 			}
 		}
 		return s.handler(0)(ctx, task)
-	})
-	submitJobs(t, b.client, "filler", 2)
-	nc, _ := b.srv.Connect()
+	}), Concurrency: 3})
+	submitJobs(t, b.Client, "filler", 2)
+	nc, _ := b.Server.Connect()
 	for i := range 20000 {
 		require.NoError(t, nc.Publish(fmt.Sprintf("ax.submit.p2.ghost-%05d.job.k", i), nil))
 	}
 	require.NoError(t, nc.Flush())
 	start := time.Now()
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "job", Tenant: "real", Priority: ax.P1})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "job", Tenant: "real", Priority: ax.P1})
 	require.NoError(t, err)
 	// It starts (about 5 s on a quiet machine; 21 s once in the whole
 	// suite under the race detector, so the bound is the wait's).
@@ -71,7 +72,7 @@ func TestTenantFloodKeepsDiscoveryResponsive(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 	start = time.Now()
-	b.leader.stop()
+	b.leader.StopRun()
 	t.Logf("the leader stopped in %s", time.Since(start))
 	require.Less(t, time.Since(start), 10*time.Second, "the leader's discovery kept looking for the ghosts after it stopped (38 s before the fix)")
 }
@@ -82,10 +83,10 @@ func TestHashedTenantsRun(t *testing.T) {
 	t.Parallel()
 	b := setupLoops(t, 1, &streams.Config{Layout: streams.LayoutFair}, scheduler.Config{Logger: zaptest.NewLogger(t)})
 	s := newStarts()
-	startFairWorker(t, b, 4, s.handler(0))
+	b.StartWorker(t, worker.Config{Registry: axtest.Registry(t, "job", s.handler(0)), Concurrency: 4})
 	tenants := []string{"acme:eu", "café", strings.Repeat("x", 100)}
 	for _, tenant := range tenants {
-		ids := submitJobs(t, b.client, tenant, 3)
+		ids := submitJobs(t, b.Client, tenant, 3)
 		require.Eventually(t, func() bool { return s.count(tenant) == len(ids) }, 30*time.Second, 20*time.Millisecond, tenant)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/control"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
@@ -54,23 +55,6 @@ func (s *starts) startedAt(tenant, id string) (time.Time, bool) {
 	return at, ok
 }
 
-// startFairWorker starts a worker of every type "job" with concurrency n.
-func startFairWorker(t *testing.T, b *loopsBundle, n int, handle worker.HandlerFunc) {
-	t.Helper()
-	ctx := context.Background()
-	reg := worker.NewRegistry()
-	require.NoError(t, reg.Handle("job", handle, nil))
-	_, wjs := b.srv.Connect()
-	w, err := worker.New(ctx, wjs, &worker.Config{Registry: reg, Concurrency: n, Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		require.NoError(t, w.Stop(sctx))
-	})
-}
-
 func submitJobs(t *testing.T, c *ax.Client, tenant string, n int) []string {
 	t.Helper()
 	specs := make([]ax.TaskSpec, n)
@@ -98,20 +82,20 @@ func TestFairSharesBetweenTenants(t *testing.T) {
 	const layout = streams.LayoutFair
 	b := setupLoops(t, 1, &streams.Config{Layout: layout}, scheduler.Config{Logger: zaptest.NewLogger(t)})
 	s := newStarts()
-	startFairWorker(t, b, 4, s.handler(5*time.Millisecond))
+	b.StartWorker(t, worker.Config{Registry: axtest.Registry(t, "job", s.handler(5*time.Millisecond)), Concurrency: 4})
 	// Both tenants known first (the first task of a new tenant waits for
 	// its consumers).
 	for _, tenant := range []string{"bulk", "small"} {
-		id := submitJobs(t, b.client, tenant, 1)[0]
+		id := submitJobs(t, b.Client, tenant, 1)[0]
 		require.Eventually(t, func() bool { _, ok := s.startedAt(tenant, id); return ok }, 30*time.Second, 10*time.Millisecond, tenant)
 	}
-	bulk := submitJobs(t, b.client, "bulk", 3000)
+	bulk := submitJobs(t, b.Client, "bulk", 3000)
 	require.Eventually(t, func() bool { return s.count("bulk") > 20 }, 30*time.Second, 10*time.Millisecond)
 	submitted := map[string]time.Time{}
 	var small []string
 	for range 20 {
 		at := time.Now()
-		id := submitJobs(t, b.client, "small", 1)[0]
+		id := submitJobs(t, b.Client, "small", 1)[0]
 		submitted[id] = at
 		small = append(small, id)
 		time.Sleep(20 * time.Millisecond)
@@ -134,15 +118,13 @@ func TestFairSharesBetweenTenants(t *testing.T) {
 // and its tasks run. A tenant the leader hears gets its consumers too.
 func TestTenantsFoundWithoutALeader(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, &streams.Config{Layout: streams.LayoutFair})
-	_, js := srv.Connect()
-	client := newClient(t, js, nil)
+	b := &loopsBundle{Bundle: axtest.Setup(t, axtest.Options{Streams: &streams.Config{Layout: streams.LayoutFair}})}
+	js, client := b.JS, b.Client
 	early := submitJobs(t, client, "early", 30)
-	b := &loopsBundle{srv: srv, js: js, client: client}
-	b.contenders = append(b.contenders, startContender(t, srv, scheduler.Config{Logger: zaptest.NewLogger(t)}))
+	b.contenders = append(b.contenders, startContender(t, b.Bundle, scheduler.Config{}))
 	b.leader = waitLeader(t, b.contenders...)
 	s := newStarts()
-	startFairWorker(t, b, 4, s.handler(0))
+	b.StartWorker(t, worker.Config{Registry: axtest.Registry(t, "job", s.handler(0)), Concurrency: 4})
 	require.Eventually(t, func() bool { return s.count("early") == len(early) }, 30*time.Second, 10*time.Millisecond)
 	late := submitJobs(t, client, "late", 5)
 	require.Eventually(t, func() bool { return s.count("late") == len(late) }, 30*time.Second, 10*time.Millisecond)
@@ -184,20 +166,16 @@ func TestFairMeshSplitsEveryTenant(t *testing.T) {
 	start := func() *worker.Worker {
 		reg := worker.NewRegistry()
 		require.NoError(t, reg.Handle("job", handle, nil))
-		_, wjs := b.srv.Connect()
-		w, err := worker.New(ctx, wjs, &worker.Config{Registry: reg, Concurrency: 4, Logger: zaptest.NewLogger(t)})
-		require.NoError(t, err)
-		require.NoError(t, w.Start(ctx))
-		t.Cleanup(func() { _ = w.Stop(context.Background()) })
+		w, _ := b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 4})
 		return w
 	}
 	first := start()
 	ids := map[string][]string{}
 	for _, tenant := range []string{"a", "b", "c"} {
-		ids[tenant] = submitJobs(t, b.client, tenant, 300)
+		ids[tenant] = submitJobs(t, b.Client, tenant, 300)
 	}
 	second := start()
-	board, err := control.Open(ctx, b.js, streams.Names{})
+	board, err := control.Open(ctx, b.JS, streams.Names{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		e, err := board.Get(ctx, control.ShardTableKey)
@@ -231,19 +209,19 @@ func TestRefusedSubmitMakesNoTenant(t *testing.T) {
 	t.Parallel()
 	b := setupLoops(t, 1, &streams.Config{Layout: streams.LayoutFair, Capacity: 2}, scheduler.Config{Logger: zaptest.NewLogger(t)})
 	ctx := context.Background()
-	submitJobs(t, b.client, "filler", 2)
-	board, err := control.Open(ctx, b.js, streams.Names{})
+	submitJobs(t, b.Client, "filler", 2)
+	board, err := control.Open(ctx, b.JS, streams.Names{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		listed, _, err := control.ReadTenants(ctx, board)
 		return err == nil && slices.Contains(listed.Tenants, "filler")
 	}, 30*time.Second, 20*time.Millisecond, "a stored tenant gets its consumers")
-	_, err = b.js.Publish(ctx, "ax.submit.p2.ghost.job.k", nil)
+	_, err = b.JS.Publish(ctx, "ax.submit.p2.ghost.job.k", nil)
 	require.Error(t, err, "the full bucket refuses it")
 	time.Sleep(3 * time.Second) // the leader looks for the tenant's tasks for 2 s
 	listed, _, err := control.ReadTenants(ctx, board)
 	require.NoError(t, err)
 	require.Equal(t, []string{"filler"}, listed.Tenants)
-	_, err = b.js.Consumer(ctx, "AX_P2", "p2-s00-n-ghost")
+	_, err = b.JS.Consumer(ctx, "AX_P2", "p2-s00-n-ghost")
 	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound)
 }

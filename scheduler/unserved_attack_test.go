@@ -14,6 +14,7 @@ import (
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/control"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
@@ -83,7 +84,7 @@ func submitMixed(t *testing.T, b *unservedBundle, i int) string {
 	ctx := context.Background()
 	switch i % 3 {
 	case 0:
-		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: fmt.Sprintf("k%d", i%5)})
+		info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Key: fmt.Sprintf("k%d", i%5)})
 		require.NoError(t, err)
 		return info.ID
 	case 1:
@@ -91,13 +92,13 @@ func submitMixed(t *testing.T, b *unservedBundle, i int) string {
 		raw.Data = []byte("raw")
 		id := fmt.Sprintf("raw-%d-%d", i, time.Now().UnixNano())
 		raw.Header.Set(jetstream.MsgIDHeader, id)
-		_, err := b.js.PublishMsg(ctx, raw)
+		_, err := b.JS.PublishMsg(ctx, raw)
 		require.NoError(t, err)
 		return id
 	default:
-		ack, err := b.js.Publish(ctx, fmt.Sprintf("ax.submit.p%d.acme.report.k%d", i%5, i%5), []byte("no id"))
+		ack, err := b.JS.Publish(ctx, fmt.Sprintf("ax.submit.p%d.acme.report.k%d", i%5, i%5), []byte("no id"))
 		require.NoError(t, err)
-		return streams.FallbackID(ack.Stream, ack.Sequence, natstest.GetMsg(t, b.js, ack.Stream, ack.Sequence).Time)
+		return streams.FallbackID(ack.Stream, ack.Sequence, natstest.GetMsg(t, b.JS, ack.Stream, ack.Sequence).Time)
 	}
 }
 
@@ -117,7 +118,7 @@ func requireOutcomes(t *testing.T, b *unservedBundle, j *journal, ids []string) 
 // id) that no record names: orphans of a burial whose outcome was unknown.
 func outcomes(t *testing.T, b *unservedBundle, j *journal, ids []string) (succeeded, dead int, orphans map[string][]uint64) {
 	t.Helper()
-	seqs := letterSeqs(t, b.js)
+	seqs := letterSeqs(t, b.JS)
 	orphans = map[string][]uint64{}
 	want := map[string]bool{}
 	for _, id := range ids {
@@ -165,10 +166,10 @@ func TestUnservedDeadlineChurn(t *testing.T) {
 	// A first worker of the type creates its consumers and runs one task.
 	warm := submitMixed(t, b, 0)
 	started := time.Now()
-	stop := b.startWorker(t, "report", j.handle)
+	reporter, _ := b.StartWorker(t, worker.Config{Registry: axtest.Registry(t, "report", j.handle), Concurrency: 1})
 	require.Eventually(t, func() bool { return j.count(warm) == 1 }, 20*time.Second, 10*time.Millisecond)
 	t.Logf("first task ran %s after its worker started", time.Since(started))
-	stop()
+	axtest.Stop(t, reporter)
 	b.setDeadline(t, "report", time.Second)
 	ids := []string{warm}
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
@@ -179,9 +180,9 @@ func TestUnservedDeadlineChurn(t *testing.T) {
 		// The worker joins around the moment the burials start (a deadline
 		// after the submits), stays a while, and leaves.
 		time.Sleep(800*time.Millisecond + time.Duration(rng.IntN(500))*time.Millisecond)
-		stop := b.startWorker(t, "report", j.handle)
+		reporter, _ := b.StartWorker(t, worker.Config{Registry: axtest.Registry(t, "report", j.handle), Concurrency: 1})
 		time.Sleep(time.Duration(100+rng.IntN(400)) * time.Millisecond)
-		stop()
+		axtest.Stop(t, reporter)
 		time.Sleep(time.Second) // unserved again for a deadline
 	}
 	// A last batch with no worker at all: buried for sure, so the run
@@ -193,11 +194,11 @@ func TestUnservedDeadlineChurn(t *testing.T) {
 	}
 	b.waitStates(t, last, 30*time.Second, kv.StateDead)
 	ids = append(ids, last...)
-	b.startWorker(t, "report", j.handle)
+	b.StartWorker(t, worker.Config{Registry: axtest.Registry(t, "report", j.handle), Concurrency: 1})
 	b.waitStates(t, ids, 30*time.Second, kv.StateSucceeded, kv.StateDead)
 	time.Sleep(500 * time.Millisecond) // a late execution or letter would show
 	succeeded, dead := requireOutcomes(t, b, j, ids)
-	dlq, err := b.js.Stream(ctx, "AX_DLQ")
+	dlq, err := b.JS.Stream(ctx, "AX_DLQ")
 	require.NoError(t, err)
 	t.Logf("%d tasks: %d succeeded, %d dead; %d letters deleted after a lost compare-and-set", len(ids), succeeded, dead,
 		dlq.CachedInfo().State.LastSeq-dlq.CachedInfo().State.Msgs)
@@ -248,13 +249,8 @@ func TestUnservedDeadlineOnDefaultLayout(t *testing.T) {
 	t.Parallel()
 	lb := setupLoops(t, 1, nil, scheduler.Config{UnservedInterval: 20 * time.Millisecond, Logger: zaptest.NewLogger(t)})
 	ctx := context.Background()
-	nc, ajs := lb.srv.Connect()
-	svc, err := admin.New(ctx, ajs, nil)
-	require.NoError(t, err)
-	require.NoError(t, svc.Start(ctx))
-	t.Cleanup(func() { _ = svc.Stop(ctx) })
-	api := admin.NewClient(nc, streams.Names{})
-	workers, err := lb.js.KeyValue(ctx, "AX_WORKERS")
+	api := lb.StartAdmin(t, nil)
+	workers, err := lb.JS.KeyValue(ctx, "AX_WORKERS")
 	require.NoError(t, err)
 	data, err := json.Marshal(kv.Member{ID: "old", Shards: []int{}})
 	require.NoError(t, err)
@@ -265,32 +261,28 @@ func TestUnservedDeadlineOnDefaultLayout(t *testing.T) {
 
 	_, err = api.SetUnservedDeadline(ctx, "report", time.Second)
 	require.NoError(t, err)
-	info, err := lb.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k"})
+	info, err := lb.Client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k"})
 	require.NoError(t, err)
-	ack, err := lb.js.Publish(ctx, "ax.submit.p2.acme.report.k", []byte("raw"))
+	ack, err := lb.JS.Publish(ctx, "ax.submit.p2.acme.report.k", []byte("raw"))
 	require.NoError(t, err)
 	time.Sleep(2500 * time.Millisecond)
-	rec, _, err := lb.client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
+	rec, _, err := lb.Client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 	require.NoError(t, err)
 	require.Equal(t, kv.StateReady, rec.State, "a member that does not say what it handles serves every type")
-	natstest.GetMsg(t, lb.js, ack.Stream, ack.Sequence) // still there
+	natstest.GetMsg(t, lb.JS, ack.Stream, ack.Sequence) // still there
 
 	require.NoError(t, workers.Delete(ctx, "old"))
-	_, wjs := lb.srv.Connect()
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("x", func(context.Context, *worker.Task) error { return nil }, nil))
-	w, err := worker.New(ctx, wjs, &worker.Config{Registry: reg, Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	lb.StartWorker(t, worker.Config{Registry: reg})
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		rec, _, err := lb.client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
+		rec, _, err := lb.Client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 		if assert.NoError(c, err) {
 			assert.Equal(c, kv.StateDead, rec.State)
 			assert.Contains(c, rec.LastError, `unserved: no live worker served task type "report"`)
 		}
 	}, 30*time.Second, 50*time.Millisecond)
-	stream, err := lb.js.Stream(ctx, "AX_DLQ")
+	stream, err := lb.JS.Stream(ctx, "AX_DLQ")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		info, err := stream.Info(ctx)
@@ -317,11 +309,11 @@ func TestUnservedDeadlineBuriesMalformed(t *testing.T) {
 		for k, v := range h {
 			raw.Header.Set(k, v)
 		}
-		ack, err := b.js.PublishMsg(ctx, raw)
+		ack, err := b.JS.PublishMsg(ctx, raw)
 		require.NoError(t, err)
 		id := h[jetstream.MsgIDHeader]
 		if id == "" {
-			id = streams.FallbackID(ack.Stream, ack.Sequence, natstest.GetMsg(t, b.js, ack.Stream, ack.Sequence).Time)
+			id = streams.FallbackID(ack.Stream, ack.Sequence, natstest.GetMsg(t, b.JS, ack.Stream, ack.Sequence).Time)
 		}
 		ids = append(ids, id)
 	}
@@ -339,11 +331,11 @@ func TestUnservedDeadlineDropsDuplicates(t *testing.T) {
 	t.Parallel()
 	b := setupUnserved(t)
 	ctx := context.Background()
-	mine, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", Priority: ax.PriorityOf(1)})
+	mine, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", Priority: ax.PriorityOf(1)})
 	require.NoError(t, err)
-	other, err := b.client.Submit(ctx, ax.TaskSpec{Type: "x", Key: "k", Tenant: "globex"})
+	other, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "x", Key: "k", Tenant: "globex"})
 	require.NoError(t, err)
-	store := b.client.Store()
+	store := b.Client.Store()
 	state := func(ref kv.Ref) kv.State {
 		rec, _, err := store.Get(ctx, ref)
 		if err != nil {
@@ -363,7 +355,7 @@ func TestUnservedDeadlineDropsDuplicates(t *testing.T) {
 		raw := nats.NewMsg(dup.subject)
 		raw.Data = []byte("dup")
 		raw.Header.Set(jetstream.MsgIDHeader, dup.id)
-		ack, err := b.js.PublishMsg(ctx, raw)
+		ack, err := b.JS.PublishMsg(ctx, raw)
 		require.NoError(t, err)
 		require.False(t, ack.Duplicate, dup.subject)
 	}
@@ -375,7 +367,7 @@ func TestUnservedDeadlineDropsDuplicates(t *testing.T) {
 			assert.Equal(c, kv.StateDead, state(ref), "%v is buried as its own task", ref)
 		}
 		for p := range streams.Priorities {
-			stream, err := b.js.Stream(ctx, streams.Names{}.PriorityStream(p))
+			stream, err := b.JS.Stream(ctx, streams.Names{}.PriorityStream(p))
 			if assert.NoError(c, err) {
 				assert.Zero(c, stream.CachedInfo().State.Msgs, "P%d keeps a duplicate of an unserved type", p)
 			}
@@ -383,7 +375,7 @@ func TestUnservedDeadlineDropsDuplicates(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond)
 	require.Equal(t, kv.StateSucceeded, state(otherRef), "globex's task is left alone")
 	letters := map[kv.Ref]int{}
-	for _, l := range letters2(t, b.js) {
+	for _, l := range letters2(t, b.JS) {
 		letters[kv.Ref{Tenant: l.Tenant, ID: l.TaskID}]++
 	}
 	require.Equal(t, map[kv.Ref]int{mineRef: 1, owned[0]: 1, owned[1]: 1}, letters)
@@ -422,20 +414,20 @@ func TestUnservedDeadlineFailover(t *testing.T) {
 		ids = append(ids, submitMixed(t, b, i))
 	}
 	require.Eventually(t, func() bool { // burials under way
-		return len(letterSeqs(t, b.js)) >= 5
+		return len(letterSeqs(t, b.JS)) >= 5
 	}, 10*time.Second, 5*time.Millisecond)
-	b.leader.nc.Close()
+	b.leader.NC.Close()
 	next := waitLeader(t, b.follower())
 	require.NotNil(t, next)
 	for i := range 30 {
 		ids = append(ids, submitMixed(t, b, 100+i))
 	}
 	time.Sleep(1200 * time.Millisecond)
-	stop := b.startWorker(t, "report", j.handle)
+	reporter, _ := b.StartWorker(t, worker.Config{Registry: axtest.Registry(t, "report", j.handle), Concurrency: 1})
 	time.Sleep(200 * time.Millisecond)
-	stop()
+	axtest.Stop(t, reporter)
 	time.Sleep(1200 * time.Millisecond)
-	b.startWorker(t, "report", j.handle)
+	b.StartWorker(t, worker.Config{Registry: axtest.Registry(t, "report", j.handle), Concurrency: 1})
 	b.waitStates(t, ids, 30*time.Second, kv.StateSucceeded, kv.StateDead)
 	time.Sleep(500 * time.Millisecond)
 	succeeded, dead, orphans := outcomes(t, b, j, ids)
@@ -452,11 +444,11 @@ func TestUnservedDeadlineRacesOperators(t *testing.T) {
 	b.setDeadline(t, "report", time.Second)
 	var ids []string
 	for i := range 45 {
-		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: fmt.Sprintf("k%d", i%7)})
+		info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Key: fmt.Sprintf("k%d", i%7)})
 		require.NoError(t, err)
 		ids = append(ids, info.ID)
 	}
-	require.Eventually(t, func() bool { return len(letterSeqs(t, b.js)) >= 2 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return len(letterSeqs(t, b.JS)) >= 2 }, 10*time.Second, 5*time.Millisecond)
 	var wg sync.WaitGroup
 	for i, id := range ids {
 		wg.Add(1)
@@ -490,7 +482,7 @@ func TestUnservedDeadlineRacesOperators(t *testing.T) {
 			}
 		}
 	}, 20*time.Second, 50*time.Millisecond)
-	seqs := letterSeqs(t, b.js)
+	seqs := letterSeqs(t, b.JS)
 	for _, id := range ids {
 		rec := b.record(t, id)
 		if rec.State == kv.StateDead {
@@ -510,12 +502,12 @@ func TestUnservedDeadlinePastPausedHead(t *testing.T) {
 	b := setupUnservedWith(t, 1, scheduler.Config{AgingBatch: 1})
 	ctx := context.Background()
 	for range 25 {
-		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k"})
+		info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k"})
 		require.NoError(t, err)
 		_, err = b.api.Pause(ctx, admin.TaskRequest{ID: info.ID})
 		require.NoError(t, err)
 	}
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k"})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k"})
 	require.NoError(t, err)
 	b.setDeadline(t, "report", time.Second)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -535,17 +527,17 @@ func TestUnservedDeadlineDropsMessageOfCancelledID(t *testing.T) {
 	require.Equal(t, kv.StateCancelled, b.record(t, "ghost").State)
 	raw := nats.NewMsg("ax.submit.p1.acme.report.k")
 	raw.Header.Set(jetstream.MsgIDHeader, "ghost")
-	_, err = b.js.PublishMsg(ctx, raw)
+	_, err = b.JS.PublishMsg(ctx, raw)
 	require.NoError(t, err)
 	b.setDeadline(t, "report", time.Second)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		stream, err := b.js.Stream(ctx, "AX_P1")
+		stream, err := b.JS.Stream(ctx, "AX_P1")
 		if assert.NoError(c, err) {
 			assert.Zero(c, stream.CachedInfo().State.Msgs)
 		}
 	}, 10*time.Second, 50*time.Millisecond)
 	require.Equal(t, kv.StateCancelled, b.record(t, "ghost").State)
-	require.Empty(t, letterSeqs(t, b.js))
+	require.Empty(t, letterSeqs(t, b.JS))
 }
 
 // A deadline set just after a type's last worker left counts from when
@@ -558,7 +550,7 @@ func TestUnservedDeadlineSetAfterTheWorkerLeft(t *testing.T) {
 	const deadline = 2 * time.Second
 	release := make(chan struct{})
 	var first atomic.Value // the id of the one task that succeeds
-	stop := b.startWorker(t, "report", func(ctx context.Context, task *worker.Task) error {
+	reporter, _ := b.StartWorker(t, worker.Config{Registry: axtest.Registry(t, "report", func(ctx context.Context, task *worker.Task) error {
 		if first.CompareAndSwap(nil, task.ID) {
 			<-release // holds the only slot until the test lets it go
 			return nil
@@ -567,17 +559,17 @@ func TestUnservedDeadlineSetAfterTheWorkerLeft(t *testing.T) {
 		// in a local CI run) runs until Stop cancels it, and is put back.
 		<-ctx.Done()
 		return ctx.Err()
-	})
+	}), Concurrency: 1})
 	var ids []string
 	for range 3 {
-		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", MaxAttempts: 5})
+		info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", MaxAttempts: 5})
 		require.NoError(t, err)
 		ids = append(ids, info.ID)
 	}
 	time.Sleep(2 * deadline) // the tasks wait longer than the deadline, behind a live worker
 	close(release)
 	stopped := time.Now()
-	stop()
+	axtest.Stop(t, reporter)
 	_, err := b.api.SetUnservedDeadline(ctx, "report", deadline)
 	require.NoError(t, err)
 	ids = slices.DeleteFunc(ids, func(id string) bool { return id == first.Load() })
@@ -599,15 +591,15 @@ func TestUnservedDeadlineIgnoresOutOfBounds(t *testing.T) {
 	t.Parallel()
 	b := setupUnserved(t)
 	ctx := context.Background()
-	board, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	board, err := b.JS.KeyValue(ctx, "AX_CONTROL")
 	require.NoError(t, err)
 	_, err = board.Put(ctx, control.UnservedDeadlinesKey, []byte(`{"deadlines":{"report":60,"x":"-1h"}}`))
 	require.NoError(t, err)
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k"})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k"})
 	require.NoError(t, err)
 	time.Sleep(1500 * time.Millisecond) // 30 passes
 	require.Equal(t, kv.StateReady, b.record(t, info.ID).State)
-	require.Empty(t, letterSeqs(t, b.js))
+	require.Empty(t, letterSeqs(t, b.JS))
 }
 
 // A task whose burial a worker decided (its dead letter could not be
@@ -618,9 +610,9 @@ func TestUnservedDeadlineKeepsADecidedBurialsCause(t *testing.T) {
 	t.Parallel()
 	b := setupUnserved(t)
 	ctx := context.Background()
-	info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k"})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k"})
 	require.NoError(t, err)
-	store := b.client.Store()
+	store := b.Client.Store()
 	rec, rev, err := store.Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
 	require.NoError(t, err)
 	rec, rev, err = store.Apply(ctx, rec, rev, kv.StateRunning, kv.Actor{Worker: "w", Action: "claim"}, func(r *kv.Record) error {
@@ -640,7 +632,7 @@ func TestUnservedDeadlineKeepsADecidedBurialsCause(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond)
 	rec = b.record(t, info.ID)
 	require.Contains(t, rec.LastError, cause)
-	require.Contains(t, letters(t, b.js)[info.ID].Error, cause)
+	require.Contains(t, letters(t, b.JS)[info.ID].Error, cause)
 }
 
 // A raw publish with a run time (Ax-Run-At) waits for it like a Go submit
@@ -655,7 +647,7 @@ func TestUnservedDeadlineCountsFromARawRunTime(t *testing.T) {
 	raw := nats.NewMsg("ax.submit.p1.acme.report.k")
 	raw.Header.Set(jetstream.MsgIDHeader, "later")
 	raw.Header.Set("Ax-Run-At", runAt.UTC().Format(time.RFC3339Nano))
-	_, err := b.js.PublishMsg(ctx, raw)
+	_, err := b.JS.PublishMsg(ctx, raw)
 	require.NoError(t, err)
 	time.Sleep(3 * time.Second)
 	require.Equal(t, kv.Record{}.State, b.record(t, "later").State, "buried before its run time")
@@ -674,30 +666,22 @@ func TestUnservedDeadlineWorkerJoinsMidBurial(t *testing.T) {
 	ctx := context.Background()
 	j := newJournal()
 	warm := submitMixed(t, b, 0) // the type's consumers exist before the race
-	stop := b.startWorker(t, "report", j.handle)
+	reporter, _ := b.StartWorker(t, worker.Config{Registry: axtest.Registry(t, "report", j.handle), Concurrency: 1})
 	require.Eventually(t, func() bool { return j.count(warm) == 1 }, 20*time.Second, 10*time.Millisecond)
-	stop()
+	axtest.Stop(t, reporter)
 	ids := []string{warm}
 	for i := range 300 {
 		ids = append(ids, submitMixed(t, b, i))
 	}
 	b.setDeadline(t, "report", time.Second)
-	require.Eventually(t, func() bool { return len(letterSeqs(t, b.js)) >= 1 }, 20*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return len(letterSeqs(t, b.JS)) >= 1 }, 20*time.Second, time.Millisecond)
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("report", j.handle, nil))
-	_, wjs := b.srv.Connect()
-	w, err := worker.New(ctx, wjs, &worker.Config{Registry: reg, Concurrency: 16})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = w.Stop(sctx)
-	})
+	b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 16})
 	b.waitStates(t, ids, 60*time.Second, kv.StateSucceeded, kv.StateDead)
 	time.Sleep(500 * time.Millisecond)
 	succeeded, dead := requireOutcomes(t, b, j, ids)
-	dlq, err := b.js.Stream(ctx, "AX_DLQ")
+	dlq, err := b.JS.Stream(ctx, "AX_DLQ")
 	require.NoError(t, err)
 	t.Logf("%d tasks: %d succeeded, %d dead; %d letters deleted after a lost compare-and-set", len(ids), succeeded, dead,
 		dlq.CachedInfo().State.LastSeq-dlq.CachedInfo().State.Msgs)

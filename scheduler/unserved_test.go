@@ -9,6 +9,7 @@ import (
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/control"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
@@ -40,52 +41,21 @@ func setupUnservedWith(t *testing.T, n int, cfg scheduler.Config) *unservedBundl
 	cfg.UnservedInterval = cmpOr(cfg.UnservedInterval, 50*time.Millisecond)
 	cfg.Logger = zaptest.NewLogger(t)
 	lb := setupLoops(t, n, &streams.Config{Layout: streams.LayoutPools, Types: []string{"x", "report"}}, cfg)
-	ctx := context.Background()
-	nc, ajs := lb.srv.Connect()
-	svc, err := admin.New(ctx, ajs, nil)
-	require.NoError(t, err)
-	require.NoError(t, svc.Start(ctx))
-	t.Cleanup(func() { _ = svc.Stop(ctx) })
-	b := &unservedBundle{loopsBundle: lb, api: admin.NewClient(nc, streams.Names{})}
-	b.startWorker(t, "x", func(context.Context, *worker.Task) error { return nil })
+	b := &unservedBundle{loopsBundle: lb, api: lb.StartAdmin(t, nil)}
+	b.StartWorker(t, worker.Config{Registry: axtest.Registry(t, "x", func(context.Context, *worker.Task) error { return nil }), Concurrency: 1})
 	return b
-}
-
-// startWorker starts a worker that serves only type typ with handle; the
-// returned function stops it.
-func (b *unservedBundle) startWorker(t *testing.T, typ string, handle worker.HandlerFunc) func() {
-	t.Helper()
-	ctx := context.Background()
-	reg := worker.NewRegistry()
-	require.NoError(t, reg.Handle(typ, handle, nil))
-	_, wjs := b.srv.Connect()
-	w, err := worker.New(ctx, wjs, &worker.Config{Registry: reg, Concurrency: 1, Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		require.NoError(t, w.Stop(sctx))
-	}
-	t.Cleanup(stop)
-	return stop
 }
 
 // record returns the task's record (a zero one when it has none).
 func (b *unservedBundle) record(t *testing.T, id string) *kv.Record {
 	t.Helper()
-	refs, err := b.client.Store().Find(context.Background(), id)
+	refs, err := b.Client.Store().Find(context.Background(), id)
 	require.NoError(t, err)
 	if len(refs) == 0 {
 		return &kv.Record{}
 	}
 	require.Len(t, refs, 1, "one task has id %s", id)
-	rec, _, err := b.client.Store().Get(context.Background(), refs[0])
+	rec, _, err := b.Client.Store().Get(context.Background(), refs[0])
 	if err != nil {
 		require.ErrorIs(t, err, kv.ErrNotFound)
 		return &kv.Record{}
@@ -142,22 +112,22 @@ func TestUnservedDeadlineDeadLetters(t *testing.T) {
 	ctx := context.Background()
 	var ids, served []string
 	for range 3 {
-		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k"})
+		info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k"})
 		require.NoError(t, err)
 		ids = append(ids, info.ID)
-		info, err = b.client.Submit(ctx, ax.TaskSpec{Type: "x", Key: "k"})
+		info, err = b.Client.Submit(ctx, ax.TaskSpec{Type: "x", Key: "k"})
 		require.NoError(t, err)
 		served = append(served, info.ID)
 	}
 	raw := nats.NewMsg("ax.submit.p1.acme.report.k")
 	raw.Data = []byte("raw")
 	raw.Header.Set(jetstream.MsgIDHeader, "raw-report-1")
-	_, err := b.js.PublishMsg(ctx, raw)
+	_, err := b.JS.PublishMsg(ctx, raw)
 	require.NoError(t, err)
 	ids = append(ids, "raw-report-1")
-	ack, err := b.js.Publish(ctx, "ax.submit.p3.acme.report.k", []byte("no id"))
+	ack, err := b.JS.Publish(ctx, "ax.submit.p3.acme.report.k", []byte("no id"))
 	require.NoError(t, err)
-	stored := natstest.GetMsg(t, b.js, "AX_P3", ack.Sequence)
+	stored := natstest.GetMsg(t, b.JS, "AX_P3", ack.Sequence)
 	ids = append(ids, streams.FallbackID("AX_P3", ack.Sequence, stored.Time))
 
 	stats, err := b.api.Stats(ctx, admin.StatsRequest{})
@@ -177,7 +147,7 @@ func TestUnservedDeadlineDeadLetters(t *testing.T) {
 			}
 		}
 	}, 20*time.Second, 50*time.Millisecond)
-	dead := letters(t, b.js)
+	dead := letters(t, b.JS)
 	require.Len(t, dead, len(ids))
 	for _, id := range ids {
 		require.Contains(t, dead[id].Error, "unserved", id)
@@ -187,7 +157,7 @@ func TestUnservedDeadlineDeadLetters(t *testing.T) {
 		require.Equal(t, kv.StateSucceeded, b.record(t, id).State, "served task %s", id)
 	}
 	for p := range streams.Priorities {
-		stream, err := b.js.Stream(ctx, streams.Names{}.PriorityStream(p))
+		stream, err := b.JS.Stream(ctx, streams.Names{}.PriorityStream(p))
 		require.NoError(t, err)
 		require.Zero(t, stream.CachedInfo().State.Msgs, "P%d keeps no message of a buried task", p)
 	}
@@ -195,10 +165,10 @@ func TestUnservedDeadlineDeadLetters(t *testing.T) {
 
 	// A worker for the type starts; the operator replays: each runs once.
 	ran := make(chan string, 16)
-	b.startWorker(t, "report", func(_ context.Context, task *worker.Task) error {
+	b.StartWorker(t, worker.Config{Registry: axtest.Registry(t, "report", func(_ context.Context, task *worker.Task) error {
 		ran <- task.ID
 		return nil
-	})
+	}), Concurrency: 1})
 	_, err = b.api.SetUnservedDeadline(ctx, "report", 0)
 	require.NoError(t, err)
 	reply, err := b.api.Replay(ctx, admin.DLQReplayRequest{Filter: admin.Filter{Type: "report"}})
@@ -232,13 +202,13 @@ func TestUnservedDeadlineCountsFromTheLastServedMoment(t *testing.T) {
 	const deadline = 2 * time.Second
 	_, err := b.api.SetUnservedDeadline(ctx, "report", deadline)
 	require.NoError(t, err)
-	stop := b.startWorker(t, "report", func(ctx context.Context, _ *worker.Task) error {
+	reporter, _ := b.StartWorker(t, worker.Config{Registry: axtest.Registry(t, "report", func(ctx context.Context, _ *worker.Task) error {
 		<-ctx.Done() // holds the only slot until the worker stops
 		return ctx.Err()
-	})
+	}), Concurrency: 1})
 	var ids []string
 	for range 3 {
-		info, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", MaxAttempts: 5})
+		info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k", MaxAttempts: 5})
 		require.NoError(t, err)
 		ids = append(ids, info.ID)
 	}
@@ -248,7 +218,7 @@ func TestUnservedDeadlineCountsFromTheLastServedMoment(t *testing.T) {
 		require.NotEqual(t, kv.StateDead, b.record(t, id).State, "served type's task %s buried", id)
 	}
 	stopped := time.Now() // the worker leaves the ring first, then waits for its handler
-	stop()
+	axtest.Stop(t, reporter)
 	b.waitStates(t, ids, 30*time.Second, kv.StateDead)
 	var earliest time.Time
 	attempted := 0
@@ -282,11 +252,11 @@ func TestUnservedDeadlineForAnyType(t *testing.T) {
 	ctx := context.Background()
 	var typos []string
 	for range 5 {
-		ack, err := b.js.Publish(ctx, "ax.submit.p2.acme.rpeort.k", []byte("typo"))
+		ack, err := b.JS.Publish(ctx, "ax.submit.p2.acme.rpeort.k", []byte("typo"))
 		require.NoError(t, err)
-		typos = append(typos, streams.FallbackID("AX_P2", ack.Sequence, natstest.GetMsg(t, b.js, "AX_P2", ack.Sequence).Time))
+		typos = append(typos, streams.FallbackID("AX_P2", ack.Sequence, natstest.GetMsg(t, b.JS, "AX_P2", ack.Sequence).Time))
 	}
-	report, err := b.client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k"})
+	report, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "report", Key: "k"})
 	require.NoError(t, err)
 	_, err = b.api.SetUnservedDeadline(ctx, "report", time.Hour)
 	require.NoError(t, err)

@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/control"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 )
@@ -23,17 +25,17 @@ func TestTenantWeightsShareStarts(t *testing.T) {
 	const weight = 3
 	b := setupLoops(t, 1, &streams.Config{Layout: streams.LayoutFair, Tenants: []string{"heavy", "light"}}, scheduler.Config{Logger: zaptest.NewLogger(t)})
 	ctx := context.Background()
-	board, err := control.Open(ctx, b.js, streams.Names{})
+	board, err := control.Open(ctx, b.JS, streams.Names{})
 	require.NoError(t, err)
 	limits, err := json.Marshal(kv.Limits{Limits: map[string]kv.Limit{"tenant:heavy": {Weight: weight}}})
 	require.NoError(t, err)
 	_, err = board.Put(ctx, kv.LimitsKey, limits)
 	require.NoError(t, err)
 
-	submitJobs(t, b.client, "heavy", 1500)
-	submitJobs(t, b.client, "light", 1500)
+	submitJobs(t, b.Client, "heavy", 1500)
+	submitJobs(t, b.Client, "light", 1500)
 	s := newStarts()
-	startFairWorker(t, b, 4, s.handler(2*time.Millisecond))
+	b.StartWorker(t, worker.Config{Registry: axtest.Registry(t, "job", s.handler(2*time.Millisecond)), Concurrency: 4})
 	require.Eventually(t, func() bool { return s.count("heavy")+s.count("light") >= 1000 }, 60*time.Second, 5*time.Millisecond)
 	heavy, light := s.count("heavy"), s.count("light")
 	t.Logf("starts: heavy %d, light %d (ratio %.2f)", heavy, light, float64(heavy)/float64(max(light, 1)))

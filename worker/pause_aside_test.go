@@ -119,7 +119,7 @@ func TestPausedAsideReleasedByTheNextLeader(t *testing.T) {
 		}
 		return true
 	}, 30*time.Second, 100*time.Millisecond, "the paused backlog did not all step aside")
-	leader.Stop()
+	leader.StopRun()
 	setLimits(t, b.JS, kv.Limits{})
 	time.Sleep(3 * time.Second) // past the settle a running leader would have waited
 	require.Zero(t, reports.executions.Load(), "released with no leader")

@@ -12,6 +12,7 @@ import (
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 )
@@ -57,12 +58,17 @@ func Registry(t testing.TB, taskType string, handle worker.HandlerFunc) *worker.
 // Leader is a leader started by [Bundle.StartLeader].
 type Leader struct {
 	*scheduler.Leader
+	// NC and JS are the leader's own connection: closing NC is the death
+	// of its process.
+	NC   *nats.Conn
+	JS   jetstream.JetStream
 	stop func()
 }
 
-// Stop ends the leader's loops and waits for them; calling it again, or
-// letting the test's cleanup call it, is fine.
-func (l *Leader) Stop() { l.stop() }
+// StopRun cancels the leader's Run (a clean stop: it releases the lease)
+// and waits for it; calling it again, or letting the test's cleanup call
+// it, is fine.
+func (l *Leader) StopRun() { l.stop() }
 
 // WaitLeading waits until the leader holds the lease.
 func (l *Leader) WaitLeading(t testing.TB) {
@@ -71,12 +77,12 @@ func (l *Leader) WaitLeading(t testing.TB) {
 }
 
 // StartLeader runs the scheduler's leader loops with cfg on a connection of
-// its own until the test ends (or [Leader.Stop]). A zero cfg.LeaseTTL is
+// its own (opened with opts) until the test ends (or [Leader.StopRun]). A zero cfg.LeaseTTL is
 // 2s, so that a stopped leader's successor leads soon; a nil cfg.Logger is
 // the test's log. It does not wait for the lease: see [Leader.WaitLeading].
-func (b *Bundle) StartLeader(t testing.TB, cfg scheduler.Config) *Leader {
+func (b *Bundle) StartLeader(t testing.TB, cfg scheduler.Config, opts ...nats.Option) *Leader {
 	t.Helper()
-	_, js := b.Server.Connect()
+	nc, js := b.Server.Connect(opts...)
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = 2 * time.Second
 	}
@@ -94,7 +100,7 @@ func (b *Bundle) StartLeader(t testing.TB, cfg scheduler.Config) *Leader {
 	var once sync.Once
 	stop := func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(stop)
-	return &Leader{Leader: l, stop: stop}
+	return &Leader{Leader: l, NC: nc, JS: js, stop: stop}
 }
 
 // StartAdmin runs the management API with cfg (nil: the defaults, with the
@@ -128,4 +134,13 @@ func AllShards() []int {
 		out[i] = i
 	}
 	return out
+}
+
+// Stop stops s (a worker, the management API) within a bound, failing the
+// test if it cannot: for a test that stops one before its end.
+func Stop(t testing.TB, s interface{ Stop(context.Context) error }) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	require.NoError(t, s.Stop(ctx))
 }
