@@ -10,50 +10,40 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
+// adminBundle is a deployment with the management API and a client of it.
 type adminBundle struct {
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	client *ax.Client
-	api    *admin.Client
+	*axtest.Bundle
+	api *admin.Client
 }
 
 // setupAdmin starts a server with ax provisioned, the management API and a
 // submit client; no worker runs, so submitted tasks stay READY.
-func setupAdmin(t *testing.T) *adminBundle { return setupAdminTB(t) }
-
-func setupAdminTB(t testing.TB) *adminBundle {
+func setupAdmin(t testing.TB) *adminBundle {
 	t.Helper()
-	return setupAdminOn(t, natstest.Options{})
+	return setupAdminWith(t, axtest.Options{})
 }
 
 // setupAdminFast is setupAdmin for a test of the fast tier (go test -short).
-func setupAdminFast(t *testing.T) *adminBundle {
+func setupAdminFast(t testing.TB) *adminBundle {
 	t.Helper()
-	return setupAdminOn(t, natstest.Options{Fast: true})
+	return setupAdminWith(t, axtest.Options{Server: natstest.Options{Fast: true}})
 }
 
-func setupAdminOn(t testing.TB, o natstest.Options) *adminBundle {
+// setupAdminWith is setupAdmin on the deployment o.
+func setupAdminWith(t testing.TB, o axtest.Options) *adminBundle {
 	t.Helper()
-	nc, js := natstest.Start(t, o).Connect()
-	natstest.Provision(t, js, nil)
-	ctx := context.Background()
-	svc, err := admin.New(ctx, js, &admin.Config{Version: "1.2.3"})
-	require.NoError(t, err)
-	require.NoError(t, svc.Start(ctx))
-	t.Cleanup(func() { _ = svc.Stop(ctx) })
-	client, err := ax.NewClient(ctx, js, nil)
-	require.NoError(t, err)
-	return &adminBundle{nc: nc, js: js, client: client, api: admin.NewClient(nc, streams.Names{})}
+	b := axtest.Setup(t, o)
+	return &adminBundle{Bundle: b, api: b.StartAdmin(t, &admin.Config{Version: "1.2.3"})}
 }
 
 func (b *adminBundle) call(t *testing.T, verb string, req, resp any) error {
@@ -65,7 +55,7 @@ func (b *adminBundle) call(t *testing.T, verb string, req, resp any) error {
 
 func (b *adminBundle) submit(t *testing.T, task ax.TaskSpec) string {
 	t.Helper()
-	info, err := b.client.Submit(context.Background(), task)
+	info, err := b.Client.Submit(context.Background(), task)
 	require.NoError(t, err)
 	return info.ID
 }
@@ -81,7 +71,7 @@ func TestAdminIsAMicroServiceWithEveryVerb(t *testing.T) {
 	b := setupAdminFast(t)
 	subject, err := micro.ControlSubject(micro.InfoVerb, "ax", "")
 	require.NoError(t, err)
-	msg, err := b.nc.Request(subject, nil, 10*time.Second)
+	msg, err := b.NC.Request(subject, nil, 10*time.Second)
 	require.NoError(t, err)
 	var info micro.Info
 	require.NoError(t, jsonUnmarshal(msg.Data, &info))
@@ -180,15 +170,15 @@ func TestAdminPauseResumeRedispatches(t *testing.T) {
 	var paused admin.TaskReply
 	require.NoError(t, b.call(t, admin.VerbTaskPause, admin.TaskRequest{ID: id}, &paused))
 	require.Equal(t, kv.StatePaused, paused.Task.State)
-	require.Equal(t, uint64(1), natstest.StreamMsgs(t, b.js, "AX_P1"), "pause keeps the message")
+	require.Equal(t, uint64(1), natstest.StreamMsgs(t, b.JS, "AX_P1"), "pause keeps the message")
 
 	var resumed admin.TaskReply
 	require.NoError(t, b.call(t, admin.VerbTaskResume, admin.TaskRequest{ID: id}, &resumed))
 	require.True(t, resumed.Redispatched)
 	require.Equal(t, kv.StateReady, resumed.Task.State)
 	require.Equal(t, uint64(2), resumed.Task.Gen)
-	require.Equal(t, uint64(1), natstest.StreamMsgs(t, b.js, "AX_P1"), "the old copy is deleted")
-	msg := natstest.GetMsg(t, b.js, "AX_P1", resumed.Task.StreamSeq)
+	require.Equal(t, uint64(1), natstest.StreamMsgs(t, b.JS, "AX_P1"), "the old copy is deleted")
+	msg := natstest.GetMsg(t, b.JS, "AX_P1", resumed.Task.StreamSeq)
 	require.Equal(t, "keep me", string(msg.Data))
 	require.Equal(t, "2", msg.Header.Get(streams.HeaderGen))
 	require.Equal(t, id, msg.Header.Get(streams.HeaderTaskID))
@@ -215,8 +205,8 @@ func TestAdminReprioritizeMovesBucket(t *testing.T) {
 	require.Equal(t, 0, reply.Task.Priority)
 	require.Equal(t, uint64(2), reply.Task.Gen)
 	require.Equal(t, "reprioritize", reply.Task.LastMove().Action)
-	require.Equal(t, uint64(0), natstest.StreamMsgs(t, b.js, "AX_P4"))
-	require.Equal(t, uint64(1), natstest.StreamMsgs(t, b.js, "AX_P0"))
+	require.Equal(t, uint64(0), natstest.StreamMsgs(t, b.JS, "AX_P4"))
+	require.Equal(t, uint64(1), natstest.StreamMsgs(t, b.JS, "AX_P0"))
 	requireCode(t, b.call(t, admin.VerbTaskReprioritize, admin.ReprioritizeRequest{ID: id, Priority: 0}, &reply), 400, "already P0")
 }
 
@@ -246,12 +236,12 @@ func TestAdminBatchCancel(t *testing.T) {
 	require.NoError(t, b.call(t, admin.VerbTasksCancel, req, &done))
 	require.Equal(t, 5, done.Cancelled)
 	for _, id := range acme {
-		rec, _, err := b.client.Store().Get(context.Background(), kv.Ref{Tenant: "acme", ID: id})
+		rec, _, err := b.Client.Store().Get(context.Background(), kv.Ref{Tenant: "acme", ID: id})
 		require.NoError(t, err)
 		require.Equal(t, kv.StateCancelled, rec.State)
 	}
 	for _, ref := range []kv.Ref{{Tenant: "globex", ID: other}, {Tenant: "acme", ID: report}} {
-		rec, _, err := b.client.Store().Get(context.Background(), ref)
+		rec, _, err := b.Client.Store().Get(context.Background(), ref)
 		require.NoError(t, err)
 		require.Equal(t, kv.StateReady, rec.State, "outside the filter")
 	}
@@ -295,7 +285,7 @@ func jsonUnmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
 func (b *adminBundle) finished(t *testing.T, typ string, took time.Duration, state kv.State, attempts int, timedOut bool) {
 	t.Helper()
 	ctx := context.Background()
-	store := b.client.Store()
+	store := b.Client.Store()
 	id := b.submit(t, ax.TaskSpec{Type: typ, Timeout: 10 * time.Second})
 	rec, rev, err := store.Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
 	require.NoError(t, err)

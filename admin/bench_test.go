@@ -12,8 +12,8 @@ import (
 // BenchmarkAdminTaskGet measures one task.get round trip through the micro
 // service (request, KV get, JSON reply).
 func BenchmarkAdminTaskGet(b *testing.B) {
-	bundle := setupAdminTB(b)
-	info, err := bundle.client.Submit(context.Background(), ax.TaskSpec{Type: "email"})
+	bundle := setupAdmin(b)
+	info, err := bundle.Client.Submit(context.Background(), ax.TaskSpec{Type: "email"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -30,13 +30,13 @@ func BenchmarkAdminTaskGet(b *testing.B) {
 // BenchmarkAdminStats measures stats over 5,000 records (one scan of the
 // task bucket plus 5 stream infos and consumer lists); it reports records/s.
 func BenchmarkAdminStats(b *testing.B) {
-	bundle := setupAdminTB(b)
+	bundle := setupAdmin(b)
 	const records = 5_000
 	tasks := make([]ax.TaskSpec, records)
 	for i := range tasks {
 		tasks[i] = ax.TaskSpec{ID: fmt.Sprintf("t-%d", i), Type: "email", Priority: ax.PriorityOf(i % 5)}
 	}
-	if _, err := bundle.client.SubmitBatch(context.Background(), tasks); err != nil {
+	if _, err := bundle.Client.SubmitBatch(context.Background(), tasks); err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()

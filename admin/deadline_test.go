@@ -75,7 +75,7 @@ func TestUnservedDeadlinesReplaceAnUnreadableTable(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
 	ctx := context.Background()
-	board, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	board, err := b.JS.KeyValue(ctx, "AX_CONTROL")
 	require.NoError(t, err)
 	_, err = board.PutString(ctx, control.UnservedDeadlinesKey, `{"deadlines":{"report":"soon"}}`)
 	require.NoError(t, err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
@@ -16,28 +17,20 @@ import (
 // changes nothing: the task keeps its priority, generation and message.
 func TestAdminReprioritizeIntoAFullBucket(t *testing.T) {
 	t.Parallel()
-	nc, js := natstest.RunServer(t)
-	natstest.Provision(t, js, &streams.Config{Capacity: 2})
+	b := setupAdminWith(t, axtest.Options{Streams: &streams.Config{Capacity: 2}})
 	ctx := context.Background()
-	svc, err := admin.New(ctx, js, nil)
-	require.NoError(t, err)
-	require.NoError(t, svc.Start(ctx))
-	t.Cleanup(func() { _ = svc.Stop(ctx) })
-	client, err := ax.NewClient(ctx, js, nil)
-	require.NoError(t, err)
-	b := &adminBundle{nc: nc, js: js, client: client, api: admin.NewClient(nc, streams.Names{})}
 	id := b.submit(t, ax.TaskSpec{Type: "email", Priority: ax.P4})
 	b.submit(t, ax.TaskSpec{Type: "email", Priority: ax.P0})
 	b.submit(t, ax.TaskSpec{Type: "email", Priority: ax.P0})
 
-	err = b.call(t, admin.VerbTaskReprioritize, admin.ReprioritizeRequest{ID: id, Priority: 0}, nil)
+	err := b.call(t, admin.VerbTaskReprioritize, admin.ReprioritizeRequest{ID: id, Priority: 0}, nil)
 	requireCode(t, err, 409, "bucket AX_P0 is full (")
 	require.ErrorContains(t, err, "retry when it drains")
-	rec, _, err := client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
+	rec, _, err := b.Store.Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
 	require.NoError(t, err)
 	require.Equal(t, 4, rec.Priority)
 	require.EqualValues(t, 1, rec.Gen)
 	require.Equal(t, "AX_P4", rec.Stream)
-	require.EqualValues(t, 2, natstest.StreamMsgs(t, js, "AX_P0"))
-	require.EqualValues(t, 1, natstest.StreamMsgs(t, js, "AX_P4"))
+	require.EqualValues(t, 2, natstest.StreamMsgs(t, b.JS, "AX_P0"))
+	require.EqualValues(t, 1, natstest.StreamMsgs(t, b.JS, "AX_P4"))
 }

@@ -90,7 +90,7 @@ func TestEveryVerbAnswersErrorsWithCode(t *testing.T) {
 	}
 
 	// A failure of JetStream itself is a 500 with what failed.
-	require.NoError(t, b.js.DeleteStream(context.Background(), "AX_DLQ"))
+	require.NoError(t, b.JS.DeleteStream(context.Background(), "AX_DLQ"))
 	msg := b.raw(t, admin.VerbDLQList, admin.DLQListRequest{})
 	require.Contains(t, requireErrorReply(t, msg.Data, msg.Header, admin.CodeInternal), "dead-letter stream")
 }
@@ -110,7 +110,7 @@ func TestDocumentedErrorReply(t *testing.T) {
 	b := setupAdmin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	msg, err := b.nc.RequestWithContext(ctx, "ax.admin."+admin.VerbTaskGet, []byte(`{"id":"nope","tenant":"acme"}`))
+	msg, err := b.NC.RequestWithContext(ctx, "ax.admin."+admin.VerbTaskGet, []byte(`{"id":"nope","tenant":"acme"}`))
 	require.NoError(t, err)
 	require.Equal(t, lines[0], micro.ErrorCodeHeader+": "+msg.Header.Get(micro.ErrorCodeHeader))
 	require.Equal(t, lines[1], micro.ErrorHeader+": "+msg.Header.Get(micro.ErrorHeader))

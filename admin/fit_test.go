@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
@@ -30,18 +30,9 @@ func setupSmall(t *testing.T) *adminBundle {
 	t.Helper()
 	conf := filepath.Join(t.TempDir(), "server.conf")
 	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, "max_payload: %d\n", smallPayload), 0o600))
-	srv := natstest.Start(t, natstest.Options{ConfigFile: conf})
-	nc, js := srv.Connect()
-	require.EqualValues(t, smallPayload, nc.MaxPayload())
-	natstest.Provision(t, js, &streams.Config{MaxMsgSize: -1})
-	ctx := context.Background()
-	svc, err := admin.New(ctx, js, nil)
-	require.NoError(t, err)
-	require.NoError(t, svc.Start(ctx))
-	t.Cleanup(func() { _ = svc.Stop(ctx) })
-	client, err := ax.NewClient(ctx, js, nil)
-	require.NoError(t, err)
-	return &adminBundle{nc: nc, js: js, client: client, api: admin.NewClient(nc, streams.Names{})}
+	b := setupAdminWith(t, axtest.Options{Server: natstest.Options{ConfigFile: conf}, Streams: &streams.Config{MaxMsgSize: -1}})
+	require.EqualValues(t, smallPayload, b.NC.MaxPayload())
+	return b
 }
 
 // raw sends req to verb and returns the reply message as it came.
@@ -49,7 +40,7 @@ func (b *adminBundle) raw(t *testing.T, verb string, req any) *nats.Msg {
 	t.Helper()
 	data, err := json.Marshal(req)
 	require.NoError(t, err)
-	msg, err := b.nc.Request("ax.admin."+verb, data, 30*time.Second)
+	msg, err := b.NC.Request("ax.admin."+verb, data, 30*time.Second)
 	require.NoError(t, err, "%s answers", verb)
 	return msg
 }
@@ -67,7 +58,7 @@ func TestDLQListPagesBelowMaxPayload(t *testing.T) {
 	for i := range letters {
 		l := streams.Letter{TaskID: fmt.Sprintf("t%02d", i), Tenant: "acme", Type: "report", Error: strings.Repeat("e", 4<<10),
 			Attempts: 3, FailedAt: time.Now(), Subject: "ax.submit.p2.acme.report.k"}
-		_, err := streams.PublishDeadLetter(ctx, b.js, streams.DefaultNames().DeadLetterMsg(l, make([]byte, 8<<10), nil, l.TaskID))
+		_, err := streams.PublishDeadLetter(ctx, b.JS, streams.DefaultNames().DeadLetterMsg(l, make([]byte, 8<<10), nil, l.TaskID))
 		require.NoError(t, err)
 	}
 	seen := map[string]bool{}
@@ -111,7 +102,7 @@ func TestStatsCutBelowMaxPayload(t *testing.T) {
 	t.Parallel()
 	b := setupSmall(t)
 	ctx := context.Background()
-	store := b.client.Store()
+	store := b.Client.Store()
 	now := time.Now().UTC()
 	const types = 1200
 	for i := range types {
@@ -154,7 +145,7 @@ func TestTasksListPagesBelowMaxPayload(t *testing.T) {
 	t.Parallel()
 	b := setupSmall(t)
 	ctx := context.Background()
-	store := b.client.Store()
+	store := b.Client.Store()
 	now := time.Now().UTC()
 	const n = 300
 	for i := range n {
@@ -192,7 +183,7 @@ func TestControlPagesBelowMaxPayload(t *testing.T) {
 	t.Parallel()
 	b := setupSmall(t)
 	ctx := context.Background()
-	control, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	control, err := b.JS.KeyValue(ctx, "AX_CONTROL")
 	require.NoError(t, err)
 	const n = 40
 	for i := range n {

@@ -40,12 +40,12 @@ func TestAdminLimitsAndPauses(t *testing.T) {
 	require.Len(t, reply.Limits, 4)
 	require.Equal(t, []string{"report", "tenant:globex"}, []string{reply.Paused[0].Target, reply.Paused[1].Target})
 
-	use, err := kv.NewLimitUse(ctx, b.js, streams.Names{})
+	use, err := kv.NewLimitUse(ctx, b.JS, streams.Names{})
 	require.NoError(t, err)
 	ok, err := use.Acquire(ctx, "email", 10, "w/1", 60e9)
 	require.NoError(t, err)
 	require.True(t, ok)
-	control, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	control, err := b.JS.KeyValue(ctx, "AX_CONTROL")
 	require.NoError(t, err)
 	stored, _, err := kv.ReadLimits(ctx, control)
 	require.NoError(t, err)
@@ -69,7 +69,7 @@ func TestAdminLimitsAndPauses(t *testing.T) {
 	// A task a worker stepped aside for a limit waits for it, PENDING; a
 	// delayed one waits for its own time.
 	aside := b.submit(t, ax.TaskSpec{Type: "email", Tenant: "umbrella", Key: "x"})
-	store := b.client.Store()
+	store := b.Client.Store()
 	rec, rev, err := store.Get(ctx, kv.Ref{Tenant: "umbrella", ID: aside})
 	require.NoError(t, err)
 	_, _, err = store.Apply(ctx, rec, rev, kv.StatePending, kv.Actor{Worker: "w", Action: kv.ActionSteppedAside}, func(r *kv.Record) error {

@@ -67,7 +67,7 @@ func TestControl(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
 	ctx := context.Background()
-	bucket, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	bucket, err := b.JS.KeyValue(ctx, "AX_CONTROL")
 	require.NoError(t, err)
 	_, err = bucket.Put(ctx, "cron.nightly", []byte(`{"name":"nightly","spec":"0 3 * * *"}`))
 	require.NoError(t, err)

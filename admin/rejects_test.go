@@ -47,16 +47,8 @@ func setupRejects(t *testing.T) *rejectsBundle {
 	b.metricsURL = "http://" + (<-served).String() + "/metrics"
 	core, logs := observer.New(zapcore.WarnLevel)
 	b.logs = logs
-	l, err := scheduler.New(ctx, b.js, &scheduler.Config{Logger: zap.New(core),
-		OnReject: func(r control.RejectedSubmit) { m.RejectedSubmit(r.Reason) }})
-	require.NoError(t, err)
-	led := make(chan struct{})
-	go func() {
-		defer close(led)
-		_ = l.Run(ctx)
-	}()
-	t.Cleanup(func() { cancel(); <-led })
-	require.Eventually(t, l.Leading, 10*time.Second, 5*time.Millisecond)
+	b.StartLeader(t, scheduler.Config{Logger: zap.New(core),
+		OnReject: func(r control.RejectedSubmit) { m.RejectedSubmit(r.Reason) }}).WaitLeading(t)
 	// The watch has subscribed once its first report is in AX_CONTROL.
 	require.Eventually(t, func() bool { return b.rejects(t) != nil }, 10*time.Second, 20*time.Millisecond)
 	return b
@@ -87,9 +79,9 @@ func TestMistypedSubmitIsLoggedCountedAndReported(t *testing.T) {
 	b := setupRejects(t)
 	ctx := context.Background()
 
-	_, err := b.js.Publish(ctx, "ax.submit.p2.acme.echo.k1", nil)
+	_, err := b.JS.Publish(ctx, "ax.submit.p2.acme.echo.k1", nil)
 	require.NoError(t, err)
-	require.NoError(t, b.nc.Publish("ax.submit.p3.acme.echo.k2", nil))
+	require.NoError(t, b.NC.Publish("ax.submit.p3.acme.echo.k2", nil))
 	bad := map[string]string{
 		"ax.submit.p9.acme.echo.k1":  streams.RejectPriority,
 		"ax.submit.P0.acme.echo.k1":  streams.RejectPriority,
@@ -98,9 +90,9 @@ func TestMistypedSubmitIsLoggedCountedAndReported(t *testing.T) {
 		"ax.core.p5.acme.echo.k1":    streams.RejectPriority,
 	}
 	for subject := range bad {
-		require.NoError(t, b.nc.Publish(subject, []byte("payload")))
+		require.NoError(t, b.NC.Publish(subject, []byte("payload")))
 	}
-	require.NoError(t, b.nc.Flush())
+	require.NoError(t, b.NC.Flush())
 
 	require.Eventually(t, func() bool {
 		r := b.rejects(t)
@@ -130,7 +122,7 @@ func TestMistypedSubmitIsLoggedCountedAndReported(t *testing.T) {
 	for _, subject := range []string{"ax.submit.p2.acme.echo.k1", "ax.submit.p3.acme.echo.k2"} {
 		require.False(t, logged[subject])
 	}
-	s, err := b.js.Stream(ctx, "AX_P3")
+	s, err := b.JS.Stream(ctx, "AX_P3")
 	require.NoError(t, err)
 	info, err := s.Info(ctx)
 	require.NoError(t, err)
@@ -144,7 +136,7 @@ func TestMistypedJetStreamPublishIsAnswered(t *testing.T) {
 	b := setupRejects(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := b.js.Publish(ctx, "ax.submit.p9.acme.echo.k1", nil)
+	_, err := b.JS.Publish(ctx, "ax.submit.p9.acme.echo.k1", nil)
 	require.ErrorContains(t, err, `no priority bucket accepts subject "ax.submit.p9.acme.echo.k1": priority token "p9" is not p0..p4`)
 	var apiErr *jetstream.APIError
 	require.ErrorAs(t, err, &apiErr)
@@ -166,9 +158,9 @@ func TestRejectsSampleSeesEveryShape(t *testing.T) {
 		defer tick.Stop()
 		for {
 			for _, s := range []string{"ax.submit.px.acme.echo.k1", "ax.submit.p7.acme.echo.k1"} {
-				_ = b.nc.Publish(s, nil)
+				_ = b.NC.Publish(s, nil)
 			}
-			_, _ = b.js.Publish(ctx, "ax.submit.p1.acme.echo.k1", nil, jetstream.WithMsgID(nats.NewInbox()[7:]))
+			_, _ = b.JS.Publish(ctx, "ax.submit.p1.acme.echo.k1", nil, jetstream.WithMsgID(nats.NewInbox()[7:]))
 			select {
 			case <-stop:
 				return
@@ -210,7 +202,7 @@ func TestRejectsSampleSeesEveryShape(t *testing.T) {
 	require.Eventually(t, func() bool {
 		pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
-		_, err := b.js.Publish(pctx, "ax.submit.high.acme.echo.k1", nil)
+		_, err := b.JS.Publish(pctx, "ax.submit.high.acme.echo.k1", nil)
 		return err != nil && strings.Contains(err.Error(), `priority token "high" is not p0..p4`)
 	}, 5*time.Second, 10*time.Millisecond)
 	require.NoError(t, <-sampled)
@@ -224,17 +216,17 @@ func TestRejectsSampleUnbound(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
 	ctx := context.Background()
-	s, err := b.js.Stream(ctx, "AX_P4")
+	s, err := b.JS.Stream(ctx, "AX_P4")
 	require.NoError(t, err)
 	cfg := s.CachedInfo().Config
 	names := streams.DefaultNames()
 	cfg.Subjects = slices.DeleteFunc(cfg.Subjects, func(f string) bool { return f == names.SubmitFilter(4) })
-	_, err = b.js.UpdateStream(ctx, cfg)
+	_, err = b.JS.UpdateStream(ctx, cfg)
 	require.NoError(t, err)
 	publish := func() error { // the client retries "no responders" for 500ms
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		_, err := b.js.Publish(pctx, "ax.submit.p4.acme.echo.k1", nil)
+		_, err := b.JS.Publish(pctx, "ax.submit.p4.acme.echo.k1", nil)
 		return err
 	}
 	require.Eventually(t, func() bool { return errors.Is(publish(), jetstream.ErrNoStreamResponse) },

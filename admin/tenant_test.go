@@ -64,7 +64,7 @@ func TestBatchCancelStaysInItsTenant(t *testing.T) {
 	} {
 		msg := nats.NewMsg(raw.subject)
 		msg.Header.Set("Nats-Msg-Id", raw.id)
-		_, err := b.js.PublishMsg(ctx, msg)
+		_, err := b.JS.PublishMsg(ctx, msg)
 		require.NoError(t, err)
 	}
 	b.submit(t, ax.TaskSpec{ID: "rec-same", Tenant: "acme", Type: "email"})
@@ -90,7 +90,7 @@ func TestBatchCancelStaysInItsTenant(t *testing.T) {
 
 func streamMsgs(t *testing.T, b *adminBundle, name string) uint64 {
 	t.Helper()
-	s, err := b.js.Stream(context.Background(), name)
+	s, err := b.JS.Stream(context.Background(), name)
 	require.NoError(t, err)
 	info, err := s.Info(context.Background())
 	require.NoError(t, err)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
-	"github.com/ax-mesh/ax/internal/natstest"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/stretchr/testify/require"
 )
@@ -15,15 +15,8 @@ import (
 // tasks, the most waiting first; elsewhere it lists none.
 func TestStatsListTenantQueues(t *testing.T) {
 	t.Parallel()
-	nc, js := natstest.RunServer(t)
-	natstest.Provision(t, js, &streams.Config{Layout: streams.LayoutFair, Tenants: []string{"acme", "globex", "idle"}})
-	ctx := context.Background()
-	svc, err := admin.New(ctx, js, nil)
-	require.NoError(t, err)
-	require.NoError(t, svc.Start(ctx))
-	t.Cleanup(func() { _ = svc.Stop(ctx) })
-	client, err := ax.NewClient(ctx, js, nil)
-	require.NoError(t, err)
+	fair := setupAdminWith(t, axtest.Options{Streams: &streams.Config{Layout: streams.LayoutFair, Tenants: []string{"acme", "globex", "idle"}}})
+	ctx, client := context.Background(), fair.Client
 	submit := func(tenant string, p ax.Priority, n int) {
 		specs := make([]ax.TaskSpec, n)
 		for i := range specs {
@@ -36,7 +29,7 @@ func TestStatsListTenantQueues(t *testing.T) {
 	submit("globex", ax.P2, 7)
 	submit("acme", ax.P0, 1)
 	var reply admin.StatsReply
-	require.NoError(t, admin.NewClient(nc, streams.Names{}).Call(ctx, "stats", admin.StatsRequest{}, &reply))
+	require.NoError(t, fair.call(t, "stats", admin.StatsRequest{}, &reply))
 	require.Equal(t, []admin.TenantQueue{
 		{Tenant: "acme", Priority: 0, Waiting: 1},
 		{Tenant: "globex", Priority: 2, Waiting: 7},

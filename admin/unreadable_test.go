@@ -18,7 +18,7 @@ func TestAdminReportsUnreadableRecords(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	good := b.submit(t, ax.TaskSpec{Type: "email"})
-	tasks, err := b.js.KeyValue(ctx, "AX_TASKS")
+	tasks, err := b.JS.KeyValue(ctx, "AX_TASKS")
 	require.NoError(t, err)
 	_, err = tasks.Put(ctx, "garbled", []byte("{not json"))
 	require.NoError(t, err)
