@@ -13,12 +13,10 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
-	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/dashboard"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -30,32 +28,18 @@ func TestMain(m *testing.M) {
 }
 
 type testBundle struct {
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	client *ax.Client
-	dash   *dashboard.Dashboard
-	srv    *httptest.Server
+	*axtest.Bundle
+	dash *dashboard.Dashboard
+	srv  *httptest.Server
 }
 
 // setup runs a real server with ax provisioned, the management API, and a
 // dashboard on an httptest server; no worker runs unless the test starts one.
 func setup(t *testing.T, cfg dashboard.Config) *testBundle {
 	t.Helper()
-	nc, js := natstest.RunServer(t)
-	natstest.Provision(t, js, nil)
-	ctx := context.Background()
-	svc, err := admin.New(ctx, js, &admin.Config{Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, svc.Start(ctx))
-	t.Cleanup(func() { _ = svc.Stop(ctx) })
-	client, err := ax.NewClient(ctx, js, nil)
-	require.NoError(t, err)
-	cfg.Conn, cfg.Logger = nc, zaptest.NewLogger(t)
-	d, err := dashboard.New(&cfg)
-	require.NoError(t, err)
-	srv := httptest.NewServer(d.Handler())
-	t.Cleanup(srv.Close)
-	return &testBundle{nc: nc, js: js, client: client, dash: d, srv: srv}
+	b := axtest.Setup(t, axtest.Options{})
+	b.StartAdmin(t, nil)
+	return setupDashboardOn(t, &testBundle{Bundle: b}, cfg)
 }
 
 // get fetches path and decodes the JSON answer into out; it returns the status.
@@ -95,17 +79,17 @@ func (b *testBundle) act(t *testing.T, verb, body string, headers map[string]str
 
 func (b *testBundle) submit(t *testing.T, task ax.TaskSpec) string {
 	t.Helper()
-	info, err := b.client.Submit(context.Background(), task)
+	info, err := b.Client.Submit(context.Background(), task)
 	require.NoError(t, err)
 	return info.ID
 }
 
 func (b *testBundle) state(t natstest.TB, id string) kv.State {
 	t.Helper()
-	refs, err := b.client.Store().Find(context.Background(), id)
+	refs, err := b.Client.Store().Find(context.Background(), id)
 	require.NoError(t, err)
 	require.Len(t, refs, 1, "one task has id %s", id)
-	rec, _, err := b.client.Store().Get(context.Background(), refs[0])
+	rec, _, err := b.Client.Store().Get(context.Background(), refs[0])
 	require.NoError(t, err)
 	return rec.State
 }
@@ -185,7 +169,7 @@ func TestPressureLevels(t *testing.T) {
 	b.get(t, "/api/overview", &ov)
 	require.Equal(t, ax.LevelOK.String(), ov.Levels[3].Level)
 
-	bucket, err := b.js.KeyValue(context.Background(), "AX_CONTROL")
+	bucket, err := b.JS.KeyValue(context.Background(), "AX_CONTROL")
 	require.NoError(t, err)
 	_, err = bucket.Put(context.Background(), "pressure", []byte(`{"paused":true,"thresholds":{"alert":0.000001,"refuse":0.5,"pause":0.9,"resume":0.4},"updated_at":"`+
 		time.Now().UTC().Format(time.RFC3339Nano)+`","valid_for":60000000000}`))
@@ -212,7 +196,7 @@ func TestPressureLevels(t *testing.T) {
 // setupDashboardOn starts another dashboard on b's deployment.
 func setupDashboardOn(t *testing.T, b *testBundle, cfg dashboard.Config) *testBundle {
 	t.Helper()
-	cfg.Conn, cfg.Logger = b.nc, zaptest.NewLogger(t)
+	cfg.Conn, cfg.Logger = b.NC, zaptest.NewLogger(t)
 	d, err := dashboard.New(&cfg)
 	require.NoError(t, err)
 	srv := httptest.NewServer(d.Handler())
@@ -227,7 +211,7 @@ func setupDashboardOn(t *testing.T, b *testBundle, cfg dashboard.Config) *testBu
 func TestServeLiveStopsWithContext(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Config{})
-	d, err := dashboard.New(&dashboard.Config{Conn: b.nc, Interval: 100 * time.Millisecond, Logger: zaptest.NewLogger(t)})
+	d, err := dashboard.New(&dashboard.Config{Conn: b.NC, Interval: 100 * time.Millisecond, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan net.Addr, 1)
@@ -264,21 +248,15 @@ func TestServeLiveStopsWithContext(t *testing.T) {
 // management API answers 403 and says which subject is denied.
 func TestPermissionDenied(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t, natstest.Options{ConfigFile: "../docs/ax-permissions.conf"})
-	_, sjs := srv.Connect(nats.UserInfo("scheduler", "scheduler-secret"), nats.CustomInboxPrefix("_INBOX.scheduler"))
-	natstest.Provision(t, sjs, nil)
-	ctx := context.Background()
-	svc, err := admin.New(ctx, sjs, &admin.Config{Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, svc.Start(ctx))
-	t.Cleanup(func() { _ = svc.Stop(ctx) })
+	dep := axtest.Setup(t, axtest.Options{Server: natstest.Options{ConfigFile: "../docs/ax-permissions.conf"}, User: "scheduler", NoClient: true})
+	dep.StartAdmin(t, nil)
 
 	for _, tc := range []struct {
 		user string
 		code int
 	}{{"operator", http.StatusOK}, {"service", http.StatusForbidden}} {
 		t.Run(tc.user, func(t *testing.T) {
-			nc, _ := srv.Connect(nats.UserInfo(tc.user, tc.user+"-secret"), nats.CustomInboxPrefix("_INBOX."+tc.user))
+			nc, _ := dep.ConnectAs(t, tc.user)
 			d, err := dashboard.New(&dashboard.Config{Conn: nc, CallTimeout: time.Second, Logger: zaptest.NewLogger(t)})
 			require.NoError(t, err)
 			h := httptest.NewServer(d.Handler())

@@ -63,10 +63,10 @@ func TestServeAllowsItsListenHostAndMakesAToken(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Config{})
 	require.Empty(t, b.dash.ActionToken())
-	d, err := dashboard.New(&dashboard.Config{Conn: b.nc, AllowActions: true, Logger: zaptest.NewLogger(t)})
+	d, err := dashboard.New(&dashboard.Config{Conn: b.NC, AllowActions: true, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	require.Len(t, d.ActionToken(), 32)
-	given, err := dashboard.New(&dashboard.Config{Conn: b.nc, AllowActions: true, ActionToken: "given-token", Logger: zaptest.NewLogger(t)})
+	given, err := dashboard.New(&dashboard.Config{Conn: b.NC, AllowActions: true, ActionToken: "given-token", Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	require.Equal(t, "given-token", given.ActionToken())
 

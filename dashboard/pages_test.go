@@ -17,7 +17,6 @@ import (
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 )
 
 // Task search filters by id prefix, type, tenant and state; a task's page
@@ -129,11 +128,7 @@ func TestDLQListAndReplay(t *testing.T) {
 		}
 		return nil
 	}, nil))
-	ctx := context.Background()
-	w, err := worker.New(ctx, b.js, &worker.Config{Registry: reg, Concurrency: 4, Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 4})
 
 	ids := []string{
 		b.submit(t, ax.TaskSpec{ID: "c-1", Type: "charge", Tenant: "acme"}),
@@ -172,7 +167,7 @@ func TestCron(t *testing.T) {
 	require.Equal(t, http.StatusOK, b.get(t, "/api/cron", &empty))
 	require.Empty(t, empty.Jobs)
 
-	bucket, err := b.js.KeyValue(context.Background(), "AX_CONTROL")
+	bucket, err := b.JS.KeyValue(context.Background(), "AX_CONTROL")
 	require.NoError(t, err)
 	_, err = bucket.Put(context.Background(), "cron.nightly", []byte(`{"name":"nightly","spec":"0 3 * * *",
 		"task":{"type":"report","tenant":"acme","priority":2},"created_at":"2026-01-01T00:00:00Z","next":"2030-01-01T03:00:00Z"}`))
@@ -207,7 +202,7 @@ func TestCronEveryRunsAsTheLeaderCounts(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Config{})
 	ctx := context.Background()
-	bucket, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	bucket, err := b.JS.KeyValue(ctx, "AX_CONTROL")
 	require.NoError(t, err)
 	created := time.Now().UTC().Add(-20 * time.Minute).Truncate(time.Second)
 	_, err = bucket.Put(ctx, "cron.hourly", []byte(fmt.Sprintf(`{"name":"hourly","spec":"@every 1h",
@@ -230,14 +225,14 @@ func TestCronHidesSecrets(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Config{})
 	ctx := context.Background()
-	added, err := b.client.AddCron(ctx, ax.CronJob{Name: "digest", Spec: "0 7 * * *", Task: ax.TaskSpec{Type: "digest"}})
+	added, err := b.Client.AddCron(ctx, ax.CronJob{Name: "digest", Spec: "0 7 * * *", Task: ax.TaskSpec{Type: "digest"}})
 	require.NoError(t, err)
 	require.NotEmpty(t, added.Secret)
-	jobs, err := b.client.ListCron(ctx)
+	jobs, err := b.Client.ListCron(ctx)
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
 	secrets := []string{jobs[0].Secret, "0123456789abcdef"}
-	bucket, err := b.js.KeyValue(ctx, "AX_CONTROL")
+	bucket, err := b.JS.KeyValue(ctx, "AX_CONTROL")
 	require.NoError(t, err)
 	_, err = bucket.Put(ctx, "cron.legacy", []byte(`{"name":"legacy","spec":"@hourly","task":{"type":"x"},"Secret":"0123456789abcdef"}`))
 	require.NoError(t, err)
@@ -272,7 +267,7 @@ func TestWorkers(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Config{})
 	ctx := context.Background()
-	bucket, err := b.js.KeyValue(ctx, "AX_WORKERS")
+	bucket, err := b.JS.KeyValue(ctx, "AX_WORKERS")
 	require.NoError(t, err)
 	for i, shards := range [][]int{{0, 2, 4}, {1, 3}} {
 		member, err := json.Marshal(kv.Member{ID: fmt.Sprintf("w-%d", i), Host: "vm", Concurrency: 8, Shards: shards})

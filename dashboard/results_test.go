@@ -12,7 +12,6 @@ import (
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 )
 
 // The task view's JSON carries a running task's progress and a succeeded
@@ -20,7 +19,6 @@ import (
 func TestTaskViewShowsResultAndProgress(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Config{})
-	ctx := context.Background()
 	release := make(chan struct{})
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("crunch", func(ctx context.Context, task *worker.Task) error {
@@ -35,14 +33,7 @@ func TestTaskViewShowsResultAndProgress(t *testing.T) {
 		task.SetResult([]byte(strings.Repeat("é", dashboard.MaxShownResult))) // two bytes a rune
 		return nil
 	}, nil))
-	w, err := worker.New(ctx, b.js, &worker.Config{Registry: reg, Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(func() {
-		stop, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		require.NoError(t, w.Stop(stop))
-	})
+	b.StartWorker(t, worker.Config{Registry: reg})
 	id := b.submit(t, ax.TaskSpec{ID: "crunch-1", Type: "crunch", Tenant: "acme"})
 
 	var detail dashboard.TaskDetail
