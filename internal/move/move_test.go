@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/move"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
@@ -25,41 +26,27 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, natstest.LeakOptions()...)
 }
 
+// testBundle is axtest's bundle with this package's own helpers.
 type testBundle struct {
-	js     jetstream.JetStream
-	store  *kv.Store
-	client *ax.Client
-	names  streams.Names
+	*axtest.Bundle
+	names streams.Names
 }
 
 func setup(t *testing.T, cfg *streams.Config) *testBundle {
 	t.Helper()
-	return setupOn(t, natstest.Options{}, cfg)
+	return &testBundle{Bundle: axtest.Setup(t, axtest.Options{Streams: cfg}), names: streams.DefaultNames()}
 }
 
 // setupFast is setup for a test of the fast tier (go test -short).
 func setupFast(t *testing.T) *testBundle {
 	t.Helper()
-	return setupOn(t, natstest.Options{Fast: true}, nil)
-}
-
-func setupOn(t *testing.T, o natstest.Options, cfg *streams.Config) *testBundle {
-	t.Helper()
-	_, js := natstest.Start(t, o).Connect()
-	natstest.Provision(t, js, cfg)
-	ctx := context.Background()
-	store, err := kv.NewStore(ctx, js, nil)
-	require.NoError(t, err)
-	client, err := ax.NewClient(ctx, js, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = client.Close() })
-	return &testBundle{js: js, store: store, client: client, names: streams.DefaultNames()}
+	return &testBundle{Bundle: axtest.Fast(t), names: streams.DefaultNames()}
 }
 
 // mover returns a Mover with the test hooks of test.
 func (b *testBundle) mover(t *testing.T, test move.TestConfig) *move.Mover {
 	t.Helper()
-	m, err := move.New(b.js, b.store, &move.Config{Test: test})
+	m, err := move.New(b.JS, b.Store, &move.Config{Test: test})
 	require.NoError(t, err)
 	return m
 }
@@ -68,9 +55,9 @@ func (b *testBundle) mover(t *testing.T, test move.TestConfig) *move.Mover {
 // revision and message.
 func (b *testBundle) submit(t *testing.T, id string) (*kv.Record, uint64, move.Message) {
 	t.Helper()
-	info, err := b.client.Submit(context.Background(), ax.TaskSpec{ID: id, Type: "x", Priority: ax.P2, Payload: []byte("payload-" + id)})
+	info, err := b.Client.Submit(context.Background(), ax.TaskSpec{ID: id, Type: "x", Priority: ax.P2, Payload: []byte("payload-" + id)})
 	require.NoError(t, err)
-	rec, rev, err := b.store.Get(context.Background(), kv.Ref{Tenant: ax.DefaultTenant, ID: id})
+	rec, rev, err := b.Store.Get(context.Background(), kv.Ref{Tenant: ax.DefaultTenant, ID: id})
 	require.NoError(t, err)
 	return rec, rev, move.Message{Stream: info.Stream, Seq: info.Sequence}
 }
@@ -94,7 +81,7 @@ func (b *testBundle) stored(t *testing.T, msg move.Message) bool {
 // has reports whether msg is still stored, failing nothing (for a
 // condition polled off the test goroutine).
 func (b *testBundle) has(msg move.Message) (bool, error) {
-	s, err := b.js.Stream(context.Background(), msg.Stream)
+	s, err := b.JS.Stream(context.Background(), msg.Stream)
 	if err != nil {
 		return false, err
 	}
@@ -112,7 +99,7 @@ func TestMoveLanded(t *testing.T) {
 	b := setupFast(t)
 	ctx := context.Background()
 	rec, rev, old := b.submit(t, "a")
-	raw := natstest.GetMsg(t, b.js, old.Stream, old.Seq)
+	raw := natstest.GetMsg(t, b.JS, old.Stream, old.Seq)
 	guarded := 0
 	req := request(rec, rev, raw, old)
 	req.Guard = func(context.Context) error { guarded++; return nil }
@@ -125,7 +112,7 @@ func TestMoveLanded(t *testing.T) {
 	require.Equal(t, "AX_P1", res.Copy.Stream)
 	require.EqualValues(t, 2, res.Gen)
 
-	got, gotRev, err := b.store.Get(ctx, rec.Ref())
+	got, gotRev, err := b.Store.Get(ctx, rec.Ref())
 	require.NoError(t, err)
 	require.Equal(t, res.Revision, gotRev)
 	require.Equal(t, kv.StateReady, got.State)
@@ -134,7 +121,7 @@ func TestMoveLanded(t *testing.T) {
 	require.True(t, got.Names(b.names, res.Copy.Stream, res.Copy.Seq), "the record names the copy")
 	require.Equal(t, "aging", got.LastMove().Action)
 
-	copied := natstest.GetMsg(t, b.js, res.Copy.Stream, res.Copy.Seq)
+	copied := natstest.GetMsg(t, b.JS, res.Copy.Stream, res.Copy.Seq)
 	require.Equal(t, "payload-a", string(copied.Data))
 	require.Equal(t, b.names.CopySubject(1, ax.DefaultTenant, "x", "a"), copied.Subject)
 	require.Equal(t, "a", copied.Header.Get(streams.HeaderTaskID))
@@ -153,12 +140,12 @@ func TestMoveLostDeletesTheCopy(t *testing.T) {
 	b := setupFast(t)
 	ctx := context.Background()
 	rec, rev, old := b.submit(t, "b")
-	raw := natstest.GetMsg(t, b.js, old.Stream, old.Seq)
+	raw := natstest.GetMsg(t, b.JS, old.Stream, old.Seq)
 	req := request(rec, rev, raw, old)
 	var copies uint64
 	req.Guard = func(ctx context.Context) error {
-		copies = natstest.StreamMsgs(t, b.js, "AX_P1")
-		_, _, err := b.store.Apply(ctx, rec, rev, kv.StatePaused, kv.Actor{Action: "pause"}, nil)
+		copies = natstest.StreamMsgs(t, b.JS, "AX_P1")
+		_, _, err := b.Store.Apply(ctx, rec, rev, kv.StatePaused, kv.Actor{Action: "pause"}, nil)
 		return err
 	}
 
@@ -171,7 +158,7 @@ func TestMoveLostDeletesTheCopy(t *testing.T) {
 	require.False(t, b.stored(t, res.Copy), "a lost move deletes its copy")
 	require.True(t, b.stored(t, old), "the record's message is untouched")
 
-	got, _, err := b.store.Get(ctx, rec.Ref())
+	got, _, err := b.Store.Get(ctx, rec.Ref())
 	require.NoError(t, err)
 	require.Equal(t, kv.StatePaused, got.State, "the other writer's move stands")
 	require.EqualValues(t, 1, got.Gen)
@@ -185,7 +172,7 @@ func TestMoveGuardStopsBeforeTheWrite(t *testing.T) {
 	b := setup(t, nil)
 	ctx := context.Background()
 	rec, rev, old := b.submit(t, "c")
-	raw := natstest.GetMsg(t, b.js, old.Stream, old.Seq)
+	raw := natstest.GetMsg(t, b.JS, old.Stream, old.Seq)
 	errNotLeading := errors.New("not leading")
 	req := request(rec, rev, raw, old)
 	req.Guard = func(context.Context) error { return errNotLeading }
@@ -195,7 +182,7 @@ func TestMoveGuardStopsBeforeTheWrite(t *testing.T) {
 	require.Equal(t, move.Lost, res.Outcome)
 	require.False(t, b.stored(t, res.Copy))
 	require.True(t, b.stored(t, old))
-	_, gotRev, err := b.store.Get(ctx, rec.Ref())
+	_, gotRev, err := b.Store.Get(ctx, rec.Ref())
 	require.NoError(t, err)
 	require.Equal(t, rev, gotRev, "nothing written to the record")
 }
@@ -208,10 +195,10 @@ func TestMoveLostKeepsACopyAWorkerMayHaveBound(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ctx := context.Background()
-	info, err := b.client.Submit(ctx, ax.TaskSpec{ID: "d", Type: "x", Priority: ax.P2, Payload: []byte("later"), RunAt: time.Now().Add(time.Hour)})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{ID: "d", Type: "x", Priority: ax.P2, Payload: []byte("later"), RunAt: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
 	ref := kv.Ref{Tenant: ax.DefaultTenant, ID: info.ID}
-	rec, rev, err := b.store.Get(ctx, ref)
+	rec, rev, err := b.Store.Get(ctx, ref)
 	require.NoError(t, err)
 	require.Equal(t, kv.StatePending, rec.State)
 	set := nats.Header{}
@@ -221,14 +208,14 @@ func TestMoveLostKeepsACopyAWorkerMayHaveBound(t *testing.T) {
 	var copyOf func() move.Message
 	req.Guard = func(ctx context.Context) error {
 		copied := copyOf()
-		_, _, err := b.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: "w", Action: "due"}, func(r *kv.Record) error {
+		_, _, err := b.Store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: "w", Action: "due"}, func(r *kv.Record) error {
 			r.Bind(2, copied.Stream, copied.Seq)
 			return nil
 		})
 		return err
 	}
 	copyOf = func() move.Message {
-		s, err := b.js.Stream(ctx, "AX_P2")
+		s, err := b.JS.Stream(ctx, "AX_P2")
 		require.NoError(t, err)
 		msg, err := s.GetLastMsgForSubject(ctx, b.names.CopySubject(2, ax.DefaultTenant, "x", "d"))
 		require.NoError(t, err)
@@ -240,7 +227,7 @@ func TestMoveLostKeepsACopyAWorkerMayHaveBound(t *testing.T) {
 	require.Equal(t, move.Lost, res.Outcome)
 	require.True(t, res.CopyKept)
 	require.True(t, b.stored(t, res.Copy), "the copy the worker bound is kept")
-	got, _, err := b.store.Get(ctx, ref)
+	got, _, err := b.Store.Get(ctx, ref)
 	require.NoError(t, err)
 	require.True(t, got.Names(b.names, res.Copy.Stream, res.Copy.Seq))
 }
@@ -255,7 +242,7 @@ func TestMoveUnclearKeepsTheCopy(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rec, rev, old := b.submit(t, "e")
-	raw := natstest.GetMsg(t, b.js, old.Stream, old.Seq)
+	raw := natstest.GetMsg(t, b.JS, old.Stream, old.Seq)
 	m := b.mover(t, move.TestConfig{LoseWriteReply: func(ref kv.Ref) bool { return ref.ID == "e" }})
 
 	res, err := m.Move(ctx, request(rec, rev, raw, old))
@@ -273,19 +260,19 @@ func TestMoveUnclearKeepsTheCopy(t *testing.T) {
 		ranFrom.Store(string(task.Payload))
 		return nil
 	}, nil))
-	w, err := worker.New(ctx, b.js, &worker.Config{Registry: reg, Concurrency: 2, Logger: zaptest.NewLogger(t)})
+	w, err := worker.New(ctx, b.JS, &worker.Config{Registry: reg, Concurrency: 2, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	require.Eventually(t, func() bool {
-		got, _, err := b.store.Get(ctx, rec.Ref())
+		got, _, err := b.Store.Get(ctx, rec.Ref())
 		return err == nil && got.State == kv.StateSucceeded
 	}, 10*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool { ok, err := b.has(old); return err == nil && !ok }, 10*time.Second, 10*time.Millisecond, "the stale message is dropped")
 	cancel()
 	require.NoError(t, <-done)
 	require.EqualValues(t, 1, runs.Load(), "the task ran once")
-	got, _, err := b.store.Get(context.Background(), rec.Ref())
+	got, _, err := b.Store.Get(context.Background(), rec.Ref())
 	require.NoError(t, err)
 	require.True(t, got.Names(b.names, res.Copy.Stream, res.Copy.Seq), "from the copy")
 	require.Equal(t, "payload-e", ranFrom.Load())
@@ -298,12 +285,12 @@ func TestMoveIntoAFullBucket(t *testing.T) {
 	b := setup(t, &streams.Config{Capacity: 3})
 	ctx := context.Background()
 	rec, rev, old := b.submit(t, "f")
-	raw := natstest.GetMsg(t, b.js, old.Stream, old.Seq)
+	raw := natstest.GetMsg(t, b.JS, old.Stream, old.Seq)
 	for i := range 3 {
-		_, err := b.client.Submit(ctx, ax.TaskSpec{ID: "fill" + string(rune('0'+i)), Type: "x", Priority: ax.P1})
+		_, err := b.Client.Submit(ctx, ax.TaskSpec{ID: "fill" + string(rune('0'+i)), Type: "x", Priority: ax.P1})
 		require.NoError(t, err)
 	}
-	require.EqualValues(t, 3, natstest.StreamMsgs(t, b.js, "AX_P1"))
+	require.EqualValues(t, 3, natstest.StreamMsgs(t, b.JS, "AX_P1"))
 	req := request(rec, rev, raw, old)
 	req.Guard = func(context.Context) error { t.Error("the guard is not reached"); return nil }
 
@@ -316,9 +303,9 @@ func TestMoveIntoAFullBucket(t *testing.T) {
 	require.Contains(t, err.Error(), "retry when it drains")
 	require.Zero(t, res.Outcome)
 	require.True(t, res.Copy.IsZero())
-	require.EqualValues(t, 3, natstest.StreamMsgs(t, b.js, "AX_P1"))
+	require.EqualValues(t, 3, natstest.StreamMsgs(t, b.JS, "AX_P1"))
 	require.True(t, b.stored(t, old))
-	_, gotRev, err := b.store.Get(ctx, rec.Ref())
+	_, gotRev, err := b.Store.Get(ctx, rec.Ref())
 	require.NoError(t, err)
 	require.Equal(t, rev, gotRev)
 
@@ -334,7 +321,7 @@ func TestPublishFirst(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ctx := context.Background()
-	ack, err := b.js.Publish(ctx, "ax.submit.p3.acme.x.k", []byte("old"))
+	ack, err := b.JS.Publish(ctx, "ax.submit.p3.acme.x.k", []byte("old"))
 	require.NoError(t, err)
 	old := move.Message{Stream: ack.Stream, Seq: ack.Sequence}
 	res, err := b.mover(t, move.TestConfig{}).PublishFirst(ctx, move.FirstRequest{ID: "h",
@@ -342,7 +329,7 @@ func TestPublishFirst(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, move.Landed, res.Outcome)
 	require.False(t, b.stored(t, old))
-	copied := natstest.GetMsg(t, b.js, res.Copy.Stream, res.Copy.Seq)
+	copied := natstest.GetMsg(t, b.JS, res.Copy.Stream, res.Copy.Seq)
 	require.Equal(t, "1", copied.Header.Get(streams.HeaderGen))
 	require.Equal(t, "h", copied.Header.Get(streams.HeaderTaskID))
 	require.Equal(t, b.names.CopySubject(2, "acme", "x", "k"), copied.Subject)
