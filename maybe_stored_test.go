@@ -23,7 +23,7 @@ func TestSubmitMaybeStored(t *testing.T) {
 	b := axtest.Setup(t, axtest.Options{Server: natstest.Options{ConfigFile: "docs/ax-permissions.conf"}, User: "scheduler", NoClient: true})
 	control := b.JS
 	ctx := context.Background()
-	_, producer := b.ConnectAs(t, "producer-acme", nats.CustomInboxPrefix("_INBOX.service")) // an inbox it may not subscribe to
+	_, producer := b.Server.ConnectAs("producer-acme", nats.CustomInboxPrefix("_INBOX.service")) // an inbox it may not subscribe to
 	c, err := ax.NewClient(ctx, producer, &ax.Config{PublishOnly: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })

@@ -26,7 +26,7 @@ func TestPublishOnlyClient(t *testing.T) {
 	b := axtest.Setup(t, axtest.Options{Server: natstest.Options{ConfigFile: "docs/ax-permissions.conf"}, User: "scheduler", NoClient: true})
 	control := b.JS
 	ctx := context.Background()
-	_, producer := b.ConnectAs(t, "producer-acme")
+	_, producer := b.Server.ConnectAs("producer-acme")
 	c, err := ax.NewClient(ctx, producer, &ax.Config{PublishOnly: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })

@@ -256,7 +256,7 @@ func TestPermissionDenied(t *testing.T) {
 		code int
 	}{{"operator", http.StatusOK}, {"service", http.StatusForbidden}} {
 		t.Run(tc.user, func(t *testing.T) {
-			nc, _ := dep.ConnectAs(t, tc.user)
+			nc, _ := dep.Server.ConnectAs(tc.user)
 			d, err := dashboard.New(&dashboard.Config{Conn: nc, CallTimeout: time.Second, Logger: zaptest.NewLogger(t)})
 			require.NoError(t, err)
 			h := httptest.NewServer(d.Handler())

@@ -23,8 +23,9 @@ type Options struct {
 	// Client configures the bundle's client; nil means the defaults.
 	Client *ax.Config
 	// User, when set, is the user of Server.ConfigFile the bundle's
-	// connection logs in as (see [Bundle.ConnectAs]); it provisions, so it
-	// must be a privileged one (docs/ax-permissions.conf: "scheduler").
+	// connection logs in as (see [natstest.Server.ConnectAs]); it provisions, so it
+	// must be a privileged one (docs/ax-permissions.conf: "scheduler"). A
+	// test connects as another role with [natstest.Server.ConnectAs].
 	// Empty means no user, for a server without authorization.
 	User string
 	// Store, when set, configures a record store of the bundle's own
@@ -58,7 +59,7 @@ func Setup(t testing.TB, o Options) *Bundle {
 	srv := natstest.Start(t, o.Server)
 	b := &Bundle{Server: srv}
 	if o.User != "" {
-		b.NC, b.JS = b.ConnectAs(t, o.User)
+		b.NC, b.JS = srv.ConnectAs(o.User)
 	} else {
 		b.NC, b.JS = srv.Connect()
 	}
@@ -94,17 +95,5 @@ func Fast(t testing.TB) *Bundle {
 // Connect opens another connection to the bundle's server (no user),
 // closed at cleanup: a worker or a leader has its own, as in a deployment.
 func (b *Bundle) Connect(opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
-	return b.Server.Connect(opts...)
-}
-
-// ConnectAs connects as user of the server's configuration file with the
-// password "<user>-secret" and the inbox prefix "_INBOX.<user>", as
-// docs/ax-permissions.conf and docs/SECURITY.md give each role: every user
-// may subscribe to its own _INBOX.<user>.>. opts come after these, so an
-// option of opts replaces one of them (another inbox prefix, for a test of
-// a refused one).
-func (b *Bundle) ConnectAs(t testing.TB, user string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
-	t.Helper()
-	opts = append([]nats.Option{nats.UserInfo(user, user+"-secret"), nats.CustomInboxPrefix(nats.InboxPrefix + user)}, opts...)
 	return b.Server.Connect(opts...)
 }

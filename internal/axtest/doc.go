@@ -2,7 +2,8 @@
 // JetStream server ([natstest]) with ax provisioned, a client and the
 // record store ([Setup], [Bundle]), workers ([Bundle.StartWorker]), a
 // leader ([Bundle.StartLeader]), the management API ([Bundle.StartAdmin]),
-// connections as a role of the shipped permissions ([Bundle.ConnectAs]),
+// a privileged user for a server started from the shipped permissions
+// ([Options.User]; other roles connect with [natstest.Server.ConnectAs]),
 // waits on a task's record that print its trail when they give up
 // ([WaitState], [WaitRecord]), and the stand-in deployment of the examples
 // ([RunDeployment]). A test that needs something else writes it next to

@@ -101,6 +101,18 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, jetstream.JetStream) 
 	return nc, js
 }
 
+// ConnectAs is [Server.Connect] as user of the server's configuration file
+// ([Options.ConfigFile]) with the password "<user>-secret" and the inbox
+// prefix "_INBOX.<user>", as docs/ax-permissions.conf and docs/SECURITY.md
+// give each role: every user may subscribe to its own _INBOX.<user>.>.
+// opts come after these, so an option of opts replaces one of them
+// (another inbox prefix, for a test of a refused one).
+func (s *Server) ConnectAs(user string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	s.t.Helper()
+	opts = append([]nats.Option{nats.UserInfo(user, user+"-secret"), nats.CustomInboxPrefix(nats.InboxPrefix + user)}, opts...)
+	return s.Connect(opts...)
+}
+
 // APITimeout bounds a JetStream request or publish made without a deadline
 // on a [Server.Connect] connection (nats.go's default is 5 s). Tests run
 // under the race detector on loaded 2-core machines, where the embedded
