@@ -9,14 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-mesh/ax/internal/natstest"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/metrics"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 )
 
 // labelValues returns the distinct values of label in the series of the
@@ -94,18 +93,12 @@ func TestLabelValuesBounded(t *testing.T) {
 // its own series (the unknown types were dead-lettered: 1,500 x 18 series).
 func TestWorkerMetricsStayBounded(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t, natstest.Options{})
-	_, js := srv.Connect()
-	natstest.Provision(t, js, nil)
+	b := axtest.Setup(t, axtest.Options{NoClient: true})
+	js := b.JS
 	m := metrics.New(&metrics.Config{JetStream: js})
 	before := len(scrape(t, m))
-	reg := worker.NewRegistry()
-	require.NoError(t, reg.Handle("echo", func(context.Context, *worker.Task) error { return nil }, nil))
-	_, wjs := srv.Connect()
-	w, err := worker.New(context.Background(), wjs, &worker.Config{Registry: reg, Observer: m, Logger: zaptest.NewLogger(t), MaxTimeout: time.Hour})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(context.Background()))
-	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
+	reg := axtest.Registry(t, "echo", func(context.Context, *worker.Task) error { return nil })
+	w, _ := b.StartWorker(t, worker.Config{Registry: reg, Observer: m, MaxTimeout: time.Hour})
 
 	const n = 1500
 	ctx := context.Background()

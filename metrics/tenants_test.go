@@ -2,8 +2,6 @@ package metrics_test
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -26,12 +24,7 @@ func TestTenantQueueMetrics(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	scrape := func(m *metrics.Metrics) string {
-		rec := httptest.NewRecorder()
-		m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-		return rec.Body.String()
-	}
-	text := scrape(metrics.New(&metrics.Config{JetStream: js}))
+	text := scrape(t, metrics.New(&metrics.Config{JetStream: js}))
 	for _, want := range []string{
 		`ax_tenant_waiting_tasks{priority="2",tenant="acme"} 3`,
 		`ax_tenant_waiting_tasks{priority="2",tenant="globex"} 5`,
@@ -40,7 +33,7 @@ func TestTenantQueueMetrics(t *testing.T) {
 	} {
 		require.True(t, strings.Contains(text, want+"\n"), "missing %q in:\n%s", want, text)
 	}
-	text = scrape(metrics.New(&metrics.Config{JetStream: js, MaxLabelValues: 1}))
+	text = scrape(t, metrics.New(&metrics.Config{JetStream: js, MaxLabelValues: 1}))
 	for _, want := range []string{
 		`ax_tenant_waiting_tasks{priority="2",tenant="globex"} 5`,
 		`ax_tenant_waiting_tasks{priority="2",tenant="_other"} 4`,
