@@ -9,7 +9,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
-	"github.com/ax-mesh/ax/internal/natstest"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/metrics"
 	"github.com/ax-mesh/ax/streams"
@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 )
 
 // The operator tests below do not run in parallel: the fault suite
@@ -35,22 +34,12 @@ type liveBundle struct {
 // setupLive runs a real server, the management API and one worker with reg.
 func setupLive(t *testing.T, reg *worker.Registry) *liveBundle {
 	t.Helper()
-	nc, js := natstest.RunServer(t)
-	natstest.Provision(t, js, &streams.Config{AckWait: 5 * time.Second})
-	ctx := context.Background()
-	svc, err := admin.New(ctx, js, &admin.Config{Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, svc.Start(ctx))
-	t.Cleanup(func() { _ = svc.Stop(ctx) })
-	m := metrics.New(&metrics.Config{JetStream: js})
-	w, err := worker.New(ctx, js, &worker.Config{Registry: reg, Concurrency: 4, AckWait: 5 * time.Second,
-		GracePeriod: time.Second, DefaultMaxAttempts: 2, Observer: m, Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(func() { _ = w.Stop(context.Background()) })
-	client, err := ax.NewClient(ctx, js, nil)
-	require.NoError(t, err)
-	return &liveBundle{js: js, client: client, api: admin.NewClient(nc, streams.Names{}), store: client.Store(), metrics: m}
+	dep := axtest.Setup(t, axtest.Options{Streams: &streams.Config{AckWait: 5 * time.Second}})
+	api := dep.StartAdmin(t, nil)
+	m := metrics.New(&metrics.Config{JetStream: dep.JS})
+	dep.StartWorker(t, worker.Config{Registry: reg, Concurrency: 4, AckWait: 5 * time.Second,
+		GracePeriod: time.Second, DefaultMaxAttempts: 2, Observer: m})
+	return &liveBundle{js: dep.JS, client: dep.Client, api: api, store: dep.Store, metrics: m}
 }
 
 func (b *liveBundle) call(t *testing.T, verb string, req, resp any) error {

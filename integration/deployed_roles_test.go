@@ -119,10 +119,11 @@ func mustAxAs(t tb, url, user string, args ...string) string {
 	return out
 }
 
-// connectRole connects as user with the inbox prefix inbox, closed at cleanup.
-func connectRole(t *testing.T, srv *roleServer, user, inbox string) *nats.Conn {
+// connectRole connects as user (natstest.Server.ConnectAs), closed at
+// cleanup.
+func connectRole(t *testing.T, srv *roleServer, user string) *nats.Conn {
 	t.Helper()
-	nc, _ := srv.Connect(nats.UserInfo(user, user+"-secret"), nats.CustomInboxPrefix(inbox))
+	nc, _ := srv.ConnectAs(user)
 	return nc
 }
 
@@ -194,13 +195,13 @@ func deployedRoles(t *testing.T, file string) {
 
 	// And with the Go client, publish-only, as each.
 	ctx := context.Background()
-	service, err := ax.NewClient(ctx, jsOf(t, connectRole(t, srv, "service", "_INBOX.service")), &ax.Config{PublishOnly: true})
+	service, err := ax.NewClient(ctx, jsOf(t, connectRole(t, srv, "service")), &ax.Config{PublishOnly: true})
 	require.NoError(t, err)
 	_, err = service.Submit(ctx, ax.TaskSpec{Type: "echo", ID: "role-go-service"})
 	require.NoError(t, err)
 	_, err = service.SubmitBatch(ctx, []ax.TaskSpec{{Type: "echo", ID: "role-go-batch-1"}, {Type: "echo", ID: "role-go-batch-2"}})
 	require.NoError(t, err)
-	acme, err := ax.NewClient(ctx, jsOf(t, connectRole(t, srv, "producer-acme", "_INBOX.producer-acme")), &ax.Config{PublishOnly: true})
+	acme, err := ax.NewClient(ctx, jsOf(t, connectRole(t, srv, "producer-acme")), &ax.Config{PublishOnly: true})
 	require.NoError(t, err)
 	info, err := acme.Submit(ctx, ax.TaskSpec{Type: "echo", Tenant: "acme", ID: "role-go-acme"})
 	require.NoError(t, err)
@@ -222,7 +223,7 @@ func deployedRoles(t *testing.T, file string) {
 	wctx, stopW2 := context.WithCancel(ctx)
 	w2done := make(chan error, 1)
 	{
-		d, err := deploy.Open(ctx, jsOf(t, connectRole(t, srv, "worker-2", "_INBOX.worker-2")), nil)
+		d, err := deploy.Open(ctx, jsOf(t, connectRole(t, srv, "worker-2")), nil)
 		require.NoError(t, err)
 		reg := worker.NewRegistry()
 		require.NoError(t, reg.Handle("echo", func(_ context.Context, task *worker.Task) error {
@@ -256,7 +257,7 @@ func deployedRoles(t *testing.T, file string) {
 	})
 	t.Run("the workers honoured the operator's limit", func(t *testing.T) {
 		require.Regexp(t, `(?m)^echo\s+2\s+0\s+100\s`, mustAxAs(t, url, "operator", "limit", "ls"))
-		limits, err := jsOf(t, connectRole(t, srv, "operator", "_INBOX.operator")).KeyValue(ctx, "AX_LIMITS")
+		limits, err := jsOf(t, connectRole(t, srv, "operator")).KeyValue(ctx, "AX_LIMITS")
 		require.NoError(t, err)
 		_, err = limits.Get(ctx, kv.SlotsKey("echo"))
 		require.NoError(t, err, "no worker took a slot of the limit")
@@ -364,14 +365,14 @@ func TestMissingPermissionFailsFast(t *testing.T) {
 	t.Run("Go client and constructors", func(t *testing.T) {
 		ctx := context.Background()
 		start := time.Now()
-		_, err := ax.NewClient(ctx, jsOf(t, connectRole(t, srv, "service", "_INBOX.service")), nil)
+		_, err := ax.NewClient(ctx, jsOf(t, connectRole(t, srv, "service")), nil)
 		require.ErrorIs(t, err, nats.ErrPermissionViolation)
 		require.ErrorContains(t, err, "permission denied: user service may not publish $JS.API.STREAM.INFO.AX_P0")
 		require.ErrorContains(t, err, "PublishOnly")
-		_, err = worker.New(ctx, jsOf(t, connectRole(t, srv, "worker-1", "_INBOX.worker-1")), &worker.Config{Registry: worker.NewRegistry()})
+		_, err = worker.New(ctx, jsOf(t, connectRole(t, srv, "worker-1")), &worker.Config{Registry: worker.NewRegistry()})
 		require.ErrorIs(t, err, nats.ErrPermissionViolation)
 		require.ErrorContains(t, err, "user worker-1 may not publish $JS.API.STREAM.INFO.KV_AX_TASKS")
-		_, err = deploy.Open(ctx, jsOf(t, connectRole(t, srv, "producer-acme", "_INBOX.producer-acme")), nil)
+		_, err = deploy.Open(ctx, jsOf(t, connectRole(t, srv, "producer-acme")), nil)
 		require.ErrorIs(t, err, nats.ErrPermissionViolation)
 		require.ErrorContains(t, err, "user producer-acme may not publish $JS.API.STREAM.INFO.AX_P0")
 		require.Less(t, time.Since(start), 4*time.Second)
@@ -403,7 +404,7 @@ func TestWorkerWithoutBatchedReadFailsFast(t *testing.T) {
 	mustAxAs(t, srv.ClientURL(), "scheduler", "provision")
 
 	start := time.Now()
-	_, err = worker.New(context.Background(), jsOf(t, connectRole(t, srv, "worker-1", "_INBOX.worker-1")), &worker.Config{Registry: worker.NewRegistry()})
+	_, err = worker.New(context.Background(), jsOf(t, connectRole(t, srv, "worker-1")), &worker.Config{Registry: worker.NewRegistry()})
 	require.ErrorIs(t, err, nats.ErrPermissionViolation)
 	require.ErrorContains(t, err, "user worker-1 may not publish $JS.API.DIRECT.GET.KV_AX_TASKS")
 	require.Less(t, time.Since(start), 4*time.Second)

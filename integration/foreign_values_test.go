@@ -47,14 +47,14 @@ func startForeignMesh(t *testing.T, provision ...string) *foreignMesh {
 	}
 	m.worker = m.startWorker(t)
 	ctx := context.Background()
-	js := jsOf(t, connectRole(t, srv, "scheduler", "_INBOX.scheduler"))
+	js := jsOf(t, connectRole(t, srv, "scheduler"))
 	m.js = js
 	var err error
 	m.client, err = ax.NewClient(ctx, js, nil)
 	require.NoError(t, err)
 	m.store, err = kv.NewStore(ctx, js, nil)
 	require.NoError(t, err)
-	m.acme = connectRole(t, srv, "producer-acme", "_INBOX.producer-acme")
+	m.acme = connectRole(t, srv, "producer-acme")
 	require.Eventually(t, func() bool { return leaderOf(js) != "" }, 30*time.Second, 50*time.Millisecond, "no leader")
 	return m
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
@@ -21,7 +22,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 )
 
 // The tests of this file check that a task's identity holds under
@@ -92,6 +92,7 @@ type identityArgs struct {
 }
 
 type meshBundle struct {
+	dep    *axtest.Bundle
 	srv    *natstest.Server
 	js     jetstream.JetStream
 	nc     *nats.Conn
@@ -121,30 +122,15 @@ func setupMeshWith(t *testing.T, store kv.StoreConfig) *meshBundle {
 // off).
 func setupMeshAging(t *testing.T, store kv.StoreConfig, aging time.Duration) *meshBundle {
 	t.Helper()
-	srv := natstest.Start(t, natstest.Options{})
-	nc, js := srv.Connect()
 	scfg := &streams.Config{AckWait: 5 * time.Second}
 	if store.Retention > 0 && store.Retention < streams.DefaultDuplicates {
 		scfg.Duplicates = store.Retention // a retention may not be shorter than the de-duplication window
 	}
-	natstest.Provision(t, js, scfg)
-	ctx := context.Background()
-	svc, err := admin.New(ctx, js, &admin.Config{Logger: zaptest.NewLogger(t), Store: store})
-	require.NoError(t, err)
-	require.NoError(t, svc.Start(ctx))
-	t.Cleanup(func() { _ = svc.Stop(ctx) })
-	_, ljs := srv.Connect()
-	l, err := scheduler.New(ctx, ljs, &scheduler.Config{LeaseTTL: 2 * time.Second, AgingThreshold: aging,
-		AckWait: 5 * time.Second, PausedRecheck: 200 * time.Millisecond, Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	lctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = l.Run(lctx) }()
-	t.Cleanup(func() { stop(); <-done })
-	client, err := ax.NewClient(ctx, js, nil)
-	require.NoError(t, err)
-	b := &meshBundle{srv: srv, js: js, nc: nc, client: client, api: admin.NewClient(nc, streams.Names{}),
-		store: client.Store(), log: newRunLog(), reg: worker.NewRegistry()}
+	dep := axtest.Setup(t, axtest.Options{Streams: scfg})
+	api := dep.StartAdmin(t, &admin.Config{Store: store})
+	dep.StartLeader(t, scheduler.Config{AgingThreshold: aging, AckWait: 5 * time.Second, PausedRecheck: 200 * time.Millisecond})
+	b := &meshBundle{dep: dep, srv: dep.Server, js: dep.JS, nc: dep.NC, client: dep.Client, api: api,
+		store: dep.Store, log: newRunLog(), reg: worker.NewRegistry()}
 	require.NoError(t, worker.HandleJSON(b.reg, "ident", func(ctx context.Context, task *worker.Task, args identityArgs) (err error) {
 		b.log.begin(task)
 		defer func() { b.log.end(task, err) }()
@@ -168,15 +154,9 @@ func setupMeshAging(t *testing.T, store kv.StoreConfig, aging time.Duration) *me
 // of the test, or when the returned function is called.
 func (b *meshBundle) startWorker(t *testing.T) (stop func()) {
 	t.Helper()
-	_, js := b.srv.Connect()
-	w, err := worker.New(context.Background(), js, &worker.Config{Registry: b.reg, Concurrency: 8, AckWait: 5 * time.Second,
-		GracePeriod: time.Second, DefaultMaxAttempts: 3, Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(context.Background()))
-	var once sync.Once
-	stop = func() { once.Do(func() { _ = w.Stop(context.Background()) }) }
-	t.Cleanup(stop)
-	return stop
+	w, _ := b.dep.StartWorker(t, worker.Config{Registry: b.reg, Concurrency: 8, AckWait: 5 * time.Second,
+		GracePeriod: time.Second, DefaultMaxAttempts: 3})
+	return func() { axtest.Stop(t, w) }
 }
 
 func (b *meshBundle) submit(t *testing.T, task ax.TaskSpec) string {
@@ -207,21 +187,11 @@ func (b *meshBundle) get(t *testing.T, id string) *kv.Record {
 
 func (b *meshBundle) waitState(t *testing.T, id string, within time.Duration, states ...kv.State) *kv.Record {
 	t.Helper()
-	var rec *kv.Record
-	require.Eventually(t, func() bool {
-		r, _, err := storeGet(context.Background(), b.store, id)
-		if err != nil {
-			return false
-		}
-		rec = r
-		for _, s := range states {
-			if r.State == s {
-				return true
-			}
-		}
-		return false
-	}, within, 20*time.Millisecond, "task %s never reached %v (last: %+v)", id, states, rec)
-	return rec
+	read := func(ctx context.Context, id string) (*kv.Record, error) {
+		rec, _, err := storeGet(ctx, b.store, id)
+		return rec, err
+	}
+	return axtest.WaitState(t, read, id, within, states...)
 }
 
 // settled waits until task id is SUCCEEDED, CANCELLED or DEAD, resuming it

@@ -41,7 +41,7 @@ func TestDeployedStepAside(t *testing.T) {
 	mustAxAs(t, url, "operator", "limit", "set", "sleep", "--concurrency", "1")
 	require.Eventually(t, func() bool { return strings.Contains(w.output(), "limits_changed") }, 30*time.Second, 50*time.Millisecond)
 
-	serviceConn := connectRole(t, srv, "service", "_INBOX.service")
+	serviceConn := connectRole(t, srv, "service")
 	service, err := ax.NewClient(ctx, jsOf(t, serviceConn), &ax.Config{PublishOnly: true})
 	require.NoError(t, err)
 	serviceJS := jsOf(t, serviceConn)
@@ -137,7 +137,7 @@ func startSmallPendingDeployment(t *testing.T) (*roleServer, *process, *process,
 	t.Helper()
 	srv := startRoleServer(t, permissionsFile)
 	url := srv.ClientURL()
-	schedJS := jsOf(t, connectRole(t, srv, "scheduler", "_INBOX.scheduler"))
+	schedJS := jsOf(t, connectRole(t, srv, "scheduler"))
 	natstest.Provision(t, schedJS, &streams.Config{MaxAckPending: 20})
 	store, err := kv.NewStore(context.Background(), schedJS, nil)
 	require.NoError(t, err)

@@ -34,7 +34,7 @@ func TestDeployedPauseAside(t *testing.T) {
 	mustAxAs(t, url, "operator", "pause", "sleep")
 	require.Eventually(t, func() bool { return strings.Contains(w.output(), "limits_changed") }, 30*time.Second, 50*time.Millisecond)
 
-	serviceConn := connectRole(t, srv, "service", "_INBOX.service")
+	serviceConn := connectRole(t, srv, "service")
 	service, err := ax.NewClient(ctx, jsOf(t, serviceConn), &ax.Config{PublishOnly: true})
 	require.NoError(t, err)
 	serviceJS := jsOf(t, serviceConn)

@@ -33,8 +33,8 @@ func TestCoreIsAPermission(t *testing.T) {
 	go func() { defer close(done); _ = l.Run(lctx) }()
 	t.Cleanup(func() { stop(); <-done })
 
-	service := connectAs(t, m.srv, "service", "service")
-	core := connectAs(t, m.srv, "core-service", "core-service")
+	service := connectAs(t, m.srv, "service")
+	core := connectAs(t, m.srv, "core-service")
 	names := streams.DefaultNames()
 	publish := func(rc *roleConn, subject, id string, headers map[string]string) error {
 		msg := nats.NewMsg(subject)

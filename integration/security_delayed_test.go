@@ -26,7 +26,7 @@ import (
 // leader's defaults.
 func startSecureLeader(t *testing.T, m *secureMesh, cfg scheduler.Config) {
 	t.Helper()
-	sc := connectAs(t, m.srv, "scheduler", "scheduler")
+	sc := connectAs(t, m.srv, "scheduler")
 	cfg.Logger = zaptest.NewLogger(t)
 	cfg.LeaseTTL, cfg.RenewEvery = 2*time.Second, 500*time.Millisecond
 	l, err := scheduler.New(context.Background(), sc.js, &cfg)
@@ -134,9 +134,9 @@ func TestProducerHeadersNeverReachAxWrites(t *testing.T) {
 	startSecureLeader(t, m, scheduler.Config{SweepInterval: 100 * time.Millisecond, ReconcileGrace: time.Second,
 		ReconcileRecheck: 2 * time.Second, AgingThreshold: -1})
 	ctx := context.Background()
-	acme := connectAs(t, m.srv, "producer-acme", "producer-acme")
-	globex := connectAs(t, m.srv, "producer-globex", "producer-globex")
-	operator := connectAs(t, m.srv, "operator", "operator")
+	acme := connectAs(t, m.srv, "producer-acme")
+	globex := connectAs(t, m.srv, "producer-globex")
+	operator := connectAs(t, m.srv, "operator")
 
 	start := time.Now()
 	victimAt := start.Add(8 * time.Second)
@@ -303,8 +303,8 @@ func TestDelayedTaskNeverReleasedEarly(t *testing.T) {
 	m := startSecureMesh(t, nil)
 	startSecureLeader(t, m, scheduler.Config{SweepInterval: 100 * time.Millisecond, ReconcileGrace: time.Second,
 		ReconcileRecheck: 2 * time.Second, AgingThreshold: -1})
-	acme := connectAs(t, m.srv, "producer-acme", "producer-acme")
-	operator := connectAs(t, m.srv, "operator", "operator")
+	acme := connectAs(t, m.srv, "producer-acme")
+	operator := connectAs(t, m.srv, "operator")
 	restore := blockDelayedMoves(t, m)
 
 	start := time.Now()
@@ -356,8 +356,8 @@ func TestDelayedTaskSizeAtTheLimits(t *testing.T) {
 	startSecureLeader(t, m, scheduler.Config{SweepInterval: 100 * time.Millisecond, ReconcileGrace: time.Second,
 		ReconcileRecheck: 2 * time.Second, AgingThreshold: -1})
 	ctx := context.Background()
-	acme := connectAs(t, m.srv, "producer-acme", "producer-acme")
-	operator := connectAs(t, m.srv, "operator", "operator")
+	acme := connectAs(t, m.srv, "producer-acme")
+	operator := connectAs(t, m.srv, "operator")
 	maxPayload := int(acme.nc.MaxPayload())
 
 	// The limits hold against the server: every stream a task is written

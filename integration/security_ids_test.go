@@ -30,15 +30,15 @@ func startIDMesh(t *testing.T) *idMesh {
 	t.Helper()
 	ctx := context.Background()
 	m := &idMesh{srv: natstest.Start(t, natstest.Options{ConfigFile: permissionsFile}), ran: make(chan *worker.Task, 64)}
-	m.control = connectAs(t, m.srv, "scheduler", "scheduler")
+	m.control = connectAs(t, m.srv, "scheduler")
 	natstest.Provision(t, m.control.js, &streams.Config{AckWait: 5 * time.Second})
 	svc, err := admin.New(ctx, m.control.js, &admin.Config{Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	require.NoError(t, svc.Start(ctx))
 	t.Cleanup(func() { _ = svc.Stop(ctx) })
-	m.operator = connectAs(t, m.srv, "operator", "operator")
-	m.acme = connectAs(t, m.srv, "producer-acme", "producer-acme")
-	m.globex = connectAs(t, m.srv, "producer-globex", "producer-globex")
+	m.operator = connectAs(t, m.srv, "operator")
+	m.acme = connectAs(t, m.srv, "producer-acme")
+	m.globex = connectAs(t, m.srv, "producer-globex")
 	return m
 }
 
@@ -46,7 +46,7 @@ func startIDMesh(t *testing.T) *idMesh {
 func (m *idMesh) startWorker(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	wc := connectAs(t, m.srv, "worker-1", "worker-1")
+	wc := connectAs(t, m.srv, "worker-1")
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("echo", func(_ context.Context, task *worker.Task) error {
 		m.ran <- task

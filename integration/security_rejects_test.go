@@ -29,7 +29,7 @@ func TestMistypedSubmitSeenUnderPermissions(t *testing.T) {
 		_ = l.Run(ctx)
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	operator := connectAs(t, m.srv, "operator", "operator")
+	operator := connectAs(t, m.srv, "operator")
 	rejects := func() *control.RejectsReport {
 		var reply admin.StatsReply
 		if callAdmin(operator, admin.VerbStats, admin.StatsRequest{}, &reply) != nil {
@@ -39,7 +39,7 @@ func TestMistypedSubmitSeenUnderPermissions(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return rejects() != nil }, 30*time.Second, 50*time.Millisecond, "the watch runs")
 
-	service := connectAs(t, m.srv, "service", "service")
+	service := connectAs(t, m.srv, "service")
 	require.NoError(t, service.nc.Publish("ax.submit.p9.acme.echo.k1", nil))
 	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
 	defer pcancel()

@@ -154,14 +154,14 @@ func TestTenantAccountsCloseTheReplyDoor(t *testing.T) {
 	}{{permissionsFile, true}, {accountsFile, false}} {
 		t.Run(c.file, func(t *testing.T) {
 			srv := natstest.Start(t, natstest.Options{ConfigFile: c.file})
-			control := connectAs(t, srv, "scheduler", "scheduler")
+			control := connectAs(t, srv, "scheduler")
 			natstest.Provision(t, control.js, nil)
 			store, err := kv.NewStore(ctx, control.js, nil)
 			require.NoError(t, err)
 			victim := kv.Ref{Tenant: "globex", ID: "victim"}
 			_, _, err = store.Create(ctx, &kv.Record{ID: victim.ID, Tenant: victim.Tenant, Type: "echo", Key: "k", State: kv.StatePending}, kv.Actor{})
 			require.NoError(t, err)
-			acme := connectAs(t, srv, "producer-acme", "producer-acme")
+			acme := connectAs(t, srv, "producer-acme")
 			// Every key a reply could land on: a task record, the leader
 			// lease, a member, each control key, a unique claim, the
 			// limits' slots (docs/SECURITY.md, "What a forged value does").

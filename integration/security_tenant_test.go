@@ -31,9 +31,9 @@ func TestTenantIsolation(t *testing.T) {
 func tenantIsolation(t *testing.T, file string) {
 	m := startSecureMeshOn(t, file, nil)
 	ctx := context.Background()
-	acme := connectAs(t, m.srv, "producer-acme", "producer-acme")
-	globex := connectAs(t, m.srv, "producer-globex", "producer-globex")
-	operator := connectAs(t, m.srv, "operator", "operator")
+	acme := connectAs(t, m.srv, "producer-acme")
+	globex := connectAs(t, m.srv, "producer-globex")
+	operator := connectAs(t, m.srv, "operator")
 
 	submit(t, acme, "ax.submit.p1.acme.echo.t-acme", "t-acme", []byte("acme-payload"), nil)
 	submit(t, globex, "ax.submit.p1.globex.echo.t-globex", "t-globex", []byte("globex-payload"), nil)
@@ -140,8 +140,8 @@ func TestFloodingProducerIsRefused(t *testing.T) {
 	t.Parallel()
 	m := startSecureMesh(t, &streams.Config{BucketMaxBytes: 256 << 10, MaxMsgSize: 8 << 10})
 	ctx := context.Background()
-	service := connectAs(t, m.srv, "service", "service")
-	operator := connectAs(t, m.srv, "operator", "operator")
+	service := connectAs(t, m.srv, "service")
+	operator := connectAs(t, m.srv, "operator")
 
 	big := nats.NewMsg("ax.submit.p4.acme.echo.big")
 	big.Data = make([]byte, 16<<10)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/natstest"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
@@ -35,19 +36,18 @@ type roleConn struct {
 	errs chan error
 }
 
-// connectAs connects as user with the inbox prefix "_INBOX.<inbox>": each
-// user of docs/ax-permissions.conf may subscribe to _INBOX.<user>.>
-// (docs/SECURITY.md).
-func connectAs(t *testing.T, srv *natstest.Server, user, inbox string) *roleConn {
+// connectAs connects as user (natstest.Server.ConnectAs) and keeps the
+// errors the server reports to the connection, such as permission
+// violations.
+func connectAs(t *testing.T, srv *natstest.Server, user string) *roleConn {
 	t.Helper()
 	rc := &roleConn{errs: make(chan error, 64)}
-	rc.nc, rc.js = srv.Connect(nats.UserInfo(user, user+"-secret"), nats.CustomInboxPrefix(nats.InboxPrefix+inbox),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			select {
-			case rc.errs <- err:
-			default:
-			}
-		}))
+	rc.nc, rc.js = srv.ConnectAs(user, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		select {
+		case rc.errs <- err:
+		default:
+		}
+	}))
 	return rc
 }
 
@@ -107,7 +107,7 @@ func startSecureMeshOn(t *testing.T, file string, cfg *streams.Config) *secureMe
 	ctx := context.Background()
 	m := &secureMesh{srv: natstest.Start(t, natstest.Options{ConfigFile: file}),
 		cancelled: make(chan error, 16), ran: make(chan *worker.Task, 1024), release: make(chan struct{})}
-	m.control = connectAs(t, m.srv, "scheduler", "scheduler")
+	m.control = connectAs(t, m.srv, "scheduler")
 	if cfg == nil {
 		cfg = &streams.Config{}
 	}
@@ -118,7 +118,7 @@ func startSecureMeshOn(t *testing.T, file string, cfg *streams.Config) *secureMe
 	require.NoError(t, svc.Start(ctx))
 	t.Cleanup(func() { _ = svc.Stop(ctx) })
 
-	m.worker = connectAs(t, m.srv, "worker-1", "worker-1")
+	m.worker = connectAs(t, m.srv, "worker-1")
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("echo", func(_ context.Context, task *worker.Task) error {
 		select {
@@ -167,16 +167,16 @@ func submit(t *testing.T, rc *roleConn, subject, id string, payload []byte, head
 // waitState waits until the operator sees task id in state.
 func waitState(t *testing.T, operator *roleConn, id string, state kv.State) *kv.Record {
 	t.Helper()
-	var rec *kv.Record
-	require.Eventually(t, func() bool {
-		var reply admin.TaskReply
-		if callAdmin(operator, admin.VerbTaskGet, admin.TaskRequest{ID: id}, &reply) != nil {
-			return false
-		}
-		rec = reply.Task
-		return rec.State == state
-	}, 30*time.Second, 100*time.Millisecond, "task %s never %s", id, state)
-	return rec
+	return axtest.WaitState(t, operator.readTask, id, 30*time.Second, state)
+}
+
+// readTask reads the record of task id through the management API.
+func (rc *roleConn) readTask(_ context.Context, id string) (*kv.Record, error) {
+	var reply admin.TaskReply
+	if err := callAdmin(rc, admin.VerbTaskGet, admin.TaskRequest{ID: id}, &reply); err != nil {
+		return nil, err
+	}
+	return reply.Task, nil
 }
 
 // The server configuration of docs/SECURITY.md gives each role exactly what
@@ -190,12 +190,12 @@ func TestPermissionsOfEachRole(t *testing.T) {
 	srv, wc := m.srv, m.worker
 
 	// The service may publish to ax.submit.> (and gets its ack on its inbox).
-	service := connectAs(t, srv, "service", "service")
+	service := connectAs(t, srv, "service")
 	submit(t, service, "ax.submit.p1.acme.echo.sec-echo", "sec-echo", []byte("acme-secret-payload"), nil)
 	submit(t, service, "ax.submit.p1.acme.block.sec-block", "sec-block", nil, nil)
 
 	// The worker ran the task and moved its record; the operator reads it.
-	operator := connectAs(t, srv, "operator", "operator")
+	operator := connectAs(t, srv, "operator")
 	waitState(t, operator, "sec-echo", kv.StateSucceeded)
 	// The operator cancels a running task and the worker hears the notice.
 	waitState(t, operator, "sec-block", kv.StateRunning)
@@ -265,7 +265,7 @@ func TestPermissionsOfEachRole(t *testing.T) {
 		wc.requireViolation(t, "Publish", "ax.submit.p0.acme.echo.x")
 	})
 	t.Run("worker hears and answers only its own cancel notices and replies", func(t *testing.T) {
-		other := connectAs(t, srv, "worker-2", "worker-2")
+		other := connectAs(t, srv, "worker-2")
 		other.requireSubscribeRefused(t, "ax.worker.worker-1.cancel")
 		other.requireSubscribeRefused(t, "ax.worker.*.cancel")
 		// Nor another worker's replies: the tasks its pulls receive.

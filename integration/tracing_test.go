@@ -10,7 +10,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
-	"github.com/ax-mesh/ax/internal/natstest"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/tracing"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
@@ -20,7 +20,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"go.uber.org/zap/zaptest"
 )
 
 // A task that was delayed, aged, retried twice, dead-lettered and replayed
@@ -36,24 +35,10 @@ func TestTaskTraceIsOneTrace(t *testing.T) {
 	provider := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
 	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
 
-	srv := natstest.Start(t, natstest.Options{})
-	nc, js := srv.Connect()
-	natstest.Provision(t, js, &streams.Config{AckWait: 5 * time.Second})
-	svc, err := admin.New(ctx, js, &admin.Config{Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, svc.Start(ctx))
-	t.Cleanup(func() { _ = svc.Stop(ctx) })
-	_, ljs := srv.Connect()
-	l, err := scheduler.New(ctx, ljs, &scheduler.Config{LeaseTTL: 2 * time.Second, AgingThreshold: 500 * time.Millisecond,
-		AckWait: 5 * time.Second, Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	lctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = l.Run(lctx) }()
-	t.Cleanup(func() { stop(); <-done })
-	client, err := ax.NewClient(ctx, js, &ax.Config{TracerProvider: provider})
-	require.NoError(t, err)
-	api := admin.NewClient(nc, streams.Names{})
+	dep := axtest.Setup(t, axtest.Options{Streams: &streams.Config{AckWait: 5 * time.Second}, Client: &ax.Config{TracerProvider: provider}})
+	api := dep.StartAdmin(t, nil)
+	dep.StartLeader(t, scheduler.Config{AgingThreshold: 500 * time.Millisecond, AckWait: 5 * time.Second})
+	client := dep.Client
 
 	var runs atomic.Int32
 	handlerTracer := provider.Tracer("handler")
@@ -77,21 +62,11 @@ func TestTaskTraceIsOneTrace(t *testing.T) {
 		return err == nil && rec.State == kv.StateReady && rec.Priority < 4
 	}, 30*time.Second, 20*time.Millisecond, "the task was released and aged")
 
-	_, wjs := srv.Connect()
-	w, err := worker.New(ctx, wjs, &worker.Config{Registry: reg, AckWait: 5 * time.Second, TracerProvider: provider, Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(func() { _ = w.Stop(context.Background()) })
-	waitFor := func(state kv.State) {
-		require.Eventually(t, func() bool {
-			rec, _, err := client.Store().Get(ctx, ref)
-			return err == nil && rec.State == state
-		}, 30*time.Second, 20*time.Millisecond, "task never %s", state)
-	}
-	waitFor(kv.StateDead) // three attempts failed
+	dep.StartWorker(t, worker.Config{Registry: reg, AckWait: 5 * time.Second, TracerProvider: provider})
+	dep.WaitState(t, info.ID, kv.StateDead) // three attempts failed
 	_, err = api.Replay(ctx, admin.DLQReplayRequest{ID: info.ID})
 	require.NoError(t, err)
-	waitFor(kv.StateSucceeded)
+	dep.WaitState(t, info.ID, kv.StateSucceeded)
 	require.NoError(t, provider.ForceFlush(ctx))
 
 	spans := exporter.GetSpans()

@@ -27,10 +27,10 @@ func TestUniqueClaimsStayInTheirTenant(t *testing.T) {
 	for _, file := range []string{permissionsFile, accountsFile} {
 		t.Run(file, func(t *testing.T) {
 			srv := natstest.Start(t, natstest.Options{ConfigFile: file})
-			control := connectAs(t, srv, "scheduler", "scheduler")
+			control := connectAs(t, srv, "scheduler")
 			natstest.Provision(t, control.js, nil)
 			client := func(user string) *ax.Client {
-				rc := connectAs(t, srv, user, user)
+				rc := connectAs(t, srv, user)
 				c, err := ax.NewClient(ctx, rc.js, &ax.Config{PublishOnly: true})
 				require.NoError(t, err)
 				return c
@@ -70,13 +70,13 @@ func TestUniqueClaimsStayInTheirTenant(t *testing.T) {
 				"$JS.API.DIRECT.GET.KV_AX_TASKS",
 				"$JS.API.STREAM.INFO.KV_AX_UNIQUE",
 			} {
-				rc := connectAs(t, srv, "producer-acme", "producer-acme")
+				rc := connectAs(t, srv, "producer-acme")
 				_, err := rc.nc.Request(subject, []byte(`{"tenant":"acme","id":"mine"}`), 500*time.Millisecond)
 				require.Error(t, err, subject)
 				rc.requireViolation(t, "Publish", subject)
 			}
 			// Nor purge every tenant's claims with a roll-up on its own key.
-			rc := connectAs(t, srv, "producer-acme", "producer-acme")
+			rc := connectAs(t, srv, "producer-acme")
 			rollup := nats.NewMsg("$KV.AX_UNIQUE." + kv.ClaimKey("acme", "x"))
 			rollup.Header.Set("Nats-Rollup", "all")
 			_, err = rc.js.PublishMsg(ctx, rollup)
@@ -112,7 +112,7 @@ func TestUniqueWithoutItsPermissionFailsFast(t *testing.T) {
 	require.Contains(t, stderr, "permission denied: user producer-acme may not run `ax submit`: the server refused it publish $JS.API.DIRECT.GET.KV_AX_TASKS.$KV.AX_TASKS.acme.first (docs/ax-permissions.conf)")
 	require.Contains(t, stderr, "AX_UNIQUE")
 	require.Equal(t, 1, strings.Count(stderr, "permission denied"), stderr)
-	control := connectAs(t, srv.Server, "scheduler", "scheduler")
+	control := connectAs(t, srv.Server, "scheduler")
 	require.Equal(t, uint64(1), bucketCount(t, control, "AX_P2"), "the second submit published nothing")
 }
 
