@@ -53,13 +53,6 @@ func (b *adminBundle) call(t *testing.T, verb string, req, resp any) error {
 	return b.api.Call(ctx, verb, req, resp)
 }
 
-func (b *adminBundle) submit(t *testing.T, task ax.TaskSpec) string {
-	t.Helper()
-	info, err := b.Client.Submit(context.Background(), task)
-	require.NoError(t, err)
-	return info.ID
-}
-
 func requireCode(t *testing.T, err error, code int, contains string) {
 	t.Helper()
 	require.ErrorIs(t, err, &admin.Error{Code: code})
@@ -89,7 +82,7 @@ func TestAdminIsAMicroServiceWithEveryVerb(t *testing.T) {
 func TestAdminGetAndTrail(t *testing.T) {
 	t.Parallel()
 	b := setupAdminFast(t)
-	id := b.submit(t, ax.TaskSpec{Type: "email", Tenant: "acme", Priority: ax.P2})
+	id := b.Submit(t, ax.TaskSpec{Type: "email", Tenant: "acme", Priority: ax.P2})
 	var got admin.TaskReply
 	require.NoError(t, b.call(t, admin.VerbTaskGet, admin.TaskRequest{ID: id}, &got))
 	require.Equal(t, kv.StateReady, got.Task.State)
@@ -103,7 +96,7 @@ func TestAdminGetAndTrail(t *testing.T) {
 func TestAdminBadRequests(t *testing.T) {
 	t.Parallel()
 	b := setupAdminFast(t)
-	done := b.submit(t, ax.TaskSpec{Type: "email"})
+	done := b.Submit(t, ax.TaskSpec{Type: "email"})
 	_, err := kvCancel(b, t, done)
 	require.NoError(t, err)
 	for _, tc := range []struct {
@@ -148,7 +141,7 @@ func kvCancel(b *adminBundle, t *testing.T, id string) (*admin.TaskReply, error)
 func TestAdminCancelWaitingAndUnseen(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
-	id := b.submit(t, ax.TaskSpec{Type: "email"})
+	id := b.Submit(t, ax.TaskSpec{Type: "email"})
 	reply, err := kvCancel(b, t, id)
 	require.NoError(t, err)
 	require.Equal(t, kv.StateCancelled, reply.Task.State)
@@ -166,7 +159,7 @@ func TestAdminCancelWaitingAndUnseen(t *testing.T) {
 func TestAdminPauseResumeRedispatches(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
-	id := b.submit(t, ax.TaskSpec{Type: "email", Payload: []byte("keep me"), Priority: ax.P1, Headers: map[string]string{"Ax-Trace": "t1"}})
+	id := b.Submit(t, ax.TaskSpec{Type: "email", Payload: []byte("keep me"), Priority: ax.P1, Headers: map[string]string{"Ax-Trace": "t1"}})
 	var paused admin.TaskReply
 	require.NoError(t, b.call(t, admin.VerbTaskPause, admin.TaskRequest{ID: id}, &paused))
 	require.Equal(t, kv.StatePaused, paused.Task.State)
@@ -199,7 +192,7 @@ func TestAdminPauseResumeRedispatches(t *testing.T) {
 func TestAdminReprioritizeMovesBucket(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
-	id := b.submit(t, ax.TaskSpec{Type: "email", Payload: []byte("p"), Priority: ax.P4})
+	id := b.Submit(t, ax.TaskSpec{Type: "email", Payload: []byte("p"), Priority: ax.P4})
 	var reply admin.TaskReply
 	require.NoError(t, b.call(t, admin.VerbTaskReprioritize, admin.ReprioritizeRequest{ID: id, Priority: 0}, &reply))
 	require.Equal(t, 0, reply.Task.Priority)
@@ -215,10 +208,10 @@ func TestAdminBatchCancel(t *testing.T) {
 	b := setupAdmin(t)
 	var acme []string
 	for i := range 5 {
-		acme = append(acme, b.submit(t, ax.TaskSpec{ID: fmt.Sprintf("acme-%d", i), Type: "email", Tenant: "acme"}))
+		acme = append(acme, b.Submit(t, ax.TaskSpec{ID: fmt.Sprintf("acme-%d", i), Type: "email", Tenant: "acme"}))
 	}
-	other := b.submit(t, ax.TaskSpec{Type: "email", Tenant: "globex"})
-	report := b.submit(t, ax.TaskSpec{Type: "report", Tenant: "acme"})
+	other := b.Submit(t, ax.TaskSpec{Type: "email", Tenant: "globex"})
+	report := b.Submit(t, ax.TaskSpec{Type: "report", Tenant: "acme"})
 
 	var dry admin.BatchCancelReply
 	req := admin.BatchCancelRequest{Filter: admin.Filter{Type: "email", Tenant: "acme", States: []kv.State{kv.StateReady}}, DryRun: true}
@@ -251,7 +244,7 @@ func TestAdminStatsAndWorkers(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
 	for range 3 {
-		b.submit(t, ax.TaskSpec{Type: "email", Priority: ax.P2})
+		b.Submit(t, ax.TaskSpec{Type: "email", Priority: ax.P2})
 	}
 	var stats admin.StatsReply
 	require.NoError(t, b.call(t, admin.VerbStats, admin.StatsRequest{Window: "1m"}, &stats))
@@ -286,7 +279,7 @@ func (b *adminBundle) finished(t *testing.T, typ string, took time.Duration, sta
 	t.Helper()
 	ctx := context.Background()
 	store := b.Client.Store()
-	id := b.submit(t, ax.TaskSpec{Type: typ, Timeout: 10 * time.Second})
+	id := b.Submit(t, ax.TaskSpec{Type: typ, Timeout: 10 * time.Second})
 	rec, rev, err := store.Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
 	require.NoError(t, err)
 	started := time.Now().Add(-took)
@@ -325,7 +318,7 @@ func TestAdminStatsPerType(t *testing.T) {
 	}
 	b.finished(t, "email", 50*time.Millisecond, kv.StateSucceeded, 2, true)
 	b.finished(t, "email", 80*time.Millisecond, kv.StateDead, 3, false)
-	b.submit(t, ax.TaskSpec{Type: "waiting"}) // not finished: not in the types
+	b.Submit(t, ax.TaskSpec{Type: "waiting"}) // not finished: not in the types
 
 	var stats admin.StatsReply
 	require.NoError(t, b.call(t, admin.VerbStats, admin.StatsRequest{Window: "1m"}, &stats))

@@ -18,7 +18,7 @@ func TestAdminClientTypedMethods(t *testing.T) {
 	b := setupAdmin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	id := b.submit(t, ax.TaskSpec{Type: "email", Tenant: "acme", Priority: ax.P3})
+	id := b.Submit(t, ax.TaskSpec{Type: "email", Tenant: "acme", Priority: ax.P3})
 
 	got, err := b.api.Get(ctx, admin.TaskRequest{ID: id})
 	require.NoError(t, err)

@@ -19,9 +19,9 @@ func TestAdminReprioritizeIntoAFullBucket(t *testing.T) {
 	t.Parallel()
 	b := setupAdminWith(t, axtest.Options{Streams: &streams.Config{Capacity: 2}})
 	ctx := context.Background()
-	id := b.submit(t, ax.TaskSpec{Type: "email", Priority: ax.P4})
-	b.submit(t, ax.TaskSpec{Type: "email", Priority: ax.P0})
-	b.submit(t, ax.TaskSpec{Type: "email", Priority: ax.P0})
+	id := b.Submit(t, ax.TaskSpec{Type: "email", Priority: ax.P4})
+	b.Submit(t, ax.TaskSpec{Type: "email", Priority: ax.P0})
+	b.Submit(t, ax.TaskSpec{Type: "email", Priority: ax.P0})
 
 	err := b.call(t, admin.VerbTaskReprioritize, admin.ReprioritizeRequest{ID: id, Priority: 0}, nil)
 	requireCode(t, err, 409, "bucket AX_P0 is full (")

@@ -44,7 +44,7 @@ func requireErrorReply(t *testing.T, msg []byte, header map[string][]string, cod
 func TestEveryVerbAnswersErrorsWithCode(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
-	done := b.submit(t, ax.TaskSpec{Type: "email"})
+	done := b.Submit(t, ax.TaskSpec{Type: "email"})
 	_, err := kvCancel(b, t, done)
 	require.NoError(t, err)
 	cases := []struct {

@@ -64,11 +64,11 @@ func TestAdminLimitsAndPauses(t *testing.T) {
 	require.Equal(t, "tenant:initech", list.Limits[3].Target)
 	require.Equal(t, 3, list.Limits[3].Weight)
 	require.Nil(t, list.Limits[0].Waiting, "limit.ls does not scan the records")
-	b.submit(t, ax.TaskSpec{Type: "email", Tenant: "acme", Key: "order-1"})
-	b.submit(t, ax.TaskSpec{Type: "report", Tenant: "initech", Key: "r"})
+	b.Submit(t, ax.TaskSpec{Type: "email", Tenant: "acme", Key: "order-1"})
+	b.Submit(t, ax.TaskSpec{Type: "report", Tenant: "initech", Key: "r"})
 	// A task a worker stepped aside for a limit waits for it, PENDING; a
 	// delayed one waits for its own time.
-	aside := b.submit(t, ax.TaskSpec{Type: "email", Tenant: "umbrella", Key: "x"})
+	aside := b.Submit(t, ax.TaskSpec{Type: "email", Tenant: "umbrella", Key: "x"})
 	store := b.Client.Store()
 	rec, rev, err := store.Get(ctx, kv.Ref{Tenant: "umbrella", ID: aside})
 	require.NoError(t, err)
@@ -78,7 +78,7 @@ func TestAdminLimitsAndPauses(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	b.submit(t, ax.TaskSpec{Type: "email", Tenant: "umbrella", Key: "y", Delay: time.Hour})
+	b.Submit(t, ax.TaskSpec{Type: "email", Tenant: "umbrella", Key: "y", Delay: time.Hour})
 	var stats admin.StatsReply
 	require.NoError(t, b.call(t, admin.VerbStats, admin.StatsRequest{}, &stats))
 	require.NotNil(t, stats.Limits)

@@ -22,7 +22,7 @@ func TestTasksList(t *testing.T) {
 		{ID: "b-1", Type: "email", Tenant: "globex"},
 		{ID: "b-2", Type: "report", Tenant: "acme"},
 	} {
-		b.submit(t, task)
+		b.Submit(t, task)
 	}
 	var paused admin.TaskReply
 	require.NoError(t, b.call(t, admin.VerbTaskPause, admin.TaskRequest{ID: "a-1"}, &paused))

@@ -20,9 +20,9 @@ func TestVerbsNameTheTenantOfAnID(t *testing.T) {
 	b := setupAdmin(t)
 	ctx := context.Background()
 	for _, tenant := range []string{"acme", "globex"} {
-		b.submit(t, ax.TaskSpec{ID: "same", Tenant: tenant, Type: "email"})
+		b.Submit(t, ax.TaskSpec{ID: "same", Tenant: tenant, Type: "email"})
 	}
-	b.submit(t, ax.TaskSpec{ID: "only-acme", Tenant: "acme", Type: "email"})
+	b.Submit(t, ax.TaskSpec{ID: "only-acme", Tenant: "acme", Type: "email"})
 
 	for _, verb := range []string{admin.VerbTaskGet, admin.VerbTaskTrail, admin.VerbTaskCancel, admin.VerbTaskPause, admin.VerbTaskResume} {
 		var reply map[string]any
@@ -67,8 +67,8 @@ func TestBatchCancelStaysInItsTenant(t *testing.T) {
 		_, err := b.JS.PublishMsg(ctx, msg)
 		require.NoError(t, err)
 	}
-	b.submit(t, ax.TaskSpec{ID: "rec-same", Tenant: "acme", Type: "email"})
-	b.submit(t, ax.TaskSpec{ID: "rec-same", Tenant: "globex", Type: "email"})
+	b.Submit(t, ax.TaskSpec{ID: "rec-same", Tenant: "acme", Type: "email"})
+	b.Submit(t, ax.TaskSpec{ID: "rec-same", Tenant: "globex", Type: "email"})
 
 	done, err := b.api.CancelMatching(ctx, admin.BatchCancelRequest{Filter: admin.Filter{Tenant: "acme"}})
 	require.NoError(t, err)

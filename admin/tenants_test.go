@@ -37,7 +37,7 @@ func TestStatsListTenantQueues(t *testing.T) {
 	}, reply.Tenants)
 
 	b := setupAdmin(t) // not fair
-	b.submit(t, ax.TaskSpec{Type: "job", Tenant: "acme"})
+	b.Submit(t, ax.TaskSpec{Type: "job", Tenant: "acme"})
 	reply = admin.StatsReply{}
 	require.NoError(t, b.call(t, "stats", admin.StatsRequest{}, &reply))
 	require.Nil(t, reply.Tenants)

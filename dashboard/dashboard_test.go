@@ -77,23 +77,6 @@ func (b *testBundle) act(t *testing.T, verb, body string, headers map[string]str
 	return res.StatusCode
 }
 
-func (b *testBundle) submit(t *testing.T, task ax.TaskSpec) string {
-	t.Helper()
-	info, err := b.Client.Submit(context.Background(), task)
-	require.NoError(t, err)
-	return info.ID
-}
-
-func (b *testBundle) state(t natstest.TB, id string) kv.State {
-	t.Helper()
-	refs, err := b.Client.Store().Find(context.Background(), id)
-	require.NoError(t, err)
-	require.Len(t, refs, 1, "one task has id %s", id)
-	rec, _, err := b.Client.Store().Get(context.Background(), refs[0])
-	require.NoError(t, err)
-	return rec.State
-}
-
 type apiError struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
@@ -129,7 +112,7 @@ func TestOverview(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Config{Interval: 100 * time.Millisecond, Version: "9.9.9"})
 	for range 3 {
-		b.submit(t, ax.TaskSpec{Type: "email", Tenant: "acme", Priority: ax.P1})
+		b.Submit(t, ax.TaskSpec{Type: "email", Tenant: "acme", Priority: ax.P1})
 	}
 	var ov dashboard.Overview
 	require.Equal(t, http.StatusOK, b.get(t, "/api/overview", &ov))
@@ -161,7 +144,7 @@ func TestPressureLevels(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Config{})
 	for range 2 {
-		b.submit(t, ax.TaskSpec{Type: "email", Tenant: "acme", Priority: ax.P3})
+		b.Submit(t, ax.TaskSpec{Type: "email", Tenant: "acme", Priority: ax.P3})
 	}
 	// One in 1,000,000 is ok with the defaults; a leader's report with an
 	// alert threshold below that makes it "alert".

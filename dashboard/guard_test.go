@@ -40,7 +40,7 @@ func (b *testBundle) do(t *testing.T, method, path, host, body string, headers m
 func TestHostAllowList(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Config{AllowActions: true, AllowedHosts: []string{"ax.internal.example"}})
-	id := b.submit(t, ax.TaskSpec{Type: "email", Tenant: "acme"})
+	id := b.Submit(t, ax.TaskSpec{Type: "email", Tenant: "acme"})
 	port := b.srv.Listener.Addr().(*net.TCPAddr).Port
 	rebound := "attacker.example:" + strconv.Itoa(port)
 	action := map[string]string{"Content-Type": "application/json", "X-Ax-Confirm": "yes",
@@ -50,7 +50,7 @@ func TestHostAllowList(t *testing.T) {
 	require.Equal(t, http.StatusMisdirectedRequest, b.do(t, http.MethodGet, "/", rebound, "", nil))
 	require.Equal(t, http.StatusMisdirectedRequest,
 		b.do(t, http.MethodPost, "/api/actions/task.cancel", rebound, `{"id":"`+id+`"}`, action))
-	require.Equal(t, kv.StateReady, b.state(t, id), "the rebound page cancelled nothing")
+	require.Equal(t, kv.StateReady, b.Get(t, id).State, "the rebound page cancelled nothing")
 
 	for _, host := range []string{"127.0.0.1:" + strconv.Itoa(port), "localhost:" + strconv.Itoa(port), "[::1]:" + strconv.Itoa(port), "ax.internal.example", "AX.internal.example:443"} {
 		require.Equal(t, http.StatusOK, b.do(t, http.MethodGet, "/api/workers", host, "", nil), host)

@@ -31,7 +31,7 @@ func TestDocumentedLinks(t *testing.T) {
 	}
 
 	b := setup(t, dashboard.Config{})
-	id := b.submit(t, ax.TaskSpec{Type: "email", Tenant: "acme"})
+	id := b.Submit(t, ax.TaskSpec{Type: "email", Tenant: "acme"})
 	links := regexp.MustCompile("(?m)^\\| `(#/[^`]*)` \\|").FindAllSubmatch(doc, -1)
 	require.GreaterOrEqual(t, len(links), 7, "the Links table of docs/DASHBOARD.md")
 	for _, m := range links {

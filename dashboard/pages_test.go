@@ -24,9 +24,9 @@ import (
 func TestTaskSearchAndDetail(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Config{AllowActions: true})
-	b.submit(t, ax.TaskSpec{ID: "inv-1", Type: "invoice", Tenant: "acme"})
-	b.submit(t, ax.TaskSpec{ID: "inv-2", Type: "invoice", Tenant: "globex"})
-	b.submit(t, ax.TaskSpec{ID: "mail-1", Type: "email", Tenant: "acme"})
+	b.Submit(t, ax.TaskSpec{ID: "inv-1", Type: "invoice", Tenant: "acme"})
+	b.Submit(t, ax.TaskSpec{ID: "inv-2", Type: "invoice", Tenant: "globex"})
+	b.Submit(t, ax.TaskSpec{ID: "mail-1", Type: "email", Tenant: "acme"})
 	var paused map[string]any
 	require.Equal(t, http.StatusOK, b.act(t, "task.pause", `{"id":"inv-2"}`, nil, &paused))
 
@@ -72,13 +72,13 @@ func TestTaskSearchAndDetail(t *testing.T) {
 func TestActionsGuarded(t *testing.T) {
 	t.Parallel()
 	ro := setup(t, dashboard.Config{})
-	id := ro.submit(t, ax.TaskSpec{Type: "email", Tenant: "acme"})
+	id := ro.Submit(t, ax.TaskSpec{Type: "email", Tenant: "acme"})
 	for _, verb := range []string{"task.cancel", "task.pause", "task.resume", "task.reprioritize", "dlq.replay"} {
 		var refused apiError
 		require.Equal(t, http.StatusForbidden, ro.act(t, verb, `{"id":"`+id+`"}`, nil, &refused), verb)
 		require.Contains(t, refused.Message, "--allow-actions")
 	}
-	require.Equal(t, kv.StateReady, ro.state(t, id))
+	require.Equal(t, kv.StateReady, ro.Get(t, id).State)
 
 	rw := setupDashboardOn(t, ro, dashboard.Config{AllowActions: true})
 	for _, tc := range []struct {
@@ -102,7 +102,7 @@ func TestActionsGuarded(t *testing.T) {
 			require.Contains(t, e.Message, tc.contains)
 		})
 	}
-	require.Equal(t, kv.StateReady, rw.state(t, id), "no refused action changed the task")
+	require.Equal(t, kv.StateReady, rw.Get(t, id).State, "no refused action changed the task")
 
 	var reply admin.TaskReply
 	require.Equal(t, http.StatusOK, rw.act(t, "task.reprioritize", `{"id":"`+id+`","priority":3}`, nil, &reply))
@@ -111,7 +111,7 @@ func TestActionsGuarded(t *testing.T) {
 	require.Equal(t, http.StatusOK, rw.act(t, "task.resume", `{"id":"`+id+`"}`, nil, &reply))
 	require.Equal(t, kv.StateReady, reply.Task.State)
 	require.Equal(t, http.StatusOK, rw.act(t, "task.cancel", `{"id":"`+id+`"}`, map[string]string{"Origin": rw.srv.URL}, &reply))
-	require.Equal(t, kv.StateCancelled, rw.state(t, id))
+	require.Equal(t, kv.StateCancelled, rw.Get(t, id).State)
 }
 
 // A task that failed permanently is listed on the DLQ page; replaying it
@@ -131,9 +131,9 @@ func TestDLQListAndReplay(t *testing.T) {
 	b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 4})
 
 	ids := []string{
-		b.submit(t, ax.TaskSpec{ID: "c-1", Type: "charge", Tenant: "acme"}),
-		b.submit(t, ax.TaskSpec{ID: "c-2", Type: "charge", Tenant: "acme"}),
-		b.submit(t, ax.TaskSpec{ID: "c-3", Type: "charge", Tenant: "globex"}),
+		b.Submit(t, ax.TaskSpec{ID: "c-1", Type: "charge", Tenant: "acme"}),
+		b.Submit(t, ax.TaskSpec{ID: "c-2", Type: "charge", Tenant: "acme"}),
+		b.Submit(t, ax.TaskSpec{ID: "c-3", Type: "charge", Tenant: "globex"}),
 	}
 	var list admin.DLQListReply
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -152,7 +152,7 @@ func TestDLQListAndReplay(t *testing.T) {
 	require.Equal(t, http.StatusOK, b.act(t, "dlq.replay", `{"tenant":"acme","limit":100}`, nil, &bulk))
 	require.ElementsMatch(t, []kv.Ref{{Tenant: "acme", ID: "c-1"}, {Tenant: "acme", ID: "c-2"}}, bulk.Replayed)
 	for _, id := range ids {
-		require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, kv.StateSucceeded, b.state(c, id)) }, 20*time.Second, 50*time.Millisecond, id)
+		require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, kv.StateSucceeded, b.Get(c, id).State) }, 20*time.Second, 50*time.Millisecond, id)
 	}
 	b.get(t, "/api/dlq", &list)
 	require.Zero(t, list.Total)

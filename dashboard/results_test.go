@@ -34,7 +34,7 @@ func TestTaskViewShowsResultAndProgress(t *testing.T) {
 		return nil
 	}, nil))
 	b.StartWorker(t, worker.Config{Registry: reg})
-	id := b.submit(t, ax.TaskSpec{ID: "crunch-1", Type: "crunch", Tenant: "acme"})
+	id := b.Submit(t, ax.TaskSpec{ID: "crunch-1", Type: "crunch", Tenant: "acme"})
 
 	var detail dashboard.TaskDetail
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

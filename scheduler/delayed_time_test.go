@@ -46,7 +46,7 @@ func TestReconcilerNeverReleasesPendingEarly(t *testing.T) {
 	require.NoError(t, err)
 
 	pendingUntil(t, b.Store, kv.Ref{Tenant: "acme", ID: "early"}, runAt)
-	rec := b.waitState(t, "early", kv.StateReady)
+	rec := b.waitRepaired(t, "early", kv.StateReady)
 	require.False(t, rec.LastMove().At.Before(runAt), "released at %s, before its run time %s", rec.LastMove().At, runAt)
 	require.Contains(t, rec.LastMove().Error, "re-published from its stale copy AX_P2")
 }

@@ -48,9 +48,9 @@ func (b *reconcileBundle) deleteMsg(t *testing.T, stream string, seq uint64) {
 	require.NoError(t, s.DeleteMsg(context.Background(), seq))
 }
 
-// waitState waits for the reconciler to move a task to state and returns
+// waitRepaired waits for the reconciler to move a task to state and returns
 // its record.
-func (b *reconcileBundle) waitState(t *testing.T, id string, state kv.State) *kv.Record {
+func (b *reconcileBundle) waitRepaired(t *testing.T, id string, state kv.State) *kv.Record {
 	t.Helper()
 	return axtest.WaitRecord(t, axtest.StoreRead(b.Store), id, repairBound, fmt.Sprintf("moved to %s by the reconciler", state),
 		func(r *kv.Record) bool { return r.State == state && r.LastMove().Action == "reconcile" })
@@ -71,7 +71,7 @@ func TestReconcilerBuriesLostReadyTask(t *testing.T) {
 	require.NoError(t, err)
 	b.deleteMsg(t, "AX_P2", lost.Sequence)
 
-	rec := b.waitState(t, "lost", kv.StateDead)
+	rec := b.waitRepaired(t, "lost", kv.StateDead)
 	require.Contains(t, rec.LastError, "message lost: its message AX_P2 #")
 	require.Contains(t, rec.LastError, "no longer stored")
 	require.NotNil(t, rec.FinishedAt)
@@ -119,7 +119,7 @@ func TestReconcilerBuriesPendingWithoutSchedule(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, delayed.Purge(ctx, jetstream.WithPurgeSubject("ax.delayed.default.later")))
 
-	rec := b.waitState(t, "later", kv.StateDead)
+	rec := b.waitRepaired(t, "later", kv.StateDead)
 	require.Contains(t, rec.LastError, "message lost: PENDING with no schedule in AX_DELAYED")
 }
 
@@ -140,7 +140,7 @@ func TestReconcilerRepublishesFromDeadLetter(t *testing.T) {
 		DLQSeq: dl.Sequence}, 3, "AX_P1", 999), kv.Actor{Action: "replay"})
 	require.NoError(t, err)
 
-	rec := b.waitState(t, "replayed", kv.StateReady)
+	rec := b.waitRepaired(t, "replayed", kv.StateReady)
 	require.Equal(t, uint64(4), rec.Gen)
 	require.Equal(t, "AX_P1", rec.Stream)
 	require.Contains(t, rec.LastMove().Error, "message lost: its message AX_P1 #999 is no longer stored; re-published from its dead letter AX_DLQ #")
@@ -169,7 +169,7 @@ func TestReconcilerRepublishesRetryFromStaleCopy(t *testing.T) {
 	_, _, err = b.Store.Transition(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "retry"}, kv.StateRunning, kv.StateRetrying, kv.Actor{Worker: "w", Error: "failed"}, nil)
 	require.NoError(t, err)
 
-	rec := b.waitState(t, "retry", kv.StateReady)
+	rec := b.waitRepaired(t, "retry", kv.StateReady)
 	require.Equal(t, uint64(3), rec.Gen)
 	require.Contains(t, rec.LastMove().Error, "re-published from its stale copy AX_P3 #")
 	require.Equal(t, "p", string(natstest.GetMsg(t, b.JS, rec.Stream, rec.StreamSeq).Data))
@@ -190,7 +190,7 @@ func TestReconcilerBuriesStuckRunningTask(t *testing.T) {
 	require.NoError(t, err)
 	running("gone", ack.Sequence+100) // its message was acked and is gone
 	running("kept", ack.Sequence)     // its message will be redelivered
-	rec := b.waitState(t, "gone", kv.StateDead)
+	rec := b.waitRepaired(t, "gone", kv.StateDead)
 	require.Contains(t, rec.LastError, "message lost: worker w-gone gone since")
 	running("fresh", ack.Sequence+200) // not yet past the ack wait
 	time.Sleep(500 * time.Millisecond) // several passes
@@ -259,7 +259,7 @@ func TestReconcilerRepublishesFromSchedule(t *testing.T) {
 		kv.Actor{Action: "resume"})
 	require.NoError(t, err)
 
-	rec := b.waitState(t, "sched", kv.StateReady)
+	rec := b.waitRepaired(t, "sched", kv.StateReady)
 	require.Equal(t, uint64(2), rec.Gen)
 	require.Contains(t, rec.LastMove().Error, "message lost: no message of the task is stored")
 	require.Contains(t, rec.LastMove().Error, fmt.Sprintf("re-published from its schedule AX_DELAYED #%d", sched.Sequence))
@@ -287,7 +287,7 @@ func TestReconcilerReschedulesFutureSchedule(t *testing.T) {
 		kv.Actor{Action: "resume"})
 	require.NoError(t, err)
 
-	rec := b.waitState(t, "later", kv.StatePending)
+	rec := b.waitRepaired(t, "later", kv.StatePending)
 	require.Contains(t, rec.LastMove().Error, "PENDING again")
 	require.Eventually(t, func() bool { // released by the mover at its time
 		rec, _, err := b.Store.Get(ctx, kv.Ref{Tenant: "t", ID: "later"})

@@ -8,24 +8,10 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/internal/axtest"
-	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
-
-// waitState polls a task's record until it reaches want (at most 10 s).
-func waitState(ctx context.Context, store *kv.Store, tenant, id string, want kv.State) kv.State {
-	var state kv.State
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if rec, _, err := store.Get(ctx, kv.Ref{Tenant: tenant, ID: id}); err == nil {
-			if state = rec.State; state == want {
-				break
-			}
-		}
-	}
-	return state
-}
 
 // Email is the payload of an "email" task.
 type Email struct {
@@ -55,7 +41,7 @@ func ExampleHandleJSON() {
 // signal, in a real main). Run starts the worker, and on return has stopped
 // it, letting running handlers finish.
 func ExampleWorker_Run() {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	url, stop := axtest.RunDeployment(ctx)
 	defer stop()
@@ -96,12 +82,13 @@ func ExampleWorker_Run() {
 	defer func() { _ = client.Close() }()
 	info, _ := client.Submit(ctx, ax.TaskSpec{Type: "email", Payload: []byte(`{"to":"ada@example.com"}`)})
 	fmt.Println("sent to", <-sent)
-	fmt.Println(waitState(ctx, client.Store(), info.Tenant, info.ID, kv.StateSucceeded))
+	_, err = client.Wait(ctx, info.Tenant, info.ID) // until it succeeds, or why not
+	fmt.Println("succeeded:", err == nil)
 	cancel()
 	fmt.Println("stopped:", <-done)
 	// Output:
 	// sent to ada@example.com
-	// SUCCEEDED
+	// succeeded: true
 	// stopped: <nil>
 }
 
@@ -118,7 +105,7 @@ func (Welcome) Kind() string { return "welcome" }
 // the same Go type with HandleArgs: neither writes the type string or the
 // payload's encoding.
 func ExampleHandleArgs() {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	url, stop := axtest.RunDeployment(ctx)
 	defer stop()
@@ -158,7 +145,8 @@ func ExampleHandleArgs() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(waitState(ctx, client.Store(), info.Tenant, info.ID, kv.StateSucceeded))
+	_, err = client.Wait(ctx, info.Tenant, info.ID) // until it succeeds, or why not
+	fmt.Println("succeeded:", err == nil)
 	select {
 	case handled := <-sent:
 		fmt.Println(handled)
@@ -168,6 +156,6 @@ func ExampleHandleArgs() {
 	cancel()
 	<-done
 	// Output:
-	// SUCCEEDED
+	// succeeded: true
 	// welcome to ada@example.com
 }

@@ -97,3 +97,20 @@ func Fast(t testing.TB) *Bundle {
 func (b *Bundle) Connect(opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	return b.Server.Connect(opts...)
 }
+
+// Submit submits spec with the bundle's client and returns the task's id.
+func (b *Bundle) Submit(t natstest.TB, spec ax.TaskSpec) string {
+	t.Helper()
+	info, err := b.Client.Submit(context.Background(), spec)
+	require.NoError(t, err)
+	return info.ID
+}
+
+// Get returns the record of the one task (of any tenant) with id. t may be
+// the collector of an EventuallyWithT condition.
+func (b *Bundle) Get(t natstest.TB, id string) *kv.Record {
+	t.Helper()
+	rec, err := Record(context.Background(), b.Store, id)
+	require.NoError(t, err)
+	return rec
+}
