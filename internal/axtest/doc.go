@@ -11,15 +11,25 @@
 //
 // # Who may import it
 //
-// axtest imports ax, worker, scheduler, admin and deploy, so the test
-// files that may use it are those of external test packages (package
-// x_test) and of packages none of those import. Go refuses an import
-// cycle, so the internal test files (package x, for white-box tests) of
-// ax, admin, worker, scheduler, deploy, kv, streams, control and
-// internal/move cannot import it: they start servers with [natstest]
-// alone (natstest imports only control, kv and streams; their own
-// internal tests use nothing but the server starter). The external test
-// packages kv_test and move_test do use axtest.
+// axtest imports ax, worker, scheduler, admin and deploy (and through them
+// kv, streams, control and internal/move). Go refuses an import cycle, so
+// the internal test files (package x, for white-box tests) of those
+// packages cannot import it: they start servers with [natstest] alone,
+// which imports only control, kv and streams and whose own helpers
+// ([natstest.Provision], [natstest.Server.ConnectAs], [natstest.StreamMsgs])
+// are all they share. worker's park-room test, which needed a leader,
+// became an external test through worker/export_test.go instead.
+//
+// External test packages (package x_test) may import axtest, and those of
+// ax, worker, scheduler, admin, dashboard, metrics, internal/move and
+// integration do. Two keep to natstest by choice:
+//   - kv_test and streams_test test the storage layer beneath everything
+//     axtest imports; they need a store or a stream, not a client or a
+//     worker, and kv/export_test.go would make kv's test binary compile
+//     ax, admin, worker, scheduler and deploy again against kv's test
+//     variant. kv's setup builds its store over natstest in four lines.
+//   - deploy_test opens a deployment on a bare server: provisioning it is
+//     what those tests test.
 //
 // # The fast tier
 //
