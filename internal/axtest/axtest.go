@@ -23,16 +23,14 @@ type Options struct {
 	// Client configures the bundle's client; nil means the defaults.
 	Client *ax.Config
 	// User, when set, is the user of Server.ConfigFile the bundle's
-	// connection logs in as (see [natstest.Server.ConnectAs]); it provisions, so it
-	// must be a privileged one (docs/ax-permissions.conf: "scheduler"). A
-	// test connects as another role with [natstest.Server.ConnectAs].
-	// Empty means no user, for a server without authorization.
+	// connection logs in as ([natstest.Server.ConnectAs]). It provisions,
+	// so it must be a privileged one (docs/ax-permissions.conf:
+	// "scheduler"); a test connects as another role with ConnectAs. Empty
+	// means no user, for a server without authorization.
 	User string
-	// Store, when set, configures a record store of the bundle's own
-	// instead of the client's ([Bundle.Store]).
-	Store *kv.StoreConfig
-	// NoClient leaves [Bundle.Client] nil: for a test of the record store
-	// alone, or of a client of its own.
+	// NoClient leaves [Bundle.Client] nil, for a test whose clients are its
+	// own (a publish-only one, a role's); [Bundle.Store] is then a store of
+	// its own.
 	NoClient bool
 }
 
@@ -46,8 +44,7 @@ type Bundle struct {
 	JS jetstream.JetStream
 	// Client submits tasks on JS; nil under [Options.NoClient].
 	Client *ax.Client
-	// Store reads and moves the deployment's records: the client's, or
-	// one of [Options.Store].
+	// Store reads and moves the deployment's records (the client's).
 	Store *kv.Store
 }
 
@@ -65,24 +62,20 @@ func Setup(t testing.TB, o Options) *Bundle {
 	}
 	natstest.Provision(t, b.JS, o.Streams)
 	ctx := context.Background()
-	if !o.NoClient {
-		client, err := ax.NewClient(ctx, b.JS, o.Client)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = client.Close() })
-		b.Client, b.Store = client, client.Store()
-	}
-	if o.Store != nil || o.NoClient {
+	if o.NoClient {
 		cfg := kv.StoreConfig{}
-		if o.Store != nil {
-			cfg = *o.Store
-		}
-		if cfg.Names == (streams.Names{}) && o.Streams != nil {
+		if o.Streams != nil {
 			cfg.Names = o.Streams.Names
 		}
 		store, err := kv.NewStore(ctx, b.JS, &cfg)
 		require.NoError(t, err)
 		b.Store = store
+		return b
 	}
+	client, err := ax.NewClient(ctx, b.JS, o.Client)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+	b.Client, b.Store = client, client.Store()
 	return b
 }
 
