@@ -13,11 +13,8 @@ import (
 	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/scheduler"
-	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 )
 
 // runLog records each start and end of a workflow's tasks, by name.
@@ -50,32 +47,6 @@ func (l *runLog) handler(fail map[string]bool) worker.HandlerFunc {
 	}
 }
 
-func (b *loopsBundle) startWorker(t *testing.T, reg *worker.Registry, concurrency int) {
-	t.Helper()
-	ctx := context.Background()
-	_, wjs := b.srv.Connect()
-	w, err := worker.New(ctx, wjs, &worker.Config{Registry: reg, Concurrency: concurrency, Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		require.NoError(t, w.Stop(sctx))
-	})
-}
-
-func (b *loopsBundle) waitTask(t *testing.T, wf *ax.Workflow, name string, want kv.State) *kv.Record {
-	t.Helper()
-	var rec *kv.Record
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		var err error
-		rec, _, err = b.client.Store().Get(context.Background(), kv.Ref{Tenant: ax.DefaultTenant, ID: wf.TaskID(name)})
-		if assert.NoError(c, err) {
-			assert.Equal(c, want, rec.State)
-		}
-	}, 30*time.Second, 10*time.Millisecond, "task %s never reached %s", name, want)
-	return rec
-}
 
 // A workflow's tasks run after their parents, each once, and read their
 // parents' results: a chain, a group with a callback, a task with parents
@@ -97,7 +68,7 @@ func TestWorkflowRunsInDependencyOrder(t *testing.T) {
 		}
 		return nil
 	}, nil))
-	b.startWorker(t, reg, 8)
+	b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 8})
 
 	step := ax.TaskSpec{Type: "step"}
 	wf := ax.NewWorkflow("wf-order").
@@ -105,12 +76,12 @@ func TestWorkflowRunsInDependencyOrder(t *testing.T) {
 	wf.Group(ax.Step{Name: "g1", Spec: step}, ax.Step{Name: "g2", Spec: step}, ax.Step{Name: "g3", Spec: step}).
 		Then(ax.Step{Name: "after-group", Spec: step})
 	wf.Add("join", ax.TaskSpec{Type: "join"}, "b", "after-group")
-	info, err := b.client.SubmitWorkflow(context.Background(), wf)
+	info, err := b.Client.SubmitWorkflow(context.Background(), wf)
 	require.NoError(t, err)
 	require.Equal(t, 7, info.Tasks)
 	require.False(t, info.Duplicate)
 
-	b.waitTask(t, wf, "join", kv.StateSucceeded)
+	b.WaitState(t, wf.TaskID("join"), kv.StateSucceeded)
 	log.mu.Lock()
 	defer log.mu.Unlock()
 	for _, task := range wf.Tasks {
@@ -128,7 +99,7 @@ func TestWorkflowRunsInDependencyOrder(t *testing.T) {
 		require.Equal(t, p, by, "the join read %s's result", p)
 	}
 
-	again, err := b.client.SubmitWorkflow(context.Background(), wf)
+	again, err := b.Client.SubmitWorkflow(context.Background(), wf)
 	require.NoError(t, err)
 	require.True(t, again.Duplicate, "a workflow id is taken once")
 }
@@ -141,20 +112,20 @@ func TestWorkflowFailurePolicy(t *testing.T) {
 	var log runLog
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("step", log.handler(map[string]bool{"bad": true}), nil))
-	b.startWorker(t, reg, 4)
+	b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 4})
 	step := ax.TaskSpec{Type: "step"}
 	for _, policy := range []ax.FailurePolicy{ax.CancelDescendants, ax.ContinueDescendants} {
 		wf := ax.NewWorkflow(fmt.Sprintf("wf-%s", policy)).Chain(ax.Step{Name: "bad", Spec: step}, ax.Step{Name: "next", Spec: step})
 		wf.OnFailure = policy
-		_, err := b.client.SubmitWorkflow(context.Background(), wf)
+		_, err := b.Client.SubmitWorkflow(context.Background(), wf)
 		require.NoError(t, err)
-		b.waitTask(t, wf, "bad", kv.StateDead)
+		b.WaitState(t, wf.TaskID("bad"), kv.StateDead)
 		if policy == ax.ContinueDescendants {
-			b.waitTask(t, wf, "next", kv.StateSucceeded)
+			b.WaitState(t, wf.TaskID("next"), kv.StateSucceeded)
 			continue
 		}
 		time.Sleep(time.Second)
-		_, _, err = b.client.Store().Get(context.Background(), kv.Ref{Tenant: ax.DefaultTenant, ID: wf.TaskID("next")})
+		_, _, err = b.Client.Store().Get(context.Background(), kv.Ref{Tenant: ax.DefaultTenant, ID: wf.TaskID("next")})
 		require.ErrorIs(t, err, kv.ErrNotFound, "the child of a DEAD task was released")
 	}
 }
@@ -171,18 +142,18 @@ func TestAtomicBatch(t *testing.T) {
 		n.(*atomic.Int32).Add(1)
 		return nil
 	}, nil))
-	b.startWorker(t, reg, 8)
+	b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 8})
 	ctx := context.Background()
 	var specs []ax.TaskSpec
 	for i := range 20 {
 		specs = append(specs, ax.TaskSpec{ID: fmt.Sprintf("atomic-%d", i), Type: "step"})
 	}
-	infos, err := b.client.SubmitBatch(ctx, specs, ax.Atomic())
+	infos, err := b.Client.SubmitBatch(ctx, specs, ax.Atomic())
 	require.NoError(t, err)
 	require.Len(t, infos, 20)
 	for i := range specs {
 		require.Equal(t, specs[i].ID, infos[i].ID)
-		b.waitID(t, specs[i].ID, kv.StateSucceeded)
+		b.WaitState(t, specs[i].ID, kv.StateSucceeded)
 	}
 	ran.Range(func(id, n any) bool {
 		require.EqualValues(t, 1, n.(*atomic.Int32).Load(), "%s ran more than once", id)
@@ -190,23 +161,14 @@ func TestAtomicBatch(t *testing.T) {
 	})
 
 	bad := []ax.TaskSpec{{ID: "fine", Type: "step"}, {ID: "bad", Type: "step", Priority: "p9"}}
-	_, err = b.client.SubmitBatch(ctx, bad, ax.Atomic())
+	_, err = b.Client.SubmitBatch(ctx, bad, ax.Atomic())
 	require.ErrorIs(t, err, ax.ErrInvalidTask)
 	require.ErrorContains(t, err, "task 1 (bad)")
 	time.Sleep(time.Second)
-	_, _, err = b.client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "fine"})
+	_, _, err = b.Client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "fine"})
 	require.ErrorIs(t, err, kv.ErrNotFound, "a task of a refused atomic batch was stored")
 }
 
-func (b *loopsBundle) waitID(t *testing.T, id string, want kv.State) {
-	t.Helper()
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		rec, _, err := b.client.Store().Get(context.Background(), kv.Ref{Tenant: ax.DefaultTenant, ID: id})
-		if assert.NoError(c, err) {
-			assert.Equal(c, want, rec.State)
-		}
-	}, 30*time.Second, 10*time.Millisecond, "task %s never reached %s", id, want)
-}
 
 // Cancelling a workflow (workflow.cancel) cancels the task running and the
 // ones not released yet, leaves the ended one, and nothing more runs: the
@@ -223,14 +185,14 @@ func TestWorkflowCancel(t *testing.T) {
 		<-ctx.Done()
 		return context.Cause(ctx)
 	}, nil))
-	b.startWorker(t, reg, 4)
+	b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 4})
 	wf := ax.NewWorkflow("wf-cancel").Chain(
 		ax.Step{Name: "first", Spec: ax.TaskSpec{Type: "quick"}},
 		ax.Step{Name: "long", Spec: ax.TaskSpec{Type: "slow"}},
 		ax.Step{Name: "after", Spec: ax.TaskSpec{Type: "quick"}})
 	// "after" is released once "long" ends, however: after the cancel.
 	wf.OnFailure = ax.ContinueDescendants
-	_, err := b.client.SubmitWorkflow(context.Background(), wf)
+	_, err := b.Client.SubmitWorkflow(context.Background(), wf)
 	require.NoError(t, err)
 	select {
 	case id := <-started:
@@ -238,26 +200,14 @@ func TestWorkflowCancel(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the second task never started")
 	}
-	api := b.admin(t)
+	api := b.StartAdmin(t, nil)
 	reply, err := api.CancelWorkflow(context.Background(), admin.WorkflowRequest{ID: wf.ID})
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{"long", "after"}, reply.Cancelled)
 	require.Equal(t, []string{"first"}, reply.Ended)
 	require.Equal(t, 1, reply.Notified, "the running task's worker was told")
-	b.waitTask(t, wf, "long", kv.StateCancelled)
+	b.WaitState(t, wf.TaskID("long"), kv.StateCancelled)
 	time.Sleep(time.Second)
-	rec := b.waitTask(t, wf, "after", kv.StateCancelled)
+	rec := b.WaitState(t, wf.TaskID("after"), kv.StateCancelled)
 	require.Empty(t, rec.Type, "the unreleased task was released: %+v", rec)
-}
-
-// admin starts a management API on the bundle's server and returns its client.
-func (b *loopsBundle) admin(t *testing.T) *admin.Client {
-	t.Helper()
-	ctx := context.Background()
-	_, ajs := b.srv.Connect()
-	svc, err := admin.New(ctx, ajs, nil)
-	require.NoError(t, err)
-	require.NoError(t, svc.Start(ctx))
-	t.Cleanup(func() { _ = svc.Stop(ctx) })
-	return admin.NewClient(b.js.Conn(), streams.Names{})
 }

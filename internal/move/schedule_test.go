@@ -58,7 +58,7 @@ func TestCreatePending(t *testing.T) {
 	b := setupFast(t)
 	ctx := context.Background()
 	runAt := time.Now().Add(time.Hour)
-	delayed, err := b.js.Stream(ctx, b.names.DelayedStream())
+	delayed, err := b.JS.Stream(ctx, b.names.DelayedStream())
 	require.NoError(t, err)
 	scheduleOf := func(id string) []byte {
 		msg, err := delayed.GetLastMsgForSubject(ctx, b.names.DelayedSubject(ax.DefaultTenant, id))
@@ -68,7 +68,7 @@ func TestCreatePending(t *testing.T) {
 		return msg.Data
 	}
 
-	created, err := move.CreatePending(ctx, b.js, b.store, move.Pending{Record: pending("a", runAt), Schedule: b.schedule("a", runAt, []byte("first")),
+	created, err := move.CreatePending(ctx, b.JS, b.Store, move.Pending{Record: pending("a", runAt), Schedule: b.schedule("a", runAt, []byte("first")),
 		Existing: func(*kv.Record) bool { t.Fatal("a had no record"); return false }})
 	require.NoError(t, err)
 	require.True(t, created.Scheduled)
@@ -76,24 +76,24 @@ func TestCreatePending(t *testing.T) {
 	require.Equal(t, kv.StatePending, created.Record.State)
 	require.Equal(t, []byte("first"), scheduleOf("a"))
 
-	created, err = move.CreatePending(ctx, b.js, b.store, move.Pending{Record: pending("a", runAt), Schedule: b.schedule("a", runAt, []byte("second")),
+	created, err = move.CreatePending(ctx, b.JS, b.Store, move.Pending{Record: pending("a", runAt), Schedule: b.schedule("a", runAt, []byte("second")),
 		Existing: func(rec *kv.Record) bool { return false }})
 	require.NoError(t, err)
 	require.True(t, created.Existed)
 	require.False(t, created.Scheduled)
 	require.Equal(t, []byte("first"), scheduleOf("a"), "another task's schedule is not replaced")
 
-	created, err = move.CreatePending(ctx, b.js, b.store, move.Pending{Record: pending("a", runAt), Schedule: b.schedule("a", runAt, []byte("first")),
+	created, err = move.CreatePending(ctx, b.JS, b.Store, move.Pending{Record: pending("a", runAt), Schedule: b.schedule("a", runAt, []byte("first")),
 		Existing: func(rec *kv.Record) bool { return rec.SamePending(pending("a", runAt)) }})
 	require.NoError(t, err)
 	require.True(t, created.Existed)
 	require.True(t, created.Scheduled, "a retried submit writes its own schedule again")
 
 	big := b.schedule("big", runAt, make([]byte, 1<<20))
-	_, err = move.CreatePending(ctx, b.js, b.store, move.Pending{Record: pending("big", runAt), Schedule: big,
+	_, err = move.CreatePending(ctx, b.JS, b.Store, move.Pending{Record: pending("big", runAt), Schedule: big,
 		Existing: func(*kv.Record) bool { return true }})
 	require.ErrorIs(t, err, streams.ErrTooLarge)
-	_, _, err = b.store.Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "big"})
+	_, _, err = b.Store.Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "big"})
 	require.ErrorIs(t, err, kv.ErrNotFound, "nothing is written for a task too large")
 	require.Nil(t, scheduleOf("big"))
 }
@@ -109,19 +109,19 @@ func TestStepAside(t *testing.T) {
 	runAt := time.Now().Add(time.Minute).Truncate(time.Millisecond)
 	s := b.schedule("s", runAt, []byte("payload-s"))
 	s.Aside = "limit"
-	require.NoError(t, move.StepAside(ctx, b.js, b.store, move.Aside{Record: rec, Revision: rev, Actor: kv.Actor{Action: "step_aside"}, Schedule: s}))
-	got, _, err := b.store.Get(ctx, rec.Ref())
+	require.NoError(t, move.StepAside(ctx, b.JS, b.Store, move.Aside{Record: rec, Revision: rev, Actor: kv.Actor{Action: "step_aside"}, Schedule: s}))
+	got, _, err := b.Store.Get(ctx, rec.Ref())
 	require.NoError(t, err)
 	require.Equal(t, kv.StatePending, got.State)
 	require.True(t, got.RunAt.Equal(runAt))
 	require.Zero(t, got.StreamSeq, "the leader's release names its copy")
-	delayed, err := b.js.Stream(ctx, b.names.DelayedStream())
+	delayed, err := b.JS.Stream(ctx, b.names.DelayedStream())
 	require.NoError(t, err)
 	msg, err := delayed.GetLastMsgForSubject(ctx, b.names.DelayedSubject(ax.DefaultTenant, "s"))
 	require.NoError(t, err)
 	require.Equal(t, "limit", msg.Header.Get(streams.HeaderAside))
 	require.Equal(t, "@at "+runAt.Add(-streams.DefaultScheduleEarly).UTC().Format(time.RFC3339Nano), msg.Header.Get(streams.HeaderSchedule))
 
-	err = move.StepAside(ctx, b.js, b.store, move.Aside{Record: rec, Revision: rev, Actor: kv.Actor{Action: "step_aside"}, Schedule: s})
+	err = move.StepAside(ctx, b.JS, b.Store, move.Aside{Record: rec, Revision: rev, Actor: kv.Actor{Action: "step_aside"}, Schedule: s})
 	require.ErrorIs(t, err, kv.ErrConflict, "a stale revision moves nothing")
 }
