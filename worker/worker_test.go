@@ -202,7 +202,9 @@ func TestRetryBackoff(t *testing.T) {
 	require.Less(t, gap1, base+base/2+time.Second, "gap 1 %s", gap1)
 	require.GreaterOrEqual(t, gap2, 2*base)
 	require.Less(t, gap2, 2*base+base/2+time.Second, "gap 2 %s", gap2)
-	require.Greater(t, gap2, gap1)
+	// The doubling is in the lower bounds: each gap is its delay plus the
+	// time its redelivery and claim took, which under load may make the
+	// first longer than the second (570 ms against 476 ms once).
 }
 
 // A task that sleeps past its timeout is cancelled through its context and
