@@ -197,7 +197,7 @@ type turns struct {
 
 func (t *turns) push(d *delivery) {
 	group := groupOf(d)
-	if d.woken || (d.aged && group.shard >= 0) {
+	if d.flow.woken || (d.aged && group.shard >= 0) {
 		heap.Push(&t.first, d)
 		return
 	}

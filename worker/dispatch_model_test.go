@@ -47,7 +47,7 @@ func modelGroup(d *delivery) dispatchGroup {
 
 // modelFirst reports whether d goes before the turns of its priority.
 func modelFirst(d *delivery) bool {
-	return d.woken || (d.aged && modelGroup(d).shard >= 0)
+	return d.flow.woken || (d.aged && modelGroup(d).shard >= 0)
 }
 
 // modelBefore reports whether a goes before b in a heap's order.
@@ -176,7 +176,7 @@ func TestDispatchAttackRandomOrder(t *testing.T) {
 							set:      layout.sets[r.IntN(len(layout.sets))],
 							since:    base.Add(time.Duration(r.IntN(20)) * time.Second), // many ties
 							aged:     r.IntN(10) == 0,
-							woken:    r.IntN(15) == 0,
+							flow:     flowState{woken: r.IntN(15) == 0},
 						}
 						require.True(t, q.push(d))
 						m.pushed(d)
@@ -225,7 +225,7 @@ func TestDispatchAttackPriorityBeforeFirstAndTurns(t *testing.T) {
 			sets := []*shardSet{tt.set(0), tt.set(1), tt.set(2)}
 			names := map[*delivery]string{}
 			push := func(name string, group, priority int, waited time.Duration, aged, woken bool) {
-				d := &delivery{priority: priority, shard: group, set: sets[group], since: base.Add(-waited), aged: aged, woken: woken}
+				d := &delivery{priority: priority, shard: group, set: sets[group], since: base.Add(-waited), aged: aged, flow: flowState{woken: woken}}
 				names[d] = name
 				require.True(t, q.push(d))
 			}
@@ -289,7 +289,7 @@ func TestDispatchAttackWeightedGroupsSpanShards(t *testing.T) {
 			base := time.Now()
 			names := map[*delivery]string{}
 			push := func(name string, s *shardSet, shard int, waited time.Duration, woken bool) {
-				d := &delivery{priority: 2, shard: shard, set: s, since: base.Add(-waited), woken: woken}
+				d := &delivery{priority: 2, shard: shard, set: s, since: base.Add(-waited), flow: flowState{woken: woken}}
 				names[d] = name
 				require.True(t, q.push(d))
 			}
@@ -361,7 +361,7 @@ func TestDispatchAttackOrderWithinShard(t *testing.T) {
 	require.Equal(t, "aged-1", names[q.take()])
 	require.Equal(t, "aged-2", names[q.take()])
 	require.Same(t, woken, q.take())
-	woken.woken = true
+	woken.flow.woken = true
 	push("woken", woken)
 	push("aged-3", &delivery{priority: 1, shard: 5, since: tie, aged: true})
 	push("aged-old", &delivery{priority: 1, shard: 7, since: tie.Add(-time.Second), aged: true})
@@ -413,7 +413,7 @@ func TestDispatchAttackNoLeak(t *testing.T) {
 		// Bursts on a few shards, then drains: groups fill and empty often.
 		if (step/1000)%2 == 0 && queued < 300 || queued == 0 {
 			d := &delivery{priority: r.IntN(streams.Priorities), shard: r.IntN(streams.Shards), set: catchAll,
-				since: base.Add(time.Duration(step) * time.Microsecond), aged: r.IntN(20) == 0, woken: r.IntN(30) == 0}
+				since: base.Add(time.Duration(step) * time.Microsecond), aged: r.IntN(20) == 0, flow: flowState{woken: r.IntN(30) == 0}}
 			require.True(t, q.push(d))
 			queued++
 			maxQueued = max(maxQueued, queued)
@@ -459,7 +459,7 @@ func TestDispatchAttackConcurrentClose(t *testing.T) {
 				r := rand.New(rand.NewPCG(uint64(round), uint64(i)))
 				for range 2000 {
 					d := &delivery{priority: r.IntN(streams.Priorities), shard: r.IntN(streams.Shards), set: sets[r.IntN(len(sets))],
-						since: time.Now(), aged: r.IntN(5) == 0, woken: r.IntN(7) == 0}
+						since: time.Now(), aged: r.IntN(5) == 0, flow: flowState{woken: r.IntN(7) == 0}}
 					ok := q.push(d)
 					mu.Lock()
 					if ok {

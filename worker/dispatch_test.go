@@ -210,7 +210,7 @@ func TestDispatchTakesShardsInTurn(t *testing.T) {
 	base := time.Now()
 	names := map[*delivery]string{}
 	push := func(name string, shard, priority int, waited time.Duration, aged bool) {
-		d := &delivery{priority: priority, shard: shard, since: base.Add(-waited), aged: aged, woken: name == "woken"}
+		d := &delivery{priority: priority, shard: shard, since: base.Add(-waited), aged: aged, flow: flowState{woken: name == "woken"}}
 		names[d] = name
 		require.True(t, q.push(d))
 	}
@@ -244,7 +244,7 @@ func TestDispatchWokenGoesFirst(t *testing.T) {
 	bulk, small := &shardSet{tenant: "bulk"}, &shardSet{tenant: "small"}
 	names := map[*delivery]string{}
 	push := func(name string, set *shardSet, waited time.Duration, woken, aged bool) {
-		d := &delivery{priority: 2, since: base.Add(-waited), set: set, woken: woken, aged: aged}
+		d := &delivery{priority: 2, since: base.Add(-waited), set: set, flow: flowState{woken: woken}, aged: aged}
 		names[d] = name
 		require.True(t, q.push(d))
 	}

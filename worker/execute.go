@@ -38,8 +38,8 @@ type runner struct {
 	// admit admits a delivery under the pauses and limits, or settles it
 	// ([Worker.admit]); startRated takes its rate limits' starts
 	// ([Worker.startRated]).
-	admit      func(d *delivery, env *envelope) (*admission, bool)
-	startRated func(adm *admission, d *delivery, env *envelope, rec *kv.Record, rev uint64) bool
+	admit      func(d *delivery, env *envelope) (*ticket, bool)
+	startRated func(tk *ticket, d *delivery, env *envelope, rec *kv.Record, rev uint64) bool
 
 	tracer     trace.Tracer // nil: no spans
 	chains     *chains      // the handlers in their middleware
@@ -76,7 +76,7 @@ func (rn *runner) process(d *delivery) {
 	if env.unhandled && env.bad == nil && rn.stillUnhandled(d, env) {
 		return
 	}
-	adm, admitted := rn.admit(d, env) // paused or over a limit: naked, it waits (limits.go)
+	adm, admitted := rn.admit(d, env) // paused or over a limit: it waits (the gate, gate.go)
 	if !admitted {
 		return
 	}
@@ -176,7 +176,7 @@ func (rn *runner) process(d *delivery) {
 // ended context keeps its claim (heartbeats go on) and its slot until it
 // returns, for at most [Config.AbandonAfter]; then run gives up on it with
 // [ErrHandlerStuck] and leaves its goroutine running.
-func (rn *runner) run(env *envelope, exec *attemptRecord, d *delivery, adm *admission) (*Task, error, error) {
+func (rn *runner) run(env *envelope, exec *attemptRecord, d *delivery, adm *ticket) (*Task, error, error) {
 	rec, rev := exec.rec, exec.rev
 	base, cancelBase := context.WithCancelCause(rn.runCtx)
 	defer cancelBase(nil)

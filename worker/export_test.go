@@ -4,18 +4,18 @@ package worker
 // in a deployment), for a test that fills it; a test sets it before it
 // submits.
 func SetParkRoom(w *Worker, room int) {
-	w.limits.mu.Lock()
-	defer w.limits.mu.Unlock()
-	w.limits.room = room
+	w.gate.mu.Lock()
+	defer w.gate.mu.Unlock()
+	w.gate.room = room
 }
 
 // Parked returns the deliveries w holds parked and the bytes it has
 // reserved for them.
 func Parked(w *Worker) (deliveries, bytes int) {
-	w.limits.mu.Lock()
-	defer w.limits.mu.Unlock()
-	for _, q := range w.limits.parked {
+	w.gate.mu.Lock()
+	defer w.gate.mu.Unlock()
+	for _, q := range w.gate.parked {
 		deliveries += len(q)
 	}
-	return deliveries, w.limits.bytes
+	return deliveries, w.gate.bytes
 }

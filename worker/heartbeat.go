@@ -17,38 +17,13 @@ type delivery struct {
 	from     *puller                // the puller whose credit it holds until a slot takes it; nil in tests
 	priority int
 	shard    int
-	// room is how many deliveries of its consumer may park here at once:
-	// half the consumer's MaxAckPending (0: no bound), so that held-back
-	// tasks never take all of its ack pending (limits_aside.go).
-	room  int
-	since time.Time   // when the task began to wait: the dispatch order
-	aged  bool        // since is from aging's copy: the task was lifted
-	order uint64      // arrival at the dispatch queue: breaks ties
-	log   *zap.Logger // the worker's; nil in tests
-	// park names the concurrency limit a slot's admission found full: the
-	// slot parks the delivery once process returns (limits.go). Only the
-	// slot that holds the delivery reads or writes it.
-	park string
-	// parkWait is when, from now, the rate limit it parks for has its
-	// next start due (0: it waits for a slot).
-	parkWait time.Duration
-	// woken is set on a parked delivery handed back to the slots alone (a
-	// slot of its limit handed to it or free, or its rate's next start
-	// due): it goes before every group's turn, and its admission tries
-	// the limits even while others wait parked. A change of the limits
-	// hands every parked delivery back not woken ([Worker.unparkAll]).
-	woken bool
-	// handed are the slots handed to a parked delivery by a finished task
-	// of its limit (limits_park.go), taken under the limits handedUnder;
-	// its admission takes them, and whatever drops it before gives them
-	// back. Only the slot that holds the delivery reads or writes them.
-	handed      []heldSlot
-	handedUnder *flowTable
-	// readAhead is its task's record as read when it parked, so that its
-	// claim, once it has its slot, is one write, not a read and a write
-	// ([Worker.readAhead]). Only the slot that holds the delivery reads or
-	// writes it.
-	readAhead *recordRead
+	since    time.Time   // when the task began to wait: the dispatch order
+	aged     bool        // since is from aging's copy: the task was lifted
+	order    uint64      // arrival at the dispatch queue: breaks ties
+	log      *zap.Logger // the worker's; nil in tests
+	// flow is the gate's state of the delivery: where it parks, the slots
+	// handed to it, its record read ahead ([flowState]).
+	flow flowState
 
 	mu       sync.Mutex
 	lastBeat time.Time // last ack-wait reset: receipt (queued as it arrives, so it is the delivery) or the send time of an answered in-progress (mu)

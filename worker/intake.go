@@ -127,7 +127,7 @@ func (in *intake) receive(pl *puller, msg jetstream.Msg) {
 	}
 	now := time.Now()
 	meta, _ := msg.Metadata() // nil if unreadable: process terms the message
-	d := &delivery{msg: msg, meta: meta, set: pl.s, from: pl, priority: pl.p, shard: pl.shard, room: pl.parkRoom, lastBeat: now, log: in.log}
+	d := &delivery{msg: msg, meta: meta, set: pl.s, from: pl, priority: pl.p, shard: pl.shard, flow: flowState{room: pl.parkRoom}, lastBeat: now, log: in.log}
 	d.since, d.aged = waitingSince(msg, meta, now)
 	in.held.add(d)
 	if !in.dispatch.push(d) {

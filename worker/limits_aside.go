@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/ax-mesh/ax/internal/move"
@@ -15,7 +14,7 @@ import (
 )
 
 // Stepping aside: a delivery held back by a limit waits parked on its
-// worker while there is room (limits_park.go). A parked or naked message
+// worker while there is room (gate_park.go). A parked or naked message
 // stays in its shard consumer's ack pending, and a consumer at its
 // MaxAckPending delivers nothing new: a limited backlog that outgrew the
 // parking room would hold back every other task of its shard. So a
@@ -35,7 +34,7 @@ const ActionSteppedAside = kv.ActionSteppedAside
 const (
 	// asideMin and asideMax bound how long a task waits in AX_DELAYED
 	// when it steps aside: about as long as the deliveries parked ahead
-	// of it here take to start ([Worker.asideWait]), so that it comes
+	// of it here take to start ([gate.asideWait]), so that it comes
 	// back as the parking room empties, neither while it is still full
 	// (another move) nor long after (the limit idle while it waits).
 	asideMin = 100 * time.Millisecond
@@ -45,30 +44,24 @@ const (
 	asideFirst = time.Second
 )
 
-// stepAside moves d, held back by limit b (its next start due after wait,
-// for a rate), out of its consumer into AX_DELAYED; where it cannot (the
-// task is not READY on this message, its record could not be read or
-// written, AX_DELAYED refused the schedule), it naks d with a delay
-// ([Worker.holdBack]).
-func (w *Worker) stepAside(d *delivery, env *envelope, b boundLimit, wait time.Duration) {
-	aside := asideMove{action: ActionSteppedAside, held: HeldSteppedAside, target: b.target, retry: true,
+// stepAsideMove is the move aside of a delivery held back by limit b (its
+// next start due after wait, for a rate) that its worker has no room to
+// park: it waits in AX_DELAYED about as long as the deliveries parked
+// ahead of it take to start ([gate.asideWait]).
+func stepAsideMove(cfg *Config, g *gate, b boundLimit, wait time.Duration) asideMove {
+	return asideMove{action: ActionSteppedAside, held: HeldSteppedAside, target: b.target, retry: true,
 		wait: func(rec *kv.Record) time.Duration {
-			return max(w.asideWait(b, steppedAside(rec, ActionSteppedAside)), wait)
+			return max(g.asideWait(b, steppedAside(rec, ActionSteppedAside)), wait)
 		},
 		reason: func(runAt time.Time) string {
 			return fmt.Sprintf("limit %s full, no room to wait on worker %s: waits in %s until %s",
-				b.target, w.cfg.ID, w.cfg.Names.DelayedStream(), runAt.Format(time.RFC3339Nano))
+				b.target, cfg.ID, cfg.Names.DelayedStream(), runAt.Format(time.RFC3339Nano))
 		}}
-	if w.movedAside(d, env, aside) {
-		w.stats.Limited.Add(1)
-		return
-	}
-	w.holdBack(d, env, wait)
 }
 
 // asideMove says why and for how long a READY task leaves its consumer
-// for AX_DELAYED: held back by a limit ([Worker.stepAside]) or by a pause
-// of its type or tenant ([Worker.pauseAside]).
+// for AX_DELAYED: held back by a limit ([stepAsideMove]) or by a pause
+// of its type or tenant ([pauseAsideMove]).
 type asideMove struct {
 	action string                             // the trail action
 	held   string                             // the held-back reason the metrics count
@@ -79,7 +72,7 @@ type asideMove struct {
 	reason func(runAt time.Time) string       // the move's error in the trail
 }
 
-// movedAside does the move of [Worker.stepAside] and reports whether it
+// movedAside does the move aside and reports whether it
 // took the delivery. The schedule is written before the record, so that a
 // PENDING record always has its schedule: a worker stopped between the two
 // leaves a READY task on its message and a schedule the leader drops when
@@ -125,7 +118,7 @@ func (w *Worker) movedAside(d *delivery, env *envelope, aside asideMove) bool {
 		return false
 	}
 	w.stats.SteppedAside.Add(1)
-	w.reportHeldBack(env, aside.held)
+	w.gate.heldBack(env.stored.Type, env.stored.Tenant, aside.held)
 	w.log.Debug("task_stepped_aside", zap.String("task_id", env.id), zap.String("held_by", aside.target), zap.Time("run_at", runAt))
 	d.ack()
 	return true
@@ -141,64 +134,4 @@ func steppedAside(rec *kv.Record, action string) int {
 		}
 	}
 	return n
-}
-
-// asideWait is how long a task held back by b waits in AX_DELAYED when it
-// steps aside, having stepped aside before times: the time the deliveries
-// parked here for b take to start, at the rate b's tasks were admitted here
-// lately (for a rate limit, at most its rate), plus up to a quarter of it
-// at random, within asideMin and asideMax. With no start of b seen here
-// yet, asideFirst doubled for each time before.
-func (w *Worker) asideWait(b boundLimit, before int) time.Duration {
-	key := parkKey(b)
-	w.limits.mu.Lock()
-	parked := len(w.limits.parked[key])
-	interval := time.Duration(0)
-	if m := w.limits.starts[b.target]; m != nil {
-		interval = m.interval
-	}
-	w.limits.mu.Unlock()
-	if b.limit.Rate > 0 {
-		interval = max(interval, time.Duration(float64(time.Second)/b.limit.Rate))
-	}
-	d := asideFirst << min(before, 16)
-	if interval > 0 {
-		d = time.Duration(parked+1) * interval
-	}
-	d = min(max(d, asideMin), asideMax)
-	return d + rand.N(d/4+1)
-}
-
-// startMeter follows how often a limit's tasks are admitted on a worker:
-// a moving average of the time between two admissions.
-type startMeter struct {
-	last     time.Time
-	interval time.Duration
-}
-
-// noteStarts notes an admission under each limit of bound.
-func (w *Worker) noteStarts(bound []boundLimit) {
-	now := time.Now()
-	w.limits.mu.Lock()
-	defer w.limits.mu.Unlock()
-	for _, b := range bound {
-		if b.limit.Concurrency == 0 && b.limit.Rate == 0 {
-			continue
-		}
-		if w.limits.starts == nil {
-			w.limits.starts = map[string]*startMeter{}
-		}
-		m := w.limits.starts[b.target]
-		if m == nil {
-			w.limits.starts[b.target] = &startMeter{last: now}
-			continue
-		}
-		gap := min(now.Sub(m.last), asideMax) // an idle hour says little of the next seconds
-		m.last = now
-		if m.interval == 0 {
-			m.interval = gap
-		} else {
-			m.interval = (9*m.interval + gap) / 10
-		}
-	}
 }

@@ -14,47 +14,47 @@ import (
 // each earlier step aside. Always within asideMin and asideMax (plus up to a
 // quarter at random).
 func TestAsideWaitFollowsTheDrain(t *testing.T) {
-	w := &Worker{}
+	g := &gate{}
 	conc := boundLimit{target: "partner", limit: kv.Limit{Concurrency: 10}}
 	within := func(t *testing.T, d, want time.Duration) {
 		t.Helper()
 		require.GreaterOrEqual(t, d, want)
 		require.LessOrEqual(t, d, want+want/4)
 	}
-	within(t, w.asideWait(conc, 0), asideFirst)
-	within(t, w.asideWait(conc, 2), 4*asideFirst)
-	within(t, w.asideWait(conc, 10), asideMax)
+	within(t, g.asideWait(conc, 0), asideFirst)
+	within(t, g.asideWait(conc, 2), 4*asideFirst)
+	within(t, g.asideWait(conc, 10), asideMax)
 
-	w.limits.parked = map[string][]*delivery{"partner": make([]*delivery, 99)}
-	w.limits.starts = map[string]*startMeter{"partner": {interval: 20 * time.Millisecond}}
-	within(t, w.asideWait(conc, 5), 100*20*time.Millisecond) // the 99 ahead and itself
-	w.limits.parked["partner"] = nil
-	within(t, w.asideWait(conc, 5), asideMin)
-	w.limits.starts["partner"].interval = time.Minute
-	within(t, w.asideWait(conc, 0), asideMax)
+	g.parked = map[string][]*delivery{"partner": make([]*delivery, 99)}
+	g.starts = map[string]*startMeter{"partner": {interval: 20 * time.Millisecond}}
+	within(t, g.asideWait(conc, 5), 100*20*time.Millisecond) // the 99 ahead and itself
+	g.parked["partner"] = nil
+	within(t, g.asideWait(conc, 5), asideMin)
+	g.starts["partner"].interval = time.Minute
+	within(t, g.asideWait(conc, 0), asideMax)
 
 	// A rate limit starts no faster than its rate, whatever was seen here.
 	rate := boundLimit{target: "sms", limit: kv.Limit{Rate: 10}}
-	w.limits.parked[rateParkKey("sms")] = make([]*delivery, 19)
-	within(t, w.asideWait(rate, 0), 2*time.Second)
-	w.limits.starts["sms"] = &startMeter{interval: time.Millisecond}
-	within(t, w.asideWait(rate, 0), 2*time.Second)
+	g.parked[rateParkKey("sms")] = make([]*delivery, 19)
+	within(t, g.asideWait(rate, 0), 2*time.Second)
+	g.starts["sms"] = &startMeter{interval: time.Millisecond}
+	within(t, g.asideWait(rate, 0), 2*time.Second)
 }
 
 // The meter of a limit's starts follows their pace, and an idle spell
 // counts at most asideMax.
 func TestStartMeterFollowsThePace(t *testing.T) {
-	w := &Worker{}
+	g := &gate{}
 	bound := []boundLimit{{target: "partner", limit: kv.Limit{Concurrency: 1}}, {target: "none", limit: kv.Limit{Weight: 2}}}
-	w.noteStarts(bound)
-	require.NotContains(t, w.limits.starts, "none", "a weight is not a limit on starts")
-	m := w.limits.starts["partner"]
+	g.noteStarts(bound)
+	require.NotContains(t, g.starts, "none", "a weight is not a limit on starts")
+	m := g.starts["partner"]
 	m.last = time.Now().Add(-time.Hour)
-	w.noteStarts(bound)
+	g.noteStarts(bound)
 	require.Equal(t, asideMax, m.interval.Round(time.Second))
 	for range 50 {
 		m.last = time.Now().Add(-10 * time.Millisecond) // as if the last start was 10 ms ago
-		w.noteStarts(bound)
+		g.noteStarts(bound)
 	}
 	require.Less(t, m.interval, 200*time.Millisecond)
 }

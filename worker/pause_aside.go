@@ -38,25 +38,23 @@ const (
 	pausedAsideMax   = 30 * time.Minute
 )
 
-// pauseAside moves a delivery of a paused type or tenant (target, as
-// `ax limit ls` names it) out of its consumer into AX_DELAYED, and reports
-// whether it did: only from its pausedAsideAfter-th delivery, and only a
-// READY or RETRYING task on this message. A retry is delivered again once
-// its backoff is over, so it waits only for the pause: a type paused
-// because its tasks fail (its downstream is down) holds a retrying
-// backlog, which would otherwise fill its shard consumer's ack pending as
-// a READY one would. Released, it is READY, its attempts kept.
-func (w *Worker) pauseAside(d *delivery, env *envelope, target string) bool {
-	if env.delivered < pausedAsideAfter {
-		return false
-	}
-	return w.movedAside(d, env, asideMove{action: ActionPausedAside, held: HeldPaused, target: target, retry: true, mark: streams.AsidePaused,
+// pauseAsideMove is the move aside of a delivery of a paused type or
+// tenant (target, as `ax limit ls` names it), out of its consumer into
+// AX_DELAYED: made only from its pausedAsideAfter-th delivery ([Worker.admit]),
+// and only of a READY or RETRYING task on its message. A retry is
+// delivered again once its backoff is over, so it waits only for the
+// pause: a type paused because its tasks fail (its downstream is down)
+// holds a retrying backlog, which would otherwise fill its shard
+// consumer's ack pending as a READY one would. Released, it is READY, its
+// attempts kept.
+func pauseAsideMove(cfg *Config, target string) asideMove {
+	return asideMove{action: ActionPausedAside, held: HeldPaused, target: target, retry: true, mark: streams.AsidePaused,
 		wait: func(rec *kv.Record) time.Duration {
 			wait := min(pausedAsideFirst<<min(steppedAside(rec, ActionPausedAside), 16), pausedAsideMax)
 			return wait + rand.N(wait/4+1)
 		},
 		reason: func(runAt time.Time) string {
 			return fmt.Sprintf("%s paused: waits in %s until the pause ends (at the latest until %s)",
-				target, w.cfg.Names.DelayedStream(), runAt.Format(time.RFC3339Nano))
-		}})
+				target, cfg.Names.DelayedStream(), runAt.Format(time.RFC3339Nano))
+		}}
 }

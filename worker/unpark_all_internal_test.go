@@ -33,15 +33,15 @@ func TestLimitsChangeKeepsTheTurns(t *testing.T) {
 	for i := range 3 {
 		require.True(t, w.dispatch.push(newDelivery(fmt.Sprint("b", i), tenantB, time.Duration(10-i)*time.Second)))
 	}
-	w.limits.mu.Lock()
-	w.limits.parked = map[string][]*delivery{"partner": parked}
-	w.limits.mu.Unlock()
-	w.unparkAll()
+	w.gate.mu.Lock()
+	w.gate.parked = map[string][]*delivery{"partner": parked}
+	w.gate.mu.Unlock()
+	w.gate.unparkAll()
 	var got []string
 	var woken []string
 	for d := w.dispatch.take(); d != nil; d = w.dispatch.take() {
 		got = append(got, label[d])
-		if d.woken {
+		if d.flow.woken {
 			woken = append(woken, label[d])
 		}
 	}
@@ -49,12 +49,12 @@ func TestLimitsChangeKeepsTheTurns(t *testing.T) {
 	require.Empty(t, woken, "handed back by a change of the limits, not woken")
 
 	// Handed back alone (a slot given back), the oldest goes first.
-	w.limits.mu.Lock()
-	w.limits.parked = map[string][]*delivery{"rate partner": {parked[3], parked[2]}}
-	w.limits.mu.Unlock()
+	w.gate.mu.Lock()
+	w.gate.parked = map[string][]*delivery{"rate partner": {parked[3], parked[2]}}
+	w.gate.mu.Unlock()
 	require.True(t, w.dispatch.push(newDelivery("b3", tenantB, time.Hour)))
-	w.unpark("rate partner")
+	w.gate.unpark("rate partner")
 	d := w.dispatch.take()
 	require.Equal(t, "a3", label[d])
-	require.True(t, d.woken)
+	require.True(t, d.flow.woken)
 }

@@ -31,7 +31,7 @@ type Worker struct {
 	dispatch  *dispatchQueue // received deliveries, for the slots
 	held      heldSet        // every message held, for heartbeats
 	slotsOpen chan struct{}  // closed when Start ends: the slots take deliveries from then on
-	limits    limitState     // the mesh's pauses and limits, and the slots held here
+	gate      *gate          // flow control: the mesh's pauses and limits, the slots held here, the parked deliveries
 	ops       opContexts     // the shared context of the task path's operations
 
 	stopping  atomic.Bool
@@ -82,8 +82,26 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Worker, err
 		running: &w.runner.running, unhandled: &w.runner.unhandled, stopping: &w.stopping, stopCh: w.stopCh, loops: &w.loops,
 		ready: make(chan struct{})}
 	w.runner.intake = w.intake
-	w.limits.ready = make(chan struct{})
-	w.limits.room = maxParkedBytes
+	var observer HoldObserver
+	if o, ok := cfg.Observer.(HoldObserver); ok {
+		observer = o
+	}
+	w.gate = newGate(gateDeps{id: cfg.ID, ttl: cfg.MemberTTL,
+		bindFunc: func(ctx context.Context) (gateStore, error) {
+			return kv.NewLimitUse(ctx, js, cfg.Names)
+		},
+		watchLimitsFunc: func(ctx context.Context) (jetstream.KeyWatcher, error) {
+			return watchLimits(ctx, js, cfg.Names)
+		},
+		opCtxFunc: w.ops.get,
+		wakeFunc: func(d *delivery) {
+			d.from = nil // its puller's credit was given back when a slot first took it
+			if !w.dispatch.push(d) {
+				w.release(d) // the worker is stopping
+			}
+		},
+		dropFunc: w.release, weightsFunc: w.dispatch.setWeights,
+		done: w.slotsDone, stats: &w.stats, observer: observer, log: w.log})
 	w.held.items = map[*delivery]struct{}{}
 	return w, nil
 }
@@ -125,9 +143,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.loops.Go(w.heartbeats)
 	}
 	limitsCtx, abortLimits := context.WithCancel(context.Background())
-	w.limits.abort = abortLimits
-	w.loops.Go(func() { defer abortLimits(); w.limitsLoop(limitsCtx) })
-	w.awaitLimits(ctx) // before any delivery: a paused or limited task must not slip through
+	w.gate.abort = abortLimits
+	w.loops.Go(func() { defer abortLimits(); w.gate.run(limitsCtx) })
+	w.gate.await(ctx) // before any delivery: a paused or limited task must not slip through
 	if err := w.intake.serve(ctx); err != nil {
 		return w.failStart(ctx, guard, err)
 	}
@@ -152,7 +170,7 @@ func (w *Worker) Start(ctx context.Context) error {
 // requests cut short (a request refused to the user would otherwise be
 // waited out), and returns err, or the violation guard saw.
 func (w *Worker) failStart(ctx context.Context, guard *denied.Guard, err error) error {
-	w.limits.abort()
+	w.gate.abort()
 	return errors.Join(fmt.Errorf("start worker: %w", w.refused(guard, err)), w.Stop(context.WithoutCancel(ctx)))
 }
 
@@ -235,7 +253,7 @@ func (w *Worker) expired(d *delivery) bool {
 
 // release hands an unstarted message back to the stream at once.
 func (w *Worker) release(d *delivery) {
-	w.returnHanded(d)
+	w.gate.returnHanded(d)
 	w.held.remove(d)
 	d.nak()
 }
@@ -259,13 +277,13 @@ func (w *Worker) slot() {
 			continue
 		}
 		if w.expired(d) {
-			w.returnHanded(d)
+			w.gate.returnHanded(d)
 			w.held.remove(d)
 			continue
 		}
 		w.runner.process(d)
-		w.returnHanded(d)   // dropped before its admission took them
-		if !w.parkHeld(d) { // still held while it waits for a slot of its limit
+		w.gate.returnHanded(d)   // dropped before its admission took them
+		if !w.gate.parkHeld(d) { // still held while it waits for a slot of its limit
 			w.held.remove(d)
 		}
 	}

@@ -102,16 +102,16 @@ func (h *slotHold) trustedUntil() time.Time {
 // slotMargin is how much earlier than AX_LIMITS's expiry a worker stops
 // trusting a slot: half a renewal period, for the clocks of the workers
 // that compare the expiry and the time a write takes to reach the server.
-func (w *Worker) slotMargin() time.Duration { return w.cfg.MemberTTL / 6 }
+func (g *gate) slotMargin() time.Duration { return g.ttl / 6 }
 
-// holdsSlots reports whether every slot of the admission is still trusted
+// holdsSlots reports whether every slot of the ticket is still trusted
 // (true when it holds none).
-func (a *admission) holdsSlots() bool {
-	if a == nil {
+func (tk *ticket) holdsSlots() bool {
+	if tk == nil {
 		return true
 	}
 	now := time.Now()
-	for _, s := range a.slots {
+	for _, s := range tk.slots {
 		if !s.hold.holds(now) {
 			return false
 		}
@@ -120,18 +120,18 @@ func (a *admission) holdsSlots() bool {
 }
 
 // watchSlots cancels a running task's context with [ErrLimitSlotLost] once
-// a slot of its admission is no longer trusted. Like [Worker.watchClaim] (claimwatch.go)
+// a slot of its ticket is no longer trusted. Like [Worker.watchClaim] (claimwatch.go)
 // it is a courtesy to the handler, run by a timer that a frozen process
 // runs late: what fences is [Task.Held], which checks the slots
 // synchronously. It returns a function that stops the watch.
-func (a *admission) watchSlots(cancel context.CancelCauseFunc) (stop func() bool) {
-	if a == nil || len(a.slots) == 0 {
+func (tk *ticket) watchSlots(cancel context.CancelCauseFunc) (stop func() bool) {
+	if tk == nil || len(tk.slots) == 0 {
 		return func() bool { return false }
 	}
 	var timer *time.Timer
 	next := func() time.Duration {
 		var first time.Time
-		for _, s := range a.slots {
+		for _, s := range tk.slots {
 			until := s.hold.trustedUntil()
 			if until.IsZero() {
 				return -1
@@ -143,7 +143,7 @@ func (a *admission) watchSlots(cancel context.CancelCauseFunc) (stop func() bool
 		return time.Until(first)
 	}
 	check := func() {
-		if left := next(); left > 0 && a.holdsSlots() {
+		if left := next(); left > 0 && tk.holdsSlots() {
 			timer.Reset(left)
 			return
 		}
@@ -151,7 +151,7 @@ func (a *admission) watchSlots(cancel context.CancelCauseFunc) (stop func() bool
 	}
 	timer = time.AfterFunc(time.Hour, check)
 	timer.Reset(max(next(), 0))
-	for _, s := range a.slots {
+	for _, s := range tk.slots {
 		s.hold.notifyLost(func() { timer.Reset(0) })
 	}
 	return timer.Stop
