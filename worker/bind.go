@@ -13,7 +13,7 @@ import (
 // deploymentPools reads the first priority bucket's configuration, retrying
 // like [intake.bindConsumer]: on a pools deployment it returns the type
 // consumers' settings ([streams.RoutedConfig]), otherwise nil. It keeps the
-// buckets' MaxMsgSize, which bounds a delayed task ([Worker.delayedLimit]).
+// buckets' MaxMsgSize, which bounds a delayed task ([runner.delayedLimit]).
 func (in *intake) deploymentPools(ctx context.Context) (*streams.Config, error) {
 	name := in.cfg.Names.PriorityStream(0)
 	wait := 100 * time.Millisecond

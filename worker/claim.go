@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/kv"
+	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 )
 
@@ -18,16 +19,19 @@ const opTimeout = 10 * time.Second
 // claimer is the claim stage: it reads what a delivery says ([claimer.parse]),
 // moves the task's record to RUNNING for it ([claimer.claim]), watches the
 // claim while the handler runs ([claimer.watchClaim]) and fences the final
-// writes of a claim that lapsed ([claimer.fenced]). It is given the config,
-// the store, the logger, the counters and the gate's read-ahead.
+// writes of a claim that lapsed ([claimer.fenced]). A delivery that waited
+// parked starts from the record read when it parked
+// ([claimer.readAheadClaimable]). It keeps the claims of every delivery
+// held here alive with heartbeats ([claimer.heartbeats]) and gives up a
+// queued one whose claim lapsed ([claimer.expired]). It is given the config,
+// the store, the logger, the counters, the connection and the held set.
 type claimer struct {
 	cfg   *Config
 	store *kv.Store
 	log   *zap.Logger
 	stats *counters
-	// readAhead takes the record the gate read ahead for a delivery, if
-	// any ([Worker.readAheadClaimable]).
-	readAhead func(d *delivery, env *envelope) *recordRead
+	conn  *nats.Conn // the heartbeats' requests
+	held  *heldSet   // the deliveries held here: the heartbeats' messages
 }
 
 // claim moves the task to RUNNING for this delivery. It returns false when
@@ -35,7 +39,7 @@ type claimer struct {
 func (cl *claimer) claim(ctx context.Context, d *delivery, env *envelope) (*kv.Record, uint64, bool) {
 	const maxTries = 8
 	waits := 0
-	ahead := cl.readAhead(d, env)
+	ahead := cl.readAheadClaimable(d, env)
 	for try := 0; try < maxTries; try++ {
 		var rec *kv.Record
 		var rev uint64

@@ -2,8 +2,9 @@ package worker
 
 import (
 	"context"
-	"github.com/ax-mesh/ax/kv"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // watchClaim cancels a running task's context with [ErrClaimLapsed] once its
@@ -64,8 +65,19 @@ func (cl *claimer) fenced(d *delivery, env *envelope) bool {
 	return true
 }
 
-// fenced is [claimer.fenced], for the flow control's final writes.
-func (w *Worker) fenced(d *delivery, env *envelope) bool { return w.claimer.fenced(d, env) }
-
-// foreign is [claimer.foreign], for the flow control's moves aside.
-func (w *Worker) foreign(rec *kv.Record, env *envelope) string { return w.claimer.foreign(rec, env) }
+// expired gives up a queued delivery whose heartbeats went unconfirmed for
+// the claim-lapse time: JetStream may have redelivered it, so it must not
+// be claimed. It is left unanswered to its ack wait.
+func (cl *claimer) expired(d *delivery) bool {
+	d.mu.Lock()
+	late := !d.holds(time.Now(), cl.lapse())
+	if late {
+		d.settled = true
+	}
+	d.mu.Unlock()
+	if late {
+		cl.stats.Dropped.Add(1)
+		cl.log.Warn("delivery_expired", zap.Int("priority", d.priority), zap.Int("shard", d.shard))
+	}
+	return late
+}

@@ -133,7 +133,3 @@ func dueOwn(rec *kv.Record, env *envelope, now time.Time) bool {
 	return rec.State == kv.StatePending && rec.StreamSeq == 0 && !env.stored.Copy && env.stored.Priority == rec.Priority &&
 		rec.RunAt != nil && env.opts.RunAt.Equal(*rec.RunAt) && !rec.RunAt.After(now) && !rec.WaitsSteppedAside()
 }
-
-// delayedLimit is [runner.delayedLimit], for the flow control's moves
-// aside.
-func (w *Worker) delayedLimit() int { return w.runner.delayedLimit() }

@@ -123,14 +123,14 @@ func TestDispatchManySlots(t *testing.T) {
 // wait is given up, never claimed: JetStream may have redelivered it.
 func TestExpiredDeliveryIsNotClaimed(t *testing.T) {
 	cfg := &Config{AckWait: 3 * time.Second}
-	w := &Worker{cfg: cfg, log: zap.NewNop(), claimer: &claimer{cfg: cfg}}
+	cl := &claimer{cfg: cfg, log: zap.NewNop(), stats: &counters{}}
 	fresh := &delivery{lastBeat: time.Now().Add(-2 * time.Second)}
-	require.False(t, w.expired(fresh), "2 s of a 2.5 s lapse")
+	require.False(t, cl.expired(fresh), "2 s of a 2.5 s lapse")
 	require.False(t, fresh.settled)
 	stale := &delivery{lastBeat: time.Now().Add(-2600 * time.Millisecond)}
-	require.True(t, w.expired(stale))
+	require.True(t, cl.expired(stale))
 	require.True(t, stale.settled, "no heartbeat or answer goes out for it any more")
-	require.EqualValues(t, 1, w.stats.Dropped.Load())
+	require.EqualValues(t, 1, cl.stats.Dropped.Load())
 }
 
 // On a fair deployment the tenants of a priority take turns, each giving

@@ -24,7 +24,8 @@ const inFlightRetry = 250 * time.Millisecond
 // dlq.go) and the tasks it has no handler for (unhandled.go). It owns the
 // executions running here. It is given the config, JetStream, the store,
 // the logger, the counters, the task path's contexts, the claim stage, the
-// intake (for the membership and the peers) and the gate's admission.
+// intake (for the membership and the peers) and the gate, whose verdicts
+// it carries out before the claim (limits.go, limits_aside.go).
 type runner struct {
 	cfg       *Config
 	js        jetstream.JetStream
@@ -35,11 +36,10 @@ type runner struct {
 	maxRecord int         // the largest record the server takes (its max_payload); zero: unknown
 	claimer   *claimer
 	intake    *intake
-	// admit admits a delivery under the pauses and limits, or settles it
-	// ([Worker.admit]); startRated takes its rate limits' starts
-	// ([Worker.startRated]).
-	admit      func(d *delivery, env *envelope) (*ticket, bool)
-	startRated func(tk *ticket, d *delivery, env *envelope, rec *kv.Record, rev uint64) bool
+	// gate admits a delivery under the pauses and limits; the runner
+	// carries out its verdicts ([runner.admit], limits.go) and takes the
+	// starts of its rate limits ([runner.startRated]).
+	gate *gate
 
 	tracer     trace.Tracer // nil: no spans
 	chains     *chains      // the handlers in their middleware
@@ -240,6 +240,3 @@ func (rn *runner) run(env *envelope, exec *attemptRecord, d *delivery, adm *tick
 func (rn *runner) finalCtx() (context.Context, context.CancelFunc) {
 	return rn.ops.get(), func() {}
 }
-
-// finalCtx is [runner.finalCtx], for the flow control's writes.
-func (w *Worker) finalCtx() (context.Context, context.CancelFunc) { return w.runner.finalCtx() }

@@ -21,7 +21,7 @@ import (
 //   - [gate.admit] decides, before a delivery's claim, whether its task may
 //     start: a [ticket] (run now, holding the slots it took or was handed)
 //     or a [verdict] (paused, parked, step aside, hold back), which the
-//     worker carries out ([Worker.admit]);
+//     run stage carries out ([runner.admit]);
 //   - [ticket.done] passes the ticket's slots on once its handler returns:
 //     to a delivery parked here, or back to AX_LIMITS;
 //   - [gate.parkHeld] parks a delivery whose verdict was parked, once the
@@ -370,6 +370,6 @@ type flowState struct {
 	handedUnder *flowTable
 	// readAhead is its task's record as read when it parked, so that its
 	// claim, once it has its slot, is one write, not a read and a write
-	// ([Worker.readAhead]).
+	// ([runner.readAhead]).
 	readAhead *recordRead
 }

@@ -120,7 +120,7 @@ func (tk *ticket) holdsSlots() bool {
 }
 
 // watchSlots cancels a running task's context with [ErrLimitSlotLost] once
-// a slot of its ticket is no longer trusted. Like [Worker.watchClaim] (claimwatch.go)
+// a slot of its ticket is no longer trusted. Like [claimer.watchClaim] (claimwatch.go)
 // it is a courtesy to the handler, run by a timer that a frozen process
 // runs late: what fences is [Task.Held], which checks the slots
 // synchronously. It returns a function that stops the watch.

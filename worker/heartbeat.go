@@ -94,17 +94,18 @@ var ackProgress = []byte("+WPI")
 // heartbeats sends an in-progress to every held message that has gone a
 // third of the ack wait without one, so that JetStream redelivers only the
 // messages of a worker that stopped beating (it died, froze or was cut off).
-func (w *Worker) heartbeats() {
-	every := w.cfg.AckWait / 3
+// It returns once done is closed: every held task has been settled.
+func (cl *claimer) heartbeats(done <-chan struct{}) {
+	every := cl.cfg.AckWait / 3
 	tick := time.NewTicker(max(every/4, 50*time.Millisecond))
 	defer tick.Stop()
 	for {
 		select {
-		case <-w.slotsDone: // every held task has been settled
+		case <-done:
 			return
 		case <-tick.C:
 		}
-		w.beat(time.Now(), every)
+		cl.beat(time.Now(), every)
 	}
 }
 
@@ -125,11 +126,11 @@ func (w *Worker) heartbeats() {
 // while the claim still holds (before the lapse, five sixths of the ack
 // wait after the last counted reset, which is before the server can have
 // redelivered), and a lapsed claim never beats again.
-func (w *Worker) beat(now time.Time, every time.Duration) {
-	lapse := w.claimer.lapse()
+func (cl *claimer) beat(now time.Time, every time.Duration) {
+	lapse := cl.lapse()
 	var due []*delivery
-	for _, d := range w.held.snapshot() {
-		if skip := w.cfg.Test.SkipHeartbeat; skip != nil && d.meta != nil && skip(d.meta.NumDelivered) {
+	for _, d := range cl.held.snapshot() {
+		if skip := cl.cfg.Test.SkipHeartbeat; skip != nil && d.meta != nil && skip(d.meta.NumDelivered) {
 			continue
 		}
 		d.mu.Lock()
@@ -141,7 +142,7 @@ func (w *Worker) beat(now time.Time, every time.Duration) {
 	if len(due) == 0 {
 		return
 	}
-	nc := w.js.Conn()
+	nc := cl.conn
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var failed int
@@ -164,6 +165,6 @@ func (w *Worker) beat(now time.Time, every time.Duration) {
 	}
 	wg.Wait()
 	if failed > 0 {
-		w.log.Warn("heartbeats_unconfirmed", zap.Int("messages", failed), zap.Error(lastErr))
+		cl.log.Warn("heartbeats_unconfirmed", zap.Int("messages", failed), zap.Error(lastErr))
 	}
 }

@@ -27,7 +27,7 @@ func TestLapseIsSticky(t *testing.T) {
 	frozen := time.Now().Add(-lapse - time.Second) // its last beat, before a freeze longer than the lapse
 	d := &delivery{msg: msg, meta: meta, lastBeat: frozen}
 	w.held.add(d)
-	w.beat(time.Now(), w.cfg.AckWait/3) // the first round after the freeze
+	w.claimer.beat(time.Now(), w.cfg.AckWait/3) // the first round after the freeze
 	d.mu.Lock()
 	require.Equal(t, frozen, d.lastBeat, "not revived")
 	require.True(t, d.lapsed)

@@ -84,27 +84,27 @@ type HoldObserver interface {
 // (its record read ahead), stepped aside ([stepAsideMove]) or naked with a
 // delay. It reports whether the task may be claimed, under the ticket
 // returned.
-func (w *Worker) admit(d *delivery, env *envelope) (*ticket, bool) {
+func (rn *runner) admit(d *delivery, env *envelope) (*ticket, bool) {
 	task := flowTask{id: env.id, exempt: env.bad != nil || env.unhandled}
 	if !task.exempt {
 		task.typ, task.tenant, task.key = env.stored.Type, env.stored.Tenant, env.stored.Key
 	}
-	tk, v := w.gate.admit(d, task)
+	tk, v := rn.gate.admit(d, task)
 	switch v.kind {
 	case admitRun:
 		return tk, true
 	case admitPaused:
-		if env.delivered >= pausedAsideAfter && w.movedAside(d, env, pauseAsideMove(w.cfg, v.by)) {
+		if env.delivered >= pausedAsideAfter && rn.movedAside(d, env, pauseAsideMove(rn.cfg, v.by)) {
 			return nil, false
 		}
-		w.gate.heldBack(task.typ, task.tenant, HeldPaused)
+		rn.gate.heldBack(task.typ, task.tenant, HeldPaused)
 		d.nakAfter(pausedDelay(env.delivered))
 	case admitParked:
-		w.readAhead(d, env)
+		rn.readAhead(d, env)
 	case admitStepAside:
-		w.stepAside(d, env, task, v.limit, v.wait)
+		rn.stepAside(d, env, task, v.limit, v.wait)
 	case admitHoldBack:
-		d.nakAfter(w.gate.holdBack(task, env.delivered, v.wait))
+		d.nakAfter(rn.gate.holdBack(task, env.delivered, v.wait))
 	}
 	return nil, false
 }
@@ -114,24 +114,24 @@ func (w *Worker) admit(d *delivery, env *envelope) (*ticket, bool) {
 // where it cannot (the task is not READY on this message, its record could
 // not be read or written, AX_DELAYED refused the schedule), it naks d with
 // a delay.
-func (w *Worker) stepAside(d *delivery, env *envelope, task flowTask, b boundLimit, wait time.Duration) {
-	if w.movedAside(d, env, stepAsideMove(w.cfg, w.gate, b, wait)) {
-		w.stats.Limited.Add(1)
+func (rn *runner) stepAside(d *delivery, env *envelope, task flowTask, b boundLimit, wait time.Duration) {
+	if rn.movedAside(d, env, stepAsideMove(rn.cfg, rn.gate, b, wait)) {
+		rn.stats.Limited.Add(1)
 		return
 	}
-	d.nakAfter(w.gate.holdBack(task, env.delivered, wait))
+	d.nakAfter(rn.gate.holdBack(task, env.delivered, wait))
 }
 
 // readAhead reads the record of d's task when d is to park, unless it was
 // read at an earlier park: once a slot is handed to d, its claim is then
-// one compare-and-set ([Worker.readAheadClaimable]), and the limit's slot
+// one compare-and-set ([claimer.readAheadClaimable]), and the limit's slot
 // waits one round trip less for its next task. A failed read is left to
 // the claim.
-func (w *Worker) readAhead(d *delivery, env *envelope) {
+func (rn *runner) readAhead(d *delivery, env *envelope) {
 	if d.flow.readAhead != nil || env.bad != nil || (env.opts.Gen == 0 && !env.recorded) {
 		return // a raw publish's record may not exist yet: the claim creates it
 	}
-	if rec, rev, err := w.store.Get(w.ops.get(), env.ref); err == nil {
+	if rec, rev, err := rn.store.Get(rn.ops.get(), env.ref); err == nil {
 		d.flow.readAhead = &recordRead{rec: rec, rev: rev}
 	}
 }
@@ -141,10 +141,10 @@ func (w *Worker) readAhead(d *delivery, env *envelope) {
 // message, so that all the claim does with it is its compare-and-set to
 // RUNNING. Any other state is read again: the claim's other decisions
 // (drop, wait) are made on a fresh read only.
-func (w *Worker) readAheadClaimable(d *delivery, env *envelope) *recordRead {
+func (cl *claimer) readAheadClaimable(d *delivery, env *envelope) *recordRead {
 	r := d.flow.readAhead
 	d.flow.readAhead = nil
-	if r == nil || (r.rec.State != kv.StateReady && r.rec.State != kv.StateRetrying) || !r.rec.Names(w.cfg.Names, env.stream, env.seq) {
+	if r == nil || (r.rec.State != kv.StateReady && r.rec.State != kv.StateRetrying) || !r.rec.Names(cl.cfg.Names, env.stream, env.seq) {
 		return nil
 	}
 	return r
@@ -155,26 +155,26 @@ func (w *Worker) readAheadClaimable(d *delivery, env *envelope) *recordRead {
 // took it since the admission), the task is put back READY, its attempt
 // not counted, and its message parked or naked with a delay; it reports
 // false.
-func (w *Worker) startRated(tk *ticket, d *delivery, env *envelope, rec *kv.Record, rev uint64) bool {
+func (rn *runner) startRated(tk *ticket, d *delivery, env *envelope, rec *kv.Record, rev uint64) bool {
 	over, wait, takeErr := tk.takeStarts()
 	if takeErr == nil && wait == 0 {
 		return true
 	}
 	if takeErr != nil {
-		w.log.Warn("limit_check_failed", zap.String("task_id", rec.ID), zap.Error(takeErr))
+		rn.log.Warn("limit_check_failed", zap.String("task_id", rec.ID), zap.Error(takeErr))
 	}
-	if w.fenced(d, env) {
+	if rn.claimer.fenced(d, env) {
 		return false
 	}
-	ctx, cancel := w.finalCtx()
+	ctx, cancel := rn.finalCtx()
 	defer cancel()
-	_, _, err := w.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: w.cfg.ID, Action: ActionRateLimited}, func(r *kv.Record) error {
+	_, _, err := rn.store.Apply(ctx, rec, rev, kv.StateReady, kv.Actor{Worker: rn.cfg.ID, Action: ActionRateLimited}, func(r *kv.Record) error {
 		r.Attempt--
 		return nil
 	})
 	if err != nil {
-		w.log.Warn("put_back_failed", zap.String("task_id", rec.ID), zap.Error(err))
-		w.settleFailedWrite(d, env, err)
+		rn.log.Warn("put_back_failed", zap.String("task_id", rec.ID), zap.Error(err))
+		rn.settleFailedWrite(d, env, err)
 		return false
 	}
 	task := flowTask{id: env.id, typ: env.stored.Type, tenant: env.stored.Tenant, key: env.stored.Key}
@@ -182,11 +182,11 @@ func (w *Worker) startRated(tk *ticket, d *delivery, env *envelope, rec *kv.Reco
 		// The rate's bucket could not be read or written: naked with a
 		// delay (a limit is never exceeded for want of a check), not
 		// parked for a start that may never be seen.
-		d.nakAfter(w.gate.holdBack(task, env.delivered, wait))
+		d.nakAfter(rn.gate.holdBack(task, env.delivered, wait))
 		return false
 	}
-	if w.gate.park(d, task, over, wait).kind == admitStepAside {
-		w.stepAside(d, env, task, over, wait)
+	if rn.gate.park(d, task, over, wait).kind == admitStepAside {
+		rn.stepAside(d, env, task, over, wait)
 	}
 	return false
 }

@@ -80,13 +80,13 @@ type asideMove struct {
 // leaves the same; one whose reply is lost may have landed: the message is
 // then naked, and its next delivery finds the task PENDING, which the
 // schedule releases (worker/claim.go, claimFrom).
-func (w *Worker) movedAside(d *delivery, env *envelope, aside asideMove) bool {
-	if env.bad != nil || streams.CheckDelayedSize(d.msg.Data(), d.msg.Headers(), w.delayedLimit()) != nil {
+func (rn *runner) movedAside(d *delivery, env *envelope, aside asideMove) bool {
+	if env.bad != nil || streams.CheckDelayedSize(d.msg.Data(), d.msg.Headers(), rn.delayedLimit()) != nil {
 		return false // checked again by the move, once the run time is known
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	rec, rev, err := w.store.Get(ctx, env.ref)
+	rec, rev, err := rn.store.Get(ctx, env.ref)
 	if errors.Is(err, kv.ErrNotFound) && env.opts.Gen == 0 && (!env.recorded || env.delivered > 1) {
 		// A raw publish's first sight: its record is born READY on this
 		// message, as a Go submit's is (the claim would create it). A
@@ -94,32 +94,32 @@ func (w *Worker) movedAside(d *delivery, env *envelope, aside asideMove) bool {
 		// gets a delivery's nak for the Go client's write to land; after
 		// that its producer is publish-only (or its write failed), and
 		// the worker writes it, as the claim would.
-		rec, rev, err = w.store.Create(ctx, readyRecord(env), kv.Actor{Worker: w.cfg.ID, Action: "publish"})
+		rec, rev, err = rn.store.Create(ctx, readyRecord(env), kv.Actor{Worker: rn.cfg.ID, Action: "publish"})
 		if errors.Is(err, kv.ErrExists) {
-			rec, rev, err = w.store.Get(ctx, env.ref)
+			rec, rev, err = rn.store.Get(ctx, env.ref)
 		}
 	}
 	movable := rec != nil && (rec.State == kv.StateReady || aside.retry && rec.State == kv.StateRetrying)
-	if err != nil || !movable || !rec.Names(w.cfg.Names, env.stream, env.seq) || w.foreign(rec, env) != "" {
+	if err != nil || !movable || !rec.Names(rn.cfg.Names, env.stream, env.seq) || rn.claimer.foreign(rec, env) != "" {
 		return false
 	}
 	runAt := time.Now().Add(aside.wait(rec)).UTC()
 	s := env.stored
-	submit := nats.NewMsg(w.cfg.Names.SubmitSubject(s.Priority, s.Tenant, s.Type, s.Key))
+	submit := nats.NewMsg(rn.cfg.Names.SubmitSubject(s.Priority, s.Tenant, s.Type, s.Key))
 	submit.Data = d.msg.Data()
 	submit.Header = streams.KeptHeaders(d.msg.Headers())
 	submit.Header.Set(streams.HeaderRunAt, runAt.Format(time.RFC3339Nano))
-	err = move.StepAside(ctx, w.js, w.store, move.Aside{Record: rec, Revision: rev,
-		Actor: kv.Actor{Worker: w.cfg.ID, Action: aside.action, Error: aside.reason(runAt)},
-		Schedule: move.Schedule{Names: w.cfg.Names, Tenant: s.Tenant, ID: env.id, Submit: submit, RunAt: runAt,
-			Aside: aside.mark, Limit: w.delayedLimit()}})
+	err = move.StepAside(ctx, rn.js, rn.store, move.Aside{Record: rec, Revision: rev,
+		Actor: kv.Actor{Worker: rn.cfg.ID, Action: aside.action, Error: aside.reason(runAt)},
+		Schedule: move.Schedule{Names: rn.cfg.Names, Tenant: s.Tenant, ID: env.id, Submit: submit, RunAt: runAt,
+			Aside: aside.mark, Limit: rn.delayedLimit()}})
 	if err != nil {
-		w.log.Warn("step_aside_failed", zap.String("task_id", env.id), zap.Error(err))
+		rn.log.Warn("step_aside_failed", zap.String("task_id", env.id), zap.Error(err))
 		return false
 	}
-	w.stats.SteppedAside.Add(1)
-	w.gate.heldBack(env.stored.Type, env.stored.Tenant, aside.held)
-	w.log.Debug("task_stepped_aside", zap.String("task_id", env.id), zap.String("held_by", aside.target), zap.Time("run_at", runAt))
+	rn.stats.SteppedAside.Add(1)
+	rn.gate.heldBack(env.stored.Type, env.stored.Tenant, aside.held)
+	rn.log.Debug("task_stepped_aside", zap.String("task_id", env.id), zap.String("held_by", aside.target), zap.Time("run_at", runAt))
 	d.ack()
 	return true
 }

@@ -202,9 +202,3 @@ func (rn *runner) settleFailedWrite(d *delivery, env *envelope, err error) {
 	rn.log.Error("final_write_failed", env.logID(), zap.Error(err))
 	d.leave()
 }
-
-// settleFailedWrite is [runner.settleFailedWrite], for the flow control's
-// writes.
-func (w *Worker) settleFailedWrite(d *delivery, env *envelope, err error) {
-	w.runner.settleFailedWrite(d, env, err)
-}

@@ -40,7 +40,7 @@ const (
 
 // pauseAsideMove is the move aside of a delivery of a paused type or
 // tenant (target, as `ax limit ls` names it), out of its consumer into
-// AX_DELAYED: made only from its pausedAsideAfter-th delivery ([Worker.admit]),
+// AX_DELAYED: made only from its pausedAsideAfter-th delivery ([runner.admit]),
 // and only of a READY or RETRYING task on its message. A retry is
 // delivered again once its backoff is over, so it waits only for the
 // pause: a type paused because its tasks fail (its downstream is down)

@@ -18,7 +18,10 @@ import (
 )
 
 // Worker pulls and runs tasks. Create it with [New], then [Worker.Start] and
-// [Worker.Stop] it once.
+// [Worker.Stop] it once. It is the coordinator of its stages (the intake,
+// the gate, the claim and run stages, and settle: docs/ARCHITECTURE.md):
+// it builds them, starts and stops them, and runs the slots, each taking
+// one delivery at a time from the dispatch queue through them.
 type Worker struct {
 	cfg   *Config
 	js    jetstream.JetStream
@@ -73,9 +76,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Worker, err
 		}
 	}
 	w.dispatch = newDispatchQueue()
-	w.claimer = &claimer{cfg: cfg, store: store, log: w.log, stats: &w.stats, readAhead: w.readAheadClaimable}
+	w.claimer = &claimer{cfg: cfg, store: store, log: w.log, stats: &w.stats, conn: js.Conn(), held: &w.held}
 	w.runner = &runner{cfg: cfg, js: js, store: store, log: w.log, stats: &w.stats, ops: &w.ops, maxRecord: maxRecord,
-		claimer: w.claimer, admit: w.admit, startRated: w.startRated, tracer: tracing.Tracer(cfg.TracerProvider)}
+		claimer: w.claimer, tracer: tracing.Tracer(cfg.TracerProvider)}
 	w.runner.chains = newChains(cfg, w.log, w.runner.tracer)
 	w.runner.runCtx, w.runner.runCancel = context.WithCancelCause(context.Background())
 	w.intake = &intake{cfg: cfg, js: js, log: w.log, dispatch: w.dispatch, held: &w.held, release: w.release,
@@ -102,6 +105,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Worker, err
 		},
 		dropFunc: w.release, weightsFunc: w.dispatch.setWeights,
 		done: w.slotsDone, stats: &w.stats, observer: observer, log: w.log})
+	w.runner.gate = w.gate
 	w.held.items = map[*delivery]struct{}{}
 	return w, nil
 }
@@ -140,7 +144,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	w.loops.Go(func() { w.slots.Wait(); close(w.slotsDone) })
 	if !w.cfg.Test.DisableHeartbeats {
-		w.loops.Go(w.heartbeats)
+		w.loops.Go(func() { w.claimer.heartbeats(w.slotsDone) })
 	}
 	limitsCtx, abortLimits := context.WithCancel(context.Background())
 	w.gate.abort = abortLimits
@@ -234,23 +238,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	return w.Stop(stopCtx)
 }
 
-// expired gives up a queued delivery whose heartbeats went unconfirmed for
-// the claim-lapse time: JetStream may have redelivered it, so it must not
-// be claimed. It is left unanswered to its ack wait.
-func (w *Worker) expired(d *delivery) bool {
-	d.mu.Lock()
-	late := !d.holds(time.Now(), w.claimer.lapse())
-	if late {
-		d.settled = true
-	}
-	d.mu.Unlock()
-	if late {
-		w.stats.Dropped.Add(1)
-		w.log.Warn("delivery_expired", zap.Int("priority", d.priority), zap.Int("shard", d.shard))
-	}
-	return late
-}
-
 // release hands an unstarted message back to the stream at once.
 func (w *Worker) release(d *delivery) {
 	w.gate.returnHanded(d)
@@ -276,7 +263,7 @@ func (w *Worker) slot() {
 			w.release(d) // the shard moved to another worker before it started
 			continue
 		}
-		if w.expired(d) {
+		if w.claimer.expired(d) {
 			w.gate.returnHanded(d)
 			w.held.remove(d)
 			continue
