@@ -47,7 +47,6 @@ func (l *runLog) handler(fail map[string]bool) worker.HandlerFunc {
 	}
 }
 
-
 // A workflow's tasks run after their parents, each once, and read their
 // parents' results: a chain, a group with a callback, a task with parents
 // in both.
@@ -168,7 +167,6 @@ func TestAtomicBatch(t *testing.T) {
 	_, _, err = b.Client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "fine"})
 	require.ErrorIs(t, err, kv.ErrNotFound, "a task of a refused atomic batch was stored")
 }
-
 
 // Cancelling a workflow (workflow.cancel) cancels the task running and the
 // ones not released yet, leaves the ended one, and nothing more runs: the
