@@ -325,9 +325,9 @@ func (g *gate) untrackSlot(target, holder string) {
 	}
 }
 
-// heldBack tells the observer of a delivery held back (it changes
+// reportHeldBack tells the observer of a delivery held back (it changes
 // nothing).
-func (g *gate) heldBack(taskType, tenant, reason string) {
+func (g *gate) reportHeldBack(taskType, tenant, reason string) {
 	if g.observer != nil {
 		g.observer.TaskHeldBack(taskType, tenant, reason)
 	}

@@ -251,17 +251,17 @@ func (g *gate) park(d *delivery, task flowTask, b boundLimit, wait time.Duration
 	// slot, and tries again when a slot of the limit is given back, when
 	// the rate's next start is due, or at the next poll.
 	g.stats.Limited.Add(1)
-	g.heldBack(task.typ, task.tenant, HeldLimited)
+	g.reportHeldBack(task.typ, task.tenant, HeldLimited)
 	d.flow.park, d.flow.parkWait = key, wait
 	return verdict{kind: admitParked}
 }
 
-// holdBack counts a delivery held back by a limit and returns the delay of
+// limitedNakDelay counts a delivery held back by a limit and returns the delay of
 // its nak: wait, or the limited delay of its delivery count if longer,
 // plus up to half of it.
-func (g *gate) holdBack(task flowTask, delivered uint64, wait time.Duration) time.Duration {
+func (g *gate) limitedNakDelay(task flowTask, delivered uint64, wait time.Duration) time.Duration {
 	g.stats.Limited.Add(1)
-	g.heldBack(task.typ, task.tenant, HeldLimited)
+	g.reportHeldBack(task.typ, task.tenant, HeldLimited)
 	delay := max(wait, limitedFirstDelay<<min(max(delivered, 1)-1, 8))
 	delay = min(delay, limitedMaxDelay)
 	return delay + rand.N(delay/2+1)

@@ -97,14 +97,14 @@ func (rn *runner) admit(d *delivery, env *envelope) (*ticket, bool) {
 		if env.delivered >= pausedAsideAfter && rn.movedAside(d, env, pauseAsideMove(rn.cfg, v.by)) {
 			return nil, false
 		}
-		rn.gate.heldBack(task.typ, task.tenant, HeldPaused)
+		rn.gate.reportHeldBack(task.typ, task.tenant, HeldPaused)
 		d.nakAfter(pausedDelay(env.delivered))
 	case admitParked:
 		rn.readAhead(d, env)
 	case admitStepAside:
 		rn.stepAside(d, env, task, v.limit, v.wait)
 	case admitHoldBack:
-		d.nakAfter(rn.gate.holdBack(task, env.delivered, v.wait))
+		d.nakAfter(rn.gate.limitedNakDelay(task, env.delivered, v.wait))
 	}
 	return nil, false
 }
@@ -119,7 +119,7 @@ func (rn *runner) stepAside(d *delivery, env *envelope, task flowTask, b boundLi
 		rn.stats.Limited.Add(1)
 		return
 	}
-	d.nakAfter(rn.gate.holdBack(task, env.delivered, wait))
+	d.nakAfter(rn.gate.limitedNakDelay(task, env.delivered, wait))
 }
 
 // readAhead reads the record of d's task when d is to park, unless it was
@@ -182,7 +182,7 @@ func (rn *runner) startRated(tk *ticket, d *delivery, env *envelope, rec *kv.Rec
 		// The rate's bucket could not be read or written: naked with a
 		// delay (a limit is never exceeded for want of a check), not
 		// parked for a start that may never be seen.
-		d.nakAfter(rn.gate.holdBack(task, env.delivered, wait))
+		d.nakAfter(rn.gate.limitedNakDelay(task, env.delivered, wait))
 		return false
 	}
 	if rn.gate.park(d, task, over, wait).kind == admitStepAside {

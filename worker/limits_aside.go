@@ -118,7 +118,7 @@ func (rn *runner) movedAside(d *delivery, env *envelope, aside asideMove) bool {
 		return false
 	}
 	rn.stats.SteppedAside.Add(1)
-	rn.gate.heldBack(env.stored.Type, env.stored.Tenant, aside.held)
+	rn.gate.reportHeldBack(env.stored.Type, env.stored.Tenant, aside.held)
 	rn.log.Debug("task_stepped_aside", zap.String("task_id", env.id), zap.String("held_by", aside.target), zap.Time("run_at", runAt))
 	d.ack()
 	return true
