@@ -36,7 +36,7 @@ const (
 	// steps aside into AX_DELAYED, or is naked if it cannot.
 	admitStepAside
 	// admitHoldBack: the limits could not be checked (or a rate's start
-	// is due after verdict.wait): naked with a delay ([gate.holdBack]).
+	// is due after verdict.wait): naked with a delay ([gate.limitedNakDelay]).
 	admitHoldBack
 )
 
