@@ -109,6 +109,12 @@ func (c *Client) CancelWorkflow(ctx context.Context, req WorkflowRequest) (*Work
 	return call[WorkflowCancelReply](ctx, c, VerbWorkflowCancel, req)
 }
 
+// ListWorkflows lists the newest workflows with their tasks' states
+// (workflow.list).
+func (c *Client) ListWorkflows(ctx context.Context, req WorkflowListRequest) (*WorkflowListReply, error) {
+	return call[WorkflowListReply](ctx, c, VerbWorkflowList, req)
+}
+
 // List lists task records matching a filter, most recently updated first
 // (tasks.list).
 func (c *Client) List(ctx context.Context, req TasksListRequest) (*TasksListReply, error) {

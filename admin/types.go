@@ -31,6 +31,7 @@ const (
 	VerbPause            = "pause"
 	VerbResume           = "resume"
 	VerbWorkflowCancel   = "workflow.cancel"
+	VerbWorkflowList     = "workflow.list"
 )
 
 // Verbs returns every verb of the management API.
@@ -38,7 +39,7 @@ func Verbs() []string {
 	return []string{VerbTaskGet, VerbTaskTrail, VerbTaskCancel, VerbTaskPause, VerbTaskResume,
 		VerbTaskReprioritize, VerbTasksCancel, VerbDLQList, VerbDLQReplay, VerbStats, VerbWorkers,
 		VerbTasksList, VerbControl, VerbRejectsSample, VerbUnservedDeadline,
-		VerbLimitSet, VerbLimitRemove, VerbLimitList, VerbPause, VerbResume, VerbWorkflowCancel}
+		VerbLimitSet, VerbLimitRemove, VerbLimitList, VerbPause, VerbResume, VerbWorkflowCancel, VerbWorkflowList}
 }
 
 // TaskRequest names one task (task.get, task.trail, task.cancel, task.pause,

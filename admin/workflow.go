@@ -1,10 +1,13 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
@@ -97,4 +100,142 @@ func (a *Service) workflow(ctx context.Context, tenant, id string) (*streams.Wor
 		return nil, fmt.Errorf("workflow %s: its document does not decode: %w", id, err)
 	}
 	return &wf, nil
+}
+
+// MaxWorkflowListLimit bounds a workflow.list page.
+const MaxWorkflowListLimit = 100
+
+// WorkflowListRequest asks for the newest workflows (workflow.list).
+type WorkflowListRequest struct {
+	Tenant string `json:"tenant,omitempty"` // only this tenant's; empty: every tenant's
+	Limit  int    `json:"limit,omitempty"`  // default 20, at most MaxWorkflowListLimit
+}
+
+// WorkflowSummary is one workflow of workflow.list.
+type WorkflowSummary struct {
+	ID          string    `json:"id"`
+	Tenant      string    `json:"tenant"`
+	SubmittedAt time.Time `json:"submitted_at"`
+	Tasks       int       `json:"tasks"`
+	// State is SUCCEEDED (every task), RUNNING (a task waits in a bucket,
+	// runs or retries, or is about to be released), FAILED (a task is
+	// DEAD and nothing runs) or CANCELLED (a task was cancelled and
+	// nothing runs).
+	State string `json:"state"`
+	// States counts its tasks by state; WAITING: not released yet.
+	States map[string]int `json:"states"`
+}
+
+// WorkflowListReply lists workflows, newest first.
+type WorkflowListReply struct {
+	Workflows []WorkflowSummary `json:"workflows"`
+}
+
+// workflowList reads the newest documents in AX_WORKFLOWS (atomic batches
+// left out) and the states of their tasks.
+func (a *Service) workflowList(ctx context.Context, data []byte) (any, error) {
+	var req WorkflowListRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	if req.Limit < 0 || req.Limit > MaxWorkflowListLimit {
+		return nil, badRequest(`"limit" %d is outside 1..%d`, req.Limit, MaxWorkflowListLimit)
+	}
+	if req.Tenant != "" {
+		if err := streams.ValidateToken("tenant", req.Tenant); err != nil {
+			return nil, badRequest("%s", err)
+		}
+	}
+	limit := cmp.Or(req.Limit, 20)
+	names := a.cfg.Names
+	stream, err := a.js.Stream(ctx, names.WorkflowStream())
+	if err != nil {
+		return nil, fmt.Errorf("bind %s: %w", names.WorkflowStream(), err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", names.WorkflowStream(), err)
+	}
+	reply := &WorkflowListReply{Workflows: []WorkflowSummary{}}
+	for seq := info.State.LastSeq; seq >= info.State.FirstSeq && seq > 0 && len(reply.Workflows) < limit; seq-- {
+		msg, err := stream.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s #%d: %w", names.WorkflowStream(), seq, err)
+		}
+		tenant, id, ok := names.ParseWorkflowSubject(msg.Subject)
+		if !ok || req.Tenant != "" && tenant != req.Tenant {
+			continue
+		}
+		var wf streams.WorkflowTasks
+		if json.Unmarshal(msg.Data, &wf) != nil || wf.Batch || wf.ID != id {
+			continue
+		}
+		sum, err := a.summarize(ctx, tenant, &wf)
+		if err != nil {
+			return nil, err
+		}
+		sum.SubmittedAt = msg.Time
+		reply.Workflows = append(reply.Workflows, *sum)
+	}
+	return reply, nil
+}
+
+// summarize reads the state of each task of wf.
+func (a *Service) summarize(ctx context.Context, tenant string, wf *streams.WorkflowTasks) (*WorkflowSummary, error) {
+	sum := &WorkflowSummary{ID: wf.ID, Tenant: tenant, Tasks: len(wf.Tasks), States: map[string]int{}}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	sem := make(chan struct{}, 32) // concurrent reads, batched by the store
+	for _, t := range wf.Tasks {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			rec, _, err := a.store.Get(ctx, kv.Ref{Tenant: tenant, ID: streams.WorkflowTaskID(wf.ID, t.Name, false)})
+			state := "WAITING"
+			switch {
+			case errors.Is(err, kv.ErrNotFound):
+			case err != nil:
+				mu.Lock()
+				first = cmp.Or(first, err)
+				mu.Unlock()
+				return
+			default:
+				state = string(rec.State)
+			}
+			mu.Lock()
+			sum.States[state]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, fmt.Errorf("read workflow %s: %w", wf.ID, first)
+	}
+	sum.State = workflowState(sum.States, sum.Tasks)
+	return sum, nil
+}
+
+// workflowState sums up a workflow's task states (see [WorkflowSummary]).
+func workflowState(states map[string]int, tasks int) string {
+	moving := 0
+	for _, s := range []kv.State{kv.StateReady, kv.StateRunning, kv.StateRetrying, kv.StatePending, kv.StatePaused} {
+		moving += states[string(s)]
+	}
+	switch {
+	case states[string(kv.StateSucceeded)] == tasks:
+		return string(kv.StateSucceeded)
+	case moving > 0:
+		return "RUNNING"
+	case states[string(kv.StateDead)] > 0:
+		return "FAILED"
+	case states[string(kv.StateCancelled)] > 0:
+		return string(kv.StateCancelled)
+	}
+	return "RUNNING" // the rest about to be released
 }

@@ -53,6 +53,7 @@ func workflowAsDeployed(t *testing.T, file string) {
 		drawn = out
 	}, 60*time.Second, 200*time.Millisecond)
 	require.Regexp(t, `(?m)^  done\s+SUCCEEDED\s+echo\s+after ship, mail$`, drawn)
+	require.Regexp(t, `(?m)^order-7\s+acme\s+SUCCEEDED\s+4\s+\S+\s+4 SUCCEEDED$`, mustAxAs(t, url, "operator", "workflow", "ls", "--tenant", "acme"))
 	for _, name := range []string{"ship", "mail"} {
 		parent := taskJSON(t, url, "acme", "order-7/charge")
 		child := taskJSON(t, url, "acme", "order-7/"+name)

@@ -208,4 +208,11 @@ func TestWorkflowCancel(t *testing.T) {
 	time.Sleep(time.Second)
 	rec := b.WaitState(t, wf.TaskID("after"), kv.StateCancelled)
 	require.Empty(t, rec.Type, "the unreleased task was released: %+v", rec)
+
+	// workflow.list sums it up: nothing runs, a task was cancelled.
+	list, err := api.ListWorkflows(context.Background(), admin.WorkflowListRequest{})
+	require.NoError(t, err)
+	require.Len(t, list.Workflows, 1)
+	require.Equal(t, "CANCELLED", list.Workflows[0].State)
+	require.Equal(t, map[string]int{"SUCCEEDED": 1, "CANCELLED": 2}, list.Workflows[0].States)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
@@ -123,7 +124,38 @@ func addWorkflow(root *cobra.Command, e *env) {
 		},
 	}
 	cancel.Flags().StringVar(&cancelTenant, "tenant", ax.DefaultTenant, "tenant")
-	cmd.AddCommand(submit, get, cancel)
+	var list admin.WorkflowListRequest
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List the newest workflows with the states of their tasks",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			reply, err := callAdmin(cmd.Context(), e, "workflow ls", func(ctx context.Context, c *admin.Client) (*admin.WorkflowListReply, error) {
+				return c.ListWorkflows(ctx, list)
+			})
+			if err != nil {
+				return err
+			}
+			if e.jsonOut {
+				return writeJSON(e.out, reply)
+			}
+			fmt.Fprintf(e.out, "%-24s  %-12s  %-9s  %6s  %-20s  %s\n", "ID", "TENANT", "STATE", "TASKS", "SUBMITTED", "TASK STATES")
+			for _, w := range reply.Workflows {
+				var parts []string
+				for _, s := range []string{"WAITING", "READY", "RUNNING", "RETRYING", "PENDING", "PAUSED", "SUCCEEDED", "DEAD", "CANCELLED"} {
+					if n := w.States[s]; n > 0 {
+						parts = append(parts, fmt.Sprintf("%d %s", n, s))
+					}
+				}
+				fmt.Fprintf(e.out, "%-24s  %-12s  %-9s  %6d  %-20s  %s\n", w.ID, w.Tenant, w.State, w.Tasks,
+					w.SubmittedAt.UTC().Format(time.RFC3339), strings.Join(parts, ", "))
+			}
+			return nil
+		},
+	}
+	ls.Flags().StringVar(&list.Tenant, "tenant", "", "only this tenant's workflows (default: every tenant's)")
+	ls.Flags().IntVar(&list.Limit, "limit", 20, fmt.Sprintf("the newest this many (at most %d)", admin.MaxWorkflowListLimit))
+	cmd.AddCommand(submit, get, cancel, ls)
 	root.AddCommand(cmd)
 }
 
