@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/kv"
 	"github.com/stretchr/testify/require"
 )
 
-// Workflows under faults, as processes: three workflows of 202 probe tasks
-// each (a root, 100 children, 100 grandchildren each after two random
-// children, and a join after all the grandchildren) run while the leader
+// Workflows under faults, as processes: three workflows of 194 probe tasks
+// of 250 ms each (a root, 12 layers of 16 tasks each after two random
+// tasks of the layer before, and a join after the last layer) run while the leader
 // is frozen past its lease, then SIGKILLed (the standby takes over, and a
 // new standby starts), and workers are SIGKILLed and replaced. Every task
 // runs and succeeds, none starts before each of its parents finished, no
@@ -26,29 +27,37 @@ func TestWorkflowsUnderFaults(t *testing.T) {
 	t.Parallel()
 	s := startStorm(t)
 	ctx := context.Background()
-	probe := ax.TaskSpec{Type: "probe", Payload: []byte(`{"ms":20}`), MaxAttempts: 12}
+	probe := ax.TaskSpec{Type: "probe", Payload: []byte(`{"ms":250}`), MaxAttempts: 12}
+	const layers, width = 12, 16
 	var wfs []*ax.Workflow
 	for w := range 3 {
 		wf := ax.NewWorkflow(fmt.Sprintf("faults-%d", w))
 		wf.Add("root", probe)
-		var grand []string
-		for i := range 100 {
-			wf.Add(fmt.Sprintf("c%d", i), probe, "root")
-		}
-		for i := range 100 {
-			a, b := rand.IntN(100), rand.IntN(100)
-			parents := []string{fmt.Sprintf("c%d", a)}
-			if b != a {
-				parents = append(parents, fmt.Sprintf("c%d", b))
+		prev := []string{"root"}
+		for l := range layers {
+			var layer []string
+			for i := range width {
+				a, b := prev[rand.IntN(len(prev))], prev[rand.IntN(len(prev))]
+				parents := []string{a}
+				if b != a {
+					parents = append(parents, b)
+				}
+				name := fmt.Sprintf("l%d-%d", l, i)
+				wf.Add(name, probe, parents...)
+				layer = append(layer, name)
 			}
-			name := fmt.Sprintf("g%d", i)
-			wf.Add(name, probe, parents...)
-			grand = append(grand, name)
+			prev = layer
 		}
-		wf.Add("join", probe, grand...)
+		wf.Add("join", probe, prev...)
 		_, err := s.client.SubmitWorkflow(ctx, wf)
 		require.NoError(t, err)
 		wfs = append(wfs, wf)
+	}
+	var ids []string
+	for _, wf := range wfs {
+		for _, task := range wf.Tasks {
+			ids = append(ids, wf.TaskID(task.Name))
+		}
 	}
 
 	// The faults, while the workflows run.
@@ -62,6 +71,7 @@ func TestWorkflowsUnderFaults(t *testing.T) {
 	s.kill(live[0])
 	s.spawn()
 	time.Sleep(2 * time.Second)
+	require.Less(t, s.states(ids)[kv.StateSucceeded], len(ids), "the workflows ended before the leader's kill")
 	if now := s.leader(); now != "" {
 		s.schedulers[now].kill(t)
 		delete(s.schedulers, now)
@@ -71,12 +81,6 @@ func TestWorkflowsUnderFaults(t *testing.T) {
 	s.kill(live[len(live)-1])
 	s.spawn()
 
-	var ids []string
-	for _, wf := range wfs {
-		for _, task := range wf.Tasks {
-			ids = append(ids, wf.TaskID(task.Name))
-		}
-	}
 	s.waitSucceeded(ids, 3*time.Minute, nil)
 	s.requireEffects(ids)
 	j := s.readJournals()
