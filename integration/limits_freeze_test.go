@@ -52,9 +52,8 @@ func TestLimitHoldsThroughFreezesAndStalls(t *testing.T) {
 			var tasks []string
 			for round, stall := range []time.Duration{13 * time.Second, 8 * time.Second, 5 * time.Second} {
 				long := int((stall + 2*time.Second) / time.Millisecond)
-				batch := m.submitLimited(owners, victim, round, long)
+				batch, running := m.submitLimited(owners, victim, round, long)
 				tasks = append(tasks, batch...)
-				running := m.waitRunning(batch[:2])
 				p := m.dev
 				if frozen == "worker" {
 					p = m.workers[running]
@@ -83,9 +82,14 @@ func TestLimitHoldsThroughFreezesAndStalls(t *testing.T) {
 // submitLimited submits, for round, on the shards owners gives victim:
 // two "limited" tasks and one "exclusive" lasting longMS, then eight
 // limited and three exclusive tasks of 1 s; and on the other workers'
-// shards four limited and two exclusive tasks of 1 s. It returns their ids,
-// the two long limited first.
-func (m *mesh) submitLimited(owners worker.Assignment, victim string, round, longMS int) []string {
+// shards four limited and two exclusive tasks of 1 s. The short ones go
+// once both long limited tasks run, so that they hold the limit's two
+// slots when the freeze comes (submitted together, the short ones of the
+// other workers could take a slot first and hand it on among theirs for
+// many seconds: the test then waited in vain for both long ones to run at
+// once). It returns their ids, the two long limited first, and the worker
+// running the first.
+func (m *mesh) submitLimited(owners worker.Assignment, victim string, round, longMS int) ([]string, string) {
 	m.t.Helper()
 	mine := owners.Shards(victim)
 	var specs []ax.TaskSpec
@@ -115,12 +119,16 @@ func (m *mesh) submitLimited(owners worker.Assignment, victim string, round, lon
 	add("limited", 6, 3000, false)
 	add("exclusive", 3, 3000, false)
 	var ids []string
-	for _, s := range specs {
+	running := ""
+	for i, s := range specs {
+		if i == 3 { // the long ones are in
+			running = m.waitRunning(ids[:2])
+		}
 		info, err := m.client.Submit(context.Background(), s)
 		require.NoError(m.t, err)
 		ids = append(ids, info.ID)
 	}
-	return ids
+	return ids, running
 }
 
 // waitRunning waits until an execution of each of tasks runs (started,
