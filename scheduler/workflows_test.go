@@ -216,3 +216,36 @@ func TestWorkflowCancel(t *testing.T) {
 	require.Equal(t, "CANCELLED", list.Workflows[0].State)
 	require.Equal(t, map[string]int{"SUCCEEDED": 1, "CANCELLED": 2}, list.Workflows[0].States)
 }
+
+// A DEAD task stops its descendants (the default policy) until it is
+// replayed from the dead-letter stream and succeeds: then the workflow
+// goes on where it stopped, as docs/API.md promises.
+func TestWorkflowReplayResumes(t *testing.T) {
+	t.Parallel()
+	b := setupLoops(t, 1, nil, scheduler.Config{})
+	var fixed atomic.Bool
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("step", func(_ context.Context, task *worker.Task) error {
+		if _, name := task.Workflow(); name == "bad" && !fixed.Load() {
+			return worker.Permanent(errors.New("failed on purpose"))
+		}
+		return nil
+	}, nil))
+	b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 4})
+	step := ax.TaskSpec{Type: "step"}
+	wf := ax.NewWorkflow("wf-replay").Chain(ax.Step{Name: "bad", Spec: step}, ax.Step{Name: "next", Spec: step})
+	_, err := b.Client.SubmitWorkflow(context.Background(), wf)
+	require.NoError(t, err)
+	b.WaitState(t, wf.TaskID("bad"), kv.StateDead)
+	time.Sleep(time.Second)
+	_, _, err = b.Client.Store().Get(context.Background(), kv.Ref{Tenant: ax.DefaultTenant, ID: wf.TaskID("next")})
+	require.ErrorIs(t, err, kv.ErrNotFound, "the child of a DEAD task was released")
+
+	fixed.Store(true)
+	api := b.StartAdmin(t, nil)
+	reply, err := api.Replay(context.Background(), admin.DLQReplayRequest{ID: wf.TaskID("bad")})
+	require.NoError(t, err)
+	require.Len(t, reply.Replayed, 1)
+	b.WaitState(t, wf.TaskID("bad"), kv.StateSucceeded)
+	b.WaitState(t, wf.TaskID("next"), kv.StateSucceeded)
+}
