@@ -38,7 +38,17 @@ type runRef struct{ tenant, id string }
 type workflowRun struct {
 	wf    *ax.Workflow
 	nodes map[string]*workflowNode
-	open  int // tasks not yet ended
+	open  int             // tasks not yet ended
+	due   []*workflowNode // waiting for no parent, not submitted yet (or their submit failed)
+}
+
+// queue adds n to the tasks due for release, once.
+func (r *workflowRun) queue(n *workflowNode) {
+	if n.released || n.queued || n.waiting > 0 {
+		return
+	}
+	n.queued = true
+	r.due = append(r.due, n)
 }
 
 // workflowNode is one task of a workflow.
@@ -49,6 +59,7 @@ type workflowNode struct {
 	state    kv.State // its record's, "" while it has none
 	released bool     // submitted by this loop, or found with a record
 	counted  bool     // its end was counted for its children
+	queued   bool     // in its run's due list
 }
 
 func newWorkflowLoop(l *Leader) *workflowLoop {
@@ -208,6 +219,9 @@ func (w *workflowLoop) open(ctx context.Context, msg jetstream.Msg) error {
 	if run.open == 0 {
 		return nil // ended before
 	}
+	for _, n := range run.nodes {
+		run.queue(n) // the roots, and those whose parents ended before
+	}
 	w.runs[ref] = run
 	w.release(ctx, tenant, run)
 	w.forgetBatch(ref, run)
@@ -220,12 +234,9 @@ func (w *workflowLoop) forgetBatch(ref runRef, run *workflowRun) {
 	if !run.wf.Batch {
 		return
 	}
-	for _, n := range run.nodes {
-		if !n.released {
-			return
-		}
+	if len(run.due) == 0 { // each task waits for nothing: all submitted
+		delete(w.runs, ref)
 	}
-	delete(w.runs, ref)
 }
 
 // workflowError says why a document was refused.
@@ -326,6 +337,7 @@ func (w *workflowLoop) ended(run *workflowRun, n *workflowNode, state kv.State) 
 	n.counted = true
 	for _, c := range n.children {
 		c.waiting--
+		run.queue(c)
 	}
 }
 
@@ -334,13 +346,15 @@ func done(s kv.State) bool {
 	return s == kv.StateSucceeded || s == kv.StateDead || s == kv.StateCancelled
 }
 
-// release submits every task of run that waits for no parent and was not
-// released yet.
+// release submits the tasks of run that are due (a record change queues
+// the children it frees: no pass over the whole graph); those whose submit
+// failed stay due.
 func (w *workflowLoop) release(ctx context.Context, tenant string, run *workflowRun) {
 	var specs []ax.TaskSpec
 	var nodes []*workflowNode
-	for _, n := range run.nodes {
-		if n.released || n.waiting > 0 {
+	for _, n := range run.due {
+		if n.released {
+			n.queued = false
 			continue
 		}
 		spec := n.task.Spec
@@ -348,6 +362,7 @@ func (w *workflowLoop) release(ctx context.Context, tenant string, run *workflow
 		specs = append(specs, spec)
 		nodes = append(nodes, n)
 	}
+	run.due = run.due[:0]
 	if len(specs) == 0 {
 		return
 	}
@@ -362,6 +377,11 @@ func (w *workflowLoop) release(ctx context.Context, tenant string, run *workflow
 			// waited): it will never run, and is not tried again.
 			n.released = true
 			w.log.Warn("workflow_task_unreleasable", zap.String("tenant", tenant), zap.String("task_id", specs[i].ID), zap.Error(batch.Failed[i]))
+		}
+		if n.released {
+			n.queued = false
+		} else {
+			run.due = append(run.due, n) // tried again at the next tick
 		}
 	}
 	if err != nil {
