@@ -54,6 +54,8 @@ func workflowAsDeployed(t *testing.T, file string) {
 	}, 60*time.Second, 200*time.Millisecond)
 	require.Regexp(t, `(?m)^  done\s+SUCCEEDED\s+echo\s+after ship, mail$`, drawn)
 	require.Regexp(t, `(?m)^order-7\s+acme\s+SUCCEEDED\s+4\s+\S+\s+4 SUCCEEDED$`, mustAxAs(t, url, "operator", "workflow", "ls", "--tenant", "acme"))
+	require.Contains(t, mustAxAs(t, url, "operator", "workflow", "cancel", "order-7", "--tenant", "acme"),
+		"workflow order-7: 0 tasks cancelled (0 running, their workers told), 4 had ended")
 	for _, name := range []string{"ship", "mail"} {
 		parent := taskJSON(t, url, "acme", "order-7/charge")
 		child := taskJSON(t, url, "acme", "order-7/"+name)
