@@ -1,6 +1,7 @@
 package ax
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
@@ -21,9 +22,10 @@ const (
 	// MaxParents is the most parents one task waits for; a wider join is
 	// a tree of joins (a [Workflow.Group] of groups).
 	MaxParents = 1_000
-	// MaxWorkflowBytes bounds a workflow's document: its tasks' specs,
-	// payloads included.
-	MaxWorkflowBytes = 16 << 20
+	// MaxWorkflowBytes bounds a workflow's document (its JSON): its tasks'
+	// specs, payloads included (in base64). A document larger than one
+	// message is stored in parts ([Client.SubmitWorkflow]).
+	MaxWorkflowBytes = streams.MaxWorkflowDocument
 )
 
 // FailurePolicy says what a workflow does with the descendants of a task
@@ -195,7 +197,7 @@ func (w *Workflow) normalize(now time.Time) (*Workflow, error) {
 		if len(t.After) > MaxParents {
 			return bad("task %q waits for %d tasks, more than %d: make a tree of joins", t.Name, len(t.After), MaxParents)
 		}
-		size += len(t.Name) + len(norm.Payload) + len(norm.Type) + len(norm.Key) + 64
+		size += len(t.Name) + base64.StdEncoding.EncodedLen(len(norm.Payload)) + len(norm.Type) + len(norm.Key) + 64
 		for _, p := range t.After {
 			size += len(p) + 3
 		}

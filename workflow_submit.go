@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"time"
 
+	"strconv"
+
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // WorkflowInfo describes a submitted workflow.
@@ -50,18 +53,23 @@ func (c *Client) SubmitWorkflow(ctx context.Context, wf *Workflow) (WorkflowInfo
 	if err != nil {
 		return info, fmt.Errorf("submit workflow %s: encode: %w", norm.ID, err)
 	}
-	if limit := c.js.Conn().MaxPayload() - streams.HeaderRoom; limit > 0 && int64(len(data)) > limit {
-		return info, fmt.Errorf("%w %q: its document is %d bytes, more than the %d one message holds on this server (max_payload less %d)",
-			ErrInvalidWorkflow, norm.ID, len(data), limit, streams.HeaderRoom)
+	if len(data) > MaxWorkflowBytes {
+		return info, fmt.Errorf("%w %q: its document is %d bytes, more than the %d a workflow holds",
+			ErrInvalidWorkflow, norm.ID, len(data), MaxWorkflowBytes)
 	}
-	msg := nats.NewMsg(c.cfg.Names.WorkflowSubject(norm.Tenant, norm.ID))
-	msg.Data = data
-	msg.Header.Set(jetstream.MsgIDHeader, norm.Tenant+"/"+norm.ID)
+	subject := c.cfg.Names.WorkflowSubject(norm.Tenant, norm.ID)
 	var ack *jetstream.PubAck
-	for attempt := 0; ; attempt++ {
-		ack, err = c.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(0))
-		if err == nil || !retryable(err) || attempt >= c.cfg.PublishRetries || ctx.Err() != nil {
-			break
+	if part := c.js.Conn().MaxPayload() - streams.HeaderRoom; part > 0 && int64(len(data)) > part {
+		ack, err = c.submitWorkflowParts(ctx, norm, data, int(part))
+	} else {
+		msg := nats.NewMsg(subject)
+		msg.Data = data
+		msg.Header.Set(jetstream.MsgIDHeader, norm.Tenant+"/"+norm.ID)
+		for attempt := 0; ; attempt++ {
+			ack, err = c.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(0))
+			if err == nil || !retryable(err) || attempt >= c.cfg.PublishRetries || ctx.Err() != nil {
+				break
+			}
 		}
 	}
 	var apiErr *jetstream.APIError
@@ -72,10 +80,56 @@ func (c *Client) SubmitWorkflow(ctx context.Context, wf *Workflow) (WorkflowInfo
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
 		info.Duplicate = true // the tenant's id is taken: by this workflow, submitted before, or another
 		return info, nil
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeBatchPublishNotEnabled:
+		return info, fmt.Errorf("submit workflow %s: its %d-byte document is stored in parts, which %s refuses (%w): provision the deployment (ax provision) with this version of ax",
+			norm.ID, len(data), c.cfg.Names.WorkflowStream(), err)
 	case errors.As(err, &apiErr):
 		return info, fmt.Errorf("submit workflow %s: %w", norm.ID, err)
+	case errors.Is(err, errPartsNotSent):
+		return info, fmt.Errorf("submit workflow %s: %w", norm.ID, err)
 	case errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders):
-		return info, fmt.Errorf("submit workflow %s: no stream stored %s (%w): provision the deployment (ax provision) with this version of ax", norm.ID, msg.Subject, err)
+		return info, fmt.Errorf("submit workflow %s: no stream stored %s (%w): provision the deployment (ax provision) with this version of ax", norm.ID, subject, err)
 	}
 	return info, fmt.Errorf("submit workflow %s: published; its acknowledgement could not be read: %w (%w)", norm.ID, err, ErrMaybeStored)
+}
+
+// errPartsNotSent means a part of a document could not be sent: nothing of
+// it is stored (the server drops a batch left without its commit).
+var errPartsNotSent = errors.New("a part of the document was not sent; nothing of it is stored")
+
+// submitWorkflowParts stores the document data of norm in parts of at most
+// size bytes and its commit, one atomic batch (docs/WIRE.md, "Workflows").
+// The commit carries the parts' count and digest, and expects no document
+// of the tenant's id before it, as a document in one message does.
+func (c *Client) submitWorkflowParts(ctx context.Context, norm *Workflow, data []byte, size int) (*jetstream.PubAck, error) {
+	parts := streams.SplitWorkflowDocument(data, size)
+	if len(parts) > streams.MaxWorkflowParts {
+		return nil, fmt.Errorf("%w %q: its %d-byte document takes %d parts of %d bytes, more than the %d one batch holds: raise the server's max_payload",
+			ErrInvalidWorkflow, norm.ID, len(data), len(parts), size, streams.MaxWorkflowParts)
+	}
+	batch, err := jetstreamext.NewBatchPublisher(c.js)
+	if err != nil {
+		return nil, err
+	}
+	for k, part := range parts {
+		msg := nats.NewMsg(c.cfg.Names.WorkflowPartSubject(norm.Tenant, norm.ID))
+		msg.Data = part
+		msg.Header.Set(streams.WorkflowPartHeader, strconv.Itoa(k+1))
+		if err := batch.AddMsg(msg); err != nil {
+			var apiErr *jetstream.APIError
+			if errors.As(err, &apiErr) {
+				return nil, err // the server's refusal of the batch
+			}
+			return nil, fmt.Errorf("%w (part %d of %d): %w", errPartsNotSent, k+1, len(parts), err)
+		}
+	}
+	commit := nats.NewMsg(c.cfg.Names.WorkflowSubject(norm.Tenant, norm.ID))
+	commit.Header.Set(streams.WorkflowPartsHeader, strconv.Itoa(len(parts)))
+	commit.Header.Set(streams.WorkflowDigestHeader, streams.WorkflowDigest(data))
+	commit.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+	ack, err := batch.CommitMsg(ctx, commit)
+	if err != nil {
+		return nil, err
+	}
+	return &jetstream.PubAck{Stream: ack.Stream, Sequence: ack.Sequence, Domain: ack.Domain}, nil
 }

@@ -95,8 +95,15 @@ func (a *Service) workflow(ctx context.Context, tenant, id string) (*streams.Wor
 	if err != nil {
 		return nil, fmt.Errorf("read workflow %s: %w", id, err)
 	}
+	data, err := names.WorkflowDocument(ctx, stream, msg.Sequence, msg.Subject, msg.Header, msg.Data)
+	if errors.Is(err, streams.ErrWorkflowParts) {
+		return nil, notFoundf("no workflow %s of tenant %s: its document was refused (nothing of it runs): %s", id, tenant, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read workflow %s: %w", id, err)
+	}
 	var wf streams.WorkflowTasks
-	if err := json.Unmarshal(msg.Data, &wf); err != nil {
+	if err := json.Unmarshal(data, &wf); err != nil {
 		return nil, fmt.Errorf("workflow %s: its document does not decode: %w", id, err)
 	}
 	return &wf, nil
@@ -169,8 +176,15 @@ func (a *Service) workflowList(ctx context.Context, data []byte) (any, error) {
 		if !ok || req.Tenant != "" && tenant != req.Tenant {
 			continue
 		}
+		data, err := names.WorkflowDocument(ctx, stream, msg.Sequence, msg.Subject, msg.Header, msg.Data)
+		if errors.Is(err, streams.ErrWorkflowParts) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s #%d: %w", names.WorkflowStream(), seq, err)
+		}
 		var wf streams.WorkflowTasks
-		if json.Unmarshal(msg.Data, &wf) != nil || wf.Batch || wf.ID != id {
+		if json.Unmarshal(data, &wf) != nil || wf.Batch || wf.ID != id {
 			continue
 		}
 		sum, err := a.summarize(ctx, tenant, &wf)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )
@@ -173,7 +174,8 @@ func (w *workflowLoop) unwatch() {
 }
 
 // open reads a workflow's document, the states of its tasks' records, and
-// releases what may run. It fails only when the record watch cannot start.
+// releases what may run. It fails when the record watch cannot start or
+// a document's parts cannot be read.
 func (w *workflowLoop) open(ctx context.Context, msg jetstream.Msg) error {
 	tenant, id, ok := w.l.cfg.Names.ParseWorkflowSubject(msg.Subject())
 	if !ok {
@@ -183,8 +185,14 @@ func (w *workflowLoop) open(ctx context.Context, msg jetstream.Msg) error {
 	if _, seen := w.runs[ref]; seen {
 		return nil
 	}
+	data, err := w.document(ctx, msg)
+	if err != nil && !errors.Is(err, streams.ErrWorkflowParts) {
+		return err // read again when the loop starts again
+	}
 	var wf ax.Workflow
-	err := json.Unmarshal(msg.Data(), &wf)
+	if err == nil {
+		err = json.Unmarshal(data, &wf)
+	}
 	if wf.Tenant == "" { // a plain publish may leave its tenant to the subject's
 		wf.Tenant = tenant
 	}

@@ -98,16 +98,17 @@ func (n Names) ParseWorkflowSubject(subject string) (tenant, id string, ok bool)
 
 // WorkflowStreamConfig returns the configuration of AX_WORKFLOWS: each
 // workflow's document, kept WorkflowMaxAge (the leader releases a
-// workflow's tasks from it, and `ax workflow get` draws it). Nothing a
-// producer's headers could make the server do is allowed (no roll-up,
-// TTL, schedule, counter or batch).
+// workflow's tasks from it, and `ax workflow get` draws it), and the parts
+// of those larger than one message. Of what a producer's headers could
+// make the server do, only atomic batches are allowed (a document in
+// parts is one); no roll-up, TTL, schedule, counter or fast batch.
 func WorkflowStreamConfig(cfg *Config) jetstream.StreamConfig {
 	cfg = cfg.withDefaults()
 	n := cfg.Names
 	return jetstream.StreamConfig{
 		Name:        n.WorkflowStream(),
-		Description: "ax workflows: one document per workflow (ax.submit.wf.<tenant>.<id>.doc)",
-		Subjects:    []string{n.WorkflowFilter()},
+		Description: "ax workflows: one document per workflow (ax.submit.wf.<tenant>.<id>.doc, its parts on .part)",
+		Subjects:    []string{n.WorkflowFilter(), n.WorkflowPartFilter()},
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
@@ -118,5 +119,8 @@ func WorkflowStreamConfig(cfg *Config) jetstream.StreamConfig {
 		Discard:     jetstream.DiscardNew,
 		Duplicates:  DefaultDuplicates,
 		AllowDirect: true,
+		// A document larger than one message is one atomic batch: its
+		// parts, then its commit (workflow_parts.go).
+		AllowAtomicPublish: true,
 	}
 }

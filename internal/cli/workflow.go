@@ -195,8 +195,12 @@ func (e *env) workflowView(ctx context.Context, js jetstream.JetStream, tenant, 
 	if err != nil {
 		return nil, fmt.Errorf("workflow %s: %w", id, err)
 	}
+	data, err := names.WorkflowDocument(ctx, stream, msg.Sequence, msg.Subject, msg.Header, msg.Data)
+	if err != nil {
+		return nil, fmt.Errorf("workflow %s: %w", id, err)
+	}
 	var wf ax.Workflow
-	if err := json.Unmarshal(msg.Data, &wf); err != nil {
+	if err := json.Unmarshal(data, &wf); err != nil {
 		return nil, fmt.Errorf("workflow %s: its document does not decode: %w", id, err)
 	}
 	store, err := kv.NewStore(ctx, js, &kv.StoreConfig{Names: names})
