@@ -90,6 +90,7 @@ func startStorm(t *testing.T) *storm {
 	m := &mesh{t: t, url: fmt.Sprintf("nats://127.0.0.1:%d", port), data: t.TempDir(), journal: t.TempDir(),
 		workers: map[string]*process{}, deaths: map[string]time.Time{}, ackWait: faultAckWait}
 	srv := startAx(t, "server", "--name", "storm", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--data", m.data)
+	m.dev = srv // the server, for the tests that freeze it
 	require.Eventually(t, func() bool { return strings.Contains(srv.output(), "serving") }, 30*time.Second, 50*time.Millisecond)
 	runAx(t, "provision", "--server", m.url, "--ack-wait", faultAckWait)
 	s := &storm{mesh: m, schedulers: map[string]*process{}, actions: map[string]map[string]int{}}

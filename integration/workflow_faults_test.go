@@ -26,39 +26,12 @@ import (
 func TestWorkflowsUnderFaults(t *testing.T) {
 	t.Parallel()
 	s := startStorm(t)
-	ctx := context.Background()
 	probe := ax.TaskSpec{Type: "probe", Payload: []byte(`{"ms":250}`), MaxAttempts: 12}
-	const layers, width = 12, 16
 	var wfs []*ax.Workflow
 	for w := range 3 {
-		wf := ax.NewWorkflow(fmt.Sprintf("faults-%d", w))
-		wf.Add("root", probe)
-		prev := []string{"root"}
-		for l := range layers {
-			var layer []string
-			for i := range width {
-				a, b := prev[rand.IntN(len(prev))], prev[rand.IntN(len(prev))]
-				parents := []string{a}
-				if b != a {
-					parents = append(parents, b)
-				}
-				name := fmt.Sprintf("l%d-%d", l, i)
-				wf.Add(name, probe, parents...)
-				layer = append(layer, name)
-			}
-			prev = layer
-		}
-		wf.Add("join", probe, prev...)
-		_, err := s.client.SubmitWorkflow(ctx, wf)
-		require.NoError(t, err)
-		wfs = append(wfs, wf)
+		wfs = append(wfs, layeredWorkflow(fmt.Sprintf("faults-%d", w), probe, 12, 16))
 	}
-	var ids []string
-	for _, wf := range wfs {
-		for _, task := range wf.Tasks {
-			ids = append(ids, wf.TaskID(task.Name))
-		}
-	}
+	ids := s.submitWorkflows(wfs)
 
 	// The faults, while the workflows run.
 	time.Sleep(time.Second)
@@ -82,6 +55,101 @@ func TestWorkflowsUnderFaults(t *testing.T) {
 	s.spawn()
 
 	s.waitSucceeded(ids, 3*time.Minute, nil)
+	effects := s.requireWorkflowRuns(wfs, ids)
+	t.Logf("workflows under faults: %d tasks in 3 workflows, all SUCCEEDED after their parents; %s", len(ids), effects)
+}
+
+// A DAG of 2,000 probe tasks of 200 ms (a root, 18 layers of 111 tasks
+// each after one to three random tasks of the layer before, and a join
+// after the last layer) runs while workers are SIGKILLed and replaced, and
+// the leader and the server are frozen together (SIGSTOP) for 6 s, three
+// times the lease TTL: the server resumes first, the old leader 2 s later
+// (its lease has lapsed and the standby may lead). Every task runs and
+// succeeds (nothing stranded), none starts before each of its parents
+// finished, no second effect that a failure does not explain, and the
+// join runs once.
+func TestWorkflowDAGUnderFreezes(t *testing.T) {
+	t.Parallel()
+	s := startStorm(t)
+	probe := ax.TaskSpec{Type: "probe", Payload: []byte(`{"ms":200}`), MaxAttempts: 12}
+	wf := layeredWorkflow("dag-2000", probe, 18, 111)
+	require.Len(t, wf.Tasks, 2000)
+	ids := s.submitWorkflows([]*ax.Workflow{wf})
+
+	time.Sleep(2 * time.Second)
+	live := slices.Sorted(maps.Keys(s.workers))
+	s.kill(live[0])
+	s.spawn()
+	time.Sleep(time.Second)
+	leader := s.leader()
+	require.NotEmpty(t, leader)
+	frozenAt := s.states(ids)
+	s.schedulers[leader].signal(t, syscall.SIGSTOP)
+	s.dev.signal(t, syscall.SIGSTOP)
+	time.Sleep(6 * time.Second)
+	s.dev.signal(t, syscall.SIGCONT)
+	time.Sleep(2 * time.Second)
+	s.schedulers[leader].signal(t, syscall.SIGCONT)
+	require.Less(t, frozenAt[kv.StateSucceeded], len(ids)/2, "the DAG was half done before the freeze: %v", frozenAt)
+	time.Sleep(2 * time.Second)
+	live = slices.Sorted(maps.Keys(s.workers))
+	s.kill(live[len(live)-1])
+	s.spawn()
+	require.Less(t, s.states(ids)[kv.StateSucceeded], len(ids), "the DAG ended before the last worker's kill")
+
+	s.waitSucceeded(ids, 4*time.Minute, nil)
+	effects := s.requireWorkflowRuns([]*ax.Workflow{wf}, ids)
+	t.Logf("2,000-task DAG through a 6 s freeze of the leader and the server and 2 worker kills: states at the freeze %v; all SUCCEEDED after their parents; %s",
+		frozenAt, effects)
+}
+
+// layeredWorkflow returns a workflow of spec: a root, layers of width
+// tasks each after one to three random tasks of the layer before, and a
+// join after the last layer.
+func layeredWorkflow(id string, spec ax.TaskSpec, layers, width int) *ax.Workflow {
+	wf := ax.NewWorkflow(id)
+	wf.Add("root", spec)
+	prev := []string{"root"}
+	for l := range layers {
+		var layer []string
+		for i := range width {
+			parents := []string{prev[rand.IntN(len(prev))]}
+			for range rand.IntN(3) {
+				if p := prev[rand.IntN(len(prev))]; !slices.Contains(parents, p) {
+					parents = append(parents, p)
+				}
+			}
+			name := fmt.Sprintf("l%d-%d", l, i)
+			wf.Add(name, spec, parents...)
+			layer = append(layer, name)
+		}
+		prev = layer
+	}
+	wf.Add("join", spec, prev...)
+	return wf
+}
+
+// submitWorkflows submits wfs and returns the ids of their tasks.
+func (s *storm) submitWorkflows(wfs []*ax.Workflow) []string {
+	s.t.Helper()
+	var ids []string
+	for _, wf := range wfs {
+		_, err := s.client.SubmitWorkflow(context.Background(), wf)
+		require.NoError(s.t, err)
+		for _, task := range wf.Tasks {
+			ids = append(ids, wf.TaskID(task.Name))
+		}
+	}
+	return ids
+}
+
+// requireWorkflowRuns checks, from the probes' journals, that every task
+// of wfs applied its effect once (a re-execution only where a failure
+// explains it), that none started before each of its parents finished,
+// and that each join ran its effect once. It returns the effects' summary.
+func (s *storm) requireWorkflowRuns(wfs []*ax.Workflow, ids []string) effectCounts {
+	t := s.t
+	t.Helper()
 	s.requireEffects(ids)
 	j := s.readJournals()
 	effects := j.requireOneEffect(t)
@@ -110,5 +178,5 @@ func TestWorkflowsUnderFaults(t *testing.T) {
 		}
 		require.Equal(t, 1, n, "the join of %s ran its effect %d times", wf.ID, n)
 	}
-	t.Logf("workflows under faults: %d tasks in 3 workflows, all SUCCEEDED after their parents; %s", len(ids), effects)
+	return effects
 }
