@@ -16,7 +16,7 @@ import (
 )
 
 // Workflows under faults, as processes: three workflows of 194 probe tasks
-// of 250 ms each (a root, 12 layers of 16 tasks each after two random
+// of 250 ms each (a root, 12 layers of 16 tasks each after one to three random
 // tasks of the layer before, and a join after the last layer) run while the leader
 // is frozen past its lease, then SIGKILLed (the standby takes over, and a
 // new standby starts), and workers are SIGKILLed and replaced. Every task
