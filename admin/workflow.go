@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -182,6 +183,9 @@ func (a *Service) workflowList(ctx context.Context, data []byte) (any, error) {
 		}
 		if err != nil {
 			return nil, fmt.Errorf("read %s #%d: %w", names.WorkflowStream(), seq, err)
+		}
+		if parts, err := strconv.Atoi(msg.Header.Get(streams.WorkflowPartsHeader)); err == nil {
+			seq -= uint64(parts) // its parts, read and checked: not read again
 		}
 		var wf streams.WorkflowTasks
 		if json.Unmarshal(data, &wf) != nil || wf.Batch || wf.ID != id {

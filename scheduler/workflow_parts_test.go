@@ -78,13 +78,18 @@ func TestWorkflowInParts(t *testing.T) {
 	require.Less(t, len(data), ax.MaxWorkflowBytes)
 
 	ctx := context.Background()
+	small := ax.NewWorkflow("before").Add("one", ax.TaskSpec{Type: "big"})
+	before, err := b.Client.SubmitWorkflow(ctx, small)
+	require.NoError(t, err)
+	began := time.Now()
 	info, err := b.Client.SubmitWorkflow(ctx, wf)
+	took := time.Since(began)
 	require.NoError(t, err)
 	require.False(t, info.Duplicate)
 	stream, err := b.JS.Stream(ctx, "AX_WORKFLOWS")
 	require.NoError(t, err)
 	parts := 0
-	for seq := uint64(1); seq < info.Sequence; seq++ {
+	for seq := before.Sequence + 1; seq < info.Sequence; seq++ {
 		msg, err := stream.GetMsg(ctx, seq)
 		require.NoError(t, err)
 		require.Equal(t, "ax.submit.wf.default.huge.part", msg.Subject)
@@ -109,6 +114,14 @@ func TestWorkflowInParts(t *testing.T) {
 		}
 	}
 	mu.Unlock()
+
+	list, err := b.StartAdmin(t, nil).ListWorkflows(ctx, admin.WorkflowListRequest{})
+	require.NoError(t, err)
+	require.Len(t, list.Workflows, 2, "workflow.list: %+v", list.Workflows)
+	require.Equal(t, []string{"huge", "before"}, []string{list.Workflows[0].ID, list.Workflows[1].ID})
+	require.Equal(t, tasks, list.Workflows[0].Tasks)
+	require.Equal(t, "SUCCEEDED", list.Workflows[0].State)
+	t.Logf("a %d-byte document in %d parts (server max_payload %d): SubmitWorkflow took %s", len(data), parts, b.NC.MaxPayload(), took)
 
 	again, err := b.Client.SubmitWorkflow(ctx, wf)
 	require.NoError(t, err)
