@@ -20,7 +20,8 @@ type batchOptions struct {
 // every task of the batch will run; if it returns an error (one that does
 // not match [ErrMaybeStored]) none will. The tasks must be of one tenant.
 // The batch is stored as one document, a workflow without dependencies
-// ([Client.SubmitWorkflow]), and the leader submits its tasks at once:
+// ([Client.SubmitWorkflow]; in parts, committed at once, when it is larger
+// than one message), and the leader submits its tasks at once:
 // the infos carry each task's id, tenant and priority, not yet its stream
 // and sequence. An invalid task refuses the whole batch, naming it.
 func Atomic() BatchOption { return func(o *batchOptions) { o.atomic = true } }
