@@ -34,6 +34,7 @@ type benchFlags struct {
 	shared    bool          // fairness: on a deployment without fair shares
 	byKey     bool          // fairness: between two keys of one tenant, without fair shares
 	fairHold  time.Duration // fairness: how long a task of the backlog runs
+	workflow  bench.WorkflowOptions
 }
 
 type benchRunner func(context.Context, bench.Options) ([]*bench.Result, error)
@@ -171,6 +172,9 @@ func (f *benchFlags) scenarios() map[string]benchScenario {
 			}
 			return out, nil
 		}},
+		"workflow": {run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
+			return bench.Workflow(ctx, o, f.workflow)
+		}},
 		"fairness": {tasks: 100_000, rate: 20, run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
 			return bench.Fairness(ctx, o, bench.FairnessOptions{Rate: f.rate, Shared: f.shared, ByKey: f.byKey, Hold: f.fairHold})
 		}},
@@ -236,7 +240,17 @@ statistics. See docs/BENCHMARKS.md.
               --shared-layout runs it without fair shares, for comparison;
               --by-key runs it between two partition keys of one tenant on a
               deployment without fair shares (the backlog on one shard), and
-              --fair-hold makes each backlog task run that long (default 0)`,
+              --fair-hold makes each backlog task run that long (default 0)
+  workflow    a workflow's release (the leader in the bench process): wf-plain,
+              the fan-out's tasks submitted without dependencies; wf-fanout, a
+              root, --fan-out children (default 10,000) after it and a fan-in
+              back to one, as a tree of joins (a task waits for at most 1,000
+              parents: a join per 1,000 children, then one after the joins),
+              checked (each task once, none before a parent ended), its CPU per
+              edge over wf-plain's (cpu_us_per_edge); wf-chain, --chain tasks
+              one after the other (default 1,000): elapsed_s from the submit to
+              the last task's start, and per link (p50/p99/max) how long after
+              its parent's record said SUCCEEDED (finished_at) a child started`,
 		Args:      cobra.ExactArgs(1),
 		ValidArgs: names,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -325,6 +339,8 @@ statistics. See docs/BENCHMARKS.md.
 	fs.BoolVar(&f.shared, "shared-layout", false, "fairness: on a deployment without fair shares (one catch-all consumer per shard)")
 	fs.BoolVar(&f.byKey, "by-key", false, "fairness: between two partition keys of one tenant, on a deployment without fair shares")
 	fs.DurationVar(&f.fairHold, "fair-hold", 0, "fairness: how long a task of the backlog runs (its handler sleeps)")
+	fs.IntVar(&f.workflow.FanOut, "fan-out", 10_000, "workflow: children of the fan-out")
+	fs.IntVar(&f.workflow.Chain, "chain", 1_000, "workflow: tasks of the chain")
 	fs.BoolVar(&f.o.PublishOnly, "publish-only", false, "submit with a publish-only client (ax submit --publish-only): no record at submit, the claim creates it (throughput, latency, limits)")
 	fs.StringVar(&f.profile, "cpuprofile", "", "write a CPU profile of the bench process (client and workers; the server too with --transport in-process) to this file")
 	root.AddCommand(cmd)
