@@ -291,6 +291,9 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec, opts ...Batc
 	if o.atomic {
 		return c.submitAtomic(ctx, tasks)
 	}
+	if o.notes != nil && len(o.notes) != len(tasks) {
+		return nil, fmt.Errorf("submit batch: %d notes for %d tasks", len(o.notes), len(tasks))
+	}
 	now := time.Now()
 	infos := make([]TaskInfo, len(tasks))
 	failed := map[int]error{}
@@ -342,7 +345,7 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec, opts ...Batc
 		normalized[i] = t
 		msgs[i] = t.message(c.cfg.Names, !c.cfg.PublishOnly)
 	}
-	c.storeBatch(ctx, normalized, msgs, infos, failed)
+	c.storeBatch(ctx, normalized, msgs, infos, failed, o.notes)
 	if len(failed) > 0 {
 		return infos, &BatchError{Failed: failed}
 	}
@@ -351,9 +354,10 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec, opts ...Batc
 
 // storeBatch publishes msgs[i], the message of tasks[i], for every i whose
 // message is not nil, pipelined, and retries the retryable failures with
-// the same ids; then it writes the records of the stored tasks, pipelined,
-// and sets infos[i] or failed[i].
-func (c *Client) storeBatch(ctx context.Context, tasks []TaskSpec, msgs []*nats.Msg, infos []TaskInfo, failed map[int]error) {
+// the same ids; then it writes the records of the stored tasks, pipelined
+// (the first move of tasks[i]'s with notes[i], when notes is not nil), and
+// sets infos[i] or failed[i].
+func (c *Client) storeBatch(ctx context.Context, tasks []TaskSpec, msgs []*nats.Msg, infos []TaskInfo, failed map[int]error, notes []string) {
 	pending := make([]int, 0, len(msgs))
 	for i, msg := range msgs {
 		if msg != nil {
@@ -384,7 +388,7 @@ func (c *Client) storeBatch(ctx context.Context, tasks []TaskSpec, msgs []*nats.
 	}
 	existed := map[int]bool{}
 	if !c.cfg.PublishOnly { // else the workers write the records
-		existed = c.writeRecords(ctx, tasks, acks, failed)
+		existed = c.writeRecords(ctx, tasks, acks, failed, notes)
 	}
 	for i, ack := range acks {
 		if ack == nil || failed[i] != nil {
@@ -410,7 +414,9 @@ func (c *Client) storeBatch(ctx context.Context, tasks []TaskSpec, msgs []*nats.
 
 // writeRecords creates the READY records of the accepted tasks, pipelined,
 // and returns the tasks whose record existed already (see [Client.existing]).
-func (c *Client) writeRecords(ctx context.Context, tasks []TaskSpec, acks []*jetstream.PubAck, failed map[int]error) map[int]bool {
+// With notes, the first move of tasks[i]'s record is a release
+// ([kv.ActionRelease]) with note notes[i].
+func (c *Client) writeRecords(ctx context.Context, tasks []TaskSpec, acks []*jetstream.PubAck, failed map[int]error, notes []string) map[int]bool {
 	existed := map[int]bool{}
 	indexes := make([]int, 0, len(acks))
 	msgs := make([]*nats.Msg, 0, len(acks))
@@ -418,7 +424,11 @@ func (c *Client) writeRecords(ctx context.Context, tasks []TaskSpec, acks []*jet
 		if ack == nil {
 			continue
 		}
-		msg, err := c.store.CreateMsg(tasks[i].record(ack.Stream, ack.Sequence), kv.Actor{Action: "submit"})
+		actor := kv.Actor{Action: "submit"}
+		if notes != nil {
+			actor = kv.Actor{Action: kv.ActionRelease, Note: notes[i]}
+		}
+		msg, err := c.store.CreateMsg(tasks[i].record(ack.Stream, ack.Sequence), actor)
 		if err != nil {
 			failed[i] = fmt.Errorf("submit task %s: stored, but its record was not written: %w", tasks[i].ID, err)
 			continue

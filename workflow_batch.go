@@ -14,6 +14,7 @@ type BatchOption func(*batchOptions)
 
 type batchOptions struct {
 	atomic bool
+	notes  []string
 }
 
 // Atomic makes a [Client.SubmitBatch] all or nothing: once it returns nil
@@ -25,6 +26,14 @@ type batchOptions struct {
 // the infos carry each task's id, tenant and priority, not yet its stream
 // and sequence. An invalid task refuses the whole batch, naming it.
 func Atomic() BatchOption { return func(o *batchOptions) { o.atomic = true } }
+
+// Released marks a [Client.SubmitBatch] as the release of workflow tasks
+// (the leader's): the first move of the record of tasks[i] has action
+// "release" ([kv.ActionRelease]) and note notes[i], which says why it was
+// released (the parent whose success released it). notes must be as long
+// as the batch. A task with a delay or a unique key is submitted as
+// alone, its record's first move without the note.
+func Released(notes []string) BatchOption { return func(o *batchOptions) { o.notes = notes } }
 
 // submitAtomic is [Client.SubmitBatch] with [Atomic].
 func (c *Client) submitAtomic(ctx context.Context, tasks []TaskSpec) ([]TaskInfo, error) {

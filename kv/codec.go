@@ -186,6 +186,9 @@ func (m *Move) appendJSON(b []byte) []byte {
 	if m.TimedOut {
 		b = append(b, `,"timed_out":true`...)
 	}
+	if m.Note != "" {
+		b = appendStringField(b, "note", m.Note)
+	}
 	return append(b, '}')
 }
 
@@ -551,7 +554,7 @@ var (
 		"deadline", "run_at", "gen", "worker", "delivery", "stream", "stream_seq", "lost", "burying", "created_at",
 		"updated_at", "started_at", "finished_at", "last_error", "dlq_seq", "progress", "result", "trail")
 	progressKeys = keyBits("percent", "note", "at")
-	moveKeys     = keyBits("task", "from", "to", "worker", "at", "took", "error", "action", "timed_out")
+	moveKeys     = keyBits("task", "from", "to", "worker", "at", "took", "error", "action", "timed_out", "note")
 )
 
 // float reads a JSON number.
@@ -654,6 +657,8 @@ func (s *scanner) trail(id string) ([]Move, error) {
 				m.Action, err = s.text()
 			case "timed_out":
 				m.TimedOut, err = s.bool()
+			case "note":
+				m.Note, err = s.text()
 			default:
 				return errSlow
 			}

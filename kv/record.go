@@ -96,7 +96,15 @@ type Move struct {
 	// TimedOut is true when the failure behind the move is the attempt
 	// running into its timeout.
 	TimedOut bool `json:"timed_out,omitempty"`
+	// Note says why the move was made where the action alone does not: the
+	// first move of a workflow's task (action [ActionRelease]) names the
+	// parent whose success released it.
+	Note string `json:"note,omitempty"`
 }
+
+// ActionRelease is the [Move.Action] of the first move of a workflow's
+// task: its release, after its parents (its [Move.Note] says which).
+const ActionRelease = "release"
 
 // ActionNoHandler is the [Move.Action] of a task a worker put back READY
 // because it has no handler for the task's type: the task waits for a
@@ -179,6 +187,7 @@ type Actor struct {
 	Error  string // the failure that caused the move, if any
 	// TimedOut says the failure is the attempt's timeout ([Move.TimedOut]).
 	TimedOut bool
+	Note     string // why, beside the action ([Move.Note]); cut as an error is
 }
 
 // MaxErrorLen is how many bytes of an error a record, a trail move or a
@@ -213,7 +222,7 @@ func (r *Record) record(from, to State, actor Actor, now time.Time) {
 	r.State = to
 	r.UpdatedAt = now
 	m := Move{Task: r.ID, From: from, To: to, Worker: actor.Worker, At: now, Took: Duration(took), Error: CutError(actor.Error), Action: actor.Action,
-		TimedOut: actor.TimedOut}
+		TimedOut: actor.TimedOut, Note: CutError(actor.Note)}
 	if len(r.Trail) >= MaxTrail {
 		r.Trail = append(r.Trail[:1], r.Trail[len(r.Trail)-MaxTrail+2:]...)
 	}

@@ -61,6 +61,8 @@ type workflowNode struct {
 	released bool     // submitted by this loop, or found with a record
 	counted  bool     // its end was counted for its children
 	queued   bool     // in its run's due list
+	// note is why it is released, for its record's first move.
+	note string
 }
 
 func newWorkflowLoop(l *Leader) *workflowLoop {
@@ -224,6 +226,17 @@ func (w *workflowLoop) open(ctx context.Context, msg jetstream.Msg) error {
 			w.ended(run, n, state)
 		}
 	}
+	for _, n := range run.nodes { // not released by a change seen live
+		switch {
+		case len(n.task.After) == 0:
+			n.note = "released by the workflow's start"
+			if run.wf.Batch {
+				n.note = "released by the atomic batch's commit"
+			}
+		default:
+			n.note = fmt.Sprintf("released when the leader read the workflow: each of its %d parents had ended", len(n.task.After))
+		}
+	}
 	if run.open == 0 {
 		return nil // ended before
 	}
@@ -345,8 +358,23 @@ func (w *workflowLoop) ended(run *workflowRun, n *workflowNode, state kv.State) 
 	n.counted = true
 	for _, c := range n.children {
 		c.waiting--
+		if c.waiting == 0 {
+			c.note = releaseNote(n, c, state)
+		}
 		run.queue(c)
 	}
+}
+
+// releaseNote says that parent, which ended in state, released child.
+func releaseNote(parent, child *workflowNode, state kv.State) string {
+	note := "released by the success of parent " + parent.task.Name
+	if state != kv.StateSucceeded {
+		note = fmt.Sprintf("released by the end of parent %s (%s; the workflow's on_failure is continue)", parent.task.Name, state)
+	}
+	if k := len(child.task.After); k > 1 {
+		note += fmt.Sprintf(", the last of its %d parents", k)
+	}
+	return note
 }
 
 // done reports whether a task in state s has ended for its children.
@@ -360,6 +388,7 @@ func done(s kv.State) bool {
 func (w *workflowLoop) release(ctx context.Context, tenant string, run *workflowRun) {
 	var specs []ax.TaskSpec
 	var nodes []*workflowNode
+	var notes []string
 	for _, n := range run.due {
 		if n.released {
 			n.queued = false
@@ -369,12 +398,13 @@ func (w *workflowLoop) release(ctx context.Context, tenant string, run *workflow
 		spec.ID, spec.Tenant = run.wf.TaskID(n.task.Name), tenant
 		specs = append(specs, spec)
 		nodes = append(nodes, n)
+		notes = append(notes, n.note)
 	}
 	run.due = run.due[:0]
 	if len(specs) == 0 {
 		return
 	}
-	_, err := w.l.client.SubmitBatch(ctx, specs)
+	_, err := w.l.client.SubmitBatch(ctx, specs, ax.Released(notes))
 	var batch *ax.BatchError
 	for i, n := range nodes {
 		switch {

@@ -249,3 +249,51 @@ func TestWorkflowReplayResumes(t *testing.T) {
 	b.WaitState(t, wf.TaskID("bad"), kv.StateSucceeded)
 	b.WaitState(t, wf.TaskID("next"), kv.StateSucceeded)
 }
+
+// The trail says why a workflow's task was released and by which parent:
+// the first move of each record is a release whose note names the
+// workflow's start (a root) or the parent whose success released it, the
+// last of them to end for a join; with ContinueDescendants, the failed
+// parent and how it ended.
+func TestWorkflowTrailNamesTheReleasingParent(t *testing.T) {
+	t.Parallel()
+	b := setupLoops(t, 1, nil, scheduler.Config{})
+	var log runLog
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("step", log.handler(map[string]bool{"bad": true}), nil))
+	require.NoError(t, reg.Handle("slow", func(ctx context.Context, _ *worker.Task) error {
+		time.Sleep(500 * time.Millisecond) // ends well after b: the last parent of d
+		return nil
+	}, nil))
+	b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 4})
+	step := ax.TaskSpec{Type: "step"}
+	wf := ax.NewWorkflow("wf-trail").Chain(ax.Step{Name: "a", Spec: step}, ax.Step{Name: "b", Spec: step})
+	wf.Add("c", ax.TaskSpec{Type: "slow"}, "a")
+	wf.Add("d", step, "b", "c")
+	wf.Add("bad", step)
+	wf.Add("after-bad", step, "bad")
+	wf.OnFailure = ax.ContinueDescendants
+	_, err := b.Client.SubmitWorkflow(context.Background(), wf)
+	require.NoError(t, err)
+	b.WaitState(t, wf.TaskID("d"), kv.StateSucceeded)
+	b.WaitState(t, wf.TaskID("after-bad"), kv.StateSucceeded)
+
+	first := func(name string) kv.Move {
+		rec, _, err := b.Client.Store().Get(context.Background(), kv.Ref{Tenant: ax.DefaultTenant, ID: wf.TaskID(name)})
+		require.NoError(t, err)
+		require.NotEmpty(t, rec.Trail)
+		return rec.Trail[0]
+	}
+	for name, note := range map[string]string{
+		"a":         "released by the workflow's start",
+		"bad":       "released by the workflow's start",
+		"b":         "released by the success of parent a",
+		"c":         "released by the success of parent a",
+		"after-bad": "released by the end of parent bad (DEAD; the workflow's on_failure is continue)",
+	} {
+		m := first(name)
+		require.Equal(t, kv.ActionRelease, m.Action, name)
+		require.Equal(t, note, m.Note, name)
+	}
+	require.Equal(t, "released by the success of parent c, the last of its 2 parents", first("d").Note)
+}

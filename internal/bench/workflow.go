@@ -247,21 +247,32 @@ func (r *run) wfChain(ctx context.Context, o Options, k *wfTracker, n int) (*Res
 	bar.end()
 	res := &Result{Scenario: "wf-chain", Concurrency: o.Concurrency, Workers: o.Workers, Sync: o.Sync}
 	measure(res, n, elapsed, before, after)
-	// Each link: the child's start after its parent's SUCCEEDED record.
-	var links latencies
-	for i := 1; i < n; i++ {
-		parent := wf.TaskID(steps[i-1].Name)
-		rec, _, err := r.client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: parent})
+	// Each link: the child's start after its parent's SUCCEEDED record,
+	// in three legs: to the child's record (its release), to its claim,
+	// to its handler.
+	var links, release, claim latencies
+	recs := make([]*kv.Record, n)
+	for i, s := range steps {
+		rec, _, err := r.client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: wf.TaskID(s.Name)})
 		if err != nil {
-			return nil, fmt.Errorf("workflow chain: read %s: %w", parent, err)
+			return nil, fmt.Errorf("workflow chain: read %s: %w", s.Name, err)
 		}
 		if rec.State != kv.StateSucceeded || rec.FinishedAt == nil {
-			return nil, fmt.Errorf("workflow chain: %s is %s", parent, rec.State)
+			return nil, fmt.Errorf("workflow chain: %s is %s", s.Name, rec.State)
 		}
+		recs[i] = rec
+	}
+	for i := 1; i < n; i++ {
 		k.mu.Lock()
 		started := k.started[wf.TaskID(steps[i].Name)]
 		k.mu.Unlock()
-		links.add(started.Sub(*rec.FinishedAt))
+		ended := *recs[i-1].FinishedAt
+		links.add(started.Sub(ended))
+		born := recs[i].CreatedAt
+		release.add(born.Sub(ended))
+		if recs[i].StartedAt != nil {
+			claim.add(recs[i].StartedAt.Sub(born))
+		}
 	}
 	links.fill(res)
 	ids := make([]string, n)
@@ -271,5 +282,9 @@ func (r *run) wfChain(ctx context.Context, o Options, k *wfTracker, n int) (*Res
 	missing, duplicated, early := k.check(ids)
 	res.Counts = map[string]int64{"missing": int64(missing), "duplicated": int64(duplicated), "before_parent": int64(early)}
 	res.Extra = map[string]float64{"link_mean_ms": float64(elapsed.Milliseconds()) / float64(n)}
+	for name, l := range map[string]*latencies{"release": &release, "claim": &claim} {
+		p50, p99, _ := l.percentiles()
+		res.Extra[name+"_p50_ms"], res.Extra[name+"_p99_ms"] = p50, p99
+	}
 	return res, nil
 }
