@@ -136,7 +136,7 @@ func (a *Service) Start(ctx context.Context) error {
 		VerbRejectsSample: a.rejectsSample, VerbUnservedDeadline: a.unservedDeadline,
 		VerbLimitSet: a.limitSet, VerbLimitRemove: a.limitRemove, VerbLimitList: a.limitList,
 		VerbPause: a.pause, VerbResume: a.resume, VerbWorkflowCancel: a.workflowCancel,
-		VerbWorkflowList: a.workflowList,
+		VerbWorkflowList: a.workflowList, VerbWorkflowPause: a.workflowPause, VerbWorkflowResume: a.workflowResume,
 	}
 	for _, verb := range Verbs() {
 		name := strings.ReplaceAll(verb, ".", "_")

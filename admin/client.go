@@ -109,6 +109,18 @@ func (c *Client) CancelWorkflow(ctx context.Context, req WorkflowRequest) (*Work
 	return call[WorkflowCancelReply](ctx, c, VerbWorkflowCancel, req)
 }
 
+// PauseWorkflow pauses a workflow: the leader releases no further task of
+// it until ResumeWorkflow; its running tasks finish (workflow.pause).
+func (c *Client) PauseWorkflow(ctx context.Context, req WorkflowRequest) (*WorkflowPauseReply, error) {
+	return call[WorkflowPauseReply](ctx, c, VerbWorkflowPause, req)
+}
+
+// ResumeWorkflow resumes a paused workflow: the leader releases what
+// became due while it was paused (workflow.resume).
+func (c *Client) ResumeWorkflow(ctx context.Context, req WorkflowRequest) (*WorkflowPauseReply, error) {
+	return call[WorkflowPauseReply](ctx, c, VerbWorkflowResume, req)
+}
+
 // ListWorkflows lists the newest workflows with their tasks' states
 // (workflow.list).
 func (c *Client) ListWorkflows(ctx context.Context, req WorkflowListRequest) (*WorkflowListReply, error) {

@@ -75,6 +75,8 @@ func TestEveryVerbAnswersErrorsWithCode(t *testing.T) {
 		{admin.VerbResume, admin.PauseRequest{Type: "email"}, admin.CodeNotFound, "not paused"},
 		{admin.VerbWorkflowCancel, admin.WorkflowRequest{ID: "ghost"}, admin.CodeNotFound, "no workflow ghost"},
 		{admin.VerbWorkflowList, admin.WorkflowListRequest{Limit: admin.MaxWorkflowListLimit + 1}, admin.CodeBadRequest, `"limit"`},
+		{admin.VerbWorkflowPause, admin.WorkflowRequest{ID: "ghost"}, admin.CodeNotFound, "no workflow ghost"},
+		{admin.VerbWorkflowResume, admin.WorkflowRequest{}, admin.CodeBadRequest, `"id" is required`},
 	}
 	covered := map[string]bool{}
 	for _, tc := range cases {

@@ -32,6 +32,8 @@ const (
 	VerbResume           = "resume"
 	VerbWorkflowCancel   = "workflow.cancel"
 	VerbWorkflowList     = "workflow.list"
+	VerbWorkflowPause    = "workflow.pause"
+	VerbWorkflowResume   = "workflow.resume"
 )
 
 // Verbs returns every verb of the management API.
@@ -39,7 +41,8 @@ func Verbs() []string {
 	return []string{VerbTaskGet, VerbTaskTrail, VerbTaskCancel, VerbTaskPause, VerbTaskResume,
 		VerbTaskReprioritize, VerbTasksCancel, VerbDLQList, VerbDLQReplay, VerbStats, VerbWorkers,
 		VerbTasksList, VerbControl, VerbRejectsSample, VerbUnservedDeadline,
-		VerbLimitSet, VerbLimitRemove, VerbLimitList, VerbPause, VerbResume, VerbWorkflowCancel, VerbWorkflowList}
+		VerbLimitSet, VerbLimitRemove, VerbLimitList, VerbPause, VerbResume, VerbWorkflowCancel, VerbWorkflowList,
+		VerbWorkflowPause, VerbWorkflowResume}
 }
 
 // TaskRequest names one task (task.get, task.trail, task.cancel, task.pause,

@@ -3,6 +3,8 @@ package control
 import (
 	"context"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
@@ -37,7 +39,31 @@ const (
 	// TenantsKey holds the tenants a fair deployment serves ([Tenants]):
 	// those whose consumers exist, which the workers pull from.
 	TenantsKey = "tenants"
+	// WorkflowPausedPrefix prefixes the key of a paused workflow:
+	// "workflow-paused.<tenant>.<id>" ([WorkflowPausedKey]), written by the
+	// workflow.pause verb and deleted by workflow.resume. While it exists the
+	// leader releases no task of the workflow.
+	WorkflowPausedPrefix = "workflow-paused."
 )
+
+// WorkflowPausedKey is the key that marks tenant's workflow id paused.
+func WorkflowPausedKey(tenant, id string) string { return WorkflowPausedPrefix + tenant + "." + id }
+
+// ParseWorkflowPausedKey returns the tenant and id of a
+// [WorkflowPausedKey]; ok is false for any other key.
+func ParseWorkflowPausedKey(key string) (tenant, id string, ok bool) {
+	rest, ok := strings.CutPrefix(key, WorkflowPausedPrefix)
+	if !ok {
+		return "", "", false
+	}
+	tenant, id, ok = strings.Cut(rest, ".")
+	return tenant, id, ok && tenant != "" && id != "" && !strings.Contains(id, ".")
+}
+
+// WorkflowPause is the value of a [WorkflowPausedKey].
+type WorkflowPause struct {
+	PausedAt time.Time `json:"paused_at"`
+}
 
 // Open binds the AX_CONTROL bucket of the deployment named names, which
 // kv.Provision creates.

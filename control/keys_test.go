@@ -28,6 +28,7 @@ func TestControlBucketKeysAreDocumented(t *testing.T) {
 		documented = append(documented, strings.Trim(strings.TrimSpace(k), "`"))
 	}
 	written := []string{control.PressureKey, control.CronKeyPrefix + "<name>", control.ShardTableKey, control.PoolTableKey,
-		control.UnservedDeadlinesKey, control.ReconcilerKey, control.RejectsKey, control.LimitsKey, control.TenantsKey}
+		control.UnservedDeadlinesKey, control.ReconcilerKey, control.RejectsKey, control.LimitsKey, control.TenantsKey,
+		control.WorkflowPausedPrefix + "<tenant>.<id>"}
 	require.ElementsMatch(t, written, documented, row)
 }

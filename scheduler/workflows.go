@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,6 +31,10 @@ type workflowLoop struct {
 	log   *zap.Logger
 	runs  map[runRef]*workflowRun
 	watch jetstream.KeyWatcher // the records' changes, while runs has a workflow
+	// pauses follows the paused workflows' marks in AX_CONTROL, with watch;
+	// paused holds them.
+	pauses jetstream.KeyWatcher
+	paused map[runRef]bool
 }
 
 // runRef names a workflow: its tenant and id.
@@ -63,6 +68,8 @@ type workflowNode struct {
 	queued   bool     // in its run's due list
 	// note is why it is released, for its record's first move.
 	note string
+	// held is set when the task came due while its workflow was paused.
+	held bool
 }
 
 func newWorkflowLoop(l *Leader) *workflowLoop {
@@ -138,6 +145,13 @@ func (w *workflowLoop) run(ctx context.Context) error {
 			if entry != nil {
 				w.observe(ctx, entry)
 			}
+		case entry, ok := <-w.pauseUpdates():
+			if !ok {
+				return errors.New("workflows: pause watch closed")
+			}
+			if entry != nil {
+				w.pause(ctx, entry)
+			}
 		}
 		if len(w.runs) == 0 {
 			w.unwatch() // nothing to follow: no record's change costs the leader anything
@@ -153,18 +167,47 @@ func (w *workflowLoop) updates() <-chan jetstream.KeyValueEntry {
 	return w.watch.Updates()
 }
 
-// follow starts the record watch if it is not running. It starts before a
-// workflow's records are read, so that no state written after one is read
-// is missed.
+// pauseUpdates is the pause watch's channel; nil (never ready) without one.
+func (w *workflowLoop) pauseUpdates() <-chan jetstream.KeyValueEntry {
+	if w.pauses == nil {
+		return nil
+	}
+	return w.pauses.Updates()
+}
+
+// follow starts the record watch and the pause watch if they are not
+// running. They start before a workflow's records are read, so that no
+// state written after one is read is missed; the pause marks are read
+// before follow returns, so that no task of a paused workflow is released.
 func (w *workflowLoop) follow(ctx context.Context) error {
 	if w.watch != nil {
 		return nil
 	}
+	board, err := control.Open(ctx, w.l.js, w.l.cfg.Names)
+	if err != nil {
+		return fmt.Errorf("workflows: %w", err)
+	}
+	pauses, err := board.Watch(ctx, control.WorkflowPausedPrefix+">")
+	if err != nil {
+		return fmt.Errorf("workflows: watch the paused workflows: %w", err)
+	}
+	w.paused = map[runRef]bool{}
+	for entry := range pauses.Updates() { // the marks there are, then nil
+		if entry == nil {
+			break
+		}
+		w.notePause(entry)
+	}
+	if ctx.Err() != nil {
+		_ = kv.StopWatch(pauses)
+		return ctx.Err()
+	}
 	watch, err := w.l.store.Bucket().WatchAll(ctx, jetstream.UpdatesOnly())
 	if err != nil {
+		_ = kv.StopWatch(pauses)
 		return fmt.Errorf("workflows: watch tasks: %w", err)
 	}
-	w.watch = watch
+	w.watch, w.pauses = watch, pauses
 	return nil
 }
 
@@ -172,6 +215,37 @@ func (w *workflowLoop) unwatch() {
 	if w.watch != nil {
 		_ = kv.StopWatch(w.watch)
 		w.watch = nil
+	}
+	if w.pauses != nil {
+		_ = kv.StopWatch(w.pauses)
+		w.pauses, w.paused = nil, nil
+	}
+}
+
+// notePause applies a pause mark's change to the paused set; it reports
+// the workflow and whether it was resumed.
+func (w *workflowLoop) notePause(entry jetstream.KeyValueEntry) (runRef, bool) {
+	tenant, id, ok := control.ParseWorkflowPausedKey(entry.Key())
+	if !ok {
+		return runRef{}, false
+	}
+	ref := runRef{tenant, id}
+	if entry.Operation() == jetstream.KeyValuePut {
+		w.paused[ref] = true
+		w.log.Info("workflow_paused", zap.String("tenant", tenant), zap.String("workflow", id))
+		return ref, false
+	}
+	delete(w.paused, ref)
+	w.log.Info("workflow_resumed", zap.String("tenant", tenant), zap.String("workflow", id))
+	return ref, true
+}
+
+// pause applies a pause mark's change; a resumed workflow releases what
+// became due while it was paused.
+func (w *workflowLoop) pause(ctx context.Context, entry jetstream.KeyValueEntry) {
+	ref, resumed := w.notePause(entry)
+	if run := w.runs[ref]; resumed && run != nil {
+		w.release(ctx, ref.tenant, run)
 	}
 }
 
@@ -386,6 +460,12 @@ func done(s kv.State) bool {
 // the children it frees: no pass over the whole graph); those whose submit
 // failed stay due.
 func (w *workflowLoop) release(ctx context.Context, tenant string, run *workflowRun) {
+	if w.paused[runRef{tenant, run.wf.ID}] {
+		for _, n := range run.due {
+			n.held = true // it stays due: released at the resume
+		}
+		return
+	}
 	var specs []ax.TaskSpec
 	var nodes []*workflowNode
 	var notes []string
@@ -398,7 +478,11 @@ func (w *workflowLoop) release(ctx context.Context, tenant string, run *workflow
 		spec.ID, spec.Tenant = run.wf.TaskID(n.task.Name), tenant
 		specs = append(specs, spec)
 		nodes = append(nodes, n)
-		notes = append(notes, n.note)
+		note := n.note
+		if n.held {
+			note += "; held while the workflow was paused, released at its resume"
+		}
+		notes = append(notes, note)
 	}
 	run.due = run.due[:0]
 	if len(specs) == 0 {

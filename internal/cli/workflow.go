@@ -155,7 +155,8 @@ func addWorkflow(root *cobra.Command, e *env) {
 	}
 	ls.Flags().StringVar(&list.Tenant, "tenant", "", "only this tenant's workflows (default: every tenant's)")
 	ls.Flags().IntVar(&list.Limit, "limit", 20, fmt.Sprintf("the newest this many (at most %d)", admin.MaxWorkflowListLimit))
-	cmd.AddCommand(submit, get, cancel, ls)
+	pause, resume := workflowPauseCommands(e)
+	cmd.AddCommand(submit, get, cancel, ls, pause, resume)
 	root.AddCommand(cmd)
 }
 
@@ -174,7 +175,11 @@ type workflowTaskView struct {
 	After []string `json:"after,omitempty"`
 	// WaitsFor are the parents that have not succeeded.
 	WaitsFor []string `json:"waits_for,omitempty"`
-	Error    string   `json:"last_error,omitempty"`
+	// Held says why a task not released yet will not be released as it
+	// stands: a parent (or an ancestor) ended DEAD or CANCELLED under the
+	// on_failure cancel policy. Empty while it only waits.
+	Held  string `json:"held,omitempty"`
+	Error string `json:"last_error,omitempty"`
 }
 
 // workflowView reads tenant's workflow id: its document, then each task's
@@ -209,6 +214,7 @@ func (e *env) workflowView(ctx context.Context, js jetstream.JetStream, tenant, 
 	}
 	view := &workflowView{ID: wf.ID, Tenant: tenant}
 	state := map[string]kv.State{}
+	held := map[string]bool{}
 	for _, t := range topological(wf.Tasks) {
 		tv := workflowTaskView{Name: t.Name, ID: wf.TaskID(t.Name), Type: t.Spec.Type, After: t.After}
 		rec, _, err := store.Get(ctx, kv.Ref{Tenant: tenant, ID: tv.ID})
@@ -225,9 +231,29 @@ func (e *env) workflowView(ctx context.Context, js jetstream.JetStream, tenant, 
 				tv.WaitsFor = append(tv.WaitsFor, p)
 			}
 		}
+		if tv.State == "" && wf.OnFailure != ax.ContinueDescendants {
+			tv.Held = heldBy(t.After, state, held)
+			held[t.Name] = tv.Held != ""
+		}
 		view.Tasks = append(view.Tasks, tv)
 	}
 	return view, nil
+}
+
+// heldBy says why a task after parents is held back: the first parent
+// that ended DEAD or CANCELLED, or is held itself.
+func heldBy(parents []string, state map[string]kv.State, held map[string]bool) string {
+	for _, p := range parents {
+		switch {
+		case state[p] == kv.StateDead:
+			return "parent " + p + " is DEAD: replay it (ax dlq replay) to go on"
+		case state[p] == kv.StateCancelled:
+			return "parent " + p + " was cancelled"
+		case held[p]:
+			return "parent " + p + " is held"
+		}
+	}
+	return ""
 }
 
 // topological orders tasks so that each comes after its parents, keeping
@@ -274,7 +300,10 @@ func (v *workflowView) print(e *env) {
 		if len(t.After) > 0 {
 			line += "  after " + strings.Join(t.After, ", ")
 		}
-		if len(t.WaitsFor) > 0 && t.State == "" {
+		switch {
+		case t.Held != "":
+			line += "  (held: " + t.Held + ")"
+		case len(t.WaitsFor) > 0 && t.State == "":
 			line += "  (waits for " + strings.Join(t.WaitsFor, ", ") + ")"
 		}
 		if t.Error != "" {
@@ -290,4 +319,62 @@ func stateName(t workflowTaskView) string {
 		return "WAITING"
 	}
 	return string(t.State)
+}
+
+// workflowPauseCommands are `ax workflow pause` and `ax workflow resume`.
+func workflowPauseCommands(e *env) (pause, resume *cobra.Command) {
+	var tenant string
+	pause = &cobra.Command{
+		Use:   "pause ID",
+		Short: "Release no further task of a workflow (its running tasks finish) until ax workflow resume",
+		Long: `ax workflow pause marks a workflow paused: the leader releases none of its tasks
+until ax workflow resume, which releases those that became due meanwhile. Its
+tasks released before (waiting in a bucket, running, retrying) are left to run.
+Pausing a paused workflow changes nothing; a workflow that has ended (SUCCEEDED,
+FAILED, CANCELLED) is refused.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			reply, err := callAdmin(cmd.Context(), e, "workflow pause", func(ctx context.Context, c *admin.Client) (*admin.WorkflowPauseReply, error) {
+				return c.PauseWorkflow(ctx, admin.WorkflowRequest{ID: args[0], Tenant: tenant})
+			})
+			if err != nil {
+				return err
+			}
+			return printPause(e, reply)
+		},
+	}
+	pause.Flags().StringVar(&tenant, "tenant", ax.DefaultTenant, "tenant")
+	resume = &cobra.Command{
+		Use:   "resume ID",
+		Short: "Resume a paused workflow: release the tasks that became due while it was paused",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			reply, err := callAdmin(cmd.Context(), e, "workflow resume", func(ctx context.Context, c *admin.Client) (*admin.WorkflowPauseReply, error) {
+				return c.ResumeWorkflow(ctx, admin.WorkflowRequest{ID: args[0], Tenant: tenant})
+			})
+			if err != nil {
+				return err
+			}
+			return printPause(e, reply)
+		},
+	}
+	resume.Flags().StringVar(&tenant, "tenant", ax.DefaultTenant, "tenant")
+	return pause, resume
+}
+
+func printPause(e *env, reply *admin.WorkflowPauseReply) error {
+	if e.jsonOut {
+		return writeJSON(e.out, reply)
+	}
+	switch {
+	case reply.Paused && reply.Changed:
+		fmt.Fprintf(e.out, "workflow %s: paused\n", reply.ID)
+	case reply.Paused:
+		fmt.Fprintf(e.out, "workflow %s: paused already (since %s)\n", reply.ID, reply.PausedAt.UTC().Format(time.RFC3339))
+	case reply.Changed:
+		fmt.Fprintf(e.out, "workflow %s: resumed\n", reply.ID)
+	default:
+		fmt.Fprintf(e.out, "workflow %s: not paused\n", reply.ID)
+	}
+	return nil
 }
