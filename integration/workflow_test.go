@@ -80,3 +80,67 @@ func taskJSON(t *testing.T, url, tenant, id string) *kv.Record {
 	require.NoError(t, json.Unmarshal([]byte(out), &rec), out)
 	return &rec
 }
+
+// ax workflow pause and resume as deployed, under both shipped permission
+// files: the operator pauses a workflow while its first task runs, the
+// task finishes and its child is not released until the resume; a second
+// resume changes nothing; a tenant's producer may not pause a workflow,
+// its tenant's or another's (the management API is the operator's). The
+// task held by a DEAD parent says so in `ax workflow get`, and a workflow
+// with nothing left to run cannot be paused.
+func TestWorkflowPauseAsDeployed(t *testing.T) {
+	t.Parallel()
+	for _, file := range []string{accountsFile, permissionsFile} {
+		t.Run(file, func(t *testing.T) {
+			t.Parallel()
+			workflowPauseAsDeployed(t, file)
+		})
+	}
+}
+
+func workflowPauseAsDeployed(t *testing.T, file string) {
+	srv := startRoleServer(t, file)
+	url := srv.ClientURL()
+	mustAxAs(t, url, "scheduler", "provision")
+	sched := startAxAs(t, url, "scheduler", "scheduler")
+	w := startAxAs(t, url, "worker-1", "worker")
+	require.Eventually(t, func() bool { return strings.Contains(w.output(), "joining the mesh") || w.exited() },
+		30*time.Second, 50*time.Millisecond, "ax worker did not join:\n%s", w.output())
+
+	doc := filepath.Join(t.TempDir(), "wf.json")
+	require.NoError(t, os.WriteFile(doc, []byte(`{"id": "order-9", "tenant": "acme", "tasks": [
+  {"name": "slow",  "task": {"type": "sleep", "payload": "eyJtcyI6IDIwMDB9"}},
+  {"name": "after", "task": {"type": "echo"}, "after": ["slow"]},
+  {"name": "bad",   "task": {"type": "fail"}},
+  {"name": "held",  "task": {"type": "echo"}, "after": ["bad"]}]}`), 0o600))
+	require.Equal(t, "order-9: 4 tasks", strings.TrimSpace(mustAxAs(t, url, "producer-acme", "workflow", "submit", doc)))
+	require.Equal(t, "workflow order-9: paused", strings.TrimSpace(mustAxAs(t, url, "operator", "workflow", "pause", "order-9", "--tenant", "acme")))
+	require.Contains(t, mustAxAs(t, url, "operator", "workflow", "pause", "order-9", "--tenant", "acme"), "workflow order-9: paused already (since ")
+
+	require.Eventually(t, func() bool { return taskJSON(t, url, "acme", "order-9/slow").State == kv.StateSucceeded },
+		60*time.Second, 200*time.Millisecond)
+	time.Sleep(2 * time.Second) // the leader's retry tick, twice
+	drawn := mustAxAs(t, url, "operator", "workflow", "get", "order-9", "--tenant", "acme")
+	require.Regexp(t, `(?m)^  after\s+WAITING\s+echo\s+after slow$`, drawn, "a task of a paused workflow was released")
+	require.Regexp(t, `(?m)^  held\s+WAITING\s+echo\s+after bad  \(held: parent bad is DEAD: replay it \(ax dlq replay\) to go on\)$`, drawn)
+
+	require.Equal(t, "workflow order-9: resumed", strings.TrimSpace(mustAxAs(t, url, "operator", "workflow", "resume", "order-9", "--tenant", "acme")))
+	require.Equal(t, "workflow order-9: not paused", strings.TrimSpace(mustAxAs(t, url, "operator", "workflow", "resume", "order-9", "--tenant", "acme")))
+	require.Eventually(t, func() bool { return taskJSON(t, url, "acme", "order-9/after").State == kv.StateSucceeded },
+		60*time.Second, 200*time.Millisecond)
+	after := taskJSON(t, url, "acme", "order-9/after")
+	require.Equal(t, "released by the success of parent slow; held while the workflow was paused, released at its resume", after.Trail[0].Note)
+
+	_, stderr, err := runAxAs(url, "operator", 30*time.Second, "workflow", "pause", "order-9", "--tenant", "acme")
+	require.Error(t, err)
+	require.Contains(t, stderr, "workflow order-9 of tenant acme has ended (FAILED): nothing is left to pause")
+
+	stopCleanly(t, srv, map[string]*process{"worker": w, "scheduler": sched})
+
+	// Refused by the server (after the check that nothing else was).
+	for _, producer := range []string{"producer-acme", "producer-globex"} {
+		_, stderr, err := runAxAs(url, producer, 30*time.Second, "workflow", "pause", "order-9", "--tenant", "acme")
+		require.Error(t, err, "%s paused a workflow", producer)
+		require.Contains(t, stderr, "ax.admin.workflow.pause", "%s: %s", producer, stderr)
+	}
+}
