@@ -344,6 +344,9 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec, opts ...Batc
 		}
 		normalized[i] = t
 		msgs[i] = t.message(c.cfg.Names, !c.cfg.PublishOnly)
+		if o.notes != nil {
+			msgs[i].Header.Set(streams.HeaderRelease, kv.CutError(o.notes[i]))
+		}
 	}
 	c.storeBatch(ctx, normalized, msgs, infos, failed, o.notes)
 	if len(failed) > 0 {

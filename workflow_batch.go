@@ -30,9 +30,11 @@ func Atomic() BatchOption { return func(o *batchOptions) { o.atomic = true } }
 // Released marks a [Client.SubmitBatch] as the release of workflow tasks
 // (the leader's): the first move of the record of tasks[i] has action
 // "release" ([kv.ActionRelease]) and note notes[i], which says why it was
-// released (the parent whose success released it). notes must be as long
-// as the batch. A task with a delay or a unique key is submitted as
-// alone, its record's first move without the note.
+// released (the parent whose success released it); a publish-only client
+// sends the note in the message's Ax-Release header, which the worker
+// whose claim creates the record writes there. notes must be as long as
+// the batch. A task with a delay or a unique key is submitted as alone,
+// its record's first move without the note.
 func Released(notes []string) BatchOption { return func(o *batchOptions) { o.notes = notes } }
 
 // submitAtomic is [Client.SubmitBatch] with [Atomic].

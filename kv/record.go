@@ -188,6 +188,10 @@ type Actor struct {
 	// TimedOut says the failure is the attempt's timeout ([Move.TimedOut]).
 	TimedOut bool
 	Note     string // why, beside the action ([Move.Note]); cut as an error is
+	// Released, for a record born RUNNING on a worker's first sight of its
+	// message, makes the READY move before the claim a release
+	// ([ActionRelease]) with this note, instead of a publish.
+	Released string
 }
 
 // MaxErrorLen is how many bytes of an error a record, a trail move or a

@@ -200,7 +200,11 @@ func (s *Store) birth(rec *Record, actor Actor) (*Record, []byte, error) {
 	if rec.State == StateRunning && next.CreatedAt.Before(now) {
 		// Born RUNNING on a worker's first sight of a raw publish: the task
 		// was READY in its bucket since it was published (CreatedAt).
-		next.record("", StateReady, Actor{Action: "publish"}, next.CreatedAt)
+		ready := Actor{Action: "publish"}
+		if actor.Released != "" {
+			ready = Actor{Action: ActionRelease, Note: actor.Released}
+		}
+		next.record("", StateReady, ready, next.CreatedAt)
 		next.record(StateReady, StateRunning, actor, now)
 	} else {
 		next.record("", rec.State, actor, now)

@@ -35,6 +35,10 @@ type workflowLoop struct {
 	// paused holds them.
 	pauses jetstream.KeyWatcher
 	paused map[runRef]bool
+	// submit releases tasks: a publish-only client, so that the worker
+	// whose claim first sees a released task creates its record, in one
+	// write (docs/decisions/workflows.md, "The release path").
+	submit *ax.Client
 }
 
 // runRef names a workflow: its tenant and id.
@@ -94,6 +98,12 @@ func (w *workflowLoop) run(ctx context.Context) error {
 		return fmt.Errorf("workflows: bind %s: %w", names.WorkflowStream(), err)
 	}
 	defer w.unwatch()
+	submit, err := ax.NewClient(ctx, w.l.js, &ax.Config{Names: names, Logger: w.log, PublishOnly: true})
+	if err != nil {
+		return fmt.Errorf("workflows: %w", err)
+	}
+	defer func() { _ = submit.Close() }()
+	w.submit = submit
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{names.WorkflowFilter()}})
 	if err != nil {
 		return fmt.Errorf("workflows: read %s: %w", names.WorkflowStream(), err)
@@ -488,7 +498,7 @@ func (w *workflowLoop) release(ctx context.Context, tenant string, run *workflow
 	if len(specs) == 0 {
 		return
 	}
-	_, err := w.l.client.SubmitBatch(ctx, specs, ax.Released(notes))
+	_, err := w.submit.SubmitBatch(ctx, specs, ax.Released(notes))
 	var batch *ax.BatchError
 	for i, n := range nodes {
 		switch {

@@ -297,3 +297,48 @@ func TestWorkflowTrailNamesTheReleasingParent(t *testing.T) {
 	}
 	require.Equal(t, "released by the success of parent c, the last of its 2 parents", first("d").Note)
 }
+
+// A workflow's task released twice (a new leader that read the workflow
+// before the first release's record was written, or any release after
+// JetStream's duplicate window: a release's Nats-Msg-Id is its own, so
+// nothing is de-duplicated by it) runs once: the worker's claim creates
+// the record for the first message it sees, and a record names the one
+// message that runs its task, so the other is dropped; a release of a task
+// that ended long ago runs nothing either.
+func TestWorkflowReleasedTwiceRunsOnce(t *testing.T) {
+	t.Parallel()
+	b := setupLoops(t, 1, nil, scheduler.Config{})
+	var mu sync.Mutex
+	runs := map[string]int{}
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("count", func(_ context.Context, task *worker.Task) error {
+		mu.Lock()
+		runs[task.ID]++
+		mu.Unlock()
+		return nil
+	}, nil))
+	w1, _ := b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 8})
+	w2, _ := b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 8})
+	ctx := context.Background()
+	spec := ax.TaskSpec{Type: "count"}
+	wf := ax.NewWorkflow("wf-twice").Chain(ax.Step{Name: "a", Spec: spec}, ax.Step{Name: "b", Spec: spec})
+	_, err := b.Client.SubmitWorkflow(ctx, wf)
+	require.NoError(t, err)
+	b.WaitState(t, wf.TaskID("b"), kv.StateSucceeded)
+
+	release, err := ax.NewClient(ctx, b.JS, &ax.Config{PublishOnly: true})
+	require.NoError(t, err)
+	defer release.Close()
+	again := func(id string) ax.TaskSpec { return ax.TaskSpec{ID: id, Type: "count"} }
+	// The ended task released again; a new one released twice at once.
+	_, err = release.SubmitBatch(ctx, []ax.TaskSpec{again(wf.TaskID("b")), again("wf-twice/c"), again("wf-twice/c")},
+		ax.Released([]string{"again", "first", "second"}))
+	require.NoError(t, err)
+	b.WaitState(t, "wf-twice/c", kv.StateSucceeded)
+	require.Eventually(t, func() bool { return w1.Stats().Dropped+w2.Stats().Dropped >= 2 }, 30*time.Second, 20*time.Millisecond,
+		"the second messages were not dropped")
+	time.Sleep(500 * time.Millisecond) // a late second run would show
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, map[string]int{wf.TaskID("a"): 1, wf.TaskID("b"): 1, "wf-twice/c": 1}, runs)
+}

@@ -58,6 +58,13 @@ const (
 	// (a handler reads it in Task.Headers), informative only: nothing in
 	// ax acts on it.
 	HeaderCron = "Ax-Cron"
+	// HeaderRelease carries why the leader released a workflow's task (the
+	// parent whose success released it): the worker whose claim creates the
+	// task's record writes it as the note of the record's first move
+	// (action "release"). Informative only, like Ax-Cron: a producer's
+	// publish of its own tenant's task can set it too, and nothing in ax
+	// acts on it.
+	HeaderRelease = "Ax-Release"
 	// HeaderCronTime is the fire's scheduled time (RFC 3339 with
 	// nanoseconds, UTC) on a cron task, beside [HeaderCron].
 	HeaderCronTime = "Ax-Cron-Time"

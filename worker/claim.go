@@ -52,7 +52,7 @@ func (cl *claimer) claim(ctx context.Context, d *delivery, env *envelope) (*kv.R
 		} else {
 			if env.opts.Gen == 0 && try == 0 && !env.recorded {
 				// A raw publish has no record yet: its first sight creates it.
-				rec, rev, err = cl.store.Create(ctx, cl.newRecord(env), kv.Actor{Worker: cl.cfg.ID, Action: "claim"})
+				rec, rev, err = cl.store.Create(ctx, cl.newRecord(env), kv.Actor{Worker: cl.cfg.ID, Action: "claim", Released: env.release})
 				if err == nil {
 					return rec, rev, true
 				}
@@ -80,7 +80,7 @@ func (cl *claimer) claim(ctx context.Context, d *delivery, env *envelope) (*kv.R
 			}
 		}
 		if errors.Is(err, kv.ErrNotFound) {
-			rec, rev, err = cl.store.Create(ctx, cl.newRecord(env), kv.Actor{Worker: cl.cfg.ID, Action: "claim"})
+			rec, rev, err = cl.store.Create(ctx, cl.newRecord(env), kv.Actor{Worker: cl.cfg.ID, Action: "claim", Released: env.release})
 			if err == nil {
 				return rec, rev, true
 			}

@@ -31,6 +31,9 @@ type envelope struct {
 	// it first instead of trying to create it. Only the order of the two
 	// reads depends on it, never what the claim decides.
 	recorded bool
+	// release is the note of a workflow task's release (Ax-Release), for
+	// the first move of the record its claim creates.
+	release string
 	trace    *taskTrace // the delivery's spans; nil when tracing is off
 	traceID  string     // the trace the message's traceparent names, for the logs; "" if none
 }
@@ -76,6 +79,7 @@ func (cl *claimer) parse(d *delivery, meta *jetstream.MsgMetadata) *envelope {
 	env.released = stored.Copy && d.msg.Headers().Get(streams.HeaderReleasedAt) != ""
 	env.traceID = streams.TraceID(d.msg.Headers())
 	env.recorded = !stored.Copy && d.msg.Headers().Get(streams.HeaderGen) != ""
+	env.release = d.msg.Headers().Get(streams.HeaderRelease)
 	if env.id == "" {
 		env.id = streams.FallbackID(meta.Stream, meta.Sequence.Stream, meta.Timestamp) // no Nats-Msg-Id
 	}

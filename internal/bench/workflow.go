@@ -91,12 +91,16 @@ func (k *wfTracker) check(ids []string) (missing, duplicated, early int) {
 // deployment, its leader in this process:
 //
 //   - wf-plain: the fan-out's tasks submitted without dependencies
-//     (pipelined SubmitBatch), the reference for the CPU of the next;
+//     (pipelined SubmitBatch), the reference for the CPU of the fan-out;
+//   - wf-plain-publish-only: the same by a publish-only client, as the
+//     leader releases a workflow's tasks (the claim writes the record): the
+//     second reference;
 //   - wf-fanout: a root, FanOut children after it, and a fan-in back to one
 //     task as a tree of joins (a task waits for at most [ax.MaxParents]: one
 //     join per 1,000 children, then a last join after those): each task
 //     must run once and after each of its parents; its CPU over wf-plain's,
-//     divided by its edges, is the overhead per edge;
+//     divided by its edges, is the overhead per edge (cpu_us_per_edge; and
+//     over wf-plain-publish-only's, cpu_us_per_edge_vs_publish_only);
 //   - wf-chain: Chain tasks one after the other (an idle mesh: one task
 //     runs at a time): how long it takes from the submit to the last
 //     task's end, and per link how long a child started after its parent's
@@ -127,8 +131,19 @@ func Workflow(ctx context.Context, o Options, wo WorkflowOptions) ([]*Result, er
 		edges += len(t.After)
 	}
 
-	// The same tasks without dependencies.
-	plain, err := r.wfPlain(ctx, o, k, len(fan.Tasks))
+	// The same tasks without dependencies: submitted by a client as a
+	// service submits (a record at submit), and by a publish-only one (the
+	// worker's claim writes the record), as the leader releases them.
+	plain, err := r.wfPlain(ctx, o, k, r.client, "wf-plain", len(fan.Tasks))
+	if err != nil {
+		return nil, err
+	}
+	publishOnly, err := ax.NewClient(ctx, r.js, &ax.Config{Names: r.names, PublishOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = publishOnly.Close() }()
+	plainPO, err := r.wfPlain(ctx, o, k, publishOnly, "wf-plain-publish-only", len(fan.Tasks))
 	if err != nil {
 		return nil, err
 	}
@@ -157,14 +172,16 @@ func Workflow(ctx context.Context, o Options, wo WorkflowOptions) ([]*Result, er
 	missing, duplicated, early := k.check(ids)
 	fanRes.Counts = map[string]int64{"children": int64(wo.FanOut), "joins": int64(len(fan.Tasks) - wo.FanOut - 1), "edges": int64(edges),
 		"missing": int64(missing), "duplicated": int64(duplicated), "before_parent": int64(early)}
-	overhead := (fanRes.CPUMicrosPer - plain.CPUMicrosPer) * float64(len(fan.Tasks)) / float64(edges)
-	fanRes.Extra = map[string]float64{"cpu_us_per_edge": overhead}
+	perEdge := func(ref *Result) float64 {
+		return (fanRes.CPUMicrosPer - ref.CPUMicrosPer) * float64(len(fan.Tasks)) / float64(edges)
+	}
+	fanRes.Extra = map[string]float64{"cpu_us_per_edge": perEdge(plain), "cpu_us_per_edge_vs_publish_only": perEdge(plainPO)}
 
 	chain, err := r.wfChain(ctx, o, k, wo.Chain)
 	if err != nil {
 		return nil, err
 	}
-	return []*Result{plain, fanRes, chain}, nil
+	return []*Result{plain, plainPO, fanRes, chain}, nil
 }
 
 // hasRun reports whether the task id's handler ran.
@@ -196,10 +213,11 @@ func fanOutWorkflow(id string, n int) *ax.Workflow {
 	return wf
 }
 
-// wfPlain runs n tasks of the workflow's type without dependencies.
-func (r *run) wfPlain(ctx context.Context, o Options, k *wfTracker, n int) (*Result, error) {
+// wfPlain runs n tasks of the workflow's type without dependencies,
+// submitted by client.
+func (r *run) wfPlain(ctx context.Context, o Options, k *wfTracker, client *ax.Client, name string, n int) (*Result, error) {
 	base := k.done.load()
-	bar := startProgress(o.Progress, "workflow plain", n, func() int64 { return k.done.load() - base })
+	bar := startProgress(o.Progress, name, n, func() int64 { return k.done.load() - base })
 	before, start := r.usage(), time.Now()
 	const chunk = 5_000
 	tasks := make([]ax.TaskSpec, 0, chunk)
@@ -208,8 +226,8 @@ func (r *run) wfPlain(ctx context.Context, o Options, k *wfTracker, n int) (*Res
 		for range min(chunk, n-i) {
 			tasks = append(tasks, ax.TaskSpec{Type: wfType, Priority: ax.P2})
 		}
-		if _, err := r.client.SubmitBatch(ctx, tasks); err != nil {
-			return nil, fmt.Errorf("workflow plain submit: %w", err)
+		if _, err := client.SubmitBatch(ctx, tasks); err != nil {
+			return nil, fmt.Errorf("%s submit: %w", name, err)
 		}
 	}
 	if err := waitFor(ctx, func() bool { return k.done.load()-base >= int64(n) }); err != nil {
@@ -218,7 +236,7 @@ func (r *run) wfPlain(ctx context.Context, o Options, k *wfTracker, n int) (*Res
 	elapsed := time.Since(start)
 	after := r.usage()
 	bar.end()
-	res := &Result{Scenario: "wf-plain", Concurrency: o.Concurrency, Workers: o.Workers, Sync: o.Sync}
+	res := &Result{Scenario: name, Concurrency: o.Concurrency, Workers: o.Workers, Sync: o.Sync}
 	measure(res, n, elapsed, before, after)
 	return res, nil
 }

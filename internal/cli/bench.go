@@ -247,7 +247,9 @@ statistics. See docs/BENCHMARKS.md.
               back to one, as a tree of joins (a task waits for at most 1,000
               parents: a join per 1,000 children, then one after the joins),
               checked (each task once, none before a parent ended), its CPU per
-              edge over wf-plain's (cpu_us_per_edge); wf-chain, --chain tasks
+              edge over wf-plain's (cpu_us_per_edge) and over the same tasks
+              submitted by a publish-only client (wf-plain-publish-only), as the
+              leader releases them; wf-chain, --chain tasks
               one after the other (default 1,000): elapsed_s from the submit to
               the last task's start, and per link (p50/p99/max) how long after
               its parent's record said SUCCEEDED (finished_at) a child started`,
