@@ -34,8 +34,8 @@ type envelope struct {
 	// release is the note of a workflow task's release (Ax-Release), for
 	// the first move of the record its claim creates.
 	release string
-	trace    *taskTrace // the delivery's spans; nil when tracing is off
-	traceID  string     // the trace the message's traceparent names, for the logs; "" if none
+	trace   *taskTrace // the delivery's spans; nil when tracing is off
+	traceID string     // the trace the message's traceparent names, for the logs; "" if none
 }
 
 // logID is the log field naming the task, and its trace when the message
