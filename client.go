@@ -343,12 +343,12 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec, opts ...Batc
 			continue
 		}
 		normalized[i] = t
-		msgs[i] = t.message(c.cfg.Names, !c.cfg.PublishOnly)
+		msgs[i] = t.message(c.cfg.Names, !c.cfg.PublishOnly && o.notes == nil)
 		if o.notes != nil {
 			msgs[i].Header.Set(streams.HeaderRelease, kv.CutError(o.notes[i]))
 		}
 	}
-	c.storeBatch(ctx, normalized, msgs, infos, failed, o.notes)
+	c.storeBatch(ctx, normalized, msgs, infos, failed, !c.cfg.PublishOnly && o.notes == nil)
 	if len(failed) > 0 {
 		return infos, &BatchError{Failed: failed}
 	}
@@ -357,10 +357,9 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec, opts ...Batc
 
 // storeBatch publishes msgs[i], the message of tasks[i], for every i whose
 // message is not nil, pipelined, and retries the retryable failures with
-// the same ids; then it writes the records of the stored tasks, pipelined
-// (the first move of tasks[i]'s with notes[i], when notes is not nil), and
-// sets infos[i] or failed[i].
-func (c *Client) storeBatch(ctx context.Context, tasks []TaskSpec, msgs []*nats.Msg, infos []TaskInfo, failed map[int]error, notes []string) {
+// the same ids; then, when record is set, it writes the records of the
+// stored tasks, pipelined, and sets infos[i] or failed[i].
+func (c *Client) storeBatch(ctx context.Context, tasks []TaskSpec, msgs []*nats.Msg, infos []TaskInfo, failed map[int]error, record bool) {
 	pending := make([]int, 0, len(msgs))
 	for i, msg := range msgs {
 		if msg != nil {
@@ -390,8 +389,8 @@ func (c *Client) storeBatch(ctx context.Context, tasks []TaskSpec, msgs []*nats.
 		pending = again
 	}
 	existed := map[int]bool{}
-	if !c.cfg.PublishOnly { // else the workers write the records
-		existed = c.writeRecords(ctx, tasks, acks, failed, notes)
+	if record { // else the workers write the records
+		existed = c.writeRecords(ctx, tasks, acks, failed)
 	}
 	for i, ack := range acks {
 		if ack == nil || failed[i] != nil {
@@ -417,9 +416,7 @@ func (c *Client) storeBatch(ctx context.Context, tasks []TaskSpec, msgs []*nats.
 
 // writeRecords creates the READY records of the accepted tasks, pipelined,
 // and returns the tasks whose record existed already (see [Client.existing]).
-// With notes, the first move of tasks[i]'s record is a release
-// ([kv.ActionRelease]) with note notes[i].
-func (c *Client) writeRecords(ctx context.Context, tasks []TaskSpec, acks []*jetstream.PubAck, failed map[int]error, notes []string) map[int]bool {
+func (c *Client) writeRecords(ctx context.Context, tasks []TaskSpec, acks []*jetstream.PubAck, failed map[int]error) map[int]bool {
 	existed := map[int]bool{}
 	indexes := make([]int, 0, len(acks))
 	msgs := make([]*nats.Msg, 0, len(acks))
@@ -427,11 +424,7 @@ func (c *Client) writeRecords(ctx context.Context, tasks []TaskSpec, acks []*jet
 		if ack == nil {
 			continue
 		}
-		actor := kv.Actor{Action: "submit"}
-		if notes != nil {
-			actor = kv.Actor{Action: kv.ActionRelease, Note: notes[i]}
-		}
-		msg, err := c.store.CreateMsg(tasks[i].record(ack.Stream, ack.Sequence), actor)
+		msg, err := c.store.CreateMsg(tasks[i].record(ack.Stream, ack.Sequence), kv.Actor{Action: "submit"})
 		if err != nil {
 			failed[i] = fmt.Errorf("submit task %s: stored, but its record was not written: %w", tasks[i].ID, err)
 			continue

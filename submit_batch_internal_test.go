@@ -44,7 +44,7 @@ func TestSubmitBatchReadsAcksAndRefusals(t *testing.T) {
 
 	infos := make([]TaskInfo, len(tasks))
 	failed := map[int]error{}
-	c.storeBatch(ctx, tasks, msgs, infos, failed, nil)
+	c.storeBatch(ctx, tasks, msgs, infos, failed, true)
 	require.Empty(t, failed)
 
 	require.True(t, infos[0].Duplicate, "the retried publish's ack says duplicate")

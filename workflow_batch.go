@@ -28,13 +28,14 @@ type batchOptions struct {
 func Atomic() BatchOption { return func(o *batchOptions) { o.atomic = true } }
 
 // Released marks a [Client.SubmitBatch] as the release of workflow tasks
-// (the leader's): the first move of the record of tasks[i] has action
-// "release" ([kv.ActionRelease]) and note notes[i], which says why it was
-// released (the parent whose success released it); a publish-only client
-// sends the note in the message's Ax-Release header, which the worker
-// whose claim creates the record writes there. notes must be as long as
-// the batch. A task with a delay or a unique key is submitted as alone,
-// its record's first move without the note.
+// (the leader's): each task is published without a record, as by a
+// publish-only client ([Config.PublishOnly]), so that the worker whose
+// claim first sees it creates its record in one write; the first move of
+// that record has action "release" ([kv.ActionRelease]) and note notes[i]
+// (carried in the message's Ax-Release header), which says why it was
+// released (the parent whose success released it). notes must be as long
+// as the batch. A task with a delay or a unique key is submitted as alone,
+// with its record, whose first move has no note.
 func Released(notes []string) BatchOption { return func(o *batchOptions) { o.notes = notes } }
 
 // submitAtomic is [Client.SubmitBatch] with [Atomic].

@@ -35,10 +35,6 @@ type workflowLoop struct {
 	// paused holds them.
 	pauses jetstream.KeyWatcher
 	paused map[runRef]bool
-	// submit releases tasks: a publish-only client, so that the worker
-	// whose claim first sees a released task creates its record, in one
-	// write (docs/decisions/workflows.md, "The release path").
-	submit *ax.Client
 }
 
 // runRef names a workflow: its tenant and id.
@@ -98,12 +94,6 @@ func (w *workflowLoop) run(ctx context.Context) error {
 		return fmt.Errorf("workflows: bind %s: %w", names.WorkflowStream(), err)
 	}
 	defer w.unwatch()
-	submit, err := ax.NewClient(ctx, w.l.js, &ax.Config{Names: names, Logger: w.log, PublishOnly: true})
-	if err != nil {
-		return fmt.Errorf("workflows: %w", err)
-	}
-	defer func() { _ = submit.Close() }()
-	w.submit = submit
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{names.WorkflowFilter()}})
 	if err != nil {
 		return fmt.Errorf("workflows: read %s: %w", names.WorkflowStream(), err)
@@ -498,7 +488,9 @@ func (w *workflowLoop) release(ctx context.Context, tenant string, run *workflow
 	if len(specs) == 0 {
 		return
 	}
-	_, err := w.submit.SubmitBatch(ctx, specs, ax.Released(notes))
+	// Released: no record at submit, the claim writes it (one write less
+	// on the way from a parent's end to its child's start).
+	_, err := w.l.client.SubmitBatch(ctx, specs, ax.Released(notes))
 	var batch *ax.BatchError
 	for i, n := range nodes {
 		switch {
