@@ -61,3 +61,26 @@ func TestThroughputOverTCP(t *testing.T) {
 	require.Equal(t, 1.0, tp.Ops["acks"])
 	require.GreaterOrEqual(t, tp.Ops["records"], 1.0, "at least the completion writes the record")
 }
+
+// The workflow scenario over TCP, small: every task of the fan-out and of
+// the chain runs once and after its parents, and the figures are there.
+func TestWorkflowScenario(t *testing.T) {
+	t.Setenv(childEnv, "1")
+	o := bench.Options{Concurrency: 8, Workers: 1, ServerCommand: []string{os.Args[0], "server"}}
+	results, err := bench.Workflow(context.Background(), o, bench.WorkflowOptions{FanOut: 1_500, Chain: 30})
+	require.NoError(t, err)
+	require.Len(t, results, 4)
+	fan, chain := results[2], results[3]
+	require.Equal(t, "wf-fanout", fan.Scenario)
+	require.Equal(t, int64(1_500), fan.Counts["children"])
+	require.Equal(t, int64(3), fan.Counts["joins"], "a join per 1,000 children, and the last")
+	require.Equal(t, int64(1_500+1_500+2), fan.Counts["edges"])
+	require.Equal(t, "wf-chain", chain.Scenario)
+	for _, r := range []*bench.Result{fan, chain} {
+		require.Zero(t, r.Counts["missing"], r.Scenario)
+		require.Zero(t, r.Counts["duplicated"], r.Scenario)
+		require.Zero(t, r.Counts["before_parent"], r.Scenario)
+	}
+	require.Positive(t, chain.LatencyP50Ms)
+	require.GreaterOrEqual(t, chain.LatencyP99Ms, chain.LatencyP50Ms)
+}
