@@ -3,6 +3,8 @@ package scheduler_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -182,4 +184,76 @@ func requireCode(t *testing.T, err error, code int, text string) {
 	require.True(t, errors.As(err, &apiErr), "want an API error, got %v", err)
 	require.Equal(t, code, apiErr.Code, apiErr.Message)
 	require.Contains(t, apiErr.Message, text)
+}
+
+// Attack: pause while parents finish. Twenty parents end one after the
+// other around the pause (parent i runs i x 100 ms); a child whose parent
+// ended after the pause took hold (200 ms after the verb answered: the
+// leader's watch) is not released before the resume; those before may
+// be; the resume releases every held child, and each task runs once.
+func TestWorkflowPauseWhileParentsFinish(t *testing.T) {
+	t.Parallel()
+	b := setupLoops(t, 1, nil, scheduler.Config{})
+	var mu sync.Mutex
+	runs := map[string]int{}
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("staggered", func(_ context.Context, task *worker.Task) error {
+		var i int
+		if _, err := fmt.Sscanf(task.ID, "wf-pause-race/p%d", &i); err == nil {
+			time.Sleep(time.Duration(i) * 100 * time.Millisecond)
+		}
+		mu.Lock()
+		runs[task.ID]++
+		mu.Unlock()
+		return nil
+	}, nil))
+	b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 32})
+	api := b.StartAdmin(t, nil)
+	ctx := context.Background()
+	wf := ax.NewWorkflow("wf-pause-race")
+	spec := ax.TaskSpec{Type: "staggered"}
+	for i := range 20 {
+		wf.Add(fmt.Sprintf("p%d", i), spec)
+		wf.Add(fmt.Sprintf("c%d", i), spec, fmt.Sprintf("p%d", i))
+	}
+	_, err := b.Client.SubmitWorkflow(ctx, wf)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { // the first parents have ended
+		mu.Lock()
+		defer mu.Unlock()
+		return len(runs) >= 3
+	}, 30*time.Second, time.Millisecond)
+	_, err = api.PauseWorkflow(ctx, admin.WorkflowRequest{ID: wf.ID})
+	require.NoError(t, err)
+	held := time.Now().Add(200 * time.Millisecond)
+	for i := range 20 {
+		b.WaitState(t, wf.TaskID(fmt.Sprintf("p%d", i)), kv.StateSucceeded)
+	}
+	time.Sleep(1500 * time.Millisecond) // the leader's retry tick included
+	late := 0
+	for i := range 20 {
+		parent, _, err := b.Client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: wf.TaskID(fmt.Sprintf("p%d", i))})
+		require.NoError(t, err)
+		if parent.FinishedAt.Before(held) {
+			continue
+		}
+		late++
+		_, _, err = b.Client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: wf.TaskID(fmt.Sprintf("c%d", i))})
+		require.ErrorIs(t, err, kv.ErrNotFound, "c%d was released while its workflow was paused", i)
+	}
+	require.Positive(t, late, "no parent ended after the pause took hold: the test proves nothing")
+	t.Logf("%d of 20 parents ended after the pause took hold", late)
+
+	_, err = api.ResumeWorkflow(ctx, admin.WorkflowRequest{ID: wf.ID})
+	require.NoError(t, err)
+	for i := range 20 {
+		b.WaitState(t, wf.TaskID(fmt.Sprintf("c%d", i)), kv.StateSucceeded)
+	}
+	time.Sleep(500 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, runs, 40)
+	for id, n := range runs {
+		require.Equal(t, 1, n, "%s ran %d times", id, n)
+	}
 }
