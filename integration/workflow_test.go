@@ -121,7 +121,8 @@ func workflowPauseAsDeployed(t *testing.T, file string) {
 		60*time.Second, 200*time.Millisecond)
 	time.Sleep(2 * time.Second) // the leader's retry tick, twice
 	drawn := mustAxAs(t, url, "operator", "workflow", "get", "order-9", "--tenant", "acme")
-	require.Regexp(t, `(?m)^  after\s+WAITING\s+echo\s+after slow$`, drawn, "a task of a paused workflow was released")
+	require.Regexp(t, `(?m)^  after\s+WAITING\s+echo\s+after slow  \(held: the workflow is paused\)$`, drawn, "a task of a paused workflow was released")
+	require.Contains(t, drawn, "workflow order-9 (tenant acme) (paused): 4 tasks")
 	require.Regexp(t, `(?m)^  held\s+WAITING\s+echo\s+after bad  \(held: parent bad is DEAD: replay it \(ax dlq replay\) to go on\)$`, drawn)
 
 	require.Equal(t, "workflow order-9: resumed", strings.TrimSpace(mustAxAs(t, url, "operator", "workflow", "resume", "order-9", "--tenant", "acme")))

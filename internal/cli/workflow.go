@@ -11,6 +11,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -162,8 +163,10 @@ func addWorkflow(root *cobra.Command, e *env) {
 
 // workflowView is a workflow with its tasks' states.
 type workflowView struct {
-	ID     string             `json:"id"`
-	Tenant string             `json:"tenant"`
+	ID     string `json:"id"`
+	Tenant string `json:"tenant"`
+	// Paused is set while the workflow is paused (ax workflow pause).
+	Paused bool               `json:"paused,omitempty"`
 	Tasks  []workflowTaskView `json:"tasks"`
 }
 
@@ -213,6 +216,10 @@ func (e *env) workflowView(ctx context.Context, js jetstream.JetStream, tenant, 
 		return nil, fmt.Errorf("workflow %s: %w", id, err)
 	}
 	view := &workflowView{ID: wf.ID, Tenant: tenant}
+	if board, err := control.Open(ctx, js, names); err == nil { // else shown as not paused
+		_, err := board.Get(ctx, control.WorkflowPausedKey(tenant, wf.ID))
+		view.Paused = err == nil
+	}
 	state := map[string]kv.State{}
 	held := map[string]bool{}
 	for _, t := range topological(wf.Tasks) {
@@ -234,6 +241,9 @@ func (e *env) workflowView(ctx context.Context, js jetstream.JetStream, tenant, 
 		if tv.State == "" && wf.OnFailure != ax.ContinueDescendants {
 			tv.Held = heldBy(t.After, state, held)
 			held[t.Name] = tv.Held != ""
+		}
+		if tv.State == "" && tv.Held == "" && len(tv.WaitsFor) == 0 && view.Paused {
+			tv.Held = "the workflow is paused"
 		}
 		view.Tasks = append(view.Tasks, tv)
 	}
@@ -294,7 +304,11 @@ func (v *workflowView) print(e *env) {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 		}
 	}
-	fmt.Fprintf(e.out, "workflow %s (tenant %s): %d tasks: %s\n", v.ID, v.Tenant, len(v.Tasks), strings.Join(parts, ", "))
+	paused := ""
+	if v.Paused {
+		paused = " (paused)"
+	}
+	fmt.Fprintf(e.out, "workflow %s (tenant %s)%s: %d tasks: %s\n", v.ID, v.Tenant, paused, len(v.Tasks), strings.Join(parts, ", "))
 	for _, t := range v.Tasks {
 		line := fmt.Sprintf("  %-*s  %-9s  %s", width, t.Name, stateName(t), t.Type)
 		if len(t.After) > 0 {
