@@ -46,7 +46,9 @@ type TaskSpec struct {
 	Core bool `json:"core,omitempty"`
 	// Deadline after which the task is not started. Zero: none.
 	Deadline time.Time `json:"deadline,omitzero"`
-	// Headers are extra "Ax-" headers passed to the handler.
+	// Headers are extra "Ax-" headers passed to the handler, and the W3C
+	// trace context ("traceparent", "tracestate", well formed) the task's
+	// spans continue.
 	Headers map[string]string `json:"headers,omitempty"`
 	// RunAt delays the task until this time: it is PENDING until then and
 	// the leader releases it into its bucket at RunAt. Zero, or a time not
@@ -143,7 +145,15 @@ func (t TaskSpec) normalize(now time.Time) (TaskSpec, error) {
 	if !t.RunAt.After(now) {
 		t.RunAt = time.Time{} // due now: no delay
 	}
-	for name := range t.Headers {
+	for name, value := range t.Headers {
+		if name == streams.HeaderTraceParent || name == streams.HeaderTraceState {
+			// A W3C trace context the task's spans continue (a workflow's
+			// tasks carry the workflow's).
+			if !streams.ValidTrace(name, value) {
+				return bad("header %q: %q is not a well-formed W3C trace context value", name, value)
+			}
+			continue
+		}
 		if streams.IsInternalHeader(name) || isOptionHeader(name) {
 			return bad("header %q is set by ax, not by a task (use the Task fields for its options)", name)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/ax-mesh/ax/internal/tracing"
+	"github.com/ax-mesh/ax/streams"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -14,11 +15,41 @@ import (
 // tracer provider.
 func (c *Client) traceSubmit(ctx context.Context, t *TaskSpec) (context.Context, trace.Span) {
 	var span trace.Span
+	if !trace.SpanContextFromContext(ctx).IsValid() && t.Headers[streams.HeaderTraceParent] != "" {
+		// A task given its trace context (a workflow's, released by the
+		// leader): its submit span goes on in that trace.
+		ctx = tracing.ExtractMap(ctx, t.Headers)
+	}
 	if c.tracer != nil {
 		ctx, span = c.tracer.Start(ctx, "ax.submit "+t.Type, trace.WithSpanKind(trace.SpanKindProducer),
 			trace.WithAttributes(tracing.Task(t.ID, t.Type, t.Tenant, t.Priority.level())...))
 	}
 	t.Headers = tracing.InjectMap(ctx, t.Headers)
+	return ctx, span
+}
+
+// traceWorkflow starts the span of a workflow's run, "ax.workflow" (an
+// atomic batch's: "ax.batch"), with a tracer provider, and sets the
+// workflow's trace context ([Workflow.Trace]) to the span's, or without
+// one to that of ctx, if any: each task of the workflow carries it when
+// released, so that its spans are children of this one. A trace context
+// the workflow was given is kept when ctx has none.
+func (c *Client) traceWorkflow(ctx context.Context, wf *Workflow) (context.Context, trace.Span) {
+	var span trace.Span
+	if !trace.SpanContextFromContext(ctx).IsValid() && len(wf.Trace) > 0 {
+		ctx = tracing.ExtractMap(ctx, wf.Trace)
+	}
+	if c.tracer != nil {
+		name := "ax.workflow"
+		if wf.Batch {
+			name = "ax.batch"
+		}
+		ctx, span = c.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(tracing.Workflow(wf.ID, wf.Tenant, len(wf.Tasks))...))
+	}
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		wf.Trace = tracing.InjectMap(ctx, nil)
+	}
 	return ctx, span
 }
 

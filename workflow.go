@@ -78,6 +78,31 @@ type Workflow struct {
 	// Batch marks an atomic batch ([Atomic]): independent tasks (no
 	// After), each named by its own id, which is its task id.
 	Batch bool `json:"batch,omitempty"`
+	// Trace is the W3C trace context ("traceparent", "tracestate") of the
+	// workflow's run, which every task of it carries when released: its
+	// tasks' spans are children of the span it names, one trace per
+	// workflow. [Client.SubmitWorkflow] sets it from the submit's context;
+	// a plain publish may set it.
+	Trace map[string]string `json:"trace,omitempty"`
+}
+
+// WithTrace returns headers with the workflow's trace context added (a
+// task's own trace context, if any, is replaced): the headers of a
+// released task. headers itself is not changed.
+func (w *Workflow) WithTrace(headers map[string]string) map[string]string {
+	if len(w.Trace) == 0 {
+		return headers
+	}
+	out := make(map[string]string, len(headers)+len(w.Trace))
+	for k, v := range headers {
+		if k != streams.HeaderTraceParent && k != streams.HeaderTraceState {
+			out[k] = v
+		}
+	}
+	for k, v := range w.Trace {
+		out[k] = v
+	}
+	return out
 }
 
 // NewWorkflow returns an empty workflow named id.
@@ -145,7 +170,7 @@ func (w *Workflow) normalize(now time.Time) (*Workflow, error) {
 	bad := func(format string, args ...any) (*Workflow, error) {
 		return nil, fmt.Errorf("%w %q: %s", ErrInvalidWorkflow, w.ID, fmt.Sprintf(format, args...))
 	}
-	out := &Workflow{ID: w.ID, Tenant: w.Tenant, OnFailure: w.OnFailure, Batch: w.Batch, Tasks: make([]WorkflowTask, 0, len(w.Tasks))}
+	out := &Workflow{ID: w.ID, Tenant: w.Tenant, OnFailure: w.OnFailure, Batch: w.Batch, Trace: w.Trace, Tasks: make([]WorkflowTask, 0, len(w.Tasks))}
 	if out.Tenant == "" {
 		out.Tenant = DefaultTenant
 	}
@@ -163,6 +188,11 @@ func (w *Workflow) normalize(now time.Time) (*Workflow, error) {
 	}
 	if out.OnFailure != CancelDescendants && out.OnFailure != ContinueDescendants {
 		return bad("on_failure %q is not %q or %q", out.OnFailure, CancelDescendants, ContinueDescendants)
+	}
+	for name, value := range w.Trace {
+		if !streams.ValidTrace(name, value) {
+			return bad("trace: %q=%q is not a W3C trace context header (traceparent, tracestate) with a well-formed value", name, value)
+		}
 	}
 	switch {
 	case len(w.Tasks) == 0:

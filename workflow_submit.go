@@ -38,12 +38,14 @@ type WorkflowInfo struct {
 // its tenant already used is [WorkflowInfo.Duplicate], and nothing is
 // stored. An error matching [ErrMaybeStored] (the acknowledgement could
 // not be read) may have stored it: submit it again, with the same id.
-func (c *Client) SubmitWorkflow(ctx context.Context, wf *Workflow) (WorkflowInfo, error) {
+func (c *Client) SubmitWorkflow(ctx context.Context, wf *Workflow) (info WorkflowInfo, err error) {
 	norm, err := wf.normalize(time.Now())
 	if err != nil {
 		return WorkflowInfo{ID: wf.ID, Tenant: wf.Tenant}, err
 	}
-	info := WorkflowInfo{ID: norm.ID, Tenant: norm.Tenant, Tasks: len(norm.Tasks)}
+	ctx, span := c.traceWorkflow(ctx, norm)
+	defer func() { endSpan(span, err) }()
+	info = WorkflowInfo{ID: norm.ID, Tenant: norm.Tenant, Tasks: len(norm.Tasks)}
 	for _, t := range norm.Tasks {
 		if err := c.bounds(t.Spec, time.Now()); err != nil {
 			return info, fmt.Errorf("%w %q: task %q: %w", ErrInvalidWorkflow, norm.ID, t.Name, err)

@@ -76,6 +76,9 @@ func TestWorkflowChecks(t *testing.T) {
 		{"too many parents", wide, fmt.Sprintf(`task "join" waits for %d tasks, more than %d`, ax.MaxParents+1, ax.MaxParents)},
 		{"too large", huge, "bytes, more than"},
 		{"too many tasks", many, fmt.Sprintf("%d tasks, more than", ax.MaxWorkflowTasks+1)},
+		{"a bad trace", &ax.Workflow{ID: "w", Trace: map[string]string{"traceparent": "00-0-0-01"}, Tasks: []ax.WorkflowTask{{Name: "a", Spec: spec("x")}}}, `trace: "traceparent"="00-0-0-01" is not`},
+		{"a trace header of another name", &ax.Workflow{ID: "w", Trace: map[string]string{"Ax-Note": "x"}, Tasks: []ax.WorkflowTask{{Name: "a", Spec: spec("x")}}}, `trace: "Ax-Note"`},
+		{"a task's bad traceparent", ax.NewWorkflow("w").Add("a", ax.TaskSpec{Type: "x", Headers: map[string]string{"traceparent": "garbage"}}), `header "traceparent": "garbage" is not a well-formed`},
 	} {
 		err := c.wf.Validate()
 		require.ErrorIs(t, err, ax.ErrInvalidWorkflow, c.name)

@@ -476,6 +476,7 @@ func (w *workflowLoop) release(ctx context.Context, tenant string, run *workflow
 		}
 		spec := n.task.Spec
 		spec.ID, spec.Tenant = run.wf.TaskID(n.task.Name), tenant
+		spec.Headers = run.wf.WithTrace(spec.Headers) // one trace per workflow run
 		specs = append(specs, spec)
 		nodes = append(nodes, n)
 		note := n.note

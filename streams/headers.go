@@ -71,6 +71,13 @@ func TraceID(h nats.Header) string {
 	return ""
 }
 
+// ValidTrace reports whether value is a well-formed value of the W3C trace
+// context header name ([HeaderTraceParent] or [HeaderTraceState]), one
+// that ax keeps.
+func ValidTrace(name, value string) bool {
+	return (name == HeaderTraceParent || name == HeaderTraceState) && keptTrace(name, []string{value}) != ""
+}
+
 // keptTrace returns the one value of a trace context header that is kept:
 // a traceparent of the W3C form (version 00: "00-" 32 hex digits "-" 16
 // hex digits "-" 2 hex digits, ids not all zero), a tracestate of at most

@@ -48,6 +48,25 @@ func Task(id, typ, tenant string, priority int) []attribute.KeyValue {
 	}
 }
 
+// The attributes of a workflow's span.
+const (
+	AttrWorkflowID     = attribute.Key("ax.workflow.id")
+	AttrWorkflowTenant = attribute.Key("ax.workflow.tenant")
+	AttrWorkflowTasks  = attribute.Key("ax.workflow.tasks")
+)
+
+// Workflow returns the attributes naming a workflow.
+func Workflow(id, tenant string, tasks int) []attribute.KeyValue {
+	return []attribute.KeyValue{attribute.String("messaging.system", "nats"),
+		AttrWorkflowID.String(id), AttrWorkflowTenant.String(tenant), AttrWorkflowTasks.Int(tasks)}
+}
+
+// ExtractMap returns ctx with the remote span context headers carry, if
+// any.
+func ExtractMap(ctx context.Context, headers map[string]string) context.Context {
+	return propagator.Extract(ctx, propagation.MapCarrier(headers))
+}
+
 // InjectMap writes the trace context of ctx (if it has a valid span
 // context) into headers, creating the map if needed, and returns it.
 func InjectMap(ctx context.Context, headers map[string]string) map[string]string {
