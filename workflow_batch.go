@@ -38,6 +38,18 @@ func Atomic() BatchOption { return func(o *batchOptions) { o.atomic = true } }
 // with its record, whose first move has no note.
 func Released(notes []string) BatchOption { return func(o *batchOptions) { o.notes = notes } }
 
+// Validate checks task as [Client.Submit] does before anything is stored:
+// its fields and this client's bounds ([Config].MaxTimeout, MaxDelay).
+// The error matches [ErrInvalidTask] and says what is wrong.
+func (c *Client) Validate(task TaskSpec) error {
+	now := time.Now()
+	t, err := task.normalize(now)
+	if err == nil {
+		err = c.bounds(t, now)
+	}
+	return err
+}
+
 // submitAtomic is [Client.SubmitBatch] with [Atomic].
 func (c *Client) submitAtomic(ctx context.Context, tasks []TaskSpec) ([]TaskInfo, error) {
 	if len(tasks) == 0 {

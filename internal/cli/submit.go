@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/ax-mesh/ax/internal/denied"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func addSubmit(root *cobra.Command, e *env) {
@@ -23,20 +25,48 @@ func addSubmit(root *cobra.Command, e *env) {
 	var deadline string
 	var runAt string
 	var publishOnly, wait bool
+	var batch string
 	var unique ax.UniqueOpts
 	var uniqueStates []string
 	cmd := &cobra.Command{
-		Use:   "submit TYPE",
-		Short: "Submit one task",
+		Use:   "submit TYPE | --batch FILE",
+		Short: "Submit one task, or a file of tasks all or nothing",
 		Example: `  ax submit sleep --payload '{"ms":100}' --priority p1 --tenant acme
   ax submit echo --payload hello --id order-42
   ax submit echo --payload later --delay 30s
   ax submit report --payload '{"day":"2026-12-01"}' --unique-for 1h
   ax submit rebuild --unique-key index --unique-for 10m --unique-states pending,ready,running,retrying
   ax submit echo --payload hi --wait
-  NATS_USER=service ax submit echo --payload hi --publish-only`,
-		Args: cobra.ExactArgs(1),
+  NATS_USER=service ax submit echo --payload hi --publish-only
+  ax submit --batch tasks.jsonl     # JSON lines, one task a line; all or nothing
+
+  {"id": "mail-1", "type": "mail", "tenant": "acme", "payload": "eyJ0byI6ImEifQ=="}
+  {"id": "mail-2", "type": "mail", "tenant": "acme", "priority": "p1"}`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if batch == "" {
+				return cobra.ExactArgs(1)(cmd, args)
+			}
+			if len(args) > 0 {
+				return fmt.Errorf("ax submit --batch takes no TYPE (%q): each line of the file names its type", args[0])
+			}
+			var set []string
+			cmd.Flags().Visit(func(f *pflag.Flag) {
+				if !slices.Contains([]string{"batch", "publish-only"}, f.Name) && cmd.LocalFlags().Lookup(f.Name) != nil {
+					set = append(set, "--"+f.Name)
+				}
+			})
+			if len(set) > 0 {
+				return fmt.Errorf("ax submit --batch: %s set the fields of one task; with --batch each line of the file sets its own", strings.Join(set, ", "))
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if batch != "" {
+				if !cmd.Flags().Changed("publish-only") && publishOnlyUser(e.userName()) {
+					publishOnly = true
+				}
+				return e.submitBatch(cmd, batch, publishOnly)
+			}
 			t.Type = args[0]
 			t.Payload = []byte(payload)
 			if payloadFile != "" {
@@ -134,6 +164,7 @@ func addSubmit(root *cobra.Command, e *env) {
 	f.DurationVar(&unique.For, "unique-for", 0, "unique for this period (at least 1s): while a task of the tenant and type with the same payload (or --unique-key) is in one of --unique-states, print its id and publish nothing")
 	f.StringVar(&unique.Key, "unique-key", "", "with --unique-for: unique by this key instead of the payload")
 	f.StringSliceVar(&uniqueStates, "unique-states", nil, "with --unique-for: the states in which the earlier task blocks a new one (default: every state but dead and cancelled)")
+	f.StringVar(&batch, "batch", "", `submit the tasks of this file ("-": standard input) all or nothing: JSON lines, one task a line in the task JSON shape (docs/API.md, "ax submit --batch"); a bad line submits nothing`)
 	root.AddCommand(cmd)
 }
 

@@ -1,0 +1,128 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax/kv"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// ax submit --batch FILE, run as producer-acme with the shipped
+// permissions (both files), is all or nothing: a file with one bad line
+// submits none of its good ones and names the line (exit 1); a good file
+// runs every task; a line of another tenant is refused by the server and
+// nothing is stored; a batch whose acknowledgement cannot be read exits 3
+// and was stored whole.
+func TestSubmitBatchAsDeployed(t *testing.T) {
+	t.Parallel()
+	for _, file := range []string{accountsFile, permissionsFile} {
+		t.Run(file, func(t *testing.T) {
+			t.Parallel()
+			submitBatchAsDeployed(t, file)
+		})
+	}
+}
+
+func submitBatchAsDeployed(t *testing.T, file string) {
+	srv := startRoleServer(t, file)
+	url := srv.ClientURL()
+	mustAxAs(t, url, "scheduler", "provision")
+	sched := startAxAs(t, url, "scheduler", "scheduler")
+	w := startAxAs(t, url, "worker-1", "worker")
+	require.Eventually(t, func() bool { return strings.Contains(w.output(), "joining the mesh") || w.exited() },
+		30*time.Second, 50*time.Millisecond, "ax worker did not join:\n%s", w.output())
+	_, js := srv.ConnectAs("scheduler")
+	documents := func() uint64 {
+		stream, err := js.Stream(context.Background(), "AX_WORKFLOWS")
+		require.NoError(t, err)
+		return stream.CachedInfo().State.Msgs
+	}
+	write := func(name, text string) string {
+		path := filepath.Join(t.TempDir(), name)
+		require.NoError(t, os.WriteFile(path, []byte(text), 0o600))
+		return path
+	}
+	exitCode := func(err error) int {
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit)
+		return exit.ExitCode()
+	}
+
+	// A bad line (its priority) among good ones: nothing is submitted.
+	bad := write("bad.jsonl", `{"id": "b-1", "type": "echo", "tenant": "acme"}
+{"id": "b-2", "type": "echo", "tenant": "acme"}
+{"id": "b-3", "type": "echo", "tenant": "acme", "priority": "p9"}
+`)
+	_, stderr, err := runAxAs(url, "producer-acme", time.Minute, "submit", "--batch", bad)
+	require.Error(t, err)
+	require.Zero(t, documents(), "the bad file stored a document")
+	require.Equal(t, 1, exitCode(err), stderr)
+	require.Contains(t, stderr, "bad.jsonl:3: invalid task: Priority")
+	require.Contains(t, stderr, "nothing submitted")
+	require.NotContains(t, stderr, "bad.jsonl:1")
+
+	// A good file: every task runs.
+	good := write("good.jsonl", `{"id": "g-1", "type": "echo", "tenant": "acme", "payload": "aGk="}
+
+{"id": "g-2", "type": "sleep", "tenant": "acme", "payload": "eyJtcyI6IDUwfQ==", "priority": "p1"}
+{"id": "g-3", "type": "echo", "tenant": "acme"}
+`)
+	require.Equal(t, "g-1\ng-2\ng-3\n", mustAxAs(t, url, "producer-acme", "submit", "--batch", good))
+	for _, id := range []string{"g-1", "g-2", "g-3"} {
+		waitSucceeded(t, url, "acme", id)
+	}
+	require.Equal(t, uint64(1), documents(), "one document: the good batch")
+	for _, id := range []string{"b-1", "b-2", "b-3"} { // had they been stored, they would have run by now
+		_, _, err := runAxAs(url, "operator", time.Minute, "task", "get", id, "--tenant", "acme")
+		require.Error(t, err, "task %s of the bad file was stored", id)
+	}
+
+	stopCleanly(t, srv, map[string]*process{"worker": w, "scheduler": sched})
+
+	// Another tenant's batch: the server refuses the publish; not stored.
+	other := write("globex.jsonl", `{"id": "o-1", "type": "echo", "tenant": "globex"}`+"\n")
+	_, stderr, err = runAxAs(url, "producer-acme", 30*time.Second, "submit", "--batch", other)
+	require.Error(t, err)
+	require.Equal(t, 1, exitCode(err), stderr)
+	require.Contains(t, stderr, "producer-acme")
+	require.NotContains(t, stderr, "may be stored")
+	require.Equal(t, uint64(1), documents())
+
+	if file != permissionsFile {
+		return
+	}
+	// The acknowledgement cannot be read (its reply inbox refused): exit
+	// 3, and the batch was stored whole and runs.
+	startAxAs(t, url, "scheduler", "scheduler")
+	startAxAs(t, url, "worker-1", "worker")
+	unacked := write("unacked.jsonl", `{"id": "u-1", "type": "echo", "tenant": "acme"}
+{"id": "u-2", "type": "echo", "tenant": "acme"}
+`)
+	_, stderr, err = runAxAs(url, "producer-acme", time.Minute, "submit", "--batch", unacked, "--inbox-prefix", "_INBOX.service")
+	require.Error(t, err)
+	require.Equal(t, 3, exitCode(err), stderr)
+	require.Contains(t, stderr, "submitting the file again is safe: every line sets its id")
+	for _, id := range []string{"u-1", "u-2"} {
+		waitSucceeded(t, url, "acme", id)
+	}
+}
+
+// waitSucceeded waits until the operator reads tenant's task id SUCCEEDED.
+func waitSucceeded(t *testing.T, url, tenant, id string) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		out, _, err := runAxAs(url, "operator", time.Minute, "task", "get", id, "--tenant", tenant, "--json")
+		var rec kv.Record
+		if assert.NoError(c, err) && assert.NoError(c, json.Unmarshal([]byte(out), &rec)) {
+			assert.Equal(c, kv.StateSucceeded, rec.State)
+		}
+	}, 60*time.Second, 200*time.Millisecond, "task %s of %s", id, tenant)
+}
