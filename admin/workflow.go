@@ -235,12 +235,14 @@ func (a *Service) summarize(ctx context.Context, tenant string, wf *streams.Work
 	if first != nil {
 		return nil, fmt.Errorf("read workflow %s: %w", wf.ID, first)
 	}
-	sum.State = workflowState(sum.States, sum.Tasks)
+	sum.State = WorkflowState(sum.States, sum.Tasks)
 	return sum, nil
 }
 
-// workflowState sums up a workflow's task states (see [WorkflowSummary]).
-func workflowState(states map[string]int, tasks int) string {
+// WorkflowState sums up a workflow's task states, counted by state name
+// ("WAITING": not released yet), as [WorkflowSummary.State] does:
+// SUCCEEDED, RUNNING, FAILED or CANCELLED.
+func WorkflowState(states map[string]int, tasks int) string {
 	moving := 0
 	for _, s := range []kv.State{kv.StateReady, kv.StateRunning, kv.StateRetrying, kv.StatePending, kv.StatePaused} {
 		moving += states[string(s)]

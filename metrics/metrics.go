@@ -5,7 +5,9 @@
 // scrape time, the dead-letter count, and the leader and pressure gauges
 // that the scheduler's leader loops set through [Metrics.SetLeader] and
 // [Metrics.SetPressure], the reconciler's repairs ([Metrics.Repaired]) and
-// the mistyped submits the leader saw ([Metrics.RejectedSubmit]).
+// the mistyped submits the leader saw ([Metrics.RejectedSubmit]), and the
+// workflows by state, read from AX_WORKFLOWS and their tasks' records at
+// scrape time.
 package metrics
 
 import (
@@ -110,7 +112,8 @@ func New(cfg *Config) *Metrics {
 			timeout = 5 * time.Second
 		}
 		m.reg.MustRegister(newStreamCollector(cfg.JetStream, names, timeout), newUnservedCollector(cfg.JetStream, names, timeout, maxValues),
-			newLimitsCollector(cfg.JetStream, names, timeout), newTenantsCollector(cfg.JetStream, names, timeout, maxValues))
+			newLimitsCollector(cfg.JetStream, names, timeout), newTenantsCollector(cfg.JetStream, names, timeout, maxValues),
+			newWorkflowsCollector(cfg.JetStream, names, timeout))
 	}
 	return m
 }

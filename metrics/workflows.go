@@ -1,0 +1,191 @@
+package metrics
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/streams"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// workflowStates are the values of ax_workflows' state label, each
+// reported (0 included) at every scrape that read the workflows.
+var workflowStates = []string{"running", "succeeded", "failed", "cancelled"}
+
+// workflowsCollector counts the workflows kept in AX_WORKFLOWS by state
+// (admin.WorkflowState), at scrape time. It reads each document once
+// (from the sequence it stopped at), forgets those the stream no longer
+// keeps, and reads again only the records of tasks that have not reached
+// a state they never leave (SUCCEEDED, CANCELLED). Atomic batches and
+// documents the leader refuses (not a valid workflow of their subject's
+// tenant and id) are not counted.
+type workflowsCollector struct {
+	js      jetstream.JetStream
+	names   streams.Names
+	timeout time.Duration
+	desc    *prometheus.Desc
+
+	mu    sync.Mutex
+	store *kv.Store                    // opened at the first scrape (mu)
+	next  uint64                       // the next document's sequence (mu)
+	runs  map[uint64]*workflowCounting // by document sequence (mu)
+}
+
+// workflowCounting is what the collector keeps of one workflow.
+type workflowCounting struct {
+	tenant string
+	ids    []string   // its tasks' ids
+	states []kv.State // the last read of each ("": no record yet)
+	state  string     // admin.WorkflowState of the last read
+}
+
+func newWorkflowsCollector(js jetstream.JetStream, names streams.Names, timeout time.Duration) *workflowsCollector {
+	return &workflowsCollector{js: js, names: names, timeout: timeout, runs: map[uint64]*workflowCounting{},
+		desc: prometheus.NewDesc("ax_workflows", "Workflows kept in AX_WORKFLOWS by state (running, succeeded, failed, cancelled; as ax workflow ls shows them), read at scrape time; atomic batches are not counted.",
+			[]string{"state"}, nil)}
+}
+
+// Describe implements [prometheus.Collector].
+func (c *workflowsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements [prometheus.Collector]. A scrape that cannot read
+// every document and record in time reports nothing (the next one goes on
+// from where it stopped).
+func (c *workflowsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	counts, err := c.count(ctx)
+	if err != nil {
+		return
+	}
+	for _, s := range workflowStates {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[s]), s)
+	}
+}
+
+// count reads what changed and counts the workflows by state. c.mu must
+// be held.
+func (c *workflowsCollector) count(ctx context.Context) (map[string]int, error) {
+	if c.store == nil {
+		store, err := kv.NewStore(ctx, c.js, &kv.StoreConfig{Names: c.names})
+		if err != nil {
+			return nil, err
+		}
+		c.store = store
+	}
+	stream, err := c.js.Stream(ctx, c.names.WorkflowStream())
+	if err != nil {
+		return nil, err
+	}
+	state := stream.CachedInfo().State
+	for seq := range c.runs {
+		if seq < state.FirstSeq {
+			delete(c.runs, seq) // the stream no longer keeps it
+		}
+	}
+	c.next = max(c.next, state.FirstSeq, 1)
+	for ; c.next <= state.LastSeq; c.next++ {
+		msg, err := stream.GetMsg(ctx, c.next)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if run := c.document(msg); run != nil {
+			c.runs[c.next] = run
+		}
+	}
+	if err := c.readStates(ctx); err != nil {
+		return nil, err
+	}
+	counts := map[string]int{}
+	for _, run := range c.runs {
+		counts[strings.ToLower(run.state)]++
+	}
+	return counts, nil
+}
+
+// document returns what is counted of a stored document, nil for one the
+// leader does not run (or an atomic batch).
+func (c *workflowsCollector) document(msg *jetstream.RawStreamMsg) *workflowCounting {
+	tenant, id, ok := c.names.ParseWorkflowSubject(msg.Subject)
+	if !ok {
+		return nil
+	}
+	var wf ax.Workflow
+	if json.Unmarshal(msg.Data, &wf) != nil || wf.Batch {
+		return nil
+	}
+	if wf.Tenant == "" {
+		wf.Tenant = tenant
+	}
+	if wf.ID != id || wf.Tenant != tenant || wf.Validate() != nil {
+		return nil
+	}
+	run := &workflowCounting{tenant: tenant, ids: make([]string, len(wf.Tasks)), states: make([]kv.State, len(wf.Tasks))}
+	for i, t := range wf.Tasks {
+		run.ids[i] = wf.TaskID(t.Name)
+	}
+	return run
+}
+
+// readStates reads, concurrently, the record of each task whose state may
+// still change, and sums up each workflow. c.mu must be held.
+func (c *workflowsCollector) readStates(ctx context.Context) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	sem := make(chan struct{}, 32) // concurrent reads, batched by the store
+	for _, run := range c.runs {
+		for i, id := range run.ids {
+			if s := run.states[i]; s == kv.StateSucceeded || s == kv.StateCancelled {
+				continue // never changes
+			}
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				rec, _, err := c.store.Get(ctx, kv.Ref{Tenant: run.tenant, ID: id})
+				switch {
+				case errors.Is(err, kv.ErrNotFound):
+					run.states[i] = ""
+				case err != nil:
+					mu.Lock()
+					first = cmp.Or(first, err)
+					mu.Unlock()
+				default:
+					run.states[i] = rec.State
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	for _, run := range c.runs {
+		counts := make(map[string]int, 4)
+		for _, s := range run.states {
+			if s == "" {
+				counts["WAITING"]++
+			} else {
+				counts[string(s)]++
+			}
+		}
+		run.state = admin.WorkflowState(counts, len(run.ids))
+	}
+	return nil
+}

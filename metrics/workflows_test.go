@@ -1,0 +1,103 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/internal/axtest"
+	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/metrics"
+	"github.com/ax-mesh/ax/scheduler"
+	"github.com/ax-mesh/ax/worker"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+)
+
+// ax_workflows counts the workflows by state as ax workflow ls shows them:
+// one that runs (a task delayed), one that succeeded, one that failed (a
+// task DEAD), one cancelled; an atomic batch and a plain publish the
+// leader refuses are not counted. A later scrape counts what changed
+// since: a new workflow, and the failed one replayed to success.
+func TestWorkflowMetrics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dep := axtest.Setup(t, axtest.Options{})
+	dep.StartLeader(t, scheduler.Config{})
+	api := dep.StartAdmin(t, nil)
+	broken := make(chan struct{})
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("ok", func(context.Context, *worker.Task) error { return nil }, nil))
+	require.NoError(t, reg.Handle("charge", func(context.Context, *worker.Task) error {
+		select {
+		case <-broken:
+			return nil
+		default:
+			return worker.Permanent(errors.New("card declined"))
+		}
+	}, nil))
+	dep.StartWorker(t, worker.Config{Registry: reg})
+	client := dep.Client
+	submit := func(wf *ax.Workflow) {
+		t.Helper()
+		_, err := client.SubmitWorkflow(ctx, wf)
+		require.NoError(t, err)
+	}
+	ok := ax.TaskSpec{Type: "ok"}
+	submit(ax.NewWorkflow("good").Chain(ax.Step{Name: "a", Spec: ok}, ax.Step{Name: "b", Spec: ok}))
+	submit(ax.NewWorkflow("bad").Chain(ax.Step{Name: "a", Spec: ax.TaskSpec{Type: "charge"}}, ax.Step{Name: "b", Spec: ok}))
+	submit(ax.NewWorkflow("later").Chain(ax.Step{Name: "a", Spec: ax.TaskSpec{Type: "ok", Delay: time.Hour}}, ax.Step{Name: "b", Spec: ok}))
+	submit(ax.NewWorkflow("stopped").Chain(ax.Step{Name: "a", Spec: ax.TaskSpec{Type: "ok", Delay: time.Hour}}, ax.Step{Name: "b", Spec: ok}))
+	_, err := client.SubmitBatch(ctx, []ax.TaskSpec{ok, ok}, ax.Atomic())
+	require.NoError(t, err)
+	cycle := nats.NewMsg("ax.submit.wf.default.loop.doc")
+	cycle.Data = []byte(`{"id": "loop", "tasks": [{"name": "a", "task": {"type": "ok"}, "after": ["b"]}, {"name": "b", "task": {"type": "ok"}, "after": ["a"]}]}`)
+	_, err = dep.JS.PublishMsg(ctx, cycle)
+	require.NoError(t, err)
+
+	dep.WaitState(t, "good/b", kv.StateSucceeded)
+	dep.WaitState(t, "bad/a", kv.StateDead)
+	dep.WaitState(t, "later/a", kv.StatePending)
+	dep.WaitState(t, "stopped/a", kv.StatePending)
+	_, err = api.CancelWorkflow(ctx, admin.WorkflowRequest{ID: "stopped"})
+	require.NoError(t, err)
+
+	m := metrics.New(&metrics.Config{JetStream: dep.JS})
+	requireWorkflows(t, m, map[string]int{"running": 1, "succeeded": 1, "failed": 1, "cancelled": 1})
+
+	// Read from where it stopped: a new workflow, and the failed one
+	// replayed to success.
+	submit(ax.NewWorkflow("good-2").Add("a", ok))
+	close(broken)
+	_, err = api.Replay(ctx, admin.DLQReplayRequest{ID: "bad/a"})
+	require.NoError(t, err)
+	dep.WaitState(t, "good-2/a", kv.StateSucceeded)
+	dep.WaitState(t, "bad/b", kv.StateSucceeded)
+	requireWorkflows(t, m, map[string]int{"running": 1, "succeeded": 3, "failed": 0, "cancelled": 1})
+}
+
+// requireWorkflows scrapes m and requires ax_workflows to read want.
+func requireWorkflows(t *testing.T, m *metrics.Metrics, want map[string]int) {
+	t.Helper()
+	text := scrape(t, m)
+	for state, n := range want {
+		line := fmt.Sprintf(`ax_workflows{state=%q} %d`, state, n)
+		require.True(t, strings.Contains(text, line+"\n"), "missing %q in:\n%s", line, grep(text, "ax_workflows"))
+	}
+}
+
+// grep returns the lines of text that contain s.
+func grep(text, s string) string {
+	var out []string
+	for line := range strings.SplitSeq(text, "\n") {
+		if strings.Contains(line, s) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
