@@ -137,6 +137,7 @@ func (a *Service) Start(ctx context.Context) error {
 		VerbLimitSet: a.limitSet, VerbLimitRemove: a.limitRemove, VerbLimitList: a.limitList,
 		VerbPause: a.pause, VerbResume: a.resume, VerbWorkflowCancel: a.workflowCancel,
 		VerbWorkflowList: a.workflowList, VerbWorkflowPause: a.workflowPause, VerbWorkflowResume: a.workflowResume,
+		VerbWorkflowGet: a.workflowGet,
 	}
 	for _, verb := range Verbs() {
 		name := strings.ReplaceAll(verb, ".", "_")

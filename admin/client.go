@@ -121,6 +121,12 @@ func (c *Client) ResumeWorkflow(ctx context.Context, req WorkflowRequest) (*Work
 	return call[WorkflowPauseReply](ctx, c, VerbWorkflowResume, req)
 }
 
+// GetWorkflow reads a workflow's graph with each task's state
+// (workflow.get).
+func (c *Client) GetWorkflow(ctx context.Context, req WorkflowRequest) (*WorkflowGetReply, error) {
+	return call[WorkflowGetReply](ctx, c, VerbWorkflowGet, req)
+}
+
 // ListWorkflows lists the newest workflows with their tasks' states
 // (workflow.list).
 func (c *Client) ListWorkflows(ctx context.Context, req WorkflowListRequest) (*WorkflowListReply, error) {

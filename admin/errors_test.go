@@ -74,6 +74,7 @@ func TestEveryVerbAnswersErrorsWithCode(t *testing.T) {
 		{admin.VerbPause, admin.PauseRequest{Type: "a", Tenant: "b"}, admin.CodeBadRequest, "one of them"},
 		{admin.VerbResume, admin.PauseRequest{Type: "email"}, admin.CodeNotFound, "not paused"},
 		{admin.VerbWorkflowCancel, admin.WorkflowRequest{ID: "ghost"}, admin.CodeNotFound, "no workflow ghost"},
+		{admin.VerbWorkflowGet, admin.WorkflowRequest{ID: "ghost"}, admin.CodeNotFound, "no workflow ghost"},
 		{admin.VerbWorkflowList, admin.WorkflowListRequest{Limit: admin.MaxWorkflowListLimit + 1}, admin.CodeBadRequest, `"limit"`},
 		{admin.VerbWorkflowPause, admin.WorkflowRequest{ID: "ghost"}, admin.CodeNotFound, "no workflow ghost"},
 		{admin.VerbWorkflowResume, admin.WorkflowRequest{}, admin.CodeBadRequest, `"id" is required`},

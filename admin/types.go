@@ -34,6 +34,7 @@ const (
 	VerbWorkflowList     = "workflow.list"
 	VerbWorkflowPause    = "workflow.pause"
 	VerbWorkflowResume   = "workflow.resume"
+	VerbWorkflowGet      = "workflow.get"
 )
 
 // Verbs returns every verb of the management API.
@@ -42,7 +43,7 @@ func Verbs() []string {
 		VerbTaskReprioritize, VerbTasksCancel, VerbDLQList, VerbDLQReplay, VerbStats, VerbWorkers,
 		VerbTasksList, VerbControl, VerbRejectsSample, VerbUnservedDeadline,
 		VerbLimitSet, VerbLimitRemove, VerbLimitList, VerbPause, VerbResume, VerbWorkflowCancel, VerbWorkflowList,
-		VerbWorkflowPause, VerbWorkflowResume}
+		VerbWorkflowPause, VerbWorkflowResume, VerbWorkflowGet}
 }
 
 // TaskRequest names one task (task.get, task.trail, task.cancel, task.pause,

@@ -158,6 +158,8 @@ func (d *Dashboard) routes() *http.ServeMux {
 	mux.HandleFunc("GET /api/dlq", d.handleDLQ)
 	mux.HandleFunc("GET /api/cron", d.handleCron)
 	mux.HandleFunc("GET /api/limits", d.handleLimits)
+	mux.HandleFunc("GET /api/workflows", d.handleWorkflows)
+	mux.HandleFunc("GET /api/workflows/{id}", d.handleWorkflow)
 	mux.HandleFunc("POST /api/actions/{verb}", d.handleAction)
 	return mux
 }

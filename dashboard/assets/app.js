@@ -474,6 +474,82 @@ async function pageLimits() {
     } }, pauseType, pauseTenant, actionButton("Pause", { type: "submit" })));
 }
 
+// The states a workflow's tasks are counted by, in the order shown.
+const TASK_STATES = ["WAITING", "PENDING", "READY", "RUNNING", "RETRYING", "PAUSED", "SUCCEEDED", "DEAD", "CANCELLED"];
+const stateCounts = (states) => TASK_STATES.filter((s) => states[s]).map((s) => `${states[s]} ${s}`).join(", ");
+// A workflow id belongs to its tenant, as a task's does.
+const workflowHash = (id, tenant) => `#/workflow/${encodeURIComponent(id)}?tenant=${encodeURIComponent(tenant)}`;
+
+async function pageWorkflows(params) {
+  const form = filterForm("wf-filter", [["tenant", "tenant"]], params, (d) => go("workflows", d));
+  const r = await api(`/api/workflows?${params}`);
+  main.replaceChildren(h("h2", {}, "Workflows"), form,
+    h("p", { class: "muted" }, `${r.workflows.length} newest${params.get("tenant") ? ` of ${params.get("tenant")}` : ""}`),
+    h("table", { id: "workflows" }, h("tr", {}, ["id", "tenant", "state", "tasks", "submitted", "task states"].map((c) => h("th", {}, c))),
+      r.workflows.map((w) => h("tr", { "data-workflow": w.id },
+        h("td", {}, h("a", { href: workflowHash(w.id, w.tenant), "data-workflow-link": w.id }, w.id)), h("td", {}, w.tenant),
+        h("td", {}, badge(w.state)), h("td", { class: "num" }, w.tasks), h("td", {}, fmtTime(w.submitted_at)),
+        h("td", {}, stateCounts(w.states))))));
+}
+
+// graph draws a workflow as SVG: one column per layer (a task's is one
+// more than its deepest parent's), a box per task linked to its page,
+// and an arrow from each parent to its child.
+function graph(wf) {
+  const NS = "http://www.w3.org/2000/svg", BW = 150, BH = 34, GX = 60, GY = 14;
+  const rows = [];
+  for (const n of wf.nodes) (rows[n.layer] ||= []).push(n);
+  const height = Math.max(...rows.map((r) => r.length), 1);
+  const W = rows.length * (BW + GX), H = height * (BH + GY) + GY;
+  const svg = document.createElementNS(NS, "svg");
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  svg.setAttribute("width", W);
+  svg.setAttribute("id", "workflow-graph");
+  const el = (parent, tag, attrs) => {
+    const e = document.createElementNS(NS, tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+    parent.append(e);
+    return e;
+  };
+  const at = {};
+  rows.forEach((row, layer) => row.forEach((n, i) => { at[n.name] = { x: layer * (BW + GX) + 4, y: GY + i * (BH + GY) }; }));
+  const fill = { SUCCEEDED: "#dcf2e3", DEAD: "#f8d4d4", CANCELLED: "#f8d4d4", RETRYING: "#fbefcf", PAUSED: "#fbefcf", WAITING: "#eef0f4" };
+  for (const n of wf.nodes) for (const p of n.after || []) {
+    if (!at[p]) continue;
+    el(svg, "line", { x1: at[p].x + BW, y1: at[p].y + BH / 2, x2: at[n.name].x, y2: at[n.name].y + BH / 2,
+      stroke: "#9aa3b5", "stroke-width": 1.5, "data-edge": `${p}->${n.name}` });
+  }
+  for (const n of wf.nodes) {
+    const a = el(svg, "a", { href: taskHash(n.task_id, wf.tenant), "data-node": n.name });
+    el(a, "rect", { x: at[n.name].x, y: at[n.name].y, width: BW, height: BH, rx: 5, fill: fill[n.state] || "#dbe7fc", stroke: "#9aa3b5" });
+    el(a, "text", { x: at[n.name].x + 8, y: at[n.name].y + 14, "font-size": 12, fill: "#1d2330" }).textContent = n.name.slice(0, 22);
+    el(a, "text", { x: at[n.name].x + 8, y: at[n.name].y + 28, "font-size": 10, fill: "#6b7384" }).textContent = n.state;
+  }
+  return h("div", { class: "graph" }, svg);
+}
+
+async function pageWorkflow(id, tenant) {
+  const wf = await api(`/api/workflows/${encodeURIComponent(id)}${tenant ? `?tenant=${encodeURIComponent(tenant)}` : ""}`);
+  const shown = location.hash;
+  if (wf.state === "RUNNING") { // read again every 2 seconds while it runs and is shown
+    clearTimeout(pageWorkflow.timer);
+    pageWorkflow.timer = setTimeout(() => { if (location.hash === shown) route().render(); }, 2000);
+  }
+  const layers = [];
+  for (const n of wf.nodes) (layers[n.layer] ||= []).push(n);
+  main.replaceChildren(h("h2", {}, "Workflow ", h("code", {}, wf.id), " ", badge(wf.state)),
+    h("dl", { class: "record", id: "workflow" }, [["tenant", wf.tenant], ["tasks", `${wf.tasks}: ${stateCounts(wf.states)}`],
+      ["on failure", wf.on_failure], ["submitted", fmtTime(wf.submitted_at)]].flatMap(([k, v]) => [h("dt", {}, k), h("dd", { "data-field": k }, v)])),
+    wf.truncated ? h("p", { class: "muted" }, `Showing the first ${wf.nodes.length} tasks of ${wf.tasks} (cut to fit the server's max_payload); ax workflow get prints them all.`) : null,
+    h("h2", {}, "Graph"), graph(wf),
+    h("h2", {}, `Layers (${wf.layers})`),
+    h("table", { id: "workflow-tasks" }, h("tr", {}, ["layer", "task", "state", "type", "after", "waits for", "last error"].map((c) => h("th", {}, c))),
+      layers.flatMap((row, layer) => row.map((n) => h("tr", { "data-node": n.name },
+        h("td", { class: "num" }, layer), h("td", {}, h("a", { href: taskHash(n.task_id, wf.tenant), "data-task-link": n.task_id, "data-tenant": wf.tenant }, n.name)),
+        h("td", {}, badge(n.state)), h("td", {}, n.type), h("td", {}, (n.after || []).join(", ")),
+        h("td", {}, n.state === "WAITING" ? (n.waits_for || []).join(", ") : ""), h("td", { class: "err" }, n.last_error || ""))))));
+}
+
 function route() {
   const [path, query] = location.hash.replace(/^#\/?/, "").split("?");
   const params = new URLSearchParams(query || "");
@@ -482,7 +558,8 @@ function route() {
   const pages = {
     "": ["overview", renderOverview], workers: ["workers", pageWorkers], tasks: ["tasks", () => pageTasks(params)],
     task: ["tasks", () => pageTask(id, params.get("tenant"))], dlq: ["dlq", () => pageDLQ(params)], cron: ["cron", pageCron],
-    limits: ["limits", pageLimits],
+    limits: ["limits", pageLimits], workflows: ["workflows", () => pageWorkflows(params)],
+    workflow: ["workflows", () => pageWorkflow(id, params.get("tenant"))],
   };
   const [name, fn] = pages[page] || pages[""];
   return { page: page === "" ? "overview" : page, nav: name, render: async () => {
