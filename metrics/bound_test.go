@@ -37,7 +37,7 @@ func labelValues(text, family, label string) map[string]bool {
 }
 
 // scrape returns the exposition text of m.
-func scrape(t *testing.T, m *metrics.Metrics) string {
+func scrape(t testing.TB, m *metrics.Metrics) string {
 	t.Helper()
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()

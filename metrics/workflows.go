@@ -42,10 +42,29 @@ type workflowsCollector struct {
 
 // workflowCounting is what the collector keeps of one workflow.
 type workflowCounting struct {
-	tenant string
-	ids    []string   // its tasks' ids
-	states []kv.State // the last read of each ("": no record yet)
-	state  string     // admin.WorkflowState of the last read
+	tenant  string
+	ids     []string   // its tasks' ids
+	parents [][]int    // each task's parents, by index
+	states  []kv.State // the last read of each ("": no record yet)
+	state   string     // admin.WorkflowState of the last read
+}
+
+// mayChange reports whether task i's record may have changed since it was
+// read: not if it is SUCCEEDED or CANCELLED (states never left), nor if
+// it has no record and a parent has not ended (the leader has not
+// released it; a workflow.cancel ends its parents too).
+func (w *workflowCounting) mayChange(i int) bool {
+	switch w.states[i] {
+	case kv.StateSucceeded, kv.StateCancelled:
+		return false
+	case "":
+		for _, p := range w.parents[i] {
+			if s := w.states[p]; s != kv.StateSucceeded && s != kv.StateDead && s != kv.StateCancelled {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func newWorkflowsCollector(js jetstream.JetStream, names streams.Names, timeout time.Duration) *workflowsCollector {
@@ -134,47 +153,71 @@ func (c *workflowsCollector) document(msg *jetstream.RawStreamMsg) *workflowCoun
 	if wf.ID != id || wf.Tenant != tenant || wf.Validate() != nil {
 		return nil
 	}
-	run := &workflowCounting{tenant: tenant, ids: make([]string, len(wf.Tasks)), states: make([]kv.State, len(wf.Tasks))}
+	run := &workflowCounting{tenant: tenant, ids: make([]string, len(wf.Tasks)), parents: make([][]int, len(wf.Tasks)),
+		states: make([]kv.State, len(wf.Tasks))}
+	index := make(map[string]int, len(wf.Tasks))
 	for i, t := range wf.Tasks {
 		run.ids[i] = wf.TaskID(t.Name)
+		index[t.Name] = i
+	}
+	for i, t := range wf.Tasks {
+		for _, p := range t.After {
+			run.parents[i] = append(run.parents[i], index[p])
+		}
 	}
 	return run
 }
 
-// readStates reads, concurrently, the record of each task whose state may
-// still change, and sums up each workflow. c.mu must be held.
+// readStates reads, concurrently, the record of each task that may have
+// changed (workflowCounting.mayChange), in waves: a task whose parents a
+// wave found ended is read in the next. It then sums up each workflow.
+// c.mu must be held.
 func (c *workflowsCollector) readStates(ctx context.Context) error {
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
-	sem := make(chan struct{}, 32) // concurrent reads, batched by the store
-	for _, run := range c.runs {
-		for i, id := range run.ids {
-			if s := run.states[i]; s == kv.StateSucceeded || s == kv.StateCancelled {
-				continue // never changes
+	type task struct {
+		run *workflowCounting
+		i   int
+	}
+	read := map[task]bool{}
+	for {
+		var wave []task
+		for _, run := range c.runs {
+			for i := range run.ids {
+				if t := (task{run, i}); !read[t] && run.mayChange(i) {
+					wave = append(wave, t)
+					read[t] = true
+				}
 			}
+		}
+		if len(wave) == 0 {
+			break
+		}
+		var (
+			wg    sync.WaitGroup
+			mu    sync.Mutex
+			first error
+		)
+		sem := make(chan struct{}, 32) // concurrent reads, batched by the store
+		for _, t := range wave {
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				rec, _, err := c.store.Get(ctx, kv.Ref{Tenant: run.tenant, ID: id})
+				rec, _, err := c.store.Get(ctx, kv.Ref{Tenant: t.run.tenant, ID: t.run.ids[t.i]})
 				switch {
 				case errors.Is(err, kv.ErrNotFound):
-					run.states[i] = ""
+					t.run.states[t.i] = ""
 				case err != nil:
 					mu.Lock()
 					first = cmp.Or(first, err)
 					mu.Unlock()
 				default:
-					run.states[i] = rec.State
+					t.run.states[t.i] = rec.State
 				}
 			})
 		}
-	}
-	wg.Wait()
-	if first != nil {
-		return first
+		wg.Wait()
+		if first != nil {
+			return first
+		}
 	}
 	for _, run := range c.runs {
 		counts := make(map[string]int, 4)
