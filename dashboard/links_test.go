@@ -32,6 +32,8 @@ func TestDocumentedLinks(t *testing.T) {
 
 	b := setup(t, dashboard.Config{})
 	id := b.Submit(t, ax.TaskSpec{Type: "email", Tenant: "acme"})
+	_, err = b.Client.SubmitWorkflow(t.Context(), (&ax.Workflow{ID: "order-1", Tenant: "acme"}).Add("charge", ax.TaskSpec{Type: "charge"}))
+	require.NoError(t, err)
 	links := regexp.MustCompile("(?m)^\\| `(#/[^`]*)` \\|").FindAllSubmatch(doc, -1)
 	require.GreaterOrEqual(t, len(links), 7, "the Links table of docs/DASHBOARD.md")
 	for _, m := range links {
@@ -49,6 +51,10 @@ func TestDocumentedLinks(t *testing.T) {
 			require.Equal(t, "<id>", rest, link)
 			require.Equal(t, "<tenant>", params.Get("tenant"), link)
 			api = "/api/tasks/" + url.PathEscape(id) + "?tenant=acme"
+		case "workflow":
+			require.Equal(t, "<id>", rest, link)
+			require.Equal(t, "<tenant>", params.Get("tenant"), link)
+			api = "/api/workflows/order-1?tenant=acme"
 		default:
 			api = "/api/" + page + "?" + query
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -85,6 +86,11 @@ func TestReadmeTour(t *testing.T) {
 	require.NotContains(t, run("resume", "tenant:acme"), "tenant:acme")
 	run("dlq", "replay", "doomed-1")
 	require.Contains(t, run("stats"), "p0")
+	batch := filepath.Join(t.TempDir(), "mails.jsonl")
+	require.NoError(t, os.WriteFile(batch, []byte(`{"id":"mail-1","type":"echo","payload":"aGk="}`+"\n"+`{"id":"mail-2","type":"echo"}`+"\n"), 0o600))
+	require.Equal(t, "mail-1\nmail-2\n", run("submit", "--batch", batch))
+	eventually("SUCCEEDED", "task", "get", "mail-2")
+	require.Contains(t, run("workflow", "ls"), "ID")
 }
 
 // README's first screen (issue 36.9): the two commands that work on a
