@@ -40,7 +40,8 @@ type workflowsCollector struct {
 	runs  map[uint64]*workflowCounting // by document sequence (mu)
 }
 
-// workflowCounting is what the collector keeps of one workflow.
+// workflowCounting is what the collector keeps of one workflow; of one
+// whose every task is SUCCEEDED or CANCELLED, only its state.
 type workflowCounting struct {
 	tenant  string
 	ids     []string   // its tasks' ids
@@ -220,6 +221,9 @@ func (c *workflowsCollector) readStates(ctx context.Context) error {
 		}
 	}
 	for _, run := range c.runs {
+		if run.ids == nil {
+			continue // ended for good: its state is kept, nothing else
+		}
 		counts := make(map[string]int, 4)
 		for _, s := range run.states {
 			if s == "" {
@@ -229,6 +233,9 @@ func (c *workflowsCollector) readStates(ctx context.Context) error {
 			}
 		}
 		run.state = admin.WorkflowState(counts, len(run.ids))
+		if counts[string(kv.StateSucceeded)]+counts[string(kv.StateCancelled)] == len(run.ids) {
+			run.ids, run.parents, run.states = nil, nil, nil // no task of it changes again
+		}
 	}
 	return nil
 }
