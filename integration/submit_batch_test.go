@@ -3,6 +3,9 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +23,8 @@ import (
 // submits none of its good ones and names the line (exit 1); a good file
 // runs every task; a line of another tenant is refused by the server and
 // nothing is stored; a batch whose acknowledgement cannot be read exits 3
-// and was stored whole.
+// and was stored whole. The scheduler's /metrics count the workflow
+// beside it by state, the batch left out.
 func TestSubmitBatchAsDeployed(t *testing.T) {
 	t.Parallel()
 	for _, file := range []string{accountsFile, permissionsFile} {
@@ -35,7 +39,8 @@ func submitBatchAsDeployed(t *testing.T, file string) {
 	srv := startRoleServer(t, file)
 	url := srv.ClientURL()
 	mustAxAs(t, url, "scheduler", "provision")
-	sched := startAxAs(t, url, "scheduler", "scheduler")
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	sched := startAxAs(t, url, "scheduler", "scheduler", "--metrics-addr", metricsAddr)
 	w := startAxAs(t, url, "worker-1", "worker")
 	require.Eventually(t, func() bool { return strings.Contains(w.output(), "joining the mesh") || w.exited() },
 		30*time.Second, 50*time.Millisecond, "ax worker did not join:\n%s", w.output())
@@ -80,6 +85,23 @@ func submitBatchAsDeployed(t *testing.T, file string) {
 		waitSucceeded(t, url, "acme", id)
 	}
 	require.Equal(t, uint64(1), documents(), "one document: the good batch")
+
+	// The scheduler's metrics, scraped as deployed, count a workflow by
+	// state and leave the batch out.
+	doc := write("wf.json", `{"id": "order-8", "tenant": "acme", "tasks": [{"name": "a", "task": {"type": "echo"}},
+  {"name": "b", "task": {"type": "echo"}, "after": ["a"]}]}`)
+	mustAxAs(t, url, "producer-acme", "workflow", "submit", doc)
+	waitSucceeded(t, url, "acme", "order-8/b")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		resp, err := http.Get("http://" + metricsAddr + "/metrics")
+		if !assert.NoError(c, err) {
+			return
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		assert.Contains(c, string(body), "ax_workflows{state=\"succeeded\"} 1\n")
+		assert.Contains(c, string(body), "ax_workflows{state=\"running\"} 0\n")
+	}, 30*time.Second, 200*time.Millisecond, "ax_workflows on the scheduler's /metrics")
 	for _, id := range []string{"b-1", "b-2", "b-3"} { // had they been stored, they would have run by now
 		_, _, err := runAxAs(url, "operator", time.Minute, "task", "get", id, "--tenant", "acme")
 		require.Error(t, err, "task %s of the bad file was stored", id)
@@ -94,7 +116,7 @@ func submitBatchAsDeployed(t *testing.T, file string) {
 	require.Equal(t, 1, exitCode(err), stderr)
 	require.Contains(t, stderr, "producer-acme")
 	require.NotContains(t, stderr, "may be stored")
-	require.Equal(t, uint64(1), documents())
+	require.Equal(t, uint64(2), documents())
 
 	if file != permissionsFile {
 		return
