@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/kv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -73,6 +74,17 @@ func submitBatchAsDeployed(t *testing.T, file string) {
 	require.Contains(t, stderr, "bad.jsonl:3: invalid task: Priority")
 	require.Contains(t, stderr, "nothing submitted")
 	require.NotContains(t, stderr, "bad.jsonl:1")
+	mixed := write("mixed.jsonl", `{"id": "m-1", "type": "echo", "tenant": "acme"}
+{"id": "m-2", "type": "echo", "tenant": "globex"}
+{"id": "m-1", "type": "echo", "tenant": "acme"}
+`)
+	_, stderr, err = runAxAs(url, "producer-acme", time.Minute, "submit", "--batch", mixed)
+	require.Equal(t, 1, exitCode(err), stderr)
+	require.Contains(t, stderr, `mixed.jsonl:2: tenant "globex", line 1's is "acme": a batch is of one tenant`)
+	require.Contains(t, stderr, `mixed.jsonl:3: id "m-1" is line 1's too`)
+	_, stderr, err = runAxAs(url, "producer-acme", time.Minute, "submit", "--batch", mixed, "--priority", "p1")
+	require.Equal(t, 2, exitCode(err), stderr)
+	require.Contains(t, stderr, "--priority set the fields of one task; with --batch each line of the file sets its own")
 
 	// A good file: every task runs.
 	good := write("good.jsonl", `{"id": "g-1", "type": "echo", "tenant": "acme", "payload": "aGk="}
@@ -84,7 +96,14 @@ func submitBatchAsDeployed(t *testing.T, file string) {
 	for _, id := range []string{"g-1", "g-2", "g-3"} {
 		waitSucceeded(t, url, "acme", id)
 	}
-	require.Equal(t, uint64(1), documents(), "one document: the good batch")
+	out := mustAxAs(t, url, "producer-acme", "submit", "--batch", write("one.jsonl", `{"id": "j-1", "type": "echo", "tenant": "acme"}`), "--json")
+	var infos []ax.TaskInfo
+	require.NoError(t, json.Unmarshal([]byte(out), &infos), out)
+	require.Len(t, infos, 1)
+	require.Equal(t, "j-1", infos[0].ID)
+	require.Equal(t, "acme", infos[0].Tenant)
+	waitSucceeded(t, url, "acme", "j-1")
+	require.Equal(t, uint64(2), documents(), "one document per batch; the bad files stored none")
 
 	// The scheduler's metrics, scraped as deployed, count a workflow by
 	// state and leave the batch out.
@@ -102,7 +121,7 @@ func submitBatchAsDeployed(t *testing.T, file string) {
 		assert.Contains(c, string(body), "ax_workflows{state=\"succeeded\"} 1\n")
 		assert.Contains(c, string(body), "ax_workflows{state=\"running\"} 0\n")
 	}, 30*time.Second, 200*time.Millisecond, "ax_workflows on the scheduler's /metrics")
-	for _, id := range []string{"b-1", "b-2", "b-3"} { // had they been stored, they would have run by now
+	for _, id := range []string{"b-1", "b-2", "b-3", "m-1", "m-2"} { // had they been stored, they would have run by now
 		_, _, err := runAxAs(url, "operator", time.Minute, "task", "get", id, "--tenant", "acme")
 		require.Error(t, err, "task %s of the bad file was stored", id)
 	}
@@ -116,7 +135,7 @@ func submitBatchAsDeployed(t *testing.T, file string) {
 	require.Equal(t, 1, exitCode(err), stderr)
 	require.Contains(t, stderr, "producer-acme")
 	require.NotContains(t, stderr, "may be stored")
-	require.Equal(t, uint64(2), documents())
+	require.Equal(t, uint64(3), documents())
 
 	if file != permissionsFile {
 		return
