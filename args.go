@@ -4,16 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/ax-mesh/ax/axtype"
 )
 
-// Args is the payload of one task type, written once: Kind names the type
-// and the value's JSON form is the payload. A worker registers the same Go
-// type with worker.HandleArgs, so producer and handler cannot disagree on
-// the type string or the payload's shape. Kind is called on the zero value
-// too: it must not read the value's fields.
-type Args interface {
-	Kind() string
-}
+// Args is the payload of one task type: Kind names the type and the
+// value's JSON form is the payload. It is [axtype.Args], which a worker
+// registers with worker.HandleArgs.
+type Args = axtype.Args
 
 // SpecOf returns the task of args: type args.Kind(), payload args' JSON
 // form, every other field from opts (nil: the defaults). opts must name no

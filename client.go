@@ -257,7 +257,7 @@ func (c *Client) submit(ctx context.Context, t TaskSpec) (TaskInfo, error) {
 		// sampled after the store resets the count (setPressure), and one
 		// that arrived during the write, counted after it, would count the
 		// task twice and refuse a submit below the threshold.
-		c.sent[t.Priority.level()].Add(1)
+		c.sent[level(t.Priority)].Add(1)
 	}
 	if c.cfg.PublishOnly { // the worker that first sees the task writes its record
 		return t.info(c.cfg.Names, seq, dup), nil
@@ -409,7 +409,7 @@ func (c *Client) storeBatch(ctx context.Context, tasks []TaskSpec, msgs []*nats.
 		}
 		infos[i] = tasks[i].info(c.cfg.Names, seq, dup)
 		if !dup {
-			c.sent[tasks[i].Priority.level()].Add(1)
+			c.sent[level(tasks[i].Priority)].Add(1)
 		}
 	}
 }
@@ -495,7 +495,7 @@ func (c *Client) existing(ctx context.Context, t TaskSpec, ack *jetstream.PubAck
 			// would, so that the resume runs it. On a lost race, look again:
 			// a worker may have bound this very message, or another one.
 			_, _, err := c.store.Apply(ctx, rec, rev, kv.StatePaused, kv.Actor{Action: "bind"}, func(r *kv.Record) error {
-				r.Type, r.Tenant, r.Key, r.Priority = t.Type, t.Tenant, t.Key, t.Priority.level()
+				r.Type, r.Tenant, r.Key, r.Priority = t.Type, t.Tenant, t.Key, level(t.Priority)
 				r.Bind(1, ack.Stream, ack.Sequence)
 				return nil
 			})
@@ -531,14 +531,14 @@ func (c *Client) submitError(t TaskSpec, err error) error {
 	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
 		if p := c.pressure.Load(); p != nil && !t.Core {
 			for _, b := range p.Buckets {
-				if b.Priority == t.Priority.level() && (b.Refusing || b.Level >= LevelRefuse) {
+				if b.Priority == level(t.Priority) && (b.Refusing || b.Level >= LevelRefuse) {
 					return fmt.Errorf("submit task %s: %w: bucket %s refuses non-core tasks (%.0f%% full)", t.ID, ErrOverloaded, b.Stream, 100*b.Depth)
 				}
 			}
 		}
-		subject := c.cfg.Names.SubmitSubject(t.Priority.level(), t.Tenant, t.Type, t.Key)
+		subject := c.cfg.Names.SubmitSubject(level(t.Priority), t.Tenant, t.Type, t.Key)
 		if t.Core {
-			subject = c.cfg.Names.CoreSubject(t.Priority.level(), t.Tenant, t.Type, t.Key)
+			subject = c.cfg.Names.CoreSubject(level(t.Priority), t.Tenant, t.Type, t.Key)
 		}
 		return fmt.Errorf("submit task %s: no stream stored %s (%w): the bucket refuses non-core tasks under backpressure, or JetStream or the bucket is not available", t.ID, subject, err)
 	}

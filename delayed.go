@@ -30,7 +30,7 @@ func (c *Client) submitDelayed(ctx context.Context, t TaskSpec) (TaskInfo, error
 		Record: want,
 		Actor:  kv.Actor{Action: "submit"},
 		Schedule: move.Schedule{Names: c.cfg.Names, Tenant: t.Tenant, ID: t.ID, Submit: t.message(c.cfg.Names, true),
-			RunAt: t.RunAt, Early: c.cfg.Early, Limit: c.delayedLimit(t.Priority.level())},
+			RunAt: t.RunAt, Early: c.cfg.Early, Limit: c.delayedLimit(level(t.Priority))},
 		Existing: func(rec *kv.Record) bool {
 			switch {
 			case heldUnseen(rec) && rec.State == kv.StateCancelled:

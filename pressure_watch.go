@@ -210,7 +210,7 @@ func (c *Client) admit(t TaskSpec, now time.Time) error {
 		return nil
 	}
 	for _, b := range p.Buckets {
-		if b.Priority != t.Priority.level() {
+		if b.Priority != level(t.Priority) {
 			continue
 		}
 		// A refusing bucket's level is raised to the refuse level until it
@@ -225,7 +225,7 @@ func (c *Client) admit(t TaskSpec, now time.Time) error {
 		}
 		// What this client stored since the report counts too (a burst
 		// would otherwise overshoot by a report interval's worth).
-		if sent := uint64(max(c.sent[t.Priority.level()].Load(), 0)); b.Capacity > 0 && sent > 0 {
+		if sent := uint64(max(c.sent[level(t.Priority)].Load(), 0)); b.Capacity > 0 && sent > 0 {
 			if depth := float64(b.Msgs+sent) / float64(b.Capacity); depth >= p.Thresholds.Refuse {
 				return fmt.Errorf("submit task %s: %w: bucket %s holds about %d of %d (%d at the last report, %d sent since): %.0f%%, at or above %.0f%%: only core tasks are accepted",
 					t.ID, ErrOverloaded, b.Stream, b.Msgs+sent, b.Capacity, b.Msgs, sent, 100*depth, 100*p.Thresholds.Refuse)

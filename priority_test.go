@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax/worker"
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/internal/axtest"
@@ -66,4 +69,25 @@ func TestPriorityJSON(t *testing.T) {
 	level, err := ax.Priority("").Level()
 	require.NoError(t, err)
 	require.Equal(t, 2, level)
+}
+
+// The handler sees the priority the producer named, in the same type
+// ([axtype.Priority]): what Submit answers is what Task.Priority holds.
+func TestHandlerSeesTheSubmittedPriority(t *testing.T) {
+	t.Parallel()
+	b := axtest.Fast(t)
+	seen := make(chan ax.Priority, 1)
+	b.StartWorker(t, worker.Config{Shards: axtest.AllShards(), Registry: axtest.Registry(t, "prio", func(_ context.Context, task *worker.Task) error {
+		seen <- task.Priority
+		return nil
+	})})
+	info, err := b.Client.Submit(context.Background(), ax.TaskSpec{Type: "prio", Priority: ax.P4})
+	require.NoError(t, err)
+	require.Equal(t, ax.P4, info.Priority)
+	select {
+	case got := <-seen:
+		require.Equal(t, info.Priority, got)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the task did not run")
+	}
 }

@@ -2,6 +2,7 @@ package ax
 
 import (
 	"fmt"
+	"github.com/ax-mesh/ax/axtype"
 	"strings"
 	"time"
 
@@ -67,31 +68,8 @@ type TaskSpec struct {
 	hookHeader nats.Header
 }
 
-// TaskInfo describes an accepted task. Its JSON form (`ax submit --json`)
-// has snake_case keys, as every JSON ax prints; run_at is left out when
-// the task runs at once.
-type TaskInfo struct {
-	ID     string `json:"id"`
-	Type   string `json:"type"`
-	Tenant string `json:"tenant"`
-	// Priority is the task's bucket, as [TaskSpec.Priority] names it
-	// ("p0".."p4" in JSON, as every priority ax prints).
-	Priority Priority `json:"priority"`
-	Shard    int      `json:"shard"`
-	Stream   string   `json:"stream"`
-	Sequence uint64   `json:"sequence"` // stream sequence of the task's message
-	// RunAt is when a delayed task becomes due; zero when it runs at once.
-	RunAt time.Time `json:"run_at,omitzero"`
-	// Duplicate is true when the id had been submitted already within the
-	// de-duplication window, or another task holds the unique key
-	// (UniqueSkipped); nothing new was stored.
-	Duplicate bool `json:"duplicate"`
-	// UniqueSkipped is true when the submit published nothing because
-	// another task holds its unique key ([TaskSpec.Unique]), as River's
-	// UniqueSkippedAsDuplicate: ID (and Stream, Sequence, Priority, Shard)
-	// are that task's.
-	UniqueSkipped bool `json:"unique_skipped,omitempty"`
-}
+// TaskInfo describes an accepted task ([axtype.TaskInfo]).
+type TaskInfo = axtype.TaskInfo
 
 // normalize fills defaults and validates the task, naming the bad field.
 func (t TaskSpec) normalize(now time.Time) (TaskSpec, error) {
@@ -181,9 +159,9 @@ func isOptionHeader(name string) bool {
 // that the worker that first sees it creates the record at once instead
 // of waiting for one that never comes.
 func (t TaskSpec) message(names streams.Names, recorded bool) *nats.Msg {
-	subject := names.SubmitSubject(t.Priority.level(), t.Tenant, t.Type, t.Key)
+	subject := names.SubmitSubject(level(t.Priority), t.Tenant, t.Type, t.Key)
 	if t.Core {
-		subject = names.CoreSubject(t.Priority.level(), t.Tenant, t.Type, t.Key)
+		subject = names.CoreSubject(level(t.Priority), t.Tenant, t.Type, t.Key)
 	}
 	msg := nats.NewMsg(subject)
 	msg.Data = t.Payload
@@ -214,7 +192,7 @@ func (t TaskSpec) record(stream string, seq uint64) *kv.Record {
 		state = kv.StatePending
 	}
 	rec := &kv.Record{
-		ID: t.ID, Type: t.Type, Tenant: t.Tenant, Key: t.Key, Priority: t.Priority.level(),
+		ID: t.ID, Type: t.Type, Tenant: t.Tenant, Key: t.Key, Priority: level(t.Priority),
 		State: state, MaxAttempts: t.MaxAttempts, Timeout: kv.Duration(t.Timeout),
 		Core: t.Core,
 	}
@@ -232,7 +210,7 @@ func (t TaskSpec) record(stream string, seq uint64) *kv.Record {
 
 func (t TaskSpec) info(names streams.Names, seq uint64, dup bool) TaskInfo {
 	return TaskInfo{
-		ID: t.ID, Type: t.Type, Tenant: t.Tenant, Priority: PriorityOf(t.Priority.level()), Shard: streams.Shard(t.Key),
-		Stream: names.PriorityStream(t.Priority.level()), Sequence: seq, Duplicate: dup, RunAt: t.RunAt,
+		ID: t.ID, Type: t.Type, Tenant: t.Tenant, Priority: PriorityOf(level(t.Priority)), Shard: streams.Shard(t.Key),
+		Stream: names.PriorityStream(level(t.Priority)), Sequence: seq, Duplicate: dup, RunAt: t.RunAt,
 	}
 }

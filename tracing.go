@@ -22,7 +22,7 @@ func (c *Client) traceSubmit(ctx context.Context, t *TaskSpec) (context.Context,
 	}
 	if c.tracer != nil {
 		ctx, span = c.tracer.Start(ctx, "ax.submit "+t.Type, trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithAttributes(tracing.Task(t.ID, t.Type, t.Tenant, t.Priority.level())...))
+			trace.WithAttributes(tracing.Task(t.ID, t.Type, t.Tenant, level(t.Priority))...))
 	}
 	t.Headers = tracing.InjectMap(ctx, t.Headers)
 	return ctx, span

@@ -118,7 +118,7 @@ func (c *Client) submitUnique(ctx context.Context, t TaskSpec) (TaskInfo, error)
 	key := kv.ClaimKey(t.Tenant, UniqueHash(t.Type, t.Unique.Key, t.Payload))
 	guard, gctx := denied.Watch(ctx, c.js.Conn())
 	defer guard.Stop()
-	mine := &kv.Claim{Tenant: t.Tenant, ID: t.ID, Type: t.Type, Priority: t.Priority.level(), Key: t.Key, For: kv.Duration(t.Unique.For)}
+	mine := &kv.Claim{Tenant: t.Tenant, ID: t.ID, Type: t.Type, Priority: level(t.Priority), Key: t.Key, For: kv.Duration(t.Unique.For)}
 	holder, rev, err := c.claimUnique(gctx, t, key, mine)
 	if err != nil {
 		if d := guard.Err(nil); d != nil {

@@ -2,6 +2,7 @@ package streams
 
 import (
 	"errors"
+	"github.com/ax-mesh/ax/axtype"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -16,7 +17,7 @@ var (
 	// ErrBadSubject means a message subject does not follow the wire contract.
 	ErrBadSubject = errors.New("bad task subject")
 	// ErrBadPriority means a priority is not p0..p4.
-	ErrBadPriority = errors.New("bad priority")
+	ErrBadPriority = axtype.ErrBadPriority // [axtype.ErrBadPriority]
 	// ErrBadHeader means a message header does not follow the wire contract.
 	ErrBadHeader = errors.New("bad task header")
 	// ErrLayoutChange means provisioning would change the data layout of an

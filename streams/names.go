@@ -3,6 +3,7 @@ package streams
 import (
 	"cmp"
 	"fmt"
+	"github.com/ax-mesh/ax/axtype"
 	"strings"
 )
 
@@ -11,7 +12,7 @@ import (
 const Shards = 32
 
 // Priorities is the number of priority buckets, P0 (highest) to P4 (lowest).
-const Priorities = 5
+const Priorities = axtype.Priorities
 
 // DefaultPrefix is the subject prefix of a deployment ("ax"); stream and
 // bucket names use its upper-case form ("AX").

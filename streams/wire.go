@@ -3,6 +3,7 @@ package streams
 import (
 	"errors"
 	"fmt"
+	"github.com/ax-mesh/ax/axtype"
 	"strconv"
 	"strings"
 	"time"
@@ -231,13 +232,8 @@ func (n Names) ParseSubmit(subject string) (Stored, error) {
 	return s, nil
 }
 
-// ParsePriority parses "p0".."p4".
-func ParsePriority(token string) (int, error) {
-	if len(token) != 2 || token[0] != 'p' || token[1] < '0' || token[1] >= '0'+Priorities {
-		return 0, fmt.Errorf("%w: %q (want p0..p%d)", ErrBadPriority, token, Priorities-1)
-	}
-	return int(token[1] - '0'), nil
-}
+// ParsePriority parses "p0".."p4" ([axtype.ParsePriority]).
+func ParsePriority(token string) (int, error) { return axtype.ParsePriority(token) }
 
 // Options are the task options a message carries in its headers. Zero values
 // mean "not set".

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ax-mesh/ax/axtype"
 	"sync"
 	"time"
 
@@ -193,7 +194,7 @@ func (rn *runner) run(env *envelope, exec *attemptRecord, d *delivery, adm *tick
 
 	lapse := rn.claimer.lapse()
 	task := &Task{
-		ID: rec.ID, Type: rec.Type, Tenant: rec.Tenant, Key: rec.Key, Priority: rec.Priority,
+		ID: rec.ID, Type: rec.Type, Tenant: rec.Tenant, Key: rec.Key, Priority: axtype.PriorityOf(rec.Priority),
 		Payload: d.msg.Data(), Attempt: rec.Attempt, MaxAttempts: rec.MaxAttempts,
 		Headers: d.msg.Headers(), Worker: rn.cfg.ID, EnqueuedAt: env.published,
 		fence: Fence{Tenant: rec.Tenant, Task: rec.ID, Revision: rev, Delivery: env.delivered},

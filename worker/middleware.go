@@ -102,7 +102,8 @@ func Trace(provider trace.TracerProvider) Middleware {
 func traceRun(tracer trace.Tracer) Middleware {
 	return func(next HandlerFunc) HandlerFunc {
 		return func(ctx context.Context, task *Task) (err error) {
-			attrs := append(tracing.Task(task.ID, task.Type, task.Tenant, task.Priority), tracing.AttrTaskAttempt.Int(task.Attempt))
+			level, _ := task.Priority.Level()
+			attrs := append(tracing.Task(task.ID, task.Type, task.Tenant, level), tracing.AttrTaskAttempt.Int(task.Attempt))
 			ctx, span := tracer.Start(ctx, "ax.run "+task.Type, trace.WithAttributes(attrs...))
 			defer func() {
 				if r := recover(); r != nil {

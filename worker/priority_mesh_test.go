@@ -53,7 +53,7 @@ func TestPriorityIsPerWorker(t *testing.T) {
 			}
 		}, nil))
 		require.NoError(t, reg.Handle("job", func(_ context.Context, task *worker.Task) error {
-			starts <- start{worker: id, priority: task.Priority, at: time.Now()}
+			starts <- start{worker: id, priority: levelOf(task.Priority), at: time.Now()}
 			return nil
 		}, nil))
 		return reg

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/ax-mesh/ax/axtype"
 	"sync"
 	"time"
 
@@ -18,7 +19,7 @@ type Task struct {
 	Type        string
 	Tenant      string
 	Key         string
-	Priority    int
+	Priority    axtype.Priority // the task's bucket: Priority.Level() is its number
 	Payload     []byte
 	Attempt     int       // 1 for the first attempt
 	EnqueuedAt  time.Time // when the task's current message entered its bucket
@@ -153,12 +154,10 @@ func (r *Registry) Only(types ...string) (*Registry, error) {
 	return out, nil
 }
 
-// Args is the payload of one task type: Kind names the type and the value's
-// JSON form is the payload (the producer's ax.Args). Kind is called
-// on the zero value: it must not read the value's fields.
-type Args interface {
-	Kind() string
-}
+// Args is the payload of one task type: Kind names the type and the
+// value's JSON form is the payload. It is [axtype.Args], the producer's
+// ax.Args.
+type Args = axtype.Args
 
 // HandleArgs registers a typed handler for the task type T.Kind(): the
 // payload is decoded as JSON into T, as by [HandleJSON]. The producer

@@ -28,7 +28,7 @@ func TestAttackPoolsStrictPriorityWithWeights(t *testing.T) {
 	for _, typ := range []string{"bulk", "small"} {
 		require.NoError(t, reg.Handle(typ, func(ctx context.Context, task *worker.Task) error {
 			mu.Lock()
-			starts = append(starts, task.Priority)
+			starts = append(starts, levelOf(task.Priority))
 			mu.Unlock()
 			time.Sleep(10 * time.Millisecond)
 			return nil

@@ -115,7 +115,7 @@ func testStrictPriority(t *testing.T, policy string) {
 	reg := worker.NewRegistry()
 	require.NoError(t, reg.Handle("job", func(ctx context.Context, task *worker.Task) error {
 		mu.Lock()
-		starts = append(starts, task.Priority)
+		starts = append(starts, levelOf(task.Priority))
 		mu.Unlock()
 		time.Sleep(20 * time.Millisecond)
 		return nil

@@ -126,7 +126,8 @@ func (h *articleHandler) handle(ctx context.Context, t *worker.Task) error {
 	h.started[t.ID] |= bit
 	h.mu.Unlock()
 	if t.Attempt == 1 {
-		h.byPriority[t.Priority].add(since(t.Payload))
+		level, _ := t.Priority.Level()
+		h.byPriority[level].add(since(t.Payload))
 	}
 	plan := t.Payload[8]
 	timer := time.NewTimer(time.Duration(binary.LittleEndian.Uint32(t.Payload[9:])) * time.Microsecond)

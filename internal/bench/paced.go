@@ -69,7 +69,7 @@ func Priority(ctx context.Context, o Options, backlog, rate int, duration time.D
 	var urgent latencies
 	var urgentDone, drained counter
 	if err := r.start(ctx, o, "noop", func(_ context.Context, t *worker.Task) error {
-		if t.Priority == 0 {
+		if t.Priority == ax.P0 {
 			urgent.add(since(t.Payload))
 			urgentDone.n.Add(1)
 		} else {
