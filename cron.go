@@ -3,8 +3,6 @@ package ax
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,68 +14,26 @@ import (
 	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/robfig/cron/v3"
 )
 
-// cronParser reads 5-field (minute first) and 6-field (second first) cron
-// specs and descriptors such as "@hourly" and "@every 10s".
-var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
-
 // CronJob is a periodic task: at every time its Spec names, the leader
-// submits Task with the id "cron-<name>-<unix seconds>-<secret>", so each scheduled
-// time yields exactly one task, across leader changes and restarts.
-type CronJob struct {
-	// Name of the job: letters, digits, '-' and '_'.
-	Name string `json:"name"`
-	// Spec: a cron line of 5 fields (minute hour dom month dow) or 6 fields
-	// (second first), or a descriptor ("@hourly", "@every 30s"), in UTC.
-	Spec string `json:"spec"`
-	// Task to submit at each time; its ID, Key, RunAt and Delay are ignored
-	// (the id derives from the name and time; the key is the id).
-	Task TaskSpec `json:"task"`
-	// CreatedAt is when the job was first added.
-	CreatedAt time.Time `json:"created_at"`
-	// Last is the last scheduled time submitted (zero: none yet).
-	Last time.Time `json:"last,omitzero"`
-	// Next is the next scheduled time.
-	Next time.Time `json:"next"`
-	// Secret makes the job's task ids unguessable ("cron-<name>-<unix
-	// seconds>-<secret>"): a producer cannot publish a task under the id of
-	// a future fire, which would de-duplicate the real one away. Random,
-	// written when the job is first added and kept when it is replaced.
-	Secret string `json:"secret"`
-}
-
-// TaskID returns the id of the task the job submits for the scheduled time
-// at.
-func (j *CronJob) TaskID(at time.Time) string {
-	return fmt.Sprintf("cron-%s-%d-%s", j.Name, at.Unix(), j.Secret)
-}
+// submits Task with the id "cron-<name>-<unix seconds>-<secret>", so each
+// scheduled time yields exactly one task, across leader changes and
+// restarts. It is the schema AX_CONTROL holds under "cron.<name>"
+// ([control.CronJob]), with a [TaskSpec] as its task.
+type CronJob = control.CronJob[TaskSpec]
 
 // NewCronSecret returns a new [CronJob.Secret]: 8 random bytes in hex. The
 // leader gives one to a job stored before jobs had secrets.
-func NewCronSecret() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
-	return hex.EncodeToString(b)
-}
+func NewCronSecret() string { return control.NewCronSecret() }
 
-// Schedule parses the job's Spec (in UTC); a bad spec is [ErrInvalidTask].
-func (j *CronJob) Schedule() (cron.Schedule, error) {
-	s, err := cronParser.Parse(j.Spec)
-	if err != nil {
-		return nil, fmt.Errorf("%w: cron spec %q: %w", ErrInvalidTask, j.Spec, err)
-	}
-	return s, nil
-}
-
-// validate checks the name, spec and task.
-func (j *CronJob) validate(now time.Time) error {
+// validateCron checks the name, spec and task of j.
+func validateCron(j *CronJob, now time.Time) error {
 	if err := streams.ValidateTaskID(j.Name); err != nil || strings.ContainsAny(j.Name, "/=") {
 		return fmt.Errorf("%w: cron name %q: letters, digits, '-' and '_' only", ErrInvalidTask, j.Name)
 	}
 	if _, err := j.Schedule(); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrInvalidTask, err)
 	}
 	t := j.Task
 	t.ID, t.Key, t.RunAt, t.Delay = j.TaskID(now), "", time.Time{}, 0
@@ -91,7 +47,7 @@ func (j *CronJob) validate(now time.Time) error {
 // last fired time (so replacing it fires no time twice).
 func (c *Client) AddCron(ctx context.Context, job CronJob) (CronJob, error) {
 	now := time.Now().UTC()
-	if err := job.validate(now); err != nil {
+	if err := validateCron(&job, now); err != nil {
 		return job, err
 	}
 	if c.cfg.PublishOnly {

@@ -12,3 +12,9 @@ var ErrUndecodableDeadlines = errors.New("unserved deadlines are not readable")
 // server writes a publish acknowledgement ({"stream":"AX_P2","seq":12})
 // to any key a producer names as its reply subject (docs/SECURITY.md).
 var ErrForeignValue = errors.New("value ax did not write")
+
+// ErrForeignLimits means the limits key of the control bucket holds a
+// value ax did not write there ([DecodeLimits]): a publish
+// acknowledgement written over it through a reply subject, say, which
+// would otherwise read as "no limit and no pause".
+var ErrForeignLimits = errors.New("limits key holds a value ax did not write")

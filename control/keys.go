@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -32,10 +31,11 @@ const (
 	// UnservedDeadlinesKey holds the deadlines an operator set for
 	// unserved task types ([UnservedDeadlines]).
 	UnservedDeadlinesKey = "unserved-deadlines"
-	// LimitsKey holds the operator's concurrency and rate limits and the
-	// paused types and tenants (kv.Limits; its reader and writer live with
-	// the slots and tokens they govern, in kv/limits.go).
-	LimitsKey = kv.LimitsKey
+	// LimitsKey holds the mesh's flow control: the operator's concurrency
+	// and rate limits and the paused types and tenants, as [Limits] JSON.
+	// The management API writes it by compare-and-set; every worker
+	// watches it.
+	LimitsKey = "limits"
 	// TenantsKey holds the tenants a fair deployment serves ([Tenants]):
 	// those whose consumers exist, which the workers pull from.
 	TenantsKey = "tenants"

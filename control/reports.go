@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/axtype"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -16,9 +16,9 @@ import (
 
 // Repair is one task the reconciler found lost and acted on.
 type Repair struct {
-	TaskID string   `json:"task_id"`
-	Tenant string   `json:"tenant"` // the task's tenant: a task id belongs to its tenant
-	State  kv.State `json:"state"`  // the state it was found in
+	TaskID string       `json:"task_id"`
+	Tenant string       `json:"tenant"` // the task's tenant: a task id belongs to its tenant
+	State  axtype.State `json:"state"`  // the state it was found in
 	// Action is "republished" (a copy of its payload now waits in its
 	// bucket), "rescheduled" (its payload waits in AX_DELAYED for a future
 	// run time: PENDING again) or "dead" (no payload left: DEAD with the
@@ -38,13 +38,13 @@ type ReconcilerReport struct {
 	Tracked int `json:"tracked"`
 	// Checked counts the checks made; Republished and Dead the repairs,
 	// by the state the task was found in (PENDING, READY, RETRYING, RUNNING).
-	Checked     uint64              `json:"checked"`
-	Republished map[kv.State]uint64 `json:"republished"`
-	Dead        map[kv.State]uint64 `json:"dead"`
+	Checked     uint64                  `json:"checked"`
+	Republished map[axtype.State]uint64 `json:"republished"`
+	Dead        map[axtype.State]uint64 `json:"dead"`
 	// LastPass is how long the last pass took; LastPassChecked how many
 	// records it checked.
-	LastPass        kv.Duration `json:"last_pass"`
-	LastPassChecked int         `json:"last_pass_checked"`
+	LastPass        axtype.Duration `json:"last_pass"`
+	LastPassChecked int             `json:"last_pass_checked"`
 	// Recent lists the last repairs, newest last (at most 20).
 	Recent []Repair `json:"recent"`
 }
@@ -52,7 +52,7 @@ type ReconcilerReport struct {
 // Repairs returns the total of repairs of both kinds.
 func (r *ReconcilerReport) Repairs() uint64 {
 	var n uint64
-	for _, m := range []map[kv.State]uint64{r.Republished, r.Dead} {
+	for _, m := range []map[axtype.State]uint64{r.Republished, r.Dead} {
 		for _, v := range m {
 			n += v
 		}
@@ -107,7 +107,7 @@ const AnyUnservedType = "*"
 // the reason, where `ax dlq replay` finds them. A type without a deadline
 // (its own or [AnyUnservedType]'s) waits as long as it takes.
 type UnservedDeadlines struct {
-	Deadlines map[string]kv.Duration `json:"deadlines"`
+	Deadlines map[string]axtype.Duration `json:"deadlines"`
 }
 
 // ReadUnservedDeadlines reads the table of [UnservedDeadlines] from the
@@ -116,7 +116,7 @@ type UnservedDeadlines struct {
 func ReadUnservedDeadlines(ctx context.Context, control jetstream.KeyValue) (UnservedDeadlines, uint64, error) {
 	entry, err := control.Get(ctx, UnservedDeadlinesKey)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return UnservedDeadlines{Deadlines: map[string]kv.Duration{}}, 0, nil
+		return UnservedDeadlines{Deadlines: map[string]axtype.Duration{}}, 0, nil
 	}
 	if err != nil {
 		return UnservedDeadlines{}, 0, fmt.Errorf("read %s: %w", UnservedDeadlinesKey, err)
@@ -125,11 +125,11 @@ func ReadUnservedDeadlines(ctx context.Context, control jetstream.KeyValue) (Uns
 	if err := json.Unmarshal(entry.Value(), &out); err != nil {
 		// The revision comes back with the error, so that a write can
 		// replace the table by compare-and-set.
-		return UnservedDeadlines{Deadlines: map[string]kv.Duration{}}, entry.Revision(),
+		return UnservedDeadlines{Deadlines: map[string]axtype.Duration{}}, entry.Revision(),
 			fmt.Errorf("%w: %s: %w (set a deadline, e.g. `ax pools deadline TYPE 0`, to replace them)", ErrUndecodableDeadlines, UnservedDeadlinesKey, err)
 	}
 	if out.Deadlines == nil {
-		out.Deadlines = map[string]kv.Duration{}
+		out.Deadlines = map[string]axtype.Duration{}
 	}
 	return out, entry.Revision(), nil
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -90,7 +89,7 @@ func AddTenants(ctx context.Context, board jetstream.KeyValue, tenants ...string
 		if err == nil {
 			return nil
 		}
-		if !kv.IsRevisionMismatch(err) && !errors.Is(err, jetstream.ErrKeyExists) {
+		if !streams.IsRevisionMismatch(err) && !errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("write %s: %w", TenantsKey, err)
 		}
 	}

@@ -3,7 +3,8 @@ package kv
 import (
 	"errors"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/ax-mesh/ax/control"
+	"github.com/ax-mesh/ax/streams"
 )
 
 var (
@@ -28,30 +29,13 @@ var (
 	// ErrForeignRecord means a record key holds the record of another task
 	// (its tenant or id differ): not a record ax wrote there.
 	ErrForeignRecord = errors.New("record of another task")
-	// ErrForeignLimits means the limits key of the control bucket holds a
-	// value ax did not write there ([DecodeLimits]): a publish
-	// acknowledgement written over it through a reply subject, say, which
-	// would otherwise read as "no limit and no pause".
-	ErrForeignLimits = errors.New("limits key holds a value ax did not write")
+	// ErrForeignLimits is [control.ErrForeignLimits].
+	ErrForeignLimits = control.ErrForeignLimits
 	// ErrRetentionTooShort means the record retention is shorter than the
 	// de-duplication window of the priority streams ([CheckRetention]).
 	ErrRetentionTooShort = errors.New("record retention shorter than the de-duplication window")
 )
 
 // IsRevisionMismatch reports whether err is a failed compare-and-set on a
-// KV or stream subject revision: err_code 10071 on one replica, 10164 on a
-// replicated stream, as either a KV error or a publish API error.
-func IsRevisionMismatch(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
-		return true
-	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
-	}
-	return false
-}
+// KV or stream subject revision ([streams.IsRevisionMismatch]).
+func IsRevisionMismatch(err error) bool { return streams.IsRevisionMismatch(err) }

@@ -31,3 +31,21 @@ var (
 	// the server cannot update in place.
 	ErrImmutable = errors.New("setting cannot be changed on an existing stream or consumer")
 )
+
+// IsRevisionMismatch reports whether err is a failed compare-and-set on a
+// KV or stream subject revision: err_code 10071 on one replica, 10164 on a
+// replicated stream, as either a KV error or a publish API error.
+func IsRevisionMismatch(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	}
+	return false
+}

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"cmp"
+	"github.com/ax-mesh/ax/control"
 	"hash/fnv"
 	"slices"
 	"strconv"
@@ -10,30 +11,8 @@ import (
 )
 
 // Assignment maps each shard to the id of the worker that owns it; "" means
-// no owner.
-type Assignment [streams.Shards]string
-
-// Shards returns the shards owned by id, in ascending order.
-func (a Assignment) Shards(id string) []int {
-	var out []int
-	for s, owner := range a {
-		if owner == id {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// Moved counts the shards whose owner differs between a and b.
-func (a Assignment) Moved(b Assignment) int {
-	n := 0
-	for s := range a {
-		if a[s] != b[s] {
-			n++
-		}
-	}
-	return n
-}
+// no owner ([control.Assignment]).
+type Assignment = control.Assignment
 
 // Rebalance returns the assignment of the shards to members that keeps as
 // many shards of prev with their owner as a balanced assignment allows.

@@ -14,15 +14,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// ShardTable is the mesh's shared assignment. Any member that sees the live
-// members differ from Members writes [Rebalance](Owners, live) by
-// compare-and-set on the table's revision, so that concurrent writers agree
-// on one successor and every worker follows the same owners.
-type ShardTable struct {
-	Members []string   `json:"members"` // sorted ids of the members it was computed for
-	Owners  Assignment `json:"owners"`
-	At      time.Time  `json:"at"`
-}
+// ShardTable is the mesh's shared assignment, which AX_CONTROL holds under
+// control.ShardTableKey ([control.ShardTable]).
+type ShardTable = control.ShardTable
 
 // awaitServing waits until the worker serves the shards the mesh gives it,
 // for at most the member TTL (after that it keeps trying in the background).

@@ -11,15 +11,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// PoolTable holds one [ShardTable] per task type on a pools deployment:
-// the workers that register a type form its ring and split its 32 shards by
-// [Rebalance], as the workers of a deployment without pools split the
-// catch-all shards. A worker serving several types is a member of each of
-// their rings. Any member that sees a type's live members differ from its
-// table's writes the whole PoolTable by compare-and-set on its revision.
-type PoolTable struct {
-	Types map[string]ShardTable `json:"types"`
-}
+// PoolTable holds one [ShardTable] per task type on a pools deployment,
+// under control.PoolTableKey ([control.PoolTable]).
+type PoolTable = control.PoolTable
 
 // types returns the task types the worker serves (the types of its sets).
 func (in *intake) types() []string {
