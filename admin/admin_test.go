@@ -47,10 +47,7 @@ func setupAdminWith(t testing.TB, o axtest.Options) *adminBundle {
 }
 
 func (b *adminBundle) call(t *testing.T, verb string, req, resp any) error {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return b.api.Call(ctx, verb, req, resp)
+	return axtest.Call(b.api, verb, req, resp)
 }
 
 func requireCode(t *testing.T, err error, code int, contains string) {

@@ -3,9 +3,8 @@ package admin_test
 import (
 	"context"
 	"errors"
-	"io"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"net"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -63,12 +62,8 @@ func (b *rejectsBundle) rejects(t *testing.T) *control.RejectsReport {
 
 // scrape returns the metrics endpoint's body.
 func (b *rejectsBundle) scrape(t *testing.T) string {
-	resp, err := http.Get(b.metricsURL)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return string(body)
+	t.Helper()
+	return axtest.Scrape(t, b.metricsURL)
 }
 
 // A raw core publish to a mistyped subject (issue 17.9: "Published", and no

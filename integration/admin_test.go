@@ -43,10 +43,7 @@ func setupLive(t *testing.T, reg *worker.Registry) *liveBundle {
 }
 
 func (b *liveBundle) call(t *testing.T, verb string, req, resp any) error {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return b.api.Call(ctx, verb, req, resp)
+	return axtest.Call(b.api, verb, req, resp)
 }
 
 func (b *liveBundle) state(t tb, id string) kv.State {

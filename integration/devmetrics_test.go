@@ -2,8 +2,7 @@ package integration
 
 import (
 	"fmt"
-	"io"
-	"net/http"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"strings"
 	"testing"
 	"time"
@@ -18,12 +17,7 @@ func TestDevReportsItsLeader(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	startDev(t, "--workers", "0", "--metrics-addr", addr)
 	require.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return strings.Contains(string(body), "\nax_leader 1\n")
+		text, _ := axtest.Scraped("http://" + addr + "/metrics")
+		return strings.Contains(text, "\nax_leader 1\n")
 	}, 30*time.Second, 200*time.Millisecond)
 }

@@ -5,8 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"strings"
 	"testing"
 	"time"
@@ -109,14 +108,6 @@ func TestOneProducerCannotExhaustOperatorTools(t *testing.T) {
 
 // scrapeOrEmpty returns the metrics text at addr, or "" while it cannot.
 func scrapeOrEmpty(addr string) string {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return ""
-	}
-	return string(body)
+	text, _ := axtest.Scraped("http://" + addr + "/metrics")
+	return text
 }

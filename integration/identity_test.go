@@ -170,12 +170,7 @@ func (b *meshBundle) submit(t *testing.T, task ax.TaskSpec) string {
 }
 
 func (b *meshBundle) call(verb string, req, resp any) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if resp == nil {
-		resp = &json.RawMessage{}
-	}
-	return b.api.Call(ctx, verb, req, resp)
+	return axtest.Call(b.api, verb, req, resp)
 }
 
 func (b *meshBundle) get(t *testing.T, id string) *kv.Record {

@@ -5,8 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"os/exec"
 	"strings"
 	"testing"
@@ -175,12 +174,8 @@ func TestSchedulerAndWorkerProcesses(t *testing.T) {
 	require.Contains(t, scrape(t, schedMetrics), "ax_leader 0")
 }
 
+// scrape returns the metrics text a process serves on addr.
 func scrape(t *testing.T, addr string) string {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return string(body)
+	return axtest.Scrape(t, "http://"+addr+"/metrics")
 }

@@ -3,8 +3,6 @@ package metrics_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -39,14 +37,7 @@ func labelValues(text, family, label string) map[string]bool {
 // scrape returns the exposition text of m.
 func scrape(t testing.TB, m *metrics.Metrics) string {
 	t.Helper()
-	srv := httptest.NewServer(m.Handler())
-	defer srv.Close()
-	resp, err := srv.Client().Get(srv.URL)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return string(body)
+	return axtest.ScrapeHandler(t, m.Handler())
 }
 
 // The task types and tenants of the task metrics keep at most

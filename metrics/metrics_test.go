@@ -2,9 +2,8 @@ package metrics_test
 
 import (
 	"context"
-	"io"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -47,12 +46,7 @@ func TestServeMetrics(t *testing.T) {
 	addr := make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	go func() { done <- m.Serve(ctx, "127.0.0.1:0", zaptest.NewLogger(t), func(a net.Addr) { addr <- a }) }()
-	resp, err := http.Get("http://" + (<-addr).String() + "/metrics")
-	require.NoError(t, err)
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	require.NoError(t, resp.Body.Close())
-	text := string(body)
+	text := axtest.Scrape(t, "http://"+(<-addr).String()+"/metrics")
 	for _, want := range []string{
 		`ax_tasks_total{outcome="succeeded",priority="p3",tenant="acme",type="email"} 1`,
 		`ax_tasks_total{outcome="retry",priority="p3",tenant="acme",type="email"} 1`,
