@@ -34,7 +34,7 @@ const (
 // Config configures a [Client].
 type Config struct {
 	// Names of the deployment. Zero means [streams.DefaultNames].
-	Names streams.Names
+	Names Names
 	// TracerProvider, when set, gives each submit a span ("ax.submit
 	// <type>", a producer span with the task's id, type, tenant and
 	// priority). Whether or not it is set, the trace context of the
@@ -53,7 +53,7 @@ type Config struct {
 	// responder is retried, with the same Nats-Msg-Id. Default 5.
 	PublishRetries int
 	// Store configures the task record store (retention, trail stream).
-	Store kv.StoreConfig
+	Store StoreConfig
 	// MaxTimeout bounds a task's Timeout; a task asking for more is refused
 	// (ErrInvalidTask). Default 24h ([streams.DefaultMaxTimeout]).
 	MaxTimeout time.Duration
@@ -191,8 +191,11 @@ func (c *Client) open(ctx context.Context, guard *denied.Guard) error {
 }
 
 // Store returns the client's task record store (nil with
-// [Config.PublishOnly]).
-func (c *Client) Store() *kv.Store { return c.store }
+// [Config.PublishOnly]), for tools and tests that own a deployment: its
+// writes move the state machine, which the shipped service and producer
+// users may not do (docs/ax-permissions.conf). A service reads a task with
+// [Client.Get].
+func (c *Client) Store() *Store { return c.store }
 
 // ErrPublishOnly is returned by the methods a client made with
 // [Config.PublishOnly] may not use: they read or write records.

@@ -5,14 +5,14 @@ import (
 	"fmt"
 
 	"github.com/ax-mesh/ax/admin"
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/control"
 )
 
 // Limit bounds a target's tasks mesh-wide: how many run at once
 // (Concurrency), how many start per second (Rate, Burst), and its share of
 // the starts on a fair or pools deployment (Weight). Zero fields set
 // nothing. See [Client.SetLimit].
-type Limit = kv.Limit
+type Limit = control.Limit
 
 // LimitStatus is one limit with its use now: [Limit]'s fields, its target,
 // the slots in use and the tokens its rate has left.
@@ -28,13 +28,13 @@ type LimitsReport = admin.LimitsReply
 // TenantTarget returns the target of tenant's tasks for [Client.SetLimit],
 // [Client.Pause] and the others: "tenant:<tenant>". A task type is its own
 // target ("email").
-func TenantTarget(tenant string) string { return kv.TenantTargetPrefix + tenant }
+func TenantTarget(tenant string) string { return control.TenantTargetPrefix + tenant }
 
 // KeyTarget returns the target of the tasks whose partition key matches
 // pattern ('*' matches any run of characters; every matching key shares
 // the one limit) for [Client.SetLimit]: "key:<pattern>". A pause takes no
 // key pattern.
-func KeyTarget(pattern string) string { return kv.KeyTargetPrefix + pattern }
+func KeyTarget(pattern string) string { return control.KeyTargetPrefix + pattern }
 
 // SetLimit sets the limit of target: a task type ("resize"), a tenant
 // ([TenantTarget]) or a pattern of partition keys ([KeyTarget]), replacing
@@ -46,7 +46,7 @@ func KeyTarget(pattern string) string { return kv.KeyTargetPrefix + pattern }
 // names nothing valid, or a limit with a negative field, is refused with
 // an error and changes nothing.
 func (c *Client) SetLimit(ctx context.Context, target string, limit Limit) (*LimitsReport, error) {
-	if _, _, err := kv.ParseTarget(target, false); err != nil {
+	if _, _, err := control.ParseTarget(target, false); err != nil {
 		return nil, fmt.Errorf("set limit: %w", err)
 	}
 	report, err := c.admin().SetLimit(ctx, target, limit)
@@ -59,7 +59,7 @@ func (c *Client) SetLimit(ctx context.Context, target string, limit Limit) (*Lim
 // RemoveLimit removes the limit of target. A target without a limit is an
 // error (an [*admin.Error] with code 404).
 func (c *Client) RemoveLimit(ctx context.Context, target string) (*LimitsReport, error) {
-	if _, _, err := kv.ParseTarget(target, false); err != nil {
+	if _, _, err := control.ParseTarget(target, false); err != nil {
 		return nil, fmt.Errorf("remove limit: %w", err)
 	}
 	report, err := c.admin().RemoveLimit(ctx, target)
@@ -108,7 +108,7 @@ func (c *Client) Resume(ctx context.Context, target string) (*LimitsReport, erro
 
 // pauseRequest reads a pause target: a task type or "tenant:<name>".
 func pauseRequest(target string) (admin.PauseRequest, error) {
-	kind, name, err := kv.ParseTarget(target, true)
+	kind, name, err := control.ParseTarget(target, true)
 	if err != nil {
 		return admin.PauseRequest{}, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ax-mesh/ax/axtype"
 
 	"github.com/ax-mesh/ax/internal/denied"
 	"github.com/ax-mesh/ax/kv"
@@ -26,9 +27,9 @@ type TaskEndedError struct {
 	Tenant string
 	ID     string
 	// State is DEAD or CANCELLED.
-	State kv.State
+	State axtype.State
 	// LastError is the task's last error (why it is DEAD), cut to
-	// [kv.MaxErrorLen]; empty for most cancelled tasks.
+	// [MaxErrorLen]; empty for most cancelled tasks.
 	LastError string
 }
 
@@ -69,7 +70,7 @@ func outcome(rec *kv.Record) (result []byte, done bool, err error) {
 // what its handler set with the worker's Task.SetResult, nil if it set
 // none. A task that ended DEAD or CANCELLED gives a [*TaskEndedError], one
 // that has not ended [ErrNotFinished], one without a record (unknown, or
-// expired past the record's retention) an error matching [kv.ErrNotFound].
+// expired past the record's retention) an error matching [ErrNotFound].
 // It reads the record once (a direct get, which every client role of
 // docs/ax-permissions.conf may make for its tenants); a publish-only
 // client gets [ErrPublishOnly].

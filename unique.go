@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/ax-mesh/ax/axtype"
 	"slices"
 	"strings"
 	"time"
@@ -48,15 +49,15 @@ type UniqueOpts struct {
 	// States in which the earlier task still blocks a new one. Empty:
 	// [DefaultUniqueStates], every state but DEAD and CANCELLED. A submit
 	// that finds the earlier task in any other state makes a new task.
-	States []kv.State `json:"states,omitempty"`
+	States []axtype.State `json:"states,omitempty"`
 }
 
 // DefaultUniqueStates are the states [UniqueOpts] holds in when it names
 // none: the waiting and running ones (PENDING, READY, RUNNING, RETRYING,
 // PAUSED) and SUCCEEDED, as River's default: a task that succeeded within
 // the period is not run again; one that died or was cancelled may be.
-func DefaultUniqueStates() []kv.State {
-	return []kv.State{kv.StatePending, kv.StateReady, kv.StateRunning, kv.StateRetrying, kv.StatePaused, kv.StateSucceeded}
+func DefaultUniqueStates() []axtype.State {
+	return []axtype.State{kv.StatePending, kv.StateReady, kv.StateRunning, kv.StateRetrying, kv.StatePaused, kv.StateSucceeded}
 }
 
 // normalize fills the defaults of u and validates it.
