@@ -77,11 +77,16 @@ func TestPublicAPINamesNoInternalOnlyType(t *testing.T) {
 			if len(internal) == 0 {
 				continue
 			}
-			record := func(where string, n ast.Node) {
+			var record func(where string, n ast.Node)
+			record = func(where string, n ast.Node) {
 				ast.Inspect(n, func(n ast.Node) bool {
-					if sel, ok := n.(*ast.SelectorExpr); ok {
-						if id, ok := sel.X.(*ast.Ident); ok && internal[id.Name] != "" {
-							use := internalUse{internal[id.Name], sel.Sel.Name}
+					switch n := n.(type) {
+					case *ast.ArrayType: // a length is a constant, not a type to name
+						record(where, n.Elt)
+						return false
+					case *ast.SelectorExpr:
+						if id, ok := n.X.(*ast.Ident); ok && internal[id.Name] != "" {
+							use := internalUse{internal[id.Name], n.Sel.Name}
 							uses[use] = append(uses[use], where)
 						}
 						return false

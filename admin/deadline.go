@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ax-mesh/ax/axtype"
 	"time"
 
 	"github.com/ax-mesh/ax/control"
@@ -19,8 +20,8 @@ import (
 // without its own ([UnservedDeadlines]); with no Type it only reads the
 // table.
 type UnservedDeadlineRequest struct {
-	Type     string      `json:"type,omitempty"`
-	Deadline kv.Duration `json:"deadline,omitempty"`
+	Type     string          `json:"type,omitempty"`
+	Deadline axtype.Duration `json:"deadline,omitempty"`
 }
 
 // unservedDeadline serves [VerbUnservedDeadline]: it writes the table by
@@ -105,7 +106,7 @@ func (a *Service) unservedDeadlines(ctx context.Context, unserved []kv.Unserved)
 // SetUnservedDeadline sets the deadline of task type t (0 removes it) and
 // returns the table of deadlines as it is now.
 func (c *Client) SetUnservedDeadline(ctx context.Context, t string, d time.Duration) (*control.UnservedDeadlines, error) {
-	return call[control.UnservedDeadlines](ctx, c, VerbUnservedDeadline, UnservedDeadlineRequest{Type: t, Deadline: kv.Duration(d)})
+	return call[control.UnservedDeadlines](ctx, c, VerbUnservedDeadline, UnservedDeadlineRequest{Type: t, Deadline: axtype.Duration(d)})
 }
 
 // UnservedDeadlines returns the table of deadlines of unserved task types.

@@ -50,7 +50,7 @@ func (r PauseRequest) target() (string, error) {
 // LimitStatus is one limit and its use now.
 type LimitStatus struct {
 	Target string `json:"target"`
-	kv.Limit
+	control.Limit
 	// InUse is how many of its concurrency slots are held now.
 	InUse int `json:"in_use"`
 	// Tokens is how many starts its rate has to give now.
@@ -269,7 +269,7 @@ func (a *Service) limitsReply(ctx context.Context, limits kv.Limits) *LimitsRepl
 
 // SetLimit sets the limit of target (limit.set): a task type,
 // "tenant:NAME" or "key:PATTERN". It replaces the target's limit.
-func (c *Client) SetLimit(ctx context.Context, target string, limit kv.Limit) (*LimitsReply, error) {
+func (c *Client) SetLimit(ctx context.Context, target string, limit control.Limit) (*LimitsReply, error) {
 	return call[LimitsReply](ctx, c, VerbLimitSet, LimitRequest{Target: target, Concurrency: limit.Concurrency, Rate: limit.Rate,
 		Burst: limit.Burst, Weight: limit.Weight})
 }

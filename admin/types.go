@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"github.com/ax-mesh/ax/axtype"
 	"time"
 
 	"github.com/ax-mesh/ax/control"
@@ -97,9 +98,9 @@ type TrailReply struct {
 
 // Filter selects tasks or dead letters; empty fields match everything.
 type Filter struct {
-	Type   string     `json:"type,omitempty"`
-	Tenant string     `json:"tenant,omitempty"`
-	States []kv.State `json:"states,omitempty"` // tasks.cancel only
+	Type   string         `json:"type,omitempty"`
+	Tenant string         `json:"tenant,omitempty"`
+	States []axtype.State `json:"states,omitempty"` // tasks.cancel only
 }
 
 // BatchCancelRequest cancels every task that matches a filter. At least one
@@ -212,11 +213,11 @@ type StatsRequest struct {
 
 // StatsReply describes every priority bucket and the dead-letter stream.
 type StatsReply struct {
-	Window  kv.Duration      `json:"window"`
-	Buckets []BucketStats    `json:"buckets"`
-	States  map[kv.State]int `json:"states"` // records per state, all buckets
-	DLQ     uint64           `json:"dlq"`    // dead letters stored
-	Records int              `json:"records"`
+	Window  axtype.Duration      `json:"window"`
+	Buckets []BucketStats        `json:"buckets"`
+	States  map[axtype.State]int `json:"states"` // records per state, all buckets
+	DLQ     uint64               `json:"dlq"`    // dead letters stored
+	Records int                  `json:"records"`
 	// Types describes each task type with tasks finished in the window,
 	// sorted by type: timeouts are set per type, so this is where to read
 	// the recommended one.
@@ -261,14 +262,14 @@ type TypeStats struct {
 	Retried  int `json:"retried"`
 	TimedOut int `json:"timed_out"`
 	// Run time of the last attempt, as for [BucketStats].
-	Samples int         `json:"samples"`
-	P50     kv.Duration `json:"p50"`
-	P99     kv.Duration `json:"p99"`
+	Samples int             `json:"samples"`
+	P50     axtype.Duration `json:"p50"`
+	P99     axtype.Duration `json:"p99"`
 	// Timeout is the longest timeout the tasks ran under (a claim writes
 	// the effective one into the record); RecommendedTimeout is 1.5 x p99
 	// rounded up to the second.
-	Timeout            kv.Duration `json:"timeout"`
-	RecommendedTimeout kv.Duration `json:"recommended_timeout"`
+	Timeout            axtype.Duration `json:"timeout"`
+	RecommendedTimeout axtype.Duration `json:"recommended_timeout"`
 }
 
 // BucketStats describes one priority bucket.
@@ -290,11 +291,11 @@ type BucketStats struct {
 	SucceededRate float64 `json:"succeeded_per_s"`
 	DeadRate      float64 `json:"dead_per_s"`
 	// Run time of the last attempt of the tasks finished in the window.
-	Samples int         `json:"samples"`
-	P50     kv.Duration `json:"p50"`
-	P99     kv.Duration `json:"p99"`
+	Samples int             `json:"samples"`
+	P50     axtype.Duration `json:"p50"`
+	P99     axtype.Duration `json:"p99"`
 	// RecommendedTimeout is 1.5 x p99 rounded up to the second (0: no data).
-	RecommendedTimeout kv.Duration `json:"recommended_timeout"`
+	RecommendedTimeout axtype.Duration `json:"recommended_timeout"`
 }
 
 // WorkersReply lists the live workers, sorted by id.
@@ -305,3 +306,11 @@ type WorkersReply struct {
 	Omitted   int  `json:"omitted,omitempty"`
 	Truncated bool `json:"truncated,omitempty"`
 }
+
+// Member is a live worker's membership record in AX_WORKERS, as
+// [WorkersReply] lists it.
+type Member = kv.Member
+
+// Unserved is a task type with tasks waiting that no live worker serves, as
+// [StatsReply] reports it.
+type Unserved = kv.Unserved

@@ -34,8 +34,8 @@ var ErrMismatch = errors.New("config disagrees with the deployment")
 
 // Options configure [Open].
 type Options struct {
-	// Names of the deployment. Zero means [streams.DefaultNames].
-	Names streams.Names
+	// Names of the deployment. Zero means [ax.DefaultNames].
+	Names ax.Names
 	// Provision creates or updates the streams, consumers and buckets with
 	// Streams and Buckets (idempotent). False only verifies that they
 	// exist, as a process that may not change them (a producer, a worker)
@@ -43,13 +43,13 @@ type Options struct {
 	Provision bool
 	// Streams configures the streams and consumers when Provision is set;
 	// its Names are the deployment's. Nil means every default.
-	Streams *streams.Config
+	Streams *StreamsConfig
 	// Buckets configures the KV buckets when Provision is set; its Names
 	// are the deployment's. Nil means every default.
-	Buckets *kv.BucketsConfig
+	Buckets *BucketsConfig
 	// Store configures the task record store (retention, trail stream)
 	// every process of the deployment uses; its Names are the deployment's.
-	Store kv.StoreConfig
+	Store ax.StoreConfig
 }
 
 // Deployment is an opened deployment: its names and record store as
@@ -66,7 +66,7 @@ type Deployment struct {
 // Provisioned is what [Open] changed when it provisioned the deployment.
 type Provisioned struct {
 	// Streams lists the streams and consumers created and updated.
-	Streams *streams.Report
+	Streams *StreamsReport
 }
 
 // Open provisions the deployment when opts.Provision is set, then reads
@@ -189,7 +189,7 @@ func (d *Deployment) readConsumerSettings(ctx context.Context, names streams.Nam
 func (d *Deployment) Provisioned() *Provisioned { return d.provisioned }
 
 // Names returns the deployment's names.
-func (d *Deployment) Names() streams.Names { return d.names }
+func (d *Deployment) Names() ax.Names { return d.names }
 
 // AckWait returns the shard consumers' ack wait, as the server holds it.
 func (d *Deployment) AckWait() time.Duration { return d.ackWait }
