@@ -7,7 +7,6 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/internal/axtest"
-	"github.com/ax-mesh/ax/kv"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -43,7 +42,7 @@ func ExampleClient_Submit() {
 		fmt.Println(err)
 		return
 	}
-	rec, _, _ := client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
+	rec, _ := client.Get(ctx, info.Tenant, info.ID)
 	fmt.Println(info.ID, info.Stream, rec.State)
 	// Output:
 	// welcome-42 AX_P1 READY
@@ -92,7 +91,7 @@ func ExampleClient_SubmitJSON() {
 	raw, _ := client.Submit(ctx, ax.TaskSpec{Type: "resize", Payload: []byte("image")})
 	_, err = client.AddCron(ctx, ax.CronJob{Name: "digest", Spec: "0 7 * * *", Task: ax.TaskSpec{Type: "digest"}})
 	fmt.Println(info.Type, info.Stream)
-	rec, _, _ := client.Store().Get(ctx, kv.Ref{Tenant: later.Tenant, ID: later.ID})
+	rec, _ := client.Get(ctx, later.Tenant, later.ID)
 	fmt.Println(later.Type, rec.State)
 	fmt.Println(raw.Type, raw.Stream)
 	fmt.Println("cron added:", err == nil)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/ax-mesh/ax/axtype"
 	"slices"
 	"strings"
 	"time"
@@ -36,7 +37,7 @@ type RejectsSampleRequest struct {
 // message published under a submit root while it ran, judged against the
 // subjects the priority streams capture.
 type RejectsSampleReply struct {
-	For kv.Duration `json:"for"`
+	For axtype.Duration `json:"for"`
 	// Subscribed lists the subscriptions of the sample; Captured the
 	// subjects of the priority streams.
 	Subscribed []string `json:"subscribed"`

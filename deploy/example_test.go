@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/deploy"
-	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -41,7 +40,7 @@ func ExampleOpen() {
 	js, _ := jetstream.New(nc)
 
 	// The operator's `ax provision`, once.
-	if _, err := deploy.Open(ctx, js, &deploy.Options{Provision: true, Streams: &streams.Config{AckWait: 20 * time.Second}}); err != nil {
+	if _, err := deploy.Open(ctx, js, &deploy.Options{Provision: true, Streams: &deploy.StreamsConfig{AckWait: 20 * time.Second}}); err != nil {
 		fmt.Println(err)
 		return
 	}

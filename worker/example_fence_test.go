@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/axtype"
+	"github.com/ax-mesh/ax/deploy"
 	"github.com/ax-mesh/ax/internal/axtest"
-	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -88,14 +88,14 @@ func ExampleTask_Fence() {
 		}
 		return charge(ctx, ledger, task.Fence(), amount)
 	}, nil)
-	w, _ := worker.New(ctx, js, &worker.Config{Registry: reg, Shards: []int{streams.Shard("order-1")}})
+	w, _ := worker.New(ctx, js, &worker.Config{Registry: reg, Shards: []int{deploy.Shard("order-1")}})
 	_ = w.Start(ctx)
 	defer func() { _ = w.Stop(ctx) }()
 
 	client, _ := ax.NewClient(ctx, js, nil)
 	_, _ = client.Submit(ctx, ax.TaskSpec{ID: "order-1", Type: "charge", Key: "order-1", Payload: []byte("42")})
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if rec, _, err := client.Store().Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: "order-1"}); err == nil && rec.State == kv.StateSucceeded {
+		if rec, err := client.Get(ctx, ax.DefaultTenant, "order-1"); err == nil && rec.State == axtype.StateSucceeded {
 			break
 		}
 	}
