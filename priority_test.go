@@ -75,6 +75,9 @@ func TestPriorityJSON(t *testing.T) {
 // ([axtype.Priority]): what Submit answers is what Task.Priority holds.
 func TestHandlerSeesTheSubmittedPriority(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("runs a worker; axtype's TestPriorityForms is the fast tier's")
+	}
 	b := axtest.Fast(t)
 	seen := make(chan ax.Priority, 1)
 	b.StartWorker(t, worker.Config{Shards: axtest.AllShards(), Registry: axtest.Registry(t, "prio", func(_ context.Context, task *worker.Task) error {
