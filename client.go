@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/internal/denied"
+	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/ax-mesh/ax/internal/stderrlog"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/ax-mesh/ax/internal/tracing"
-	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"

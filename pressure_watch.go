@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/ax-mesh/ax/control"
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
 	"time"
 
 	"github.com/nats-io/nats.go"

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/kv"
+	"github.com/ax-mesh/ax/internal/streams"
 )
 
 // The task record and the names of a deployment belong to ax's storage

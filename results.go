@@ -7,7 +7,7 @@ import (
 	"github.com/ax-mesh/ax/axtype"
 
 	"github.com/ax-mesh/ax/internal/denied"
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )

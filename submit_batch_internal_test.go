@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/ax-mesh/ax/internal/natstest"
-	"github.com/ax-mesh/ax/kv"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 )

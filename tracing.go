@@ -3,8 +3,8 @@ package ax
 import (
 	"context"
 
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/ax-mesh/ax/internal/tracing"
-	"github.com/ax-mesh/ax/streams"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 )

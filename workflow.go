@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/streams"
 )
 
 // ErrInvalidWorkflow means a workflow fails its checks; the message names

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/kv"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )

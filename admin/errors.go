@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
 )
 
 // Error codes of the management API, sent in the Nats-Service-Error-Code

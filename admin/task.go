@@ -7,8 +7,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/kv"
+	"github.com/ax-mesh/ax/internal/streams"
 )
 
 func (a *Service) taskGet(ctx context.Context, data []byte) (any, error) {

@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/control"
-	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/kv"
+	"github.com/ax-mesh/ax/internal/streams"
 )
 
 // Verbs of the management API; each is served on "<prefix>.admin.<verb>".

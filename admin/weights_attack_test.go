@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/ax-mesh/ax/admin"
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/stretchr/testify/require"
 )
 

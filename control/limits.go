@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
 )
 

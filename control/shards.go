@@ -3,7 +3,7 @@ package control
 import (
 	"time"
 
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/streams"
 )
 
 // Assignment maps each shard to the id of the worker that owns it; "" means

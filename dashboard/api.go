@@ -13,7 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ax-mesh/ax/admin"
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
 	"go.uber.org/zap"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/internal/stderrlog"
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 )

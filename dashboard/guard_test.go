@@ -12,7 +12,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/dashboard"
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 )

@@ -1,8 +1,8 @@
 package deploy
 
 import (
-	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/kv"
+	"github.com/ax-mesh/ax/internal/streams"
 )
 
 // The layout of streams, consumers and buckets is ax's storage layer

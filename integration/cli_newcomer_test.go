@@ -16,7 +16,7 @@ import (
 
 	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/internal/cli"
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

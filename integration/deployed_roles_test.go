@@ -17,8 +17,8 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/deploy"
+	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/ax-mesh/ax/internal/natstest"
-	"github.com/ax-mesh/ax/kv"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/admin"
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
 )

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/internal/builtin"
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/stretchr/testify/require"
 )
 

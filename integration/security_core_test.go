@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/ax-mesh/ax/scheduler"
-	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"

@@ -7,8 +7,8 @@ import (
 
 	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/control"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/ax-mesh/ax/scheduler"
-	"github.com/ax-mesh/ax/streams"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 )

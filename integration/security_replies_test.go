@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/ax-mesh/ax/internal/natstest"
-	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 )

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/ax-mesh/ax/internal/natstest"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/ax-mesh/ax/metrics"
-	"github.com/ax-mesh/ax/streams"
 	"github.com/stretchr/testify/require"
 )
 

@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/ax-mesh/ax/internal/natstest"
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/ax-mesh/ax/scheduler"
-	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

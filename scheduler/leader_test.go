@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/internal/axtest"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/ax-mesh/ax/scheduler"
-	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 )

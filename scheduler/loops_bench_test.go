@@ -11,8 +11,8 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/internal/natstest"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/ax-mesh/ax/scheduler"
-	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"

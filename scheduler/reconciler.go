@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/control"
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/control"
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"

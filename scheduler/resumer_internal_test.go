@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/internal/natstest"
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"

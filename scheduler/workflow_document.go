@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
 )
 

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/streams"
 )
 
 // Assignment maps each shard to the id of the worker that owns it; "" means

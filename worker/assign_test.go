@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nuid"
 	"github.com/stretchr/testify/require"

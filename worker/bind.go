@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )

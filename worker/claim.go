@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 )

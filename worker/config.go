@@ -7,9 +7,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/ax-mesh/ax/internal/stderrlog"
-	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
 )
 
 var (

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"

@@ -1,6 +1,6 @@
 package worker
 
-import "github.com/ax-mesh/ax/kv"
+import "github.com/ax-mesh/ax/internal/kv"
 
 // flowTable is a worker's compiled view of [kv.Limits].
 type flowTable struct {

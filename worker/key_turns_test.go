@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"

@@ -9,8 +9,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/kv"
+	"github.com/ax-mesh/ax/internal/streams"
 	"go.uber.org/zap"
 )
 

@@ -6,8 +6,8 @@ import (
 	"runtime/debug"
 	"sync"
 
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/ax-mesh/ax/internal/tracing"
-	"github.com/ax-mesh/ax/streams"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )

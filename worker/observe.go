@@ -3,7 +3,7 @@ package worker
 import (
 	"time"
 
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
 )
 
 // Outcome is how an attempt settled, as an [Observer] hears it; its

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
 	"go.uber.org/zap"
 )
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/stretchr/testify/require"

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
 )
 
 // DefaultProgressEvery is the default of [Config.ProgressEvery].

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
 )
 
 // ErrNotInWorkflow means a task asked for a parent's result but was not

@@ -25,7 +25,7 @@
 // integration do. Two keep to natstest by choice:
 //   - kv_test and streams_test test the storage layer beneath everything
 //     axtest imports; they need a store or a stream, not a client or a
-//     worker, and kv/export_test.go would make kv's test binary compile
+//     worker, and internal/kv/export_test.go would make kv's test binary compile
 //     ax, admin, worker, scheduler and deploy again against kv's test
 //     variant. kv's setup builds its store over natstest in four lines.
 //   - deploy_test opens a deployment on a bare server: provisioning it is

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
 )
 
 // WaitTimeout is how long [WaitState] waits: room for a loaded 2-core

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/internal/bench"
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/stretchr/testify/require"
 )
 

@@ -1,7 +1,7 @@
 package bench
 
 import (
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
 	"strings"
 	"time"
 

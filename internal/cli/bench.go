@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/internal/bench"
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/spf13/cobra"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )

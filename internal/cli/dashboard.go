@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/dashboard"
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"

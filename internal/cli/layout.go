@@ -3,7 +3,7 @@ package cli
 import (
 	"fmt"
 
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/spf13/pflag"
 )
 

@@ -3,7 +3,7 @@ package cli
 import (
 	"testing"
 
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 )

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/admin"
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/spf13/cobra"
 )
 

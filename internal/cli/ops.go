@@ -11,7 +11,7 @@ import (
 
 	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/control"
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/spf13/cobra"
 )
 

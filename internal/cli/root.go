@@ -17,7 +17,7 @@ import (
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/internal/denied"
 	"github.com/ax-mesh/ax/internal/redact"
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"

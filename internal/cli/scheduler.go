@@ -9,10 +9,10 @@ import (
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/deploy"
-	"github.com/ax-mesh/ax/kv"
+	"github.com/ax-mesh/ax/internal/kv"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/ax-mesh/ax/metrics"
 	"github.com/ax-mesh/ax/scheduler"
-	"github.com/ax-mesh/ax/streams"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 )

@@ -9,8 +9,8 @@ import (
 
 	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/deploy"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/ax-mesh/ax/metrics"
-	"github.com/ax-mesh/ax/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"

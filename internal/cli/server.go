@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/ax-mesh/ax/internal/embedded"
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/spf13/cobra"
 )
 

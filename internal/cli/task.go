@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax/admin"
-	"github.com/ax-mesh/ax/kv"
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/kv"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/spf13/cobra"
 )
 

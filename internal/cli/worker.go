@@ -9,7 +9,7 @@ import (
 
 	"github.com/ax-mesh/ax/deploy"
 	"github.com/ax-mesh/ax/internal/builtin"
-	"github.com/ax-mesh/ax/streams"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"

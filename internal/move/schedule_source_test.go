@@ -17,7 +17,7 @@ import (
 // scheduleOwners may build a schedule's message or name a schedule's
 // subject beside a publish: the owner (this package's schedule.go) and
 // the package that names the subjects.
-var scheduleOwners = map[string]bool{"internal/move/schedule.go": true, "streams/delayed.go": true}
+var scheduleOwners = map[string]bool{"internal/move/schedule.go": true, "internal/streams/delayed.go": true}
 
 // publishMethods are the calls that store a message.
 var publishMethods = map[string]bool{"Publish": true, "PublishMsg": true, "PublishAsync": true, "PublishMsgAsync": true}
