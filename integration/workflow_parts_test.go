@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -126,12 +127,15 @@ func TestWorkflowSubmitterKilled(t *testing.T) {
 	stream, err := js.Stream(ctx, "AX_WORKFLOWS")
 	require.NoError(t, err)
 	names := streams.DefaultNames()
+	// A task exists once it has a record or, released without one (the
+	// claim writes it; no worker runs here), a message in its bucket.
+	var waiting map[string]bool
 	exists := func(id string) bool {
 		_, _, err := store.Get(ctx, kv.Ref{Tenant: "acme", ID: id})
 		if err != nil {
 			require.ErrorIs(t, err, kv.ErrNotFound)
 		}
-		return err == nil
+		return err == nil || waiting[id]
 	}
 	stored := func(subject string) bool {
 		_, err := stream.GetLastMsgForSubject(ctx, subject)
@@ -154,8 +158,12 @@ func TestWorkflowSubmitterKilled(t *testing.T) {
 				require.True(t, doc, "%s: SubmitWorkflow returned nil, nothing stored", r.id)
 			}
 			if doc {
-				require.Eventually(t, func() bool { return exists(r.id + "/s0") }, 30*time.Second, 100*time.Millisecond, "%s: its root was not released", r.id)
+				require.Eventually(t, func() bool {
+					waiting = axtest.BucketTaskIDs(t, ctx, js)
+					return exists(r.id + "/s0")
+				}, 30*time.Second, 100*time.Millisecond, "%s: its root was not released", r.id)
 			} else {
+				waiting = axtest.BucketTaskIDs(t, ctx, js)
 				for i := range 6 {
 					require.False(t, exists(fmt.Sprintf("%s/s%d", r.id, i)), "%s: a task without a document", r.id)
 				}
@@ -165,6 +173,7 @@ func TestWorkflowSubmitterKilled(t *testing.T) {
 			n := 0
 			require.EventuallyWithT(t, func(c *assert.CollectT) {
 				n = 0
+				waiting = axtest.BucketTaskIDs(c, ctx, js)
 				for i := range 40 {
 					if exists(fmt.Sprintf("%s-%d", r.id, i)) {
 						n++

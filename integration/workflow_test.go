@@ -72,6 +72,15 @@ func workflowAsDeployed(t *testing.T, file string) {
 	require.Contains(t, stderr, "producer-acme")
 }
 
+// taskSucceeded reports whether a task's record says SUCCEEDED, read as
+// the operator (`ax task get --json`); a task released but not yet claimed
+// has no record (the claim writes it), and is not.
+func taskSucceeded(url, tenant, id string) bool {
+	out, _, err := runAxAs(url, "operator", 30*time.Second, "task", "get", id, "--tenant", tenant, "--json")
+	var rec kv.Record
+	return err == nil && json.Unmarshal([]byte(out), &rec) == nil && rec.State == kv.StateSucceeded
+}
+
 // taskJSON reads a task's record as the operator (`ax task get --json`).
 func taskJSON(t *testing.T, url, tenant, id string) *kv.Record {
 	t.Helper()
@@ -106,6 +115,8 @@ func workflowPauseAsDeployed(t *testing.T, file string) {
 	w := startAxAs(t, url, "worker-1", "worker")
 	require.Eventually(t, func() bool { return strings.Contains(w.output(), "joining the mesh") || w.exited() },
 		30*time.Second, 50*time.Millisecond, "ax worker did not join:\n%s", w.output())
+	require.Eventually(t, func() bool { return strings.Contains(sched.output(), "admin_started") || sched.exited() },
+		30*time.Second, 50*time.Millisecond, "ax scheduler's management API did not start:\n%s", sched.output())
 
 	doc := filepath.Join(t.TempDir(), "wf.json")
 	require.NoError(t, os.WriteFile(doc, []byte(`{"id": "order-9", "tenant": "acme", "tasks": [
@@ -117,7 +128,7 @@ func workflowPauseAsDeployed(t *testing.T, file string) {
 	require.Equal(t, "workflow order-9: paused", strings.TrimSpace(mustAxAs(t, url, "operator", "workflow", "pause", "order-9", "--tenant", "acme")))
 	require.Contains(t, mustAxAs(t, url, "operator", "workflow", "pause", "order-9", "--tenant", "acme"), "workflow order-9: paused already (since ")
 
-	require.Eventually(t, func() bool { return taskJSON(t, url, "acme", "order-9/slow").State == kv.StateSucceeded },
+	require.Eventually(t, func() bool { return taskSucceeded(url, "acme", "order-9/slow") },
 		60*time.Second, 200*time.Millisecond)
 	time.Sleep(2 * time.Second) // the leader's retry tick, twice
 	drawn := mustAxAs(t, url, "operator", "workflow", "get", "order-9", "--tenant", "acme")
@@ -127,7 +138,7 @@ func workflowPauseAsDeployed(t *testing.T, file string) {
 
 	require.Equal(t, "workflow order-9: resumed", strings.TrimSpace(mustAxAs(t, url, "operator", "workflow", "resume", "order-9", "--tenant", "acme")))
 	require.Equal(t, "workflow order-9: not paused", strings.TrimSpace(mustAxAs(t, url, "operator", "workflow", "resume", "order-9", "--tenant", "acme")))
-	require.Eventually(t, func() bool { return taskJSON(t, url, "acme", "order-9/after").State == kv.StateSucceeded },
+	require.Eventually(t, func() bool { return taskSucceeded(url, "acme", "order-9/after") },
 		60*time.Second, 200*time.Millisecond)
 	after := taskJSON(t, url, "acme", "order-9/after")
 	require.Equal(t, "released by the success of parent slow; held while the workflow was paused, released at its resume", after.Trail[0].Note)

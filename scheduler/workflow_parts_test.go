@@ -13,6 +13,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/ax-mesh/ax/scheduler"
@@ -195,10 +196,13 @@ func TestWorkflowPartsCrashAndTamper(t *testing.T) {
 	publish(part("tampered", 1, p[0]), part("tampered", 2, p[1]), part("tampered", 3, p[2]),
 		commit("tampered", 3, streams.WorkflowDigest(doc("tampered")))) // the control: a valid document, by hand
 
-	b.WaitState(t, "tampered/a", kv.StateReady)
+	// Released without a record (no worker runs here): a message in its bucket.
+	require.Eventually(t, func() bool { return axtest.BucketTaskIDs(t, ctx, b.JS)["tampered/a"] }, axtest.WaitTimeout, 20*time.Millisecond)
+	waiting := axtest.BucketTaskIDs(t, ctx, b.JS)
 	for _, id := range []string{"wrong-digest", "missing", "swapped", "crashed"} {
 		_, _, err := b.Store.Get(ctx, kv.Ref{Tenant: "default", ID: id + "/a"})
 		require.ErrorIs(t, err, kv.ErrNotFound, "%s/a was released", id)
+		require.False(t, waiting[id+"/a"], "%s/a was released", id)
 	}
 	api := b.StartAdmin(t, nil)
 	for _, c := range []struct{ id, want string }{
@@ -216,11 +220,12 @@ func TestWorkflowPartsCrashAndTamper(t *testing.T) {
 	require.ErrorIs(t, err, jetstream.ErrMsgNotFound)
 	_, _, err = b.Store.Get(ctx, kv.Ref{Tenant: "default", ID: "crashed/a"})
 	require.ErrorIs(t, err, kv.ErrNotFound)
+	require.False(t, axtest.BucketTaskIDs(t, ctx, b.JS)["crashed/a"])
 
 	var wf ax.Workflow
 	require.NoError(t, json.Unmarshal(doc("crashed"), &wf))
 	info, err := b.Client.SubmitWorkflow(ctx, &wf)
 	require.NoError(t, err)
 	require.False(t, info.Duplicate, "the crashed submit took the id")
-	b.WaitState(t, "crashed/a", kv.StateReady)
+	require.Eventually(t, func() bool { return axtest.BucketTaskIDs(t, ctx, b.JS)["crashed/a"] }, axtest.WaitTimeout, 20*time.Millisecond)
 }
