@@ -105,14 +105,16 @@ func (c *child) get(path string, v any) error {
 // cpu returns the server process's CPU time (user + system) from
 // /proc/<pid>/stat, or 0 where there is no /proc.
 func (c *child) cpu() time.Duration {
-	return procCPU(c.cmd.Process.Pid)
+	return ProcCPU(c.cmd.Process.Pid)
 }
 
 // clockTick is the kernel's USER_HZ, which is 100 on every Linux that Go
 // supports.
 const clockTick = 100
 
-func procCPU(pid int) time.Duration {
+// ProcCPU returns the CPU time (user + system) of process pid from
+// /proc/<pid>/stat, or 0 where there is no /proc.
+func ProcCPU(pid int) time.Duration {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
@@ -129,6 +131,13 @@ func procCPU(pid int) time.Duration {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * time.Second / clockTick
+}
+
+// SelfCPU returns this process's CPU time (user + system).
+func SelfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // stop ends the server (SIGTERM, then SIGKILL after 30 s).

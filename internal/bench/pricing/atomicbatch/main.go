@@ -14,44 +14,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"strconv"
-	"syscall"
 	"time"
 
+	"github.com/ax-mesh/ax/internal/bench"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 )
-
-func cpu() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func proccpu(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	var f [60]string
-	n := 0
-	start := 0
-	for i, c := range string(b) {
-		if c == ' ' {
-			f[n] = string(b[start:i])
-			n++
-			start = i + 1
-			if n >= 20 {
-				break
-			}
-		}
-	}
-	u, _ := strconv.Atoi(f[13])
-	s, _ := strconv.Atoi(f[14])
-	return time.Duration(u+s) * 10 * time.Millisecond
-}
 
 func main() {
 	url := flag.String("s", "nats://127.0.0.1:4333", "server URL")
@@ -94,7 +64,7 @@ func main() {
 			panic(e)
 		}
 	}
-	c0, s0, t0 := cpu(), proccpu(*pid), time.Now()
+	c0, s0, t0 := bench.SelfCPU(), bench.ProcCPU(*pid), time.Now()
 	if *b == 0 {
 		futs = futs[:0]
 		for i := 0; i < *n; i++ {
@@ -165,7 +135,7 @@ func main() {
 		}
 	}
 	el := time.Since(t0)
-	c1, s1 := cpu(), proccpu(*pid)
+	c1, s1 := bench.SelfCPU(), bench.ProcCPU(*pid)
 	fmt.Printf("batch=%d n=%d writes/s=%.0f client_us=%.1f server_us=%.1f\n", *b, *n, float64(*n)/el.Seconds(),
 		float64((c1-c0).Microseconds())/float64(*n), float64((s1-s0).Microseconds())/float64(*n))
 	_ = js.DeleteStream(ctx, name)

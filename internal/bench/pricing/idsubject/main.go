@@ -18,30 +18,13 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/ax-mesh/ax/internal/bench"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 )
-
-func cpu() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func proccpu(pid int) time.Duration {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	f := strings.Fields(string(b))
-	if len(f) < 15 {
-		return 0
-	}
-	u, _ := strconv.Atoi(f[13])
-	s, _ := strconv.Atoi(f[14])
-	return time.Duration(u+s) * 10 * time.Millisecond
-}
 
 func main() {
 	url := flag.String("s", "nats://127.0.0.1:4333", "server URL")
@@ -63,7 +46,7 @@ func main() {
 	}
 	ids := make([]string, *n)
 	data := make([]byte, 100)
-	c0, s0, t0 := cpu(), proccpu(*pid), time.Now()
+	c0, s0, t0 := bench.SelfCPU(), bench.ProcCPU(*pid), time.Now()
 	var futs []jetstream.PubAckFuture
 	for i := range *n {
 		ids[i] = nuid.Next()
@@ -97,7 +80,7 @@ func main() {
 			fmt.Println("server after publish:", l)
 		}
 	}
-	c1, s1 := cpu(), proccpu(*pid)
+	c1, s1 := bench.SelfCPU(), bench.ProcCPU(*pid)
 	// lookups of ids in the backlog
 	var look time.Duration
 	found := 0
@@ -114,7 +97,7 @@ func main() {
 			}
 		}
 	}
-	c2, s2, t2 := cpu(), proccpu(*pid), time.Now()
+	c2, s2, t2 := bench.SelfCPU(), bench.ProcCPU(*pid), time.Now()
 	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 20000})
 	if err != nil {
 		panic(err)
@@ -132,7 +115,7 @@ func main() {
 	}
 	nc.Flush()
 	time.Sleep(200 * time.Millisecond)
-	c3, s3 := cpu(), proccpu(*pid)
+	c3, s3 := bench.SelfCPU(), bench.ProcCPU(*pid)
 	fmt.Printf("unique=%v n=%d pub/s=%.0f pub_client_us=%.1f pub_server_us=%.1f | consume+ack client_us=%.1f server_us=%.1f (%.1fs) | lookup %d/20 avg %.2f ms\n",
 		*unique, *n, float64(*n)/pub.Seconds(), us(c1-c0, *n), us(s1-s0, *n), us(c3-c2, *n), us(s3-s2, *n), time.Since(t2).Seconds(), found, float64(look.Microseconds())/20/1000)
 	_ = js.DeleteStream(ctx, name)
