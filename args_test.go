@@ -6,7 +6,6 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/internal/axtest"
-	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,8 +24,7 @@ func TestSubmitJSONWritesKindAndPayloadOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "welcome", info.Type)
 	require.Equal(t, "AX_P1", info.Stream)
-	rec, _, err := b.Client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
-	require.NoError(t, err)
+	rec := b.Get(t, info.ID) // READY in its bucket: its record is written at the claim
 	require.Equal(t, "welcome", rec.Type)
 	require.Equal(t, "acme", rec.Tenant)
 

@@ -242,7 +242,8 @@ func (c *Client) submit(ctx context.Context, t TaskSpec) (TaskInfo, error) {
 	if !t.RunAt.IsZero() && !c.cfg.PublishOnly {
 		return c.submitDelayed(ctx, t)
 	}
-	msg := t.message(c.cfg.Names, !c.cfg.PublishOnly)
+	recorded := !c.cfg.PublishOnly && !t.claimRecords
+	msg := t.message(c.cfg.Names, recorded)
 	var err error
 	var ack *jetstream.PubAck
 	for attempt := 0; ; attempt++ {
@@ -262,7 +263,7 @@ func (c *Client) submit(ctx context.Context, t TaskSpec) (TaskInfo, error) {
 		// task twice and refuse a submit below the threshold.
 		c.sent[level(t.Priority)].Add(1)
 	}
-	if c.cfg.PublishOnly { // the worker that first sees the task writes its record
+	if !recorded { // the worker that first sees the task writes its record
 		return t.info(c.cfg.Names, seq, dup), nil
 	}
 	_, _, err = c.store.Create(ctx, t.record(ack.Stream, ack.Sequence), kv.Actor{Action: "submit"})
@@ -346,7 +347,7 @@ func (c *Client) SubmitBatch(ctx context.Context, tasks []TaskSpec, opts ...Batc
 			continue
 		}
 		normalized[i] = t
-		msgs[i] = t.message(c.cfg.Names, !c.cfg.PublishOnly && o.notes == nil)
+		msgs[i] = t.message(c.cfg.Names, !c.cfg.PublishOnly && o.notes == nil && !t.claimRecords)
 		if o.notes != nil {
 			msgs[i].Header.Set(streams.HeaderRelease, kv.CutError(o.notes[i]))
 		}
@@ -424,7 +425,7 @@ func (c *Client) writeRecords(ctx context.Context, tasks []TaskSpec, acks []*jet
 	indexes := make([]int, 0, len(acks))
 	msgs := make([]*nats.Msg, 0, len(acks))
 	for i, ack := range acks {
-		if ack == nil {
+		if ack == nil || tasks[i].claimRecords {
 			continue
 		}
 		msg, err := c.store.CreateMsg(tasks[i].record(ack.Stream, ack.Sequence), kv.Actor{Action: "submit"})

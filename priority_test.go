@@ -10,7 +10,6 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/internal/axtest"
-	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -37,8 +36,7 @@ func TestZeroPriorityIsTheDefault(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tc.stream, info.Stream)
 			require.Equal(t, tc.info, info.Priority)
-			rec, _, err := b.Client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
-			require.NoError(t, err)
+			rec := b.Get(t, info.ID)
 			require.Equal(t, tc.level, rec.Priority)
 		})
 	}

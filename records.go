@@ -2,6 +2,7 @@ package ax
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/ax-mesh/ax/internal/kv"
@@ -59,15 +60,33 @@ const MaxErrorLen = kv.MaxErrorLen
 // state, attempts, result and trail. A task without a record (unknown, or
 // expired past the record's retention) gives an error matching
 // [ErrNotFound]. It reads the record once, as [Client.Result] does; a
-// publish-only client gets [ErrPublishOnly].
+// task submitted without an id or key of its own that no worker has claimed
+// yet has no record (its claim writes it: docs/decisions/record-at-claim.md),
+// and Get returns the READY record that claim starts from, read from its
+// bucket (revision 0). A publish-only client gets [ErrPublishOnly].
 func (c *Client) Get(ctx context.Context, tenant, id string) (*Record, error) {
 	r := ref(tenant, id)
 	if c.cfg.PublishOnly {
 		return nil, fmt.Errorf("get task %s: %w", r, ErrPublishOnly)
 	}
-	rec, _, err := c.store.Get(ctx, r)
+	rec, err := c.read(ctx, r)
 	if err != nil {
 		return nil, fmt.Errorf("get task %s: %w", r, err)
+	}
+	return rec, nil
+}
+
+// read returns the record of task r, or for a task waiting unclaimed in
+// its bucket without one, the READY record its claim starts from.
+func (c *Client) read(ctx context.Context, r kv.Ref) (*Record, error) {
+	rec, _, err := c.store.Get(ctx, r)
+	if errors.Is(err, kv.ErrNotFound) {
+		if waiting, ferr := c.store.Unclaimed(ctx, r.ID, r.Tenant); ferr == nil && len(waiting) > 0 {
+			return waiting[0], nil
+		}
+	}
+	if err != nil {
+		return nil, err
 	}
 	return rec, nil
 }

@@ -69,9 +69,10 @@ func outcome(rec *kv.Record) (result []byte, done bool, err error) {
 // Result returns the result of task id of tenant (empty: [DefaultTenant]):
 // what its handler set with the worker's Task.SetResult, nil if it set
 // none. A task that ended DEAD or CANCELLED gives a [*TaskEndedError], one
-// that has not ended [ErrNotFinished], one without a record (unknown, or
-// expired past the record's retention) an error matching [ErrNotFound].
-// It reads the record once (a direct get, which every client role of
+// that has not ended [ErrNotFinished] (so does one waiting in its bucket
+// for the worker that writes its first record), one without a record
+// (unknown, or expired past the record's retention) an error matching
+// [ErrNotFound]. It reads the record once (a direct get, which every client role of
 // docs/ax-permissions.conf may make for its tenants); a publish-only
 // client gets [ErrPublishOnly].
 func (c *Client) Result(ctx context.Context, tenant, id string) ([]byte, error) {
@@ -79,7 +80,7 @@ func (c *Client) Result(ctx context.Context, tenant, id string) ([]byte, error) 
 	if c.cfg.PublishOnly {
 		return nil, fmt.Errorf("result of task %s: %w", r, ErrPublishOnly)
 	}
-	rec, _, err := c.store.Get(ctx, r)
+	rec, err := c.read(ctx, r)
 	if err != nil {
 		return nil, fmt.Errorf("result of task %s: %w", r, err)
 	}

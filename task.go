@@ -66,6 +66,10 @@ type TaskSpec struct {
 
 	// hookHeader holds the headers the submit hooks set ([SubmitHook]).
 	hookHeader nats.Header
+	// claimRecords is set by normalize on a task whose id it made and whose
+	// key is that id: its record is written by the worker that claims it
+	// (docs/decisions/record-at-claim.md).
+	claimRecords bool
 }
 
 // TaskInfo describes an accepted task ([axtype.TaskInfo]).
@@ -73,6 +77,9 @@ type TaskInfo = axtype.TaskInfo
 
 // normalize fills defaults and validates the task, naming the bad field.
 func (t TaskSpec) normalize(now time.Time) (TaskSpec, error) {
+	if t.ID == "" && t.Key == "" && t.Unique == nil && t.RunAt.IsZero() && t.Delay == 0 {
+		t.claimRecords = true
+	}
 	if t.ID == "" {
 		t.ID = nuid.Next()
 	}

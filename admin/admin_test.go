@@ -16,6 +16,7 @@ import (
 	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -87,7 +88,7 @@ func TestAdminGetAndTrail(t *testing.T) {
 	var trail admin.TrailReply
 	require.NoError(t, b.call(t, admin.VerbTaskTrail, admin.TaskRequest{ID: id}, &trail))
 	require.Len(t, trail.Trail, 1)
-	require.Equal(t, "submit", trail.Trail[0].Action)
+	require.Equal(t, "publish", trail.Trail[0].Action) // a task of generated id and key: its record is written at the claim
 }
 
 func TestAdminBadRequests(t *testing.T) {
@@ -153,37 +154,51 @@ func TestAdminCancelWaitingAndUnseen(t *testing.T) {
 	require.Equal(t, kv.StatePaused, unseen.Task.State)
 }
 
+// A pause keeps the task's message; the resume publishes a new copy of it
+// (one generation more) and deletes the old one. A task submitted without
+// an id of its own has no record until then (generation 0: its record is
+// written at the claim, or by the operator's first move); one with an id
+// has its submit's (generation 1).
 func TestAdminPauseResumeRedispatches(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
-	id := b.Submit(t, ax.TaskSpec{Type: "email", Payload: []byte("keep me"), Priority: ax.P1, Headers: map[string]string{"Ax-Trace": "t1"}})
-	var paused admin.TaskReply
-	require.NoError(t, b.call(t, admin.VerbTaskPause, admin.TaskRequest{ID: id}, &paused))
-	require.Equal(t, kv.StatePaused, paused.Task.State)
-	require.Equal(t, uint64(1), natstest.StreamMsgs(t, b.JS, "AX_P1"), "pause keeps the message")
+	for _, tc := range []struct {
+		id    string
+		gen   uint64
+		first string
+	}{{"", 0, "publish"}, {"own-id", 1, "submit"}} {
+		id := b.Submit(t, ax.TaskSpec{ID: tc.id, Type: "email", Payload: []byte("keep me"), Priority: ax.P1, Headers: map[string]string{"Ax-Trace": "t1"}})
+		var paused admin.TaskReply
+		require.NoError(t, b.call(t, admin.VerbTaskPause, admin.TaskRequest{ID: id}, &paused))
+		require.Equal(t, kv.StatePaused, paused.Task.State)
+		require.Equal(t, uint64(1), natstest.StreamMsgs(t, b.JS, "AX_P1"), "pause keeps the message")
 
-	var resumed admin.TaskReply
-	require.NoError(t, b.call(t, admin.VerbTaskResume, admin.TaskRequest{ID: id}, &resumed))
-	require.True(t, resumed.Redispatched)
-	require.Equal(t, kv.StateReady, resumed.Task.State)
-	require.Equal(t, uint64(2), resumed.Task.Gen)
-	require.Equal(t, uint64(1), natstest.StreamMsgs(t, b.JS, "AX_P1"), "the old copy is deleted")
-	msg := natstest.GetMsg(t, b.JS, "AX_P1", resumed.Task.StreamSeq)
-	require.Equal(t, "keep me", string(msg.Data))
-	require.Equal(t, "2", msg.Header.Get(streams.HeaderGen))
-	require.Equal(t, id, msg.Header.Get(streams.HeaderTaskID))
-	require.Equal(t, "t1", msg.Header.Get("Ax-Trace"))
-	require.True(t, strings.HasSuffix(msg.Subject, ".ctl"), "a control-plane copy: %s", msg.Subject)
-	opts, err := streams.ParseCopyHeaders(msg.Header)
-	require.NoError(t, err)
-	require.Equal(t, id, opts.ID, "a worker reads the task id of the copy")
-	var trail admin.TrailReply
-	require.NoError(t, b.call(t, admin.VerbTaskTrail, admin.TaskRequest{ID: id}, &trail))
-	var actions []string
-	for _, m := range trail.Trail {
-		actions = append(actions, m.Action)
+		var resumed admin.TaskReply
+		require.NoError(t, b.call(t, admin.VerbTaskResume, admin.TaskRequest{ID: id}, &resumed))
+		require.True(t, resumed.Redispatched)
+		require.Equal(t, kv.StateReady, resumed.Task.State)
+		require.Equal(t, tc.gen+1, resumed.Task.Gen)
+		require.Equal(t, uint64(1), natstest.StreamMsgs(t, b.JS, "AX_P1"), "the old copy is deleted")
+		msg := natstest.GetMsg(t, b.JS, "AX_P1", resumed.Task.StreamSeq)
+		require.Equal(t, "keep me", string(msg.Data))
+		require.Equal(t, fmt.Sprint(tc.gen+1), msg.Header.Get(streams.HeaderGen))
+		require.Equal(t, id, msg.Header.Get(streams.HeaderTaskID))
+		require.Equal(t, "t1", msg.Header.Get("Ax-Trace"))
+		require.True(t, strings.HasSuffix(msg.Subject, ".ctl"), "a control-plane copy: %s", msg.Subject)
+		opts, err := streams.ParseCopyHeaders(msg.Header)
+		require.NoError(t, err)
+		require.Equal(t, id, opts.ID, "a worker reads the task id of the copy")
+		var trail admin.TrailReply
+		require.NoError(t, b.call(t, admin.VerbTaskTrail, admin.TaskRequest{ID: id}, &trail))
+		var actions []string
+		for _, m := range trail.Trail {
+			actions = append(actions, m.Action)
+		}
+		require.Equal(t, []string{tc.first, "pause", "resume"}, actions)
+		var cancelled admin.TaskReply
+		require.NoError(t, b.call(t, admin.VerbTaskCancel, admin.TaskRequest{ID: id}, &cancelled))
+		require.Zero(t, natstest.StreamMsgs(t, b.JS, "AX_P1"))
 	}
-	require.Equal(t, []string{"submit", "pause", "resume"}, actions)
 }
 
 func TestAdminReprioritizeMovesBucket(t *testing.T) {
@@ -193,7 +208,7 @@ func TestAdminReprioritizeMovesBucket(t *testing.T) {
 	var reply admin.TaskReply
 	require.NoError(t, b.call(t, admin.VerbTaskReprioritize, admin.ReprioritizeRequest{ID: id, Priority: 0}, &reply))
 	require.Equal(t, 0, reply.Task.Priority)
-	require.Equal(t, uint64(2), reply.Task.Gen)
+	require.Equal(t, uint64(1), reply.Task.Gen, "its first message had generation 0: no record was written at submit")
 	require.Equal(t, "reprioritize", reply.Task.LastMove().Action)
 	require.Equal(t, uint64(0), natstest.StreamMsgs(t, b.JS, "AX_P4"))
 	require.Equal(t, uint64(1), natstest.StreamMsgs(t, b.JS, "AX_P0"))
@@ -231,7 +246,7 @@ func TestAdminBatchCancel(t *testing.T) {
 		require.Equal(t, kv.StateCancelled, rec.State)
 	}
 	for _, ref := range []kv.Ref{{Tenant: "globex", ID: other}, {Tenant: "acme", ID: report}} {
-		rec, _, err := b.Client.Store().Get(context.Background(), ref)
+		rec, err := b.Client.Get(context.Background(), ref.Tenant, ref.ID)
 		require.NoError(t, err)
 		require.Equal(t, kv.StateReady, rec.State, "outside the filter")
 	}
@@ -240,17 +255,20 @@ func TestAdminBatchCancel(t *testing.T) {
 func TestAdminStatsAndWorkers(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
-	for range 3 {
-		b.Submit(t, ax.TaskSpec{Type: "email", Priority: ax.P2})
+	// Two tasks whose records their claims write, one recorded at submit.
+	for i := range 3 {
+		b.Submit(t, ax.TaskSpec{ID: []string{"", "", "own-id"}[i], Type: "email", Priority: ax.P2})
 	}
 	var stats admin.StatsReply
 	require.NoError(t, b.call(t, admin.VerbStats, admin.StatsRequest{Window: "1m"}, &stats))
 	require.Len(t, stats.Buckets, 5)
 	require.Equal(t, uint64(3), stats.Buckets[2].Depth)
+	require.Equal(t, uint64(2), stats.Buckets[2].Unrecorded)
 	require.Equal(t, "AX_P2", stats.Buckets[2].Stream)
 	require.Positive(t, stats.Buckets[2].Capacity)
-	require.InDelta(t, 3.0/60, stats.Buckets[2].SubmittedRate, 1e-9)
-	require.Equal(t, 3, stats.States[kv.StateReady])
+	require.InDelta(t, 1.0/60, stats.Buckets[2].SubmittedRate, 1e-9, "records created in the window")
+	require.Equal(t, 3, stats.States[kv.StateReady], "the READY record and the two waiting without one")
+	require.Equal(t, 1, stats.Records)
 	require.Zero(t, stats.DLQ)
 
 	var workers admin.WorkersReply
@@ -276,7 +294,7 @@ func (b *adminBundle) finished(t *testing.T, typ string, took time.Duration, sta
 	t.Helper()
 	ctx := context.Background()
 	store := b.Client.Store()
-	id := b.Submit(t, ax.TaskSpec{Type: typ, Timeout: 10 * time.Second})
+	id := b.Submit(t, ax.TaskSpec{ID: nuid.Next(), Type: typ, Timeout: 10 * time.Second}) // recorded at submit
 	rec, rev, err := store.Get(ctx, kv.Ref{Tenant: ax.DefaultTenant, ID: id})
 	require.NoError(t, err)
 	started := time.Now().Add(-took)

@@ -98,16 +98,34 @@ func (a *Service) cutBatch(reply *BatchCancelReply) {
 }
 
 // unseen returns the tasks of the messages waiting in the priority buckets
-// that match f's tenant and type and whose task has no record: raw
-// publishes no worker has taken yet. Each is the task of its message's
-// tenant. It reads every matching message once (direct gets, by subject
-// filter).
+// that match f's tenant and type and whose task has no record
+// ([Service.unrecorded]).
 func (a *Service) unseen(ctx context.Context, f Filter) ([]kv.Ref, error) {
+	waiting, err := a.unrecorded(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]kv.Ref, len(waiting))
+	for i, rec := range waiting {
+		out[i] = rec.Ref()
+	}
+	return out, nil
+}
+
+// unrecorded returns the READY records that the claims of the messages
+// waiting in the priority buckets would start from, for the messages that
+// match f's tenant and type and whose task has no record: raw publishes no
+// worker has taken yet, and the tasks a Go client submitted without an id
+// or key of their own (docs/decisions/record-at-claim.md). Each is the task
+// of its message's tenant. It reads every matching message once (direct
+// gets, by subject filter) and looks up its record.
+func (a *Service) unrecorded(ctx context.Context, f Filter) ([]*kv.Record, error) {
 	names := a.cfg.Names
 	tenant, taskType := cmp.Or(f.Tenant, "*"), cmp.Or(f.Type, "*")
-	var out []kv.Ref
+	var out []*kv.Record
 	for p := range streams.Priorities {
-		stream, err := a.js.Stream(ctx, names.PriorityStream(p))
+		name := names.PriorityStream(p)
+		stream, err := a.js.Stream(ctx, name)
 		if err != nil {
 			return nil, fmt.Errorf("find unseen tasks: %w", err)
 		}
@@ -118,20 +136,22 @@ func (a *Service) unseen(ctx context.Context, f Filter) ([]kv.Ref, error) {
 				break
 			}
 			if err != nil {
-				return nil, fmt.Errorf("find unseen tasks in %s: %w", names.PriorityStream(p), err)
+				return nil, fmt.Errorf("find unseen tasks in %s: %w", name, err)
 			}
 			seq = msg.Sequence + 1
 			stored, opts, err := names.ParseMessage(msg.Subject, msg.Header)
 			id := opts.ID
 			if id == "" && err == nil {
-				id = streams.FallbackID(names.PriorityStream(p), msg.Sequence, msg.Time)
+				id = streams.FallbackID(name, msg.Sequence, msg.Time)
 			}
 			ref := kv.Ref{Tenant: stored.Tenant, ID: id}
 			if id == "" || ref.Validate() != nil {
 				continue // malformed: a worker dead-letters it
 			}
 			if _, _, err := a.store.Get(ctx, ref); errors.Is(err, kv.ErrNotFound) {
-				out = append(out, ref)
+				rec := kv.WaitingRecord(stored, opts, id, name, msg.Sequence, msg.Time.UTC())
+				rec.UpdatedAt = rec.CreatedAt
+				out = append(out, rec)
 			}
 		}
 	}

@@ -19,7 +19,7 @@ func TestAdminReprioritizeIntoAFullBucket(t *testing.T) {
 	t.Parallel()
 	b := setupAdminWith(t, axtest.Options{Streams: &streams.Config{Capacity: 2}})
 	ctx := context.Background()
-	id := b.Submit(t, ax.TaskSpec{Type: "email", Priority: ax.P4})
+	id := b.Submit(t, ax.TaskSpec{ID: "moved", Type: "email", Priority: ax.P4}) // recorded at submit
 	b.Submit(t, ax.TaskSpec{Type: "email", Priority: ax.P0})
 	b.Submit(t, ax.TaskSpec{Type: "email", Priority: ax.P0})
 

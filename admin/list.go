@@ -105,6 +105,18 @@ func (a *Service) tasksList(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(req.States) == 0 || slices.Contains(req.States, kv.StateReady) {
+		// Tasks waiting in their buckets whose record the claim writes.
+		waiting, err := a.unrecorded(ctx, req.Filter)
+		if err != nil {
+			return nil, err
+		}
+		for _, rec := range waiting {
+			if strings.HasPrefix(rec.ID, req.IDPrefix) {
+				matched = append(matched, *rec)
+			}
+		}
+	}
 	slices.SortFunc(matched, func(x, y kv.Record) int {
 		return listOrder(listCursor{x.UpdatedAt, x.ID}, listCursor{y.UpdatedAt, y.ID})
 	})

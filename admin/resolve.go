@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -25,6 +26,19 @@ func (a *Service) resolve(ctx context.Context, id, tenant string, unseen bool) (
 	refs, err := a.store.Find(ctx, id)
 	if err != nil {
 		return kv.Ref{}, err
+	}
+	if len(refs) == 0 {
+		// A task no worker has claimed yet may have no record: find it in
+		// its bucket (admin/unclaimed.go).
+		waiting, err := a.store.Unclaimed(ctx, id, "")
+		if err != nil {
+			return kv.Ref{}, err
+		}
+		for _, rec := range waiting {
+			if !slices.Contains(refs, rec.Ref()) {
+				refs = append(refs, rec.Ref())
+			}
+		}
 	}
 	switch len(refs) {
 	case 1:

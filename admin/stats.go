@@ -128,6 +128,7 @@ func statsWindow(raw string) (time.Duration, error) {
 // finished within window; each record is also given to also, if not nil.
 func (a *Service) tallyRecords(ctx context.Context, reply *StatsReply, window time.Duration, also func(*kv.Record)) error {
 	runTimes := make([][]time.Duration, streams.Priorities)
+	bound := make([]uint64, streams.Priorities) // unfinished records bound to a bucket's message
 	types := map[string]*typeTally{}
 	since := time.Now().Add(-window)
 	var err error
@@ -141,6 +142,9 @@ func (a *Service) tallyRecords(ctx context.Context, reply *StatsReply, window ti
 			return
 		}
 		b := &reply.Buckets[r.Priority]
+		if !r.State.Terminal() && r.Stream == b.Stream {
+			bound[r.Priority]++
+		}
 		if r.CreatedAt.After(since) {
 			b.SubmittedRate++
 		}
@@ -171,6 +175,10 @@ func (a *Service) tallyRecords(ctx context.Context, reply *StatsReply, window ti
 	secs := window.Seconds()
 	for p := range reply.Buckets {
 		b := &reply.Buckets[p]
+		if b.Depth > bound[p] {
+			b.Unrecorded = b.Depth - bound[p]
+			reply.States[kv.StateReady] += int(b.Unrecorded)
+		}
 		b.SubmittedRate /= secs
 		b.SucceededRate /= secs
 		b.DeadRate /= secs

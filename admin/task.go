@@ -17,6 +17,15 @@ func (a *Service) taskGet(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	rec, rev, err := a.store.Get(ctx, ref)
+	if errors.Is(err, kv.ErrNotFound) {
+		waiting, ferr := a.store.Unclaimed(ctx, ref.ID, ref.Tenant)
+		if ferr != nil {
+			return nil, ferr
+		}
+		if len(waiting) > 0 {
+			return &TaskReply{Task: waiting[0], Unclaimed: true}, nil
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -29,6 +38,15 @@ func (a *Service) taskTrail(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	trail, err := a.store.Trail(ctx, ref)
+	if errors.Is(err, kv.ErrNotFound) {
+		waiting, ferr := a.store.Unclaimed(ctx, ref.ID, ref.Tenant)
+		if ferr != nil {
+			return nil, ferr
+		}
+		if len(waiting) > 0 {
+			trail, err = waiting[0].Trail, nil
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +104,31 @@ func (a *Service) decodeTask(ctx context.Context, data []byte, mayUnseen bool) (
 		return kv.Ref{}, false, badRequest(`"unseen" applies to task.cancel and task.pause only`)
 	}
 	ref, err := a.resolve(ctx, req.ID, req.Tenant, req.Unseen)
+	if err == nil && mayUnseen && !req.Unseen {
+		err = a.materialize(ctx, ref)
+	}
 	return ref, req.Unseen, err
+}
+
+// materialize writes the READY record of task ref if it waits in its
+// bucket with no record yet (its record is written at the claim:
+// docs/decisions/record-at-claim.md), as the claim would have, so that an
+// operator's move acts on it as on any READY task. A worker that claims
+// it meanwhile wins; its record then decides.
+func (a *Service) materialize(ctx context.Context, ref kv.Ref) error {
+	if _, _, err := a.store.Get(ctx, ref); !errors.Is(err, kv.ErrNotFound) {
+		return nil // recorded (or unreadable: the move reports it)
+	}
+	waiting, err := a.store.Unclaimed(ctx, ref.ID, ref.Tenant)
+	if err != nil || len(waiting) == 0 {
+		return err
+	}
+	rec := waiting[0]
+	rec.Trail, rec.UpdatedAt = nil, time.Time{}
+	if _, _, err := a.store.Create(ctx, rec, kv.Actor{Action: "publish"}); err != nil && !errors.Is(err, kv.ErrExists) {
+		return err
+	}
+	return nil
 }
 
 // cancel moves a task to CANCELLED; a RUNNING task's worker is then told,
@@ -167,6 +209,9 @@ func (a *Service) notify(workerID string, ref kv.Ref) bool {
 
 func (a *Service) taskResume(ctx context.Context, data []byte) (any, error) {
 	ref, _, err := a.decodeTask(ctx, data, false)
+	if err == nil {
+		err = a.materialize(ctx, ref)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -235,6 +280,9 @@ func (a *Service) taskReprioritize(ctx context.Context, data []byte) (any, error
 		return nil, badRequest(`"priority" %d is not 0..%d (0 is P0, the highest)`, req.Priority, streams.Priorities-1)
 	}
 	ref, err := a.resolve(ctx, req.ID, req.Tenant, false)
+	if err == nil {
+		err = a.materialize(ctx, ref)
+	}
 	if err != nil {
 		return nil, err
 	}

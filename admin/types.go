@@ -74,6 +74,11 @@ type TaskReply struct {
 	Revision uint64     `json:"revision"`
 	// Created is true when the action wrote the task's first record.
 	Created bool `json:"created,omitempty"`
+	// Unclaimed is true when task.get found the task waiting in its bucket
+	// with no record yet: a task submitted without an id or key of its own
+	// gets its record when a worker claims it, and Task is the READY record
+	// that claim starts from (Revision 0: none is stored yet).
+	Unclaimed bool `json:"unclaimed,omitempty"`
 	// Notified is true when the worker running a cancelled task confirmed
 	// that its handler's context was cancelled.
 	Notified bool `json:"notified,omitempty"`
@@ -213,10 +218,13 @@ type StatsRequest struct {
 
 // StatsReply describes every priority bucket and the dead-letter stream.
 type StatsReply struct {
-	Window  axtype.Duration      `json:"window"`
-	Buckets []BucketStats        `json:"buckets"`
-	States  map[axtype.State]int `json:"states"` // records per state, all buckets
-	DLQ     uint64               `json:"dlq"`    // dead letters stored
+	Window  axtype.Duration `json:"window"`
+	Buckets []BucketStats   `json:"buckets"`
+	// States counts the tasks per state, all buckets: the records, and
+	// in READY also the tasks waiting in their buckets without a record
+	// yet (BucketStats.Unrecorded).
+	States  map[axtype.State]int `json:"states"`
+	DLQ     uint64               `json:"dlq"` // dead letters stored
 	Records int                  `json:"records"`
 	// Types describes each task type with tasks finished in the window,
 	// sorted by type: timeouts are set per type, so this is where to read
@@ -285,8 +293,16 @@ type BucketStats struct {
 	Capacity int64  `json:"capacity"`
 	// InFlight is the messages delivered and not yet acknowledged.
 	InFlight int `json:"in_flight"`
-	// Rates per second over the window: submitted (records created),
-	// succeeded and dead.
+	// Unrecorded estimates the tasks waiting in the bucket that have no
+	// record yet: submitted without an id or key of their own, or by a
+	// publish-only producer, their record is written by the worker that
+	// claims them (docs/decisions/record-at-claim.md). It is Depth less the
+	// unfinished records bound to the bucket's messages, read one after
+	// the other (a snapshot, not a count under one lock).
+	Unrecorded uint64 `json:"unrecorded"`
+	// Rates per second over the window: submitted (records created: a
+	// task whose record its claim writes counts from then on, with the
+	// time it was published), succeeded and dead.
 	SubmittedRate float64 `json:"submitted_per_s"`
 	SucceededRate float64 `json:"succeeded_per_s"`
 	DeadRate      float64 `json:"dead_per_s"`

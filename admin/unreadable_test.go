@@ -17,7 +17,7 @@ func TestAdminReportsUnreadableRecords(t *testing.T) {
 	b := setupAdmin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	good := b.Submit(t, ax.TaskSpec{Type: "email"})
+	good := b.Submit(t, ax.TaskSpec{ID: "good", Type: "email"}) // recorded at submit
 	tasks, err := b.JS.KeyValue(ctx, "AX_TASKS")
 	require.NoError(t, err)
 	_, err = tasks.Put(ctx, "garbled", []byte("{not json"))

@@ -195,7 +195,17 @@ func (a *aging) lift(ctx context.Context, prio int, raw *jetstream.RawStreamMsg)
 	}
 	rec, rev, err := a.l.store.Get(ctx, kv.Ref{Tenant: stored.Tenant, ID: opts.ID})
 	if errors.Is(err, kv.ErrNotFound) {
-		return false, nil
+		// A task no worker has claimed, whose submitter wrote no record (a
+		// task of generated id and key, or a publish-only client's): once
+		// it is due, its READY record is written here, as the claim would
+		// have, and it is lifted like any other.
+		if stored.Copy || time.Since(raw.Time) < a.l.cfg.AgingThreshold {
+			return false, nil
+		}
+		rec, rev, err = a.l.store.Create(ctx, kv.WaitingRecord(stored, opts, opts.ID, names.PriorityStream(prio), raw.Sequence, raw.Time.UTC()), kv.Actor{Action: "publish"})
+		if errors.Is(err, kv.ErrExists) {
+			return false, nil // a worker claimed it meanwhile
+		}
 	}
 	if err != nil {
 		return false, err

@@ -324,18 +324,7 @@ func (cl *claimer) newRecord(env *envelope) *kv.Record {
 // readyRecord is the READY record of a raw publish's task, bound to its
 // message: what a Go submit writes.
 func readyRecord(env *envelope) *kv.Record {
-	rec := &kv.Record{
-		ID: env.id, Type: env.stored.Type, Tenant: env.stored.Tenant, Key: env.stored.Key,
-		Priority: env.stored.Priority, State: kv.StateReady,
-		MaxAttempts: env.opts.MaxAttempts, Timeout: kv.Duration(env.opts.Timeout),
-		CreatedAt: env.published,
-	}
-	rec.Bind(env.opts.Gen, env.stream, env.seq)
-	if !env.opts.Deadline.IsZero() {
-		t := env.opts.Deadline.UTC()
-		rec.Deadline = &t
-	}
-	return rec
+	return kv.WaitingRecord(env.stored, env.opts, env.id, env.stream, env.seq, env.published)
 }
 
 // start fills the fields of a claim.

@@ -25,11 +25,22 @@ func StoreRead(store *kv.Store) ReadFunc {
 	return func(ctx context.Context, id string) (*kv.Record, error) { return Record(ctx, store, id) }
 }
 
-// Record reads the record of the one task of any tenant with id.
+// Record reads the record of the one task of any tenant with id; for a
+// task waiting in its bucket with its record still to be written at the
+// claim, the READY record task.get shows ([kv.Store.Unclaimed]).
 func Record(ctx context.Context, store *kv.Store, id string) (*kv.Record, error) {
 	refs, err := store.Find(ctx, id)
 	if err != nil {
 		return nil, err
+	}
+	if len(refs) == 0 {
+		waiting, err := store.Unclaimed(ctx, id, "")
+		if err != nil {
+			return nil, err
+		}
+		if len(waiting) == 1 {
+			return waiting[0], nil
+		}
 	}
 	if len(refs) != 1 {
 		return nil, fmt.Errorf("%d tasks have id %s: %w", len(refs), id, kv.ErrNotFound)

@@ -206,6 +206,10 @@ func (s *Store) birth(rec *Record, actor Actor) (*Record, []byte, error) {
 		}
 		next.record("", StateReady, ready, next.CreatedAt)
 		next.record(StateReady, StateRunning, actor, now)
+	} else if rec.State == StateReady && next.CreatedAt.Before(now) {
+		// Born READY for a message no worker claimed yet (aging): it was
+		// READY since it was published (CreatedAt).
+		next.record("", StateReady, actor, next.CreatedAt)
 	} else {
 		next.record("", rec.State, actor, now)
 	}

@@ -165,6 +165,14 @@ func (n Names) StoredMessageFilter(p int, tenant, taskType string) string {
 	return fmt.Sprintf("%s.p%d.*.%s.%s.*", n.Prefix(), p, tenant, taskType)
 }
 
+// StoredIDFilter returns the subject of a task stored in priority stream
+// p whose key is its id (a task submitted without a key or an id of its
+// own), of tenant ("*" for any) and any type:
+// "<prefix>.p<N>.<shard of id>.<tenant>.*.<id>".
+func (n Names) StoredIDFilter(p int, tenant, id string) string {
+	return fmt.Sprintf("%s.p%d.%d.%s.*.%s", n.Prefix(), p, Shard(id), tenant, id)
+}
+
 // ShardFilter returns the filter subject of the consumer of (priority, shard).
 func (n Names) ShardFilter(p, shard int) string {
 	return fmt.Sprintf("%s.p%d.%d.>", n.Prefix(), p, shard)

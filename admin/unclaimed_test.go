@@ -1,0 +1,91 @@
+package admin_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/internal/axtest"
+	"github.com/ax-mesh/ax/internal/kv"
+	"github.com/ax-mesh/ax/worker"
+)
+
+// A task submitted without an id or a key of its own gets its record from
+// the worker that claims it (docs/decisions/record-at-claim.md), and is
+// still known as soon as Submit returns: task.get and task.trail find it
+// in its bucket, and task.cancel and task.pause act on it without
+// "unseen". A task with its own id keeps the record written at submit and
+// is still reported a duplicate when submitted again. Red when the admin
+// reads only records (404) or the client still writes the record.
+func TestUnclaimedTaskIsKnownAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setupAdminFast(t)
+	ctx := context.Background()
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "email", Tenant: "acme", Priority: ax.P3, MaxAttempts: 7})
+	require.NoError(t, err)
+	_, _, err = b.Store.Get(ctx, kv.Ref{Tenant: "acme", ID: info.ID})
+	require.ErrorIs(t, err, kv.ErrNotFound, "no record before a worker claims the task")
+
+	var got admin.TaskReply
+	require.NoError(t, b.call(t, admin.VerbTaskGet, admin.TaskRequest{ID: info.ID}, &got))
+	require.True(t, got.Unclaimed)
+	require.Equal(t, kv.StateReady, got.Task.State)
+	require.Equal(t, "email", got.Task.Type)
+	require.Equal(t, "acme", got.Task.Tenant)
+	require.Equal(t, 3, got.Task.Priority)
+	require.Equal(t, 7, got.Task.MaxAttempts)
+	require.Equal(t, info.Sequence, got.Task.StreamSeq)
+	var trail admin.TrailReply
+	require.NoError(t, b.call(t, admin.VerbTaskTrail, admin.TaskRequest{ID: info.ID}, &trail))
+	require.Len(t, trail.Trail, 1)
+	require.Equal(t, "publish", trail.Trail[0].Action)
+	requireCode(t, b.call(t, admin.VerbTaskGet, admin.TaskRequest{ID: info.ID, Tenant: "globex"}, &got), admin.CodeNotFound, "unknown task")
+
+	// Cancelled before any worker saw it, without "unseen": it never runs.
+	cancelled := b.Submit(t, ax.TaskSpec{Type: "email"})
+	reply, err := kvCancel(b, t, cancelled)
+	require.NoError(t, err)
+	require.Equal(t, kv.StateCancelled, reply.Task.State)
+	require.True(t, reply.Task.FinishedAt != nil || reply.Created)
+	paused := b.Submit(t, ax.TaskSpec{Type: "email"})
+	var held admin.TaskReply
+	require.NoError(t, b.call(t, admin.VerbTaskPause, admin.TaskRequest{ID: paused}, &held))
+	require.Equal(t, kv.StatePaused, held.Task.State)
+
+	// An id of the submitter's own: the record is written at submit.
+	own, err := b.Client.Submit(ctx, ax.TaskSpec{ID: "order-42", Type: "email"})
+	require.NoError(t, err)
+	rec := b.Get(t, own.ID)
+	require.Equal(t, "submit", rec.Trail[0].Action)
+	again, err := b.Client.Submit(ctx, ax.TaskSpec{ID: "order-42", Type: "email"})
+	require.NoError(t, err)
+	require.True(t, again.Duplicate)
+
+	ran := make(chan string, 8)
+	reg := worker.NewRegistry()
+	require.NoError(t, reg.Handle("email", func(_ context.Context, task *worker.Task) error {
+		ran <- task.ID
+		return nil
+	}, nil))
+	w, _ := b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 4})
+	defer axtest.Stop(t, w)
+	done := b.WaitState(t, info.ID, kv.StateSucceeded)
+	var actions []string
+	for _, m := range done.Trail {
+		actions = append(actions, m.Action)
+	}
+	require.Equal(t, []string{"publish", "claim", "complete"}, actions)
+	require.True(t, done.Trail[0].At.Before(done.Trail[1].At) || done.Trail[0].At.Equal(done.Trail[1].At))
+	b.WaitState(t, own.ID, kv.StateSucceeded)
+	time.Sleep(300 * time.Millisecond) // time for a wrongly released task to run
+	close(ran)
+	var runs []string
+	for id := range ran {
+		runs = append(runs, id)
+	}
+	require.ElementsMatch(t, []string{info.ID, own.ID}, runs, "the cancelled and the paused task never ran")
+}

@@ -1,0 +1,76 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-mesh/ax/internal/streams"
+)
+
+// Unclaimed finds the waiting messages of task id, of tenant ("" for any),
+// that no worker has claimed yet and that have no record: a Go client
+// writes no record for a task whose id and key it made itself, and the
+// worker that claims it does (docs/decisions/record-at-claim.md). Such a
+// task's stored subject ends in its id, "<prefix>.p<N>.<shard of id>.<tenant>.<type>.<id>",
+// so one direct get per priority bucket finds it. Each returned record is
+// the READY record the claim starts from, bound to its message, with the
+// move the claim's record begins with (revision 0: none is stored).
+func (s *Store) Unclaimed(ctx context.Context, id, tenant string) ([]*Record, error) {
+	if tenant == "" {
+		tenant = "*"
+	}
+	names := s.cfg.Names
+	var out []*Record
+	for p := range streams.Priorities {
+		stream, err := s.js.Stream(ctx, names.PriorityStream(p))
+		if err != nil {
+			return nil, fmt.Errorf("find task %s in its bucket: %w", id, err)
+		}
+		filter := names.StoredIDFilter(p, tenant, id)
+		for seq := uint64(0); ; {
+			msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("find task %s in %s: %w", id, names.PriorityStream(p), err)
+			}
+			seq = msg.Sequence + 1
+			stored, opts, err := names.ParseMessage(msg.Subject, msg.Header)
+			if err != nil || opts.ID != id || stored.Copy {
+				continue // another task keyed by this id, or not a producer's message
+			}
+			if _, _, err := s.Get(ctx, Ref{Tenant: stored.Tenant, ID: id}); !errors.Is(err, ErrNotFound) {
+				continue // claimed meanwhile (or unreadable): the record speaks for it
+			}
+			rec := WaitingRecord(stored, opts, id, names.PriorityStream(p), msg.Sequence, msg.Time.UTC())
+			rec.UpdatedAt = rec.CreatedAt
+			rec.Trail = []Move{{Task: id, To: StateReady, At: rec.CreatedAt, Action: "publish"}}
+			out = append(out, rec)
+		}
+	}
+	return out, nil
+}
+
+// WaitingRecord is the READY record of a task whose message (stream, seq,
+// stored at published) no worker has claimed and whose submitter wrote no
+// record: what a worker's claim starts from, what [Store.Unclaimed] shows
+// until then, and what aging writes before it lifts such a task.
+func WaitingRecord(stored streams.Stored, opts streams.Options, id, stream string, seq uint64, published time.Time) *Record {
+	rec := &Record{
+		ID: id, Type: stored.Type, Tenant: stored.Tenant, Key: stored.Key,
+		Priority: stored.Priority, State: StateReady,
+		MaxAttempts: opts.MaxAttempts, Timeout: Duration(opts.Timeout),
+		CreatedAt: published,
+	}
+	rec.Bind(opts.Gen, stream, seq)
+	if !opts.Deadline.IsZero() {
+		t := opts.Deadline.UTC()
+		rec.Deadline = &t
+	}
+	return rec
+}
