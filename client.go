@@ -201,8 +201,12 @@ func (c *Client) Store() *Store { return c.store }
 // [Config.PublishOnly] may not use: they read or write records.
 var ErrPublishOnly = errors.New("not available to a publish-only client (Config.PublishOnly)")
 
-// Submit validates task, publishes it to its priority bucket and writes its
-// READY record. On [ErrOverloaded] nothing was stored; on another error the
+// Submit validates task, publishes it to its priority bucket and, for a
+// task with an id, key, delay or unique key of its own, writes its READY
+// record; the record of a task whose id and key Submit made is written by
+// the worker that claims it, and [Client.Get] finds the task in its bucket
+// until then (docs/decisions/record-at-claim.md). On [ErrOverloaded]
+// nothing was stored; on another error the
 // task may or may not be stored, and retrying with the returned id is safe.
 // A task with [TaskSpec.Unique] first claims its unique key in AX_UNIQUE;
 // when another task holds it, nothing is published and the returned info
