@@ -337,7 +337,7 @@ func TestAgingWaitsForARefusingBucket(t *testing.T) {
 	require.NoError(t, err)
 
 	time.Sleep(time.Second) // ten thresholds
-	rec, _, err := client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
+	rec, err := client.Get(ctx, info.Tenant, info.ID) // no record until aging or a claim writes it
 	require.NoError(t, err)
 	require.Equal(t, 3, rec.Priority, "not lifted into a bucket that refuses")
 	require.EqualValues(t, 16, natstest.StreamMsgs(t, js, "AX_P2"))
@@ -346,7 +346,7 @@ func TestAgingWaitsForARefusingBucket(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, stream.Purge(ctx, jetstream.WithPurgeKeep(11))) // 55%: admitted again
 	require.Eventually(t, func() bool {
-		rec, _, err := client.Store().Get(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID})
+		rec, err := client.Get(ctx, info.Tenant, info.ID)
 		require.NoError(t, err)
 		return rec.Priority < 3
 	}, 10*time.Second, 10*time.Millisecond, "lifted once the bucket admits")
