@@ -360,7 +360,7 @@ func TestLostAttemptsAreBuried(t *testing.T) {
 		runs.Add(1)
 		return nil
 	}, nil))
-	info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "crasher", MaxAttempts: 3})
+	info, err := b.Client.Submit(ctx, ax.TaskSpec{ID: "lost-attempts", Type: "crasher", MaxAttempts: 3}) // recorded at submit: its record is rewritten below
 	require.NoError(t, err)
 	// As three takeovers of lost attempts leave it (no worker runs yet).
 	_, _, err = b.Store.Transition(ctx, kv.Ref{Tenant: info.Tenant, ID: info.ID}, kv.StateReady, kv.StateReady,
