@@ -292,6 +292,12 @@ func storeGet(ctx context.Context, store *kv.Store, id string) (*kv.Record, uint
 	}
 	switch len(refs) {
 	case 0:
+		// A task of generated id waits without a record until its claim
+		// writes one: the record that claim starts from.
+		waiting, err := store.Unclaimed(ctx, id, "")
+		if err == nil && len(waiting) == 1 {
+			return waiting[0], 0, nil
+		}
 		return nil, 0, fmt.Errorf("get task %s: %w", id, kv.ErrNotFound)
 	case 1:
 		return store.Get(ctx, refs[0])

@@ -61,7 +61,9 @@ type journal struct {
 	// write settling an execution of it failed (final_write_failed) or was
 	// not made because the claim had lapsed before it (final_write_fenced:
 	// no heartbeat confirmed within the ack wait, as on an overloaded
-	// machine): the outcome was not recorded, so the task runs again.
+	// machine; or lost_claim with that reason, when the lapse came as the
+	// handler returned): the outcome was not recorded, so the task runs
+	// again.
 	finalWriteFailed map[string]map[string]bool
 	logs             map[string][]string // the workers' log lines about each task, for failure reports
 	// deaths maps a worker id to when it was killed.
@@ -113,7 +115,8 @@ func (j *journal) noteLogs(worker, output string) {
 			continue
 		}
 		j.logs[id] = append(j.logs[id], worker+": "+strings.TrimSpace(line))
-		if entry.Msg != "final_write_failed" && entry.Msg != "final_write_fenced" {
+		lapsed := entry.Msg == "lost_claim" && strings.Contains(entry.field("reason"), "claim lapsed")
+		if entry.Msg != "final_write_failed" && entry.Msg != "final_write_fenced" && !lapsed {
 			continue
 		}
 		if j.finalWriteFailed[id] == nil {

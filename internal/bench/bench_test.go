@@ -49,8 +49,8 @@ func TestScenariosRun(t *testing.T) {
 	require.GreaterOrEqual(t, del.Extra["min_ms"], 0.0, "no task released before it was due")
 }
 
-// The floor scenario does ax's server operations per task: the same
-// stored messages, record writes, acks and deliveries as a throughput run;
+// The floor-claimcreate scenario does ax's server operations per task: the
+// same stored messages, record writes, acks and deliveries as a throughput run;
 // its other plans do the record writes and reads they say.
 func TestFloorDoesAxsOperations(t *testing.T) {
 	ctx := context.Background()
@@ -80,7 +80,9 @@ func TestFloorDoesAxsOperations(t *testing.T) {
 			}
 			require.InDelta(t, tp.Ops[op], r.Ops[op], 0.05, "%s: %s per task: ax %v, floor %v", plan.Name, op, tp.Ops[op], r.Ops[op])
 		}
-		if plan.Name == "floor" {
+		if plan.Name == "floor-claimcreate" {
+			// The Go client writes no record for a task whose id it made:
+			// the claim creates it (docs/decisions/record-at-claim.md).
 			require.InDelta(t, tp.Ops["records"], r.Ops["records"], 0.05, "ax's record writes")
 		}
 		requests[plan.Name] = r.Ops["requests"]

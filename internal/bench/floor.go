@@ -41,10 +41,11 @@ type FloorPlan struct {
 	AsyncPersist bool
 }
 
-// FloorPlans returns ax's operations one synchronous round trip each
-// ("floor"), three designs with fewer, each priced by the same run (no
-// claim read; no record at submit, the claim creating it as for a raw
-// publish; only the outcome written), ax's operations on streams that
+// FloorPlans returns the operations of a task recorded at submit one
+// synchronous round trip each ("floor"), three designs with fewer, each
+// priced by the same run (no claim read; no record at submit, the claim
+// creating it as for a raw publish, which is what ax does for a task whose
+// id the Go client made: "floor-claimcreate"; only the outcome written), ax's operations on streams that
 // acknowledge writes before they are written (async persist mode), and
 // ax's operations batched and pipelined ("floor-pipelined"), then the
 // three designs with fewer operations batched and pipelined too: the
