@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -126,10 +127,14 @@ type WorkflowSummary struct {
 	SubmittedAt time.Time `json:"submitted_at"`
 	Tasks       int       `json:"tasks"`
 	// State is SUCCEEDED (every task), RUNNING (a task waits in a bucket,
-	// runs or retries, or is about to be released), FAILED (a task is
-	// DEAD and nothing runs) or CANCELLED (a task was cancelled and
-	// nothing runs).
+	// runs or retries, or is about to be released), PAUSED (RUNNING, and
+	// paused by workflow.pause: it releases no further task until
+	// workflow.resume), FAILED (a task is DEAD and nothing runs) or
+	// CANCELLED (a task was cancelled and nothing runs).
 	State string `json:"state"`
+	// Paused is true while the workflow's pause mark exists
+	// (workflow.pause), also after its last task ended.
+	Paused bool `json:"paused,omitempty"`
 	// States counts its tasks by state; WAITING: not released yet.
 	States map[string]int `json:"states"`
 }
@@ -164,6 +169,14 @@ func (a *Service) workflowList(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", names.WorkflowStream(), err)
 	}
+	board, err := control.Open(ctx, a.js, names)
+	if err != nil {
+		return nil, err
+	}
+	paused, err := control.PausedWorkflows(ctx, board)
+	if err != nil {
+		return nil, err
+	}
 	reply := &WorkflowListReply{Workflows: []WorkflowSummary{}}
 	for seq := info.State.LastSeq; seq >= info.State.FirstSeq && seq > 0 && len(reply.Workflows) < limit; seq-- {
 		msg, err := stream.GetMsg(ctx, seq)
@@ -196,6 +209,8 @@ func (a *Service) workflowList(ctx context.Context, data []byte) (any, error) {
 			return nil, err
 		}
 		sum.SubmittedAt = msg.Time
+		sum.Paused = paused[control.WorkflowPausedKey(tenant, id)]
+		sum.State = PausedState(sum.State, sum.Paused)
 		reply.Workflows = append(reply.Workflows, *sum)
 	}
 	return reply, nil
@@ -258,4 +273,15 @@ func WorkflowState(states map[string]int, tasks int) string {
 		return string(kv.StateCancelled)
 	}
 	return "RUNNING" // the rest about to be released
+}
+
+// PausedState is the state a workflow in state (as [WorkflowState] sums
+// it up) is shown in when paused says whether its pause mark exists:
+// PAUSED in place of RUNNING, since a paused workflow makes no progress
+// until it is resumed. A workflow that has ended keeps its end.
+func PausedState(state string, paused bool) string {
+	if paused && state == "RUNNING" {
+		return "PAUSED"
+	}
+	return state
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -125,7 +126,17 @@ func (a *Service) workflowGet(ctx context.Context, data []byte) (any, error) {
 			}
 		}
 	}
-	reply.State = WorkflowState(reply.States, reply.Tasks)
+	board, err := control.Open(ctx, a.js, names)
+	if err != nil {
+		return nil, err
+	}
+	switch _, err := board.Get(ctx, control.WorkflowPausedKey(tenant, doc.ID)); {
+	case err == nil:
+		reply.Paused = true
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil, fmt.Errorf("read workflow %s: its pause mark: %w", req.ID, err)
+	}
+	reply.State = PausedState(WorkflowState(reply.States, reply.Tasks), reply.Paused)
 	sort.SliceStable(nodes, func(i, j int) bool { return nodes[i].Layer < nodes[j].Layer })
 	kept, _ := fit(nodes, a.roomFor(reply))
 	reply.Nodes, reply.Truncated = nodes[:kept], kept < len(nodes)

@@ -1,14 +1,20 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/internal/kv"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -111,12 +117,43 @@ func workflowPauseAsDeployed(t *testing.T, file string) {
 	srv := startRoleServer(t, file)
 	url := srv.ClientURL()
 	mustAxAs(t, url, "scheduler", "provision")
-	sched := startAxAs(t, url, "scheduler", "scheduler")
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	sched := startAxAs(t, url, "scheduler", "scheduler", "--metrics-addr", metricsAddr)
 	w := startAxAs(t, url, "worker-1", "worker")
 	require.Eventually(t, func() bool { return strings.Contains(w.output(), "joining the mesh") || w.exited() },
 		30*time.Second, 50*time.Millisecond, "ax worker did not join:\n%s", w.output())
 	require.Eventually(t, func() bool { return strings.Contains(sched.output(), "admin_started") || sched.exited() },
 		30*time.Second, 50*time.Millisecond, "ax scheduler's management API did not start:\n%s", sched.output())
+	// ls, the workflow.get reply the dashboard shows, and ax_workflows on
+	// the scheduler's /metrics each say whether the workflow is paused.
+	operator, _ := srv.ConnectAs("operator")
+	requireShownAs := func(state string) {
+		t.Helper()
+		ls := mustAxAs(t, url, "operator", "workflow", "ls", "--tenant", "acme")
+		require.Regexp(t, `(?m)^order-9\s+acme\s+`+state+`\s`, ls)
+		var reply admin.WorkflowGetReply
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, admin.NewClient(operator, streams.Names{}).Call(ctx, admin.VerbWorkflowGet,
+			admin.WorkflowRequest{ID: "order-9", Tenant: "acme"}, &reply))
+		require.Equal(t, state, reply.State)
+		require.Equal(t, state == "PAUSED", reply.Paused)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			resp, err := http.Get("http://" + metricsAddr + "/metrics")
+			if !assert.NoError(c, err) {
+				return
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			for _, s := range []string{"RUNNING", "PAUSED", "FAILED"} {
+				want := 0
+				if s == state {
+					want = 1
+				}
+				assert.Contains(c, string(body), fmt.Sprintf("ax_workflows{state=%q} %d\n", strings.ToLower(s), want))
+			}
+		}, 30*time.Second, 200*time.Millisecond, "ax_workflows on the scheduler's /metrics")
+	}
 
 	doc := filepath.Join(t.TempDir(), "wf.json")
 	require.NoError(t, os.WriteFile(doc, []byte(`{"id": "order-9", "tenant": "acme", "tasks": [
@@ -127,6 +164,7 @@ func workflowPauseAsDeployed(t *testing.T, file string) {
 	require.Equal(t, "order-9: 4 tasks", strings.TrimSpace(mustAxAs(t, url, "producer-acme", "workflow", "submit", doc)))
 	require.Equal(t, "workflow order-9: paused", strings.TrimSpace(mustAxAs(t, url, "operator", "workflow", "pause", "order-9", "--tenant", "acme")))
 	require.Contains(t, mustAxAs(t, url, "operator", "workflow", "pause", "order-9", "--tenant", "acme"), "workflow order-9: paused already (since ")
+	requireShownAs("PAUSED")
 
 	require.Eventually(t, func() bool { return taskSucceeded(url, "acme", "order-9/slow") },
 		60*time.Second, 200*time.Millisecond)
@@ -142,6 +180,7 @@ func workflowPauseAsDeployed(t *testing.T, file string) {
 		60*time.Second, 200*time.Millisecond)
 	after := taskJSON(t, url, "acme", "order-9/after")
 	require.Equal(t, "released by the success of parent slow; held while the workflow was paused, released at its resume", after.Trail[0].Note)
+	requireShownAs("FAILED") // resumed: held by its DEAD task only
 
 	_, stderr, err := runAxAs(url, "operator", 30*time.Second, "workflow", "pause", "order-9", "--tenant", "acme")
 	require.Error(t, err)

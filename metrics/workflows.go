@@ -11,6 +11,7 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
+	"github.com/ax-mesh/ax/control"
 	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,10 +20,11 @@ import (
 
 // workflowStates are the values of ax_workflows' state label, each
 // reported (0 included) at every scrape that read the workflows.
-var workflowStates = []string{"running", "succeeded", "failed", "cancelled"}
+var workflowStates = []string{"running", "paused", "succeeded", "failed", "cancelled"}
 
 // workflowsCollector counts the workflows kept in AX_WORKFLOWS by state
-// (admin.WorkflowState), at scrape time. It reads each document once
+// (admin.WorkflowState, and admin.PausedState for those paused), at
+// scrape time. It reads each document once
 // (from the sequence it stopped at), forgets those the stream no longer
 // keeps, and reads again only the records of tasks that have not reached
 // a state they never leave (SUCCEEDED, CANCELLED). Atomic batches and
@@ -44,6 +46,7 @@ type workflowsCollector struct {
 // whose every task is SUCCEEDED or CANCELLED, only its state.
 type workflowCounting struct {
 	tenant  string
+	id      string
 	ids     []string   // its tasks' ids
 	parents [][]int    // each task's parents, by index
 	states  []kv.State // the last read of each ("": no record yet)
@@ -70,7 +73,7 @@ func (w *workflowCounting) mayChange(i int) bool {
 
 func newWorkflowsCollector(js jetstream.JetStream, names streams.Names, timeout time.Duration) *workflowsCollector {
 	return &workflowsCollector{js: js, names: names, timeout: timeout, runs: map[uint64]*workflowCounting{},
-		desc: prometheus.NewDesc("ax_workflows", "Workflows kept in AX_WORKFLOWS by state (running, succeeded, failed, cancelled; as ax workflow ls shows them), read at scrape time; atomic batches are not counted.",
+		desc: prometheus.NewDesc("ax_workflows", "Workflows kept in AX_WORKFLOWS by state (running, paused, succeeded, failed, cancelled; as ax workflow ls shows them), read at scrape time; atomic batches are not counted.",
 			[]string{"state"}, nil)}
 }
 
@@ -130,9 +133,18 @@ func (c *workflowsCollector) count(ctx context.Context) (map[string]int, error) 
 	if err := c.readStates(ctx); err != nil {
 		return nil, err
 	}
+	board, err := control.Open(ctx, c.js, c.names)
+	if err != nil {
+		return nil, err
+	}
+	paused, err := control.PausedWorkflows(ctx, board) // one listing, whatever the count
+	if err != nil {
+		return nil, err
+	}
 	counts := map[string]int{}
 	for _, run := range c.runs {
-		counts[strings.ToLower(run.state)]++
+		state := admin.PausedState(run.state, paused[control.WorkflowPausedKey(run.tenant, run.id)])
+		counts[strings.ToLower(state)]++
 	}
 	return counts, nil
 }
@@ -154,7 +166,7 @@ func (c *workflowsCollector) document(msg *jetstream.RawStreamMsg) *workflowCoun
 	if wf.ID != id || wf.Tenant != tenant || wf.Validate() != nil {
 		return nil
 	}
-	run := &workflowCounting{tenant: tenant, ids: make([]string, len(wf.Tasks)), parents: make([][]int, len(wf.Tasks)),
+	run := &workflowCounting{tenant: tenant, id: id, ids: make([]string, len(wf.Tasks)), parents: make([][]int, len(wf.Tasks)),
 		states: make([]kv.State, len(wf.Tasks))}
 	index := make(map[string]int, len(wf.Tasks))
 	for i, t := range wf.Tasks {

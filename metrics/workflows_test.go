@@ -22,7 +22,8 @@ import (
 // ax_workflows counts the workflows by state as ax workflow ls shows them:
 // one that runs (a task delayed), one that succeeded, one that failed (a
 // task DEAD), one cancelled; an atomic batch and a plain publish the
-// leader refuses are not counted. A later scrape counts what changed
+// leader refuses are not counted; a paused one is counted as paused until
+// its resume. A later scrape counts what changed
 // since: a new workflow, and the failed one replayed to success.
 func TestWorkflowMetrics(t *testing.T) {
 	t.Parallel()
@@ -68,7 +69,15 @@ func TestWorkflowMetrics(t *testing.T) {
 	require.NoError(t, err)
 
 	m := metrics.New(&metrics.Config{JetStream: dep.JS})
-	requireWorkflows(t, m, map[string]int{"running": 1, "succeeded": 1, "failed": 1, "cancelled": 1})
+	requireWorkflows(t, m, map[string]int{"running": 1, "paused": 0, "succeeded": 1, "failed": 1, "cancelled": 1})
+
+	// Paused, the running one is counted as paused, and as running again
+	// once resumed.
+	_, err = api.PauseWorkflow(ctx, admin.WorkflowRequest{ID: "later"})
+	require.NoError(t, err)
+	requireWorkflows(t, m, map[string]int{"running": 0, "paused": 1, "succeeded": 1, "failed": 1, "cancelled": 1})
+	_, err = api.ResumeWorkflow(ctx, admin.WorkflowRequest{ID: "later"})
+	require.NoError(t, err)
 
 	// Read from where it stopped: a new workflow, and the failed one
 	// replayed to success.
@@ -78,7 +87,7 @@ func TestWorkflowMetrics(t *testing.T) {
 	require.NoError(t, err)
 	dep.WaitState(t, "good-2/a", kv.StateSucceeded)
 	dep.WaitState(t, "bad/b", kv.StateSucceeded)
-	requireWorkflows(t, m, map[string]int{"running": 1, "succeeded": 3, "failed": 0, "cancelled": 1})
+	requireWorkflows(t, m, map[string]int{"running": 1, "paused": 0, "succeeded": 3, "failed": 0, "cancelled": 1})
 }
 
 // requireWorkflows scrapes m and requires ax_workflows to read want.

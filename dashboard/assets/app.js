@@ -531,7 +531,7 @@ function graph(wf) {
 async function pageWorkflow(id, tenant) {
   const wf = await api(`/api/workflows/${encodeURIComponent(id)}${tenant ? `?tenant=${encodeURIComponent(tenant)}` : ""}`);
   const shown = location.hash;
-  if (wf.state === "RUNNING") { // read again every 2 seconds while it runs and is shown
+  if (wf.state === "RUNNING" || wf.state === "PAUSED") { // read again every 2 seconds while it runs (or waits for its resume) and is shown
     clearTimeout(pageWorkflow.timer);
     pageWorkflow.timer = setTimeout(() => { if (location.hash === shown) route().render(); }, 2000);
   }
