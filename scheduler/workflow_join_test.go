@@ -9,8 +9,11 @@ import (
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/internal/kv"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/ax-mesh/ax/scheduler"
 	"github.com/ax-mesh/ax/worker"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,7 +21,13 @@ import (
 // their child once: 60 joins, each of two parents held at a barrier until
 // both run, held 300 ms more and ended together, and a child after both. Each child
 // runs once, on its first attempt, after both its parents' records are
-// SUCCEEDED.
+// SUCCEEDED; and the leader released it once: one message of its id was
+// published (a subscription on the submit subjects sees each publish; a
+// retried publish keeps its Nats-Msg-Id) and no worker dropped a second
+// one. Runs alone cannot tell a single release from a double one, since
+// the claim drops the second message (TestWorkflowReleasedTwiceRunsOnce):
+// with the leader's bookkeeping broken to release a task again, only the
+// count of releases goes red.
 func TestWorkflowParentsEndTogether(t *testing.T) {
 	t.Parallel()
 	b := setupLoops(t, 1, nil, scheduler.Config{})
@@ -60,8 +69,22 @@ func TestWorkflowParentsEndTogether(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}, nil))
-	b.StartWorker(t, worker.Config{Registry: reg, Concurrency: joins + 4})
-	b.StartWorker(t, worker.Config{Registry: reg, Concurrency: joins + 4})
+	w1, _ := b.StartWorker(t, worker.Config{Registry: reg, Concurrency: joins + 4})
+	w2, _ := b.StartWorker(t, worker.Config{Registry: reg, Concurrency: joins + 4})
+	releases := map[string]map[string]bool{} // a child's task id: the Nats-Msg-Ids of its released messages
+	sub, err := b.NC.Subscribe("ax.submit.*.*.child.*", func(m *nats.Msg) {
+		msgID := m.Header.Get(jetstream.MsgIDHeader)
+		id := streams.TaskIDOf(msgID)
+		mu.Lock()
+		defer mu.Unlock()
+		if releases[id] == nil {
+			releases[id] = map[string]bool{}
+		}
+		releases[id][msgID] = true
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, b.NC.Flush())
 
 	wf := ax.NewWorkflow("together")
 	for i := range joins {
@@ -69,7 +92,7 @@ func TestWorkflowParentsEndTogether(t *testing.T) {
 		wf.Add(a, ax.TaskSpec{Type: "parent"}).Add(p, ax.TaskSpec{Type: "parent"})
 		wf.Add(fmt.Sprintf("c-%d", i), ax.TaskSpec{Type: "child"}, a, p)
 	}
-	_, err := b.Client.SubmitWorkflow(context.Background(), wf)
+	_, err = b.Client.SubmitWorkflow(context.Background(), wf)
 	require.NoError(t, err)
 	for i := range joins {
 		rec := b.WaitState(t, wf.TaskID(fmt.Sprintf("c-%d", i)), kv.StateSucceeded)
@@ -82,6 +105,7 @@ func TestWorkflowParentsEndTogether(t *testing.T) {
 	for i := range joins {
 		name := fmt.Sprintf("c-%d", i)
 		require.Equal(t, 1, children[name], "%s ran %d times", name, children[name])
+		require.Len(t, releases[wf.TaskID(name)], 1, "%s released %d times", name, len(releases[wf.TaskID(name)]))
 		a := b.Get(t, wf.TaskID(fmt.Sprintf("a-%d", i)))
 		p := b.Get(t, wf.TaskID(fmt.Sprintf("b-%d", i)))
 		require.Equal(t, kv.StateSucceeded, a.State)
@@ -91,5 +115,6 @@ func TestWorkflowParentsEndTogether(t *testing.T) {
 		}
 		ends = max(ends, a.FinishedAt.Sub(*p.FinishedAt).Abs())
 	}
+	require.Zero(t, w1.Stats().Dropped+w2.Stats().Dropped, "a worker dropped a second message of a task")
 	t.Logf("%d joins: the two parents of each ended at most %s apart; each child ran once, after both", joins, ends)
 }

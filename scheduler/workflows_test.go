@@ -304,7 +304,10 @@ func TestWorkflowTrailNamesTheReleasingParent(t *testing.T) {
 // nothing is de-duplicated by it) runs once: the worker's claim creates
 // the record for the first message it sees, and a record names the one
 // message that runs its task, so the other is dropped; a release of a task
-// that ended long ago runs nothing either.
+// that ended long ago runs nothing either. Both messages of c are stored
+// (neither is de-duplicated), so the claim alone keeps c to one run: with
+// the claim's record create broken to run a message whose record exists,
+// b and c each run twice (red).
 func TestWorkflowReleasedTwiceRunsOnce(t *testing.T) {
 	t.Parallel()
 	b := setupLoops(t, 1, nil, scheduler.Config{})
@@ -329,9 +332,15 @@ func TestWorkflowReleasedTwiceRunsOnce(t *testing.T) {
 	again := func(id string) ax.TaskSpec { return ax.TaskSpec{ID: id, Type: "count"} }
 	// The ended task released again, as the leader releases (no record at
 	// submit); a new one released twice at once.
-	_, err = b.Client.SubmitBatch(ctx, []ax.TaskSpec{again(wf.TaskID("b")), again("wf-twice/c"), again("wf-twice/c")},
+	infos, err := b.Client.SubmitBatch(ctx, []ax.TaskSpec{again(wf.TaskID("b")), again("wf-twice/c"), again("wf-twice/c")},
 		ax.Released([]string{"again", "first", "second"}))
 	require.NoError(t, err)
+	// Each message is stored: JetStream's duplicate window took none for
+	// another, so only the claim can keep the task to one run.
+	for i, info := range infos {
+		require.False(t, info.Duplicate, "release %d was de-duplicated by its Nats-Msg-Id", i)
+	}
+	require.NotEqual(t, infos[1].Sequence, infos[2].Sequence, "c's two releases are one message")
 	b.WaitState(t, "wf-twice/c", kv.StateSucceeded)
 	require.Eventually(t, func() bool { return w1.Stats().Dropped+w2.Stats().Dropped >= 2 }, 30*time.Second, 20*time.Millisecond,
 		"the second messages were not dropped")
