@@ -24,6 +24,8 @@ import (
 const (
 	DefaultAdminTimeout  = 30 * time.Second
 	DefaultNoticeTimeout = 2 * time.Second
+	// DefaultPauseSeenTimeout bounds workflow.pause's wait for the leader.
+	DefaultPauseSeenTimeout = 5 * time.Second
 )
 
 // Config configures a [Service].
@@ -41,6 +43,11 @@ type Config struct {
 	// NoticeTimeout is how long a cancel waits for the running worker to
 	// confirm its handler was cancelled. Default 2s.
 	NoticeTimeout time.Duration
+	// PauseSeenTimeout is how long a workflow.pause waits for the leader
+	// to confirm that it saw the pause (and so that no release of the
+	// workflow is under way). Default 5s; past it the reply says the pause
+	// is not confirmed yet.
+	PauseSeenTimeout time.Duration
 	// Store configures the task record store.
 	Store kv.StoreConfig
 }
@@ -58,6 +65,7 @@ func (c *Config) withDefaults() *Config {
 	}
 	out.RequestTimeout = cmp.Or(out.RequestTimeout, DefaultAdminTimeout)
 	out.NoticeTimeout = cmp.Or(out.NoticeTimeout, DefaultNoticeTimeout)
+	out.PauseSeenTimeout = cmp.Or(out.PauseSeenTimeout, DefaultPauseSeenTimeout)
 	out.Store.Names = out.Names
 	return &out
 }
@@ -66,8 +74,8 @@ func (c *Config) validate() error {
 	if !serviceName.MatchString(c.Names.Prefix()) {
 		return fmt.Errorf("admin config: prefix %q cannot name a micro service (letters, digits, '-', '_')", c.Names.Prefix())
 	}
-	if c.RequestTimeout < time.Second || c.NoticeTimeout <= 0 {
-		return errors.New("admin config: RequestTimeout must be at least 1s and NoticeTimeout positive")
+	if c.RequestTimeout < time.Second || c.NoticeTimeout <= 0 || c.PauseSeenTimeout <= 0 {
+		return errors.New("admin config: RequestTimeout must be at least 1s, NoticeTimeout and PauseSeenTimeout positive")
 	}
 	return nil
 }

@@ -63,6 +63,11 @@ func ParseWorkflowPausedKey(key string) (tenant, id string, ok bool) {
 // WorkflowPause is the value of a [WorkflowPausedKey].
 type WorkflowPause struct {
 	PausedAt time.Time `json:"paused_at"`
+	// SeenAt is when the leader saw the pause: it writes it once, at the
+	// mark's revision, from the loop that releases the workflow's tasks,
+	// so no release of it was under way then and none follows. Nil until
+	// a leader has seen it.
+	SeenAt *time.Time `json:"seen_at,omitempty"`
 }
 
 // Open binds the AX_CONTROL bucket of the deployment named names, which

@@ -35,6 +35,7 @@ type workflowLoop struct {
 	// paused holds them.
 	pauses jetstream.KeyWatcher
 	paused map[runRef]bool
+	board  jetstream.KeyValue // AX_CONTROL, while pauses runs
 }
 
 // runRef names a workflow: its tenant and id.
@@ -197,6 +198,7 @@ func (w *workflowLoop) follow(ctx context.Context) error {
 			break
 		}
 		w.notePause(entry)
+		w.confirmPause(ctx, board, entry)
 	}
 	if ctx.Err() != nil {
 		_ = kv.StopWatch(pauses)
@@ -207,7 +209,7 @@ func (w *workflowLoop) follow(ctx context.Context) error {
 		_ = kv.StopWatch(pauses)
 		return fmt.Errorf("workflows: watch tasks: %w", err)
 	}
-	w.watch, w.pauses = watch, pauses
+	w.watch, w.pauses, w.board = watch, pauses, board
 	return nil
 }
 
@@ -231,8 +233,10 @@ func (w *workflowLoop) notePause(entry jetstream.KeyValueEntry) (runRef, bool) {
 	}
 	ref := runRef{tenant, id}
 	if entry.Operation() == jetstream.KeyValuePut {
+		if !w.paused[ref] { // not again for the leader's own confirmation
+			w.log.Info("workflow_paused", zap.String("tenant", tenant), zap.String("workflow", id))
+		}
 		w.paused[ref] = true
-		w.log.Info("workflow_paused", zap.String("tenant", tenant), zap.String("workflow", id))
 		return ref, false
 	}
 	delete(w.paused, ref)
@@ -244,6 +248,7 @@ func (w *workflowLoop) notePause(entry jetstream.KeyValueEntry) (runRef, bool) {
 // became due while it was paused.
 func (w *workflowLoop) pause(ctx context.Context, entry jetstream.KeyValueEntry) {
 	ref, resumed := w.notePause(entry)
+	w.confirmPause(ctx, w.board, entry)
 	if run := w.runs[ref]; resumed && run != nil {
 		w.release(ctx, ref.tenant, run)
 	}

@@ -344,6 +344,9 @@ func workflowPauseCommands(e *env) (pause, resume *cobra.Command) {
 		Long: `ax workflow pause marks a workflow paused: the leader releases none of its tasks
 until ax workflow resume, which releases those that became due meanwhile. Its
 tasks released before (waiting in a bucket, running, retrying) are left to run.
+It answers once the leader has seen the pause (up to 5 s): no release of the
+workflow is under way then, and none follows; "not confirmed by the leader yet"
+says a release the leader had begun may still go out.
 Pausing a paused workflow changes nothing; a workflow that has ended (SUCCEEDED,
 FAILED, CANCELLED) is refused.`,
 		Args: cobra.ExactArgs(1),
@@ -380,11 +383,15 @@ func printPause(e *env, reply *admin.WorkflowPauseReply) error {
 	if e.jsonOut {
 		return writeJSON(e.out, reply)
 	}
+	unseen := ""
+	if reply.Paused && !reply.Confirmed {
+		unseen = " (not confirmed by the leader yet: a release it had begun may still go out; ax workflow pause again tells whether it has seen it since)"
+	}
 	switch {
 	case reply.Paused && reply.Changed:
-		fmt.Fprintf(e.out, "workflow %s: paused\n", reply.ID)
+		fmt.Fprintf(e.out, "workflow %s: paused%s\n", reply.ID, unseen)
 	case reply.Paused:
-		fmt.Fprintf(e.out, "workflow %s: paused already (since %s)\n", reply.ID, reply.PausedAt.UTC().Format(time.RFC3339))
+		fmt.Fprintf(e.out, "workflow %s: paused already (since %s)%s\n", reply.ID, reply.PausedAt.UTC().Format(time.RFC3339), unseen)
 	case reply.Changed:
 		fmt.Fprintf(e.out, "workflow %s: resumed\n", reply.ID)
 	default:
