@@ -110,3 +110,42 @@ func grep(text, s string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// A first scrape that cannot read every document and record within the
+// scrape timeout reports no ax_workflows, and the next scrapes go on from
+// where it stopped, so that the count comes however many workflows are
+// kept: 300 ended workflows (chains of 10, every task CANCELLED, 3,300
+// reads) under a 100 ms timeout. Red when a scrape that times out forgets
+// what it read (each starts again from the first document).
+func TestWorkflowsScrapeCarriesOver(t *testing.T) {
+	t.Parallel()
+	const workflows, tasks = 300, 10
+	ctx := context.Background()
+	dep := axtest.Setup(t, axtest.Options{})
+	for i := range workflows {
+		wf := ax.NewWorkflow(fmt.Sprintf("wf-%d", i))
+		for j := range tasks {
+			var after []string
+			if j > 0 {
+				after = []string{fmt.Sprint(j - 1)}
+			}
+			wf.Add(fmt.Sprint(j), ax.TaskSpec{Type: "x"}, after...)
+		}
+		_, err := dep.Client.SubmitWorkflow(ctx, wf)
+		require.NoError(t, err)
+		for j := range tasks {
+			_, _, err := dep.Store.Create(ctx, &kv.Record{ID: wf.TaskID(fmt.Sprint(j)), Tenant: ax.DefaultTenant, Type: "x",
+				State: kv.StateCancelled}, kv.Actor{Action: "test"})
+			require.NoError(t, err)
+		}
+	}
+	m := metrics.New(&metrics.Config{JetStream: dep.JS, ScrapeTimeout: 100 * time.Millisecond})
+	require.NotContains(t, scrape(t, m), "ax_workflows{", "the first scrape read everything in 100 ms: the test proves nothing")
+	scrapes := 1
+	want := fmt.Sprintf(`ax_workflows{state="cancelled"} %d`, workflows) + "\n"
+	for !strings.Contains(scrape(t, m), want) {
+		scrapes++
+		require.Less(t, scrapes, 200, "no scrape counted the workflows: each starts again")
+	}
+	t.Logf("%d workflows of %d tasks counted at scrape %d (timeout 100 ms each)", workflows, tasks, scrapes)
+}
