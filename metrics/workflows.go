@@ -133,11 +133,7 @@ func (c *workflowsCollector) count(ctx context.Context) (map[string]int, error) 
 	if err := c.readStates(ctx); err != nil {
 		return nil, err
 	}
-	board, err := control.Open(ctx, c.js, c.names)
-	if err != nil {
-		return nil, err
-	}
-	paused, err := control.PausedWorkflows(ctx, board) // one listing, whatever the count
+	paused, err := c.paused(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -147,6 +143,24 @@ func (c *workflowsCollector) count(ctx context.Context) (map[string]int, error) 
 		counts[strings.ToLower(state)]++
 	}
 	return counts, nil
+}
+
+// paused lists the paused workflows' marks (one listing, whatever their
+// count) when a workflow runs: only a RUNNING one is shown PAUSED, so a
+// deployment with none running pays nothing for it. c.mu must be held.
+func (c *workflowsCollector) paused(ctx context.Context) (map[string]bool, error) {
+	running := false
+	for _, run := range c.runs {
+		running = running || run.state == "RUNNING"
+	}
+	if !running {
+		return nil, nil
+	}
+	board, err := control.Open(ctx, c.js, c.names)
+	if err != nil {
+		return nil, err
+	}
+	return control.PausedWorkflows(ctx, board)
 }
 
 // document returns what is counted of a stored document, nil for one the
