@@ -189,3 +189,40 @@ func (c *gatedConn) Write(b []byte) (int, error) {
 	c.gate.hold(b)
 	return c.Conn.Write(b)
 }
+
+// With no leader, workflow.pause answers after PauseSeenTimeout that the
+// pause is not confirmed; a leader that starts reads the mark before it
+// releases anything and confirms it, which a pause again then says; the
+// resume deletes the mark the leader rewrote.
+func TestWorkflowPauseUnconfirmedWithoutLeader(t *testing.T) {
+	t.Parallel()
+	b := axtest.Setup(t, axtest.Options{})
+	api := b.StartAdmin(t, &admin.Config{PauseSeenTimeout: 300 * time.Millisecond})
+	ctx := context.Background()
+	wf := ax.NewWorkflow("wf-pause-leaderless").Chain(
+		ax.Step{Name: "a", Spec: ax.TaskSpec{Type: "x"}},
+		ax.Step{Name: "b", Spec: ax.TaskSpec{Type: "x"}})
+	_, err := b.Client.SubmitWorkflow(ctx, wf)
+	require.NoError(t, err)
+	start := time.Now()
+	reply, err := api.PauseWorkflow(ctx, admin.WorkflowRequest{ID: wf.ID})
+	require.NoError(t, err)
+	require.True(t, reply.Paused)
+	require.True(t, reply.Changed)
+	require.False(t, reply.Confirmed, "confirmed with no leader")
+	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
+
+	b.StartLeader(t, scheduler.Config{}).WaitLeading(t)
+	require.Eventually(t, func() bool {
+		again, err := api.PauseWorkflow(ctx, admin.WorkflowRequest{ID: wf.ID})
+		return err == nil && again.Paused && !again.Changed && again.Confirmed
+	}, 30*time.Second, 100*time.Millisecond, "the new leader never confirmed the pause")
+	time.Sleep(1500 * time.Millisecond) // the leader's retry tick
+	require.False(t, axtest.BucketTaskIDs(t, ctx, b.JS)[wf.TaskID("a")], "the leader released a task of a paused workflow")
+
+	resumed, err := api.ResumeWorkflow(ctx, admin.WorkflowRequest{ID: wf.ID})
+	require.NoError(t, err)
+	require.True(t, resumed.Changed)
+	require.Eventually(t, func() bool { return axtest.BucketTaskIDs(t, ctx, b.JS)[wf.TaskID("a")] }, 30*time.Second, 50*time.Millisecond,
+		"the resume released nothing")
+}
