@@ -56,6 +56,9 @@ type Options struct {
 	// ([ax.Config.PublishOnly]): no record at submit, the worker that first
 	// sees a task creates it with its claim.
 	PublishOnly bool
+	// MemoryConsumers provisions ax's shard consumers with their state in
+	// the server's memory ([streams.Config.MemoryConsumers]).
+	MemoryConsumers bool
 }
 
 // env is one scenario's NATS server, connection and provisioned ax.
@@ -115,7 +118,7 @@ func newEnv(ctx context.Context, o Options, prefix string, capacity int64) (*env
 		e.close()
 		return nil, err
 	}
-	scfg := &streams.Config{Names: e.names, Capacity: capacity}
+	scfg := &streams.Config{Names: e.names, Capacity: capacity, MemoryConsumers: o.MemoryConsumers && prefix != "axbase"}
 	if prefix != "axbase" {
 		scfg.Layout = o.Layout
 		if o.Layout == streams.LayoutFair {

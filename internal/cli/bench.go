@@ -343,6 +343,7 @@ statistics. See docs/BENCHMARKS.md.
 	fs.DurationVar(&f.fairHold, "fair-hold", 0, "fairness: how long a task of the backlog runs (its handler sleeps)")
 	fs.IntVar(&f.workflow.FanOut, "fan-out", 10_000, "workflow: children of the fan-out")
 	fs.IntVar(&f.workflow.Chain, "chain", 1_000, "workflow: tasks of the chain")
+	fs.BoolVar(&f.o.MemoryConsumers, "memory-consumers", false, "provision ax's shard consumers with their state in the server's memory (ax provision --memory-consumers)")
 	fs.BoolVar(&f.o.PublishOnly, "publish-only", false, "submit with a publish-only client (ax submit --publish-only): no record at submit, the claim creates it (throughput, latency, limits)")
 	fs.StringVar(&f.profile, "cpuprofile", "", "write a CPU profile of the bench process (client and workers; the server too with --transport in-process) to this file")
 	root.AddCommand(cmd)

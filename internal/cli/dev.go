@@ -30,6 +30,7 @@ type devFlags struct {
 	exit     bool
 	capacity int64
 	policy   string
+	memory   bool // --memory-consumers
 	layout   layoutFlags
 	payload  int32
 	wf       workerFlags
@@ -59,6 +60,7 @@ with --exit), so that other ax commands can use it with --server.`,
 	fs.IntVar(&f.demo, "demo", 10_000, "demo tasks to submit (0: none, just serve)")
 	fs.BoolVar(&f.exit, "exit", false, "exit after the demo instead of serving until Ctrl-C")
 	fs.Int64Var(&f.capacity, "capacity", streams.DefaultCapacity, "capacity of each priority bucket, in tasks")
+	fs.BoolVar(&f.memory, "memory-consumers", false, "keep the shard consumers' state in the server's memory (ax provision --memory-consumers); ax dev provisions them again at each start")
 	fs.StringVar(&f.policy, "priority-policy", streams.DefaultPriorityPolicy, "priority policy of the shard consumers: overflow (work stealing), pinned_client or none")
 	f.layout.add(fs, "route by task type (worker pools): a worker receives only the types it serves (see ax worker --types)",
 		"fair shares between tenants: each tenant's tasks of a priority are a queue of their own, served in turn")
@@ -109,7 +111,7 @@ func runDev(ctx context.Context, e *env, f *devFlags) error {
 	if err != nil {
 		return err
 	}
-	dep, err := e.provision(ctx, js, &streams.Config{Capacity: f.capacity, AckWait: f.wf.ackWait, PriorityPolicy: f.policy, Layout: layout})
+	dep, err := e.provision(ctx, js, &streams.Config{Capacity: f.capacity, AckWait: f.wf.ackWait, PriorityPolicy: f.policy, Layout: layout, MemoryConsumers: f.memory})
 	if err != nil {
 		return err
 	}

@@ -124,6 +124,21 @@ type Config struct {
 	// Tenants whose consumers Provision creates up front on a
 	// [LayoutFair] deployment.
 	Tenants []string
+	// MemoryConsumers keeps the shard consumers' state (what each has
+	// delivered and had acknowledged, pending redeliveries and their
+	// delay, delivery counts) in the server's memory instead of a state
+	// file per consumer that the server writes up to 10 times a second,
+	// which costs a third of the CPU per task
+	// (docs/decisions/memory-consumers.md). Tasks stay on disk either
+	// way. The state is lost when a single server restarts (the server
+	// forgets the consumers: provision again) or when every node of a
+	// cluster restarts at once (the consumers start over): each task not
+	// yet acknowledged is then delivered again as a first delivery, its
+	// retry delay forgotten, and a RUNNING task's takeover waits an ack
+	// wait per delivery its record counts. Only for the shared layout
+	// (Layout zero). Default false. The server cannot switch an existing
+	// consumer: [Provision] refuses with [ErrImmutable].
+	MemoryConsumers bool
 }
 
 func (c *Config) withDefaults() *Config {
@@ -168,6 +183,9 @@ func (c *Config) validate() error {
 	}
 	if err := c.Layout.validate(); err != nil {
 		return fmt.Errorf("streams config: %w", err)
+	}
+	if c.MemoryConsumers && c.Layout.Routed() {
+		return fmt.Errorf("streams config: MemoryConsumers is for the shared layout's shard consumers, not layout %s", c.Layout)
 	}
 	if len(c.Types) > 0 && c.Layout != LayoutPools {
 		return fmt.Errorf("streams config: Types %v need Layout %s", c.Types, LayoutPools)
@@ -451,6 +469,7 @@ func ConsumerConfig(cfg *Config, priority, shard int) (jetstream.ConsumerConfig,
 		MaxAckPending: cfg.MaxAckPending,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		Replicas:      cfg.Replicas,
+		MemoryStorage: cfg.MemoryConsumers,
 	}
 	if policy != jetstream.PriorityPolicyNone {
 		cc.PriorityPolicy = policy
@@ -606,6 +625,16 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, 
 		return fmt.Errorf("%w: consumer %s has ack policy %s and deliver policy %s, want %s and %s (delete it to recreate)",
 			ErrImmutable, name, have.AckPolicy, have.DeliverPolicy, want.AckPolicy, want.DeliverPolicy)
 	}
+	if have.MemoryStorage != want.MemoryStorage {
+		keep := "provision without --memory-consumers to keep it"
+		if have.MemoryStorage {
+			keep = "provision with --memory-consumers to keep it"
+		}
+		return fmt.Errorf("%w: consumer %s keeps its state in %s, want %s, and the server cannot switch it: "+
+			"%s, or stop the workers, delete the shard consumers (nats consumer rm %s %s, and the others) and provision again; "+
+			"the tasks not yet acknowledged are then delivered again (docs/OPERATIONS.md, \"Memory-stored consumers\")",
+			ErrImmutable, name, consumerStorage(have.MemoryStorage), consumerStorage(want.MemoryStorage), keep, stream, want.Durable)
+	}
 	var changed []string
 	check := func(field string, differ bool) {
 		if differ {
@@ -628,6 +657,14 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, 
 	}
 	report.Updated = append(report.Updated, fmt.Sprintf("consumer %s (%s)", name, strings.Join(changed, ", ")))
 	return nil
+}
+
+// consumerStorage names where a consumer keeps its state.
+func consumerStorage(memory bool) string {
+	if memory {
+		return "memory"
+	}
+	return "a file"
 }
 
 // checkFilter verifies that a shard filter "<prefix>.p<N>.<shard>.>" lies
