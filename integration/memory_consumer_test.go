@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/kv"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
@@ -186,4 +190,60 @@ func TestMemoryConsumerClusterRestart(t *testing.T) {
 	require.Zero(t, info.NumAckPending)
 	require.Equal(t, uint64(2), info.NumPending)
 	require.Equal(t, []string{"memtest.m2 #1", "memtest.m3 #1"}, memTestFetch(t, js, 2).seen, "after a full restart")
+}
+
+// ax's records fence what a memory-stored consumer's lost state brings
+// back: the server (ax dev, which provisions the consumers again when it
+// starts) is SIGKILLed under load and restarted while the workers keep
+// running, so every task not yet acknowledged is delivered again as a
+// first delivery, some while their first execution still runs. Every task
+// succeeds, no two executions of a task overlap, and no task applies its
+// effect twice (the probe journals; [journal.requireOneEffect]).
+func TestServerRestartMemoryConsumers(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t, "--memory-consumers")
+	m.spawn()
+	m.spawn()
+	// Long tasks first, the oldest messages of their shards: when the
+	// consumers come back they are delivered again at once, as first
+	// deliveries, while their first executions still run. Then a backlog
+	// (32 slots at 200-400 ms a task: about 30 s).
+	long := m.submitProbes(20, 10000, 12000)
+	ids := append(long, m.submitProbes(restartTasks, 200, 400)...)
+	require.Eventually(t, func() bool { return m.states(ids)[kv.StateSucceeded] > len(ids)/4 }, 3*time.Minute, 200*time.Millisecond)
+	require.Positive(t, m.states(long)[kv.StateRunning])
+
+	m.dev.kill(t)
+	m.dev = devAt(t, m.url, m.data, "--ack-wait", faultAckWait, "--memory-consumers")
+	require.Contains(t, m.dev.output(), fmt.Sprintf("provisioned: created %d,", streams.Priorities*streams.Shards),
+		"the restarted server forgot the consumers and ax dev made them again")
+	_, m.js = connect(t, m.url)
+	var err error
+	m.client, err = ax.NewClient(context.Background(), m.js, nil)
+	require.NoError(t, err)
+	info, err := m.js.Consumer(context.Background(), "AX_P0", "p0-s00")
+	require.NoError(t, err)
+	require.True(t, info.CachedInfo().Config.MemoryStorage)
+	before := m.states(ids)
+	t.Logf("after the restart: %v", before)
+	require.Zero(t, before["MISSING"], "records lost across the restart")
+
+	m.waitSucceeded(ids, 5*time.Minute, nil)
+	require.Zero(t, m.states(ids)[kv.StateRunning])
+	m.requireEffects(ids)
+	j := m.readJournals()
+	effects := j.requireOneEffect(t)
+	_, afterAbort, afterError := j.requireExplainedReexecutions(t)
+	runs := map[int]int{}
+	for _, id := range ids {
+		runs[len(j.executions[id])]++
+	}
+	superseded := 0
+	for _, w := range m.all {
+		superseded += strings.Count(w.output(), "delivery superseded")
+	}
+	t.Logf("server restart, memory-stored consumers: %d tasks, lost 0, overlapping executions 0, tasks by executions %v "+
+		"(re-executions after a self-fenced execution %d, after a failure %d); deliveries left as superseded %d; %s",
+		len(ids), runs, afterAbort, afterError, superseded, effects)
+	require.Less(t, before[kv.StateSucceeded], len(ids), "the restart came after the run")
 }
