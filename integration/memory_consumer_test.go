@@ -149,8 +149,9 @@ func TestMemoryConsumerSingleServerRestart(t *testing.T) {
 
 // In a 3-node cluster an R3 memory-stored consumer keeps its config in
 // the meta layer and its state in the memory of its replicas: a leader
-// change keeps the state (m2 comes back as its second delivery), a
-// restart of every node at once loses it (the consumer is still there,
+// change keeps the state (m2 comes back as its second delivery), so does
+// a restart of one node (the others hold it); a restart of every node at
+// once loses it (the consumer is still there,
 // with no delivered or ack floor, and m2 comes back as a first delivery).
 func TestMemoryConsumerClusterRestart(t *testing.T) {
 	t.Parallel()
@@ -172,7 +173,21 @@ func TestMemoryConsumerClusterRestart(t *testing.T) {
 	got := memTestFetch(t, js, 2).seen
 	require.ElementsMatch(t, []string{"memtest.m2 #2", "memtest.m3 #1"}, got, "after a leader change")
 
-	// m2 and m3 are now delivered (m2 twice), none acked. Restart all.
+	// m2 and m3 are now delivered (m2 twice), none acked. Restart the
+	// consumer's leader alone: the other replicas keep the state.
+	leader := c.node(consumerState(t, js).Cluster.Leader)
+	c.nodes[leader].kill(t)
+	c.restart(leader)
+	require.Eventually(t, func() bool {
+		info := consumerState(t, js)
+		return info.Cluster.Leader != "" && len(info.Cluster.Replicas) == 2 && info.Cluster.Replicas[0].Current && info.Cluster.Replicas[1].Current
+	}, time.Minute, 200*time.Millisecond, "the restarted node caught up")
+	kept := consumerState(t, js)
+	require.Equal(t, uint64(3), kept.Delivered.Stream, "delivered floor after a node restart")
+	require.Equal(t, uint64(1), kept.AckFloor.Stream, "ack floor after a node restart")
+	require.Equal(t, 2, kept.NumAckPending)
+
+	// Restart all.
 	for i := range c.nodes {
 		c.nodes[i].kill(t)
 	}
