@@ -83,7 +83,7 @@ func addProvision(root *cobra.Command, e *env) {
 	fs.IntVar(&cfg.Replicas, "replicas", 1, "replicas of every stream, consumer and bucket (3 in a cluster)")
 	fs.Int64Var(&cfg.Capacity, "capacity", streams.DefaultCapacity, "capacity of each priority bucket, in tasks")
 	fs.DurationVar(&cfg.AckWait, "ack-wait", streams.DefaultAckWait, "ack wait of the shard consumers")
-	fs.BoolVar(&cfg.MemoryConsumers, "memory-consumers", false, "keep the shard consumers' state in the server's memory (a third less CPU per task; lost when a single server restarts: provision again then; see docs/OPERATIONS.md)")
+	fs.BoolVar(&cfg.MemoryConsumers, "memory-consumers", false, "keep the shard consumers' state in the server's memory (about 30 % less CPU per task; lost when a single server restarts: provision again then; see docs/OPERATIONS.md)")
 	layout.add(fs, "route by task type (worker pools): one consumer per type, priority and shard instead of a catch-all per shard; only on a new deployment",
 		"fair shares between tenants: one consumer per tenant, priority and shard instead of a catch-all per shard, served in turn; only on a new deployment")
 	fs.StringSliceVar(&cfg.Types, "types", nil, "with --pools, create these types' consumers now (for workers not allowed to create consumers)")

@@ -128,7 +128,7 @@ type Config struct {
 	// delivered and had acknowledged, pending redeliveries and their
 	// delay, delivery counts) in the server's memory instead of a state
 	// file per consumer that the server writes up to 10 times a second,
-	// which costs a third of the CPU per task
+	// which cost about 30 % of the CPU per task on a loaded machine
 	// (docs/decisions/memory-consumers.md). Tasks stay on disk either
 	// way. The state is lost when a single server restarts (the server
 	// forgets the consumers: provision again) or when every node of a
