@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -261,4 +263,64 @@ func TestServerRestartMemoryConsumers(t *testing.T) {
 		"(re-executions after a self-fenced execution %d, after a failure %d); deliveries left as superseded %d; %s",
 		len(ids), runs, afterAbort, afterError, superseded, effects)
 	require.Less(t, before[kv.StateSucceeded], len(ids), "the restart came after the run")
+}
+
+// On a single `ax server`, a restart removes memory-stored consumers:
+// the running worker waits, and a worker started then waits for the
+// deployment, naming what is missing, until `ax
+// provision --memory-consumers` makes them again; then the task submitted
+// meanwhile runs (docs/OPERATIONS.md, "Memory-stored consumers").
+func TestMemoryConsumersProvisionAgainAfterARestart(t *testing.T) {
+	t.Parallel()
+	port, data, journal := freePort(t), t.TempDir(), t.TempDir()
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	args := []string{"server", "--name", "s1", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--data", data}
+	srv := startAx(t, args...)
+	provision := func() {
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			_, err := axOutput("provision", "--server", url, "--memory-consumers", "--ack-wait", faultAckWait)
+			assert.NoError(ct, err)
+		}, time.Minute, 500*time.Millisecond)
+	}
+	provision()
+	worker := func(id string) *process {
+		return startAx(t, "worker", "--server", url, "--id", id, "--concurrency", "4", "--ack-wait", faultAckWait,
+			"--grace", "1s", "--log-format", "json", "--probe-journal", filepath.Join(journal, id+".jsonl"))
+	}
+	w1 := worker("w1")
+	_, js := connect(t, url)
+	client, err := ax.NewClient(context.Background(), js, nil)
+	require.NoError(t, err)
+	state := func(id string) kv.State {
+		rec, _, err := storeGet(context.Background(), client.Store(), id)
+		if err != nil {
+			return "MISSING"
+		}
+		return rec.State
+	}
+	submit := func() string {
+		var id string
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			info, err := client.Submit(context.Background(), ax.TaskSpec{Type: "probe", Payload: []byte(`{"ms":5}`)})
+			if assert.NoError(ct, err) {
+				id = info.ID
+			}
+		}, time.Minute, 500*time.Millisecond)
+		return id
+	}
+	first := submit()
+	require.Eventually(t, func() bool { return state(first) == kv.StateSucceeded }, time.Minute, 100*time.Millisecond)
+
+	srv.kill(t)
+	startAx(t, args...)
+	second := submit()
+	require.Never(t, func() bool { return state(second) != kv.StateReady }, 3*time.Second, 100*time.Millisecond,
+		"no consumer: nothing delivers the task")
+	w2 := worker("w2")
+	require.Eventually(t, func() bool { return strings.Contains(w2.output(), "shard consumer AX_P0/p0-s00 (provision the deployment first)") }, time.Minute, 100*time.Millisecond)
+
+	provision()
+	require.Eventually(t, func() bool { return state(second) == kv.StateSucceeded }, time.Minute, 100*time.Millisecond)
+	require.False(t, w1.exited(), "w1 exited:\n%s", w1.output())
+	require.False(t, w2.exited(), "w2 exited:\n%s", w2.output())
 }
