@@ -317,7 +317,9 @@ func TestMemoryConsumersProvisionAgainAfterARestart(t *testing.T) {
 	require.Never(t, func() bool { return state(second) != kv.StateReady }, 3*time.Second, 100*time.Millisecond,
 		"no consumer: nothing delivers the task")
 	w2 := worker("w2")
-	require.Eventually(t, func() bool { return strings.Contains(w2.output(), "shard consumer AX_P0/p0-s00 (provision the deployment first)") }, time.Minute, 100*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return strings.Contains(w2.output(), "shard consumer AX_P0/p0-s00 (provision the deployment first)")
+	}, time.Minute, 100*time.Millisecond)
 
 	provision()
 	require.Eventually(t, func() bool { return state(second) == kv.StateSucceeded }, time.Minute, 100*time.Millisecond)
