@@ -84,3 +84,22 @@ func TestWorkflowScenario(t *testing.T) {
 	require.Positive(t, chain.LatencyP50Ms)
 	require.GreaterOrEqual(t, chain.LatencyP99Ms, chain.LatencyP50Ms)
 }
+
+// --only chain runs the chain alone (checked, with its figures), and a
+// part that does not exist is refused before anything runs.
+func TestWorkflowScenarioChainOnly(t *testing.T) {
+	t.Setenv(childEnv, "1")
+	o := bench.Options{Concurrency: 8, Workers: 1, ServerCommand: []string{os.Args[0], "server"}}
+	results, err := bench.Workflow(context.Background(), o, bench.WorkflowOptions{Chain: 20, Only: "chain"})
+	require.NoError(t, err)
+	require.Len(t, results, 1)
+	chain := results[0]
+	require.Equal(t, "wf-chain", chain.Scenario)
+	require.Zero(t, chain.Counts["missing"])
+	require.Zero(t, chain.Counts["duplicated"])
+	require.Zero(t, chain.Counts["before_parent"])
+	require.Positive(t, chain.LatencyP50Ms)
+
+	_, err = bench.Workflow(context.Background(), o, bench.WorkflowOptions{Chain: 20, Only: "fan"})
+	require.ErrorContains(t, err, `--only "fan"`)
+}

@@ -18,6 +18,9 @@ type WorkflowOptions struct {
 	FanOut int
 	// Chain is the length of the chain. Default 1,000.
 	Chain int
+	// Only runs one part: "chain" runs wf-chain alone (no fan-out, no
+	// wf-plain references); "" runs all four.
+	Only string
 }
 
 // wfType is the task type of the workflow scenario's no-op handler.
@@ -113,6 +116,9 @@ func Workflow(ctx context.Context, o Options, wo WorkflowOptions) ([]*Result, er
 	if wo.Chain <= 0 {
 		wo.Chain = 1_000
 	}
+	if wo.Only != "" && wo.Only != "chain" {
+		return nil, fmt.Errorf("workflow: --only %q: want chain, or no --only for every part", wo.Only)
+	}
 	r, err := newRun(ctx, o)
 	if err != nil {
 		return nil, err
@@ -124,6 +130,13 @@ func Workflow(ctx context.Context, o Options, wo WorkflowOptions) ([]*Result, er
 	}
 	if err := r.startLeader(ctx); err != nil {
 		return nil, err
+	}
+	if wo.Only == "chain" {
+		chain, err := r.wfChain(ctx, o, k, wo.Chain)
+		if err != nil {
+			return nil, err
+		}
+		return []*Result{chain}, nil
 	}
 	fan := fanOutWorkflow("fan-"+nuid.Next(), wo.FanOut)
 	edges := 0

@@ -252,7 +252,8 @@ statistics. See docs/BENCHMARKS.md.
               leader releases them; wf-chain, --chain tasks
               one after the other (default 1,000): elapsed_s from the submit to
               the last task's start, and per link (p50/p99/max) how long after
-              its parent's record said SUCCEEDED (finished_at) a child started`,
+              its parent's record said SUCCEEDED (finished_at) a child started;
+              --only chain runs wf-chain alone`,
 		Args:      cobra.ExactArgs(1),
 		ValidArgs: names,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -344,6 +345,7 @@ statistics. See docs/BENCHMARKS.md.
 	fs.IntVar(&f.workflow.FanOut, "fan-out", 10_000, "workflow: children of the fan-out")
 	fs.IntVar(&f.workflow.Chain, "chain", 1_000, "workflow: tasks of the chain")
 	fs.BoolVar(&f.o.MemoryConsumers, "memory-consumers", false, "provision ax's shard consumers with their state in the server's memory (ax provision --memory-consumers)")
+	fs.StringVar(&f.workflow.Only, "only", "", `workflow: run one part alone: "chain" (wf-chain only)`)
 	fs.BoolVar(&f.o.PublishOnly, "publish-only", false, "submit with a publish-only client (ax submit --publish-only): no record at submit, the claim creates it (throughput, latency, limits)")
 	fs.StringVar(&f.profile, "cpuprofile", "", "write a CPU profile of the bench process (client and workers; the server too with --transport in-process) to this file")
 	root.AddCommand(cmd)
