@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -90,4 +91,92 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n]
+}
+
+// DefaultAckDelay is how long the ack of a succeeded task's message waits
+// before it is sent, with the others due by then ([TestConfig.AckDelay]).
+//
+// Acking the last message of a priority bucket drains it, and a JetStream
+// file store that drains its last block makes a new one, writes a tombstone
+// and deletes the old file: measured over loopback TCP on the project's
+// 2-core machine, an ack that drains a work-queue stream took 0.43–1.7 ms
+// to be answered against 0.18–0.25 ms for one that leaves a message behind,
+// and a publish into the drained stream 0.17–0.27 ms against 0.16–0.21 ms
+// (docs/BENCHMARKS.md, "Issue 39"). On an idle mesh each task drains its
+// bucket; in a workflow's chain that drain came at the moment the leader
+// released the child into the same bucket, so the release waited behind
+// it. Sent 5 ms later, the parent's ack finds the child's message stored
+// (a link of a chain takes about 1.5–2 ms), and nothing drains until the
+// chain ends.
+//
+// The record says SUCCEEDED before the ack waits: a worker that dies in
+// between leaves a message that comes back after its ack wait and is
+// dropped on its record (the claim acks a task that has ended), as it is
+// when a worker dies between the write and an ack sent at once.
+const DefaultAckDelay = 5 * time.Millisecond
+
+// lateAcks sends the acks of succeeded tasks' messages delay after the
+// first of them is due, all together ([DefaultAckDelay]). Its timer runs
+// only while an ack waits: an idle worker pays nothing. After stop it
+// acks at once. It is safe for concurrent use.
+type lateAcks struct {
+	delay time.Duration // <= 0: every ack is sent at once
+
+	mu      sync.Mutex
+	due     []*delivery // settled, their ack not yet sent (mu)
+	timer   *time.Timer // armed while due is not empty (mu)
+	stopped bool        // (mu)
+}
+
+// ack settles d now and sends its ack within delay.
+func (q *lateAcks) ack(d *delivery) {
+	_ = d.settle(func() error {
+		q.mu.Lock()
+		if q.delay <= 0 || q.stopped {
+			q.mu.Unlock()
+			return d.msg.Ack() // settle logs a failure
+		}
+		q.due = append(q.due, d)
+		if len(q.due) == 1 {
+			if q.timer == nil {
+				q.timer = time.AfterFunc(q.delay, q.flush)
+			} else {
+				q.timer.Reset(q.delay)
+			}
+		}
+		q.mu.Unlock()
+		return nil
+	})
+}
+
+// flush sends every ack due. A failed ack is logged; its message comes
+// back after its ack wait and is dropped on its SUCCEEDED record.
+func (q *lateAcks) flush() {
+	q.mu.Lock()
+	due := q.due
+	q.due = nil
+	q.mu.Unlock()
+	for _, d := range due {
+		if err := d.msg.Ack(); err != nil && d.log != nil {
+			var stream string
+			var seq uint64
+			if d.meta != nil {
+				stream, seq = d.meta.Stream, d.meta.Sequence.Stream
+			}
+			d.log.Warn("settle_failed", zap.String("stream", stream), zap.Uint64("stream_seq", seq), zap.Error(err))
+		}
+	}
+}
+
+// stop sends every ack due now; later acks are sent at once. The worker's
+// Stop calls it once no handler runs, so that no message of a task that
+// succeeded here waits out its ack wait.
+func (q *lateAcks) stop() {
+	q.mu.Lock()
+	q.stopped = true
+	if q.timer != nil {
+		q.timer.Stop()
+	}
+	q.mu.Unlock()
+	q.flush()
 }

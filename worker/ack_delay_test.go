@@ -1,0 +1,74 @@
+package worker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ax-mesh/ax"
+	"github.com/ax-mesh/ax/internal/axtest"
+	"github.com/ax-mesh/ax/internal/kv"
+	"github.com/ax-mesh/ax/worker"
+	"github.com/stretchr/testify/require"
+)
+
+// The ack of a succeeded task's message waits [worker.TestConfig.AckDelay]
+// after its SUCCEEDED record (the message stays in its bucket meanwhile),
+// then goes without anything else happening; a negative delay acks at once.
+func TestSucceededAckWaitsItsDelay(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name  string
+		delay time.Duration
+	}{
+		{"delayed", 1500 * time.Millisecond},
+		{"at once", -1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupFast(t)
+			reg := axtest.Registry(t, "noop", func(context.Context, *worker.Task) error { return nil })
+			b.StartWorker(t, worker.Config{Registry: reg, Test: worker.TestConfig{AckDelay: tc.delay}})
+			ctx := context.Background()
+			id := b.Submit(t, ax.TaskSpec{Type: "noop"})
+			done := b.WaitState(t, id, kv.StateSucceeded)
+			if tc.delay < 0 {
+				require.Eventually(t, func() bool { return axtest.BucketMessages(t, ctx, b.JS) == 0 },
+					time.Second, 5*time.Millisecond, "acked at once")
+				return
+			}
+			// Well inside the delay: the message is still there.
+			time.Sleep(tc.delay / 3)
+			require.Equal(t, uint64(1), axtest.BucketMessages(t, ctx, b.JS), "the ack waits its delay")
+			require.Eventually(t, func() bool { return axtest.BucketMessages(t, ctx, b.JS) == 0 },
+				10*time.Second, 10*time.Millisecond, "the ack goes after its delay")
+			require.GreaterOrEqual(t, time.Since(*done.FinishedAt), tc.delay*9/10)
+		})
+	}
+}
+
+// A worker's Stop sends the acks still waiting: after it returns, the
+// succeeded task's message leaves its bucket at once, rather than after its
+// ack wait and a redelivery.
+func TestStopSendsWaitingAcks(t *testing.T) {
+	t.Parallel()
+	b := setupFast(t)
+	reg := axtest.Registry(t, "noop", func(context.Context, *worker.Task) error { return nil })
+	w, _ := b.StartWorker(t, worker.Config{Registry: reg, Test: worker.TestConfig{AckDelay: time.Hour}})
+	ctx := context.Background()
+	ids := make([]string, 3)
+	for i := range ids {
+		ids[i] = b.Submit(t, ax.TaskSpec{Type: "noop"})
+	}
+	for _, id := range ids {
+		b.WaitState(t, id, kv.StateSucceeded)
+	}
+	require.Equal(t, uint64(len(ids)), axtest.BucketMessages(t, ctx, b.JS), "each ack waits (an hour)")
+	axtest.Stop(t, w)
+	require.Eventually(t, func() bool { return axtest.BucketMessages(t, ctx, b.JS) == 0 },
+		2*time.Second, 5*time.Millisecond, "Stop acked what waited")
+	for _, id := range ids {
+		require.Equal(t, kv.StateSucceeded, b.Get(t, id).State)
+	}
+}
