@@ -98,16 +98,15 @@ func truncate(s string, n int) string {
 //
 // Acking the last message of a priority bucket drains it, and a JetStream
 // file store that drains its last block makes a new one, writes a tombstone
-// and deletes the old file: measured over loopback TCP on the project's
-// 2-core machine, an ack that drains a work-queue stream took 0.43–1.7 ms
-// to be answered against 0.18–0.25 ms for one that leaves a message behind,
-// and a publish into the drained stream 0.17–0.27 ms against 0.16–0.21 ms
+// and deletes the old file. BenchmarkWorkQueueAck (an embedded server, on
+// the project's 2-core machine under load) measured an ack that drains at
+// 1.9–3.4 ms against 0.17 ms for one that leaves a message behind, and the
+// next publish into the drained stream at 0.63–0.98 ms against 0.14–0.16 ms
 // (docs/BENCHMARKS.md, "Issue 39"). On an idle mesh each task drains its
-// bucket; in a workflow's chain that drain came at the moment the leader
-// released the child into the same bucket, so the release waited behind
-// it. Sent 5 ms later, the parent's ack finds the child's message stored
-// (a link of a chain takes about 1.5–2 ms), and nothing drains until the
-// chain ends.
+// bucket; in a workflow's chain that drain came as the leader released the
+// child into the same bucket, so the release waited behind it. Sent 5 ms
+// later, the parent's ack finds the child's message stored (a link of a
+// chain takes about 1.5–2 ms), and nothing drains until the chain ends.
 //
 // The record says SUCCEEDED before the ack waits: a worker that dies in
 // between leaves a message that comes back after its ack wait and is
