@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/kv"
 	"github.com/ax-mesh/ax/internal/natstest"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/ax-mesh/ax/worker"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -73,6 +75,32 @@ func TestStopSendsWaitingAcks(t *testing.T) {
 	for _, id := range ids {
 		require.Equal(t, kv.StateSucceeded, b.Get(t, id).State)
 	}
+}
+
+// A worker that dies while a succeeded task's ack waits (its connection
+// cut, no Stop) leaves the message in its bucket; it comes back after its
+// ack wait to another worker, which drops it on its SUCCEEDED record: the
+// handler does not run again and the bucket drains.
+func TestAckLostInItsDelayRunsNothingAgain(t *testing.T) {
+	t.Parallel()
+	const ackWait = 2 * time.Second
+	b := setup(t, &streams.Config{AckWait: ackWait})
+	var runs atomic.Int32
+	reg := axtest.Registry(t, "noop", func(context.Context, *worker.Task) error { runs.Add(1); return nil })
+	_, nc := b.StartWorker(t, worker.Config{ID: "dies", Registry: reg, AckWait: ackWait, Test: worker.TestConfig{AckDelay: time.Hour}})
+	ctx := context.Background()
+	id := b.Submit(t, ax.TaskSpec{Type: "noop"})
+	b.WaitState(t, id, kv.StateSucceeded)
+	nc.Close() // dies: the ack never goes
+	require.Equal(t, uint64(1), axtest.BucketMessages(t, ctx, b.JS))
+
+	b.StartWorker(t, worker.Config{ID: "next", Registry: reg, AckWait: ackWait})
+	require.Eventually(t, func() bool { return axtest.BucketMessages(t, ctx, b.JS) == 0 },
+		3*ackWait+5*time.Second, 20*time.Millisecond, "the redelivery is dropped and acked")
+	require.Equal(t, int32(1), runs.Load(), "the handler ran once")
+	rec := b.Get(t, id)
+	require.Equal(t, kv.StateSucceeded, rec.State)
+	require.Equal(t, 1, rec.Attempt)
 }
 
 // BenchmarkWorkQueueAck prices what [worker.DefaultAckDelay] avoids on an
