@@ -52,6 +52,28 @@ func TestSucceededAckWaitsItsDelay(t *testing.T) {
 	}
 }
 
+// Behind a backlog the ack goes at once: a task delivered while its
+// consumer had more messages to deliver does not wait; only the last of the
+// backlog, delivered with nothing behind it, does.
+func TestBacklogAcksAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setupFast(t)
+	ctx := context.Background()
+	ids := make([]string, 5)
+	for i := range ids { // one key: one shard, one consumer
+		ids[i] = b.Submit(t, ax.TaskSpec{Type: "noop", Key: "k"})
+	}
+	reg := axtest.Registry(t, "noop", func(context.Context, *worker.Task) error { return nil })
+	b.StartWorker(t, worker.Config{Registry: reg, Concurrency: 1, Test: worker.TestConfig{AckDelay: time.Hour}})
+	for _, id := range ids {
+		b.WaitState(t, id, kv.StateSucceeded)
+	}
+	require.Eventually(t, func() bool { return axtest.BucketMessages(t, ctx, b.JS) == 1 },
+		5*time.Second, 5*time.Millisecond, "the backlog's acks went at once")
+	require.Never(t, func() bool { return axtest.BucketMessages(t, ctx, b.JS) == 0 },
+		300*time.Millisecond, 20*time.Millisecond, "the last one's ack waits (an hour)")
+}
+
 // A worker's Stop sends the acks still waiting: after it returns, the
 // succeeded task's message leaves its bucket at once, rather than after its
 // ack wait and a redelivery.
@@ -62,11 +84,9 @@ func TestStopSendsWaitingAcks(t *testing.T) {
 	w, _ := b.StartWorker(t, worker.Config{Registry: reg, Test: worker.TestConfig{AckDelay: time.Hour}})
 	ctx := context.Background()
 	ids := make([]string, 3)
-	for i := range ids {
+	for i := range ids { // one at a time: each delivered with nothing behind it
 		ids[i] = b.Submit(t, ax.TaskSpec{Type: "noop"})
-	}
-	for _, id := range ids {
-		b.WaitState(t, id, kv.StateSucceeded)
+		b.WaitState(t, ids[i], kv.StateSucceeded)
 	}
 	require.Equal(t, uint64(len(ids)), axtest.BucketMessages(t, ctx, b.JS), "each ack waits (an hour)")
 	axtest.Stop(t, w)

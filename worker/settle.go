@@ -94,7 +94,10 @@ func truncate(s string, n int) string {
 }
 
 // DefaultAckDelay is how long the ack of a succeeded task's message waits
-// before it is sent, with the others due by then ([TestConfig.AckDelay]).
+// before it is sent, with the others due by then ([TestConfig.AckDelay]),
+// when its consumer had nothing more to deliver after it (the task was the
+// last of its shard's backlog, or the mesh is idle); behind a backlog the
+// ack goes at once.
 //
 // Acking the last message of a priority bucket drains it, and a JetStream
 // file store that drains its last block makes a new one, writes a tombstone
@@ -114,8 +117,9 @@ func truncate(s string, n int) string {
 // when a worker dies between the write and an ack sent at once.
 const DefaultAckDelay = 5 * time.Millisecond
 
-// lateAcks sends the acks of succeeded tasks' messages delay after the
-// first of them is due, all together ([DefaultAckDelay]). Its timer runs
+// lateAcks sends the acks of succeeded tasks' messages delivered with
+// nothing behind them delay after the first of them is due, all together
+// ([DefaultAckDelay]). Its timer runs
 // only while an ack waits: an idle worker pays nothing. After stop it
 // acks at once. It is safe for concurrent use.
 type lateAcks struct {
@@ -127,11 +131,13 @@ type lateAcks struct {
 	stopped bool        // (mu)
 }
 
-// ack settles d now and sends its ack within delay.
+// ack settles d now and sends its ack within delay, or at once when its
+// consumer had more messages to deliver after it (a backlog: its ack does
+// not drain the bucket, and acks go as they always did).
 func (q *lateAcks) ack(d *delivery) {
 	_ = d.settle(func() error {
 		q.mu.Lock()
-		if q.delay <= 0 || q.stopped {
+		if q.delay <= 0 || q.stopped || d.meta != nil && d.meta.NumPending > 0 {
 			q.mu.Unlock()
 			return d.msg.Ack() // settle logs a failure
 		}
