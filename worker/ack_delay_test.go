@@ -31,7 +31,7 @@ func TestSucceededAckWaitsItsDelay(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupFast(t)
+			b := setup(t, nil)
 			reg := axtest.Registry(t, "noop", func(context.Context, *worker.Task) error { return nil })
 			b.StartWorker(t, worker.Config{Registry: reg, Test: worker.TestConfig{AckDelay: tc.delay}})
 			ctx := context.Background()
@@ -57,7 +57,7 @@ func TestSucceededAckWaitsItsDelay(t *testing.T) {
 // backlog, delivered with nothing behind it, does.
 func TestBacklogAcksAtOnce(t *testing.T) {
 	t.Parallel()
-	b := setupFast(t)
+	b := setup(t, nil)
 	ctx := context.Background()
 	ids := make([]string, 5)
 	for i := range ids { // one key: one shard, one consumer
@@ -79,7 +79,7 @@ func TestBacklogAcksAtOnce(t *testing.T) {
 // ack wait and a redelivery.
 func TestStopSendsWaitingAcks(t *testing.T) {
 	t.Parallel()
-	b := setupFast(t)
+	b := setup(t, nil)
 	reg := axtest.Registry(t, "noop", func(context.Context, *worker.Task) error { return nil })
 	w, _ := b.StartWorker(t, worker.Config{Registry: reg, Test: worker.TestConfig{AckDelay: time.Hour}})
 	ctx := context.Background()
