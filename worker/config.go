@@ -144,10 +144,6 @@ type TestConfig struct {
 	// with the message's delivery count; true makes the worker see an
 	// error instead, as if the write's reply had been lost.
 	LoseClaimReply func(delivered uint64) bool
-	// AckDelay is how long the ack of a succeeded task's message waits
-	// before it is sent with the others due ([DefaultAckDelay]); zero
-	// means the default, negative acks at once.
-	AckDelay time.Duration
 }
 
 func (c *Config) withDefaults() *Config {

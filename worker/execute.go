@@ -50,7 +50,6 @@ type runner struct {
 	processing inFlight                // task ids between claim and settled outcome here
 	cancels    cancelNotes             // operator cancel notices
 	unhandled  unhandledTypes          // types put back lately for want of a handler
-	acks       lateAcks                // the acks of succeeded tasks, sent a moment later together
 }
 
 // process takes one delivery from claim to settled outcome.

@@ -31,7 +31,7 @@ func (rn *runner) succeed(d *delivery, env *envelope, rec *kv.Record, rev uint64
 	}
 	rn.stats.Succeeded.Add(1)
 	rn.observe(rec, OutcomeSucceeded)
-	rn.acks.ack(d) // within DefaultAckDelay: a drained bucket costs the next publish into it
+	d.ack()
 }
 
 // fail settles a failed attempt: retry with backoff while attempts remain

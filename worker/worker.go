@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -80,7 +79,6 @@ func New(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Worker, err
 	w.claimer = &claimer{cfg: cfg, store: store, log: w.log, stats: &w.stats, conn: js.Conn(), held: &w.held}
 	w.runner = &runner{cfg: cfg, js: js, store: store, log: w.log, stats: &w.stats, ops: &w.ops, maxRecord: maxRecord,
 		claimer: w.claimer, tracer: tracing.Tracer(cfg.TracerProvider)}
-	w.runner.acks.delay = cmp.Or(cfg.Test.AckDelay, DefaultAckDelay)
 	w.runner.chains = newChains(cfg, w.log, w.runner.tracer)
 	w.runner.runCtx, w.runner.runCancel = context.WithCancelCause(context.Background())
 	w.intake = &intake{cfg: cfg, js: js, log: w.log, dispatch: w.dispatch, held: &w.held, release: w.release,
@@ -220,7 +218,6 @@ func (w *Worker) Stop(ctx context.Context) error {
 		return fmt.Errorf("stop worker %s: %w", w.cfg.ID, ctx.Err())
 	}
 	w.runner.runCancel(ErrStop)
-	w.runner.acks.stop()                   // no handler runs: the acks waiting go now
 	for _, d := range w.dispatch.close() { // tasks received but not started
 		w.release(d)
 	}
