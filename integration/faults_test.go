@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -145,16 +146,46 @@ func (m *mesh) submitProbes(n, minMS, maxMS int) []string {
 	return ids
 }
 
-// states counts the records of ids by state.
+// states counts the records of ids by state, read in one scan of the
+// task bucket; a task without a record that waits in its bucket (its claim
+// writes the record) counts as READY, found by its id (several at once),
+// and one with neither as MISSING.
 func (m *mesh) states(ids []string) map[kv.State]int {
-	out := map[kv.State]int{}
-	for _, id := range ids {
-		rec, _, err := storeGet(context.Background(), m.client.Store(), id)
-		if err != nil {
-			out["MISSING"]++
-			continue
+	ctx := context.Background()
+	store := m.client.Store()
+	byID := map[string]*kv.Record{}
+	err := store.Scan(ctx, func(rec *kv.Record, _ uint64) error {
+		if old := byID[rec.ID]; old == nil || rec.Tenant == ax.DefaultTenant {
+			byID[rec.ID] = rec
 		}
-		out[rec.State]++
+		return nil
+	}, func(*kv.UnreadableError) {})
+	require.NoError(m.t, err)
+	out := map[kv.State]int{}
+	var missing []string
+	for _, id := range ids {
+		if rec := byID[id]; rec != nil {
+			out[rec.State]++
+		} else {
+			missing = append(missing, id)
+		}
+	}
+	found := make([]kv.State, len(missing))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i, id := range missing {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			found[i] = "MISSING"
+			if rec, _, err := storeGet(ctx, store, id); err == nil {
+				found[i] = rec.State // recorded since the scan, or waiting unclaimed
+			}
+		})
+	}
+	wg.Wait()
+	for _, state := range found {
+		out[state]++
 	}
 	return out
 }

@@ -95,7 +95,15 @@ saying so, until the streams and buckets exist).`,
 			}
 			cfg := f.config(dep.Names(), f.ackWait, d.log)
 			observeLeader(cfg, d.metrics)
-			l, err := dep.Leader(ctx, cfg)
+			// The leader reads the streams' settings as it starts: a
+			// cluster whose stream leaders are being elected (a node
+			// restarted) answers after a while, as for a worker.
+			var l *scheduler.Leader
+			err = waitFor(ctx, d.log, provisionHint, func() error {
+				var err error
+				l, err = dep.Leader(ctx, cfg)
+				return settled(err)
+			})
 			if err != nil {
 				return err
 			}

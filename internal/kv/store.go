@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ax-mesh/ax/internal/streams"
@@ -69,6 +70,9 @@ type Store struct {
 	// retentionTTL is the Nats-TTL header value of a terminal record:
 	// Retention, formatted once.
 	retentionTTL []string
+	// buckets holds the priority streams' handles once bound
+	// ([Store.Unclaimed]).
+	buckets [streams.Priorities]atomic.Pointer[jetstream.Stream]
 }
 
 // NewStore binds to the task bucket, which [Provision] creates.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,37 +25,66 @@ func (s *Store) Unclaimed(ctx context.Context, id, tenant string) ([]*Record, er
 	if tenant == "" {
 		tenant = "*"
 	}
-	names := s.cfg.Names
-	var out []*Record
+	// The five buckets are read at once: a lookup costs one round trip.
+	found := make([][]*Record, streams.Priorities)
+	errs := make([]error, streams.Priorities)
+	var wg sync.WaitGroup
 	for p := range streams.Priorities {
-		stream, err := s.js.Stream(ctx, names.PriorityStream(p))
-		if err != nil {
-			return nil, fmt.Errorf("find task %s in its bucket: %w", id, err)
-		}
-		filter := names.StoredIDFilter(p, tenant, id)
-		for seq := uint64(0); ; {
-			msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				break
-			}
-			if err != nil {
-				return nil, fmt.Errorf("find task %s in %s: %w", id, names.PriorityStream(p), err)
-			}
-			seq = msg.Sequence + 1
-			stored, opts, err := names.ParseMessage(msg.Subject, msg.Header)
-			if err != nil || opts.ID != id || stored.Copy {
-				continue // another task keyed by this id, or not a producer's message
-			}
-			if _, _, err := s.Get(ctx, Ref{Tenant: stored.Tenant, ID: id}); !errors.Is(err, ErrNotFound) {
-				continue // claimed meanwhile (or unreadable): the record speaks for it
-			}
-			rec := WaitingRecord(stored, opts, id, names.PriorityStream(p), msg.Sequence, msg.Time.UTC())
-			rec.UpdatedAt = rec.CreatedAt
-			rec.Trail = []Move{{Task: id, To: StateReady, At: rec.CreatedAt, Action: "publish"}}
-			out = append(out, rec)
-		}
+		wg.Go(func() { found[p], errs[p] = s.unclaimedIn(ctx, p, id, tenant) })
 	}
-	return out, nil
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return slices.Concat(found...), nil
+}
+
+// unclaimedIn is [Store.Unclaimed] in priority bucket p.
+func (s *Store) unclaimedIn(ctx context.Context, p int, id, tenant string) ([]*Record, error) {
+	names := s.cfg.Names
+	stream, err := s.bucketStream(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("find task %s in its bucket: %w", id, err)
+	}
+	filter := names.StoredIDFilter(p, tenant, id)
+	var out []*Record
+	for seq := uint64(0); ; {
+		msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("find task %s in %s: %w", id, names.PriorityStream(p), err)
+		}
+		seq = msg.Sequence + 1
+		stored, opts, err := names.ParseMessage(msg.Subject, msg.Header)
+		if err != nil || opts.ID != id || stored.Copy {
+			continue // another task keyed by this id, or not a producer's message
+		}
+		if _, _, err := s.Get(ctx, Ref{Tenant: stored.Tenant, ID: id}); !errors.Is(err, ErrNotFound) {
+			continue // claimed meanwhile (or unreadable): the record speaks for it
+		}
+		rec := WaitingRecord(stored, opts, id, names.PriorityStream(p), msg.Sequence, msg.Time.UTC())
+		rec.UpdatedAt = rec.CreatedAt
+		rec.Trail = []Move{{Task: id, To: StateReady, At: rec.CreatedAt, Action: "publish"}}
+		out = append(out, rec)
+	}
+}
+
+// bucketStream returns the handle of priority stream p, bound once (its
+// info read once: a direct get needs only the name and AllowDirect, which
+// provisioning always sets on the buckets).
+func (s *Store) bucketStream(ctx context.Context, p int) (jetstream.Stream, error) {
+	if st := s.buckets[p].Load(); st != nil {
+		return *st, nil
+	}
+	name := s.cfg.Names.PriorityStream(p)
+	st, err := s.js.Stream(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("bind %s: %w", name, err)
+	}
+	s.buckets[p].Store(&st)
+	return st, nil
 }
 
 // WaitingRecord is the READY record of a task whose message (stream, seq,
