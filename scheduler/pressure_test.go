@@ -336,7 +336,7 @@ func TestAgingWaitsForARefusingBucket(t *testing.T) {
 	info, err := client.Submit(ctx, ax.TaskSpec{Type: "x", Priority: ax.P3})
 	require.NoError(t, err)
 
-	time.Sleep(time.Second) // ten thresholds
+	time.Sleep(time.Second)                           // ten thresholds
 	rec, err := client.Get(ctx, info.Tenant, info.ID) // no record until aging or a claim writes it
 	require.NoError(t, err)
 	require.Equal(t, 3, rec.Priority, "not lifted into a bucket that refuses")
