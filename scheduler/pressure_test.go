@@ -336,8 +336,9 @@ func TestAgingWaitsForARefusingBucket(t *testing.T) {
 	info, err := client.Submit(ctx, ax.TaskSpec{Type: "x", Priority: ax.P3})
 	require.NoError(t, err)
 
-	time.Sleep(time.Second)                           // ten thresholds
-	rec, err := client.Get(ctx, info.Tenant, info.ID) // no record until aging or a claim writes it
+	time.Sleep(time.Second) // ten thresholds
+	// No record until aging or a claim writes it: Get reads its bucket.
+	rec, err := client.Get(ctx, info.Tenant, info.ID)
 	require.NoError(t, err)
 	require.Equal(t, 3, rec.Priority, "not lifted into a bucket that refuses")
 	require.EqualValues(t, 16, natstest.StreamMsgs(t, js, "AX_P2"))
