@@ -117,7 +117,11 @@ func testStrictPriority(t *testing.T, policy string) {
 		mu.Lock()
 		starts = append(starts, levelOf(task.Priority))
 		mu.Unlock()
-		time.Sleep(20 * time.Millisecond)
+		// Longer than the P0 messages take to reach the worker after the
+		// submit returns on a loaded machine (a submit of tasks of
+		// generated ids returns at the publish acks: 20 ms let two slots
+		// free meanwhile under the whole suite).
+		time.Sleep(50 * time.Millisecond)
 		return nil
 	}, nil))
 	backlog := make([]ax.TaskSpec, 1000)
