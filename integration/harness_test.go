@@ -298,6 +298,10 @@ func storeGet(ctx context.Context, store *kv.Store, id string) (*kv.Record, uint
 		if err == nil && len(waiting) == 1 {
 			return waiting[0], 0, nil
 		}
+		// Claimed between the two reads: its record is there now.
+		if refs, err = store.Find(ctx, id); err == nil && len(refs) == 1 {
+			return store.Get(ctx, refs[0])
+		}
 		return nil, 0, fmt.Errorf("get task %s: %w", id, kv.ErrNotFound)
 	case 1:
 		return store.Get(ctx, refs[0])
