@@ -89,3 +89,20 @@ func TestUnclaimedTaskIsKnownAtOnce(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{info.ID, own.ID}, runs, "the cancelled and the paused task never ran")
 }
+
+// tasks.list lists a task waiting without a record READY, as task.get
+// shows it, and not under a filter of other states.
+func TestTasksListShowsUnclaimedTasks(t *testing.T) {
+	t.Parallel()
+	b := setupAdmin(t)
+	ctx := context.Background()
+	id := b.Submit(t, ax.TaskSpec{Type: "email"})
+	list, err := b.api.List(ctx, admin.TasksListRequest{})
+	require.NoError(t, err)
+	require.Equal(t, 1, list.Matched)
+	require.Equal(t, id, list.Tasks[0].ID)
+	require.Equal(t, kv.StateReady, list.Tasks[0].State)
+	list, err = b.api.List(ctx, admin.TasksListRequest{Filter: admin.Filter{States: []kv.State{kv.StateRunning}}})
+	require.NoError(t, err)
+	require.Zero(t, list.Matched)
+}
