@@ -2,7 +2,6 @@ package ax
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/ax-mesh/ax/internal/kv"
@@ -79,12 +78,7 @@ func (c *Client) Get(ctx context.Context, tenant, id string) (*Record, error) {
 // read returns the record of task r, or for a task waiting unclaimed in
 // its bucket without one, the READY record its claim starts from.
 func (c *Client) read(ctx context.Context, r kv.Ref) (*Record, error) {
-	rec, _, err := c.store.Get(ctx, r)
-	if errors.Is(err, kv.ErrNotFound) {
-		if waiting, ferr := c.store.Unclaimed(ctx, r.ID, r.Tenant); ferr == nil && len(waiting) > 0 {
-			return waiting[0], nil
-		}
-	}
+	rec, _, _, err := c.store.Read(ctx, r)
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -23,22 +22,11 @@ func (a *Service) resolve(ctx context.Context, id, tenant string, unseen bool) (
 		}
 		return kv.Ref{Tenant: tenant, ID: id}, nil
 	}
-	refs, err := a.store.Find(ctx, id)
+	// A task no worker has claimed yet may have no record: Locate finds
+	// it in its bucket.
+	refs, err := a.store.Locate(ctx, id)
 	if err != nil {
 		return kv.Ref{}, err
-	}
-	if len(refs) == 0 {
-		// A task no worker has claimed yet may have no record: find it in
-		// its bucket (admin/unclaimed.go).
-		waiting, err := a.store.Unclaimed(ctx, id, "")
-		if err != nil {
-			return kv.Ref{}, err
-		}
-		for _, rec := range waiting {
-			if !slices.Contains(refs, rec.Ref()) {
-				refs = append(refs, rec.Ref())
-			}
-		}
 	}
 	switch len(refs) {
 	case 1:

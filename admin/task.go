@@ -16,20 +16,11 @@ func (a *Service) taskGet(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	rec, rev, err := a.store.Get(ctx, ref)
-	if errors.Is(err, kv.ErrNotFound) {
-		waiting, ferr := a.store.Unclaimed(ctx, ref.ID, ref.Tenant)
-		if ferr != nil {
-			return nil, ferr
-		}
-		if len(waiting) > 0 {
-			return &TaskReply{Task: waiting[0], Unclaimed: true}, nil
-		}
-	}
+	rec, rev, waiting, err := a.store.Read(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	return &TaskReply{Task: rec, Revision: rev}, nil
+	return &TaskReply{Task: rec, Revision: rev, Unclaimed: waiting}, nil
 }
 
 func (a *Service) taskTrail(ctx context.Context, data []byte) (any, error) {
@@ -37,20 +28,11 @@ func (a *Service) taskTrail(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	trail, err := a.store.Trail(ctx, ref)
-	if errors.Is(err, kv.ErrNotFound) {
-		waiting, ferr := a.store.Unclaimed(ctx, ref.ID, ref.Tenant)
-		if ferr != nil {
-			return nil, ferr
-		}
-		if len(waiting) > 0 {
-			trail, err = waiting[0].Trail, nil
-		}
-	}
+	rec, _, _, err := a.store.Read(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	return a.cutTrail(&TrailReply{ID: ref.ID, Tenant: ref.Tenant, Trail: trail}), nil
+	return a.cutTrail(&TrailReply{ID: ref.ID, Tenant: ref.Tenant, Trail: rec.Trail}), nil
 }
 
 // cutTrail keeps a trail reply within the reply budget: its first move

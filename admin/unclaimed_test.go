@@ -106,3 +106,44 @@ func TestTasksListShowsUnclaimedTasks(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, list.Matched)
 }
+
+// A task read while a worker claims it is found either way: the claim
+// writes its record and then takes the message out of its bucket, so a
+// read that missed the record and then the bucket reads the record again.
+// Each round claims one task as a worker does (its READY record created,
+// then its message acked away) while task.get and task.trail read it.
+// Red when the record is read only once (the task reported unknown).
+func TestUnclaimedTaskReadWhileClaimed(t *testing.T) {
+	t.Parallel()
+	b := setupAdminFast(t)
+	ctx := context.Background()
+	for range 150 {
+		info, err := b.Client.Submit(ctx, ax.TaskSpec{Type: "email"})
+		require.NoError(t, err)
+		ref := kv.Ref{Tenant: info.Tenant, ID: info.ID}
+		waiting, err := b.Store.Unclaimed(ctx, info.ID, info.Tenant)
+		require.NoError(t, err)
+		require.Len(t, waiting, 1)
+		claimed := make(chan error, 1)
+		go func() {
+			rec := waiting[0]
+			rec.Trail, rec.UpdatedAt = nil, time.Time{}
+			if _, _, err := b.Store.Create(ctx, rec, kv.Actor{Action: "claim"}); err != nil {
+				claimed <- err
+				return
+			}
+			stream, err := b.JS.Stream(ctx, rec.Stream)
+			if err == nil {
+				err = stream.DeleteMsg(ctx, rec.StreamSeq)
+			}
+			claimed <- err
+		}()
+		for range 4 {
+			_, _, _, err := b.Store.Read(ctx, ref)
+			require.NoError(t, err, "task %s read while it was claimed", info.ID)
+			var got admin.TaskReply
+			require.NoError(t, b.call(t, admin.VerbTaskGet, admin.TaskRequest{ID: info.ID}, &got))
+		}
+		require.NoError(t, <-claimed)
+	}
+}

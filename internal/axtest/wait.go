@@ -29,23 +29,14 @@ func StoreRead(store *kv.Store) ReadFunc {
 // task waiting in its bucket with its record still to be written at the
 // claim, the READY record task.get shows ([kv.Store.Unclaimed]).
 func Record(ctx context.Context, store *kv.Store, id string) (*kv.Record, error) {
-	refs, err := store.Find(ctx, id)
+	refs, err := store.Locate(ctx, id)
 	if err != nil {
 		return nil, err
-	}
-	if len(refs) == 0 {
-		waiting, err := store.Unclaimed(ctx, id, "")
-		if err != nil {
-			return nil, err
-		}
-		if len(waiting) == 1 {
-			return waiting[0], nil
-		}
 	}
 	if len(refs) != 1 {
 		return nil, fmt.Errorf("%d tasks have id %s: %w", len(refs), id, kv.ErrNotFound)
 	}
-	rec, _, err := store.Get(ctx, refs[0])
+	rec, _, _, err := store.Read(ctx, refs[0])
 	return rec, err
 }
 

@@ -105,3 +105,51 @@ func WaitingRecord(stored streams.Stored, opts streams.Options, id, stream strin
 	}
 	return rec
 }
+
+// Read returns the record of task ref and its revision or, for a task
+// waiting in its bucket with its record still to be written at its claim,
+// the READY record that claim starts from ([Store.Unclaimed]; revision 0,
+// waiting true). A claim and a lift by aging write the record before the
+// message leaves its bucket, so a task that left its bucket between the
+// record's read and the buckets' has its record when read again: Read
+// reads it a second time before it answers [ErrNotFound].
+func (s *Store) Read(ctx context.Context, ref Ref) (rec *Record, rev uint64, waiting bool, err error) {
+	rec, rev, err = s.Get(ctx, ref)
+	if !errors.Is(err, ErrNotFound) {
+		return rec, rev, false, err
+	}
+	found, err := s.Unclaimed(ctx, ref.ID, ref.Tenant)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if len(found) > 0 {
+		return found[0], 0, true, nil
+	}
+	rec, rev, err = s.Get(ctx, ref)
+	return rec, rev, false, err
+}
+
+// Locate returns the tasks of any tenant with id: those with a record
+// ([Store.Find]) and, when none has one, those waiting unclaimed in their
+// buckets ([Store.Unclaimed]). As [Store.Read], it looks for records a
+// second time when the buckets hold none: a claim or a lift may have
+// written one meanwhile.
+func (s *Store) Locate(ctx context.Context, id string) ([]Ref, error) {
+	refs, err := s.Find(ctx, id)
+	if err != nil || len(refs) > 0 {
+		return refs, err
+	}
+	waiting, err := s.Unclaimed(ctx, id, "")
+	if err != nil {
+		return nil, err
+	}
+	for _, rec := range waiting {
+		if !slices.Contains(refs, rec.Ref()) {
+			refs = append(refs, rec.Ref())
+		}
+	}
+	if len(refs) > 0 {
+		return refs, nil
+	}
+	return s.Find(ctx, id)
+}
