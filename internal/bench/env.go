@@ -227,17 +227,33 @@ func (r *run) start(ctx context.Context, o Options, taskType string, fn worker.H
 // startLeader runs the scheduler's leader loops in this process until
 // close, without aging (it would move tasks between buckets mid-run): a
 // limited backlog larger than the workers' parking room steps aside into
-// AX_DELAYED, which the leader releases, as in a deployment.
+// AX_DELAYED, which the leader releases, as in a deployment. The leader
+// has a connection of its own, as `ax scheduler` has: its record watch
+// and releases do not queue behind the workers' traffic on theirs.
 func (r *run) startLeader(ctx context.Context) error {
-	l, err := scheduler.New(ctx, r.js, &scheduler.Config{Names: r.names, Logger: zap.NewNop(), AgingThreshold: -1})
+	nc, err := nats.Connect(r.nc.ConnectedUrl(), r.connectOpts...)
 	if err != nil {
+		return fmt.Errorf("bench: leader connection: %w", err)
+	}
+	l, err := newLeader(ctx, nc, r.names)
+	if err != nil {
+		nc.Close()
 		return err
 	}
 	lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = l.Run(lctx) })
-	r.stopLeader = func() { stop(); wg.Wait() }
+	r.stopLeader = func() { stop(); wg.Wait(); nc.Close() }
 	return nil
+}
+
+// newLeader is the bench's leader on connection nc.
+func newLeader(ctx context.Context, nc *nats.Conn, names streams.Names) (*scheduler.Leader, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return scheduler.New(ctx, js, &scheduler.Config{Names: names, Logger: zap.NewNop(), AgingThreshold: -1})
 }
 
 // close stops the workers and the leader, then the environment.
