@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/worker"
 )
@@ -37,6 +39,74 @@ func Latency(ctx context.Context, o Options, rate int, duration time.Duration) (
 	after := r.usage()
 	bar.end()
 	res := &Result{Scenario: "latency", Concurrency: o.Concurrency, Workers: o.Workers, Sync: o.Sync}
+	measure(res, total, elapsed, before, after)
+	res.SubmitPerSec = float64(rate)
+	lat.fill(res)
+	return res, nil
+}
+
+// PacedBaseline is bare JetStream at a steady rate, the reference of
+// [Latency]: rate messages a second for duration into one WorkQueue
+// stream, published as [Latency] submits (one at a time, or pipelined when
+// more than one is due in a millisecond), pulled by one consumer and acked.
+// It prices one stored message when the load comes a few at a time: no
+// batch shares a round trip, a wake-up or a write to the socket.
+func PacedBaseline(ctx context.Context, o Options, rate int, duration time.Duration) (*Result, error) {
+	e, err := newEnv(ctx, o, "axbase", 0)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	stream, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "BENCH_PACED", Subjects: []string{"bench.paced"},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
+	if err != nil {
+		return nil, err
+	}
+	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "paced", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		return nil, err
+	}
+	var lat latencies
+	var done counter
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		lat.add(since(msg.Data()))
+		_ = msg.Ack()
+		done.n.Add(1)
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer cc.Stop()
+	total := int(float64(rate) * duration.Seconds())
+	bar := startProgress(o.Progress, "paced baseline", total, done.load)
+	before, start := e.usage(), time.Now()
+	err = paceBy(ctx, rate, total, func(n int) error {
+		if n == 1 {
+			_, err := e.js.Publish(ctx, "bench.paced", stamp(make([]byte, o.Payload)))
+			return err
+		}
+		for range n {
+			if _, err := e.js.PublishAsync("bench.paced", stamp(make([]byte, o.Payload))); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-e.js.PublishAsyncComplete():
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("paced baseline: %w", err)
+	}
+	if err := waitFor(ctx, func() bool { return done.load() >= int64(total) }); err != nil {
+		return nil, err
+	}
+	elapsed := time.Since(start)
+	after := e.usage()
+	bar.end()
+	res := &Result{Scenario: "paced-baseline", Concurrency: 1, Workers: 1, Sync: o.Sync}
 	measure(res, total, elapsed, before, after)
 	res.SubmitPerSec = float64(rate)
 	lat.fill(res)
@@ -104,6 +174,25 @@ func Priority(ctx context.Context, o Options, backlog, rate int, duration time.D
 // pace submits total tasks at rate per second, in small batches every
 // millisecond tick, catching up when it falls behind.
 func pace(ctx context.Context, client *ax.Client, rate, total int, task func(i int) ax.TaskSpec) error {
+	sent := 0
+	return paceBy(ctx, rate, total, func(n int) error {
+		batch := make([]ax.TaskSpec, 0, n)
+		for i := sent; i < sent+n; i++ {
+			batch = append(batch, task(i))
+		}
+		sent += n
+		if n == 1 {
+			_, err := client.Submit(ctx, batch[0])
+			return err
+		}
+		_, err := client.SubmitBatch(ctx, batch)
+		return err
+	})
+}
+
+// paceBy calls send with the number of messages due each millisecond at
+// rate, until total were sent.
+func paceBy(ctx context.Context, rate, total int, send func(n int) error) error {
 	start := time.Now()
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
@@ -118,15 +207,7 @@ func pace(ctx context.Context, client *ax.Client, rate, total int, task func(i i
 		if due <= sent {
 			continue
 		}
-		batch := make([]ax.TaskSpec, 0, due-sent)
-		for i := sent; i < due; i++ {
-			batch = append(batch, task(i))
-		}
-		if len(batch) == 1 {
-			if _, err := client.Submit(ctx, batch[0]); err != nil {
-				return err
-			}
-		} else if _, err := client.SubmitBatch(ctx, batch); err != nil {
+		if err := send(due - sent); err != nil {
 			return err
 		}
 		sent = due

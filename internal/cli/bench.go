@@ -142,6 +142,10 @@ func (f *benchFlags) scenarios() map[string]benchScenario {
 		"latency": {run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
 			return single(bench.Latency(ctx, o, f.rate, f.duration))
 		}},
+		// paced-baseline is latency's reference: bare JetStream at --rate.
+		"paced-baseline": {run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
+			return single(bench.PacedBaseline(ctx, o, f.rate, f.duration))
+		}},
 		"priority": {tasks: 100_000, rate: 200, run: func(ctx context.Context, o bench.Options) ([]*bench.Result, error) {
 			return single(bench.Priority(ctx, o, o.Tasks, f.rate, f.duration))
 		}},
@@ -218,6 +222,10 @@ statistics. See docs/BENCHMARKS.md.
               the ratios to the floor show what ax's own code costs, and what
               fewer operations would save
   latency     a paced load (--rate for --duration): submit-to-start latency
+  paced-baseline
+              bare JetStream at --rate for --duration (one WorkQueue stream,
+              one pull consumer): latency's reference, one stored message a
+              task when the load comes a few at a time
   priority    a P4 backlog of N tasks, then P0 tasks at --rate: P0 latency
   article     the design article's load test, scaled (--tasks, --time-scale)
   delay       N delayed tasks due within --window: release lateness p50/p99/max
