@@ -132,6 +132,27 @@ func TestBirths(t *testing.T) {
 	require.ErrorIs(t, err, kv.ErrExists)
 }
 
+// A record is created over the delete marker its key's expiry or removal
+// left (an id used again after its record's retention), and not over a
+// record. Red when Create writes only on a key without any message.
+func TestCreateOverDeleteMarker(t *testing.T) {
+	t.Parallel()
+	b := setupFast(t)
+	ctx := context.Background()
+	rec := &kv.Record{ID: "again", Type: "x", Tenant: "t", State: kv.StateReady}
+	_, first, err := b.store.Create(ctx, rec, kv.Actor{Action: "submit"})
+	require.NoError(t, err)
+	require.NoError(t, b.store.Bucket().Delete(ctx, rec.Ref().Key()))
+	_, _, err = b.store.Get(ctx, rec.Ref())
+	require.ErrorIs(t, err, kv.ErrNotFound)
+	got, rev, err := b.store.Create(ctx, rec, kv.Actor{Action: "submit"})
+	require.NoError(t, err, "created over the marker")
+	require.Greater(t, rev, first+1, "written after the marker")
+	require.Equal(t, kv.StateReady, got.State)
+	_, _, err = b.store.Create(ctx, rec, kv.Actor{Action: "submit"})
+	require.ErrorIs(t, err, kv.ErrExists)
+}
+
 // 32 goroutines claim the same READY task: exactly one wins, every round.
 func TestClaimRace(t *testing.T) {
 	t.Parallel()

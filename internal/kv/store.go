@@ -163,7 +163,15 @@ func (s *Store) Create(ctx context.Context, rec *Record, actor Actor) (*Record, 
 	if err != nil {
 		return nil, 0, err
 	}
-	rev, err := s.kv.Create(ctx, rec.Ref().Key(), data)
+	// A compare-and-set on "no message yet", as [Store.Apply] writes (one
+	// request, its acknowledgement scanned without encoding/json). When the
+	// key has a message, nats.go's Create decides: the record exists, or a
+	// delete marker its expiry left is written over.
+	key := rec.Ref().Key()
+	rev, err := s.compareAndSet(ctx, key, data, 0, 0)
+	if IsRevisionMismatch(err) {
+		rev, err = s.kv.Create(ctx, key, data)
+	}
 	if IsRevisionMismatch(err) {
 		return nil, 0, fmt.Errorf("create task %s: %w", rec.Ref(), ErrExists)
 	}
