@@ -413,18 +413,20 @@ func TestHandOffsLeaveOtherWorkersTheirTurn(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	// The longest run of one worker's tasks in a row, in the first half
-	// (while both have tasks parked).
-	longest, run := 0, 0
-	for i := range order[:tasks/2] {
-		if i > 0 && order[i] == order[i-1] {
-			run++
-		} else {
-			run = 1
+	// How often the slot went from one worker to the other in the first
+	// half (while both have tasks parked). Unbounded hand-offs keep it on
+	// the worker that took it first until its parked tasks run out: no
+	// switch in the first half, one in all. A turn ends after maxHandoffs
+	// (8) and the other worker has turnYield (10 ms) to take the slot; on
+	// a loaded machine it may miss a few yields in a row, so the test
+	// counts the switches rather than bounding the longest run.
+	switches := 0
+	for i := 1; i < tasks/2; i++ {
+		if order[i] != order[i-1] {
+			switches++
 		}
-		longest = max(longest, run)
 	}
-	require.Less(t, longest, tasks/4, "one worker kept the slot: %v", order)
+	require.GreaterOrEqual(t, switches, 3, "one worker kept the slot: %v", order)
 }
 
 // blockingGauge is a handler that counts the executions running at once
