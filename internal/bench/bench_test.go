@@ -31,6 +31,13 @@ func TestScenariosRun(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 200, lat.Tasks)
 
+	paced, err := bench.PacedBaseline(ctx, o, 200, time.Second)
+	require.NoError(t, err)
+	require.Equal(t, 200, paced.Tasks)
+	require.InDelta(t, 200, paced.CompletePerSec, 60, "paced at the rate, not faster")
+	require.Positive(t, paced.LatencyP50Ms)
+	require.InDelta(t, 1, paced.Ops["msg_writes"], 0.05, "one stored message a task")
+
 	pri, err := bench.Priority(ctx, o, 500, 50, time.Second)
 	require.NoError(t, err)
 	require.Equal(t, 50, pri.Tasks)
