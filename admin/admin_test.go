@@ -255,10 +255,14 @@ func TestAdminBatchCancel(t *testing.T) {
 func TestAdminStatsAndWorkers(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t)
-	// Two tasks whose records their claims write, one recorded at submit.
+	// Two tasks whose records their claims write, one recorded at submit,
+	// and a delayed one of the same priority: its PENDING record is bound
+	// to its schedule, not to a message of the bucket (red when every
+	// unfinished record of the priority is taken for one of its messages).
 	for i := range 3 {
 		b.Submit(t, ax.TaskSpec{ID: []string{"", "", "own-id"}[i], Type: "email", Priority: ax.P2})
 	}
+	b.Submit(t, ax.TaskSpec{ID: "later", Type: "email", Priority: ax.P2, Delay: time.Hour})
 	var stats admin.StatsReply
 	require.NoError(t, b.call(t, admin.VerbStats, admin.StatsRequest{Window: "1m"}, &stats))
 	require.Len(t, stats.Buckets, 5)
@@ -266,9 +270,10 @@ func TestAdminStatsAndWorkers(t *testing.T) {
 	require.Equal(t, uint64(2), stats.Buckets[2].Unrecorded)
 	require.Equal(t, "AX_P2", stats.Buckets[2].Stream)
 	require.Positive(t, stats.Buckets[2].Capacity)
-	require.InDelta(t, 1.0/60, stats.Buckets[2].SubmittedRate, 1e-9, "records created in the window")
+	require.InDelta(t, 2.0/60, stats.Buckets[2].SubmittedRate, 1e-9, "records created in the window")
 	require.Equal(t, 3, stats.States[kv.StateReady], "the READY record and the two waiting without one")
-	require.Equal(t, 1, stats.Records)
+	require.Equal(t, 1, stats.States[kv.StatePending])
+	require.Equal(t, 2, stats.Records)
 	require.Zero(t, stats.DLQ)
 
 	var workers admin.WorkersReply
