@@ -159,7 +159,7 @@ func (a *Service) dlqReplay(ctx context.Context, data []byte) (any, error) {
 		if err := validID(req.ID); err != nil {
 			return nil, err
 		}
-		ref, err := a.resolve(ctx, req.ID, req.Tenant, false)
+		ref, _, err := a.resolve(ctx, req.ID, req.Tenant, false)
 		if err != nil {
 			return nil, err
 		}

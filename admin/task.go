@@ -12,7 +12,7 @@ import (
 )
 
 func (a *Service) taskGet(ctx context.Context, data []byte) (any, error) {
-	ref, _, err := a.decodeTask(ctx, data, false)
+	ref, _, _, err := a.decodeTask(ctx, data, false)
 	if err != nil {
 		return nil, err
 	}
@@ -24,7 +24,7 @@ func (a *Service) taskGet(ctx context.Context, data []byte) (any, error) {
 }
 
 func (a *Service) taskTrail(ctx context.Context, data []byte) (any, error) {
-	ref, _, err := a.decodeTask(ctx, data, false)
+	ref, _, _, err := a.decodeTask(ctx, data, false)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +57,7 @@ func (a *Service) cutTrail(reply *TrailReply) *TrailReply {
 }
 
 func (a *Service) taskCancel(ctx context.Context, data []byte) (any, error) {
-	ref, unseen, err := a.decodeTask(ctx, data, true)
+	ref, unseen, _, err := a.decodeTask(ctx, data, true)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +65,7 @@ func (a *Service) taskCancel(ctx context.Context, data []byte) (any, error) {
 }
 
 func (a *Service) taskPause(ctx context.Context, data []byte) (any, error) {
-	ref, unseen, err := a.decodeTask(ctx, data, true)
+	ref, unseen, _, err := a.decodeTask(ctx, data, true)
 	if err != nil {
 		return nil, err
 	}
@@ -73,41 +73,51 @@ func (a *Service) taskPause(ctx context.Context, data []byte) (any, error) {
 }
 
 // decodeTask reads a [TaskRequest] and resolves the task it names
-// ([Service.resolve]); mayUnseen says whether the verb takes Unseen.
-func (a *Service) decodeTask(ctx context.Context, data []byte, mayUnseen bool) (kv.Ref, bool, error) {
+// ([Service.resolve]); mayUnseen says whether the verb takes Unseen. When
+// it does and the request has no Unseen, the task's READY record is
+// written if it waits without one ([Service.materialize]); otherwise
+// waiting is what resolve found in the task's bucket, for the verb's own
+// materialize.
+func (a *Service) decodeTask(ctx context.Context, data []byte, mayUnseen bool) (ref kv.Ref, unseen bool, waiting *kv.Record, err error) {
 	var req TaskRequest
 	if err := decode(data, &req); err != nil {
-		return kv.Ref{}, false, err
+		return kv.Ref{}, false, nil, err
 	}
 	if err := validID(req.ID); err != nil {
-		return kv.Ref{}, false, err
+		return kv.Ref{}, false, nil, err
 	}
 	if req.Unseen && !mayUnseen {
-		return kv.Ref{}, false, badRequest(`"unseen" applies to task.cancel and task.pause only`)
+		return kv.Ref{}, false, nil, badRequest(`"unseen" applies to task.cancel and task.pause only`)
 	}
-	ref, err := a.resolve(ctx, req.ID, req.Tenant, req.Unseen)
+	ref, waiting, err = a.resolve(ctx, req.ID, req.Tenant, req.Unseen)
 	if err == nil && mayUnseen && !req.Unseen {
-		err = a.materialize(ctx, ref)
+		err = a.materialize(ctx, ref, waiting)
 	}
-	return ref, req.Unseen, err
+	return ref, req.Unseen, waiting, err
 }
 
 // materialize writes the READY record of task ref if it waits in its
 // bucket with no record yet (its record is written at the claim:
 // docs/decisions/record-at-claim.md), as the claim would have, so that an
-// operator's move acts on it as on any READY task. A worker that claims
-// it meanwhile wins; its record then decides.
-func (a *Service) materialize(ctx context.Context, ref kv.Ref) error {
-	if _, _, err := a.store.Get(ctx, ref); !errors.Is(err, kv.ErrNotFound) {
-		return nil // recorded (or unreadable: the move reports it)
+// operator's move acts on it as on any READY task. waiting is that record
+// when [Service.resolve] found it in the task's bucket (no bucket is read
+// again); nil makes materialize look for a record, then in the buckets. A
+// worker that claims the task meanwhile wins: its record exists, the
+// create is refused, and the move acts on that record.
+func (a *Service) materialize(ctx context.Context, ref kv.Ref, waiting *kv.Record) error {
+	if waiting == nil {
+		if _, _, err := a.store.Get(ctx, ref); !errors.Is(err, kv.ErrNotFound) {
+			return nil // recorded (or unreadable: the move reports it)
+		}
+		found, err := a.store.Unclaimed(ctx, ref.ID, ref.Tenant)
+		if err != nil || len(found) == 0 {
+			return err
+		}
+		waiting = found[0]
 	}
-	waiting, err := a.store.Unclaimed(ctx, ref.ID, ref.Tenant)
-	if err != nil || len(waiting) == 0 {
-		return err
-	}
-	rec := waiting[0]
+	rec := *waiting
 	rec.Trail, rec.UpdatedAt = nil, time.Time{}
-	if _, _, err := a.store.Create(ctx, rec, kv.Actor{Action: "publish"}); err != nil && !errors.Is(err, kv.ErrExists) {
+	if _, _, err := a.store.Create(ctx, &rec, kv.Actor{Action: "publish"}); err != nil && !errors.Is(err, kv.ErrExists) {
 		return err
 	}
 	return nil
@@ -190,9 +200,9 @@ func (a *Service) notify(workerID string, ref kv.Ref) bool {
 }
 
 func (a *Service) taskResume(ctx context.Context, data []byte) (any, error) {
-	ref, _, err := a.decodeTask(ctx, data, false)
+	ref, _, waiting, err := a.decodeTask(ctx, data, false)
 	if err == nil {
-		err = a.materialize(ctx, ref)
+		err = a.materialize(ctx, ref, waiting)
 	}
 	if err != nil {
 		return nil, err
@@ -261,9 +271,9 @@ func (a *Service) taskReprioritize(ctx context.Context, data []byte) (any, error
 	if req.Priority < 0 || req.Priority >= streams.Priorities {
 		return nil, badRequest(`"priority" %d is not 0..%d (0 is P0, the highest)`, req.Priority, streams.Priorities-1)
 	}
-	ref, err := a.resolve(ctx, req.ID, req.Tenant, false)
+	ref, waiting, err := a.resolve(ctx, req.ID, req.Tenant, false)
 	if err == nil {
-		err = a.materialize(ctx, ref)
+		err = a.materialize(ctx, ref, waiting)
 	}
 	if err != nil {
 		return nil, err

@@ -2,15 +2,19 @@ package admin_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ax-mesh/ax"
 	"github.com/ax-mesh/ax/admin"
 	"github.com/ax-mesh/ax/internal/axtest"
 	"github.com/ax-mesh/ax/internal/kv"
+	"github.com/ax-mesh/ax/internal/streams"
 	"github.com/ax-mesh/ax/worker"
 )
 
@@ -145,5 +149,60 @@ func TestUnclaimedTaskReadWhileClaimed(t *testing.T) {
 			require.NoError(t, b.call(t, admin.VerbTaskGet, admin.TaskRequest{ID: info.ID}, &got))
 		}
 		require.NoError(t, <-claimed)
+	}
+}
+
+// An operator's move on a task waiting without a record, named by its id
+// alone, looks in the priority buckets once: the resolve finds it there
+// and its READY record is written from what it found, with no second
+// lookup. Counted as the direct gets on the buckets' API subjects: one per
+// bucket, and one past the message found. Red with the lookup repeated
+// (12 gets).
+func TestUnclaimedTaskMoveLooksInBucketsOnce(t *testing.T) {
+	t.Parallel()
+	b := setupAdminFast(t)
+	gets, err := b.NC.SubscribeSync("$JS.API.DIRECT.GET.*") // a bucket's, not a record's (its key follows)
+	require.NoError(t, err)
+	require.NoError(t, b.NC.Flush())
+	// bucketGets counts the direct gets on the buckets seen since its last call.
+	bucketGets := func() int {
+		require.NoError(t, b.NC.Flush()) // the copies of the admin's gets arrive before the PONG
+		n := 0
+		for {
+			msg, err := gets.NextMsg(0)
+			if errors.Is(err, nats.ErrTimeout) {
+				return n
+			}
+			require.NoError(t, err)
+			if strings.HasPrefix(msg.Subject, "$JS.API.DIRECT.GET.AX_P") {
+				n++
+			}
+		}
+	}
+	oneLookup := streams.Priorities + 1
+	for _, tc := range []struct {
+		name, verb string
+		req        func(id string) any
+		copies     int // gets of the message the move copies to another bucket
+	}{
+		{"cancel", admin.VerbTaskCancel, func(id string) any { return admin.TaskRequest{ID: id} }, 0},
+		{"pause", admin.VerbTaskPause, func(id string) any { return admin.TaskRequest{ID: id} }, 0},
+		{"resume", admin.VerbTaskResume, func(id string) any { return admin.TaskRequest{ID: id} }, 0},
+		{"reprioritize", admin.VerbTaskReprioritize, func(id string) any { return admin.ReprioritizeRequest{ID: id, Priority: 0} }, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := b.Submit(t, ax.TaskSpec{Type: "email"})
+			bucketGets()
+			var reply admin.TaskReply
+			err = b.call(t, tc.verb, tc.req(id), &reply)
+			if tc.verb == admin.VerbTaskResume {
+				requireCode(t, err, admin.CodeConflict, "READY") // written READY, then refused: not PAUSED
+			} else {
+				require.NoError(t, err)
+			}
+			require.Equal(t, oneLookup+tc.copies, bucketGets(), "direct gets on the buckets")
+			rec := b.Get(t, id)
+			require.Equal(t, "publish", rec.Trail[0].Action, "its READY record, written as its claim would")
+		})
 	}
 }

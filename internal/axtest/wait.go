@@ -29,7 +29,7 @@ func StoreRead(store *kv.Store) ReadFunc {
 // task waiting in its bucket with its record still to be written at the
 // claim, the READY record task.get shows ([kv.Store.Unclaimed]).
 func Record(ctx context.Context, store *kv.Store, id string) (*kv.Record, error) {
-	refs, err := store.Locate(ctx, id)
+	refs, _, err := store.Locate(ctx, id)
 	if err != nil {
 		return nil, err
 	}

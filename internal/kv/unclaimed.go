@@ -131,25 +131,29 @@ func (s *Store) Read(ctx context.Context, ref Ref) (rec *Record, rev uint64, wai
 
 // Locate returns the tasks of any tenant with id: those with a record
 // ([Store.Find]) and, when none has one, those waiting unclaimed in their
-// buckets ([Store.Unclaimed]). As [Store.Read], it looks for records a
-// second time when the buckets hold none: a claim or a lift may have
-// written one meanwhile.
-func (s *Store) Locate(ctx context.Context, id string) ([]Ref, error) {
-	refs, err := s.Find(ctx, id)
+// buckets ([Store.Unclaimed]). waiting is then, at the index of each ref,
+// the READY record its claim starts from, as Unclaimed returns it (nil
+// when the tasks have records): a caller that writes it looks in no bucket
+// again. As [Store.Read], it looks for records a second time when the
+// buckets hold none: a claim or a lift may have written one meanwhile.
+func (s *Store) Locate(ctx context.Context, id string) (refs []Ref, waiting []*Record, err error) {
+	refs, err = s.Find(ctx, id)
 	if err != nil || len(refs) > 0 {
-		return refs, err
+		return refs, nil, err
 	}
-	waiting, err := s.Unclaimed(ctx, id, "")
+	found, err := s.Unclaimed(ctx, id, "")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	for _, rec := range waiting {
+	for _, rec := range found {
 		if !slices.Contains(refs, rec.Ref()) {
 			refs = append(refs, rec.Ref())
+			waiting = append(waiting, rec)
 		}
 	}
 	if len(refs) > 0 {
-		return refs, nil
+		return refs, waiting, nil
 	}
-	return s.Find(ctx, id)
+	refs, err = s.Find(ctx, id)
+	return refs, nil, err
 }
