@@ -46,6 +46,11 @@ type env struct {
 	logLevel    string
 	logFormat   string
 
+	// wrapJS, when set (by tests only), wraps the JetStream context of
+	// each connection a command opens: a fault injected into the real
+	// thing.
+	wrapJS func(jetstream.JetStream) jetstream.JetStream
+
 	// started is set when a command's own work (its RunE) begins: an
 	// error before it is the command line's ([ExitUsage]).
 	started bool
@@ -381,6 +386,9 @@ func (e *env) connectAs(name, role string, fatal bool) (*nats.Conn, jetstream.Je
 	if err != nil {
 		nc.Close()
 		return nil, nil, redact.Error(fmt.Errorf("jetstream on %s: %w", e.server, err))
+	}
+	if e.wrapJS != nil {
+		js = e.wrapJS(js)
 	}
 	return nc, js, nil
 }
