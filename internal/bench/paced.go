@@ -57,12 +57,7 @@ func PacedBaseline(ctx context.Context, o Options, rate int, duration time.Durat
 		return nil, err
 	}
 	defer e.close()
-	stream, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "BENCH_PACED", Subjects: []string{"bench.paced"},
-		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
-	if err != nil {
-		return nil, err
-	}
-	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "paced", AckPolicy: jetstream.AckExplicitPolicy})
+	cons, err := e.workQueue(ctx, "BENCH_PACED", "bench.paced", 0)
 	if err != nil {
 		return nil, err
 	}

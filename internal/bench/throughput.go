@@ -36,12 +36,7 @@ func Baseline(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	defer e.close()
-	stream, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "BENCH_BASELINE", Subjects: []string{"bench.baseline"},
-		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
-	if err != nil {
-		return nil, err
-	}
-	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "baseline", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 20_000})
+	cons, err := e.workQueue(ctx, "BENCH_BASELINE", "bench.baseline", 20_000)
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +96,18 @@ func Baseline(ctx context.Context, o Options) (*Result, error) {
 	r.SubmitPerSec = float64(o.Tasks) / submitted.Seconds()
 	lat.fill(r)
 	return r, nil
+}
+
+// workQueue makes the bare JetStream of a baseline: a file-stored
+// WorkQueue stream name on subject and one pull consumer of it, with at
+// most maxAckPending messages unacknowledged (0: the server's default).
+func (e *env) workQueue(ctx context.Context, name, subject string, maxAckPending int) (jetstream.Consumer, error) {
+	stream, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
+	if err != nil {
+		return nil, err
+	}
+	return stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "baseline", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: maxAckPending})
 }
 
 // Throughput submits o.Tasks no-op tasks with pipelined SubmitBatch calls
