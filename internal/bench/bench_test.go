@@ -114,6 +114,25 @@ func TestFloorDoesAxsOperations(t *testing.T) {
 	}
 }
 
+// A pipelined plan pulls at most FloorBatch messages a time (so at least
+// one pull request per FloorBatch tasks), with FloorLoops fetch loops on
+// each consumer, and still takes each task through the plan once.
+func TestFloorBatchAndLoops(t *testing.T) {
+	ctx := context.Background()
+	o := bench.Options{Tasks: 300, Concurrency: 8, Workers: 1, Payload: 64, FloorBatch: 2, FloorLoops: 2}
+	var plan bench.FloorPlan
+	for _, p := range bench.FloorPlans() {
+		if p.Name == "floor-pipelined-claimcreate" {
+			plan = p
+		}
+	}
+	r, err := bench.Floor(ctx, o, plan)
+	require.NoError(t, err)
+	require.Equal(t, 300, r.Tasks)
+	require.Equal(t, 2.0, r.Ops["records"])
+	require.GreaterOrEqual(t, r.Ops["requests"], 0.5, "pulls of at most 2 messages")
+}
+
 // The limits scenario runs at a small size: the handlers never see more
 // limited executions at once than the limit, and the limit is used.
 func TestLimitsScenarioRuns(t *testing.T) {

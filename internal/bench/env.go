@@ -59,6 +59,13 @@ type Options struct {
 	// MemoryConsumers provisions ax's shard consumers with their state in
 	// the server's memory ([streams.Config.MemoryConsumers]).
 	MemoryConsumers bool
+	// FloorBatch is the most messages one pull of a pipelined floor plan
+	// brings, and so the size of its batches of writes and acks (0:
+	// [DefaultFloorBatch]).
+	FloorBatch int
+	// FloorLoops is how many fetch loops a pipelined floor plan runs on
+	// each shard consumer (0: one).
+	FloorLoops int
 }
 
 // env is one scenario's NATS server, connection and provisioned ax.

@@ -152,7 +152,7 @@ func Floor(ctx context.Context, o Options, plan FloorPlan) (*Result, error) {
 	defer stop()
 	if plan.Pipelined {
 		wg.Go(func() {
-			if err := floorPipelined(ctx, e, stream, plan, running, succeeded, handled, quit); err != nil {
+			if err := floorPipelined(ctx, e, o, stream, plan, running, succeeded, handled, quit); err != nil {
 				fail(err)
 			}
 		})

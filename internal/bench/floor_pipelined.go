@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,18 +15,20 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
-// floorBatch is the most messages one pull of a pipelined floor brings.
-const floorBatch = 256
+// DefaultFloorBatch is the most messages one pull of a pipelined floor
+// plan brings, unless [Options.FloorBatch] says otherwise.
+const DefaultFloorBatch = 256
 
 // floorPipelined is the worker side of a [FloorPlan.Pipelined] run: a
-// loop per shard consumer pulls up to floorBatch messages at a time and
+// loop per shard consumer ([Options.FloorLoops] of them) pulls up to
+// [Options.FloorBatch] messages at a time and
 // takes them through the plan's operations together: one direct get of
 // the batch's records (multi_last), their RUNNING writes pipelined
 // (asynchronous compare-and-set publishes, every acknowledgement awaited
 // and checked), then their SUCCEEDED writes the same way, then the acks.
 // Each write is still a compare-and-set of its own record. It returns once
 // every loop has ended (quit closed or ctx done), with the first error.
-func floorPipelined(ctx context.Context, e *env, stream jetstream.Stream, plan FloorPlan, running, succeeded []byte,
+func floorPipelined(ctx context.Context, e *env, o Options, stream jetstream.Stream, plan FloorPlan, running, succeeded []byte,
 	handled func(jetstream.Msg), quit <-chan struct{}) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -36,7 +39,8 @@ func floorPipelined(ctx context.Context, e *env, stream jetstream.Stream, plan F
 		case <-ctx.Done():
 		}
 	}()
-	errs := make(chan error, streams.Shards)
+	batch, loops := cmp.Or(o.FloorBatch, DefaultFloorBatch), max(o.FloorLoops, 1)
+	errs := make(chan error, streams.Shards*loops)
 	for shard := range streams.Shards {
 		cons, err := stream.Consumer(ctx, e.names.ConsumerName(floorPriority, shard))
 		if err != nil {
@@ -46,12 +50,14 @@ func floorPipelined(ctx context.Context, e *env, stream jetstream.Stream, plan F
 		if len(cons.CachedInfo().Config.PriorityGroups) > 0 {
 			opts = append(opts, jetstream.FetchPriorityGroup(streams.PriorityGroup))
 		}
-		go func() {
-			errs <- floorPipelinedShard(ctx, e, cons, opts, plan, running, succeeded, handled)
-		}()
+		for range loops {
+			go func() {
+				errs <- floorPipelinedShard(ctx, e, cons, batch, opts, plan, running, succeeded, handled)
+			}()
+		}
 	}
 	var first error
-	for range streams.Shards {
+	for range streams.Shards * loops {
 		if err := <-errs; err != nil && first == nil && !errors.Is(err, context.Canceled) {
 			first = err
 			cancel()
@@ -60,14 +66,14 @@ func floorPipelined(ctx context.Context, e *env, stream jetstream.Stream, plan F
 	return first
 }
 
-func floorPipelinedShard(ctx context.Context, e *env, cons jetstream.Consumer, opts []jetstream.FetchOpt, plan FloorPlan,
+func floorPipelinedShard(ctx context.Context, e *env, cons jetstream.Consumer, size int, opts []jetstream.FetchOpt, plan FloorPlan,
 	running, succeeded []byte, handled func(jetstream.Msg)) error {
 	bucket := e.names.TasksBucket()
 	for ctx.Err() == nil {
 		// The server ends the request (a context ending it in the client
 		// would drop the messages already on their way, to come back only
 		// after their ack wait).
-		batch, err := cons.Fetch(floorBatch, append(opts, jetstream.FetchMaxWait(time.Second))...)
+		batch, err := cons.Fetch(size, append(opts, jetstream.FetchMaxWait(time.Second))...)
 		if err != nil {
 			return err
 		}

@@ -286,6 +286,9 @@ statistics. See docs/BENCHMARKS.md.
 			if modes == nil {
 				return fmt.Errorf("--transport %q: want tcp, in-process or both", f.transport)
 			}
+			if o.FloorBatch < 1 || o.FloorLoops < 1 {
+				return fmt.Errorf("--floor-batch %d, --floor-loops %d: each must be at least 1", o.FloorBatch, o.FloorLoops)
+			}
 			if f.useServer {
 				o.Server = e.server
 				modes = []string{"given"}
@@ -334,6 +337,8 @@ statistics. See docs/BENCHMARKS.md.
 	fs.IntVar(&f.o.Workers, "workers", 1, "workers in this process (article: default 8)")
 	fs.IntVar(&f.o.Prefetch, "prefetch", 0, "messages of each shard consumer a worker holds at most (ax worker --prefetch; default: 2 x concurrency / 32)")
 	fs.IntVar(&f.o.Payload, "payload", 200, "payload bytes")
+	fs.IntVar(&f.o.FloorBatch, "floor-batch", bench.DefaultFloorBatch, "floor: the most messages one pull of a pipelined plan brings (its batches of writes and acks)")
+	fs.IntVar(&f.o.FloorLoops, "floor-loops", 1, "floor: fetch loops of a pipelined plan on each shard consumer")
 	fs.StringVar(&f.o.Sync, "sync", "", `the run's server flush policy: "always" or an interval (default: the server's)`)
 	fs.IntVar(&f.rate, "rate", 2_000, "tasks per second of the paced scenarios (priority: P0 tasks, default 200; limits: the rate limit, default 100; fairness: the paced tenant's, default 20)")
 	fs.IntVar(&f.burst, "burst", 10, "limits: the rate limit's burst")
