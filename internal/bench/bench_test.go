@@ -115,8 +115,8 @@ func TestFloorDoesAxsOperations(t *testing.T) {
 }
 
 // A pipelined plan pulls at most FloorBatch messages a time (so at least
-// one pull request per FloorBatch tasks), with FloorLoops fetch loops on
-// each consumer, and still takes each task through the plan once.
+// one pull request per FloorBatch tasks); with FloorLoops fetch loops on
+// each consumer it still writes each task's two records once.
 func TestFloorBatchAndLoops(t *testing.T) {
 	ctx := context.Background()
 	o := bench.Options{Tasks: 300, Concurrency: 8, Workers: 1, Payload: 64, FloorBatch: 2, FloorLoops: 2}

@@ -19,10 +19,10 @@ import (
 // plan brings, unless [Options.FloorBatch] says otherwise.
 const DefaultFloorBatch = 256
 
-// floorPipelined is the worker side of a [FloorPlan.Pipelined] run: a
-// loop per shard consumer ([Options.FloorLoops] of them) pulls up to
-// [Options.FloorBatch] messages at a time and
-// takes them through the plan's operations together: one direct get of
+// floorPipelined is the worker side of a [FloorPlan.Pipelined] run:
+// [Options.FloorLoops] loops per shard consumer each pull up to
+// [Options.FloorBatch] messages at a time and take them through the
+// plan's operations together: one direct get of
 // the batch's records (multi_last), their RUNNING writes pipelined
 // (asynchronous compare-and-set publishes, every acknowledgement awaited
 // and checked), then their SUCCEEDED writes the same way, then the acks.
