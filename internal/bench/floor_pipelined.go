@@ -22,10 +22,10 @@ const DefaultFloorBatch = 256
 // floorPipelined is the worker side of a [FloorPlan.Pipelined] run:
 // [Options.FloorLoops] loops per shard consumer each pull up to
 // [Options.FloorBatch] messages at a time and take them through the
-// plan's operations together: one direct get of
-// the batch's records (multi_last), their RUNNING writes pipelined
-// (asynchronous compare-and-set publishes, every acknowledgement awaited
-// and checked), then their SUCCEEDED writes the same way, then the acks.
+// plan's operations together: one direct get of the batch's records
+// (multi_last), their RUNNING writes pipelined (asynchronous
+// compare-and-set publishes, every acknowledgement awaited and checked),
+// then their SUCCEEDED writes the same way, then the acks.
 // Each write is still a compare-and-set of its own record. It returns once
 // every loop has ended (quit closed or ctx done), with the first error.
 func floorPipelined(ctx context.Context, e *env, o Options, stream jetstream.Stream, plan FloorPlan, running, succeeded []byte,
