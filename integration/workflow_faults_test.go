@@ -59,7 +59,7 @@ func TestWorkflowsUnderFaults(t *testing.T) {
 	t.Logf("workflows under faults: %d tasks in 3 workflows, all SUCCEEDED after their parents; %s", len(ids), effects)
 }
 
-// A DAG of 2,000 probe tasks of 200 ms (a root, 18 layers of 111 tasks
+// A DAG of 2,000 probe tasks of 400 ms (a root, 18 layers of 111 tasks
 // each after one to three random tasks of the layer before, and a join
 // after the last layer) runs while workers are SIGKILLed and replaced, and
 // the leader and the server are frozen together (SIGSTOP) for 6 s, three
@@ -71,7 +71,9 @@ func TestWorkflowsUnderFaults(t *testing.T) {
 func TestWorkflowDAGUnderFreezes(t *testing.T) {
 	t.Parallel()
 	s := startStorm(t)
-	probe := ax.TaskSpec{Type: "probe", Payload: []byte(`{"ms":200}`), MaxAttempts: 12}
+	// 400 ms a task: at 200 ms the DAG was seen to end (in 18.5 s, the
+	// freeze included) before the last worker's kill.
+	probe := ax.TaskSpec{Type: "probe", Payload: []byte(`{"ms":400}`), MaxAttempts: 12}
 	wf := layeredWorkflow("dag-2000", probe, 18, 111)
 	require.Len(t, wf.Tasks, 2000)
 	ids := s.submitWorkflows([]*ax.Workflow{wf})
